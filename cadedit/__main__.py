@@ -1,0 +1,3 @@
+from cadedit.cli import main
+
+main()

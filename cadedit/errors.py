@@ -1,0 +1,46 @@
+"""One error hierarchy for cadedit.
+
+Every failure a user can cause or meet is a CadeditError: a one-line message that says what
+failed and where, an optional hint that says what to do, and the exit code the CLI returns.
+They are raised deep in the stages and formatted only in cli.py.
+"""
+
+from __future__ import annotations
+
+
+class CadeditError(Exception):
+    """A failure to report to the user as one line, with an exit code and an optional hint."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class DocumentError(CadeditError):
+    """A file cannot be read as a text document (missing, a directory, binary, not UTF-8)."""
+
+
+class ProgramError(CadeditError):
+    """An edit program does not parse, or does not fit the document it is applied to."""
+
+
+class ApplyError(CadeditError):
+    """An edit cannot be written safely (the file changed on disk, the write failed)."""
+
+
+class ModelError(CadeditError):
+    """A model cannot be found, loaded or run."""
+
+
+class BudgetError(CadeditError):
+    """Decoding ran out of its token budget before the program was complete."""
+
+
+class ConfigError(CadeditError):
+    """Settings in .cadedit.toml / pyproject.toml / the environment are missing or wrong."""
