@@ -1,0 +1,168 @@
+"""The cadedit command line: argument parsing, printing, errors to exit codes; nothing else.
+
+Data (programs, diffs) goes to stdout; messages go to a rich Console on stderr. CadeditError
+becomes a one-line "error: ..." (plus "hint: ...") and its exit code in one place,
+_Group.invoke; usage errors exit 2, Ctrl-C 130, and a traceback is shown only with --debug
+or CADEDIT_DEBUG=1. Commands import their stages inside the function, so a command that needs
+no model never imports torch or transformers and starts fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from cadedit import __version__
+from cadedit.errors import CadeditError
+
+err = Console(stderr=True)
+
+
+def report_error(message: str, hint: str | None = None) -> None:
+    """The one-line error (and hint) every failure ends as."""
+    err.print(f"[bold red]error:[/] {_escape(message)}", soft_wrap=True, highlight=False)
+    if hint:
+        err.print(f"[yellow]hint:[/] {_escape(hint)}", soft_wrap=True, highlight=False)
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {_escape(message)}", soft_wrap=True, highlight=False)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _debug(ctx: typer.Context) -> bool:
+    return bool(ctx.params.get("debug")) or os.environ.get("CADEDIT_DEBUG", "") not in ("", "0")
+
+
+class _Group(typer.core.TyperGroup):
+    """Runs the chosen command; the single place where exceptions become messages and exit codes."""
+
+    def invoke(self, ctx: typer.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except (typer.TyperException, typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise  # usage errors (exit 2), explicit exits and Ctrl-C (130): typer reports these
+        except Exception as exc:
+            if _debug(ctx):
+                err.print_exception()
+            if isinstance(exc, CadeditError):
+                report_error(exc.message, exc.hint)
+                raise typer.Exit(exc.exit_code) from None
+            report_error(f"internal error: {type(exc).__name__}: {exc}", "rerun with --debug for the traceback")
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="cadedit",
+    help="Edit code with a local model without re-typing what the edit keeps (Copy-as-Decode).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# Shared parameter aliases: later commands reuse these so that the same option reads the same everywhere.
+FileArg = Annotated[Path, typer.Argument(metavar="FILE", help="The source file to edit.", show_default=False)]
+ProgramArg = Annotated[
+    str, typer.Argument(metavar="PROGRAM", help="An edit program file (see README), or - for stdin.", show_default=False)
+]
+WriteOpt = Annotated[bool, typer.Option("--write", "-w", help="Write the edited file (atomically) instead of printing a diff.")]
+ClipOpt = Annotated[bool, typer.Option("--clip", help="Clip out-of-range copy lines to the file (with a warning) instead of failing.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"cadedit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks (also CADEDIT_DEBUG=1).")] = False,
+) -> None:
+    """Edit code with a local model without re-typing what the edit keeps (Copy-as-Decode).
+
+    Exit codes: 0 success (also "no change"), 1 a cadedit error, 2 usage error, 130 interrupted.
+    """
+
+
+def write_stdout(text: str) -> None:
+    """Data on stdout, byte for byte (CR and CRLF inside programs survive)."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    sys.stdout.buffer.flush()
+
+
+def display_path(path: Path) -> str:
+    """The path for diff headers: relative to the working directory, so `patch -p1` finds it."""
+    return Path(os.path.relpath(path.absolute())).as_posix()
+
+
+def read_program(source: str):
+    """Parse a program from a file, or from stdin for "-" (same checks as any document)."""
+    from cadedit.document import Document
+    from cadedit.program import parse
+
+    document = Document.from_bytes(sys.stdin.buffer.read(), "<stdin>") if source == "-" else Document.read(source)
+    return parse(document.text)
+
+
+@app.command()
+def oracle(
+    before: Annotated[Path, typer.Argument(metavar="BEFORE", help="The file before the edit.", show_default=False)],
+    after: Annotated[Path, typer.Argument(metavar="AFTER", help="The file after the edit.", show_default=False)],
+) -> None:
+    """Print the oracle edit program that turns BEFORE into AFTER (copies of kept lines, gens of new text).
+
+    Example: cadedit oracle a.py b.py > edit.program
+    """
+    from cadedit.document import Document
+    from cadedit.oracle import oracle as make_oracle
+    from cadedit.program import format as format_program
+
+    write_stdout(format_program(make_oracle(Document.read(before), Document.read(after))))
+
+
+@app.command()
+def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: ClipOpt = False) -> None:
+    """Resolve an edit PROGRAM against FILE; print the unified diff, or write the result with --write.
+
+    Example: cadedit oracle a.py b.py > p && cadedit apply a.py p | patch -p1
+    """
+    from cadedit.diff import count_changes, show, unified_diff, write_atomic
+    from cadedit.document import Document
+    from cadedit.resolve import Mode, resolve_ops
+
+    document = Document.read(file)
+    resolution = resolve_ops(read_program(program), document, Mode.CLIPPED if clip else Mode.STRICT)
+    for message in resolution.warnings:
+        warn(message)
+    diff_text = unified_diff(document.text, resolution.text, display_path(file))
+    if not diff_text:
+        err.print(f"{file}: no change", highlight=False, markup=False)
+        return
+    if not write:
+        show(diff_text)
+        return
+    write_atomic(document, resolution.text)
+    added, removed = count_changes(diff_text)
+    err.print(f"wrote {file} (+{added} -{removed})", highlight=False, markup=False)
+
+
+def main() -> None:
+    """Console-script entry point (`cadedit`, `python -m cadedit`)."""
+    app(prog_name="cadedit")

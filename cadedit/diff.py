@@ -1,0 +1,176 @@
+"""Unified diffs of an edit, their rendering, and the safe write of the edited file.
+
+Contract: `patch -p1` and `git apply` turn `before` into `after` byte for byte with the text of
+`unified_diff(before, after, path)`. Lines are split after "\\n" only, as diff, patch and git do,
+so a CR stays part of a line's content, and a last line without "\\n" is followed by the
+"\\ No newline at end of file" marker. show() colours a diff through rich on a terminal and
+writes its exact bytes otherwise. write_atomic() replaces a file through a temporary file in the
+same directory, keeps its mode, and refuses if the file changed after it was read.
+Pure: no torch, no transformers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+import re
+import stat
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from cadedit.document import Document
+from cadedit.errors import ApplyError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+NO_NEWLINE = "\\ No newline at end of file\n"
+_DIFF_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
+# Characters git quotes in a path (C-style, inside double quotes); others stay as they are.
+_NEEDS_QUOTE = re.compile(r'["\\\x00-\x1f\x7f]')
+_STYLES = (("diff --git", "bold"), ("---", "bold"), ("+++", "bold"), ("@@", "cyan"), ("-", "red"), ("+", "green"))
+
+
+def diff_lines(text: str) -> list[str]:
+    """Lines as diff, patch and git see them: each ends after a "\\n", the last one may not."""
+    return _DIFF_LINE.findall(text)
+
+
+def _quote(name: str) -> str:
+    """A path as git writes it in a header: C-quoted when it holds quotes, backslashes or controls."""
+    if not _NEEDS_QUOTE.search(name):
+        return name
+    escapes = {'"': '\\"', "\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+    body = "".join(escapes.get(ch, f"\\{ord(ch):03o}" if ch < " " or ch == "\x7f" else ch) for ch in name)
+    return f'"{body}"'
+
+
+def _header(path: str) -> str:
+    """The three header lines; `path` is relative (to the repository or the working directory)."""
+    path = path.replace(os.sep, "/").removeprefix("./")
+    old, new = _quote(f"a/{path}"), _quote(f"b/{path}")
+    # git ends ---/+++ names that hold a space with a TAB so that patch(1) reads the whole name.
+    tab = "\t" if " " in path and not old.startswith('"') else ""
+    return f"diff --git {old} {new}\n--- {old}{tab}\n+++ {new}{tab}\n"
+
+
+def _range(start: int, count: int) -> str:
+    """A hunk range as GNU diff writes it: "N" for one line, "N,0" after line N for none."""
+    if count == 1:
+        return f"{start + 1}"
+    return f"{start + 1 if count else start},{count}"
+
+
+def _emit(prefix: str, line: str) -> str:
+    return prefix + line if line.endswith("\n") else prefix + line + "\n" + NO_NEWLINE
+
+
+def _hunk(a: list[str], b: list[str], group: list[tuple[str, int, int, int, int]]) -> str:
+    i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+    out = [f"@@ -{_range(i1, i2 - i1)} +{_range(j1, j2 - j1)} @@\n"]
+    for tag, k1, k2, m1, m2 in group:
+        if tag == "equal":
+            out += [_emit(" ", line) for line in a[k1:k2]]
+            continue
+        out += [_emit("-", line) for line in a[k1:k2]]
+        out += [_emit("+", line) for line in b[m1:m2]]
+    return "".join(out)
+
+
+def unified_diff(before: str, after: str, path: str, context: int = 3) -> str:
+    """The unified diff that turns `before` into `after` for the file at `path` ("" when equal)."""
+    if before == after:
+        return ""
+    a, b = diff_lines(before), diff_lines(after)
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    return _header(path) + "".join(_hunk(a, b, group) for group in matcher.get_grouped_opcodes(context))
+
+
+def count_changes(diff_text: str) -> tuple[int, int]:
+    """(lines added, lines removed) in a diff made by unified_diff()."""
+    lines = diff_lines(diff_text)
+    added = sum(1 for line in lines if line.startswith("+") and not line.startswith("+++ "))
+    removed = sum(1 for line in lines if line.startswith("-") and not line.startswith("--- "))
+    return added, removed
+
+
+def render(diff_text: str, console: Console) -> None:
+    """Print a diff in colour; a CR before a line end is shown as a dim ^M."""
+    from rich.text import Text
+
+    for line in diff_lines(diff_text):
+        style = next((s for prefix, s in _STYLES if line.startswith(prefix)), "dim" if line[:1] == "\\" else "")
+        body = line.rstrip("\n")
+        text = Text(body.rstrip("\r").replace("\r", "^M"), style=style)
+        if body.endswith("\r"):
+            text.append("^M", style="dim")
+        console.print(text, soft_wrap=True, highlight=False)
+
+
+def show(diff_text: str, stream: TextIO | None = None) -> None:
+    """Coloured on a terminal; elsewhere the exact bytes, ready for `patch -p1` or `git apply`."""
+    from rich.console import Console
+
+    stream = stream or sys.stdout
+    console = Console(file=stream)
+    if console.is_terminal:
+        render(diff_text, console)
+        return
+    data = diff_text.encode("utf-8")
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        stream.write(diff_text)
+        return
+    stream.flush()
+    buffer.write(data)
+    buffer.flush()
+
+
+def check_unchanged(document: Document) -> None:
+    """Raise ApplyError unless the file still has the size, mtime and bytes it had when read."""
+    path = Path(document.path)
+    try:
+        st = path.stat()
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ApplyError(f"{path}: cannot check the file before writing ({exc.strerror or exc})") from None
+    stamp_changed = document.mtime_ns is not None and (st.st_mtime_ns, st.st_size) != (document.mtime_ns, document.size)
+    if stamp_changed or data != document.to_bytes():
+        raise ApplyError(
+            f"{path}: changed on disk after cadedit read it; nothing written",
+            hint="run cadedit again on the current file",
+        )
+
+
+def write_atomic(document: Document, new_text: str) -> None:
+    """Replace the document's file with new_text: temp file in the same directory, fsync, rename.
+
+    The file keeps its mode (and owner where allowed); a symlink stays a symlink (its target is
+    replaced). Refuses with ApplyError, the file untouched, if it changed since it was read.
+    """
+    target = Path(os.path.realpath(document.path))
+    check_unchanged(document)
+    try:
+        st = target.stat()
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".cadedit-tmp")
+    except OSError as exc:
+        raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(new_text.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        with contextlib.suppress(OSError):
+            os.chown(tmp, st.st_uid, st.st_gid)
+        check_unchanged(document)  # again, just before the rename: the window stays a few syscalls
+        os.replace(tmp, target)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
+        raise
