@@ -1,0 +1,175 @@
+"""Model loading and the KV-cache splice on the tiny random Qwen2 (no download, no real model)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from cadedit import model as M
+from cadedit.decode import model_forward
+from cadedit.errors import ConfigError, ModelError
+from tests.tinymodel import make_model, save_model
+
+# -- splice equivalence ------------------------------------------------------------------------
+
+
+def _forward(model):
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    return model_forward(model, cache), cache
+
+
+@pytest.mark.parametrize("spans", [(1,), (2,), (8, 1), (3, 17, 64), (1, 5, 2, 40, 9)])
+def test_splice_in_one_forward_equals_feeding_tokens_one_by_one(spans):
+    model = make_model()
+    g = torch.Generator().manual_seed(sum(spans))
+    prompt = torch.randint(0, model.config.vocab_size, (23,), generator=g).tolist()
+    spliced, spliced_cache = _forward(model)
+    stepped, stepped_cache = _forward(model)
+    spliced(prompt)
+    stepped(prompt)
+    for n in spans:  # several splices in a row: later ones sit at later positions (RoPE)
+        span = torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist()
+        at_once = spliced(span)
+        for token in span:
+            one_by_one = stepped([token])
+        torch.testing.assert_close(at_once, one_by_one, rtol=1e-4, atol=1e-5)
+    for layer_a, layer_b in zip(spliced_cache.layers, stepped_cache.layers):
+        torch.testing.assert_close(layer_a.keys, layer_b.keys, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(layer_a.values, layer_b.values, rtol=1e-4, atol=1e-5)
+
+
+def test_spliced_cache_matches_a_single_uncached_pass_over_the_whole_sequence():
+    model = make_model()
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, model.config.vocab_size, (90,), generator=g).tolist()
+    forward, _ = _forward(model)
+    forward(ids[:30])
+    forward(ids[30:31])
+    last = forward(ids[31:])
+    with torch.inference_mode():
+        full = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
+    torch.testing.assert_close(last, full, rtol=1e-4, atol=1e-5)
+
+
+# -- choosing the model ------------------------------------------------------------------------
+
+
+def test_model_precedence_cli_then_env_then_project_then_default(tmp_path, monkeypatch):
+    project = tmp_path / "proj"
+    (project / "src").mkdir(parents=True)
+    assert M.choose_model(None, project / "src") == M.DEFAULT_MODEL
+    (project / "pyproject.toml").write_text('[tool.cadedit]\nmodel = "from-pyproject"\n')
+    assert M.choose_model(None, project / "src") == "from-pyproject"
+    (project / "src" / ".cadedit.toml").write_text('model = "from-dotfile"\n')
+    assert M.choose_model(None, project / "src") == "from-dotfile"
+    monkeypatch.setenv("CADEDIT_MODEL", "from-env")
+    assert M.choose_model(None, project / "src") == "from-env"
+    assert M.choose_model("from-cli", project / "src") == "from-cli"
+
+
+def test_bad_settings_file_is_a_config_error(tmp_path):
+    (tmp_path / ".cadedit.toml").write_text("model = [1, 2]\n")
+    with pytest.raises(ConfigError, match="model"):
+        M.configured_model(tmp_path)
+    (tmp_path / ".cadedit.toml").write_text("model = \n")
+    with pytest.raises(ConfigError, match="cannot read"):
+        M.configured_model(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("missing-folder/", "neither a model folder"),
+        ("nowhere/model.gguf", "not found"),
+        ("Org/not-cached-model", "not in the local Hugging Face cache"),
+    ],
+)
+def test_missing_model_is_one_line_model_error_with_hint(spec, message, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ModelError, match=message) as info:
+        M.load_model(spec, threads=1)
+    assert "\n" not in info.value.message
+    assert "--model" in info.value.hint and "CADEDIT_MODEL" in info.value.hint
+
+
+def test_folder_without_config_is_refused(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="no config.json"):
+        M.load_model(str(tmp_path / "empty"), threads=1)
+
+
+def test_loads_a_model_folder_on_cpu(tmp_path):
+    loaded = M.load_model(str(save_model(tmp_path / "tiny", context=512)), dtype="fp32", threads=1)
+    assert loaded.device == "cpu" and loaded.dtype == torch.float32
+    assert loaded.context_limit == 512 and loaded.threads == 1 == torch.get_num_threads()
+    assert not loaded.model.training
+    assert M.render_chat(loaded.tokenizer, [{"role": "user", "content": "hi"}]).endswith("<|im_start|>assistant\n")
+
+
+# -- threads, dtype, GGUF cache ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cores, load, expected", [(8, 0.0, 8), (2, 1.2, 1), (2, 5.0, 1), (4, 1.6, 2)])
+def test_default_threads_leave_busy_cores_alone(cores, load, expected):
+    assert M.default_threads(cores, load) == expected
+
+
+def test_dtype_auto_is_bf16_on_cuda_and_measured_on_cpu(monkeypatch):
+    assert M.choose_dtype("auto", "cuda") == torch.bfloat16
+    monkeypatch.setattr(M, "cpu_prefers_bf16", lambda: False)
+    assert M.choose_dtype("auto", "cpu") == torch.float32
+    monkeypatch.setattr(M, "cpu_prefers_bf16", lambda: True)
+    assert M.choose_dtype("auto", "cpu") == torch.bfloat16
+    assert M.choose_dtype("fp32", "cpu") == torch.float32
+    with pytest.raises(ModelError, match="unknown dtype"):
+        M.choose_dtype("int3", "cpu")
+
+
+def test_gguf_is_converted_once_into_the_user_cache_atomically(tmp_path, monkeypatch):
+    """The GGUF reader itself is transformers'; here it is replaced by the tiny model to test the cache."""
+    import transformers
+
+    from tests.tinytok import make_tokenizer
+
+    gguf = tmp_path / "models" / "tiny.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF fake")
+    calls = []
+
+    class FakeAuto:
+        @staticmethod
+        def from_pretrained(folder, gguf_file, **kwargs):
+            calls.append((Path(folder), gguf_file))
+            return make_model() if "dtype" in kwargs else make_tokenizer()
+
+    monkeypatch.setattr(transformers, "AutoModelForCausalLM", FakeAuto)
+    monkeypatch.setattr(transformers, "AutoTokenizer", FakeAuto)
+    folder = M.convert_gguf(gguf)
+    assert folder.parent == Path(os.environ["XDG_CACHE_HOME"]) / "cadedit" / "models"
+    assert folder.name.startswith("tiny-9-") and (folder / "model.safetensors").is_file()
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # no temp folder left behind
+    assert M.convert_gguf(gguf) == folder and len(calls) == 2  # second run: no conversion
+    os.utime(gguf, ns=(1, 1))  # a changed file gets a new cache entry
+    assert M.convert_gguf(gguf) != folder
+
+
+def test_failed_gguf_conversion_leaves_no_cache_entry(tmp_path, monkeypatch):
+    import transformers
+
+    gguf = tmp_path / "broken.gguf"
+    gguf.write_bytes(b"not a gguf")
+
+    class Broken:
+        @staticmethod
+        def from_pretrained(*args, **kwargs):
+            raise ValueError("bad magic")
+
+    monkeypatch.setattr(transformers, "AutoTokenizer", Broken)
+    with pytest.raises(ModelError, match="cannot convert GGUF.*bad magic"):
+        M.convert_gguf(gguf)
+    assert list(M.cache_root().iterdir()) == []

@@ -1,0 +1,51 @@
+"""A tiny random-weight Qwen2 causal LM for tests: built from a config, seeded, fp32, no download.
+
+make_model() pairs with tests/tinytok.make_tokenizer() (vocab 768): 2 layers, hidden 64, 4 heads
+with 2 KV heads (grouped-query attention, as Qwen2.5), RoPE. save_model(folder) writes model +
+tokenizer as a model folder that `cadedit fix --model FOLDER` loads like a real one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from tests.tinytok import make_tokenizer
+
+
+def make_config(context: int = 4096) -> Qwen2Config:
+    tokenizer = make_tokenizer()
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=context,
+        tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+
+
+def make_model(seed: int = 0, context: int = 4096) -> Qwen2ForCausalLM:
+    """The tiny model in eval mode; the same seed gives the same weights."""
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        model = Qwen2ForCausalLM(make_config(context)).eval()
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return model
+
+
+def save_model(folder: Path, seed: int = 0, context: int = 4096) -> Path:
+    """Write the tiny model and tokenizer as a Hugging Face model folder; return it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    make_model(seed, context).save_pretrained(str(folder))
+    make_tokenizer().save_pretrained(str(folder))
+    return folder
