@@ -1,0 +1,49 @@
+"""Shared fixtures. Every test runs with HOME, the XDG dirs and the model caches inside tmp_path,
+offline, and without CADEDIT_* settings from the developer's shell (as simonw/llm's tests do), so
+no test reads or writes a real user's configuration or cache."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.mktemp("home")
+    for name in [k for k in os.environ if k.startswith("CADEDIT_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(home))
+    for var, sub in (("XDG_CACHE_HOME", ".cache"), ("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share")):
+        monkeypatch.setenv(var, str(home / sub))
+    monkeypatch.setenv("HF_HOME", str(home / ".cache" / "huggingface"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    # git in tests: no system or user config, a fixed identity.
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for var in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"):
+        monkeypatch.setenv(var, "cadedit tests")
+    for var in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.setenv(var, "tests@cadedit.invalid")
+    return home
+
+
+def console_script(name: str = "cadedit") -> str:
+    """The installed console script next to the running interpreter (the venv's bin/)."""
+    path = Path(sys.executable).with_name(name)
+    return str(path) if path.exists() else (shutil.which(name) or pytest.skip(f"{name} console script not installed"))
+
+
+@pytest.fixture
+def run_cli():
+    """Run the real `cadedit` console script in a subprocess: run_cli(*args, cwd=..., input=bytes)."""
+
+    def run(*args: str, cwd: Path, input: bytes | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([console_script(), *args], cwd=cwd, input=input, capture_output=True, timeout=60)
+
+    return run

@@ -1,0 +1,302 @@
+"""The cadedit CLI through typer's CliRunner and through the real console script: data on stdout,
+one-line errors on stderr with exit 1 and no file touched, usage errors exit 2, Ctrl-C 130, the
+done-when pipe through patch(1) and git apply, and no torch import for commands without a model."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cadedit import __version__, cli
+from cadedit.program import Copy, Gen, Program, format
+
+needs_patch = pytest.mark.skipif(shutil.which("patch") is None, reason="patch(1) not installed")
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+
+BEFORE = b"def f(a, b):\r\n    return a - b\r\n\r\nprint(f(1, 2))"
+AFTER = b"def f(a, b):\r\n    return a + b\r\n\r\nprint(f(1, 2))\r\n# done"
+
+
+def invoke(*args: str, input: bytes | None = None):
+    return CliRunner().invoke(cli.app, list(args), input=input)
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    """A working directory with a.py (before), b.py (after) and p (the oracle program)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_bytes(BEFORE)
+    (tmp_path / "b.py").write_bytes(AFTER)
+    return tmp_path
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_oracle_prints_the_program(work):
+    result = invoke("oracle", "a.py", "b.py")
+    assert result.exit_code == 0, result.output
+    expected = Program((Copy(1, 1), Gen("    return a + b\r\n"), Copy(3, 3), Gen("print(f(1, 2))\r\n# done")))
+    assert result.stdout_bytes == format(expected).encode()  # .stdout would turn CRLF into LF
+    assert result.stderr == ""
+
+
+def test_apply_prints_a_diff_and_writes_nothing(work):
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    result = invoke("apply", "a.py", "p")
+    assert result.exit_code == 0, result.output
+    assert result.stdout_bytes.startswith(b"diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ ")
+    assert b"-    return a - b\r\n+    return a + b\r\n" in result.stdout_bytes
+    assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_apply_write_replaces_the_file_exactly(work):
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    (work / "a.py").chmod(0o640)
+    result = invoke("apply", "a.py", "p", "--write")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert "wrote a.py (+3 -2)" in result.stderr
+    assert (work / "a.py").read_bytes() == AFTER
+    assert (work / "a.py").stat().st_mode & 0o777 == 0o640
+
+
+def test_apply_reads_the_program_from_stdin(work):
+    program = invoke("oracle", "a.py", "b.py").stdout_bytes
+    result = invoke("apply", "a.py", "-", "-w", input=program)
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_bytes() == AFTER
+
+
+def test_apply_with_no_change_says_so_and_exits_0(work):
+    (work / "p").write_text(format(Program((Copy(1, 4),))))
+    result = invoke("apply", "a.py", "p", "--write")
+    assert (result.exit_code, result.stdout) == (0, "")
+    assert "no change" in result.stderr
+    assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_clip_mode_warns_and_applies(work):
+    (work / "p").write_text(format(Program((Copy(1, 2), Gen("    return 0\n"), Copy(4, 9)))))
+    result = invoke("apply", "a.py", "p", "--clip", "--write")
+    assert result.exit_code == 0, result.output
+    assert 'warning: program op 3: `<copy lines="4-9"/>` but the file has 4 lines; clipped to <copy lines="4-4"/>' in result.stderr
+    assert (work / "a.py").read_bytes() == b"def f(a, b):\r\n    return a - b\r\n    return 0\nprint(f(1, 2))"
+
+
+# Every bad input: one line on stderr (plus an optional hint), exit 1, nothing on stdout, no file changed.
+BAD_INPUTS = [
+    ("missing file", ["apply", "nope.py", "p"], "error: nope.py: no such file"),
+    ("missing program", ["apply", "a.py", "nope.program"], "error: nope.program: no such file"),
+    ("directory", ["apply", "sub", "p"], "error: sub: is a directory, not a file"),
+    ("binary file", ["apply", "bin.dat", "p"], "error: bin.dat: binary file (NUL byte at offset 3); cadedit edits text files only"),
+    ("non-UTF-8 file", ["apply", "latin1.py", "p"], "error: latin1.py: not UTF-8 (invalid byte 0xe9 at line 2, offset 9)"),
+    ("non-UTF-8 program", ["apply", "a.py", "latin1.py"], "error: latin1.py: not UTF-8 (invalid byte 0xe9 at line 2, offset 9)"),
+    ("bad program text", ["apply", "a.py", "bad.program"], "error: op 2 (line 3): expected '<copy', '<gen>' or '</program>', found '<cpy lines=\"3-4\"/>\\n</program>\\n'"),
+    ("out-of-range copy", ["apply", "a.py", "far.program"], 'error: program op 1: `<copy lines="3-9"/>` but the file has 4 lines'),
+    ("reversed copy", ["apply", "a.py", "reversed.program"], 'error: program op 1: `<copy lines="3-2"/>` starts after it ends'),
+    ("missing oracle input", ["oracle", "a.py", "gone.py"], "error: gone.py: no such file"),
+    ("binary oracle input", ["oracle", "bin.dat", "a.py"], "error: bin.dat: binary file (NUL byte at offset 3); cadedit edits text files only"),
+]
+
+
+def make_bad_inputs(root: Path) -> None:
+    (root / "sub").mkdir()
+    (root / "bin.dat").write_bytes(b"abc\x00def\n")
+    (root / "latin1.py").write_bytes(b"x = 1\ns='\xe9'\n")
+    (root / "p").write_text(format(Program((Copy(1, 1),))))
+    (root / "bad.program").write_text('<program>\n<copy lines="1-2"/>\n<cpy lines="3-4"/>\n</program>\n')
+    (root / "far.program").write_text('<program>\n<copy lines="3-9"/>\n</program>\n')
+    (root / "reversed.program").write_text('<program>\n<copy lines="3-2"/>\n</program>\n')
+
+
+@pytest.mark.parametrize("write", [False, True], ids=["diff", "write"])
+@pytest.mark.parametrize(("what", "args", "message"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_is_one_line_exit_1_and_touches_nothing(work, what, args, message, write):
+    make_bad_inputs(work)
+    before = snapshot(work)
+    result = invoke(*args, *(["--write"] if write and args[0] == "apply" else []))
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0] == message
+    assert len(lines) == 1 or (len(lines) == 2 and lines[1].startswith("hint: "))
+    assert "Traceback" not in result.output
+    assert snapshot(work) == before
+
+
+def test_strict_mode_hints_at_clip(work):
+    make_bad_inputs(work)
+    result = invoke("apply", "a.py", "far.program")
+    assert result.stderr.splitlines()[1] == "hint: fix the line numbers, or pass --clip to clip them to the file"
+
+
+def test_write_refuses_a_file_changed_while_cadedit_worked(work, monkeypatch):
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    import cadedit.resolve as resolve
+
+    real = resolve.resolve_ops
+
+    def edit_meanwhile(*args, **kwargs):
+        (work / "a.py").write_bytes(b"someone else's edit\n")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(resolve, "resolve_ops", edit_meanwhile)
+    result = invoke("apply", "a.py", "p", "--write")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == "error: a.py: changed on disk after cadedit read it; nothing written"
+    assert (work / "a.py").read_bytes() == b"someone else's edit\n"
+    assert sorted(p.name for p in work.iterdir()) == ["a.py", "b.py", "p"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["apply", "a.py"], ["apply"], ["oracle", "a.py"], ["apply", "a.py", "p", "--bogus"], ["frobnicate"]],
+)
+def test_usage_errors_exit_2(work, args):
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "Usage:" in result.stderr
+
+
+def test_version():
+    result = invoke("--version")
+    assert (result.exit_code, result.stdout) == (0, f"cadedit {__version__}\n")
+
+
+@pytest.mark.parametrize("command", ["oracle", "apply"])
+def test_every_command_has_help_with_an_example(command):
+    result = invoke(command, "--help")
+    assert result.exit_code == 0
+    assert "Example: cadedit" in result.stdout
+
+
+def _crash(*args, **kwargs):
+    raise RuntimeError("boom")
+
+
+def test_internal_error_is_one_line_without_debug(work, monkeypatch):
+    monkeypatch.setattr("cadedit.oracle.oracle", _crash)
+    result = invoke("oracle", "a.py", "b.py")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == ["error: internal error: RuntimeError: boom", "hint: rerun with --debug for the traceback"]
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_debug_shows_the_traceback(work, monkeypatch, how):
+    monkeypatch.setattr("cadedit.oracle.oracle", _crash)
+    if how == "env":
+        monkeypatch.setenv("CADEDIT_DEBUG", "1")
+    result = invoke(*(["--debug"] if how == "flag" else []), "oracle", "a.py", "b.py")
+    assert result.exit_code == 1
+    assert "Traceback" in result.stderr and "_crash" in result.stderr
+    assert result.stderr.rstrip().splitlines()[-2] == "error: internal error: RuntimeError: boom"
+
+
+def test_debug_shows_the_traceback_of_a_cadedit_error(work):
+    result = invoke("--debug", "apply", "nope.py", "p")
+    assert result.exit_code == 1
+    assert "Traceback" in result.stderr and "error: nope.py: no such file" in result.stderr
+
+
+def test_ctrl_c_exits_130(work, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("cadedit.oracle.oracle", interrupted)
+    assert invoke("oracle", "a.py", "b.py").exit_code == 130
+
+
+# --- the real console script -----------------------------------------------------------------
+
+
+def sh(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    bindir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ["PATH"]}
+    return subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, timeout=60)
+
+
+PAIRS = {
+    "crlf_no_final_newline": (BEFORE, AFTER),
+    "lf": (b"import os\n\n\ndef g():\n\treturn 1  \n", b"import os\nimport sys\n\n\ndef g():\n\treturn 2  \n"),
+    "gen_with_reserved_literals": (b"x = 1\n", b'x = "</gen><copy lines=\\"1-1\\"/></program>"\nx = 1\n'),
+    "to_empty": (b"a\nb\n", b""),
+}
+
+
+@needs_patch
+@pytest.mark.parametrize("path", ["a.py", "pkg/sub dir/a.py"])
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+def test_done_when_pipe_through_patch(tmp_path, pair, path):
+    before, after = PAIRS[pair]
+    (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / path).write_bytes(before)
+    (tmp_path / "b.py").write_bytes(after)
+    done = sh(f"cadedit oracle '{path}' b.py > p && cadedit apply '{path}' p | patch -p1", tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    assert (tmp_path / path).read_bytes() == after
+
+
+@needs_git
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+def test_git_apply_in_a_repository(tmp_path, pair):
+    before, after = PAIRS[pair]
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "m.py").write_bytes(before)
+    (tmp_path / "new.py").write_bytes(after)
+    setup = "git init -q . && git add src/m.py && git commit -qm init"
+    done = sh(f"{setup} && cadedit oracle src/m.py new.py > p && cadedit apply src/m.py p | git apply --check - "
+              f"&& cadedit apply src/m.py p > d && git apply d", tmp_path)
+    assert done.returncode == 0, done.stderr.decode()
+    assert (tmp_path / "src" / "m.py").read_bytes() == after
+
+
+def test_console_script_errors_exit_1_with_one_line(run_cli, tmp_path):
+    done = run_cli("apply", "missing.py", "p", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stdout == b""
+    assert done.stderr.decode() == "error: missing.py: no such file\n"
+
+
+def test_console_script_usage_error_exits_2(run_cli, tmp_path):
+    assert run_cli("apply", cwd=tmp_path).returncode == 2
+
+
+def test_python_dash_m_runs_the_cli(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "cadedit", "--version"], capture_output=True, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (0, f"cadedit {__version__}\n".encode())
+
+
+@pytest.mark.parametrize("args", [["oracle", "a.py", "b.py"], ["apply", "a.py", "p"], ["apply", "--help"], ["--version"]])
+def test_commands_without_a_model_never_import_torch(tmp_path, args):
+    (tmp_path / "a.py").write_bytes(BEFORE)
+    (tmp_path / "b.py").write_bytes(AFTER)
+    (tmp_path / "p").write_text(format(Program((Copy(1, 2),))))
+    probe = (
+        "import sys\nfrom cadedit.cli import main\nsys.argv = ['cadedit', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'numpy', 'gguf'})\n"
+        "sys.stderr.write(f'HEAVY={heavy}')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, cwd=tmp_path, timeout=60)
+    assert done.stderr.decode().endswith("HEAVY=[]"), done.stderr.decode()
+
+
+def test_startup_is_fast(run_cli, tmp_path):
+    """Measured ~0.25 s on the 2-core dev box; the bound leaves room for a loaded machine (torch alone takes >1 s)."""
+    import time
+
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        assert run_cli("--version", cwd=tmp_path).returncode == 0
+        best = min(best, time.perf_counter() - start)
+    assert best < 1.0
