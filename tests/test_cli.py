@@ -300,3 +300,20 @@ def test_startup_is_fast(run_cli, tmp_path):
         assert run_cli("--version", cwd=tmp_path).returncode == 0
         best = min(best, time.perf_counter() - start)
     assert best < 1.0
+
+
+# --- the repository's promises ---------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_example_program_is_the_oracle_of_the_example_pair():
+    result = invoke("oracle", str(ROOT / "examples/before.py"), str(ROOT / "examples/after.py"))
+    assert result.exit_code == 0
+    assert result.stdout_bytes == (ROOT / "examples/fix.program").read_bytes()
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    command = ".venv/bin/python -m pytest"
+    assert f"```sh\n{command}\n```" in (ROOT / "README.md").read_text()
+    assert f"\n{command} || status=$?\n" in (ROOT / ".ci/run").read_text()

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One command on a fresh machine: create .venv, install cadedit (CPU torch first), run the demo.
+#   ./setup.sh            set up and run the demo
+#   PYTHON=python3.11 ./setup.sh   choose the interpreter for the venv
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PYTHON=${PYTHON:-python3}
+PIP=(.venv/bin/python -m pip install --quiet --progress-bar off)
+
+echo "==> creating .venv with $($PYTHON --version)" >&2
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+# torch first and pinned: this machine keeps a CPU build of 2.13.0; an unpinned torch would pull a CUDA build of several GB.
+echo "==> installing torch==2.13.0" >&2
+"${PIP[@]}" torch==2.13.0
+echo "==> installing cadedit with its test and gguf extras" >&2
+"${PIP[@]}" -e '.[test,gguf]'
+
+echo "==> demo: the oracle program that turns examples/before.py into examples/after.py" >&2
+demo=$(mktemp -d)
+trap 'rm -rf "$demo"' EXIT
+.venv/bin/cadedit oracle examples/before.py examples/after.py | tee "$demo/fix.program"
+echo "==> demo: cadedit apply examples/before.py fix.program (the diff it would make)" >&2
+.venv/bin/cadedit apply examples/before.py "$demo/fix.program"
+echo "==> demo: apply --write on a copy, then compare with examples/after.py" >&2
+cp examples/before.py "$demo/before.py"
+.venv/bin/cadedit apply "$demo/before.py" "$demo/fix.program" --write
+cmp "$demo/before.py" examples/after.py
+echo "==> ready: . .venv/bin/activate && cadedit --help     tests: .venv/bin/python -m pytest" >&2
