@@ -1,0 +1,492 @@
+"""The token-level constraint for edit programs: grammars/program.lark + a vocabulary + N lines.
+
+Contract: a token is allowed iff its bytes keep the program text a byte prefix of some valid
+program for this file: the syntax of grammars/program.lark (literals read from that file), at
+least one op, 1 <= I <= J <= N, optionally I > the previous copy's J (monotonic), gen bodies free
+of every reserved literal and valid UTF-8 (a token may end inside a character; `</gen>` cannot
+come until it is complete). EOS only where the program may end; special tokens never.
+Lifetimes: compile_grammar(vocab) (cached per vocabulary, in memory) -> Grammar.for_document(N)
+(lazy, no compile step) -> Constraint.cursor() per decode. Pure: numpy only.
+
+Hand-written FSM, not a library (measured, ../shared/research/constrained.md and
+benchmarks/fsm_bench.py): only a hand-written FSM expresses bounded, ordered line numbers at
+token level; llguidance (runner-up) cannot state monotonic copies and costs 2-7 ms per new N.
+Qwen2.5 vocabulary (151,665 tokens), this 2-core CPU, `python benchmarks/fsm_bench.py`:
+BENCH_NUMBERS
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from cadedit.errors import ProgramError
+from cadedit.program import Copy
+from cadedit.vocab import TokenIndex, Vocab, build_index, utf8_run, utf8_step
+
+GRAMMAR_PATH = Path(__file__).parent / "grammars" / "program.lark"
+
+# FSM state kinds; a state is a tuple whose first item is its kind.
+OPEN, OP, LINE_I, SEP, LINE_J, COPY_END, BODY, GEN_END, END, STOP = range(10)
+_DIGITS = tuple(range(ord("0"), ord("9") + 1))
+
+
+@dataclass(frozen=True)
+class Syntax:
+    """The literals of grammars/program.lark (bytes) and the reserved literals of a gen body."""
+
+    open: bytes
+    close: bytes
+    close_tail: bytes  # optional after close
+    copy_open: bytes
+    copy_sep: bytes
+    copy_close: bytes
+    gen_open: bytes
+    gen_close: bytes
+    reserved: tuple[bytes, ...]
+
+    @property
+    def body_end(self) -> bytes:
+        """The reserved literal that ends a gen body (the head of gen_close)."""
+        return next(r for r in self.reserved if self.gen_close.startswith(r))
+
+
+_STR = r'("(?:[^"\\]|\\.)*")'
+_RULES = {
+    "start": rf"^start:\s*{_STR}\s+op\*\s+{_STR}\s+{_STR}\?\s*$",
+    "copy": rf"^copy:\s*{_STR}\s+LINE\s+{_STR}\s+LINE\s+{_STR}\s*$",
+    "gen": rf"^gen:\s*{_STR}\s+BODY\s+{_STR}\s*$",
+    "LINE": r"^LINE:\s*/\[1-9\]\[0-9\]\*/\s*$",
+    "BODY": r"^BODY:\s*/\(\?:\(\?!(.*)\)\(\.\|\\n\)\)\*/\s*$",
+}
+
+
+def read_syntax(text: str) -> Syntax:
+    """Read the literals from the grammar text; the rules must keep the shapes the FSM knows."""
+    found = {}
+    for name, pattern in _RULES.items():
+        m = re.search(pattern, text, re.M)
+        if not m:
+            raise ProgramError(f"grammars/program.lark: rule {name!r} is not in a form the FSM supports")
+        found[name] = [ast.literal_eval(g).encode() for g in m.groups()] if name != "BODY" else m.group(1)
+    reserved = tuple(re.sub(r"\\(.)", r"\1", alt).encode() for alt in found["BODY"].split("|"))
+    (op, cl, tail), (co, sep, cc), (go, gc) = found["start"], found["copy"], found["gen"]
+    return Syntax(op, cl, tail, co, sep, cc, go, gc, reserved)
+
+
+@functools.lru_cache(maxsize=4)
+def load_syntax(path: Path = GRAMMAR_PATH) -> Syntax:
+    return read_syntax(path.read_text(encoding="utf-8"))
+
+
+def line_viable(value: int, low: int, high: int) -> bool:
+    """Can a decimal number that starts with `value`'s digits land in [low, high]?"""
+    scale = 1
+    while value * scale <= high:
+        if value * scale + scale - 1 >= low:
+            return True
+        scale *= 10
+    return False
+
+
+class _Tables:
+    """Per-vocabulary tables shared by every document: the token index, and per token whether a
+    gen body read from its reserved-literal root dies in it (`dead`) or ends in it (`exits`)."""
+
+    def __init__(self, vocab: Vocab, syntax: Syntax):
+        self.vocab, self.syntax = vocab, syntax
+        self.index: TokenIndex = build_index(vocab)
+        self.prefixes = {r[:k] for r in syntax.reserved for k in range(len(r) + 1)}
+        self.dead = np.zeros(len(vocab), bool)
+        exits = []
+        for tid in np.flatnonzero(self.index.usable).tolist():
+            token = vocab.tokens[tid]
+            if b"<" in token:
+                verdict = self._scan(token)
+                self.dead[tid] = verdict != ""
+                if verdict == "exit":
+                    exits.append(tid)
+        self.exits = np.array(exits, np.int64)
+        self._static: dict = {}
+        for node in self.prefixes - set(syntax.reserved):  # the states a decode meets (~10 ms)
+            self.static_body_mask(node, 0)
+
+    def ac_step(self, node: bytes, byte: int) -> bytes:
+        """Aho-Corasick over the reserved literals: each starts with `<` and has no other `<`."""
+        longer = node + bytes([byte])
+        if longer in self.prefixes:
+            return longer
+        return b"<" if byte == 0x3C else b""
+
+    def _scan(self, token: bytes) -> str:
+        node = b""
+        for byte in token:
+            node = self.ac_step(node, byte)
+            if node in self.syntax.reserved:
+                return "exit" if node == self.syntax.body_end else "dead"
+        return ""
+
+    def static_body_mask(self, node: bytes, utf8: int) -> np.ndarray:
+        """Tokens allowed from body state (node, utf8) whatever the document; exits excluded."""
+        key = (node, utf8)
+        if key not in self._static:
+            mask = (self.index.utf8_end[utf8] >= 0) & self.index.usable & ~self.dead
+            for literal in self.syntax.reserved:
+                if literal.startswith(node) and literal != node:
+                    start, stop = self.index.prefix_range(literal[len(node) :])
+                    mask[self.index.sorted_ids[start:stop]] = False
+            mask.flags.writeable = False
+            self._static[key] = mask
+        return self._static[key]
+
+
+@functools.lru_cache(maxsize=4)
+def _tables(vocab: Vocab, syntax: Syntax) -> _Tables:
+    return _Tables(vocab, syntax)
+
+
+def compile_grammar(vocab: Vocab, encode: Callable[[str], list[int]] | None = None) -> "Grammar":
+    """The program grammar against one vocabulary. The tables are cached in memory per
+    vocabulary (the 4 most recent); `encode` (the tokenizer's own str -> ids) shapes forced()."""
+    return Grammar(_tables(vocab, load_syntax()), encode)
+
+
+class Grammar:
+    def __init__(self, tables: _Tables, encode: Callable[[str], list[int]] | None):
+        self.tables, self.encode = tables, encode
+
+    @property
+    def vocab(self) -> Vocab:
+        return self.tables.vocab
+
+    def for_document(self, n_lines: int, monotonic: bool = True) -> "Constraint":
+        """The constraint for a file of n_lines lines; masks are built lazily, per state."""
+        if n_lines < 0:
+            raise ValueError(f"n_lines must be >= 0, not {n_lines}")
+        return Constraint(self, n_lines, monotonic)
+
+
+
+class _Allowed:
+    """The allowed set of one state: a bool mask [V] and (lazily) its sorted ids."""
+
+    __slots__ = ("mask", "_ids")
+
+    def __init__(self, mask: np.ndarray, ids: np.ndarray | None = None):
+        mask.flags.writeable = False
+        self.mask, self._ids = mask, ids
+
+    @property
+    def ids(self) -> np.ndarray:
+        if self._ids is None:
+            self._ids = np.flatnonzero(self.mask)
+            self._ids.flags.writeable = False
+        return self._ids
+
+
+class Constraint:
+    """The byte-level FSM of programs for one document, with token masks cached per state.
+
+    States are tuples (kind, ...): OPEN pos | OP prefix lo has_op | LINE_I value lo | SEP pos i |
+    LINE_J value i | COPY_END pos i j | BODY node utf8 lo | GEN_END pos lo | END pos | STOP.
+    `lo` is the lowest line the next copy may start at (1 unless monotonic).
+    """
+
+    CACHE_SIZE = 128  # masks are 150 KB each for Qwen2.5
+
+    def __init__(self, grammar: Grammar, n_lines: int, monotonic: bool):
+        self.grammar, self.n_lines, self.monotonic = grammar, n_lines, monotonic
+        self.tables, self.syntax = grammar.tables, grammar.tables.syntax
+        self.start = (OPEN, 0)
+        self._cache: OrderedDict = OrderedDict()
+        self._forced: dict = {}
+
+    def cursor(self) -> "Cursor":
+        return Cursor(self)
+
+    # -- the byte machine -------------------------------------------------------------------
+
+    def _choices(self, lo: int, has_op: bool):
+        sx = self.syntax
+        if lo <= self.n_lines:
+            yield sx.copy_open, (LINE_I, 0, lo)
+        yield sx.gen_open, (BODY, b"", 0, lo)
+        if has_op:
+            yield sx.close, (END, 0)
+
+    def _after_copy(self, j: int):
+        return (OP, b"", j + 1 if self.monotonic else 1, True)
+
+    def step(self, s: tuple, byte: int):
+        """The state after one more byte, or None if no valid program continues that way."""
+        kind, sx = s[0], self.syntax
+        if kind == BODY:
+            return self._body_step(s, byte)
+        if kind == OPEN:
+            return self._literal(sx.open, s[1], byte, lambda p: (OPEN, p), (OP, b"", 1, False))
+        if kind == OP:
+            prefix = s[1] + bytes([byte])
+            for literal, target in self._choices(s[2], s[3]):
+                if literal == prefix:
+                    return target
+                if literal.startswith(prefix):
+                    return (OP, prefix, s[2], s[3])
+            return None
+        if kind in (LINE_I, LINE_J):
+            return self._line_step(s, byte)
+        if kind == SEP:
+            return self._literal(sx.copy_sep, s[1], byte, lambda p: (SEP, p, s[2]), (LINE_J, 0, s[2]))
+        if kind == COPY_END:
+            return self._literal(sx.copy_close, s[1], byte, lambda p: (COPY_END, p, s[2], s[3]), self._after_copy(s[3]))
+        if kind == GEN_END:
+            return self._literal(sx.gen_close, s[1], byte, lambda p: (GEN_END, p, s[2]), (OP, b"", s[2], True))
+        if kind == END and s[1] < len(sx.close_tail) and sx.close_tail[s[1]] == byte:
+            return (END, s[1] + 1)
+        return None
+
+    @staticmethod
+    def _literal(literal: bytes, pos: int, byte: int, within, after):
+        if literal[pos] != byte:
+            return None
+        return after if pos + 1 == len(literal) else within(pos + 1)
+
+    def _line_step(self, s: tuple, byte: int):
+        kind, value, bound = s
+        low = bound  # LINE_I: the lowest allowed start; LINE_J: the start itself
+        if 0x30 <= byte <= 0x39 and (value or byte != 0x30):
+            value = value * 10 + byte - 0x30
+            return (kind, value, bound) if line_viable(value, low, self.n_lines) else None
+        if not (value and low <= value <= self.n_lines):
+            return None
+        if kind == LINE_I:
+            return self._literal(self.syntax.copy_sep, 0, byte, lambda p: (SEP, p, value), (LINE_J, 0, value))
+        done = self._after_copy(value)
+        return self._literal(self.syntax.copy_close, 0, byte, lambda p: (COPY_END, p, bound, value), done)
+
+    def _body_step(self, s: tuple, byte: int):
+        _, node, utf8, lo = s
+        utf8 = utf8_step(utf8, byte)
+        if utf8 < 0:
+            return None
+        node = self.tables.ac_step(node, byte)
+        if node in self.syntax.reserved:
+            if node != self.syntax.body_end:
+                return None
+            return (GEN_END, len(node), lo) if len(node) < len(self.syntax.gen_close) else (OP, b"", lo, True)
+        return (BODY, node, utf8, lo)
+
+    def run(self, s: tuple, data: bytes) -> tuple:
+        """(state after data or None, copies closed on the way)."""
+        copies = ()
+        for k, byte in enumerate(data):
+            if s[0] == BODY and s[1] == b"" and b"<" not in data[k:]:
+                utf8 = 0 if s[2] == 0 and data[k:].isascii() else utf8_run(s[2], data[k:])
+                return ((BODY, b"", utf8, s[3]) if utf8 >= 0 else None), copies
+            new = self.step(s, byte)
+            if new is None:
+                return None, copies
+            if new[0] == OP and s[0] in (LINE_J, COPY_END):
+                copies += (Copy(s[2], s[1] if s[0] == LINE_J else s[3]),)
+            s = new
+        return s, copies
+
+    def options(self, s: tuple):
+        """(byte, next state) for every byte allowed in a non-body state."""
+        kind = s[0]
+        if kind == OP:
+            candidates = {lit[len(s[1])] for lit, _ in self._choices(s[2], s[3]) if lit.startswith(s[1])}
+        elif kind in (LINE_I, LINE_J):
+            candidates = set(_DIGITS) | {self.syntax.copy_sep[0], self.syntax.copy_close[0]}
+        else:
+            literal = {OPEN: self.syntax.open, SEP: self.syntax.copy_sep, COPY_END: self.syntax.copy_close,
+                       GEN_END: self.syntax.gen_close, END: self.syntax.close_tail}.get(kind, b"")
+            candidates = {literal[s[1]]} if s[1] < len(literal) else set()
+        result = [(b, self.step(s, b)) for b in sorted(candidates)]
+        return [(b, t) for b, t in result if t is not None]
+
+    # -- token masks --------------------------------------------------------------------------
+
+    def allowed(self, s: tuple) -> _Allowed:
+        """The allowed tokens in state s (cached per state, least recently used dropped)."""
+        hit = self._cache.get(s)
+        if hit is not None:
+            self._cache.move_to_end(s)
+            return hit
+        hit = self._body_allowed(s) if s[0] == BODY else self._walk_allowed(s)
+        self._cache[s] = hit
+        if len(self._cache) > self.CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return hit
+
+    def _walk_allowed(self, s: tuple) -> _Allowed:
+        index = self.tables.index
+        ids: list = []
+        self._walk(s, b"", 0, len(index.sorted_bytes), ids)
+        if s[0] == END:
+            ids += sorted(self.grammar.vocab.eos_ids)
+        ids_array = np.array(sorted(set(ids)), np.int64)
+        mask = np.zeros(index.size, bool)
+        mask[ids_array] = True
+        ids_array.flags.writeable = False
+        return _Allowed(mask, ids_array)
+
+    def _walk(self, s: tuple, prefix: bytes, lo: int, hi: int, out: list) -> None:
+        """Collect the tokens in sorted_bytes[lo:hi] (all start with prefix, which led to state s)
+        that stay valid, descending only along bytes the FSM allows (bisection per byte)."""
+        index = self.tables.index
+        words, ids = index.sorted_bytes, index.sorted_ids
+        while lo < hi and len(words[lo]) == len(prefix):
+            out.append(ids[lo])
+            lo += 1
+        if lo >= hi:
+            return
+        if s[0] == BODY:  # entered a gen body inside these tokens: read each rest directly
+            n = len(prefix)
+            out.extend(ids[k] for k in range(lo, hi) if self.run(s, words[k][n:])[0] is not None)
+            return
+        for byte, target in self.options(s):
+            longer = prefix + bytes([byte])
+            start, stop = index.prefix_range(longer, lo, hi)
+            if start < stop:
+                self._walk(target, longer, start, stop, out)
+
+    def _body_allowed(self, s: tuple) -> _Allowed:
+        """Static mask for (node, utf8) plus the tokens that close the body inside them, which
+        depend on the document (what may follow `</gen>\n`): those are read exactly."""
+        _, node, utf8, _lo = s
+        tables, end = self.tables, self.syntax.body_end
+        mask = tables.static_body_mask(node, utf8).copy()
+        extra = [t for t in tables.exits.tolist() if self.run(s, tables.vocab.tokens[t])[0] is not None]
+        if end.startswith(node) and end != node:
+            rest = end[len(node) :]
+            start, stop = tables.index.prefix_range(rest)
+            after = self.run(s, rest)[0]
+            if start < stop and after is not None:
+                self._walk(after, rest, start, stop, extra)
+        mask[np.array(extra, np.int64)] = True
+        return _Allowed(mask)
+
+    # -- forced literals ----------------------------------------------------------------------
+
+    def forced(self, s: tuple) -> tuple[int, ...]:
+        """Token ids for the only continuation the grammar admits from s, up to the next
+        decision (a digit choice, gen text, the op boundary, or the end)."""
+        if s not in self._forced:
+            self._forced[s] = self._tokenize_forced(self.forced_bytes(s))
+        return self._forced[s]
+
+    def forced_bytes(self, s: tuple) -> bytes:
+        out = bytearray()
+        while s[0] not in (BODY, END, STOP) and not (s[0] == OP and s[1] == b""):
+            options = self.options(s)
+            if len(options) != 1:
+                break
+            out.append(options[0][0])
+            s = options[0][1]
+        return bytes(out)
+
+    def _tokenize_forced(self, data: bytes) -> tuple[int, ...]:
+        if not data:
+            return ()
+        tokens, by_bytes = self.tables.vocab.tokens, self.tables.index.by_bytes
+        if self.grammar.encode is not None:
+            ids = tuple(int(i) for i in self.grammar.encode(data.decode("utf-8")))
+            if all(0 <= i < len(tokens) and by_bytes.get(tokens[i]) is not None for i in ids) and \
+                    b"".join(tokens[i] for i in ids) == data:
+                return ids
+        return _greedy(data, by_bytes)
+
+
+def _greedy(data: bytes, by_bytes: dict) -> tuple[int, ...]:
+    """Longest-match tokenisation of data; stops early if some byte has no token."""
+    ids, pos = [], 0
+    while pos < len(data):
+        for end in range(len(data), pos, -1):
+            tid = by_bytes.get(data[pos:end])
+            if tid is not None:
+                ids.append(tid)
+                pos = end
+                break
+        else:
+            break
+    return tuple(ids)
+
+
+class Cursor:
+    """One decode's position in the constraint: advance, rollback, masks, forced, copies."""
+
+    def __init__(self, constraint: Constraint):
+        self.constraint = constraint
+        self._states: list = [constraint.start]
+        self._tokens: list[int] = []
+        self._copies: list[tuple] = [()]
+
+    @property
+    def state(self) -> tuple:
+        return self._states[-1]
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        return tuple(self._tokens)
+
+    def allowed_mask(self) -> np.ndarray:
+        """bool [V], read-only; shared with the cache, do not modify."""
+        return self._allowed().mask
+
+    def allowed_ids(self) -> np.ndarray:
+        return self._allowed().ids
+
+    def _allowed(self) -> _Allowed:
+        if self.state[0] == STOP:
+            return _Allowed(np.zeros(self.constraint.tables.index.size, bool), np.zeros(0, np.int64))
+        return self.constraint.allowed(self.state)
+
+    def advance(self, token_id: int) -> bool:
+        """Take one token; False (and nothing changes) if it is not allowed here."""
+        c = self.constraint
+        vocab = c.tables.vocab
+        if token_id in vocab.eos_ids:
+            new, copies = ((STOP,) if self.state[0] == END else None), ()
+        elif 0 <= token_id < len(vocab) and c.tables.index.usable[token_id] and self.state[0] != STOP:
+            new, copies = c.run(self.state, vocab.tokens[token_id])
+        else:
+            new = None
+        if new is None:
+            return False
+        self._states.append(new)
+        self._tokens.append(int(token_id))
+        self._copies.append(copies)
+        return True
+
+    def forced(self) -> tuple[int, ...]:
+        return self.constraint.forced(self.state) if self.state[0] != STOP else ()
+
+    def completed_copy(self) -> Copy | None:
+        """The copy closed by the last advanced token, if any (the last one, if it closed two)."""
+        return self._copies[-1][-1] if self._copies[-1] else None
+
+    def completed_copies(self) -> tuple[Copy, ...]:
+        return self._copies[-1]
+
+    def is_done(self) -> bool:
+        return self.state[0] in (END, STOP)
+
+    def rollback(self, k: int) -> None:
+        if not 0 <= k <= len(self._tokens):
+            raise ValueError(f"cannot roll back {k} of {len(self._tokens)} tokens")
+        for _ in range(k):
+            self._states.pop()
+            self._tokens.pop()
+            self._copies.pop()
+
+    def text(self) -> str:
+        tokens = self.constraint.tables.vocab.tokens
+        data = b"".join(tokens[t] for t in self._tokens if t not in self.constraint.tables.vocab.eos_ids)
+        return data.decode("utf-8", errors="replace")
