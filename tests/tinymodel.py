@@ -3,6 +3,8 @@
 make_model() pairs with tests/tinytok.make_tokenizer() (vocab 768): 2 layers, hidden 64, 4 heads
 with 2 KV heads (grouped-query attention, as Qwen2.5), RoPE. save_model(folder) writes model +
 tokenizer as a model folder that `cadedit fix --model FOLDER` loads like a real one.
+Importing this module sets torch to 1 thread: on a busy 2-core box the tiny model ran 13x slower
+with 2 (OpenMP threads spinning against other processes for microsecond-sized matmuls).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from tests.tinytok import make_tokenizer
+
+torch.set_num_threads(1)
 
 
 def make_config(context: int = 4096) -> Qwen2Config:

@@ -1,0 +1,320 @@
+"""The decode loop: grammar-masked model steps, forced literals and copy splices over one KV cache.
+
+Contract: decode(forward, cursor, prompt_ids, span_ids, pick, budget) drives a grammar cursor to
+completion and returns the program text it spelled, with statistics. It knows nothing about
+tokenisers or files: `forward(ids)` feeds ids to the model (appending to its cache) and returns the
+last position's logits; `span_ids(copy)` gives the tokens of the copied lines; `pick` chooses a
+token from masked logits. Every token the model has not yet seen is fed in the NEXT forward, so a
+forward carries the sampled token, then any forced literal ids, then any spliced copy span, all
+at once: one forward per decision, never one per forced or copied token (paper §2.3-2.4).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from cadedit.document import BOM, Document
+from cadedit.errors import BudgetError, ModelError, ProgramError
+from cadedit.program import Copy, Gen, Op, Program
+
+
+class Cursor(Protocol):
+    """The per-request grammar state (cadedit.grammar builds it; tests may script one)."""
+
+    def allowed_mask(self) -> np.ndarray: ...
+    def advance(self, token: int) -> bool: ...
+    def forced(self) -> tuple[int, ...]: ...
+    def completed_copy(self) -> Copy | None: ...
+    def is_done(self) -> bool: ...
+    def text(self) -> str: ...
+
+
+Forward = Callable[[Sequence[int]], torch.Tensor]  # ids -> logits [V] of the last position
+Picker = Callable[[torch.Tensor, np.ndarray, Sequence[int]], int]  # (logits, mask, program ids) -> id
+SpanIds = Callable[[Copy], Sequence[int]]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """temperature 0 means greedy (argmax); otherwise softmax(logits / T), nucleus top_p, seeded."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One forward pass of the loop: what it fed, how long it took, and the token picked after it."""
+
+    phase: str  # "prefill" | "step" | "forced" | "splice": the most expensive kind of token it fed
+    prompt: int
+    sampled: int
+    forced: int
+    spliced: int
+    copy: Copy | None
+    forward_seconds: float
+    pick_seconds: float
+    token: int | None
+
+
+@dataclass(frozen=True)
+class DecodeStats:
+    forward_passes: int = 0
+    tokens_prompt: int = 0
+    tokens_sampled: int = 0
+    tokens_forced: int = 0
+    tokens_spliced: int = 0
+    copies: int = 0
+    seconds_prefill: float = 0.0
+    seconds_steps: float = 0.0
+    seconds_forced: float = 0.0
+    seconds_splices: float = 0.0
+    seconds_pick: float = 0.0
+    seconds_total: float = 0.0
+
+    @property
+    def tokens_new(self) -> int:
+        """Program tokens the loop produced (sampled + forced): what the budget counts."""
+        return self.tokens_sampled + self.tokens_forced
+
+
+@dataclass(frozen=True)
+class Decoded:
+    text: str  # the program text, as the model wrote it (display form: "\n" newlines, no BOM)
+    program_ids: tuple[int, ...]
+    stats: DecodeStats
+
+
+# -- picking a token ---------------------------------------------------------------------------
+
+
+def allowed_tensor(mask: np.ndarray, width: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The grammar mask as a bool tensor as wide as the logits (the LM head may be padded past the vocab)."""
+    allowed = torch.zeros(width, dtype=torch.bool)
+    n = min(width, mask.shape[0])
+    allowed[:n] = torch.tensor(mask[:n], dtype=torch.bool)  # a copy: the grammar's masks are read-only
+    return allowed.to(device)
+
+
+def sample(logits: torch.Tensor, allowed: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:
+    logits = logits.float().masked_fill(~allowed, float("-inf"))  # [V]
+    if sampling.temperature <= 0:
+        return int(logits.argmax())
+    probs = torch.softmax(logits / sampling.temperature, dim=-1)  # [V]
+    if sampling.top_p < 1.0:
+        sorted_probs, order = probs.sort(descending=True)
+        outside = sorted_probs.cumsum(-1) - sorted_probs > sampling.top_p  # keep the smallest nucleus
+        probs = probs.scatter(0, order, sorted_probs.masked_fill(outside, 0.0))
+    return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+
+
+def sampling_picker(sampling: Sampling = Sampling()) -> Picker:
+    """The model's own choice among the tokens the grammar allows (greedy unless temperature > 0)."""
+    generator = torch.Generator()
+    if sampling.seed is not None:
+        generator.manual_seed(sampling.seed)
+
+    def pick(logits: torch.Tensor, mask: np.ndarray, program_ids: Sequence[int]) -> int:
+        allowed = allowed_tensor(mask, logits.shape[-1], logits.device)
+        if not bool(allowed.any()):
+            raise ModelError(f"decoder: the grammar allows no token after {len(program_ids)} program tokens")
+        return sample(logits, allowed, sampling, generator)
+
+    return pick
+
+
+def script_picker(target: str, tokens: Sequence[bytes]) -> Picker:
+    """A picker that spells out `target` (a program text), ignoring the logits: the longest allowed
+    token that continues it. Used to force an oracle program through the real loop (tests, benchmarks)."""
+    goal = target.encode("utf-8")
+    index: dict[bytes, list[int]] = {}
+    for token_id, piece in enumerate(tokens):
+        if piece:
+            index.setdefault(piece, []).append(token_id)
+    longest = max(map(len, index), default=1)
+
+    def pick(logits: torch.Tensor, mask: np.ndarray, program_ids: Sequence[int]) -> int:
+        rest = goal[sum(len(tokens[t]) for t in program_ids) :]
+        for k in range(min(longest, len(rest)), 0, -1):
+            for token_id in index.get(rest[:k], ()):
+                if token_id < len(mask) and mask[token_id]:
+                    return token_id
+        if not rest and mask.any():
+            return int(np.flatnonzero(mask)[0])  # past the text: the end-of-sequence the grammar wants
+        raise ProgramError(f"script cannot continue the program at {rest[:40]!r}: the grammar allows no token for it")
+
+    return pick
+
+
+# -- the loop ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    """Ids the model has not seen yet, in order, with what kind each was."""
+
+    ids: list[int] = field(default_factory=list)
+    prompt: int = 0
+    sampled: int = 0
+    forced: int = 0
+    spliced: int = 0
+    copy: Copy | None = None
+
+    @property
+    def phase(self) -> str:
+        if self.prompt:
+            return "prefill"
+        return "splice" if self.spliced else "forced" if self.forced else "step"
+
+
+def _take(cursor: Cursor, token: int, what: str) -> None:
+    if not cursor.advance(token):
+        raise ModelError(f"decoder: the grammar rejected {what} token {token} at {cursor.text()[-40:]!r}")
+
+
+def _splice_if_complete(cursor: Cursor, pending: _Pending, span_ids: SpanIds) -> None:
+    """A copy just closed: queue the tokens of its lines, so the model reads them as if it wrote them."""
+    copy = cursor.completed_copy()
+    if copy is not None:
+        span = list(span_ids(copy))
+        pending.ids += span
+        pending.spliced += len(span)
+        pending.copy = copy
+
+
+def _follow(cursor: Cursor, pending: _Pending, program_ids: list[int], span_ids: SpanIds) -> None:
+    """After a token: splice a completed copy, then queue forced literals (each may close a copy)."""
+    _splice_if_complete(cursor, pending, span_ids)
+    while not cursor.is_done() and (forced := cursor.forced()):
+        for token in forced:
+            _take(cursor, token, "forced")
+            program_ids.append(token)
+            pending.ids.append(token)
+            pending.forced += 1
+            _splice_if_complete(cursor, pending, span_ids)
+
+
+def _check_budget(program_ids: list[int], budget: int, cursor: Cursor) -> None:
+    if len(program_ids) > budget:
+        raise BudgetError(
+            f"the model used its budget of {budget} new tokens before finishing the program "
+            f"(last text: {cursor.text()[-60:]!r}); nothing was written",
+            hint="raise --max-new-tokens, or give a narrower instruction",
+        )
+
+
+def decode_steps(forward: Forward, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds,
+                 pick: Picker, budget: int, program_ids: list[int]) -> Iterator[Step]:
+    """The loop as a generator: one Step per forward pass, until the grammar says the program is done.
+
+    program_ids collects the program's tokens (sampled and forced, not spliced) as they come.
+    """
+    pending = _Pending(ids=list(prompt_ids), prompt=len(prompt_ids))
+    _follow(cursor, pending, program_ids, span_ids)  # "<program>\n" rides along with the prompt prefill
+    while not cursor.is_done():
+        start = time.perf_counter()
+        logits = forward(pending.ids)  # [V]
+        fed, start_pick = pending, time.perf_counter()
+        token = pick(logits, cursor.allowed_mask(), program_ids)
+        _take(cursor, token, "sampled")
+        program_ids.append(token)
+        pending = _Pending(ids=[token], sampled=1)
+        _follow(cursor, pending, program_ids, span_ids)
+        done = time.perf_counter()
+        yield Step(fed.phase, fed.prompt, fed.sampled, fed.forced, fed.spliced, fed.copy,
+                   start_pick - start, done - start_pick, token)
+        _check_budget(program_ids, budget, cursor)
+
+
+def add_step(stats: DecodeStats, step: Step) -> DecodeStats:
+    """Statistics after one more forward pass."""
+    phase_field = {"prefill": "seconds_prefill", "step": "seconds_steps", "forced": "seconds_forced",
+                   "splice": "seconds_splices"}[step.phase]
+    values = dict(stats.__dict__)
+    values[phase_field] += step.forward_seconds
+    values.update(
+        forward_passes=stats.forward_passes + 1,
+        tokens_prompt=stats.tokens_prompt + step.prompt,
+        tokens_sampled=stats.tokens_sampled + 1,  # the token picked after this forward
+        tokens_forced=stats.tokens_forced + step.forced,
+        tokens_spliced=stats.tokens_spliced + step.spliced,
+        copies=stats.copies + (step.copy is not None),
+        seconds_pick=stats.seconds_pick + step.pick_seconds,
+    )
+    return DecodeStats(**values)
+
+
+def decode(forward: Forward, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds, pick: Picker,
+           budget: int, on_step: Callable[[DecodeStats, Step], None] | None = None) -> Decoded:
+    """Run the loop to the end of the program; on_step sees the running statistics (progress display)."""
+    start = time.perf_counter()
+    stats = DecodeStats()
+    program_ids: list[int] = []
+    for step in decode_steps(forward, cursor, prompt_ids, span_ids, pick, budget, program_ids):
+        stats = add_step(stats, step)
+        if on_step is not None:
+            on_step(stats, step)
+    # The final token and the closing literal are never fed to the model, but they are program tokens.
+    forced = len(program_ids) - stats.tokens_sampled
+    stats = DecodeStats(**{**stats.__dict__, "tokens_forced": forced, "seconds_total": time.perf_counter() - start})
+    return Decoded(cursor.text(), tuple(program_ids), stats)
+
+
+def model_forward(model, cache) -> Forward:
+    """Feed ids to a Hugging Face causal LM, appending to `cache`; return the last position's logits.
+
+    logits_to_keep=1: only the last position is ever needed, and Qwen's 151,936-wide LM head is a
+    quarter of the FLOPs per token of the 0.5B model.
+    """
+    device = model.device
+
+    @torch.inference_mode()
+    def forward(ids: Sequence[int]) -> torch.Tensor:
+        input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)  # [1, T]
+        out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[0, -1]  # [V]
+
+    return forward
+
+
+# -- display form <-> document form ------------------------------------------------------------
+
+
+def to_document_program(program: Program, document: Document) -> Program:
+    """The model writes gens with "\\n" and never sees the BOM: give gens the file's own newline,
+    and keep a BOM the file had when the program does not start by copying line 1."""
+    newline = document.newline
+    ops: list[Op] = [Gen(_renewline(op.text, newline)) if isinstance(op, Gen) else op for op in program.ops]
+    starts_with_line_1 = bool(ops) and isinstance(ops[0], Copy) and ops[0].start == 1
+    if document.bom and not starts_with_line_1:
+        if ops and isinstance(ops[0], Gen):
+            ops[0] = Gen(ops[0].text if ops[0].text.startswith(BOM) else BOM + ops[0].text)
+        else:
+            ops.insert(0, Gen(BOM))
+    return Program(tuple(ops))
+
+
+def to_display_program(program: Program, document: Document) -> Program:
+    """Inverse of to_document_program for consistent files: the program as the model would write it."""
+    ops: list[Op] = []
+    for k, op in enumerate(program.ops):
+        if isinstance(op, Gen):
+            text = op.text.replace("\r\n", "\n").replace("\r", "\n")
+            op = Gen(text[len(BOM) :] if k == 0 and text.startswith(BOM) else text)
+            if not op.text:
+                continue
+        ops.append(op)
+    return Program(tuple(ops))
+
+
+def _renewline(text: str, newline: str) -> str:
+    if newline == "\n":
+        return text
+    return text.replace("\r\n", "\n").replace("\n", newline)

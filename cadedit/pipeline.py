@@ -1,0 +1,124 @@
+"""edit_file(): one edit, from a document and an instruction to the edited text, as numbered steps.
+
+Contract: edit_file(document, instruction, options) loads the model (or takes a loaded one),
+refuses a file whose prompt cannot fit the model's context before any model work, decodes a
+grammar-constrained program with copy splices, and resolves it strictly against the document.
+Nothing is written here: the caller shows or applies EditResult.new_text. The helpers (prompt ids,
+the fit check, the grammar, one decode) are public so benchmarks reuse exactly this code path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cadedit import program as P
+from cadedit.decode import Decoded, DecodeStats, Picker, Sampling, Step, decode, model_forward, sampling_picker
+from cadedit.decode import to_document_program
+from cadedit.document import Document
+from cadedit.errors import ModelError
+from cadedit.model import LoadedModel, encode, load_model, new_cache, render_chat
+from cadedit.prompt import VARIANTS, build_messages
+from cadedit.resolve import resolve
+
+# Room for the program's own tokens (op literals, line numbers) beyond the file itself.
+PROGRAM_ROOM = 64
+
+
+@dataclass(frozen=True)
+class EditOptions:
+    model: str | None = None  # hub id, folder or .gguf; None: model.choose_model()
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+    sampling: Sampling = field(default_factory=Sampling)
+    max_new_tokens: int | None = None  # None: twice the file's tokens + 256 (a full rewrite fits)
+    variant: str = "default"  # prompt variant, see prompt.VARIANTS
+
+
+@dataclass(frozen=True)
+class EditResult:
+    document: Document
+    program: P.Program  # in the file's own newlines: resolve(program, document) == new_text
+    program_text: str  # as the model wrote it
+    new_text: str
+    stats: DecodeStats
+    model: str
+    prompt_tokens: int
+
+    @property
+    def changed(self) -> bool:
+        return self.new_text != self.document.text
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a decode needs: the prompt's token ids, the file's size in tokens, the budget."""
+
+    prompt_ids: tuple[int, ...]
+    file_tokens: int
+    budget: int
+
+
+def prepare(loaded: LoadedModel, document: Document, instruction: str, options: EditOptions) -> Prepared:
+    """Tokenise the prompt; refuse a file that cannot fit (prompt + the edited file + program)."""
+    if options.variant not in VARIANTS:
+        raise ModelError(f"unknown prompt variant {options.variant!r}", hint=f"use one of {', '.join(VARIANTS)}")
+    messages = build_messages(document, instruction, VARIANTS[options.variant])
+    prompt_ids = tuple(encode(loaded.tokenizer, render_chat(loaded.tokenizer, messages)))
+    file_tokens = len(encode(loaded.tokenizer, document.display_text(1, document.n_lines))) if document.lines else 0
+    room = loaded.context_limit - len(prompt_ids) - file_tokens - PROGRAM_ROOM
+    if room < 0:
+        raise ModelError(
+            f"{document.path}: too large for {loaded.name}: {document.n_lines} lines, a {len(prompt_ids)}-token prompt "
+            f"plus {file_tokens} tokens for the edited file, but the context limit is {loaded.context_limit} tokens",
+            hint="edit a smaller file, or split it first",
+        )
+    budget = options.max_new_tokens or 2 * file_tokens + 256
+    return Prepared(prompt_ids, file_tokens, min(budget, room + PROGRAM_ROOM))
+
+
+_GRAMMARS: dict[int, tuple[object, object]] = {}
+
+
+def grammar_for(loaded: LoadedModel):
+    """The program grammar compiled against this model's vocabulary (once per tokenizer, ~0.8 s)."""
+    from cadedit.grammar import compile_grammar
+    from cadedit.vocab import vocab_from_tokenizer
+
+    key = id(loaded.tokenizer)
+    if key not in _GRAMMARS:
+        vocab = vocab_from_tokenizer(loaded.tokenizer, n_logits=loaded.model.config.vocab_size)
+        grammar = compile_grammar(vocab, encode=lambda text: encode(loaded.tokenizer, text))
+        _GRAMMARS[key] = (loaded.tokenizer, grammar)  # keep the tokenizer alive so its id stays unique
+    return _GRAMMARS[key][1]
+
+
+def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick: Picker,
+               on_step: Callable[[DecodeStats, Step], None] | None = None) -> Decoded:
+    """One decode of a program for `document` over a fresh KV cache."""
+    cursor = grammar_for(loaded).for_document(document.n_lines, monotonic=True).cursor()
+    forward = model_forward(loaded.model, new_cache(loaded))
+
+    def span_ids(copy: P.Copy) -> list[int]:
+        # The program text before a splice ends with '"/>\n' and the span starts at a line start,
+        # so tokenising the span on its own matches how the model would have written it (README).
+        return encode(loaded.tokenizer, document.display_text(copy.start, copy.end))
+
+    return decode(forward, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step)
+
+
+def edit_file(document: Document, instruction: str, options: EditOptions = EditOptions(), *,
+              loaded: LoadedModel | None = None, pick: Picker | None = None,
+              on_step: Callable[[DecodeStats, Step], None] | None = None) -> EditResult:
+    """Edit one document as the instruction says; see the module docstring."""
+    # 1. The model (the caller may pass one already loaded).
+    loaded = loaded or load_model(options.model, options.device, options.dtype, options.threads)
+    # 2. The prompt as token ids; a file that cannot fit is refused here, before any model work.
+    prepared = prepare(loaded, document, instruction, options)
+    # 3. Decode: masked model steps, forced literals, one forward per copy splice.
+    decoded = run_decode(loaded, document, prepared, pick or sampling_picker(options.sampling), on_step)
+    # 4. The program in the file's own newlines (CRLF, BOM), resolved strictly against the file.
+    program = to_document_program(P.parse(decoded.text), document)
+    new_text = resolve(program, document)
+    return EditResult(document, program, decoded.text, new_text, decoded.stats, loaded.name, len(prepared.prompt_ids))

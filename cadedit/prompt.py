@@ -1,0 +1,121 @@
+"""The prompt: chat messages that ask the model for an edit program over a numbered file.
+
+Contract: build_messages(document, instruction, variant) returns chat messages (system, few-shot
+user/assistant turns, the real request); the model's chat template turns them into text elsewhere
+(model.render_chat). The assistant's answer starts with program.OPEN, which the grammar forces.
+Few-shot answers are shown in the *interleaved* form the model will see in its own KV cache: each
+`<copy lines="i-j"/>` is followed by the text of lines i..j (spliced by the decoder), then the next
+op. Pure: no torch, no transformers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePath
+
+from cadedit.document import Document
+from cadedit.program import CLOSE, OPEN, Copy, Gen, Program, format_op
+
+SYSTEM = """\
+You edit a file by writing a short edit program instead of retyping the whole file.
+The file is shown with a line number before each line ("12{sep}code"); the numbers are not part of the file.
+The program has two operations:
+- <copy lines="I-J"/> keeps lines I to J (inclusive) of the original file unchanged.
+- <gen> ... </gen> writes new text: the exact new lines, without line numbers, each ending with a newline.
+Write the new file from top to bottom as <program>, then operations, then </program>.
+Copy every run of lines that stays the same; use <gen> only for new or changed lines; leave out deleted lines.
+Line numbers always refer to the original file; copies go forward through the file and never overlap.
+After each copy you see the copied lines, so you always know where you are in the file.
+Change only what the instruction asks for."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """A few-shot example: a file, an instruction and the program that answers it."""
+
+    path: str
+    before: str
+    instruction: str
+    program: Program
+
+
+EXAMPLES = (
+    Example(
+        "stats.py",
+        "def average(values):\n"
+        '    """Return the mean of a list of numbers."""\n'
+        "    if not values:\n"
+        "        return 0.0\n"
+        "    total = 0\n"
+        "    for v in values:\n"
+        "        total += v\n"
+        "    return total / (len(values) - 1)\n"
+        "\n"
+        "\n"
+        "def main():\n"
+        "    print(average([1, 2, 3]))\n",
+        "Fix the bug in average.",
+        Program((Copy(1, 7), Gen("    return total / len(values)\n"), Copy(9, 12))),
+    ),
+    Example(
+        "queue.js",
+        "class Queue {\n"
+        "  constructor() {\n"
+        "    this.items = [];\n"
+        "  }\n"
+        "  push(item) {\n"
+        "    this.items.push(item);\n"
+        "  }\n"
+        "  pop() {\n"
+        "    return this.items.shift();\n"
+        "  }\n"
+        "}\n",
+        "Make pop throw an Error when the queue is empty, and remove push.",
+        Program((Copy(1, 4), Copy(8, 8), Gen('    if (this.items.length === 0) {\n      throw new Error("empty queue");\n    }\n'),
+                 Copy(9, 11))),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How the request is rendered: the separator after line numbers and how many examples to show."""
+
+    name: str = "default"
+    sep: str = " | "
+    examples: int = 1
+
+
+VARIANTS = {
+    "default": Variant(),
+    "colon": Variant("colon", ": ", 1),
+    "two-shot": Variant("two-shot", " | ", 2),
+    "zero-shot": Variant("zero-shot", " | ", 0),
+}
+
+
+def interleaved(program: Program, document: Document) -> str:
+    """Program text as the model sees it in its cache: each copy followed by the copied lines."""
+    parts = [OPEN]
+    for op in program.ops:
+        parts.append(format_op(op))
+        if isinstance(op, Copy):
+            parts.append(document.display_text(op.start, op.end))
+    parts.append(CLOSE)
+    return "".join(parts)
+
+
+def user_message(document: Document, instruction: str, sep: str) -> str:
+    name = PurePath(document.path).name if not document.path.startswith("<") else "the file"
+    return f"File {name}:\n{document.numbered(sep=sep)}\nInstruction: {instruction.strip()}"
+
+
+def build_messages(document: Document, instruction: str, variant: Variant = VARIANTS["default"]) -> list[dict[str, str]]:
+    """System prompt, few-shot turns, then the request; the assistant's reply is the program."""
+    messages = [{"role": "system", "content": SYSTEM.format(sep=variant.sep)}]
+    for example in EXAMPLES[: variant.examples]:
+        before = Document.from_text(example.before, example.path)
+        messages.append({"role": "user", "content": user_message(before, example.instruction, variant.sep)})
+        messages.append({"role": "assistant", "content": interleaved(example.program, before)})
+    messages.append({"role": "user", "content": user_message(document, instruction, variant.sep)})
+    return messages

@@ -1,0 +1,228 @@
+"""The decode loop on the tiny random Qwen2 and the real grammar: oracle programs forced through the
+loop reproduce the gold file byte for byte; the KV cache holds exactly the interleaved program the
+prompt's example shows; one forward per decision; budget, sampling, seams, CRLF and BOM."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from cadedit import prompt
+from cadedit.decode import (
+    Sampling,
+    allowed_tensor,
+    sample,
+    sampling_picker,
+    script_picker,
+    to_display_program,
+    to_document_program,
+)
+from cadedit.diff import unified_diff
+from cadedit.document import Document
+from cadedit.errors import BudgetError
+from cadedit.model import LoadedModel, encode
+from cadedit.oracle import oracle
+from cadedit.pipeline import EditOptions, edit_file, grammar_for
+from cadedit.program import Copy, Gen, Program, format
+from tests.tinymodel import make_model
+from tests.tinytok import make_tokenizer
+
+CASES = {
+    "fix one line": ("def add(a, b):\n    return a - b\n\n\nprint(add(1, 2))\n",
+                     "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"),
+    "crlf": ("a = 1\r\nb = 2\r\nc = 3\r\nd = 4\r\n", "a = 1\r\nb = 20\r\nb2 = 21\r\nc = 3\r\nd = 4\r\n"),
+    "bom, line 1 changed": ("\ufeffimport os\nx = 1\ny = 2\n", "\ufeffimport sys\nx = 1\ny = 2\n"),
+    "bom, line 1 kept": ("\ufeffimport os\nx = 1\ny = 2\n", "\ufeffimport os\nx = 1\n"),
+    "no final newline": ("x = 1\ny = 2\nprint(x)", "x = 1\ny = 3\nprint(x)"),
+    "last line unterminated and copied": ("x = 1\ny = 2\nprint(x)", "x = 0\ny = 2\nprint(x)"),
+    "insert at top, delete at end": ("b\nc\nd\ne\n", "a\nb\nc\nd\n"),
+    "reserved literals in the file": ("s = 1\nt = 2\n", 's = "</gen>"\nt = "<copy lines=\\"1-2\\"/>"\n'),
+    "unicode": ("name = 'x'\nprint(name)\n", "name = 'café ✓ 😀'\nprint(name)\n"),
+    "rewrite everything": ("one\ntwo\n", "three\nfour\nfive\n"),
+    "no change": ("keep\nall\nlines\n", "keep\nall\nlines\n"),
+    "blank-line runs around copies": ("a = 1\n\n\n\nb = 2\n\n\nc = 3\n", "a = 1\n\n\n\nb = 22\n\n\nc = 3\n"),
+    "empty file": ("", "print('hello')\n"),
+    "tabs and trailing spaces": ("\tx = 1  \n\ty = 2\t\n", "\tx = 1  \n\ty = 3\t\n\tz = 4 \n"),
+}
+
+
+@pytest.fixture(scope="module")
+def loaded() -> LoadedModel:
+    return LoadedModel(make_model(), make_tokenizer(), "tiny", "cpu", torch.float32, 1, 4096, 0.0)
+
+
+def forced_edit(loaded, before: Document, after: Document, **kwargs):
+    target = format(to_display_program(oracle(before, after), before))
+    return edit_file(before, "Edit.", loaded=loaded, pick=script_picker(target, grammar_for(loaded).vocab.tokens), **kwargs)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_forcing_the_oracle_program_reproduces_the_gold_file_exactly(loaded, name):
+    before, after = (Document.from_text(t, "case.py") for t in CASES[name])
+    result = forced_edit(loaded, before, after)
+    assert result.new_text == after.text
+    assert result.new_text.encode() == after.to_bytes()
+    assert result.program == oracle(before, after)
+    assert result.changed == (before.text != after.text)
+
+
+def test_the_cache_holds_the_interleaved_program_the_prompt_example_shows(loaded, monkeypatch):
+    """Everything fed after the prompt, decoded, is the program with each copy's lines after it."""
+    import cadedit.pipeline as pipeline
+
+    before, after = (Document.from_text(t) for t in CASES["blank-line runs around copies"])
+    fed: list[list[int]] = []
+    real = pipeline.model_forward
+
+    def recording(model, cache):
+        forward = real(model, cache)
+        return lambda ids: (fed.append(list(ids)), forward(ids))[1]
+
+    monkeypatch.setattr(pipeline, "model_forward", recording)
+    result = forced_edit(loaded, before, after)
+    prompt_len = result.prompt_tokens
+    seen = loaded.tokenizer.decode([t for batch in fed for t in batch][prompt_len:])
+    expected = prompt.interleaved(to_display_program(result.program, before), before)
+    assert expected.startswith(seen) and len(expected) - len(seen) <= len("</program>")
+    assert len(fed) == result.stats.forward_passes == result.stats.tokens_sampled
+    assert result.stats.copies == 2 and result.stats.tokens_spliced > 0 and result.stats.tokens_forced > 0
+    # one forward per decision: after the prefill, every forward starts with the token just sampled,
+    # and forced literals and spliced lines only ever ride along with it
+    assert all(len(batch) >= 1 for batch in fed[1:])
+    assert sum(len(batch) for batch in fed[1:]) < result.stats.tokens_new + result.stats.tokens_spliced
+
+
+def test_spliced_tokens_are_the_lines_tokenised_on_their_own(loaded):
+    tok = loaded.tokenizer
+    before, after = (Document.from_text(t) for t in CASES["fix one line"])
+    steps = []
+    forced_edit(loaded, before, after, on_step=lambda stats, step: steps.append(step))
+    splices = [s for s in steps if s.copy is not None]
+    assert [s.copy for s in splices] == [Copy(1, 1), Copy(3, 5)]
+    assert [s.spliced for s in splices] == [len(encode(tok, before.display_text(c.start, c.end))) for c in
+                                            (Copy(1, 1), Copy(3, 5))]
+
+
+@pytest.mark.parametrize("span", ["    return x\n", "def f():\n    pass\n", "x = 1\n\ny = 2\n", "  \n  z\n"])
+def test_span_seam_tokenises_like_the_joint_text(span):
+    """Qwen2's pre-tokeniser never merges across the '"/>\\n' that ends the program text before a splice
+    (unless the span starts with a blank line, see the next test), so splicing the span's own tokens
+    is exactly what the model would have produced."""
+    tok = make_tokenizer()
+    before = '<program>\n<copy lines="1-3"/>\n'
+    assert encode(tok, before + span) == encode(tok, before) + encode(tok, span)
+
+
+def test_span_starting_with_a_blank_line_is_the_one_seam_that_differs():
+    """'"/>\\n\\n' is one pre-token, so the joint text would tokenise differently. We still splice the
+    span's own tokens (the text the model reads is identical; only its split differs)."""
+    tok = make_tokenizer()
+    before = '<program>\n<copy lines="1-3"/>\n'
+    assert tok.decode(encode(tok, before) + encode(tok, "\nx = 1\n")) == before + "\nx = 1\n"
+    assert encode(tok, before + "\nx = 1\n") != encode(tok, before) + encode(tok, "\nx = 1\n")
+
+
+def test_budget_runs_out_with_an_error_that_says_so(loaded):
+    before, after = (Document.from_text(t) for t in CASES["rewrite everything"])
+    with pytest.raises(BudgetError, match="budget of 5 new tokens") as info:
+        forced_edit(loaded, before, after, options=EditOptions(max_new_tokens=5))
+    assert "--max-new-tokens" in info.value.hint
+
+
+# -- sampling -----------------------------------------------------------------------------------
+
+
+def test_masked_argmax_never_picks_a_disallowed_token():
+    logits = torch.tensor([9.0, 1.0, 5.0, 8.0, 0.0, 0.0])
+    mask = np.array([False, True, True, False])  # narrower than the logits: padding is never allowed
+    assert sample(logits, allowed_tensor(mask, 6), Sampling(), None) == 2
+
+
+def test_top_p_keeps_only_the_nucleus_and_seed_makes_it_reproducible():
+    logits = torch.tensor([3.0, 2.9, -5.0, -5.0])
+    allowed = torch.ones(4, dtype=torch.bool)
+    picks = {sample(logits, allowed, Sampling(1.0, 0.5), torch.Generator().manual_seed(s)) for s in range(50)}
+    assert picks == {0, 1} or picks <= {0, 1}
+    assert 2 not in picks and 3 not in picks
+    wide = {sample(logits * 0, allowed, Sampling(1.0, 1.0), torch.Generator().manual_seed(s)) for s in range(50)}
+    assert wide == {0, 1, 2, 3}
+
+
+def _biased(pick, vocab_tokens, seed=0):
+    """The random model, nudged towards the program's literals, and closing a gen (about one token in
+    six) so that it finishes programs within a small budget; the text of gens stays random."""
+    literals = '<program>\n</program>\n<copy lines="-"/>\n<gen>\n0123456789'.encode()
+    bias = torch.tensor([3.0 if t and t in literals else 0.0 for t in vocab_tokens])
+    close, rng = b"</gen>\n", random.Random(seed)
+
+    def biased(logits, mask, ids):
+        text = b"".join(vocab_tokens[i] for i in ids)
+        if text.rfind(b"<gen>") > text.rfind(b"</gen>"):  # inside a gen body
+            done = max(k for k in range(len(close)) if text.endswith(close[:k]))
+            if done or rng.random() < 1 / 6:
+                fits = [i for i in np.flatnonzero(mask) if vocab_tokens[i] and close[done:].startswith(vocab_tokens[i])]
+                if fits:
+                    return int(max(fits, key=lambda i: len(vocab_tokens[i])))
+        return pick(logits + bias[: logits.shape[-1]], mask, ids)
+
+    return biased
+
+
+def _patch_applies(tmp_path, before: Document, new_text: str) -> bool:
+    work = tmp_path / "w"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    (work / "case.py").write_bytes(before.to_bytes())
+    diff = unified_diff(before.text, new_text, "case.py")
+    if not diff:
+        return new_text == before.text
+    subprocess.run(["patch", "-p1", "-s", "--binary"], cwd=work, input=diff.encode(), check=True)
+    return (work / "case.py").read_bytes() == new_text.encode()
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="patch(1) not installed")
+def test_whatever_the_random_model_writes_resolves_and_its_diff_applies(loaded, tmp_path):
+    before = Document.from_text("\ufeffdef f(x):\r\n    return x\r\n\r\nprint(f(2))\r\n", "case.py")
+    vocab_tokens = grammar_for(loaded).vocab.tokens
+    finished = 0
+    for seed in range(10):
+        pick = _biased(sampling_picker(Sampling(temperature=1.0, seed=seed)), vocab_tokens, seed)
+        try:
+            result = edit_file(before, "Do something.", EditOptions(max_new_tokens=120), loaded=loaded, pick=pick)
+        except BudgetError:
+            continue
+        finished += 1
+        assert result.new_text.startswith("\ufeff")
+        assert _patch_applies(tmp_path, before, result.new_text)
+    assert finished >= 6
+
+
+def test_same_seed_same_program_greedy_is_deterministic(loaded):
+    before = Document.from_text("x = 1\ny = 2\n")
+    vocab_tokens = grammar_for(loaded).vocab.tokens
+    runs = []
+    for seed in (5, 5, 6):
+        pick = _biased(sampling_picker(Sampling(temperature=1.0, seed=seed)), vocab_tokens, seed)
+        try:
+            runs.append(edit_file(before, "Edit.", EditOptions(max_new_tokens=60), loaded=loaded, pick=pick).program_text)
+        except BudgetError as exc:
+            runs.append(str(exc))
+    assert runs[0] == runs[1] != runs[2]
+
+
+# -- display form <-> document form ------------------------------------------------------------
+
+
+def test_gens_get_the_files_newline_and_the_bom_survives_a_regenerated_line_1():
+    doc = Document.from_text("\ufeffa\r\nb\r\n")
+    assert to_document_program(Program((Gen("x\ny\n"), Copy(2, 2))), doc) == Program((Gen("\ufeffx\r\ny\r\n"),
+                                                                                       Copy(2, 2)))
+    assert to_document_program(Program((Copy(2, 2),)), doc) == Program((Gen("\ufeff"), Copy(2, 2)))
+    assert to_document_program(Program((Copy(1, 2),)), doc) == Program((Copy(1, 2),))
+    lf = Document.from_text("a\nb\n")
+    assert to_document_program(Program((Gen("x\n"),)), lf) == Program((Gen("x\n"),))
