@@ -50,8 +50,8 @@ class _Group(typer.core.TyperGroup):
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
         try:
             return super().invoke(ctx)
-        except (typer.TyperException, typer.Exit, typer.Abort, KeyboardInterrupt):
-            raise  # usage errors (exit 2), explicit exits and Ctrl-C (130): typer reports these
+        except (typer.TyperException, typer.Exit, typer.Abort, KeyboardInterrupt, BrokenPipeError):
+            raise  # usage errors (exit 2), explicit exits, Ctrl-C (130), a closed stdout: typer reports these
         except Exception as exc:
             if _debug(ctx):
                 err.print_exception()
@@ -103,7 +103,9 @@ def root(
 def write_stdout(text: str) -> None:
     """Data on stdout, byte for byte (CR and CRLF inside programs survive)."""
     sys.stdout.flush()
-    sys.stdout.buffer.write(text.encode("utf-8"))
+    data = memoryview(text.encode("utf-8"))
+    while data:  # a pipe may take less than all; a closed one raises BrokenPipeError (typer exits 1)
+        data = data[sys.stdout.buffer.write(data) :]
     sys.stdout.buffer.flush()
 
 

@@ -125,7 +125,9 @@ def show(diff_text: str, stream: TextIO | None = None) -> None:
         stream.write(diff_text)
         return
     stream.flush()
-    buffer.write(data)
+    view = memoryview(data)
+    while view:  # a pipe may take less than all; a closed one raises BrokenPipeError
+        view = view[buffer.write(view) :]
     buffer.flush()
 
 

@@ -266,6 +266,14 @@ def test_console_script_errors_exit_1_with_one_line(run_cli, tmp_path):
     assert done.stderr.decode() == "error: missing.py: no such file\n"
 
 
+def test_a_reader_that_stops_early_ends_cadedit_quietly(tmp_path):
+    (tmp_path / "a.py").write_text("".join(f"line {k}\n" for k in range(100_000)))
+    (tmp_path / "p").write_text(format(Program((Gen("x\n" * 100_000),))))
+    done = sh("set -o pipefail; cadedit apply a.py p 2>err | (sleep 0.5; head -c 10 >/dev/null)", tmp_path)
+    assert done.returncode == 1  # the diff did not all get out: not a success
+    assert (tmp_path / "err").read_bytes() == b""
+
+
 def test_console_script_usage_error_exits_2(run_cli, tmp_path):
     assert run_cli("apply", cwd=tmp_path).returncode == 2
 
@@ -283,7 +291,7 @@ def test_commands_without_a_model_never_import_torch(tmp_path, args):
     probe = (
         "import sys\nfrom cadedit.cli import main\nsys.argv = ['cadedit', *sys.argv[1:]]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'numpy', 'gguf'})\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'accelerate', 'gguf'})\n"
         "sys.stderr.write(f'HEAVY={heavy}')\n"
     )
     done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, cwd=tmp_path, timeout=60)
