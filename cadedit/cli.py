@@ -165,6 +165,11 @@ def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: Cli
     err.print(f"wrote {file} (+{added} -{removed})", highlight=False, markup=False)
 
 
+from cadedit.bench.cli import app as bench_app  # noqa: E402 - light: imports no torch
+
+app.add_typer(bench_app, name="bench")
+
+
 def main() -> None:
     """Console-script entry point (`cadedit`, `python -m cadedit`)."""
     app(prog_name="cadedit")

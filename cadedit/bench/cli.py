@@ -1,0 +1,455 @@
+"""`cadedit bench`: the paper's measurements as commands (ceiling, roundtrip, perturb, formats, kernel).
+
+Wiring only: options, loops with a progress bar, tables on stdout, results with --json PATH
+(rewritten atomically while a command runs, so Ctrl-C leaves readable partial results marked
+"partial": true). Work lives in the sibling modules; errors are CadeditErrors that the main
+cli.py formats. Importing this module imports neither torch nor transformers: `kernel` imports
+torch inside the command. (A future `e2e` command goes here too, with its work in bench/e2e.py.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+
+from cadedit.errors import CadeditError
+
+T = TypeVar("T")
+err = Console(stderr=True)
+
+
+class _Out:
+    """Tables on stdout: terminal width on a terminal, wide enough for no truncation when piped."""
+
+    def print(self, renderable) -> None:
+        console = Console(markup=False, highlight=False)
+        if not console.is_terminal:
+            console = Console(width=200, markup=False, highlight=False)
+        console.print(renderable)
+
+    def table(self, title: str, columns: list[str], rows: list[list[str]], caption: str | None = None) -> None:
+        """A title line, the table, and a caption line (lines, so they never wrap to the table's width)."""
+        from cadedit.bench.report import table
+
+        self.print(title)
+        self.print(table(columns, rows))
+        if caption:
+            self.print(caption)
+
+
+out = _Out()
+
+app = typer.Typer(
+    name="bench",
+    help="Reproduce the paper's measurements on any corpus, tokenizer, model and machine.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+CorpusOpt = Annotated[list[Path], typer.Option(
+    "--corpus", "-c", metavar="FILE",
+    help="A JSONL corpus: id, language, before, after, instruction[, test] per line; HumanEvalPack records "
+         "work as they are. Repeat for several corpora (a pooled row is added).", show_default=False)]
+JsonOpt = Annotated[Path | None, typer.Option("--json", metavar="PATH", help="Write the results as JSON here.")]
+LimitOpt = Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Only the first N cases of each corpus.")]
+TokenizerOpt = Annotated[str | None, typer.Option(
+    "--tokenizer", metavar="PATH", help="tokenizer.json, a model folder or a .gguf file (default: the model's).")]
+ModelOpt = Annotated[str | None, typer.Option(
+    "--model", "-m", metavar="MODEL", help="Model folder, .gguf file or hub id (default: $CADEDIT_MODEL).")]
+
+
+def int_list(text: str, name: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(f"expected integers separated by commas, got {text!r}", param_hint=name) from None
+    if not values or min(values) < 0:
+        raise typer.BadParameter(f"expected non-negative integers, got {text!r}", param_hint=name)
+    return values
+
+
+def load_corpora(paths: list[Path], limit: int | None) -> dict[str, list]:
+    from cadedit.bench.corpus import load_corpus
+
+    corpora: dict[str, list] = {}
+    for path in paths:
+        name = path.stem if path.stem not in corpora else str(path)
+        corpora[name] = load_corpus(path, limit)
+    return corpora
+
+
+def run_cases(items: Iterable[T], total: int, description: str, step: Callable[[T], None],
+              save: Callable[[bool, bool], None]) -> None:
+    """step() each item under a progress bar; save(partial, force) after each (throttled) and on Ctrl-C."""
+    from cadedit.bench.report import progress
+
+    try:
+        for item in progress(items, total, description, err):
+            step(item)
+            save(True, False)
+    except KeyboardInterrupt:
+        save(True, True)
+        err.print("interrupted: partial results kept", highlight=False)
+        raise
+
+
+# -- ceiling -------------------------------------------------------------------------------------
+
+
+@app.command()
+def ceiling(
+    corpus: CorpusOpt,
+    tokenizer: TokenizerOpt = None,
+    model: ModelOpt = None,
+    kernel: Annotated[Path | None, typer.Option(
+        "--kernel", metavar="K.json", help="s(N) from `cadedit bench kernel --json`, for the speedup bounds.")] = None,
+    counting: Annotated[str, typer.Option(
+        help="paper: Table 2's exact counting; splice: cadedit's own oracle programs and splices.")] = "paper",
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """Line-level copy ceiling (Table 2), token-level greedy cover (m = 1..32) and the bounds of eq. (3).
+
+    Example: cadedit bench ceiling -c humanevalfix_python.jsonl -c humanevalfix_js.jsonl --tokenizer model.gguf
+    """
+    from cadedit.bench import ceiling as ce
+    from cadedit.bench.report import ResultsFile
+    from cadedit.bench.tokens import load_tokenizer, tokenizer_spec
+
+    if counting not in ce.COUNTINGS:
+        raise typer.BadParameter(f"use one of {', '.join(ce.COUNTINGS)}", param_hint="--counting")
+    corpora = load_corpora(corpus, limit)
+    curve = ce.load_curve(kernel) if kernel else None
+    tokens = load_tokenizer(tokenizer_spec(tokenizer, model))
+    done: dict[str, list] = {name: [] for name in corpora}
+    results = ResultsFile(json_path)
+
+    def save(partial: bool, force: bool = True) -> None:
+        results.write(_ceiling_json(done, tokens.name, counting, curve), partial=partial, force=force)
+
+    work = [(name, case) for name, cases in corpora.items() for case in cases]
+    run_cases(work, len(work), "ceiling", lambda item: done[item[0]].append(ce.case_ceiling(item[1], tokens, counting)),
+              save)
+    save(False)
+    _print_ceiling(_ceilings(done), curve, tokens.name, counting)
+
+
+def _ceilings(done: dict[str, list]) -> list:
+    from cadedit.bench.ceiling import Ceiling
+
+    rows = [Ceiling(name, tuple(cases)) for name, cases in done.items()]
+    if len(rows) > 1:
+        rows.append(Ceiling("pooled", tuple(c for row in rows for c in row.cases)))
+    return rows
+
+
+def _ceiling_json(done: dict[str, list], tokenizer: str, counting: str, curve) -> dict:
+    from cadedit.bench.ceiling import bounds, greedy_bounds
+
+    corpora = []
+    for row in _ceilings(done):
+        entry = row.summary()
+        if curve and row.total:
+            entry["bounds"] = bounds(row, curve)
+            entry["greedy_bounds"] = greedy_bounds(row, curve)
+        if row.name != "pooled":
+            entry["cases"] = [{"id": c.id, "T": c.total, "spans": list(c.spans),
+                               "greedy": {str(m): v for m, v in c.greedy.items()}} for c in row.cases]
+        corpora.append(entry)
+    return {"command": "ceiling", "tokenizer": tokenizer, "counting": counting,
+            "kernel": curve.source if curve else None, "corpora": corpora}
+
+
+def _print_ceiling(rows: list, curve, tokenizer: str, counting: str) -> None:
+    from cadedit.bench.ceiling import MIN_SPANS, bounds, greedy_bounds
+    from cadedit.bench.report import fmt_float, fmt_int, fmt_pct
+
+    line = []
+    for row in rows:
+        s = row.summary()
+        line.append([row.name, str(row.n), fmt_int(row.total), fmt_int(row.copied), fmt_int(row.generated),
+                     fmt_pct(row.fraction), str(s["K"]), fmt_float(s["span_mean"]), fmt_float(s["span_p50"], 0),
+                     fmt_float(s["span_p95"], 0)])
+    out.table(f"Line-level copy ceiling ({counting} counting, tokenizer {tokenizer}); span tokens: mean, p50, p95",
+              ["corpus", "n", "T", "T_copy", "T_gen", "f", "K", "mean", "p50", "p95"], line)
+    greedy = [[row.name, *(fmt_pct(row.greedy_fraction(m)) for m in MIN_SPANS)] for row in rows]
+    out.table("Token-level greedy cover (aspirational), fraction of gold tokens",
+              ["corpus", *(f"m={m}" for m in MIN_SPANS)], greedy)
+    if curve is None:
+        err.print("no --kernel: speedup bounds skipped (make one with `cadedit bench kernel --json K.json`)")
+        return
+    bnd = []
+    for row in rows:
+        b, g = bounds(row, curve), greedy_bounds(row, curve)
+        bnd.append([row.name, fmt_float(b["s_m8"], 2, "x"), fmt_float(b["bnd_m8"], 2, "x"),
+                    fmt_float(b["bnd_mean"], 2, "x"), fmt_float(b["bnd_exact"], 2, "x"), fmt_float(g.get("8"), 2, "x")])
+    out.table(f"Speedup bounds, eq. (3), s(N) from {curve.source}",
+              ["corpus", "s(8)", "bnd_m8", "bnd_mean", "bnd_exact", "token m=8"], bnd)
+
+
+# -- roundtrip ---------------------------------------------------------------------------------
+
+
+@app.command()
+def roundtrip(corpus: CorpusOpt, json_path: JsonOpt = None, limit: LimitOpt = None) -> None:
+    """Oracle round trip, strict and clipped (Table 4), and the reserved-literal audit (§4.3).
+
+    Each oracle program goes through format, parse and the resolver; exits 1 if any case is not
+    byte-exact.
+
+    Example: cadedit bench roundtrip -c humanevalfix_python.jsonl
+    """
+    from cadedit.bench import roundtrip as rt
+    from cadedit.bench.report import ResultsFile
+
+    corpora = load_corpora(corpus, limit)
+    done: dict[str, list] = {name: [] for name in corpora}
+    results = ResultsFile(json_path)
+
+    def save(partial: bool, force: bool = True) -> None:
+        summary = {name: rt.summarize(rows) for name, rows in done.items()}
+        results.write({"command": "roundtrip", "corpora": summary}, partial=partial, force=force)
+
+    work = [(name, case) for name, cases in corpora.items() for case in cases]
+    run_cases(work, len(work), "roundtrip", lambda item: done[item[0]].append(rt.roundtrip_case(item[1])), save)
+    save(False)
+    rows, failed = [], []
+    for name, cases in done.items():
+        s = rt.summarize(cases)
+        for mode, m in s["modes"].items():
+            rows.append([name, mode, str(s["n"]), f"{m['exact']}/{s['n']}", f"{m['trimmed']}/{s['n']}",
+                         f"{m['out_of_range']}/{s['n']}", f"{s['program_text_roundtrip']}/{s['n']}",
+                         f"{len(s['reserved_literal_golds'])}/{s['n']}"])
+            failed += [f"{name}:{f['id']} ({mode})" for f in m["failures"]]
+    out.table("Oracle round trip (byte-exact and trimmed EM)",
+              ["corpus", "mode", "cases", "byte-exact", "trimmed", "out of range", "parse(format)", "reserved in gold"],
+              rows)
+    if failed:
+        raise CadeditError(f"roundtrip: {len(failed)} case(s) not byte-exact: {', '.join(failed[:5])}"
+                           + (" ..." if len(failed) > 5 else ""))
+
+
+# -- perturb -----------------------------------------------------------------------------------
+
+
+@app.command()
+def perturb(
+    corpus: CorpusOpt,
+    eps: Annotated[str, typer.Option(help="Noise radii: each copy endpoint moves by U[-eps, eps] lines.")] = "0,1,2,3,5",
+    trials: Annotated[int, typer.Option(min=1, help="Trials per radius (each over every case).")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed; each (seed, eps, trial) has its own RNG.")] = 0,
+    semantics: Annotated[str, typer.Option(
+        help="cadedit: its oracle and clipped resolver; paper: the paper's line split and resolver (Table 8).")] = "cadedit",
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """Trimmed exact match of oracle programs under copy-endpoint noise (Table 8).
+
+    Example: cadedit bench perturb -c humanevalfix_python.jsonl --eps 0,1,2 --trials 5 --seed 0
+    """
+    from cadedit.bench import perturb as pt
+    from cadedit.bench.report import ResultsFile
+
+    radii = int_list(eps, "--eps")
+    if semantics not in pt.SEMANTICS:
+        raise typer.BadParameter(f"use one of {', '.join(pt.SEMANTICS)}", param_hint="--semantics")
+    corpora = load_corpora(corpus, limit)
+    paper = semantics == "paper"
+    programs = {name: [pt.paper_program(c) for c in cases] if paper else pt.oracle_programs(cases)
+                for name, cases in corpora.items()}
+    run_trial = pt.run_paper_trial if paper else pt.run_trial
+    done: dict[str, list] = {name: [] for name in corpora}
+    results = ResultsFile(json_path)
+
+    def save(partial: bool, force: bool = True) -> None:
+        summary = {name: pt.summarize(trials_) for name, trials_ in done.items() if trials_}
+        results.write({"command": "perturb", "semantics": semantics, "seed": seed, "trials": trials,
+                       "corpora": summary}, partial=partial, force=force)
+
+    def step(item: tuple[str, int, int]) -> None:
+        name, e, t = item
+        done[name].append(run_trial(corpora[name], programs[name], e, t, seed))
+
+    work = [(name, e, t) for name in corpora for e in radii for t in range(trials)]
+    run_cases(work, len(work), "perturb", step, save)
+    save(False)
+    _print_perturb(done, radii, semantics)
+
+
+def _print_perturb(done: dict[str, list], radii: tuple[int, ...], semantics: str) -> None:
+    from cadedit.bench import perturb as pt
+    from cadedit.bench.report import fmt_pct
+
+    rows = []
+    for name, trials_ in done.items():
+        cells = {r["eps"]: r for r in pt.summarize(trials_)}
+        rows.append([f"{name} ({cells[radii[0]]['n']})",
+                     *(f"{fmt_pct(cells[e]['trimmed_median'])} ({fmt_pct(cells[e]['trimmed_mean'])})" for e in radii)])
+    out.table(f"Trimmed EM under endpoint noise, median (mean) over trials, {semantics} semantics",
+              ["corpus (n)", *(f"eps={e}" for e in radii)], rows,
+              caption="The paper's Table 8 cells are means over trials x cases.")
+
+
+# -- formats -----------------------------------------------------------------------------------
+
+
+@app.command()
+def formats(
+    corpus: CorpusOpt,
+    tokenizer: TokenizerOpt = None,
+    model: ModelOpt = None,
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """Edit formats head to head: output tokens and round-trip EM (Table 3).
+
+    Full regeneration vs search/replace vs unified diff vs copy/gen program, each made from the
+    oracle edit, parsed back and applied. Search/replace applies at the first match, as Aider does.
+
+    Example: cadedit bench formats -c humanevalfix_js.jsonl --tokenizer model.gguf
+    """
+    from cadedit.bench import formats as fm
+    from cadedit.bench.report import ResultsFile
+    from cadedit.bench.tokens import load_tokenizer, tokenizer_spec
+
+    corpora = load_corpora(corpus, limit)
+    tokens = load_tokenizer(tokenizer_spec(tokenizer, model))
+    done: dict[str, list] = {name: [] for name in corpora}
+    results = ResultsFile(json_path)
+
+    def save(partial: bool, force: bool = True) -> None:
+        summary = {name: _formats_summary(rows) for name, rows in done.items() if rows}
+        results.write({"command": "formats", "tokenizer": tokens.name, "corpora": summary}, partial=partial, force=force)
+
+    def step(item) -> None:
+        name, case = item
+        done[name].append((case.id, fm.case_formats(case, tokens)))
+
+    work = [(name, case) for name, cases in corpora.items() for case in cases]
+    run_cases(work, len(work), "formats", step, save)
+    save(False)
+    _print_formats(done, tokens.name)
+
+
+def _formats_summary(rows: list) -> dict:
+    from cadedit.bench.formats import FORMATS
+    from cadedit.bench.report import median, percentile
+
+    summary = {}
+    base = sum(r["program"].tokens for _, r in rows)
+    for f in FORMATS:
+        toks = [r[f].tokens for _, r in rows]
+        summary[f] = {
+            "n": len(rows), "mean": sum(toks) / len(toks), "median": median(toks), "p95": percentile(toks, 95),
+            "total": sum(toks), "rt_em": sum(r[f].exact for _, r in rows),
+            "ambiguous_anchors": sum(r[f].ambiguous for _, r in rows),
+            "tokens_vs_program": sum(toks) / base - 1 if base else math.nan,
+            "failures": [{"id": i, "error": r[f].error} for i, r in rows if not r[f].exact],
+        }
+    return summary
+
+
+def _print_formats(done: dict[str, list], tokenizer: str) -> None:
+    from cadedit.bench.formats import FORMATS, LABELS
+    from cadedit.bench.report import fmt_float, fmt_int
+
+    for name, rows in done.items():
+        s = _formats_summary(rows)
+        n, em_base = len(rows), s["program"]["rt_em"]
+        body = [[LABELS[f], fmt_float(s[f]["mean"]), fmt_float(s[f]["median"], 0), fmt_float(s[f]["p95"], 0),
+                 fmt_int(s[f]["total"]), f"{s[f]['rt_em'] / n:.2f}", f"{n - s[f]['rt_em']}/{n}",
+                 "-" if f == "program" else f"{100 * s[f]['tokens_vs_program']:+.1f}% tok, {s[f]['rt_em'] - em_base:+d} EM"]
+                for f in FORMATS]
+        amb = s["search_replace"]["ambiguous_anchors"]
+        out.table(f"Edit formats on {name} (n={n}, tokenizer {tokenizer})",
+                  ["format", "mean tok", "median", "p95", "total", "RT-EM", "fails", "vs program"], body,
+                  caption=f"search/replace anchors found more than once in the input: {amb}")
+
+
+# -- kernel ------------------------------------------------------------------------------------
+
+
+@app.command()
+def kernel(
+    model: ModelOpt = None,
+    prefix: Annotated[int, typer.Option(min=1, help="Random-context prefix length P (tokens).")] = 1024,
+    spans: Annotated[str, typer.Option(help="Span lengths N.")] = "1,2,4,8,16,32,64,128,256,512",
+    trials: Annotated[int, typer.Option(min=1, help="Timed trials per N (median reported).")] = 5,
+    ar_max: Annotated[int, typer.Option(
+        help="Time at most this many AR steps per trial and scale per token beyond it (0: time them all).")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda[:k].")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
+    attn: Annotated[str, typer.Option(help="Attention implementation (the paper: eager).")] = "eager",
+    all_logits: Annotated[bool, typer.Option(
+        "--all-logits", help="Compute logits for every splice position (a plain forward) instead of the last.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the random prefix and span tokens.")] = 0,
+    json_path: JsonOpt = None,
+    plot_path: Annotated[Path | None, typer.Option("--plot", metavar="PNG", help="Write the Figure 3 plot here.")] = None,
+) -> None:
+    """Per-span kernel speedup s(N) = T_AR(N) / T_PP(N) (§3, Figure 3).
+
+    One N-token forward (a copy splice) against N single-token forwards, after a random P-token
+    prefix; the cache is cropped back to P between measurements.
+
+    Example: cadedit bench kernel --model model.gguf --prefix 1024 --trials 5 --json kernel.json --plot kernel.png
+    """
+    from cadedit.bench import kernel as kn
+    from cadedit.bench.report import ProgressBar, ResultsFile
+
+    settings = kn.KernelSettings(prefix, int_list(spans, "--spans"), trials, ar_max, seed, all_logits)
+    if min(settings.spans) < 1:
+        raise typer.BadParameter("span lengths must be at least 1", param_hint="--spans")
+    loaded = kn.load(model, device, dtype, threads, attn)
+    meta = {"command": "kernel", "model": loaded.name, **kn.environment(kn.torch.device(loaded.device), loaded.dtype),
+            "attn": attn, "prefix": prefix, "trials": trials, "ar_max": ar_max, "seed": seed,
+            "logits": "all" if all_logits else "last"}
+    points: list = []
+    results = ResultsFile(json_path)
+
+    def save(partial: bool) -> None:
+        results.write({**meta, "results": [p.to_json() for p in points]}, partial=partial)
+
+    def on_point(point) -> None:
+        points.append(point)
+        save(True)
+        err.print(f"N={point.n}: AR {point.ar_ms:.2f} ms{' (extrapolated)' if point.extrapolated else ''}, "
+                  f"PP {point.pp_ms:.2f} ms, s(N) = {point.speedup:.2f}", highlight=False)
+
+    try:
+        with ProgressBar(kn.work_units(settings), "kernel", err) as bar:
+            kn.sweep(loaded.model, kn.torch.device(loaded.device), settings, on_point=on_point, advance=bar.advance)
+    except KeyboardInterrupt:
+        save(True)
+        err.print("interrupted: partial results kept", highlight=False)
+        raise
+    save(False)
+    _print_kernel(points, meta)
+    title = f"{_short(loaded.name)}, {meta['device_name']}, {meta['dtype']}, {meta['threads']} threads, P={prefix}"
+    if plot_path and not kn.plot(points, plot_path, title):
+        err.print("matplotlib not installed: no plot (pip install 'cadedit[plot]')")
+
+
+def _print_kernel(points: list, meta: dict) -> None:
+    from cadedit.bench.report import fmt_float, table
+
+    rows = [[str(p.n), fmt_float(p.ar_ms, 2) + (" *" if p.extrapolated else ""), fmt_float(p.pp_ms, 2),
+             fmt_float(p.speedup, 2, "x")] for p in points]
+    caption = "* AR extrapolated per token from the first %d steps." % meta["ar_max"] if any(
+        p.extrapolated for p in points) else None
+    out.print(f"Kernel speedup s(N) = T_AR / T_PP: {_short(meta['model'])} on {meta['device_name']} ({meta['dtype']}, "
+              f"{meta['threads']} threads, {meta['attn']} attention, {meta['logits']} logits), P={meta['prefix']}, "
+              f"median of {meta['trials']}")
+    out.print(table(["N", "AR ms", "PP ms", "s(N)"], rows))
+    if caption:
+        out.print(caption)
+
+
+def _short(model: str) -> str:
+    return Path(model).name or model

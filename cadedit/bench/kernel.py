@@ -1,0 +1,208 @@
+"""The kernel microbenchmark (paper §3 "Kernel microbenchmark", §4.1, Figure 3): s(N) = T_AR / T_PP.
+
+After a P-token random prefix is prefilled once, for each span length N: T_AR(N) is N successive
+single-token forwards, each appending to the cache; T_PP(N) is one N-token forward over the same
+cache -- the copy splice. The cache is cropped back to P after every measurement, so both always
+start from the same P-token prefix. Each N gets one untimed warm-up of each, then `trials` timed
+runs (device synchronised before and after); the median is reported. By default the splice asks
+for the last position's logits only (logits_to_keep=1, what a copy splice needs); all_logits
+reproduces a plain forward. With ar_max = K > 0, AR for N > K is K steps scaled by N/K (marked
+extrapolated). Needs torch: imported here only, never by the bench CLI at import time.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from cadedit.bench.report import median
+from cadedit.errors import ModelError
+
+SPANS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+@dataclass(frozen=True)
+class KernelPoint:
+    n: int
+    ar_ms: float
+    pp_ms: float
+    speedup: float
+    ar_trials_ms: tuple[float, ...]
+    pp_trials_ms: tuple[float, ...]
+    extrapolated: bool = False
+    ar_steps: int = 0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    prefix: int = 1024
+    spans: tuple[int, ...] = SPANS
+    trials: int = 5
+    ar_max: int = 0
+    seed: int = 0
+    all_logits: bool = False
+
+
+def load(spec: str | None, device: str = "auto", dtype: str = "auto", threads: int | None = None,
+         attn: str = "eager"):
+    """The model through cadedit.model.load_model, with the attention kernel switched to `attn`
+    (the paper measured eager HF attention)."""
+    from cadedit.model import load_model
+
+    loaded = load_model(spec, device=device, dtype=dtype, threads=threads)
+    if attn:
+        try:
+            loaded.model.set_attn_implementation(attn)
+        except (ValueError, ImportError) as exc:
+            raise ModelError(f"attention implementation {attn!r} unavailable ({exc})", hint="use --attn eager or sdpa") from None
+    return loaded
+
+
+def cache_keyword(model) -> str:
+    """transformers 5.24 names the cache argument `cache`; earlier 5.x used `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Bench:
+    """A model with a prefilled P-token cache; times AR and PP spans over it and crops back."""
+
+    def __init__(self, model, prefix_ids: torch.Tensor, device: torch.device, all_logits: bool = False):
+        self.model, self.device = model, device
+        self.key = cache_keyword(model)
+        self.logits = {} if all_logits else {"logits_to_keep": 1}
+        self.prefix = prefix_ids.shape[1]
+        out = model(input_ids=prefix_ids, use_cache=True)  # [1, P] -> cache of P positions
+        self.cache = out.cache if hasattr(out, "cache") and out.cache is not None else out.past_key_values
+
+    def _forward(self, ids: torch.Tensor) -> None:
+        self.model(input_ids=ids, use_cache=True, **{self.key: self.cache}, **self.logits)
+
+    def crop(self) -> None:
+        """Back to the P-token prefix. A negative count removes that many tokens, in 5.24's
+        crop(tokens_to_remove) and in the older crop(max_length) alike."""
+        extra = self.cache.get_seq_length() - self.prefix
+        if extra:
+            self.cache.crop(-extra)
+
+    def time_ar(self, ids: torch.Tensor) -> float:
+        """Seconds for len(ids) single-token forwards ([1, 1] each), cache cropped back after."""
+        synchronize(self.device)
+        start = time.perf_counter()
+        for k in range(ids.shape[1]):
+            self._forward(ids[:, k : k + 1])
+        synchronize(self.device)
+        elapsed = time.perf_counter() - start
+        self.crop()
+        return elapsed
+
+    def time_pp(self, ids: torch.Tensor) -> float:
+        """Seconds for one forward over all of ids ([1, N]), cache cropped back after."""
+        synchronize(self.device)
+        start = time.perf_counter()
+        self._forward(ids)
+        synchronize(self.device)
+        elapsed = time.perf_counter() - start
+        self.crop()
+        return elapsed
+
+
+def random_ids(n: int, vocab: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (1, n), generator=generator)
+
+
+def ar_steps(n: int, ar_max: int) -> int:
+    return min(n, ar_max) if ar_max > 0 else n
+
+
+def measure_point(bench: Bench, ids: torch.Tensor, n: int, settings: KernelSettings,
+                  advance: Callable[[float], None] = lambda _: None) -> KernelPoint:
+    """s(N) for one N: warm-up, then `trials` timed AR and PP runs; medians in ms."""
+    steps = ar_steps(n, settings.ar_max)
+    span = ids[:, :n]
+    bench.time_pp(span)
+    bench.time_ar(span[:, :1])
+    ar, pp = [], []
+    for _ in range(settings.trials):
+        ar.append(bench.time_ar(span[:, :steps]) * 1000 * n / steps)
+        pp.append(bench.time_pp(span) * 1000)
+        advance(steps + 1)
+    ar_ms, pp_ms = median(ar), median(pp)
+    return KernelPoint(n, ar_ms, pp_ms, ar_ms / pp_ms, tuple(ar), tuple(pp), steps < n, steps)
+
+
+def work_units(settings: KernelSettings) -> int:
+    """Progress units of a sweep: AR steps + one PP per trial (a rough proxy for time)."""
+    return sum((ar_steps(n, settings.ar_max) + 1) * settings.trials for n in settings.spans)
+
+
+@torch.inference_mode()
+def sweep(model, device: torch.device, settings: KernelSettings,
+          on_point: Callable[[KernelPoint], None] = lambda _: None,
+          advance: Callable[[float], None] = lambda _: None) -> list[KernelPoint]:
+    """Measure every span length in order; on_point gets each result as soon as it exists."""
+    vocab = int(model.config.vocab_size)
+    prefix = random_ids(settings.prefix, vocab, settings.seed).to(device)
+    ids = random_ids(max(settings.spans), vocab, settings.seed + 1).to(device)
+    bench = Bench(model, prefix, device, settings.all_logits)
+    points = []
+    for n in settings.spans:
+        point = measure_point(bench, ids, n, settings, advance)
+        points.append(point)
+        on_point(point)
+    return points
+
+
+def plot(points: Sequence[KernelPoint], path: str | Path, title: str) -> bool:
+    """Latency and speedup against N on log axes (Figure 3); False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    n = [p.n for p in points]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.plot(n, [p.ar_ms for p in points], "o-", label="autoregressive (N forwards)")
+    left.plot(n, [p.pp_ms for p in points], "s-", label="parallel prefill (1 forward)")
+    right.plot(n, [p.speedup for p in points], "o-", label="s(N)")
+    right.plot(n, n, "--", color="gray", label="N (linear regime)")
+    for ax, ylabel in ((left, "latency (ms, median)"), (right, "speedup T_AR / T_PP")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("copy-span length N (tokens)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def environment(device: torch.device, dtype: torch.dtype) -> dict:
+    """What the numbers depend on, for the JSON."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    return {"device": str(device), "device_name": name, "dtype": str(dtype).removeprefix("torch."),
+            "threads": torch.get_num_threads(), "torch": torch.__version__}
+
+
+def speedup_at(points: Sequence[KernelPoint], n: int) -> float:
+    return next((p.speedup for p in points if p.n == n), math.nan)
