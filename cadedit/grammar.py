@@ -90,7 +90,7 @@ def line_viable(value: int, low: int, high: int) -> bool:
     """Can a decimal number that starts with `value`'s digits land in [low, high]?"""
     scale = 1
     while value * scale <= high:
-        if value * scale + scale - 1 >= low:
+        if max(value * scale, low) <= min(value * scale + scale - 1, high):
             return True
         scale *= 10
     return False
