@@ -20,7 +20,7 @@ from rich.console import Console
 from cadedit.errors import CadeditError
 
 T = TypeVar("T")
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
 class _Out:

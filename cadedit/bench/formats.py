@@ -10,6 +10,7 @@ when it inserts at the top). The applier is Aider's exact path (editblock_coder.
 the FIRST occurrence of the SEARCH lines is replaced, so an anchor that also occurs earlier in the
 file produces a wrong edit -- the anchor-ambiguity failure the paper counts. (Aider's fuzzy
 fallbacks only run when there is no exact match, which never happens for oracle anchors.)
+The paper's Table 3 used an unnamed 33-case subset per corpus; run on a whole corpus, numbers differ.
 Pure: no torch, no transformers.
 """
 
