@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from cadedit.errors import ConfigError, ModelError
+from cadedit.config import DEFAULT_MODEL, choose_model, configured_model  # noqa: F401 - re-exported
+from cadedit.errors import ModelError
 
-DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
 HINT = "pass --model PATH (a model folder or a .gguf file) or set CADEDIT_MODEL"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -39,43 +39,6 @@ class LoadedModel:
     threads: int
     context_limit: int
     load_seconds: float
-
-
-# -- which model -------------------------------------------------------------------------------
-
-
-def _read_toml(path: Path) -> dict:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read settings ({exc})") from None
-
-
-def configured_model(cwd: Path | None = None) -> str | None:
-    """`model` from the nearest .cadedit.toml (top level or [tool.cadedit]) or pyproject.toml [tool.cadedit]."""
-    here = (cwd or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        for name in (".cadedit.toml", "pyproject.toml"):
-            path = folder / name
-            if not path.is_file():
-                continue
-            data = _read_toml(path)
-            section = data.get("tool", {}).get("cadedit", {})
-            value = section.get("model", data.get("model") if name == ".cadedit.toml" else None)
-            if value is not None:
-                if not isinstance(value, str) or not value:
-                    raise ConfigError(f"{path}: `model` must be a non-empty string")
-                return value
-    return None
-
-
-def choose_model(cli_value: str | None = None, cwd: Path | None = None) -> str:
-    """Precedence: --model, then CADEDIT_MODEL, then the project's settings, then DEFAULT_MODEL."""
-    return cli_value or os.environ.get("CADEDIT_MODEL") or configured_model(cwd) or DEFAULT_MODEL
 
 
 # -- threads, device, dtype --------------------------------------------------------------------

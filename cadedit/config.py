@@ -1,0 +1,50 @@
+"""Which model to use: --model, then $CADEDIT_MODEL, then the project's settings, then the default.
+
+Contract: choose_model(cli_value, cwd) returns a model spec (hub id, folder or .gguf path) and never
+imports torch or transformers, so commands that only need a tokenizer (`cadedit bench ceiling`)
+follow the same choice cheaply. Settings are `model` in the nearest .cadedit.toml (top level or
+[tool.cadedit]) or pyproject.toml [tool.cadedit]; a malformed file is a ConfigError.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cadedit.errors import ConfigError
+
+DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read settings ({exc})") from None
+
+
+def configured_model(cwd: Path | None = None) -> str | None:
+    """`model` from the nearest .cadedit.toml (top level or [tool.cadedit]) or pyproject.toml [tool.cadedit]."""
+    here = (cwd or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        for name in (".cadedit.toml", "pyproject.toml"):
+            path = folder / name
+            if not path.is_file():
+                continue
+            data = _read_toml(path)
+            section = data.get("tool", {}).get("cadedit", {})
+            value = section.get("model", data.get("model") if name == ".cadedit.toml" else None)
+            if value is not None:
+                if not isinstance(value, str) or not value:
+                    raise ConfigError(f"{path}: `model` must be a non-empty string")
+                return value
+    return None
+
+
+def choose_model(cli_value: str | None = None, cwd: Path | None = None) -> str:
+    """Precedence: --model, then CADEDIT_MODEL, then the project's settings, then DEFAULT_MODEL."""
+    return cli_value or os.environ.get("CADEDIT_MODEL") or configured_model(cwd) or DEFAULT_MODEL
