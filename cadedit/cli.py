@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -163,6 +163,106 @@ def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: Cli
     write_atomic(document, resolution.text)
     added, removed = count_changes(diff_text)
     err.print(f"wrote {file} (+{added} -{removed})", highlight=False, markup=False)
+
+
+_FixFile = Annotated[str, typer.Argument(
+    metavar="FILE", help="The file to edit, or - to read stdin and print the edited file.", show_default=False)]
+_Instruction = Annotated[str, typer.Argument(metavar="INSTRUCTION", help="What to change, in words.", show_default=False)]
+_Check = Annotated[bool, typer.Option("--check", help="Exit 1 if the model would change the file (writes nothing).")]
+_ShowProgram = Annotated[bool, typer.Option("--show-program", help="Print the edit program instead of the diff.")]
+_Json = Annotated[bool, typer.Option("--json", help="Print program, diff and statistics as JSON.")]
+_Model = Annotated[Optional[str], typer.Option(
+    "--model", "-m", show_default=False,
+    help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
+         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-0.5B-Instruct).")]
+_Threads = Annotated[Optional[int], typer.Option(
+    "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
+_Dtype = Annotated[str, typer.Option(
+    "--dtype", help="auto, fp32 or bf16 (auto: bf16 on CUDA; on CPU whichever a quick probe finds faster).")]
+_Temperature = Annotated[float, typer.Option("--temperature", min=0.0, help="Sampling temperature; 0 is greedy.")]
+_TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling (with --temperature > 0).")]
+_Seed = Annotated[Optional[int], typer.Option("--seed", help="Seed for sampling.", show_default=False)]
+_MaxNew = Annotated[Optional[int], typer.Option(
+    "--max-new-tokens", min=1, show_default=False, help="Budget of program tokens (default: twice the file's + 256).")]
+_Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or summary on stderr.")]
+
+
+@app.command()
+def fix(file: _FixFile, instruction: _Instruction, write: WriteOpt = False, check: _Check = False,
+        show_program: _ShowProgram = False, as_json: _Json = False, model: _Model = None, threads: _Threads = None,
+        dtype: _Dtype = "auto", temperature: _Temperature = 0.0, top_p: _TopP = 1.0, seed: _Seed = None,
+        max_new_tokens: _MaxNew = None, quiet: _Quiet = False) -> None:
+    """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
+
+    Example: cadedit fix app.py "Fix the off-by-one in paginate" | patch -p1
+    """
+    import json
+
+    from cadedit.decode import Sampling
+    from cadedit.diff import count_changes, show, unified_diff, write_atomic
+    from cadedit.document import Document
+    from cadedit.pipeline import EditOptions, edit_file, result_json
+    from cadedit.program import format as format_program
+
+    stdin = file == "-"
+    if stdin and write:
+        raise typer.BadParameter("--write needs a file, not stdin", param_hint="--write")
+    if check and write:
+        raise typer.BadParameter("--check writes nothing; drop --write", param_hint="--check")
+    document = Document.from_bytes(sys.stdin.buffer.read(), "<stdin>") if stdin else Document.read(file)
+    options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
+                          max_new_tokens=max_new_tokens)
+    with _Progress(document.path, quiet) as progress:
+        result = edit_file(document, instruction, options, on_step=progress.update, on_loaded=progress.loaded)
+    diff_text = unified_diff(document.text, result.new_text, "-" if stdin else display_path(Path(file)))
+    if not quiet:
+        added, removed = count_changes(diff_text)
+        err.print(progress.summary(result.stats) + (f"; +{added} -{removed} lines" if diff_text else "; no change"),
+                  highlight=False, markup=False)
+    if as_json:
+        write_stdout(json.dumps(result_json(result, diff_text), indent=2, ensure_ascii=False) + "\n")
+    elif show_program:
+        write_stdout(format_program(result.program))
+    elif stdin:
+        write_stdout(result.new_text)
+    elif diff_text and not write:
+        show(diff_text)
+    if write and diff_text:
+        write_atomic(document, result.new_text)
+        if not quiet:
+            err.print(f"wrote {file}", highlight=False, markup=False)
+    if check and diff_text:
+        raise typer.Exit(1)
+
+
+class _Progress:
+    """A rich status line on stderr while the model works (nothing when quiet or not a terminal)."""
+
+    def __init__(self, path: str, quiet: bool):
+        self.path, self.quiet, self.status = path, quiet, None
+
+    def __enter__(self):
+        if not self.quiet:
+            self.status = err.status(f"{self.path}: loading the model ...")
+            self.status.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.status is not None:
+            self.status.__exit__(*exc)
+
+    def loaded(self, loaded) -> None:
+        if self.status is not None:
+            self.status.update(f"{self.path}: {loaded.name} loaded in {loaded.load_seconds:.1f} s; reading the file ...")
+
+    def update(self, stats, step) -> None:
+        if self.status is not None:
+            self.status.update(f"{self.path}: {self.summary(stats)}")
+
+    @staticmethod
+    def summary(stats) -> str:
+        return (f"{stats.tokens_spliced} tokens copied, {stats.tokens_sampled} generated, "
+                f"{stats.forward_passes} forward passes, {stats.seconds_total or stats.seconds_forwards:.1f} s")
 
 
 from cadedit.bench.cli import app as bench_app  # noqa: E402 - light: imports no torch

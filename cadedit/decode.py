@@ -80,6 +80,10 @@ class DecodeStats:
     seconds_total: float = 0.0
 
     @property
+    def seconds_forwards(self) -> float:
+        return self.seconds_prefill + self.seconds_steps + self.seconds_forced + self.seconds_splices
+
+    @property
     def tokens_new(self) -> int:
         """Program tokens the loop produced (sampled + forced): what the budget counts."""
         return self.tokens_sampled + self.tokens_forced

@@ -212,8 +212,8 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
     threads = threads or default_threads()
     torch.set_num_threads(threads)
     device = choose_device(device)
-    torch_dtype = choose_dtype(dtype, device)
     source, hub = _source(spec)
+    torch_dtype = choose_dtype(dtype, device)
     tokenizer, model = _from_pretrained(source, hub, torch_dtype)
     model.to(device).eval()
     if tokenizer.chat_template is None:

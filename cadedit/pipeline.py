@@ -10,7 +10,7 @@ the fit check, the grammar, one decode) are public so benchmarks reuse exactly t
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from cadedit import program as P
 from cadedit.decode import Decoded, DecodeStats, Picker, Sampling, Step, decode, model_forward, sampling_picker
@@ -110,10 +110,13 @@ def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick
 
 def edit_file(document: Document, instruction: str, options: EditOptions = EditOptions(), *,
               loaded: LoadedModel | None = None, pick: Picker | None = None,
-              on_step: Callable[[DecodeStats, Step], None] | None = None) -> EditResult:
+              on_step: Callable[[DecodeStats, Step], None] | None = None,
+              on_loaded: Callable[[LoadedModel], None] | None = None) -> EditResult:
     """Edit one document as the instruction says; see the module docstring."""
     # 1. The model (the caller may pass one already loaded).
     loaded = loaded or load_model(options.model, options.device, options.dtype, options.threads)
+    if on_loaded is not None:
+        on_loaded(loaded)
     # 2. The prompt as token ids; a file that cannot fit is refused here, before any model work.
     prepared = prepare(loaded, document, instruction, options)
     # 3. Decode: masked model steps, forced literals, one forward per copy splice.
@@ -122,3 +125,19 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
     program = to_document_program(P.parse(decoded.text), document)
     new_text = resolve(program, document)
     return EditResult(document, program, decoded.text, new_text, decoded.stats, loaded.name, len(prepared.prompt_ids))
+
+
+def result_json(result: EditResult, diff_text: str) -> dict:
+    """The machine-readable form of an edit (`cadedit fix --json`)."""
+    stats = asdict(result.stats)
+    stats["seconds_forwards"] = result.stats.seconds_forwards
+    return {
+        "file": result.document.path,
+        "model": result.model,
+        "changed": result.changed,
+        "program": P.format(result.program),
+        "program_as_written": result.program_text,
+        "diff": diff_text,
+        "prompt_tokens": result.prompt_tokens,
+        "statistics": stats,
+    }

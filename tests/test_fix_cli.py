@@ -1,0 +1,181 @@
+"""`cadedit fix` end to end with the tiny random Qwen2 saved as a model folder (--model DIR).
+
+The model's choices are scripted (the oracle program of a known edit is spelled through the real
+decode loop: real model, real grammar, real splices), so exit codes and outputs are exact; one
+subprocess test runs the real console script with the unscripted random model.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import cadedit.pipeline as pipeline
+from cadedit import cli
+from cadedit.decode import script_picker, to_display_program
+from cadedit.document import Document
+from cadedit.oracle import oracle
+from cadedit.program import format, parse
+from cadedit.resolve import resolve
+from tests.tinymodel import save_model
+
+BEFORE = b"def add(a, b):\r\n    return a - b\r\n\r\n\r\nprint(add(1, 2))\r\n"
+AFTER = b"def add(a, b):\r\n    return a + b\r\n\r\n\r\nprint(add(1, 2))\r\n"
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    return save_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def small_context_dir(tmp_path_factory):
+    return save_model(tmp_path_factory.mktemp("models") / "tiny-512", context=512)
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_bytes(BEFORE)
+    return tmp_path
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """Make the model 'choose' the oracle program that turns the file into `after`."""
+
+    def script(after: bytes) -> None:
+        real_run = pipeline.run_decode
+
+        def run_decode(loaded, document, prepared, pick, on_step=None):
+            target = format(to_display_program(oracle(document, Document.from_bytes(after)), document))
+            vocab = pipeline.grammar_for(loaded).vocab.tokens
+            return real_run(loaded, document, prepared, script_picker(target, vocab), on_step)
+
+        monkeypatch.setattr(pipeline, "run_decode", run_decode)
+
+    return script
+
+
+def fix(*args: str, input: bytes | None = None):
+    return CliRunner().invoke(cli.app, ["fix", *args], input=input)
+
+
+def test_fix_prints_the_diff_and_leaves_the_file_alone(work, tiny_dir, scripted):
+    scripted(AFTER)
+    result = fix("a.py", "Fix add.", "--model", str(tiny_dir))
+    assert result.exit_code == 0, result.output
+    assert result.stdout_bytes.startswith(b"diff --git a/a.py b/a.py\n")
+    assert b"-    return a - b\r\n+    return a + b\r\n" in result.stdout_bytes
+    assert (work / "a.py").read_bytes() == BEFORE
+    assert "tokens copied" in result.stderr and "+1 -1 lines" in result.stderr
+
+
+def test_write_applies_the_edit_atomically_byte_for_byte(work, tiny_dir, scripted):
+    scripted(AFTER)
+    result = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--write")
+    assert result.exit_code == 0, result.output
+    assert result.stdout_bytes == b""
+    assert (work / "a.py").read_bytes() == AFTER
+    assert [p.name for p in work.iterdir()] == ["a.py"]  # no temporary file left
+
+
+@pytest.mark.parametrize("after, code", [(AFTER, 1), (BEFORE, 0)])
+def test_check_exits_1_only_when_the_file_would_change(work, tiny_dir, scripted, after, code):
+    scripted(after)
+    result = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--check", "--quiet")
+    assert result.exit_code == code, result.output
+    assert (work / "a.py").read_bytes() == BEFORE
+    assert result.stderr == ""
+
+
+def test_stdin_prints_the_edited_file(work, tiny_dir, scripted):
+    scripted(AFTER)
+    result = fix("-", "Fix add.", "--model", str(tiny_dir), "-q", input=BEFORE)
+    assert result.exit_code == 0, result.output
+    assert result.stdout_bytes == AFTER
+
+
+def test_json_has_program_diff_and_statistics(work, tiny_dir, scripted):
+    scripted(AFTER)
+    result = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--json", "-q")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout_bytes)
+    before = Document.from_bytes(BEFORE)
+    assert resolve(parse(data["program"]), before).encode() == AFTER
+    assert data["diff"].startswith("diff --git a/a.py b/a.py") and data["changed"] is True
+    stats = data["statistics"]
+    assert stats["copies"] == 2 and stats["tokens_spliced"] > 0 and stats["forward_passes"] == stats["tokens_sampled"]
+    assert {"seconds_prefill", "seconds_steps", "seconds_forced", "seconds_splices"} <= set(stats)
+
+
+def test_show_program_prints_a_program_that_apply_accepts(work, tiny_dir, scripted):
+    scripted(AFTER)
+    result = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--show-program", "-q")
+    assert result.exit_code == 0, result.output
+    (work / "p").write_bytes(result.stdout_bytes)
+    applied = CliRunner().invoke(cli.app, ["apply", "a.py", "p", "--write"])
+    assert applied.exit_code == 0, applied.output
+    assert (work / "a.py").read_bytes() == AFTER
+
+
+def test_model_from_environment(work, tiny_dir, scripted, monkeypatch):
+    scripted(AFTER)
+    monkeypatch.setenv("CADEDIT_MODEL", str(tiny_dir))
+    assert fix("a.py", "Fix add.", "-q").exit_code == 0
+
+
+@pytest.mark.parametrize("model", ["no/such/folder", "missing.gguf", "Org/uncached-model"])
+def test_bad_model_is_one_line_error_exit_1(work, model):
+    result = fix("a.py", "Fix add.", "--model", model)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
+    assert "hint:" in result.stderr and "CADEDIT_MODEL" in result.stderr
+    assert (work / "a.py").read_bytes() == BEFORE
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda w: None, "no such file"),
+    (lambda w: (w / "b.py").mkdir(), "is a directory"),
+    (lambda w: (w / "b.py").write_bytes(b"\x00\x01"), "binary file"),
+    (lambda w: (w / "b.py").write_bytes(b"caf\xe9\n"), "not UTF-8"),
+])
+def test_unreadable_file_is_one_line_error_exit_1(work, tiny_dir, make, message):
+    make(work)
+    result = fix("b.py", "Fix.", "--model", str(tiny_dir))
+    assert result.exit_code == 1 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_write_with_stdin_and_check_with_write_are_usage_errors(work, tiny_dir):
+    assert fix("-", "Fix.", "--write", input=BEFORE).exit_code == 2
+    assert fix("a.py", "Fix.", "--write", "--check").exit_code == 2
+
+
+def test_file_too_large_for_the_context_is_refused_before_any_model_work(work, small_context_dir, monkeypatch):
+    monkeypatch.setattr(pipeline, "model_forward", lambda *a: pytest.fail("the model ran"))
+    (work / "big.py").write_text("".join(f"value_{k} = {k} * {k}\n" for k in range(200)))
+    result = fix("big.py", "Fix.", "--model", str(small_context_dir))
+    assert result.exit_code == 1
+    assert "200 lines" in result.stderr and "context limit is 512 tokens" in result.stderr
+
+
+def test_budget_exhausted_writes_nothing(work, tiny_dir, scripted):
+    scripted(b"completely\nnew\ncontent\nthat\nneeds\nmany\ntokens\n")
+    result = fix("a.py", "Fix.", "--model", str(tiny_dir), "--write", "--max-new-tokens", "8")
+    assert result.exit_code == 1
+    assert "budget of 8 new tokens" in result.stderr and "--max-new-tokens" in result.stderr
+    assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_console_script_with_the_unscripted_random_model(work, tiny_dir, run_cli):
+    """The real console script and the real random model: it either edits or runs out of budget,
+    and in both cases the answer is a clean exit code and the file is untouched."""
+    proc = run_cli("fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--max-new-tokens", "40", "--threads", "1",
+                   cwd=work)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert b"Traceback" not in proc.stderr
+    if proc.returncode == 1:
+        assert b"budget of 40 new tokens" in proc.stderr
+    assert (work / "a.py").read_bytes() == BEFORE
