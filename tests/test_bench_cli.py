@@ -59,11 +59,22 @@ def test_ceiling_pools_several_corpora_and_splice_counting(files):
     assert "pooled" in result.stdout
 
 
-def test_ceiling_without_a_tokenizer_is_a_one_line_error(files):
-    corpus, _, _ = files
-    result = invoke("ceiling", "-c", str(corpus))
+def test_ceiling_tokenizer_follows_the_project_settings(files, monkeypatch):
+    corpus, tok, tmp = files
+    monkeypatch.chdir(tmp)
+    (tmp / ".cadedit.toml").write_text(f"model = {str(tok)!r}\n")
+    out = tmp / "c.json"
+    result = invoke("ceiling", "-c", str(corpus), "--json", str(out))
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["tokenizer"] == str(tok)
+
+
+def test_ceiling_without_a_usable_tokenizer_is_a_one_line_error(files, monkeypatch):
+    corpus, _, tmp = files
+    monkeypatch.chdir(tmp)
+    result = invoke("ceiling", "-c", str(corpus))  # the default hub id, not cached, offline
     assert result.exit_code == 1
-    assert "error: no tokenizer given" in result.output and "hint:" in result.output
+    assert "cannot load tokenizer" in result.output and "hint: pass --tokenizer" in result.output
 
 
 def test_bad_corpus_names_file_and_line(files):

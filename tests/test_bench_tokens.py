@@ -42,11 +42,16 @@ def test_load_tokenizer_errors_are_model_errors(tmp_path):
         load_tokenizer(str(tmp_path / "notes.txt"))
 
 
-def test_tokenizer_spec_precedence(monkeypatch):
+def test_tokenizer_spec_follows_the_model_choice(tmp_path, monkeypatch):
+    from cadedit.config import DEFAULT_MODEL
+
+    monkeypatch.chdir(tmp_path)
+    assert tokenizer_spec(None, None) == DEFAULT_MODEL
+    (tmp_path / "pyproject.toml").write_text('[tool.cadedit]\nmodel = "from-pyproject"\n')
+    assert tokenizer_spec(None, None) == "from-pyproject"
+    (tmp_path / ".cadedit.toml").write_text('model = "from-dotfile"\n')
+    assert tokenizer_spec(None, None) == "from-dotfile"
     monkeypatch.setenv("CADEDIT_MODEL", "from-env")
-    assert tokenizer_spec("tok.json", "model") == "tok.json"
-    assert tokenizer_spec(None, "model") == "model"
     assert tokenizer_spec(None, None) == "from-env"
-    monkeypatch.delenv("CADEDIT_MODEL")
-    with pytest.raises(ModelError, match="no tokenizer given"):
-        tokenizer_spec(None, None)
+    assert tokenizer_spec(None, "model") == "model"
+    assert tokenizer_spec("tok.json", "model") == "tok.json"

@@ -59,9 +59,10 @@ CorpusOpt = Annotated[list[Path], typer.Option(
 JsonOpt = Annotated[Path | None, typer.Option("--json", metavar="PATH", help="Write the results as JSON here.")]
 LimitOpt = Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Only the first N cases of each corpus.")]
 TokenizerOpt = Annotated[str | None, typer.Option(
-    "--tokenizer", metavar="PATH", help="tokenizer.json, a model folder or a .gguf file (default: the model's).")]
+    "--tokenizer", metavar="PATH", help="tokenizer.json, a model folder, a .gguf file or a hub id (default: the model's, see --model).")]
 ModelOpt = Annotated[str | None, typer.Option(
-    "--model", "-m", metavar="MODEL", help="Model folder, .gguf file or hub id (default: $CADEDIT_MODEL).")]
+    "--model", "-m", metavar="MODEL", help="Model folder, .gguf file or hub id (default: $CADEDIT_MODEL, then `model` in .cadedit.toml or "
+         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-0.5B-Instruct).")]
 
 
 def int_list(text: str, name: str) -> tuple[int, ...]:

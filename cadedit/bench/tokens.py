@@ -52,14 +52,11 @@ def _encoder(tokenizer: object) -> Callable[[str], list[int]]:
 
 
 def tokenizer_spec(tokenizer: str | None, model: str | None) -> str:
-    """Which tokenizer to load: --tokenizer, else --model, else $CADEDIT_MODEL."""
-    spec = tokenizer or model or os.environ.get("CADEDIT_MODEL")
-    if not spec:
-        raise ModelError(
-            "no tokenizer given",
-            hint="pass --tokenizer PATH (tokenizer.json, a model folder or a .gguf file), --model M, or set CADEDIT_MODEL",
-        )
-    return spec
+    """Which tokenizer to load: --tokenizer, else the model's, chosen as every command chooses it
+    (--model, $CADEDIT_MODEL, `model` in .cadedit.toml / pyproject.toml, the default hub id)."""
+    from cadedit.config import choose_model
+
+    return tokenizer or choose_model(model)
 
 
 def load_tokenizer(spec: str) -> TokenCounter:
