@@ -1,0 +1,172 @@
+"""Verified copy: a lossless rewrite decoder that drafts the input's own lines.
+
+Contract: verify_rewrite(lm, prompt_ids, source, encode, token_bytes, output) returns the token ids
+that greedy decoding (rewrite.greedy_rewrite) would produce, in fewer forwards. Wherever the output
+so far is aligned with the source text, the next stretch of the source is proposed as a draft and
+checked in ONE forward over [pending token] + draft; the longest prefix on which the model's argmax
+agrees is kept, the model's own token follows it, and the KV cache is cropped back past the rest.
+Drafts grow geometrically while accepted in full and shrink back after a miss (Schedule).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from cadedit.rewrite import LM, Generated, Output, RewriteStats
+
+RECENT = 8  # output lines remembered to place a line that occurs more than once in the source
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Draft lengths in tokens: `start` after a miss, times `grow` after a full accept, at most `most`.
+
+    Measured cost model (0.5B fp32, this 2-core CPU, issue 4): a decode step 245 ms, a 2-16 token
+    forward 520 ms, 64 tokens 1.0 s, 512 tokens 4.7 s. So a 16-token draft that fails costs about
+    one extra step, one that is accepted saves about 14; past ~256 tokens a forward costs nearly
+    linear time, so longer drafts save little and a miss wastes seconds.
+    """
+
+    start: int = 16
+    grow: int = 2
+    most: int = 256
+
+    def next(self, size: int, accepted_all: bool) -> int:
+        return min(size * self.grow, self.most) if accepted_all else self.start
+
+
+class Aligner:
+    """Where the output stands in the source text (a byte offset, or None), and the draft from there.
+
+    Alignment is kept while each output token's bytes continue the source at the anchor (a
+    different tokenisation of the same text stays aligned). Lost, it is found again when the output
+    ends a line that equals a source line: among equal lines, the one whose preceding lines match
+    most output lines wins, then the one nearest after the last aligned line.
+    """
+
+    def __init__(self, source: str, encode: Callable[[str], list[int]]):
+        self.source = source.encode("utf-8")
+        self.encode = encode
+        self.lines = self.source.splitlines(keepends=True)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+        self.line_at = {offset: k for k, offset in enumerate(self.starts)}  # line k starts at offset
+        self.where: dict[bytes, list[int]] = {}
+        for k, line in enumerate(self.lines):
+            self.where.setdefault(line, []).append(k)
+        self.anchor: int | None = 0  # the output starts where the file starts (the prompt opens the fence)
+        self.last_line = -1
+        self.partial = bytearray()
+        self.recent: deque[bytes] = deque(maxlen=RECENT)
+
+    def advance(self, piece: bytes) -> None:
+        """The output grew by `piece`: follow it in the source, or look for it again at a line end."""
+        if self.anchor is not None and self.source.startswith(piece, self.anchor):
+            self.anchor += len(piece)
+        else:
+            self.anchor = None
+        self._take_lines(piece)
+        if self.anchor is not None and self.anchor in self.line_at:
+            self.last_line = self.line_at[self.anchor] - 1
+        elif self.anchor is None and not self.partial and self.recent:
+            self.anchor = self._relocate()
+
+    def draft(self, n_tokens: int) -> list[int]:
+        """Up to n_tokens ids of the source after the anchor (whole lines tokenised, then cut)."""
+        if self.anchor is None or self.anchor >= len(self.source) or n_tokens <= 0:
+            return []
+        # ~3.5 bytes per token in code: 6 per token reaches n_tokens nearly always; end on a line end.
+        stop = next((s for s in self.starts if s >= self.anchor + 6 * n_tokens), len(self.source))
+        try:
+            text = self.source[self.anchor : stop].decode("utf-8")
+        except UnicodeDecodeError:  # the anchor is inside a character: no draft until it is past
+            return []
+        return self.encode(text)[:n_tokens]
+
+    def _take_lines(self, piece: bytes) -> None:
+        self.partial += piece
+        while (cut := self.partial.find(b"\n")) >= 0:
+            self.recent.append(bytes(self.partial[: cut + 1]))
+            del self.partial[: cut + 1]
+
+    def _relocate(self) -> int | None:
+        candidates = self.where.get(self.recent[-1])
+        if not candidates:
+            return None
+        best = max(candidates, key=lambda k: (self._matched(k), k > self.last_line, -abs(k - self.last_line)))
+        self.last_line = best
+        return self.starts[best + 1]
+
+    def _matched(self, k: int) -> int:
+        """How many of the latest output lines equal source lines ..k-1, k."""
+        n = 0
+        while n < len(self.recent) and k - n >= 0 and self.recent[-1 - n] == self.lines[k - n]:
+            n += 1
+        return n
+
+
+def agreement(predictions: Sequence[int], draft: Sequence[int]) -> int:
+    """How many draft tokens greedy decoding would itself have produced: predictions[i] is the
+    model's argmax after the pending token and draft[:i]."""
+    n = 0
+    while n < len(draft) and predictions[n] == draft[n]:
+        n += 1
+    return n
+
+
+@dataclass
+class _Counts:
+    passes: int = 0
+    accepted: int = 0
+    drafted: int = 0
+    drafts: int = 0
+    rejected: int = 0
+    prefill: float = 0.0
+
+
+def verify_rewrite(lm: LM, prompt_ids: Sequence[int], source: str, encode: Callable[[str], list[int]],
+                   token_bytes: Sequence[bytes], output: Output, schedule: Schedule = Schedule()) -> Generated:
+    """Greedy rewrite with verified drafts; see the module docstring. The prompt rides along with the
+    first draft, so the file's first lines are checked in the prefill forward itself."""
+    start = time.perf_counter()
+    aligner, counts = Aligner(source, encode), _Counts()
+    pending, size = list(prompt_ids), schedule.start
+    while True:
+        draft = aligner.draft(min(size, output.budget - len(output.ids)))
+        with torch.inference_mode():
+            logits = lm.feed(pending + draft, keep=len(draft) + 1)  # [D+1, V]
+            predictions = logits.float().argmax(-1).tolist()
+        accepted = agreement(predictions, draft)
+        lm.crop(len(draft) - accepted)  # the cache keeps pending + the accepted draft tokens
+        _count(counts, draft, accepted, start)
+        size = schedule.next(size, accepted == len(draft)) if draft else size
+        emitted = [*draft[:accepted], predictions[accepted]]
+        for token in emitted:
+            if output.add(token):
+                return Generated(tuple(output.ids), output.finished, _stats(counts, len(prompt_ids), start))
+            aligner.advance(token_bytes[token])
+        pending = [emitted[-1]]
+
+
+def _count(counts: _Counts, draft: list[int], accepted: int, start: float) -> None:
+    if counts.passes == 0:
+        counts.prefill = time.perf_counter() - start
+    counts.passes += 1
+    counts.accepted += accepted
+    counts.drafted += len(draft)
+    counts.drafts += bool(draft)
+    counts.rejected += bool(draft) and accepted < len(draft)
+
+
+def _stats(counts: _Counts, prompt: int, start: float) -> RewriteStats:
+    return RewriteStats(
+        forward_passes=counts.passes, tokens_prompt=prompt, tokens_sampled=counts.passes,
+        tokens_accepted=counts.accepted, tokens_drafted=counts.drafted, drafts_proposed=counts.drafts,
+        drafts_rejected=counts.rejected, seconds_prefill=counts.prefill, seconds_total=time.perf_counter() - start,
+    )
