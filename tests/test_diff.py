@@ -267,3 +267,31 @@ def test_write_atomic_failure_leaves_the_file_and_no_temp(tmp_path, monkeypatch)
         write_atomic(document, "lost\n")
     assert target.read_text() == "keep\n"
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+HUMANEVALFIX = Path(__file__).resolve().parents[2] / "shared" / "data" / "humanevalfix"
+
+
+@needs_patch
+@needs_git
+@pytest.mark.skipif(not HUMANEVALFIX.is_dir(), reason="the shared HumanEvalFix data is not beside the repository")
+@pytest.mark.parametrize("tool", ["patch", "git"])
+def test_humanevalfix_328_pairs_in_one_multi_file_diff(tmp_path, tool):
+    """Every buggy -> fixed pair of HumanEvalFix (Python and JS), as one patch over 328 files."""
+    import json
+
+    pairs = {}
+    for lang in ("python", "js"):
+        for line in (HUMANEVALFIX / f"humanevalfix_{lang}.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            name = record["task_id"].replace("/", "_") + (".py" if lang == "python" else ".js")
+            pairs[f"{lang}/{name}"] = (record["prompt"] + record["buggy_solution"], record["prompt"] + record["canonical_solution"])
+    assert len(pairs) == 328
+    for path, (before, _) in pairs.items():
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_bytes(before.encode())
+    text = "".join(unified_diff(before, after, path) for path, (before, after) in pairs.items())
+    command = ["patch", "-p1", "--quiet", "--force"] if tool == "patch" else ["git", "apply", "-"]
+    done = subprocess.run(command, cwd=tmp_path, input=text.encode(), capture_output=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {path: (tmp_path / path).read_bytes() for path in pairs} == {p: a.encode() for p, (_, a) in pairs.items()}
