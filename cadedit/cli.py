@@ -34,6 +34,11 @@ def warn(message: str) -> None:
     err.print(f"[yellow]warning:[/] {_escape(message)}", soft_wrap=True, highlight=False)
 
 
+def say(message: str) -> None:
+    """A plain progress or summary line on stderr (no markup, no wrapping)."""
+    err.print(message, highlight=False, markup=False, soft_wrap=True)
+
+
 def _escape(text: str) -> str:
     from rich.markup import escape
 
@@ -110,8 +115,11 @@ def write_stdout(text: str) -> None:
 
 
 def display_path(path: Path) -> str:
-    """The path for diff headers: relative to the working directory, so `patch -p1` finds it."""
-    return Path(os.path.relpath(path.absolute())).as_posix()
+    """The path for diff headers: relative to the repository root inside a git work tree (as `git diff`
+    writes it; `git apply` takes it from any subdirectory), else to the working directory (`patch -p1`)."""
+    from cadedit.repo import diff_path
+
+    return diff_path(path)
 
 
 def read_program(source: str):
@@ -165,9 +173,13 @@ def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: Cli
     err.print(f"wrote {file} (+{added} -{removed})", highlight=False, markup=False)
 
 
-_FixFile = Annotated[str, typer.Argument(
-    metavar="FILE", help="The file to edit, or - to read stdin and print the edited file.", show_default=False)]
-_Instruction = Annotated[str, typer.Argument(metavar="INSTRUCTION", help="What to change, in words.", show_default=False)]
+_FixArgs = Annotated[list[str], typer.Argument(
+    metavar="FILE INSTRUCTION | FILE... -i INSTRUCTION", show_default=False,
+    help="The file to edit (- reads stdin and prints the edited file) and what to change, in words; "
+         "with --instruction every argument is a file.")]
+_InstructionOpt = Annotated[Optional[str], typer.Option(
+    "--instruction", "-i", show_default=False,
+    help="What to change, for several files in one call: the model loads once and the diffs form one patch.")]
 _Check = Annotated[bool, typer.Option("--check", help="Exit 1 if the model would change the file (writes nothing).")]
 _ShowProgram = Annotated[bool, typer.Option("--show-program", help="Print the edit program instead of the diff.")]
 _Json = Annotated[bool, typer.Option("--json", help="Print program, diff and statistics as JSON.")]
@@ -188,13 +200,18 @@ _Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or summ
 
 
 @app.command()
-def fix(file: _FixFile, instruction: _Instruction, write: WriteOpt = False, check: _Check = False,
+def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt = False, check: _Check = False,
         show_program: _ShowProgram = False, as_json: _Json = False, model: _Model = None, threads: _Threads = None,
         dtype: _Dtype = "auto", temperature: _Temperature = 0.0, top_p: _TopP = 1.0, seed: _Seed = None,
         max_new_tokens: _MaxNew = None, quiet: _Quiet = False) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
-    Example: cadedit fix app.py "Fix the off-by-one in paginate" | patch -p1
+    Diff paths are relative to the repository root inside git (`git apply` works from any folder;
+    `patch -p1` from the root), else to the working directory.
+
+    Examples: cadedit fix app.py "Fix the off-by-one in paginate" | patch -p1
+
+              cadedit fix a.py b.py -i "Use pathlib" | git apply    (one model load, one patch)
     """
     import json
 
@@ -204,14 +221,20 @@ def fix(file: _FixFile, instruction: _Instruction, write: WriteOpt = False, chec
     from cadedit.pipeline import EditOptions, edit_file, result_json
     from cadedit.program import format as format_program
 
+    if check and write:
+        raise typer.BadParameter("--check writes nothing; drop --write", param_hint="--check")
+    files, instruction = _fix_arguments(args, instruction_opt)
+    options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
+                          max_new_tokens=max_new_tokens)
+    if len(files) > 1:
+        if as_json or show_program:
+            raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
+        return _fix_many(files, instruction, options, write, check, quiet)
+    file = files[0]
     stdin = file == "-"
     if stdin and write:
         raise typer.BadParameter("--write needs a file, not stdin", param_hint="--write")
-    if check and write:
-        raise typer.BadParameter("--check writes nothing; drop --write", param_hint="--check")
     document = Document.from_bytes(sys.stdin.buffer.read(), "<stdin>") if stdin else Document.read(file)
-    options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
-                          max_new_tokens=max_new_tokens)
     with _Progress(document.path, quiet) as progress:
         result = edit_file(document, instruction, options, on_step=progress.update, on_loaded=progress.loaded)
     diff_text = unified_diff(document.text, result.new_text, "-" if stdin else display_path(Path(file)))
@@ -232,6 +255,56 @@ def fix(file: _FixFile, instruction: _Instruction, write: WriteOpt = False, chec
         if not quiet:
             err.print(f"wrote {file}", highlight=False, markup=False)
     if check and diff_text:
+        raise typer.Exit(1)
+
+
+def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:
+    """`FILE INSTRUCTION`, or `FILE... --instruction INSTRUCTION`: (files, instruction)."""
+    if instruction is None:
+        if len(args) != 2:
+            raise typer.BadParameter('give FILE "INSTRUCTION", or several files with -i "INSTRUCTION"',
+                                     param_hint="FILE INSTRUCTION")
+        if Path(args[1]).is_file():  # `cadedit fix a.py b.py` without -i: surely two files, not an instruction
+            raise typer.BadParameter(f'{args[1]} is a file; for several files give the instruction with -i "..."',
+                                     param_hint="INSTRUCTION")
+        return args[:1], args[1]
+    if not args:
+        raise typer.BadParameter("no FILE given", param_hint="FILE")
+    if "-" in args and len(args) > 1:
+        raise typer.BadParameter("- (stdin) edits one input; give files or -, not both", param_hint="FILE")
+    return args, instruction
+
+
+def _fix_many(files: list[str], instruction: str, options, write: bool, check: bool, quiet: bool) -> None:
+    """Several files: every file read first, the model loaded once, one patch; written only if all edits succeed."""
+    from cadedit.diff import count_changes, show, unified_diff, write_atomic
+    from cadedit.document import Document
+    from cadedit.model import load_model
+    from cadedit.pipeline import edit_file
+
+    documents = [Document.read(f) for f in dict.fromkeys(files)]
+    loaded = load_model(options.model, options.device, options.dtype, options.threads)
+    if not quiet:
+        say(f"{loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(len(documents))})")
+    edited = []
+    for document in documents:
+        with _Progress(document.path, quiet) as progress:
+            result = edit_file(document, instruction, options, loaded=loaded, on_step=progress.update)
+        diff_text = unified_diff(document.text, result.new_text, display_path(Path(document.path)))
+        if not quiet:
+            added, removed = count_changes(diff_text)
+            say(f"{document.path}: {progress.summary(result.stats)}"
+                + (f"; +{added} -{removed} lines" if diff_text else "; no change"))
+        edited.append((document, result.new_text, diff_text))
+    patch = "".join(diff_text for _, _, diff_text in edited)
+    if patch and not write:
+        show(patch)
+    for document, new_text, diff_text in edited if write else ():
+        if diff_text:
+            write_atomic(document, new_text)
+            if not quiet:
+                say(f"wrote {document.path}")
+    if check and patch:
         raise typer.Exit(1)
 
 
@@ -263,6 +336,120 @@ class _Progress:
     def summary(stats) -> str:
         return (f"{stats.tokens_spliced} tokens copied, {stats.tokens_sampled} generated, "
                 f"{stats.forward_passes} forward passes, {stats.seconds_total or stats.seconds_forwards:.1f} s")
+
+
+hook_app = typer.Typer(
+    no_args_is_help=True,
+    help="The git pre-commit hook: the \\[\\[rules]] of .cadedit.toml (or pyproject.toml \\[tool.cadedit]) on staged files.",
+)
+app.add_typer(hook_app, name="hook")
+_HookFiles = Annotated[Optional[list[Path]], typer.Argument(
+    metavar="FILES", show_default=False,
+    help="Files to check (their staged content; pre-commit passes these). Default: every staged change.")]
+_HookFix = Annotated[bool, typer.Option(
+    "--fix", help="Write the edits to the working tree (exit 1 so you review and re-stage); default: check only.")]
+
+
+@hook_app.command("install")
+def hook_install(force: Annotated[bool, typer.Option(
+        "--force", help="Replace a pre-commit hook cadedit did not write (kept as pre-commit.cadedit-backup).")] = False,
+) -> None:
+    """Write .git/hooks/pre-commit so that every `git commit` runs `cadedit hook run` first."""
+    from cadedit.repo import install_hook, open_repo
+
+    hook, backup = install_hook(open_repo(), force)
+    if backup is not None:
+        say(f"moved the previous hook to {backup}")
+    say(f"installed {hook}; rules come from .cadedit.toml (see `cadedit hook run --help`)")
+
+
+@hook_app.command("uninstall")
+def hook_uninstall() -> None:
+    """Remove the pre-commit hook that `cadedit hook install` wrote (never another one)."""
+    from cadedit.repo import open_repo, uninstall_hook
+
+    hook, restored = uninstall_hook(open_repo())
+    say(f"removed {hook}" + (f"; restored the previous hook from {restored.name}" if restored else ""))
+
+
+@hook_app.command("run")
+def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = None, threads: _Threads = None,
+             dtype: _Dtype = "auto", max_new_tokens: _MaxNew = None) -> None:
+    """Apply each rule's instruction to the staged files it matches; print the diffs, exit 1 if any would change.
+
+    --fix writes the edits to the working tree instead. The model loads once, only if a staged file matches a rule.
+
+    Settings: .cadedit.toml at the repository root (or pyproject.toml \\[tool.cadedit]), for example:
+
+    model = "Qwen/Qwen2.5-Coder-0.5B-Instruct"  (optional; --model and CADEDIT_MODEL come first)
+
+    \\[\\[rules]]  files = "*.py"  instruction = "Add a docstring to every public function that lacks one."
+    """
+    import time
+
+    from cadedit import repo as R
+
+    start = time.perf_counter()
+    try:
+        repository = R.open_repo()
+        root = Path(repository.working_tree_dir)
+        settings = R.load_settings(root)
+        targets = R.plan(repository, settings, [R.repo_relative(root, str(f)) for f in files] if files else None)
+        if not targets:
+            say("cadedit hook: no staged file matches a rule; nothing to do")
+            return
+        edit = _hook_editor(model, root, len(targets), threads, dtype, max_new_tokens)
+        counts = _hook_report(R.run(repository, targets, edit, fix))
+    except CadeditError as exc:
+        exc.hint = (exc.hint + "\n" if exc.hint else "") + "to commit once without the hook: git commit --no-verify"
+        raise
+    summary = ", ".join(f"{n} {status.value}" for status, n in counts.items() if n)
+    say(f"cadedit hook: {_files(len(targets))}: {summary} ({time.perf_counter() - start:.1f} s in all)")
+    if counts[R.Status.WOULD_CHANGE]:
+        say("to write these changes: cadedit hook run --fix")
+    if counts[R.Status.FIXED]:
+        say("review the changes, `git add` them and commit again")
+    if any(n for status, n in counts.items() if status is not R.Status.UNCHANGED):
+        raise typer.Exit(1)
+
+
+def _files(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"
+
+
+def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: str, max_new_tokens):
+    """Load the model once; an edit(document, instruction) -> new text that reuses it for every file."""
+    from cadedit.config import choose_model
+    from cadedit.errors import ModelError
+    from cadedit.model import load_model
+    from cadedit.pipeline import EditOptions, edit_file
+
+    options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens)
+    try:
+        with err.status(f"cadedit hook: loading {options.model} ..."):
+            loaded = load_model(options.model, options.device, options.dtype, options.threads)
+    except ModelError as exc:
+        exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
+        raise
+    say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(n_files)})")
+    return lambda document, instruction: edit_file(document, instruction, options, loaded=loaded).new_text
+
+
+def _hook_report(outcomes) -> dict:
+    """Print each file's outcome as it comes (diffs on stdout); count them by status."""
+    from cadedit.diff import count_changes, show
+    from cadedit.repo import Status
+
+    counts = {status: 0 for status in Status}
+    for outcome in outcomes:
+        counts[outcome.status] += 1
+        if outcome.diff and outcome.status is not Status.FIXED:
+            show(outcome.diff)
+        added, removed = count_changes(outcome.diff)
+        change = f" (+{added} -{removed})" if outcome.diff else ""
+        note = f": {outcome.message}" if outcome.message else ""
+        say(f"cadedit hook: {outcome.path}: {outcome.status.value}{change}{note}")
+    return counts
 
 
 from cadedit.bench.cli import app as bench_app  # noqa: E402 - light: imports no torch

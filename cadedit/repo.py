@@ -151,14 +151,15 @@ def load_settings(root: Path) -> Settings:
     """Read .cadedit.toml at the repository root, else [tool.cadedit] in pyproject.toml."""
     own, pyproject = root / SETTINGS_FILE, root / "pyproject.toml"
     if own.is_file():
-        return _parse_settings(_read_toml(own), SETTINGS_FILE)
+        data = _read_toml(own)  # top level, or [tool.cadedit] as in pyproject.toml (config.py reads both)
+        return _parse_settings(data.get("tool", {}).get("cadedit", data), SETTINGS_FILE)
     if pyproject.is_file():
         table = _read_toml(pyproject).get("tool", {}).get("cadedit")
         if table is not None:
             return _parse_settings(table, "pyproject.toml [tool.cadedit]")
     raise ConfigError(
         f"no cadedit settings in {root}: neither {SETTINGS_FILE} nor [tool.cadedit] in pyproject.toml",
-        hint=f"create {SETTINGS_FILE} at the repository root, for example:\n{EXAMPLE_SETTINGS}",
+        hint=f"create {SETTINGS_FILE} at the repository root, for example:\n{EXAMPLE_SETTINGS.rstrip()}",
     )
 
 
@@ -176,7 +177,7 @@ def _parse_settings(table: dict, source: str) -> Settings:
         raise ConfigError(f"{source}: `model` must be a non-empty string (a hub id, a folder or a .gguf file)")
     rules = table.get("rules")
     if not isinstance(rules, list) or not rules:
-        raise ConfigError(f"{source}: no [[rules]]", hint=f"add at least one rule, for example:\n{EXAMPLE_SETTINGS}")
+        raise ConfigError(f"{source}: no [[rules]]", hint=f"add at least one rule, for example:\n{EXAMPLE_SETTINGS.rstrip()}")
     return Settings(model, tuple(_parse_rule(rule, f"{source}: rule {k}") for k, rule in enumerate(rules, 1)), source)
 
 
@@ -197,17 +198,6 @@ def _no_unknown_keys(table: dict, known: set[str], where: str) -> None:
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"{where}: unknown key `{unknown[0]}` (expected {', '.join(sorted(known))})")
-
-
-def choose_model(option: str | None, settings: Settings, default: str | None = None) -> str:
-    """--model, else CADEDIT_MODEL, else the settings' model, else `default`; an error if none."""
-    model = option or os.environ.get("CADEDIT_MODEL") or settings.model or default
-    if not model:
-        raise ConfigError(
-            "no model for the hook",
-            hint=f'set model = "..." in {settings.source}, or CADEDIT_MODEL, or pass --model (a hub id, folder or .gguf)',
-        )
-    return model
 
 
 # ---------------------------------------------------------------------------------- the index

@@ -109,6 +109,8 @@ def test_settings_from_pyproject_and_cadedit_toml_wins(tmp_path):
     assert r.load_settings(tmp_path).model is None
     (tmp_path / ".cadedit.toml").write_text('[[rules]]\nfiles = "*.py"\ninstruction = "own file"\n')
     assert r.load_settings(tmp_path).rules[0].instruction == "own file"
+    (tmp_path / ".cadedit.toml").write_text('[[tool.cadedit.rules]]\nfiles = "*.py"\ninstruction = "own, nested"\n')
+    assert r.load_settings(tmp_path).rules[0].instruction == "own, nested"
 
 
 @pytest.mark.parametrize(
@@ -131,20 +133,6 @@ def test_bad_or_missing_settings_say_what_to_do(tmp_path, text, expected):
     assert expected in info.value.message
     if text is None:
         assert ".cadedit.toml" in info.value.hint and "[[rules]]" in info.value.hint
-
-
-def test_model_choice_order(monkeypatch):
-    settings = r.Settings("from-settings", (), ".cadedit.toml")
-    assert r.choose_model("from-option", settings) == "from-option"
-    monkeypatch.setenv("CADEDIT_MODEL", "from-env")
-    assert r.choose_model(None, settings) == "from-env"
-    monkeypatch.delenv("CADEDIT_MODEL")
-    assert r.choose_model(None, settings, "default") == "from-settings"
-    empty = r.Settings(None, (), ".cadedit.toml")
-    assert r.choose_model(None, empty, "default") == "default"
-    with pytest.raises(ConfigError, match="no model") as info:
-        r.choose_model(None, empty)
-    assert "CADEDIT_MODEL" in info.value.hint
 
 
 # -------------------------------------------------------------------------- staged selection
