@@ -182,6 +182,15 @@ class RewriteStats:
     def tokens_new(self) -> int:
         return self.tokens_sampled + self.tokens_accepted
 
+    @property
+    def tokens_spliced(self) -> int:
+        """Input tokens taken over in parallel forwards (the name `cadedit fix` reports for copies)."""
+        return self.tokens_accepted
+
+    @property
+    def seconds_forwards(self) -> float:
+        return self.seconds_total
+
 
 @dataclass(frozen=True)
 class Generated:
@@ -194,7 +203,10 @@ def argmax(logits: torch.Tensor) -> int:
     return int(logits.float().argmax())
 
 
-def greedy_rewrite(lm: LM, prompt_ids: Sequence[int], output: Output) -> Generated:
+OnStep = Callable[[RewriteStats], None]
+
+
+def greedy_rewrite(lm: LM, prompt_ids: Sequence[int], output: Output, on_step: OnStep | None = None) -> Generated:
     """The baseline: prefill the prompt, then one forward per output token, greedy."""
     start = time.perf_counter()
     logits = lm.feed(prompt_ids)  # [1, V]
@@ -203,6 +215,8 @@ def greedy_rewrite(lm: LM, prompt_ids: Sequence[int], output: Output) -> Generat
     while not output.add(token := argmax(logits[-1])):
         logits = lm.feed([token])
         passes += 1
+        if on_step is not None:
+            on_step(RewriteStats(passes, len(prompt_ids), passes, seconds_total=time.perf_counter() - start))
     stats = RewriteStats(passes, len(prompt_ids), passes, seconds_prefill=prefill,
                          seconds_total=time.perf_counter() - start)
     return Generated(tuple(output.ids), output.finished, stats)
@@ -229,18 +243,26 @@ def lookup_rewrite(model, prompt_ids: Sequence[int], output: Output, new_output:
             return torch.full((input_ids.shape[0],), self.done, dtype=torch.bool, device=input_ids.device)
 
     eos = sorted(output.stopper.eos_ids)
+    passes = []
+    counter = model.register_forward_hook(lambda *_: passes.append(1))
     start = time.perf_counter()
     input_ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=model.device)  # [1, P]
-    with torch.inference_mode():
-        generated = model.generate(
-            input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=output.budget,
-            do_sample=False, repetition_penalty=1.0, prompt_lookup_num_tokens=lookup_tokens,
-            eos_token_id=eos, pad_token_id=eos[0], stopping_criteria=StoppingCriteriaList([SharedStop()]),
-        )
+    try:
+        with torch.inference_mode():
+            generated = model.generate(
+                input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=output.budget,
+                do_sample=False, repetition_penalty=1.0, prompt_lookup_num_tokens=lookup_tokens,
+                eos_token_id=eos, pad_token_id=eos[0], stopping_criteria=StoppingCriteriaList([SharedStop()]),
+            )
+    finally:
+        counter.remove()
     for token in generated[0, len(prompt_ids) :].tolist():
         if output.add(token):
             break
-    stats = RewriteStats(tokens_prompt=len(prompt_ids), tokens_sampled=len(output.ids),
+    # Tokens generate() accepted from the prompt vs chose itself are not reported: split them as
+    # the other decoders do, one chosen token per forward.
+    chosen = min(len(passes), len(output.ids))
+    stats = RewriteStats(len(passes), len(prompt_ids), chosen, len(output.ids) - chosen,
                          seconds_total=time.perf_counter() - start)
     return Generated(tuple(output.ids), output.finished, stats)
 
@@ -268,7 +290,7 @@ class RewriteResult:
     document: Document
     mode: str
     program: Program  # in the file's own newlines: resolve(program, document) == new_text
-    output: str  # the model's raw output (display form)
+    program_text: str  # what the model wrote: the file, its closing fence (pipeline.EditResult's name)
     new_text: str
     stats: RewriteStats
     model: str
@@ -311,30 +333,31 @@ def prepare_rewrite(loaded: LoadedModel, document: Document, instruction: str,
     return RewriteRequest(prompt_ids, source, fence, budget, eos_ids_of(loaded), vocab.tokens)
 
 
-def generate(loaded: LoadedModel, request: RewriteRequest, mode: str,
-             encode_text: Callable[[str], list[int]] | None = None) -> Generated:
-    """Run one decoder over a fresh KV cache."""
+def generate(loaded: LoadedModel, request: RewriteRequest, mode: str, on_step: OnStep | None = None) -> Generated:
+    """Run one decoder over a fresh KV cache (on_step sees running statistics; not for lookup)."""
     if mode == "rewrite":
-        return greedy_rewrite(CachedLM(loaded.model, new_cache(loaded)), request.prompt_ids, request.output())
+        return greedy_rewrite(CachedLM(loaded.model, new_cache(loaded)), request.prompt_ids, request.output(),
+                              on_step)
     if mode == "lookup":
         return lookup_rewrite(loaded.model, request.prompt_ids, request.output(), request.output)
     if mode == "verify":
         from cadedit.verify import verify_rewrite
 
-        encode_text = encode_text or (lambda text: encode(loaded.tokenizer, text))
         lm = CachedLM(loaded.model, new_cache(loaded))
-        return verify_rewrite(lm, request.prompt_ids, request.source, encode_text, request.token_bytes,
-                              request.output())
+        return verify_rewrite(lm, request.prompt_ids, request.source, lambda text: encode(loaded.tokenizer, text),
+                              request.token_bytes, request.output(), on_step=on_step)
     raise ModelError(f"unknown mode {mode!r}", hint=f"use one of program, {', '.join(MODES)}")
 
 
 def rewrite_file(document: Document, instruction: str, mode: str, loaded: LoadedModel,
-                 max_new_tokens: int | None = None) -> RewriteResult:
-    """Edit one document by having the model retype it; see the module docstring."""
+                 max_new_tokens: int | None = None, on_step: Callable[[RewriteStats, None], None] | None = None,
+                 ) -> RewriteResult:
+    """Edit one document by having the model retype it; see the module docstring. on_step(stats, None)
+    after each forward (the signature of pipeline.edit_file's progress callback)."""
     # 1. The prompt as token ids (a file that cannot fit is refused before any model work).
     request = prepare_rewrite(loaded, document, instruction, max_new_tokens)
     # 2. Decode with the chosen decoder; running out of budget writes nothing.
-    generated = generate(loaded, request, mode)
+    generated = generate(loaded, request, mode, None if on_step is None else lambda stats: on_step(stats, None))
     if not generated.finished:
         raise BudgetError(f"the model used its budget of {request.budget} new tokens before closing the file; "
                           "nothing was written", hint="raise --max-new-tokens, or give a narrower instruction")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cadedit.rewrite import LM, Generated, Output, RewriteStats
+from cadedit.rewrite import LM, Generated, OnStep, Output, RewriteStats
 
 RECENT = 8  # output lines remembered to place a line that occurs more than once in the source
 
@@ -131,7 +131,8 @@ class _Counts:
 
 
 def verify_rewrite(lm: LM, prompt_ids: Sequence[int], source: str, encode: Callable[[str], list[int]],
-                   token_bytes: Sequence[bytes], output: Output, schedule: Schedule = Schedule()) -> Generated:
+                   token_bytes: Sequence[bytes], output: Output, schedule: Schedule = Schedule(),
+                   on_step: OnStep | None = None) -> Generated:
     """Greedy rewrite with verified drafts; see the module docstring. The prompt rides along with the
     first draft, so the file's first lines are checked in the prefill forward itself."""
     start = time.perf_counter()
@@ -145,6 +146,8 @@ def verify_rewrite(lm: LM, prompt_ids: Sequence[int], source: str, encode: Calla
         accepted = agreement(predictions, draft)
         lm.crop(len(draft) - accepted)  # the cache keeps pending + the accepted draft tokens
         _count(counts, draft, accepted, start)
+        if on_step is not None:
+            on_step(_stats(counts, len(prompt_ids), start))
         size = schedule.next(size, accepted == len(draft)) if draft else size
         emitted = [*draft[:accepted], predictions[accepted]]
         for token in emitted:

@@ -154,6 +154,7 @@ def test_every_mode_writes_the_models_edit(mode):
     assert result.program == Program((Copy(1, 1), Gen("green;\n"), Copy(3, 3)))
     assert resolve(result.program, document) == result.new_text
     assert result.changed and result.stats.tokens_new >= len(TOK.encode(AFTER))
+    assert 1 <= result.stats.forward_passes <= len(TOK.encode(AFTER)) + 1
 
 
 def test_verify_accepts_the_models_own_lines_in_few_forwards():
