@@ -1,10 +1,10 @@
-"""`cadedit bench`: the paper's measurements as commands (ceiling, roundtrip, perturb, formats, kernel).
+"""`cadedit bench`: the paper's measurements as commands (ceiling, roundtrip, perturb, formats, kernel, e2e).
 
 Wiring only: options, loops with a progress bar, tables on stdout, results with --json PATH
 (rewritten atomically while a command runs, so Ctrl-C leaves readable partial results marked
 "partial": true). Work lives in the sibling modules; errors are CadeditErrors that the main
-cli.py formats. Importing this module imports neither torch nor transformers: `kernel` imports
-torch inside the command. (A future `e2e` command goes here too, with its work in bench/e2e.py.)
+cli.py formats. Importing this module imports neither torch nor transformers: `kernel` and `e2e`
+import them inside their commands.
 """
 
 from __future__ import annotations
@@ -454,3 +454,132 @@ def _print_kernel(points: list, meta: dict) -> None:
 
 def _short(model: str) -> str:
     return Path(model).name or model
+
+
+# -- e2e ---------------------------------------------------------------------------------------
+
+
+@app.command()
+def e2e(
+    corpus: CorpusOpt,
+    model: ModelOpt = None,
+    baseline: Annotated[str, typer.Option(
+        help="Full regeneration by the same model: rewrite (greedy, one forward per token), lookup (prompt "
+             "lookup decoding), verify (input lines as drafts), or none.")] = "rewrite",
+    kernel: Annotated[Path | None, typer.Option(
+        "--kernel", metavar="K.json", help="s(N) from `cadedit bench kernel --json`, for bnd_exact.")] = None,
+    counting: Annotated[str, typer.Option(help="Span counting for bnd_exact, as in `ceiling`.")] = "paper",
+    test_timeout: Annotated[float, typer.Option(
+        "--test-timeout", min=0.1, help="Seconds each test run may take (python3 / node).")] = 10.0,
+    no_tests: Annotated[bool, typer.Option("--no-tests", help="Do not run the corpus's tests.")] = False,
+    max_new_tokens: Annotated[int | None, typer.Option(
+        "--max-new-tokens", min=1, help="Budget per edit (default: twice the file's tokens + 256).")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda[:k].")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """The model end to end: its own program (grammar, copy splices) vs full regeneration by the
+    same model, per case: wall clock, forward passes, exact match and the corpus's tests.
+
+    The model is loaded once and warmed up; each case is edited by the program decoder, then by the
+    baseline. Tests run as prefix + edited text + newline + test, with python3 or node (for node,
+    anything on stderr fails). The summary puts the realised speedup beside bnd_exact (eq. 3).
+
+    Example: cadedit bench e2e -c humanevalfix_python.jsonl --model model.gguf --kernel kernel.json --json e2e.json --limit 20
+    """
+    from cadedit.bench import e2e as ee
+    from cadedit.bench.ceiling import COUNTINGS, load_curve
+    from cadedit.bench.report import ResultsFile
+    from cadedit.model import load_model
+
+    if counting not in COUNTINGS:
+        raise typer.BadParameter(f"use one of {', '.join(COUNTINGS)}", param_hint="--counting")
+    if baseline not in ee.BASELINES:
+        raise typer.BadParameter(f"use one of {', '.join(ee.BASELINES)}", param_hint="--baseline")
+    chosen = ee.methods(baseline)
+    corpora = load_corpora(corpus, limit)
+    curve = load_curve(kernel) if kernel else None
+    settings = ee.E2ESettings(baseline, max_new_tokens, test_timeout, not no_tests)
+    with err.status("loading the model ..."):
+        loaded = load_model(model, device, dtype, threads)
+        warm = ee.warm_up(loaded)
+    bounds = _e2e_bounds(corpora, loaded, counting, curve)
+    meta = {"command": "e2e", "model": loaded.name, "device": loaded.device,
+            "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads, "baseline": baseline,
+            "counting": counting, "kernel": str(kernel) if kernel else None, "test_timeout": test_timeout,
+            "max_new_tokens": max_new_tokens, "load_seconds": loaded.load_seconds, "warm_up_seconds": warm}
+    done: dict[str, list] = {name: [] for name in corpora}
+    results = ResultsFile(json_path)
+
+    def save(partial: bool, force: bool = True) -> None:
+        entries = [{"name": name, "n": len(rows), "summary": ee.summarize(rows, baseline), "bounds": bounds.get(name),
+                    "cases": [r.to_json() for r in rows]} for name, rows in done.items()]
+        results.write({**meta, "corpora": entries}, partial=partial, force=force)
+
+    def step(item) -> None:
+        name, case = item
+        row = ee.run_case(loaded, case, settings, chosen)
+        done[name].append(row)
+        err.print(_e2e_line(row), highlight=False, markup=False)
+
+    work = [(name, case) for name, cases in corpora.items() for case in cases]
+    run_cases(work, len(work), "e2e", step, save)
+    save(False)
+    _print_e2e(done, bounds, baseline, loaded.name)
+
+
+def _e2e_bounds(corpora: dict[str, list], loaded, counting: str, curve) -> dict[str, dict]:
+    """bnd_exact and friends per corpus, over its oracle spans in the model's own tokens."""
+    from cadedit.bench.ceiling import Ceiling, bounds, case_ceiling
+    from cadedit.bench.tokens import TokenCounter
+
+    if curve is None:
+        return {}
+    tokens = TokenCounter(loaded.tokenizer, loaded.name)
+    return {name: bounds(Ceiling(name, tuple(case_ceiling(c, tokens, counting, token_level=False) for c in cases)),
+                         curve) for name, cases in corpora.items()}
+
+
+def _e2e_line(row) -> str:
+    """One case on stderr: each method's outcome, time and forward passes."""
+    parts = []
+    for a in row.attempts:
+        outcome = _clip(a.error, 100) if a.error else "exact" if a.exact else "trimmed" if a.trimmed else "differs"
+        test = "" if a.test.passed is None else ", test passed" if a.test.passed else ", test failed"
+        passes = a.edited.forward_passes if a.edited and a.edited.forward_passes is not None else "-"
+        parts.append(f"{a.method}: {outcome}{test}, {a.seconds:.2f} s, {passes} fwd")
+    return f"{row.id}: " + "; ".join(parts)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, model: str) -> None:
+    from cadedit.bench import e2e as ee
+    from cadedit.bench.report import fmt_float, fmt_int
+
+    rows, speed = [], []
+    for name, results in done.items():
+        summary = ee.summarize(results, baseline)
+        for method, m in summary["methods"].items():
+            n = m["n"]
+            rows.append([name, method, str(n), f"{m['exact']}/{n}", f"{m['trimmed']}/{n}",
+                         f"{m['passed']}/{m['tested']}" if m["tested"] else "-", str(m["errors"]),
+                         fmt_float(m["seconds_mean"], 2), fmt_float(m["seconds_median"], 2),
+                         "-" if m["forward_passes_total"] is None else fmt_int(m["forward_passes_total"])])
+        s, b = summary["speedup"], bounds.get(name) or {}
+        if s:
+            speed.append([name, str(s["n"]), fmt_float(s["wall"], 2, "x"),
+                          f"{fmt_float(s['wall_both_exact'], 2, 'x')} ({s['n_both_exact']})",
+                          fmt_float(s["decode"], 2, "x"), fmt_float(s["forward_passes"], 2, "x"),
+                          fmt_float(b.get("bnd_exact"), 2, "x")])
+    out.table(f"End to end, {_short(model)}: the model's program vs {baseline}",
+              ["corpus", "method", "n", "byte-exact", "trimmed", "tests", "errors", "mean s", "median s", "fwd passes"],
+              rows)
+    if speed:
+        out.table(f"Realised speedup of the program over {baseline} (baseline cost / program cost)",
+                  ["corpus", "n", "wall", "wall, both exact (n)", "decode only", "fwd passes", "bnd_exact"], speed,
+                  caption=None if bounds else "no --kernel: bnd_exact skipped (make one with `cadedit bench kernel --json K.json`)")

@@ -1,0 +1,215 @@
+"""End to end on a corpus (issue 5, `cadedit bench e2e`): the model's own program against full
+regeneration by the same loaded model.
+
+Contract: run_case(loaded, case, settings) edits case.before with the program decoder
+(pipeline.edit_file: grammar, forced literals, copy splices) and, unless the baseline is "none",
+with a whole-file rewrite (cadedit.rewrite: rewrite, lookup or verify). Each method gives an
+Attempt: wall clock (model already loaded and warmed up), forward passes, new and spliced tokens,
+exact match against the gold (byte-exact and after .strip()) and, where the case has a test,
+whether the edited code passes it (bench/harness.py). A method that fails (budget, a program
+that does not resolve) is an Attempt with its error, never an exception. summarize() gives the
+per-method totals and the realised speedups, which the CLI prints beside bnd_exact (eq. 3 over
+the corpus's oracle spans, bench/ceiling.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from cadedit import pipeline
+from cadedit.bench.corpus import Case
+from cadedit.bench.harness import Verdict, run_test
+from cadedit.bench.report import median
+from cadedit.document import Document
+from cadedit.errors import CadeditError
+from cadedit.model import LoadedModel, encode, new_cache
+
+BASELINES = ("rewrite", "lookup", "verify", "none")
+EXTENSIONS = {"python": ".py", "py": ".py", "javascript": ".js", "js": ".js", "typescript": ".ts", "go": ".go",
+              "rust": ".rs", "java": ".java", "cpp": ".cpp", "c++": ".cpp", "c": ".c"}
+
+
+@dataclass(frozen=True)
+class Edited:
+    """What one method made of a document, and what it cost in model work."""
+
+    text: str
+    output: str  # the program text or the raw rewrite, as the model wrote it
+    forward_passes: int | None  # None: the decoder does not count them (transformers' prompt lookup)
+    tokens_new: int  # tokens the model produced (program: sampled + forced literals)
+    tokens_spliced: int = 0
+    seconds_prefill: float = 0.0
+
+
+Method = Callable[[LoadedModel, Document, str, "int | None"], Edited]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    method: str
+    seconds: float
+    edited: Edited | None
+    exact: bool = False
+    trimmed: bool = False
+    error: str | None = None
+    test: Verdict = field(default_factory=lambda: Verdict(None, "no test"))
+
+    def to_json(self) -> dict:
+        e = self.edited
+        return {
+            "method": self.method, "seconds": round(self.seconds, 4), "exact": self.exact, "trimmed": self.trimmed,
+            "error": self.error, "test": self.test.to_json(),
+            "forward_passes": e.forward_passes if e else None, "tokens_new": e.tokens_new if e else None,
+            "tokens_spliced": e.tokens_spliced if e else None,
+            "seconds_prefill": round(e.seconds_prefill, 4) if e else None,
+            "text": e.text if e else None, "output": e.output if e else None,
+        }
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    id: str
+    language: str
+    attempts: tuple[Attempt, ...]
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "language": self.language, **{a.method: a.to_json() for a in self.attempts}}
+
+
+@dataclass(frozen=True)
+class E2ESettings:
+    baseline: str = "rewrite"
+    max_new_tokens: int | None = None
+    test_timeout: float = 10.0
+    run_tests: bool = True
+
+
+# -- the two methods -----------------------------------------------------------------------------
+
+
+def edit_program(loaded: LoadedModel, document: Document, instruction: str, max_new_tokens: int | None) -> Edited:
+    """The model's own program, through exactly the code path of `cadedit fix`."""
+    options = pipeline.EditOptions(model=loaded.name, max_new_tokens=max_new_tokens)
+    result = pipeline.edit_file(document, instruction, options, loaded=loaded)
+    s = result.stats
+    return Edited(result.new_text, result.program_text, s.forward_passes, s.tokens_new, s.tokens_spliced,
+                  s.seconds_prefill)
+
+
+def rewrite_method(mode: str) -> Method:
+    """Full regeneration by the same model (cadedit.rewrite), in one of its modes."""
+
+    def edit(loaded: LoadedModel, document: Document, instruction: str, max_new_tokens: int | None) -> Edited:
+        from cadedit.rewrite import rewrite_file
+
+        r = rewrite_file(document, instruction, mode, loaded, max_new_tokens)
+        written = getattr(r, "program_text", None) or getattr(r, "output", "")  # renamed to program_text
+        return Edited(r.new_text, written, r.stats.forward_passes or None, r.stats.tokens_new,
+                      r.stats.tokens_accepted, r.stats.seconds_prefill)
+
+    return edit
+
+
+def methods(baseline: str) -> dict[str, Method]:
+    """The methods to run per case, in order: the program, then the baseline (if any)."""
+    if baseline not in BASELINES:
+        raise CadeditError(f"unknown baseline {baseline!r}", hint=f"use one of {', '.join(BASELINES)}")
+    if baseline == "none":
+        return {"program": edit_program}
+    try:
+        import cadedit.rewrite  # noqa: F401 - fail before loading the model, not after the first case
+    except ImportError as exc:
+        raise CadeditError(f"baseline {baseline!r} needs cadedit.rewrite ({exc})", hint="use --baseline none") from None
+    return {"program": edit_program, baseline: rewrite_method(baseline)}
+
+
+# -- one case ------------------------------------------------------------------------------------
+
+
+def document_for(case: Case) -> Document:
+    """The case's input as a file named for its language, so both prompts show a file name."""
+    ext = EXTENSIONS.get(case.language.lower())
+    return Document.from_text(case.before, f"solution{ext}" if ext else "<text>")
+
+
+def attempt(name: str, method: Method, loaded: LoadedModel, case: Case, settings: E2ESettings) -> Attempt:
+    """Run one method on one case; a CadeditError becomes the attempt's error (its test then fails)."""
+    start = time.perf_counter()
+    try:
+        edited = method(loaded, document_for(case), case.instruction, settings.max_new_tokens)
+    except CadeditError as exc:
+        seconds = time.perf_counter() - start
+        test = Verdict(False if case.test and settings.run_tests else None, "no edit")
+        return Attempt(name, seconds, None, error=f"{type(exc).__name__}: {exc.message}", test=test)
+    seconds = time.perf_counter() - start
+    test = run_test(case, edited.text, settings.test_timeout) if settings.run_tests else Verdict(None, "not run")
+    return Attempt(name, seconds, edited, edited.text == case.after, edited.text.strip() == case.after.strip(),
+                   test=test)
+
+
+def run_case(loaded: LoadedModel, case: Case, settings: E2ESettings, chosen: dict[str, Method]) -> CaseResult:
+    return CaseResult(case.id, case.language,
+                      tuple(attempt(name, method, loaded, case, settings) for name, method in chosen.items()))
+
+
+def warm_up(loaded: LoadedModel) -> float:
+    """Compile the grammar and run one forward, so the first case's clock holds no one-off costs."""
+    from cadedit.decode import model_forward
+
+    start = time.perf_counter()
+    pipeline.grammar_for(loaded)
+    model_forward(loaded.model, new_cache(loaded))(encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 4))
+    return time.perf_counter() - start
+
+
+# -- summaries -----------------------------------------------------------------------------------
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def method_summary(attempts: Sequence[Attempt]) -> dict:
+    seconds = [a.seconds for a in attempts]
+    done = [a.edited for a in attempts if a.edited]
+    tested = [a.test.passed for a in attempts if a.test.passed is not None]
+    passes = [e.forward_passes for e in done if e.forward_passes is not None]
+    return {
+        "n": len(attempts), "errors": len(attempts) - len(done), "exact": sum(a.exact for a in attempts),
+        "trimmed": sum(a.trimmed for a in attempts), "tested": len(tested), "passed": sum(tested),
+        "seconds_total": sum(seconds), "seconds_mean": sum(seconds) / len(seconds) if seconds else None,
+        "seconds_median": median(seconds) if seconds else None,
+        "forward_passes_total": sum(passes) if done and len(passes) == len(done) else None,
+        "tokens_new_total": sum(e.tokens_new for e in done), "tokens_spliced_total": sum(e.tokens_spliced for e in done),
+    }
+
+
+def _decode_seconds(a: Attempt) -> float:
+    return a.seconds - (a.edited.seconds_prefill if a.edited else 0.0)
+
+
+def speedups(results: Sequence[CaseResult], baseline: str) -> dict:
+    """Baseline cost over program cost, summed over cases: wall clock (every case; the cases where
+    both are exact), decode only (prompt prefill left out, since the two prompts differ; over cases
+    where both made an edit) and forward passes (where both count them)."""
+    pairs = [(r.attempts[0], r.attempts[1]) for r in results if len(r.attempts) > 1 and r.attempts[1].method == baseline]
+    both = [(p, b) for p, b in pairs if p.exact and b.exact]
+    timed = [(p, b) for p, b in pairs if p.edited and b.edited]
+    counted = [(p.edited.forward_passes, b.edited.forward_passes) for p, b in timed
+               if p.edited.forward_passes and b.edited.forward_passes]
+    return {
+        "n": len(pairs), "wall": _ratio(sum(b.seconds for _, b in pairs), sum(p.seconds for p, _ in pairs)),
+        "n_both_exact": len(both),
+        "wall_both_exact": _ratio(sum(b.seconds for _, b in both), sum(p.seconds for p, _ in both)),
+        "n_both_edited": len(timed),
+        "decode": _ratio(sum(_decode_seconds(b) for _, b in timed), sum(_decode_seconds(p) for p, _ in timed)),
+        "forward_passes": _ratio(sum(b for _, b in counted), sum(p for p, _ in counted)),
+    }
+
+
+def summarize(results: Sequence[CaseResult], baseline: str) -> dict:
+    names = [a.method for a in results[0].attempts] if results else []
+    by_method = {name: method_summary([a for r in results for a in r.attempts if a.method == name]) for name in names}
+    return {"methods": by_method, "speedup": speedups(results, baseline) if baseline in names else None}

@@ -1,0 +1,96 @@
+"""Run a corpus case's test against an edited text: does the edit make the code pass?
+
+Contract: run_test(case, text, timeout) runs case.prefix + text + "\\n" + case.test (for
+HumanEvalFix: declaration + edited body + the hidden test, which ends by calling its check) in a
+fresh temporary directory and returns a Verdict. Python runs with python3 and passes on exit
+code 0; JavaScript runs with node and passes on exit code 0 with nothing on stderr, because
+`console.assert` only prints "Assertion failed" there (../shared/data/humanevalfix/README.md). The
+temporary directory holds a js-md5 shim (node_modules/js-md5, md5 hex through node's crypto) for
+HumanEvalFix JavaScript/162. A run past the time limit is killed and fails. Pure: no torch.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cadedit.bench.corpus import Case
+
+JS_MD5_SHIM = (
+    "const crypto = require('crypto');\n"
+    "module.exports = (s) => crypto.createHash('md5').update(String(s)).digest('hex');\n"
+)
+LANGUAGES = {"python": "python", "py": "python", "javascript": "node", "js": "node"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """passed is None when nothing ran: the case has no test, or no runner for its language."""
+
+    passed: bool | None
+    detail: str = ""  # why it failed or did not run: exit code, timeout, the last stderr line
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"passed": self.passed, "detail": self.detail, "seconds": round(self.seconds, 4)}
+
+
+def runner_for(language: str) -> str | None:
+    """"python" or "node" for a corpus language name, None for any other."""
+    return LANGUAGES.get(language.lower())
+
+
+def interpreter(runner: str) -> str | None:
+    """The executable for a runner: python3 on PATH (else this Python), node on PATH."""
+    if runner == "python":
+        return shutil.which("python3") or sys.executable
+    return shutil.which("node")
+
+
+def runnable_program(case: Case, text: str) -> str:
+    """What runs: the prefix (e.g. the declaration), the edited text, a newline, the test."""
+    return case.prefix + text + "\n" + (case.test or "")
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:200] if lines else ""
+
+
+def _judge(runner: str, done: subprocess.CompletedProcess) -> tuple[bool, str]:
+    stderr = done.stderr.decode("utf-8", errors="replace")
+    if done.returncode != 0:
+        return False, f"exit code {done.returncode}: {_last_line(stderr)}".rstrip(": ")
+    if runner == "node" and stderr.strip():
+        return False, f"stderr: {_last_line(stderr)}"
+    return True, ""
+
+
+def run_test(case: Case, text: str, timeout: float = 10.0) -> Verdict:
+    """Run the case's test against `text` (see the module docstring)."""
+    runner = runner_for(case.language)
+    if not case.test:
+        return Verdict(None, "no test")
+    exe = interpreter(runner) if runner else None
+    if exe is None:
+        return Verdict(None, f"no runner for {case.language}" if runner is None else f"{runner} not found")
+    with tempfile.TemporaryDirectory(prefix="cadedit-test-") as tmp:
+        script = Path(tmp) / ("program.py" if runner == "python" else "program.js")
+        script.write_text(runnable_program(case, text), encoding="utf-8")
+        if runner == "node":
+            shim = Path(tmp) / "node_modules" / "js-md5" / "index.js"
+            shim.parent.mkdir(parents=True)
+            shim.write_text(JS_MD5_SHIM, encoding="utf-8")
+        start = time.perf_counter()
+        try:
+            done = subprocess.run([exe, script.name], cwd=tmp, capture_output=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return Verdict(False, f"timeout after {timeout:g} s", time.perf_counter() - start)
+        passed, detail = _judge(runner, done)
+        return Verdict(passed, detail, time.perf_counter() - start)

@@ -1,0 +1,189 @@
+"""`cadedit bench e2e` through the CLI with the tiny random Qwen2 saved as a model folder, the
+test harness on real python3 / node subprocesses, and the speedup arithmetic on hand-made attempts.
+
+The program decoder's choices are scripted (the oracle program of the gold is spelled through the
+real decode loop: real model, grammar and splices), so exact match and test outcomes are known;
+the rewrite baseline runs unscripted (a random model: it never matches the gold).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+import cadedit.pipeline as pipeline
+from cadedit.bench import e2e as ee
+from cadedit.bench.corpus import Case
+from cadedit.bench.harness import Verdict, run_test, runnable_program
+from cadedit.cli import app
+from cadedit.decode import script_picker, to_display_program
+from cadedit.document import Document
+from cadedit.oracle import oracle
+from cadedit.program import format
+from tests.bench_helpers import record, write_corpus
+from tests.tinymodel import save_model
+
+PASSES = record("passes", "def f(a, b):\n    return a - b\n", "def f(a, b):\n    return a + b\n",
+                test="assert f(1, 2) == 3\n")
+FAILS = record("fails", "def g(x):\n    return x\n", "def g(x):\n    return x * 2\n", test="assert g(2) == 5\n")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return write_corpus(tmp_path / "two.jsonl", [PASSES, FAILS])
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """The program decoder 'chooses' the oracle program of each case's gold."""
+    golds = {r["before"]: r["after"] for r in (PASSES, FAILS)}
+    real_run = pipeline.run_decode
+
+    def run_decode(loaded, document, prepared, pick, on_step=None):
+        after = Document.from_text(golds[document.text])
+        target = format(to_display_program(oracle(document, after), document))
+        return real_run(loaded, document, prepared, script_picker(target, pipeline.grammar_for(loaded).vocab.tokens),
+                        on_step)
+
+    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, ["bench", "e2e", *args])
+
+
+def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, tiny_dir, scripted):
+    kernel = tmp_path / "k.json"
+    kernel.write_text(json.dumps({"results": [{"n": 1, "speedup": 1.0}, {"n": 64, "speedup": 8.0}]}))
+    out = tmp_path / "e2e.json"
+    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
+                    "--max-new-tokens", "48", "--kernel", str(kernel), "--json", str(out))
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["partial"] is False and data["baseline"] == "rewrite" and data["model"] == str(tiny_dir)
+    (two,) = data["corpora"]
+    passes, fails = two["cases"]
+    assert [passes["id"], fails["id"]] == ["passes", "fails"]
+    for case, test_passed in ((passes, True), (fails, False)):
+        program = case["program"]
+        assert program["exact"] is program["trimmed"] is True and program["error"] is None
+        assert program["text"] == (PASSES if case is passes else FAILS)["after"]
+        assert program["test"]["passed"] is test_passed
+        assert program["forward_passes"] > 0 and program["tokens_spliced"] > 0 and program["seconds"] > 0
+        rewrite = case["rewrite"]
+        assert rewrite["exact"] is False and rewrite["test"]["passed"] is False and rewrite["seconds"] > 0
+    summary = two["summary"]
+    assert summary["methods"]["program"] | {"seconds_total": 0, "seconds_mean": 0, "seconds_median": 0} == {
+        "n": 2, "errors": 0, "exact": 2, "trimmed": 2, "tested": 2, "passed": 1,
+        "seconds_total": 0, "seconds_mean": 0, "seconds_median": 0,
+        "forward_passes_total": passes["program"]["forward_passes"] + fails["program"]["forward_passes"],
+        "tokens_new_total": passes["program"]["tokens_new"] + fails["program"]["tokens_new"],
+        "tokens_spliced_total": passes["program"]["tokens_spliced"] + fails["program"]["tokens_spliced"],
+    }
+    assert summary["methods"]["rewrite"]["exact"] == 0 and summary["speedup"]["n"] == 2
+    assert summary["speedup"]["wall"] == pytest.approx(
+        sum(c["rewrite"]["seconds"] for c in (passes, fails)) / sum(c["program"]["seconds"] for c in (passes, fails)),
+        rel=1e-3)
+    assert 1.0 < two["bounds"]["bnd_exact"] < 8.0
+    assert "End to end" in result.stdout and "bnd_exact" in result.stdout and "1/2" in result.stdout
+    assert "passes: program: exact, test passed" in result.stderr
+
+
+def test_e2e_without_baseline_and_ctrl_c_leaves_partial_json(tmp_path, corpus, tiny_dir, scripted, monkeypatch):
+    real, calls = ee.run_case, []
+
+    def interrupted(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(ee, "run_case", interrupted)
+    out = tmp_path / "e2e.json"
+    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
+                    "--baseline", "none", "--no-tests", "--json", str(out))
+    assert result.exit_code == 130
+    data = json.loads(out.read_text())
+    assert data["partial"] is True
+    (case,) = data["corpora"][0]["cases"]
+    assert set(case) == {"id", "language", "program"} and case["program"]["exact"] is True
+    assert case["program"]["test"]["passed"] is None and data["corpora"][0]["summary"]["speedup"] is None
+
+
+def test_e2e_budget_failure_is_a_result_not_a_crash(tmp_path, corpus, tiny_dir, scripted):
+    out = tmp_path / "e2e.json"
+    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
+                    "--baseline", "none", "--max-new-tokens", "3", "--limit", "1", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    program = json.loads(out.read_text())["corpora"][0]["cases"][0]["program"]
+    assert program["error"].startswith("BudgetError: ") and program["text"] is None
+    assert program["test"] == {"passed": False, "detail": "no edit", "seconds": 0.0}
+
+
+def test_e2e_bad_options_are_usage_errors(corpus):
+    assert invoke("-c", str(corpus), "--baseline", "nope").exit_code == 2
+    assert invoke("-c", str(corpus), "--counting", "nope").exit_code == 2
+
+
+# -- the test harness --------------------------------------------------------------------------
+
+
+def case(language: str, test: str | None, prefix: str = "") -> Case:
+    return Case("c", language, "", "", "Fix it.", test, prefix)
+
+
+def test_python_program_is_prefix_text_newline_test():
+    c = case("python", "assert f() == 1\n", prefix="def f():\n")
+    assert runnable_program(c, "    return 1") == "def f():\n    return 1\nassert f() == 1\n"
+    assert run_test(c, "    return 1").passed is True
+    failed = run_test(c, "    return 2")
+    assert failed.passed is False and "AssertionError" in failed.detail
+
+
+def test_timeouts_and_cases_without_a_runner():
+    assert run_test(case("python", "while True: pass\n"), "", timeout=0.5) == Verdict(
+        False, "timeout after 0.5 s", pytest.approx(0.5, abs=2.0))
+    assert run_test(case("python", None), "x = 1").passed is None
+    assert run_test(case("cobol", "x"), "x").detail == "no runner for cobol"
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_node_fails_on_anything_written_to_stderr_and_has_the_md5_shim():
+    c = case("javascript", "console.assert(f() === 1)\n")
+    assert run_test(c, "const f = () => 1").passed is True
+    failed = run_test(c, "const f = () => 2")  # exits 0, but prints "Assertion failed"
+    assert failed.passed is False and failed.detail.startswith("stderr: Assertion failed")
+    md5 = case("javascript", "console.assert(require('js-md5')('password') === '5f4dcc3b5aa765d61d8327deb882cf99')\n")
+    assert run_test(md5, "").passed is True
+
+
+# -- the arithmetic ----------------------------------------------------------------------------
+
+
+def attempt(method: str, seconds: float, prefill: float, passes: int | None, exact: bool) -> ee.Attempt:
+    return ee.Attempt(method, seconds, ee.Edited("x", "x", passes, 1, 0, prefill), exact, exact)
+
+
+def test_speedups_sum_costs_over_cases():
+    results = [
+        ee.CaseResult("a", "python", (attempt("program", 1.0, 0.5, 10, True), attempt("rewrite", 4.0, 0.5, 40, True))),
+        ee.CaseResult("b", "python", (attempt("program", 3.0, 1.0, 30, False), attempt("rewrite", 4.0, 1.0, 50, True))),
+        ee.CaseResult("c", "python", (ee.Attempt("program", 2.0, None, error="BudgetError: x"),
+                                      attempt("rewrite", 2.0, 1.0, 20, False))),
+    ]
+    s = ee.speedups(results, "rewrite")
+    assert s["n"] == 3 and s["wall"] == pytest.approx(10.0 / 6.0)
+    assert s["n_both_exact"] == 1 and s["wall_both_exact"] == pytest.approx(4.0)
+    assert s["n_both_edited"] == 2 and s["decode"] == pytest.approx((3.5 + 3.0) / (0.5 + 2.0))
+    assert s["forward_passes"] == pytest.approx(90 / 40)
+    summary = ee.summarize(results, "rewrite")["methods"]
+    assert summary["program"]["errors"] == 1 and summary["program"]["exact"] == 1
+    assert summary["rewrite"]["forward_passes_total"] == 110
