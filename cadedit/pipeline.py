@@ -34,6 +34,7 @@ class EditOptions:
     sampling: Sampling = field(default_factory=Sampling)
     max_new_tokens: int | None = None  # None: twice the file's tokens + 256 (a full rewrite fits)
     variant: str = "default"  # prompt variant, see prompt.VARIANTS
+    mode: str = "program"  # or a whole-file rewrite mode: rewrite, lookup, verify (cadedit.rewrite)
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,10 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
     loaded = loaded or load_model(options.model, options.device, options.dtype, options.threads)
     if on_loaded is not None:
         on_loaded(loaded)
+    if options.mode != "program":  # the model retypes the file (greedy); reported as a program all the same
+        from cadedit.rewrite import rewrite_file
+
+        return rewrite_file(document, instruction, options.mode, loaded, options.max_new_tokens, on_step)
     # 2. The prompt as token ids; a file that cannot fit is refused here, before any model work.
     prepared = prepare(loaded, document, instruction, options)
     # 3. Decode: masked model steps, forced literals, one forward per copy splice.

@@ -5,6 +5,7 @@ next token depends on the current one only)."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -202,3 +203,65 @@ def test_an_unknown_mode_is_refused():
     document = Document.from_text(BEFORE)
     with pytest.raises(ModelError, match="unknown mode"):
         R.rewrite_file(document, "x", "fastest", editing_model(document))
+
+
+# -- `cadedit fix --mode ...` --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def editing_dir(tmp_path_factory):
+    """The bigram model that rewrites teal to green, saved as a model folder for --model."""
+    folder = tmp_path_factory.mktemp("models") / "teal-to-green"
+    editing_model(Document.from_text(BEFORE, "colors.txt")).model.save_pretrained(str(folder))
+    TOK.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "colors.txt").write_bytes(b"red:\r\nteal;\r\nblue)\r\n")
+    return tmp_path
+
+
+def fix(*args: str, input: bytes | None = None):
+    from typer.testing import CliRunner
+
+    from cadedit import cli
+
+    return CliRunner().invoke(cli.app, ["fix", *args], input=input)
+
+
+@pytest.mark.parametrize("mode", R.MODES)
+def test_fix_mode_prints_a_diff_that_applies(work, editing_dir, mode):
+    result = fix("colors.txt", "Rename teal to green.", "--model", str(editing_dir), "--mode", mode)
+    assert result.exit_code == 0, result.output
+    assert b"-teal;\r\n+green;\r\n" in result.stdout_bytes
+    assert (work / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+    written = fix("colors.txt", "Rename teal to green.", "--model", str(editing_dir), "--mode", mode, "--write", "-q")
+    assert written.exit_code == 0, written.output
+    assert (work / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
+
+
+def test_fix_verify_shows_the_rewrite_as_a_program_and_reports_drafts(work, editing_dir):
+    shown = fix("colors.txt", "Rename.", "--model", str(editing_dir), "--mode", "verify", "--show-program", "-q")
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout == '<program>\n<copy lines="1-1"/>\n<gen>\ngreen;\n</gen>\n<copy lines="3-3"/>\n</program>\n'
+    as_json = fix("colors.txt", "Rename.", "--model", str(editing_dir), "--mode", "verify", "--json", "-q")
+    data = json.loads(as_json.stdout)
+    assert data["changed"] is True and data["program_as_written"] == AFTER
+    assert data["statistics"]["drafts_proposed"] >= 1 and data["statistics"]["tokens_accepted"] >= 2
+
+
+def test_fix_mode_check_stdin_and_budget(work, editing_dir):
+    assert fix("colors.txt", "Rename.", "--model", str(editing_dir), "--mode", "verify", "--check", "-q").exit_code == 1
+    piped = fix("-", "Rename.", "--model", str(editing_dir), "--mode", "rewrite", "-q", input=BEFORE.encode())
+    assert piped.exit_code == 0 and piped.stdout == AFTER
+    short = fix("colors.txt", "Rename.", "--model", str(editing_dir), "--mode", "verify", "--max-new-tokens", "2")
+    assert short.exit_code == 1 and "budget of 2 new tokens" in short.stderr
+    assert (work / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+@pytest.mark.parametrize("args", [["--mode", "fastest"], ["--mode", "verify", "--temperature", "0.5"]])
+def test_fix_mode_usage_errors_exit_2(work, editing_dir, args):
+    assert fix("colors.txt", "Rename.", "--model", str(editing_dir), *args).exit_code == 2
