@@ -3,7 +3,7 @@ test harness on real python3 / node subprocesses, and the speedup arithmetic on 
 
 The program decoder's choices are scripted (the oracle program of the gold is spelled through the
 real decode loop: real model, grammar and splices), so exact match and test outcomes are known;
-the rewrite baseline runs unscripted (a random model: it never matches the gold).
+so is the rewrite's output; one test runs both unscripted on a budget too small to finish.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ import pytest
 from typer.testing import CliRunner
 
 import cadedit.pipeline as pipeline
+import cadedit.rewrite as R
 from cadedit.bench import e2e as ee
 from cadedit.bench.corpus import Case
 from cadedit.bench.harness import Verdict, run_test, runnable_program
 from cadedit.cli import app
 from cadedit.decode import script_picker, to_display_program
 from cadedit.document import Document
+from cadedit.model import encode
 from cadedit.oracle import oracle
 from cadedit.program import format
 from tests.bench_helpers import record, write_corpus
@@ -43,17 +45,25 @@ def corpus(tmp_path):
 
 @pytest.fixture
 def scripted(monkeypatch):
-    """The program decoder 'chooses' the oracle program of each case's gold."""
+    """The program decoder 'chooses' the oracle program of each case's gold; the rewrite 'retypes'
+    the gold and its closing fence (one forward per token, as the greedy rewrite would count)."""
     golds = {r["before"]: r["after"] for r in (PASSES, FAILS)}
     real_run = pipeline.run_decode
 
-    def run_decode(loaded, document, prepared, pick, on_step=None):
+    def run_decode(loaded, document, prepared, pick, *args, **kwargs):
         after = Document.from_text(golds[document.text])
         target = format(to_display_program(oracle(document, after), document))
         return real_run(loaded, document, prepared, script_picker(target, pipeline.grammar_for(loaded).vocab.tokens),
-                        on_step)
+                        *args, **kwargs)
+
+    def generate(loaded, request, mode, *args, **kwargs):
+        before = request.source[: -len(request.fence) - 1]
+        ids = tuple(encode(loaded.tokenizer, golds[before] + request.fence + "\n"))
+        stats = R.RewriteStats(len(ids), len(request.prompt_ids), len(ids), seconds_prefill=0.001, seconds_total=0.01)
+        return R.Generated(ids, True, stats)
 
     monkeypatch.setattr(pipeline, "run_decode", run_decode)
+    monkeypatch.setattr(R, "generate", generate)
 
 
 def invoke(*args: str):
@@ -79,7 +89,8 @@ def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, ti
         assert program["test"]["passed"] is test_passed
         assert program["forward_passes"] > 0 and program["tokens_spliced"] > 0 and program["seconds"] > 0
         rewrite = case["rewrite"]
-        assert rewrite["exact"] is False and rewrite["test"]["passed"] is False and rewrite["seconds"] > 0
+        assert rewrite["exact"] is True and rewrite["test"]["passed"] is test_passed and rewrite["error"] is None
+        assert rewrite["output"].endswith("```\n") and rewrite["forward_passes"] == rewrite["tokens_new"] > 0
     summary = two["summary"]
     assert summary["methods"]["program"] | {"seconds_total": 0, "seconds_mean": 0, "seconds_median": 0} == {
         "n": 2, "errors": 0, "exact": 2, "trimmed": 2, "tested": 2, "passed": 1,
@@ -88,10 +99,14 @@ def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, ti
         "tokens_new_total": passes["program"]["tokens_new"] + fails["program"]["tokens_new"],
         "tokens_spliced_total": passes["program"]["tokens_spliced"] + fails["program"]["tokens_spliced"],
     }
-    assert summary["methods"]["rewrite"]["exact"] == 0 and summary["speedup"]["n"] == 2
-    assert summary["speedup"]["wall"] == pytest.approx(
+    assert summary["methods"]["rewrite"]["exact"] == 2 and summary["methods"]["rewrite"]["passed"] == 1
+    speedup = summary["speedup"]
+    assert speedup["n"] == speedup["n_both_exact"] == speedup["n_both_edited"] == 2
+    assert speedup["wall"] == speedup["wall_both_exact"] == pytest.approx(
         sum(c["rewrite"]["seconds"] for c in (passes, fails)) / sum(c["program"]["seconds"] for c in (passes, fails)),
         rel=1e-3)
+    assert speedup["forward_passes"] == pytest.approx(
+        sum(c["rewrite"]["forward_passes"] for c in (passes, fails)) / summary["methods"]["program"]["forward_passes_total"])
     assert 1.0 < two["bounds"]["bnd_exact"] < 8.0
     assert "End to end" in result.stdout and "bnd_exact" in result.stdout and "1/2" in result.stdout
     assert "passes: program: exact, test passed" in result.stderr
@@ -118,14 +133,15 @@ def test_e2e_without_baseline_and_ctrl_c_leaves_partial_json(tmp_path, corpus, t
     assert case["program"]["test"]["passed"] is None and data["corpora"][0]["summary"]["speedup"] is None
 
 
-def test_e2e_budget_failure_is_a_result_not_a_crash(tmp_path, corpus, tiny_dir, scripted):
-    out = tmp_path / "e2e.json"
+def test_e2e_budget_failures_are_results_not_crashes(tmp_path, corpus, tiny_dir):
+    out = tmp_path / "e2e.json"  # the random model, unscripted, with a budget of 3 tokens per edit
     result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--baseline", "none", "--max-new-tokens", "3", "--limit", "1", "--json", str(out))
+                    "--max-new-tokens", "3", "--limit", "1", "--json", str(out))
     assert result.exit_code == 0, result.output
-    program = json.loads(out.read_text())["corpora"][0]["cases"][0]["program"]
-    assert program["error"].startswith("BudgetError: ") and program["text"] is None
-    assert program["test"] == {"passed": False, "detail": "no edit", "seconds": 0.0}
+    case = json.loads(out.read_text())["corpora"][0]["cases"][0]
+    for method in ("program", "rewrite"):
+        assert case[method]["error"].startswith("BudgetError: ") and case[method]["text"] is None
+        assert case[method]["test"] == {"passed": False, "detail": "no edit", "seconds": 0.0}
 
 
 def test_e2e_bad_options_are_usage_errors(corpus):

@@ -59,11 +59,11 @@ class Attempt:
     def to_json(self) -> dict:
         e = self.edited
         return {
-            "method": self.method, "seconds": round(self.seconds, 4), "exact": self.exact, "trimmed": self.trimmed,
+            "method": self.method, "seconds": self.seconds, "exact": self.exact, "trimmed": self.trimmed,
             "error": self.error, "test": self.test.to_json(),
             "forward_passes": e.forward_passes if e else None, "tokens_new": e.tokens_new if e else None,
             "tokens_spliced": e.tokens_spliced if e else None,
-            "seconds_prefill": round(e.seconds_prefill, 4) if e else None,
+            "seconds_prefill": e.seconds_prefill if e else None,
             "text": e.text if e else None, "output": e.output if e else None,
         }
 
@@ -105,8 +105,7 @@ def rewrite_method(mode: str) -> Method:
         from cadedit.rewrite import rewrite_file
 
         r = rewrite_file(document, instruction, mode, loaded, max_new_tokens)
-        written = getattr(r, "program_text", None) or getattr(r, "output", "")  # renamed to program_text
-        return Edited(r.new_text, written, r.stats.forward_passes or None, r.stats.tokens_new,
+        return Edited(r.new_text, r.program_text, r.stats.forward_passes or None, r.stats.tokens_new,
                       r.stats.tokens_accepted, r.stats.seconds_prefill)
 
     return edit
