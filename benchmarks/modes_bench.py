@@ -65,9 +65,9 @@ def suffix(language: str) -> str:
     return ".py" if language == "python" else ".js"
 
 
-def humanevalfix_cases(records: list[dict], limit: int) -> list[Case]:
+def humanevalfix_cases(records: list[dict], limit: int, skip: int = 0) -> list[Case]:
     cases = []
-    for r in records[:limit]:
+    for r in records[skip : skip + limit]:
         language = language_of(r)
         cases.append(Case(r["task_id"], language, language, "solution" + suffix(language), r["input_code_docs"],
                           r["gold_code_docs"], f"Fix bugs in {r['entry_point']}.", r["test"]))
@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", help="hub id, model folder or .gguf (default: as cadedit fix chooses)")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {','.join(MODES)}")
     parser.add_argument("--limit", type=int, default=20, help="HumanEvalFix cases per --data file")
+    parser.add_argument("--skip", type=int, default=0, help="start after this many records of each file")
     parser.add_argument("--long", type=int, default=2, help="long (300+ line) one-line-bug cases per --data file")
     parser.add_argument("--long-only", action="store_true", help="only the long cases")
     parser.add_argument("--threads", type=int, default=None)
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
     cases: list[Case] = []
     for path in args.data:
         records = read_records(path)
-        cases += ([] if args.long_only else humanevalfix_cases(records, args.limit)) + long_cases(records, args.long)
+        cases += ([] if args.long_only else humanevalfix_cases(records, args.limit, args.skip)) + long_cases(records, args.long)
 
     from cadedit.model import load_model
 

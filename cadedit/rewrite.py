@@ -118,10 +118,9 @@ def output_text(output: str, fence: str, document: Document) -> str:
     A file whose last line had no terminator keeps none: the fence forces the model to end
     its last line with a newline that is not part of the file.
     """
-    lines = output.splitlines(keepends=True)
     kept = []
-    for line in lines:
-        if line.rstrip("\r\n").rstrip() == fence:
+    for line in re.findall(r"[^\n]*\n|[^\n]+$", output):  # "\n" only: a form feed is not a line end here
+        if line.rstrip() == fence:
             break
         kept.append(line)
     text = "".join(kept)

@@ -11,6 +11,7 @@ Drafts grow geometrically while accepted in full and shrink back after a miss (S
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -82,7 +83,7 @@ class Aligner:
         if self.anchor is None or self.anchor >= len(self.source) or n_tokens <= 0:
             return []
         # ~3.5 bytes per token in code: 6 per token reaches n_tokens nearly always; end on a line end.
-        stop = next((s for s in self.starts if s >= self.anchor + 6 * n_tokens), len(self.source))
+        stop = self.starts[min(bisect_left(self.starts, self.anchor + 6 * n_tokens), len(self.starts) - 1)]
         try:
             text = self.source[self.anchor : stop].decode("utf-8")
         except UnicodeDecodeError:  # the anchor is inside a character: no draft until it is past

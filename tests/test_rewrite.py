@@ -114,6 +114,7 @@ def test_output_keeps_tokens_up_to_the_stop_and_the_budget():
     ("a\nc\n```\n", "a\nb", "a\nc"),  # the file had no final newline: it keeps none
     ("```\n", "a\n", ""),
     ("a\n  ```\nb\n", "a\n", "a\n  ```\nb\n"),  # an indented fence is file content
+    ("a\x0c```\nb\n```\n", "a\n", "a\x0c```\nb\n"),  # only "\n" ends a line
 ])
 def test_output_text_is_the_file_before_the_closing_fence(output, before, expected):
     assert R.output_text(output, "```", Document.from_text(before)) == expected
@@ -167,6 +168,15 @@ def test_verify_accepts_the_models_own_lines_in_few_forwards():
     assert rewrite.stats.forward_passes == len(TOK.encode(AFTER)) + 1  # one per token, and one for the EOS
     assert verify.stats.tokens_accepted >= 2 and verify.stats.forward_passes < rewrite.stats.forward_passes
     assert verify.stats.drafts_proposed >= 1
+
+
+@pytest.mark.parametrize("mode", ["rewrite", "verify"])
+def test_progress_sees_each_forward(mode):
+    document = Document.from_text(BEFORE, "colors.txt")
+    seen = []
+    result = R.rewrite_file(document, "Rename.", mode, editing_model(document),
+                            on_step=lambda stats, step: seen.append(stats.forward_passes))
+    assert seen == sorted(seen) and seen[-1] == result.stats.forward_passes
 
 
 def test_crlf_bom_and_no_final_newline_survive_every_mode():
