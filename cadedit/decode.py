@@ -1,12 +1,14 @@
 """The decode loop: grammar-masked model steps, forced literals and copy splices over one KV cache.
 
-Contract: decode(forward, cursor, prompt_ids, span_ids, pick, budget) drives a grammar cursor to
+Contract: decode(model, cursor, prompt_ids, span_ids, pick, budget) drives a grammar cursor to
 completion and returns the program text it spelled, with statistics. It knows nothing about
-tokenisers or files: `forward(ids)` feeds ids to the model (appending to its cache) and returns the
-last position's logits; `span_ids(copy)` gives the tokens of the copied lines; `pick` chooses a
+tokenisers or files: `model(ids, keep)` feeds ids (appending to its cache) and returns the logits of
+the last `keep` positions; `span_ids(copy)` gives the tokens of the copied lines; `pick` chooses a
 token from masked logits. Every token the model has not yet seen is fed in the NEXT forward, so a
-forward carries the sampled token, then any forced literal ids, then any spliced copy span, all
-at once: one forward per decision, never one per forced or copied token (paper §2.3-2.4).
+forward carries the picked token, then any forced literal ids, then any spliced copy span, all at
+once: one forward per decision, never one per forced or copied token (paper §2.3-2.4).
+An optional drafter guesses further program tokens; they ride along with that forward and the
+longest prefix the picker itself chooses is kept (greedy output is unchanged; others are cropped).
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ class Cursor(Protocol):
     def completed_copy(self) -> Copy | None: ...
     def is_done(self) -> bool: ...
     def text(self) -> str: ...
+    def rollback(self, k: int) -> None: ...
 
 
-Forward = Callable[[Sequence[int]], torch.Tensor]  # ids -> logits [V] of the last position
 Picker = Callable[[torch.Tensor, np.ndarray, Sequence[int]], int]  # (logits, mask, program ids) -> id
 SpanIds = Callable[[Copy], Sequence[int]]
+Drafter = Callable[[Cursor], list[int]]  # cursor -> drafted token ids (the cursor is left unchanged)
 
 
 @dataclass(frozen=True)
@@ -51,17 +54,19 @@ class Sampling:
 
 @dataclass(frozen=True)
 class Step:
-    """One forward pass of the loop: what it fed, how long it took, and the token picked after it."""
+    """One forward pass of the loop: what it fed, what was chosen after it, how long each took."""
 
     phase: str  # "prefill" | "step" | "forced" | "splice": the most expensive kind of token it fed
-    prompt: int
-    sampled: int
-    forced: int
-    spliced: int
-    copy: Copy | None
+    prompt: int  # prompt tokens fed
+    sampled: int  # tokens the picker chose after this forward (kept drafted ones included)
+    forced: int  # forced literal tokens that followed
+    spliced: int  # copied-line tokens fed
+    copies: int  # copies whose lines were fed
+    drafted: int  # drafted tokens fed
+    kept: int  # drafted tokens kept
     forward_seconds: float
     pick_seconds: float
-    token: int | None
+    token: int  # the last program token so far
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,8 @@ class DecodeStats:
     tokens_forced: int = 0
     tokens_spliced: int = 0
     copies: int = 0
+    tokens_drafted: int = 0
+    drafts_kept: int = 0
     seconds_prefill: float = 0.0
     seconds_steps: float = 0.0
     seconds_forced: float = 0.0
@@ -134,8 +141,9 @@ def sampling_picker(sampling: Sampling = Sampling()) -> Picker:
     return pick
 
 
-def script_picker(target: str, tokens: Sequence[bytes]) -> Picker:
-    """A picker that spells out `target` (a program text), ignoring the logits: the longest allowed
+def script_picker(target: str, tokens: Sequence[bytes], encode: Callable[[str], list[int]] | None = None) -> Picker:
+    """A picker that spells out `target` (a program text), ignoring the logits: the token the tokenizer
+    would start the rest of the text with (`encode`, when given and allowed), else the longest allowed
     token that continues it. Used to force an oracle program through the real loop (tests, benchmarks)."""
     goal = target.encode("utf-8")
     index: dict[bytes, list[int]] = {}
@@ -144,8 +152,19 @@ def script_picker(target: str, tokens: Sequence[bytes]) -> Picker:
             index.setdefault(piece, []).append(token_id)
     longest = max(map(len, index), default=1)
 
+    def canonical(rest: bytes, mask: np.ndarray) -> int | None:
+        try:
+            first = encode(rest[:256].decode("utf-8", errors="ignore"))[0] if encode and rest else None
+        except UnicodeDecodeError:
+            return None
+        ok = first is not None and first < len(mask) and mask[first] and rest.startswith(tokens[first])
+        return first if ok else None
+
     def pick(logits: torch.Tensor, mask: np.ndarray, program_ids: Sequence[int]) -> int:
         rest = goal[sum(len(tokens[t]) for t in program_ids) :]
+        first = canonical(rest, mask)
+        if first is not None:
+            return first
         for k in range(min(longest, len(rest)), 0, -1):
             for token_id in index.get(rest[:k], ()):
                 if token_id < len(mask) and mask[token_id]:
@@ -166,10 +185,9 @@ class _Pending:
 
     ids: list[int] = field(default_factory=list)
     prompt: int = 0
-    sampled: int = 0
-    forced: int = 0
     spliced: int = 0
-    copy: Copy | None = None
+    forced: int = 0
+    copies: int = 0
 
     @property
     def phase(self) -> str:
@@ -178,9 +196,10 @@ class _Pending:
         return "splice" if self.spliced else "forced" if self.forced else "step"
 
 
-def _take(cursor: Cursor, token: int, what: str) -> None:
+def _take(cursor: Cursor, token: int, program_ids: list[int], what: str) -> None:
     if not cursor.advance(token):
         raise ModelError(f"decoder: the grammar rejected {what} token {token} at {cursor.text()[-40:]!r}")
+    program_ids.append(token)
 
 
 def _splice_if_complete(cursor: Cursor, pending: _Pending, span_ids: SpanIds) -> None:
@@ -190,7 +209,7 @@ def _splice_if_complete(cursor: Cursor, pending: _Pending, span_ids: SpanIds) ->
         span = list(span_ids(copy))
         pending.ids += span
         pending.spliced += len(span)
-        pending.copy = copy
+        pending.copies += 1
 
 
 def _follow(cursor: Cursor, pending: _Pending, program_ids: list[int], span_ids: SpanIds) -> None:
@@ -198,11 +217,36 @@ def _follow(cursor: Cursor, pending: _Pending, program_ids: list[int], span_ids:
     _splice_if_complete(cursor, pending, span_ids)
     while not cursor.is_done() and (forced := cursor.forced()):
         for token in forced:
-            _take(cursor, token, "forced")
-            program_ids.append(token)
+            _take(cursor, token, program_ids, "forced")
             pending.ids.append(token)
             pending.forced += 1
             _splice_if_complete(cursor, pending, span_ids)
+
+
+def _verify(cursor: Cursor, logits: torch.Tensor, draft: Sequence[int], pick: Picker, program_ids: list[int],
+            span_ids: SpanIds) -> tuple[_Pending, int, int]:
+    """Keep the drafted tokens the picker itself would choose, then make the usual step at the first
+    position it disagrees (or after the last). Returns what to feed next, how many drafted tokens
+    were kept (they are in the cache already), and how many tokens the picker chose."""
+    picked = 0
+    for i, guess in enumerate(draft):
+        forced = cursor.forced()
+        token = forced[0] if forced else pick(logits[i], cursor.allowed_mask(), program_ids)
+        _take(cursor, token, program_ids, "forced" if forced else "sampled")
+        picked += not forced
+        pending = _Pending(ids=[token], forced=bool(forced))
+        if token != guess:  # the draft ends here; what was picked instead is fed next
+            _follow(cursor, pending, program_ids, span_ids)
+            return pending, i, picked
+        if cursor.completed_copy() is not None or cursor.is_done():  # the copied lines come first
+            pending = _Pending()
+            _follow(cursor, pending, program_ids, span_ids)
+            return pending, i + 1, picked
+    token = pick(logits[len(draft)], cursor.allowed_mask(), program_ids)  # [V]: the usual masked step
+    _take(cursor, token, program_ids, "sampled")
+    pending = _Pending(ids=[token])
+    _follow(cursor, pending, program_ids, span_ids)
+    return pending, len(draft), picked + 1
 
 
 def _check_budget(program_ids: list[int], budget: int, cursor: Cursor) -> None:
@@ -214,26 +258,26 @@ def _check_budget(program_ids: list[int], budget: int, cursor: Cursor) -> None:
         )
 
 
-def decode_steps(forward: Forward, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds,
-                 pick: Picker, budget: int, program_ids: list[int]) -> Iterator[Step]:
+def decode_steps(model: CachedModel, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds, pick: Picker,
+                 budget: int, program_ids: list[int], drafter: Drafter | None = None) -> Iterator[Step]:
     """The loop as a generator: one Step per forward pass, until the grammar says the program is done.
 
-    program_ids collects the program's tokens (sampled and forced, not spliced) as they come.
+    Each forward feeds what the model has not seen (the last picked token, forced literals, a copy's
+    lines) plus an optional draft; program_ids collects the program's tokens as they come.
     """
     pending = _Pending(ids=list(prompt_ids), prompt=len(prompt_ids))
     _follow(cursor, pending, program_ids, span_ids)  # "<program>\n" rides along with the prompt prefill
+    produced = 0
     while not cursor.is_done():
+        draft = drafter(cursor) if drafter is not None else []
         start = time.perf_counter()
-        logits = forward(pending.ids)  # [V]
+        logits = model(pending.ids + draft, len(draft) + 1)  # [k+1, V]: last fed position, then each drafted one
         fed, start_pick = pending, time.perf_counter()
-        token = pick(logits, cursor.allowed_mask(), program_ids)
-        _take(cursor, token, "sampled")
-        program_ids.append(token)
-        pending = _Pending(ids=[token], sampled=1)
-        _follow(cursor, pending, program_ids, span_ids)
-        done = time.perf_counter()
-        yield Step(fed.phase, fed.prompt, fed.sampled, fed.forced, fed.spliced, fed.copy,
-                   start_pick - start, done - start_pick, token)
+        pending, kept, picked = _verify(cursor, logits, draft, pick, program_ids, span_ids)
+        model.crop(len(draft) - kept)  # the cache forgets drafted tokens that were not kept
+        yield Step(fed.phase, fed.prompt, picked, len(program_ids) - produced - picked, fed.spliced, fed.copies,
+                   len(draft), kept, start_pick - start, time.perf_counter() - start_pick, program_ids[-1])
+        produced = len(program_ids)
         _check_budget(program_ids, budget, cursor)
 
 
@@ -246,46 +290,102 @@ def add_step(stats: DecodeStats, step: Step) -> DecodeStats:
     values.update(
         forward_passes=stats.forward_passes + 1,
         tokens_prompt=stats.tokens_prompt + step.prompt,
-        tokens_sampled=stats.tokens_sampled + 1,  # the token picked after this forward
+        tokens_sampled=stats.tokens_sampled + step.sampled,
         tokens_forced=stats.tokens_forced + step.forced,
         tokens_spliced=stats.tokens_spliced + step.spliced,
-        copies=stats.copies + (step.copy is not None),
+        copies=stats.copies + step.copies,
+        tokens_drafted=stats.tokens_drafted + step.drafted,
+        drafts_kept=stats.drafts_kept + step.kept,
         seconds_pick=stats.seconds_pick + step.pick_seconds,
     )
     return DecodeStats(**values)
 
 
-def decode(forward: Forward, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds, pick: Picker,
-           budget: int, on_step: Callable[[DecodeStats, Step], None] | None = None) -> Decoded:
+def decode(model: CachedModel, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds, pick: Picker,
+           budget: int, on_step: Callable[[DecodeStats, Step], None] | None = None,
+           drafter: Drafter | None = None) -> Decoded:
     """Run the loop to the end of the program; on_step sees the running statistics (progress display)."""
     start = time.perf_counter()
     stats = DecodeStats()
     program_ids: list[int] = []
-    for step in decode_steps(forward, cursor, prompt_ids, span_ids, pick, budget, program_ids):
+    for step in decode_steps(model, cursor, prompt_ids, span_ids, pick, budget, program_ids, drafter):
         stats = add_step(stats, step)
         if on_step is not None:
             on_step(stats, step)
-    # The final token and the closing literal are never fed to the model, but they are program tokens.
-    forced = len(program_ids) - stats.tokens_sampled
-    stats = DecodeStats(**{**stats.__dict__, "tokens_forced": forced, "seconds_total": time.perf_counter() - start})
+    stats = DecodeStats(**{**stats.__dict__, "seconds_total": time.perf_counter() - start})
     return Decoded(cursor.text(), tuple(program_ids), stats)
 
 
-def model_forward(model, cache) -> Forward:
-    """Feed ids to a Hugging Face causal LM, appending to `cache`; return the last position's logits.
+# -- drafts ----------------------------------------------------------------------------------------
 
-    logits_to_keep=1: only the last position is ever needed, and Qwen's 151,936-wide LM head is a
-    quarter of the FLOPs per token of the 0.5B model.
-    """
-    device = model.device
+
+def draft_ids(cursor: Cursor, text: str, encode: Callable[[str], list[int]], token_bytes: Sequence[bytes],
+              limit: int) -> list[int]:
+    """Token ids for a drafted continuation, walked through the grammar: forced literals as the grammar
+    gives them, other text split as the tokenizer would split it on its own. Stops where the text
+    and the grammar disagree, at `limit` tokens, or after a token that closes a copy (its lines must
+    be read before the next choice). The cursor is left where it was."""
+    data, used, ids = text.encode("utf-8"), 0, []
+    try:
+        while len(ids) < limit and not cursor.is_done():
+            forced = cursor.forced()
+            if forced:
+                token = forced[0]
+            elif used < len(data):
+                try:
+                    token = encode(data[used:].decode("utf-8"))[0]
+                except UnicodeDecodeError:  # the last token ended inside a character
+                    break
+            else:
+                break
+            piece = token_bytes[token]
+            if data[used : used + len(piece)] != piece[: len(data) - used] or not cursor.advance(token):
+                break
+            ids.append(token)
+            used += len(piece)
+            if cursor.completed_copy() is not None:
+                break
+    finally:
+        cursor.rollback(len(ids))
+    return ids
+
+
+def make_drafter(propose: Callable[[str], str], encode: Callable[[str], list[int]], token_bytes: Sequence[bytes],
+                 limit: int = 24) -> Drafter:
+    """A drafter from a text guesser (cadedit.draft.propose bound to a document)."""
+
+    def drafter(cursor: Cursor) -> list[int]:
+        text = propose(cursor.text())
+        return draft_ids(cursor, text, encode, token_bytes, limit) if text else []
+
+    return drafter
+
+
+# -- the model -------------------------------------------------------------------------------------
+
+
+class CachedModel:
+    """A Hugging Face causal LM and its KV cache: feed ids, get the logits of the last `keep`
+    positions; crop the cache back. logits_to_keep: only those positions go through the LM head
+    (151,936 wide for Qwen: a quarter of the 0.5B model's FLOPs per token)."""
+
+    def __init__(self, model, cache):
+        self.model, self.cache, self.device = model, cache, model.device
 
     @torch.inference_mode()
-    def forward(ids: Sequence[int]) -> torch.Tensor:
-        input_ids = torch.tensor([list(ids)], dtype=torch.long, device=device)  # [1, T]
-        out = model(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=1)
-        return out.logits[0, -1]  # [V]
+    def __call__(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
+        input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)  # [1, T]
+        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep)
+        return out.logits[0]  # [keep, V]
 
-    return forward
+    def crop(self, n: int) -> None:
+        """Forget the last n positions (drafted tokens that were not kept)."""
+        if n:
+            self.cache.crop(-n)
+
+
+def model_forward(model, cache) -> CachedModel:
+    return CachedModel(model, cache)
 
 
 # -- display form <-> document form ------------------------------------------------------------

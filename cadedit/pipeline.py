@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 
 from cadedit import program as P
 from cadedit.decode import Decoded, DecodeStats, Picker, Sampling, Step, decode, model_forward, sampling_picker
-from cadedit.decode import to_document_program
+from cadedit.decode import make_drafter, to_document_program
+from cadedit.draft import propose
 from cadedit.document import Document
 from cadedit.errors import ModelError
 from cadedit.model import LoadedModel, encode, load_model, new_cache, render_chat
@@ -34,6 +35,7 @@ class EditOptions:
     sampling: Sampling = field(default_factory=Sampling)
     max_new_tokens: int | None = None  # None: twice the file's tokens + 256 (a full rewrite fits)
     variant: str = "default"  # prompt variant, see prompt.VARIANTS
+    draft: bool = True  # guess program tokens ahead and verify them in the same forward (cadedit.draft)
     mode: str = "program"  # or a whole-file rewrite mode: rewrite, lookup, verify (cadedit.rewrite)
 
 
@@ -96,17 +98,22 @@ def grammar_for(loaded: LoadedModel):
 
 
 def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick: Picker,
-               on_step: Callable[[DecodeStats, Step], None] | None = None) -> Decoded:
+               on_step: Callable[[DecodeStats, Step], None] | None = None, draft: bool = True) -> Decoded:
     """One decode of a program for `document` over a fresh KV cache."""
-    cursor = grammar_for(loaded).for_document(document.n_lines, monotonic=True).cursor()
+    grammar = grammar_for(loaded)
+    cursor = grammar.for_document(document.n_lines, monotonic=True).cursor()
     forward = model_forward(loaded.model, new_cache(loaded))
+    drafter = None
+    if draft:
+        drafter = make_drafter(lambda text: propose(text, document), lambda text: encode(loaded.tokenizer, text),
+                               grammar.vocab.tokens)
 
     def span_ids(copy: P.Copy) -> list[int]:
         # The program text before a splice ends with '"/>\n' and the span starts at a line start,
         # so tokenising the span on its own matches how the model would have written it (README).
         return encode(loaded.tokenizer, document.display_text(copy.start, copy.end))
 
-    return decode(forward, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step)
+    return decode(forward, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step, drafter)
 
 
 def edit_file(document: Document, instruction: str, options: EditOptions = EditOptions(), *,
@@ -125,7 +132,8 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
     # 2. The prompt as token ids; a file that cannot fit is refused here, before any model work.
     prepared = prepare(loaded, document, instruction, options)
     # 3. Decode: masked model steps, forced literals, one forward per copy splice.
-    decoded = run_decode(loaded, document, prepared, pick or sampling_picker(options.sampling), on_step)
+    decoded = run_decode(loaded, document, prepared, pick or sampling_picker(options.sampling), on_step,
+                         draft=options.draft)
     # 4. The program in the file's own newlines (CRLF, BOM), resolved strictly against the file.
     program = to_document_program(P.parse(decoded.text), document)
     new_text = resolve(program, document)

@@ -58,7 +58,8 @@ def loaded() -> LoadedModel:
 
 def forced_edit(loaded, before: Document, after: Document, **kwargs):
     target = format(to_display_program(oracle(before, after), before))
-    return edit_file(before, "Edit.", loaded=loaded, pick=script_picker(target, grammar_for(loaded).vocab.tokens), **kwargs)
+    pick = script_picker(target, grammar_for(loaded).vocab.tokens, lambda text: encode(loaded.tokenizer, text))
+    return edit_file(before, "Edit.", loaded=loaded, pick=pick, **kwargs)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -71,41 +72,87 @@ def test_forcing_the_oracle_program_reproduces_the_gold_file_exactly(loaded, nam
     assert result.changed == (before.text != after.text)
 
 
-def test_the_cache_holds_the_interleaved_program_the_prompt_example_shows(loaded, monkeypatch):
-    """Everything fed after the prompt, decoded, is the program with each copy's lines after it."""
+class Recording:
+    """Wraps the model: what its cache holds after every call (fed ids, minus cropped drafts)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls, self.cache_ids = inner, [], []
+
+    def __call__(self, ids, keep=1):
+        self.calls.append(list(ids))
+        self.cache_ids += list(ids)
+        return self.inner(ids, keep)
+
+    def crop(self, n):
+        if n:
+            del self.cache_ids[-n:]
+        self.inner.crop(n)
+
+
+@pytest.fixture
+def recording(monkeypatch):
     import cadedit.pipeline as pipeline
 
-    before, after = (Document.from_text(t) for t in CASES["blank-line runs around copies"])
-    fed: list[list[int]] = []
+    made = []
     real = pipeline.model_forward
+    monkeypatch.setattr(pipeline, "model_forward", lambda model, cache: made.append(Recording(real(model, cache))) or made[-1])
+    return made
 
-    def recording(model, cache):
-        forward = real(model, cache)
-        return lambda ids: (fed.append(list(ids)), forward(ids))[1]
 
-    monkeypatch.setattr(pipeline, "model_forward", recording)
-    result = forced_edit(loaded, before, after)
-    prompt_len = result.prompt_tokens
-    seen = loaded.tokenizer.decode([t for batch in fed for t in batch][prompt_len:])
+@pytest.mark.parametrize("draft", [False, True])
+def test_the_cache_holds_the_interleaved_program_the_prompt_example_shows(loaded, recording, draft):
+    """Everything the cache holds after the prompt, decoded, is the program with each copy's lines after it."""
+    before, after = (Document.from_text(t) for t in CASES["blank-line runs around copies"])
+    result = forced_edit(loaded, before, after, options=EditOptions(draft=draft))
+    model = recording[-1]
+    seen = loaded.tokenizer.decode(model.cache_ids[result.prompt_tokens :])
     expected = prompt.interleaved(to_display_program(result.program, before), before)
     assert expected.startswith(seen) and len(expected) - len(seen) <= len("</program>")
-    assert len(fed) == result.stats.forward_passes == result.stats.tokens_sampled
-    assert result.stats.copies == 2 and result.stats.tokens_spliced > 0 and result.stats.tokens_forced > 0
-    # one forward per decision: after the prefill, every forward starts with the token just sampled,
-    # and forced literals and spliced lines only ever ride along with it
-    assert all(len(batch) >= 1 for batch in fed[1:])
-    assert sum(len(batch) for batch in fed[1:]) < result.stats.tokens_new + result.stats.tokens_spliced
+    stats = result.stats
+    assert len(model.calls) == stats.forward_passes
+    assert stats.copies == 2 and stats.tokens_spliced > 0 and stats.tokens_forced > 0
+    if draft:
+        assert stats.drafts_kept > 0 and stats.forward_passes < stats.tokens_sampled
+    else:  # one forward per decision, forced literals and spliced lines riding along
+        assert stats.forward_passes == stats.tokens_sampled and stats.tokens_drafted == 0
+        assert all(len(call) >= 1 for call in model.calls[1:])
 
 
-def test_spliced_tokens_are_the_lines_tokenised_on_their_own(loaded):
+@pytest.mark.parametrize("name", ["fix one line", "crlf", "insert at top, delete at end", "unicode", "reserved literals in the file"])
+def test_drafts_save_forwards_and_never_change_the_program(loaded, name):
+    before, after = (Document.from_text(t, "case.py") for t in CASES[name])
+    plain = forced_edit(loaded, before, after, options=EditOptions(draft=False))
+    drafted = forced_edit(loaded, before, after, options=EditOptions(draft=True))
+    assert drafted.program_text == plain.program_text and drafted.new_text == after.text
+    assert drafted.stats.forward_passes < plain.stats.forward_passes
+    assert drafted.stats.tokens_sampled + drafted.stats.tokens_forced == plain.stats.tokens_sampled + plain.stats.tokens_forced
+
+
+def test_drafts_do_not_change_what_the_random_model_picks(loaded):
+    """Greedy decoding with drafts verified in one forward and cropped on rejection gives exactly the
+    tokens of one-step-at-a-time decoding: the logits over a cropped cache are the same."""
+    before = Document.from_text("def f(x):\n    return x\n\nprint(f(2))\n", "case.py")
+    vocab_tokens = grammar_for(loaded).vocab.tokens
+    for seed in range(4):
+        texts = []
+        for draft in (False, True):
+            pick = _biased(sampling_picker(Sampling()), vocab_tokens, seed)
+            try:
+                texts.append(edit_file(before, "Edit.", EditOptions(max_new_tokens=120, draft=draft), loaded=loaded,
+                                       pick=pick).program_text)
+            except BudgetError as exc:
+                texts.append(str(exc))
+        assert texts[0] == texts[1]
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_spliced_tokens_are_the_lines_tokenised_on_their_own(loaded, draft):
     tok = loaded.tokenizer
     before, after = (Document.from_text(t) for t in CASES["fix one line"])
     steps = []
-    forced_edit(loaded, before, after, on_step=lambda stats, step: steps.append(step))
-    splices = [s for s in steps if s.copy is not None]
-    assert [s.copy for s in splices] == [Copy(1, 1), Copy(3, 5)]
-    assert [s.spliced for s in splices] == [len(encode(tok, before.display_text(c.start, c.end))) for c in
-                                            (Copy(1, 1), Copy(3, 5))]
+    forced_edit(loaded, before, after, options=EditOptions(draft=draft), on_step=lambda stats, step: steps.append(step))
+    expected = [len(encode(tok, before.display_text(c.start, c.end))) for c in (Copy(1, 1), Copy(3, 5))]
+    assert [(s.copies, s.spliced) for s in steps if s.copies] == [(1, n) for n in expected]
 
 
 @pytest.mark.parametrize("span", ["    return x\n", "def f():\n    pass\n", "x = 1\n\ny = 2\n", "  \n  z\n"])

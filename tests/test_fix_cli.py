@@ -49,10 +49,10 @@ def scripted(monkeypatch):
     def script(after: bytes) -> None:
         real_run = pipeline.run_decode
 
-        def run_decode(loaded, document, prepared, pick, on_step=None):
+        def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
             target = format(to_display_program(oracle(document, Document.from_bytes(after)), document))
             vocab = pipeline.grammar_for(loaded).vocab.tokens
-            return real_run(loaded, document, prepared, script_picker(target, vocab), on_step)
+            return real_run(loaded, document, prepared, script_picker(target, vocab), on_step, draft)
 
         monkeypatch.setattr(pipeline, "run_decode", run_decode)
 
@@ -107,7 +107,7 @@ def test_json_has_program_diff_and_statistics(work, tiny_dir, scripted):
     assert resolve(parse(data["program"]), before).encode() == AFTER
     assert data["diff"].startswith("diff --git a/a.py b/a.py") and data["changed"] is True
     stats = data["statistics"]
-    assert stats["copies"] == 2 and stats["tokens_spliced"] > 0 and stats["forward_passes"] == stats["tokens_sampled"]
+    assert stats["copies"] == 2 and stats["tokens_spliced"] > 0 and stats["forward_passes"] <= stats["tokens_sampled"]
     assert {"seconds_prefill", "seconds_steps", "seconds_forced", "seconds_splices"} <= set(stats)
 
 

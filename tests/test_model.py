@@ -34,9 +34,9 @@ def test_splice_in_one_forward_equals_feeding_tokens_one_by_one(spans):
     stepped(prompt)
     for n in spans:  # several splices in a row: later ones sit at later positions (RoPE)
         span = torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist()
-        at_once = spliced(span)
+        at_once = spliced(span)[-1]
         for token in span:
-            one_by_one = stepped([token])
+            one_by_one = stepped([token])[-1]
         torch.testing.assert_close(at_once, one_by_one, rtol=1e-4, atol=1e-5)
     for layer_a, layer_b in zip(spliced_cache.layers, stepped_cache.layers):
         torch.testing.assert_close(layer_a.keys, layer_b.keys, rtol=1e-4, atol=1e-5)
@@ -50,10 +50,30 @@ def test_spliced_cache_matches_a_single_uncached_pass_over_the_whole_sequence():
     forward, _ = _forward(model)
     forward(ids[:30])
     forward(ids[30:31])
-    last = forward(ids[31:])
+    last = forward(ids[31:])[-1]
     with torch.inference_mode():
         full = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
     torch.testing.assert_close(last, full, rtol=1e-4, atol=1e-5)
+
+
+def test_cropping_rejected_draft_tokens_restores_the_cache_exactly():
+    """Verify a draft in one forward (logits for every drafted position), keep a prefix, crop the rest:
+    the logits then equal those of a cache that never saw the rejected tokens."""
+    model = make_model()
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(0, model.config.vocab_size, (60,), generator=g).tolist()
+    drafted, _ = _forward(model)
+    plain, _ = _forward(model)
+    drafted(ids[:40])
+    plain(ids[:40])
+    verify = drafted(ids[40:48], keep=8)  # [8, V]: one row per position
+    assert verify.shape == (8, model.config.vocab_size)
+    for k in range(40, 48):
+        torch.testing.assert_close(verify[k - 40], plain([ids[k]])[-1], rtol=1e-4, atol=1e-5)
+    drafted.crop(5)  # keep 3 of the 8 drafted tokens
+    plain_fresh, _ = _forward(model)
+    plain_fresh(ids[:43])
+    torch.testing.assert_close(drafted(ids[50:55])[-1], plain_fresh(ids[50:55])[-1], rtol=1e-4, atol=1e-5)
 
 
 # -- choosing the model ------------------------------------------------------------------------

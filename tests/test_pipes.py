@@ -45,11 +45,11 @@ def script_model(monkeypatch, edit: Callable[[bytes], bytes] = edit_bytes) -> No
     """Make the model 'choose' the oracle program of `edit` through the real decode loop."""
     real_run = pipeline.run_decode
 
-    def run_decode(loaded, document, prepared, pick, on_step=None):
+    def run_decode(loaded, document, prepared, pick, on_step=None, **kwargs):
         after = Document.from_bytes(edit(document.to_bytes()))
         target = format(to_display_program(oracle(document, after), document))
         return real_run(loaded, document, prepared, script_picker(target, pipeline.grammar_for(loaded).vocab.tokens),
-                        on_step)
+                        on_step, **kwargs)
 
     monkeypatch.setattr(pipeline, "run_decode", run_decode)
 
