@@ -171,6 +171,19 @@ def test_every_matching_rule_applies_in_order(tmp_path):
     assert [o.status for o in outcomes] == [r.Status.FIXED, r.Status.FIXED]
 
 
+def test_the_index_git_hands_the_hook_is_the_one_read(tmp_path, monkeypatch):
+    """`git commit FILE` and `git commit -a` run the hook with GIT_INDEX_FILE set to a temporary index."""
+    root = make_repo(tmp_path / "w", {"a.py": b"1\n"})
+    write(root, {"a.py": b"old, in the temporary index\n"})
+    temporary = tmp_path / "next-index"
+    temporary.write_bytes((root / ".git/index").read_bytes())
+    subprocess.run(["git", "add", "a.py"], cwd=root, check=True, env={**os.environ, "GIT_INDEX_FILE": str(temporary)})
+    write(root, {"a.py": b"old, only in the working tree\n"})
+    monkeypatch.setenv("GIT_INDEX_FILE", str(temporary))
+    [outcome] = hook_run(root, fix=False)
+    assert "+new, in the temporary index\n" in outcome.diff
+
+
 # ----------------------------------------------------------------------------- check mode
 
 

@@ -1,0 +1,290 @@
+"""`cadedit hook install|uninstall|run` on real git repositories with the tiny Qwen2.
+
+In-process runs script the model's choices to a known edit (old -> new, as in test_pipes) so diffs,
+exit codes and bytes are exact: check and fix modes, partially staged files, the model loaded once
+and only when needed, missing settings or model. Subprocess runs go through `git commit` with the
+installed hook, and through the pre-commit framework (`pre-commit try-repo`, offline: see there).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import cadedit.model
+from cadedit import cli
+from tests.test_pipes import edit_bytes, script_model, tiny_model_dir
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def no_outer_git(monkeypatch):
+    """A test run inside a git hook must not see that hook's repository or index."""
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory)
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """Calls of model.load_model (the hook imports it lazily, so patching the module is enough)."""
+    calls = []
+    real = cadedit.model.load_model
+    monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: calls.append(a) or real(*a, **k))
+    return calls
+
+
+def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, check=check, capture_output=True)
+
+
+def staged(root: Path, path: str) -> bytes:
+    return git(root, "show", f":{path}").stdout
+
+
+def make_repo(root: Path, model: Path | str | None, files: dict[str, bytes]) -> Path:
+    """A repository whose .cadedit.toml renames old to new in *.py, with `files` committed."""
+    root.mkdir(parents=True)
+    git(root, "init", "-q", "-b", "main")
+    model_line = f"model = {str(model)!r}\n" if model else ""
+    (root / ".cadedit.toml").write_text(model_line + '[[rules]]\nfiles = "*.py"\ninstruction = "Rename old to new."\n')
+    write(root, files)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "init")
+    return root
+
+
+def write(root: Path, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+
+
+def hook(*args: str):
+    return CliRunner().invoke(cli.app, ["hook", *args])
+
+
+# ------------------------------------------------------------------------------- check and fix
+
+
+def test_check_prints_the_staged_diffs_and_exits_1_writing_nothing(tmp_path, monkeypatch, tiny_dir, loads):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n", "sub/b.py": b"0\n", "c.txt": b"0\n"})
+    write(root, {"a.py": b"keep\r\nold\r\n", "sub/b.py": b"old", "c.txt": b"old\n", "d.py": b"old\n"})
+    git(root, "add", "a.py", "sub/b.py", "c.txt")  # d.py is not staged, c.txt matches no rule
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1, result.output
+    assert len(loads) == 1 and "loaded in" in result.stderr and "(once for 2 files)" in result.stderr
+    assert "a.py: would change (+1 -1)" in result.stderr and "to write these changes: cadedit hook run --fix" in result.stderr
+    assert result.stdout_bytes.count(b"diff --git") == 2
+    # Nothing written; the diff is exactly staged -> edited (it applies to the index).
+    assert (root / "a.py").read_bytes() == b"keep\r\nold\r\n" and staged(root, "a.py") == b"keep\r\nold\r\n"
+    subprocess.run(["git", "apply", "--cached"], cwd=root, input=result.stdout_bytes, check=True)
+    assert staged(root, "a.py") == b"keep\r\nnew\r\n" and staged(root, "sub/b.py") == b"new"
+
+
+def test_fix_writes_the_working_tree_exits_1_and_then_passes(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
+    write(root, {"a.py": b"a\nold\nb"})
+    git(root, "add", "a.py")
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 1, result.output
+    assert "a.py: fixed (+1 -1)" in result.stderr and "`git add` them" in result.stderr
+    assert result.stdout_bytes == b""
+    assert (root / "a.py").read_bytes() == b"a\nnew\nb" and staged(root, "a.py") == b"a\nold\nb"
+    git(root, "add", "a.py")
+    again = hook("run", "--fix")
+    assert again.exit_code == 0, again.output
+    assert "a.py: unchanged" in again.stderr
+
+
+BASE = b"".join(b"line %d\r\n" % k for k in range(1, 11))
+STAGED = BASE.replace(b"line 2", b"old 2")
+WORKING = STAGED.replace(b"line 9", b"my unstaged work 9")
+
+
+def test_fix_on_a_partially_staged_file_keeps_unstaged_hunks_byte_for_byte(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": BASE})
+    write(root, {"a.py": STAGED})
+    git(root, "add", "a.py")
+    write(root, {"a.py": WORKING})
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 1, result.output
+    assert "unstaged changes kept" in result.stderr
+    assert (root / "a.py").read_bytes() == WORKING.replace(b"old 2", b"new 2")
+    assert staged(root, "a.py") == STAGED
+
+
+def test_fix_refuses_an_edit_that_overlaps_unstaged_work(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": BASE})
+    write(root, {"a.py": STAGED})
+    git(root, "add", "a.py")
+    working = STAGED.replace(b"old 2", b"old 2 plus unstaged work")
+    write(root, {"a.py": working})
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 1 and "a.py: refused" in result.stderr and "overlaps unstaged changes" in result.stderr
+    assert b"+new 2" in result.stdout_bytes  # the user still sees the edit it would have made
+    assert (root / "a.py").read_bytes() == working and staged(root, "a.py") == STAGED
+
+
+def test_files_arguments_limit_the_run_to_those_files(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"old\n", "sub/b.py": b"old\n"})
+    monkeypatch.chdir(root / "sub")  # FILES are relative to the working directory
+    result = hook("run", "b.py")
+    assert result.exit_code == 1, result.output
+    assert result.stdout_bytes.startswith(b"diff --git a/sub/b.py b/sub/b.py\n") and b"a/a.py" not in result.stdout_bytes
+
+
+def test_no_matching_staged_file_exits_0_without_loading_the_model(tmp_path, monkeypatch):
+    monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    root = make_repo(tmp_path / "w", "no/such/model", {"a.py": b"old\n"})
+    write(root, {"notes.txt": b"old\n", "b.py": b"old, not staged\n"})
+    git(root, "add", "notes.txt")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 0, result.output
+    assert "no staged file matches a rule" in result.stderr
+
+
+def test_missing_settings_is_a_clear_error(tmp_path, monkeypatch):
+    root = make_repo(tmp_path / "w", None, {"a.py": b"old\n"})
+    (root / ".cadedit.toml").unlink()
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: no cadedit settings")
+    assert "create .cadedit.toml" in result.stderr and "git commit --no-verify" in result.stderr
+
+
+def test_missing_model_is_a_clear_error(tmp_path, monkeypatch):
+    root = make_repo(tmp_path / "w", "no/such/model", {"a.py": b"0\n"})
+    write(root, {"a.py": b"old\n"})
+    git(root, "add", "a.py")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "error: model 'no/such/model'" in result.stderr
+    assert "CADEDIT_MODEL" in result.stderr and ".cadedit.toml" in result.stderr and "--no-verify" in result.stderr
+
+
+# ---------------------------------------------------------------------------------- install
+
+
+def test_install_and_uninstall_through_the_cli(tmp_path, monkeypatch):
+    root = make_repo(tmp_path / "w", None, {})
+    monkeypatch.chdir(root)
+    pre_commit = root / ".git/hooks/pre-commit"
+    pre_commit.write_text("#!/bin/sh\nexit 0\n")
+    refused = hook("install")
+    assert refused.exit_code == 1 and "did not write" in refused.stderr and "--force" in refused.stderr
+    assert hook("uninstall").exit_code == 1 and pre_commit.read_text() == "#!/bin/sh\nexit 0\n"
+    forced = hook("install", "--force")
+    assert forced.exit_code == 0 and "pre-commit.cadedit-backup" in forced.stderr
+    assert "cadedit hook run" in pre_commit.read_text()
+    removed = hook("uninstall")
+    assert removed.exit_code == 0 and "restored the previous hook" in removed.stderr
+    assert pre_commit.read_text() == "#!/bin/sh\nexit 0\n"
+
+
+def test_git_commit_runs_the_installed_hook(tmp_path, monkeypatch):
+    """Real `git commit`s through the real hook script (neither needs the model, so they stay fast)."""
+    root = make_repo(tmp_path / "w", "no/such/model", {"a.py": b"0\n"})
+    monkeypatch.chdir(root)
+    assert hook("install").exit_code == 0
+    write(root, {"notes.txt": b"no rule matches me\n"})
+    git(root, "add", "notes.txt")
+    passed = git(root, "commit", "-m", "notes", check=False)
+    assert passed.returncode == 0, passed.stderr
+    assert b"no staged file matches a rule" in passed.stderr
+    (root / ".cadedit.toml").unlink()
+    write(root, {"a.py": b"old\n"})
+    git(root, "add", "a.py")
+    blocked = git(root, "commit", "-m", "a", check=False)
+    assert blocked.returncode != 0
+    assert b"error: no cadedit settings" in blocked.stderr and b"git commit --no-verify" in blocked.stderr
+    assert git(root, "log", "--format=%s").stdout == b"notes\ninit\n"
+    assert git(root, "commit", "-q", "--no-verify", "-m", "a").returncode == 0
+
+
+# ----------------------------------------------------------------------------- pre-commit framework
+
+
+def _hooks_repository(dest: Path) -> Path:
+    """This project (package, pyproject, .pre-commit-hooks.yaml) as the git repository pre-commit installs from."""
+    dest.mkdir()
+    for name in ("pyproject.toml", "README.md", ".pre-commit-hooks.yaml"):
+        shutil.copy2(PROJECT / name, dest / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("cadedit", "grammars"):
+        shutil.copytree(PROJECT / folder, dest / folder, symlinks=True, ignore=ignore)
+    git(dest, "init", "-q")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "-m", "cadedit")
+    return dest
+
+
+def _offline_pip_env() -> dict[str, str]:
+    """pre-commit builds the hook's virtualenv with `pip install .`; keep that offline and fast.
+
+    The hook's environment finds cadedit's heavy dependencies (torch, transformers ...) through
+    PYTHONPATH (this interpreter's site-packages), so pip sees them installed and fetches nothing;
+    PIP_NO_INDEX makes any fetch fail loudly instead of reaching out. The build backend comes from
+    the same site-packages with build isolation off (pip reads PIP_NO_BUILD_ISOLATION=0 as
+    "--no-build-isolation"), or from virtualenv's bundled wheels through PIP_FIND_LINKS where a pip
+    reads that variable the other way. cadedit itself is really built and installed from the copy.
+    """
+    import sysconfig
+
+    from virtualenv.seed.wheels.embed import BUNDLE_FOLDER
+
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+        "PIP_NO_INDEX": "1",
+        "PIP_NO_BUILD_ISOLATION": "0",
+        "PIP_FIND_LINKS": str(BUNDLE_FOLDER),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PRE_COMMIT_COLOR": "never",
+    }
+
+
+def test_pre_commit_try_repo_runs_the_hook(tmp_path):
+    """The real .pre-commit-hooks.yaml and a real install of this package into pre-commit's own
+    virtualenv; pre-commit passes the staged names, the hook reaches the model step (a missing
+    model here: deterministic, and no decode time), the failure and its hint reach the user, and the
+    partially staged file keeps its staged and its unstaged bytes."""
+    pytest.importorskip("pre_commit")
+    pytest.importorskip("virtualenv")
+    hooks = _hooks_repository(tmp_path / "cadedit-src")
+    root = make_repo(tmp_path / "w", "no/such/model", {"a.py": BASE, "notes.txt": b"x\n"})
+    write(root, {"a.py": STAGED, "notes.txt": b"y\n"})
+    git(root, "add", "a.py", "notes.txt")
+    write(root, {"a.py": WORKING})
+    proc = subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", str(hooks), "cadedit", "--verbose"],
+                          cwd=root, capture_output=True, env=_offline_pip_env(), timeout=300)
+    out = (proc.stdout + proc.stderr).decode(errors="replace")
+    assert proc.returncode == 1, out
+    assert "cadedit....." in out and "Failed" in out and "Traceback" not in out
+    assert "error: model 'no/such/model'" in out and "git commit --no-verify" in out
+    assert (root / "a.py").read_bytes() == WORKING and staged(root, "a.py") == STAGED
