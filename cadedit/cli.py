@@ -356,7 +356,8 @@ class _Progress:
 
 hook_app = typer.Typer(
     no_args_is_help=True,
-    help="The git pre-commit hook: the \\[\\[rules]] of .cadedit.toml (or pyproject.toml \\[tool.cadedit]) on staged files.",
+    help="The git pre-commit hook: the \\[\\[rules]] of .cadedit.toml (or pyproject.toml \\[tool.cadedit]) "
+    "on staged files.",
 )
 app.add_typer(hook_app, name="hook")
 _HookFiles = Annotated[Optional[list[Path]], typer.Argument(
@@ -368,8 +369,8 @@ _HookFix = Annotated[bool, typer.Option(
 
 @hook_app.command("install")
 def hook_install(force: Annotated[bool, typer.Option(
-        "--force", help="Replace a pre-commit hook cadedit did not write (kept as pre-commit.cadedit-backup).")] = False,
-) -> None:
+        "--force", help="Replace a pre-commit hook cadedit did not write (kept as pre-commit.cadedit-backup).",
+)] = False) -> None:
     """Write .git/hooks/pre-commit so that every `git commit` runs `cadedit hook run` first."""
     from cadedit.repo import install_hook, open_repo
 

@@ -1,7 +1,7 @@
 """Git for cadedit: repository paths, settings, staged blobs, and the pre-commit hook.
 
-Contract: the hook edits what is about to be committed (the index, as `git ls-files -s` shows it,
-honouring GIT_INDEX_FILE), never the working tree as read. check mode only reports; fix mode writes
+Contract: the hook edits what is about to be committed (the index as `git ls-files -s` shows it,
+honouring GIT_INDEX_FILE), never what the working tree holds. check mode only reports; fix mode writes
 the staged content's edit into the working tree, and for a partially staged file merges it into the
 working-tree file with `git merge-file`: unstaged hunks survive byte for byte, and a file whose
 merge would conflict is refused untouched. The model is injected as an `edit(document, instruction)`
@@ -57,7 +57,8 @@ def open_repo(start: str | os.PathLike[str] = ".", required: bool = True):
     if repo is not None and repo.working_tree_dir is None:
         repo = None  # a bare repository has no files to edit
     if repo is None and required:
-        raise ConfigError(f"{Path(start).absolute()}: not inside a git repository", hint="run this inside a git work tree")
+        raise ConfigError(f"{Path(start).absolute()}: not inside a git repository",
+                          hint="run this inside a git work tree")
     return repo
 
 
@@ -177,7 +178,8 @@ def _parse_settings(table: dict, source: str) -> Settings:
         raise ConfigError(f"{source}: `model` must be a non-empty string (a hub id, a folder or a .gguf file)")
     rules = table.get("rules")
     if not isinstance(rules, list) or not rules:
-        raise ConfigError(f"{source}: no [[rules]]", hint=f"add at least one rule, for example:\n{EXAMPLE_SETTINGS.rstrip()}")
+        raise ConfigError(f"{source}: no [[rules]]",
+                          hint=f"add at least one rule, for example:\n{EXAMPLE_SETTINGS.rstrip()}")
     return Settings(model, tuple(_parse_rule(rule, f"{source}: rule {k}") for k, rule in enumerate(rules, 1)), source)
 
 
@@ -320,7 +322,8 @@ def write_fix(root: Path, path: str, staged: bytes, edited: bytes, diff_text: st
     partial = working != staged
     merged = merge3(root, working, staged, edited) if partial else edited
     if merged is None:
-        return Outcome(path, Status.REFUSED, diff_text, "the edit overlaps unstaged changes; not written (stage or stash them first)")
+        message = "the edit overlaps unstaged changes; not written (stage or stash them first)"
+        return Outcome(path, Status.REFUSED, diff_text, message)
     try:
         write_atomic(current, merged.decode("utf-8"))
     except CadeditError as exc:

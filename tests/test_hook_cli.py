@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import cadedit.model
 from cadedit import cli
-from tests.test_pipes import edit_bytes, script_model, tiny_model_dir
+from tests.test_pipes import script_model, tiny_model_dir
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 PROJECT = Path(__file__).resolve().parent.parent
