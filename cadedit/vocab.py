@@ -129,7 +129,13 @@ def _utf8_profile(token: bytes) -> tuple[int, int]:
     lead = 0
     while lead < len(token) and 0x80 <= token[lead] <= 0xBF:
         lead += 1
-    return lead, utf8_run(0, token[lead:])
+    try:  # Python's strict decoder does the bulk; the state comes from an unfinished tail
+        token[lead:].decode("utf-8")
+        return lead, 0
+    except UnicodeDecodeError as error:
+        if error.reason != "unexpected end of data":
+            return lead, -1
+        return lead, utf8_run(0, token[lead + error.start :])
 
 
 def _utf8_table(tokens: tuple[bytes, ...]) -> np.ndarray:
@@ -140,7 +146,7 @@ def _utf8_table(tokens: tuple[bytes, ...]) -> np.ndarray:
     lead = np.zeros(size, np.int16)
     rest = np.zeros(size, np.int8)
     first = np.zeros(size, np.int16)
-    length = np.fromiter((len(t) for t in tokens), np.int32, size)
+    length = np.fromiter(map(len, tokens), np.int32, size)
     for tid, token in enumerate(tokens):
         if token and not token.isascii():
             lead[tid], rest[tid] = _utf8_profile(token)
@@ -160,13 +166,11 @@ def _utf8_table(tokens: tuple[bytes, ...]) -> np.ndarray:
 
 def build_index(vocab: Vocab) -> TokenIndex:
     """Sort the usable tokens and profile their UTF-8 (~0.3 s for the 151k Qwen2 vocabulary)."""
-    blocked = vocab.eos_ids | vocab.special_ids
-    usable = np.array([bool(t) and i not in blocked for i, t in enumerate(vocab.tokens)], bool)
-    ids = np.flatnonzero(usable)
-    order = sorted(ids.tolist(), key=vocab.tokens.__getitem__)
-    by_bytes: dict = {}
-    for tid in ids.tolist():
-        by_bytes.setdefault(vocab.tokens[tid], tid)
+    usable = np.fromiter(map(bool, vocab.tokens), bool, len(vocab))
+    usable[list(vocab.eos_ids | vocab.special_ids)] = False
+    ids = np.flatnonzero(usable).tolist()
+    order = sorted(ids, key=vocab.tokens.__getitem__)
+    by_bytes = {vocab.tokens[tid]: tid for tid in reversed(ids)}
     return TokenIndex(
         size=len(vocab),
         sorted_bytes=[vocab.tokens[i] for i in order],
@@ -237,9 +241,10 @@ def _read_vocab(hf_tokenizer, n_logits: int | None, eos_ids) -> Vocab:
 def _unreachable(hf_tokenizer, pieces: dict) -> set[int]:
     """Vocabulary entries that no merge produces, so the tokenizer never emits them and the model
     never saw them (GGUF-converted Qwen2.5 carries 271 `[PAD151xxx]` pieces)."""
-    try:
-        merges = json.loads(hf_tokenizer.backend_tokenizer.to_str())["model"]["merges"]
-    except (AttributeError, KeyError, TypeError, ValueError):
+    try:  # parse only the merges array of the tokenizer's JSON (the whole file takes ~3x longer)
+        text = hf_tokenizer.backend_tokenizer.to_str()
+        merges = json.JSONDecoder().raw_decode(text, text.index("[", text.index('"merges"')))[0]
+    except (AttributeError, TypeError, ValueError):
         return set()
     made = {"".join(m.split(" ", 1)) if isinstance(m, str) else "".join(m) for m in merges}
     return {tid for piece, tid in pieces.items() if len(piece) > 1 and piece not in made}
