@@ -108,8 +108,9 @@ def regenerate(loaded, prompt_ids, gold_ids) -> float:
     return time.perf_counter() - start
 
 
-def oracle_case(loaded, case: Case, curve_holder: dict, trials: int) -> dict:
-    from cadedit.decode import script_picker, to_display_program
+def oracle_case(loaded, case: Case, curve_holder: dict, trials: int, draft: bool = True) -> dict:
+    from cadedit.decode import script_picker, to_display_program, to_document_program
+    from cadedit.resolve import resolve
     from cadedit.document import Document
     from cadedit.model import encode
     from cadedit.oracle import oracle
@@ -122,8 +123,10 @@ def oracle_case(loaded, case: Case, curve_holder: dict, trials: int) -> dict:
     if "curve" not in curve_holder:
         curve_holder["curve"] = kernel_curve(loaded, len(prepared.prompt_ids), trials)
     vocab = grammar_for(loaded).vocab.tokens
-    decoded = run_decode(loaded, before, prepared, script_picker(format(program), vocab))
+    pick = script_picker(format(program), vocab, lambda text: encode(loaded.tokenizer, text))
+    decoded = run_decode(loaded, before, prepared, pick, draft=draft)
     assert parse(decoded.text) == program, "the loop did not spell the oracle program"
+    assert resolve(to_document_program(program, before), before) == case.after, "oracle does not resolve to gold"
     cad = decoded.stats.seconds_total - decoded.stats.seconds_prefill
     gold_ids = encode(loaded.tokenizer, after.display_text(1, after.n_lines)) if after.lines else []
     regen = regenerate(loaded, prepared.prompt_ids, gold_ids)
@@ -141,7 +144,7 @@ def run_oracle(args) -> dict:
     holder: dict = {}
     rows = []
     for case in load_cases(args.data, args.cases, args.context, args.start):
-        row = oracle_case(loaded, case, holder, args.trials)
+        row = oracle_case(loaded, case, holder, args.trials, not args.no_draft)
         rows.append(row)
         print(f"{row['id']:<14} T={row['T']:>4} spans={row['spans']} forwards={row['forwards']:>3} "
               f"cad={row['cad_s']:6.2f}s regen={row['regen_s']:6.2f}s ratio={row['ratio']:5.2f} "
@@ -270,6 +273,7 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("--dtype", default="auto")
         if name == "oracle":
             p.add_argument("--trials", type=int, default=3, help="kernel-curve trials per span length")
+            p.add_argument("--no-draft", action="store_true", help="decode without drafts (one forward per decision)")
         else:
             p.add_argument("--variant", default="default", help="prompt variant (cadedit.prompt.VARIANTS)")
             p.add_argument("--timeout", type=float, default=10.0, help="seconds per hidden test run")
