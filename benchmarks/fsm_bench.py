@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cadedit import program  # noqa: E402
-from cadedit.grammar import GRAMMAR_PATH, STOP, compile_grammar  # noqa: E402
+from cadedit.grammar import BODY, GRAMMAR_PATH, STOP, compile_grammar  # noqa: E402
 from cadedit.vocab import vocab_from_tokenizer  # noqa: E402
 
 CODE = '''def parse(text: str) -> list[int]:
@@ -79,14 +79,18 @@ def canonical_programs(count: int, rng: random.Random) -> list[tuple[int, str]]:
     return programs
 
 
-def mask_times(constraint, token_ids) -> list[float]:
-    """Seconds per allowed_mask() call at the masked steps of one program (forced steps skipped)."""
+def mask_times(constraint, token_ids, structural: list | None = None) -> list[float]:
+    """Seconds per allowed_mask() call at the masked steps of one program (forced steps skipped);
+    the steps outside gen bodies (op choice, line digits) are also appended to `structural`."""
     cursor, times = constraint.cursor(), []
     for t in token_ids:
         if not cursor.forced():
+            in_body = cursor.state[0] == BODY
             start = time.perf_counter()
             mask = cursor.allowed_mask()
             times.append(time.perf_counter() - start)
+            if structural is not None and not in_body:
+                structural.append(times[-1])
             assert mask[t], (cursor.text()[-60:], t)
         assert cursor.advance(t), (cursor.text()[-60:], t)
     return times
@@ -128,11 +132,11 @@ def bench_fsm(tok, args) -> None:
         first_masks.append(timed(cursor.allowed_mask)[1])
     print(f"new document (for_document, new N): median {statistics.median(new_n) * 1e6:.1f} us, "
           f"max {max(new_n) * 1e6:.1f} us; its first mask: max {max(first_masks) * 1e6:.1f} us")
-    cold, warm, walks_cold, forced = [], [], [], []
+    cold, warm, walks_cold, forced, structural = [], [], [], [], []
     for n_lines, text in programs:
         ids = encode(text) + [sorted(vocab.eos_ids)[0]]
         constraint = grammar.for_document(n_lines)
-        cold += mask_times(constraint, ids)
+        cold += mask_times(constraint, ids, structural)
         warm += mask_times(constraint, ids)
         cursor = constraint.cursor()
         for t in ids:
@@ -145,6 +149,7 @@ def bench_fsm(tok, args) -> None:
     print(summary("mask, canonical programs, warm", warm))
     print(summary("mask, random walks, cold", walks_cold))
     print(summary("mask, all of the above", cold + warm + walks_cold))
+    print(summary("mask, cold, outside gen bodies", structural))
     print(summary("forced(), every step", forced))
     if args.llguidance:
         bench_llguidance(tok, programs, encode)

@@ -29,7 +29,7 @@ import numpy as np
 
 from cadedit.errors import ProgramError
 from cadedit.program import Copy
-from cadedit.vocab import TokenIndex, Vocab, build_index, utf8_run, utf8_step
+from cadedit.vocab import BodyTables, Vocab, utf8_run, utf8_step
 
 GRAMMAR_PATH = Path(__file__).parent / "grammars" / "program.lark"
 
@@ -78,6 +78,10 @@ def read_syntax(text: str) -> Syntax:
         found[name] = [ast.literal_eval(g).encode() for g in m.groups()] if name != "BODY" else m.group(1)
     reserved = tuple(re.sub(r"\\(.)", r"\1", alt).encode() for alt in found["BODY"].split("|"))
     (op, cl, tail), (co, sep, cc), (go, gc) = found["start"], found["copy"], found["gen"]
+    # The body automaton relies on both: each reserved literal is `<` + text without `<`, and
+    # the gen close starts with one of them.
+    if any(r[:1] != b"<" or b"<" in r[1:] for r in reserved) or not any(gc.startswith(r) for r in reserved):
+        raise ProgramError("grammars/program.lark: reserved literals must be `<` + text without `<`, one opening the gen close")
     return Syntax(op, cl, tail, co, sep, cc, go, gc, reserved)
 
 
@@ -96,73 +100,23 @@ def line_viable(value: int, low: int, high: int) -> bool:
     return False
 
 
-class _Tables:
-    """Per-vocabulary tables shared by every document: the token index, and per token whether a
-    gen body read from its reserved-literal root dies in it (`dead`) or ends in it (`exits`)."""
-
-    def __init__(self, vocab: Vocab, syntax: Syntax):
-        self.vocab, self.syntax = vocab, syntax
-        self.index: TokenIndex = build_index(vocab)
-        self.prefixes = {r[:k] for r in syntax.reserved for k in range(len(r) + 1)}
-        self.dead = np.zeros(len(vocab), bool)
-        exits = []
-        for tid in np.flatnonzero(self.index.usable).tolist():
-            token = vocab.tokens[tid]
-            if b"<" in token:
-                verdict = self._scan(token)
-                self.dead[tid] = verdict != ""
-                if verdict == "exit":
-                    exits.append(tid)
-        self.exits = np.array(exits, np.int64)
-        self._static: dict = {}
-        self.line_candidates: dict = {}
-        for node in self.prefixes - set(syntax.reserved):  # the states a decode meets (~10 ms)
-            self.static_body_mask(node, 0)
-
-    def ac_step(self, node: bytes, byte: int) -> bytes:
-        """Aho-Corasick over the reserved literals: each starts with `<` and has no other `<`."""
-        longer = node + bytes([byte])
-        if longer in self.prefixes:
-            return longer
-        return b"<" if byte == 0x3C else b""
-
-    def _scan(self, token: bytes) -> str:
-        node = b""
-        for byte in token:
-            node = self.ac_step(node, byte)
-            if node in self.syntax.reserved:
-                return "exit" if node == self.syntax.body_end else "dead"
-        return ""
-
-    def static_body_mask(self, node: bytes, utf8: int) -> np.ndarray:
-        """Tokens allowed from body state (node, utf8) whatever the document; exits excluded."""
-        key = (node, utf8)
-        if key not in self._static:
-            mask = (self.index.utf8_end[utf8] >= 0) & self.index.usable & ~self.dead
-            for literal in self.syntax.reserved:
-                if literal.startswith(node) and literal != node:
-                    start, stop = self.index.prefix_range(literal[len(node) :])
-                    mask[self.index.sorted_ids[start:stop]] = False
-            mask.flags.writeable = False
-            self._static[key] = mask
-        return self._static[key]
-
-
 @functools.lru_cache(maxsize=4)
-def _tables(vocab: Vocab, syntax: Syntax) -> _Tables:
-    return _Tables(vocab, syntax)
+def _tables(vocab: Vocab, reserved: tuple[bytes, ...], body_end: bytes) -> BodyTables:
+    return BodyTables(vocab, reserved, body_end)
 
 
 def compile_grammar(vocab: Vocab, encode: Callable[[str], list[int]] | None = None) -> "Grammar":
     """The program grammar against one vocabulary. The tables are cached in memory per
     vocabulary (the 4 most recent); `encode` (the tokenizer's own str -> ids) shapes forced()."""
-    return Grammar(_tables(vocab, load_syntax()), encode)
+    syntax = load_syntax()
+    return Grammar(syntax, _tables(vocab, syntax.reserved, syntax.body_end), encode)
 
 
 class Grammar:
-    def __init__(self, tables: _Tables, encode: Callable[[str], list[int]] | None):
-        self.tables, self.encode = tables, encode
-        self._line_candidates = tables.line_candidates  # shared by every Grammar of the vocabulary
+    """The program grammar compiled against one vocabulary; makes a Constraint per document."""
+
+    def __init__(self, syntax: Syntax, tables: BodyTables, encode: Callable[[str], list[int]] | None):
+        self.syntax, self.tables, self.encode = syntax, tables, encode
 
     @property
     def vocab(self) -> Vocab:
@@ -171,20 +125,19 @@ class Grammar:
     def line_candidates(self, kind: int, started: bool) -> list[int]:
         """Tokens that can follow some line-number state of this kind: those valid when every
         number is allowed (a file of 10**30 lines, any order). Computed once per vocabulary."""
-        key = (kind, started)
-        if key not in self._line_candidates:
+        key = ("line candidates", kind, started)
+        if key not in self.tables.memo:  # shared by every Grammar of the vocabulary
             ids: list = []
             anything = Constraint(self, 10**30, monotonic=False)
             anything._walk((kind, int(started), 1), b"", 0, len(self.tables.index.sorted_bytes), ids)
-            self._line_candidates[key] = sorted(set(ids))
-        return self._line_candidates[key]
+            self.tables.memo[key] = sorted(set(ids))
+        return self.tables.memo[key]
 
     def for_document(self, n_lines: int, monotonic: bool = True) -> "Constraint":
         """The constraint for a file of n_lines lines; masks are built lazily, per state."""
         if n_lines < 0:
             raise ValueError(f"n_lines must be >= 0, not {n_lines}")
         return Constraint(self, n_lines, monotonic)
-
 
 
 class _Allowed:
@@ -216,7 +169,7 @@ class Constraint:
 
     def __init__(self, grammar: Grammar, n_lines: int, monotonic: bool):
         self.grammar, self.n_lines, self.monotonic = grammar, n_lines, monotonic
-        self.tables, self.syntax = grammar.tables, grammar.tables.syntax
+        self.tables, self.syntax = grammar.tables, grammar.syntax
         self.start = (OPEN, 0)
         self._cache: OrderedDict = OrderedDict()
         self._general: dict = {}

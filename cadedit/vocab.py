@@ -248,3 +248,56 @@ def _unreachable(hf_tokenizer, pieces: dict) -> set[int]:
         return set()
     made = {"".join(m.split(" ", 1)) if isinstance(m, str) else "".join(m) for m in merges}
     return {tid for piece, tid in pieces.items() if len(piece) > 1 and piece not in made}
+
+
+class BodyTables:
+    """Per-vocabulary tables shared by every document: the token index; per token whether a gen
+    body read from its reserved-literal root dies in it (`dead`: a reserved literal other than
+    `body_end`) or ends in it (`exits`); static body masks; `memo` for the grammar's own use."""
+
+    def __init__(self, vocab: Vocab, reserved: tuple[bytes, ...], body_end: bytes):
+        self.vocab, self.reserved, self.body_end = vocab, reserved, body_end
+        self.index: TokenIndex = build_index(vocab)
+        self.prefixes = {r[:k] for r in reserved for k in range(len(r) + 1)}
+        self.dead = np.zeros(len(vocab), bool)
+        exits = []
+        for tid in np.flatnonzero(self.index.usable).tolist():
+            token = vocab.tokens[tid]
+            if b"<" in token:
+                verdict = self._scan(token)
+                self.dead[tid] = verdict != ""
+                if verdict == "exit":
+                    exits.append(tid)
+        self.exits = np.array(exits, np.int64)
+        self._static: dict = {}
+        self.memo: dict = {}
+        for node in self.prefixes - set(reserved):  # the states a decode meets (~10 ms)
+            self.static_body_mask(node, 0)
+
+    def ac_step(self, node: bytes, byte: int) -> bytes:
+        """Aho-Corasick over the reserved literals: each starts with `<` and has no other `<`."""
+        longer = node + bytes([byte])
+        if longer in self.prefixes:
+            return longer
+        return b"<" if byte == 0x3C else b""
+
+    def _scan(self, token: bytes) -> str:
+        node = b""
+        for byte in token:
+            node = self.ac_step(node, byte)
+            if node in self.reserved:
+                return "exit" if node == self.body_end else "dead"
+        return ""
+
+    def static_body_mask(self, node: bytes, utf8: int) -> np.ndarray:
+        """Tokens allowed from body state (node, utf8) whatever the document; exits excluded."""
+        key = (node, utf8)
+        if key not in self._static:
+            mask = (self.index.utf8_end[utf8] >= 0) & self.index.usable & ~self.dead
+            for literal in self.reserved:
+                if literal.startswith(node) and literal != node:
+                    start, stop = self.index.prefix_range(literal[len(node) :])
+                    mask[self.index.sorted_ids[start:stop]] = False
+            mask.flags.writeable = False
+            self._static[key] = mask
+        return self._static[key]

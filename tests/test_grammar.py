@@ -73,6 +73,14 @@ def test_a_grammar_file_in_an_unknown_shape_is_refused():
         read_syntax(text.replace('LINE "-" LINE', 'LINE ":" LINE ":" LINE'))
 
 
+def test_reserved_literals_the_body_automaton_cannot_handle_are_refused():
+    text = GRAMMAR_PATH.read_text()
+    with pytest.raises(ProgramError, match="reserved"):
+        read_syntax(text.replace("<\\/program>)", "x<\\/program>)"))
+    with pytest.raises(ProgramError, match="reserved"):
+        read_syntax(text.replace("<\\/gen>|", "<\\/gen<|"))
+
+
 def test_every_step_of_a_program_has_exactly_the_expected_allowed_set():
     cursor = compile_grammar(VOCAB).for_document(12).cursor()
     for taken, expected in WALK:
