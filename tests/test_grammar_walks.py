@@ -187,14 +187,15 @@ def corrupt(text, rng):
 
 
 def compare_on_tokens(matcher, cursor, tokens, size):
-    """Walk both over tokens while they accept; masks must match at every step; returns steps."""
+    """Walk both over tokens while they accept; masks must match at every step.
+    Returns (steps compared, whether both refused a token)."""
     for step, t in enumerate(tokens):
         assert np.array_equal(llguidance_mask(matcher, size), cursor.allowed_mask()), (step, cursor.text())
         accepted = cursor.advance(t)
         assert accepted == bool(matcher.consume_token(t)), (cursor.text(), t)
         if not accepted:
-            return step
-    return len(tokens)
+            return step + 1, True
+    return len(tokens), False
 
 
 @pytest.mark.parametrize("n_lines", [1, 12])
@@ -203,7 +204,7 @@ def test_masks_match_llguidance_on_random_and_corrupted_programs(tok, grammar, l
 
     lark = llguidance_grammar(n_lines)
     constraint, size = grammar.for_document(n_lines, monotonic=False), len(tok)
-    rng, steps = random.Random(n_lines), 0
+    rng, steps, refused = random.Random(n_lines), 0, 0
     for trial in range(200):
         cursor = constraint.cursor()
         tokens = random_program(cursor, rng, tok, budget=rng.choice([5, 15, 40]))
@@ -211,5 +212,6 @@ def test_masks_match_llguidance_on_random_and_corrupted_programs(tok, grammar, l
             tokens = tok.encode(corrupt(cursor.text(), rng), add_special_tokens=False) + [tok.eos_token_id]
         matcher = llguidance.LLMatcher(lltok, lark, log_level=0)
         assert not matcher.is_error(), matcher.get_error()
-        steps += compare_on_tokens(matcher, constraint.cursor(), tokens, size)
-    assert steps > 3000
+        compared, stopped = compare_on_tokens(matcher, constraint.cursor(), tokens, size)
+        steps, refused = steps + compared, refused + stopped
+    assert steps > 3000 and refused > 30
