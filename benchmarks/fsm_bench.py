@@ -163,8 +163,8 @@ def bench_llguidance(tok, programs, encode) -> None:
     lltok, t_tok = timed(llguidance.hf.from_tokenizer, tok)
     text = GRAMMAR_PATH.read_text()
     text = re.sub(r"^gen:.*$", lambda _: 'gen: "<gen>\\n" body "\\n"', text, flags=re.M)
-    text = re.sub(r"^BODY:.*$", lambda _: "body[lazy]: /(?s:.*)<\\/gen>/ & ~/(?s:.*)(<copy|<\\/copy>|<gen>|<\\/program>)(?s:.*)/",
-                  text, flags=re.M)
+    body = "body[lazy]: /(?s:.*)<\\/gen>/ & ~/(?s:.*)(<copy|<\\/copy>|<gen>|<\\/program>)(?s:.*)/"
+    text = re.sub(r"^BODY:.*$", lambda _: body, text, flags=re.M)
     lark = '%llguidance {"no_forcing": true}\n' + text.replace("op*", "op+")
     builds, times = [], []
     for _, program_text in programs:

@@ -91,7 +91,9 @@ def read_syntax(text: str) -> Syntax:
     # The body automaton relies on both: each reserved literal is `<` + text without `<`, and
     # the gen close starts with one of them.
     if any(r[:1] != b"<" or b"<" in r[1:] for r in reserved) or not any(gc.startswith(r) for r in reserved):
-        raise ProgramError("grammars/program.lark: reserved literals must be `<` + text without `<`, one opening the gen close")
+        raise ProgramError(
+            "grammars/program.lark: reserved literals must be `<` + text without `<`, one opening the gen close"
+        )
     return Syntax(op, cl, tail, co, sep, cc, go, gc, reserved)
 
 
@@ -184,7 +186,9 @@ class Constraint:
         self._cache: OrderedDict = OrderedDict()
         self._general: dict = {}
         sx = self.syntax
-        self._literals = {OPEN: sx.open, SEP: sx.copy_sep, COPY_END: sx.copy_close, GEN_END: sx.gen_close, END: sx.close_tail}
+        self._literals = {
+            OPEN: sx.open, SEP: sx.copy_sep, COPY_END: sx.copy_close, GEN_END: sx.gen_close, END: sx.close_tail
+        }
         self._touched_lines = False
         self._forced: dict = {}
 
@@ -329,7 +333,8 @@ class Constraint:
         for t in self.grammar.line_candidates(kind, value > 0):
             token = tokens[t]
             if token.isdigit():  # viable digits have viable prefixes: test the whole number at once
-                if (value or token[0] != 0x30) and line_viable(value * 10 ** len(token) + int(token), bound, self.n_lines):
+                number = value * 10 ** len(token) + int(token)
+                if (value or token[0] != 0x30) and line_viable(number, bound, self.n_lines):
                     ids.append(t)
             elif self.run(s, token)[0] is not None:
                 ids.append(t)

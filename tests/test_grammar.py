@@ -251,7 +251,8 @@ def test_a_split_character_completes_and_then_the_body_can_close():
 
 # -- line numbers against a brute-force oracle ------------------------------------------------
 
-DIGIT_PIECES = [str(d) for d in range(10)] + ["10", "12", "123", "00", "05", "99", "-", '"/>\n', '"', "1-", "-1", '2"/>\n']
+DIGIT_PIECES = [str(d) for d in range(10)]
+DIGIT_PIECES += ["10", "12", "123", "00", "05", "99", "-", '"/>\n', '"', "1-", "-1", '2"/>\n']
 PREFIX_PIECES = ["<program>\n", "<copy", ' lines="', "<gen>\n", "</gen>\n"]
 NUM_VOCAB = Vocab(tuple(p.encode() for p in DIGIT_PIECES + PREFIX_PIECES))
 NUM = {p: i for i, p in enumerate(DIGIT_PIECES + PREFIX_PIECES)}

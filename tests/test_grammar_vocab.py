@@ -85,4 +85,5 @@ def test_prefix_ranges_find_exactly_the_tokens_with_a_prefix():
     index = build_index(Vocab(tokens))
     for prefix in [b"", b"a", b"ab", b"\xff", b"\xff\xff", b"c"]:
         start, stop = index.prefix_range(prefix)
-        assert sorted(index.sorted_ids[start:stop].tolist()) == [i for i, t in enumerate(tokens) if t and t.startswith(prefix)]
+        expected = [i for i, t in enumerate(tokens) if t and t.startswith(prefix)]
+        assert sorted(index.sorted_ids[start:stop].tolist()) == expected

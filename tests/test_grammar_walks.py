@@ -113,7 +113,8 @@ def brute_force_mask(constraint, state):
     """Every token read byte by byte through the FSM: the definition the masks must equal."""
     vocab = constraint.tables.vocab
     usable = constraint.tables.index.usable
-    mask = np.array([bool(usable[t]) and constraint.run(state, tok)[0] is not None for t, tok in enumerate(vocab.tokens)])
+    mask = np.array([bool(usable[t]) and constraint.run(state, tok)[0] is not None
+                     for t, tok in enumerate(vocab.tokens)])
     if state[0] == END:
         mask[list(vocab.eos_ids)] = True
     return mask
@@ -153,7 +154,9 @@ def llguidance_grammar(n_lines):
         "start": lambda line: line.replace("op*", "op+"),
         "copy": lambda line: line.replace('LINE "-" LINE', "PAIR") + "\nPAIR: " + pairs,
         "gen": lambda line: line.replace('BODY "</gen>\\n"', 'body "\\n"'),
-        "BODY": lambda line: "body[lazy]: /(?s:.*)<\\/gen>/ & ~/(?s:.*)(" + reserved.replace("<\\/gen>|", "") + ")(?s:.*)/",
+        "BODY": lambda line: (
+            "body[lazy]: /(?s:.*)<\\/gen>/ & ~/(?s:.*)(" + reserved.replace("<\\/gen>|", "") + ")(?s:.*)/"
+        ),
     }
     lines = []
     for line in text.splitlines():
