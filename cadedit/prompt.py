@@ -84,6 +84,7 @@ class Variant:
     name: str = "default"
     sep: str = " | "
     examples: int = 1
+    count: bool = False  # say how many lines the file has, and that the program goes to the last one
 
 
 VARIANTS = {
@@ -91,7 +92,11 @@ VARIANTS = {
     "colon": Variant("colon", ": ", 1),
     "two-shot": Variant("two-shot", " | ", 2),
     "zero-shot": Variant("zero-shot", " | ", 0),
+    "count": Variant("count", " | ", 1, True),
+    "two-shot-count": Variant("two-shot-count", " | ", 2, True),
 }
+
+COUNT_NOTE = "\nThe program must account for every line up to the last one: copy the unchanged lines after the edit too."
 
 
 def interleaved(program: Program, document: Document) -> str:
@@ -105,17 +110,18 @@ def interleaved(program: Program, document: Document) -> str:
     return "".join(parts)
 
 
-def user_message(document: Document, instruction: str, sep: str) -> str:
+def user_message(document: Document, instruction: str, variant: Variant) -> str:
     name = PurePath(document.path).name if not document.path.startswith("<") else "the file"
-    return f"File {name}:\n{document.numbered(sep=sep)}\nInstruction: {instruction.strip()}"
+    size = f" ({document.n_lines} lines)" if variant.count else ""
+    return f"File {name}{size}:\n{document.numbered(sep=variant.sep)}\nInstruction: {instruction.strip()}"
 
 
 def build_messages(document: Document, instruction: str, variant: Variant = VARIANTS["default"]) -> list[dict[str, str]]:
     """System prompt, few-shot turns, then the request; the assistant's reply is the program."""
-    messages = [{"role": "system", "content": SYSTEM.format(sep=variant.sep)}]
+    messages = [{"role": "system", "content": SYSTEM.format(sep=variant.sep) + (COUNT_NOTE if variant.count else "")}]
     for example in EXAMPLES[: variant.examples]:
         before = Document.from_text(example.before, example.path)
-        messages.append({"role": "user", "content": user_message(before, example.instruction, variant.sep)})
+        messages.append({"role": "user", "content": user_message(before, example.instruction, variant)})
         messages.append({"role": "assistant", "content": interleaved(example.program, before)})
-    messages.append({"role": "user", "content": user_message(document, instruction, variant.sep)})
+    messages.append({"role": "user", "content": user_message(document, instruction, variant)})
     return messages
