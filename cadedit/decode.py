@@ -40,7 +40,7 @@ class Cursor(Protocol):
 
 Picker = Callable[[torch.Tensor, np.ndarray, Sequence[int]], int]  # (logits, mask, program ids) -> id
 SpanIds = Callable[[Copy], Sequence[int]]
-Drafter = Callable[[Cursor], list[int]]  # cursor -> drafted token ids (the cursor is left unchanged)
+Drafter = Callable[[Cursor], list[int]]  # cursor -> drafted token ids (cadedit.draft.make_drafter)
 
 
 @dataclass(frozen=True)
@@ -314,51 +314,6 @@ def decode(model: CachedModel, cursor: Cursor, prompt_ids: Sequence[int], span_i
             on_step(stats, step)
     stats = DecodeStats(**{**stats.__dict__, "seconds_total": time.perf_counter() - start})
     return Decoded(cursor.text(), tuple(program_ids), stats)
-
-
-# -- drafts ----------------------------------------------------------------------------------------
-
-
-def draft_ids(cursor: Cursor, text: str, encode: Callable[[str], list[int]], token_bytes: Sequence[bytes],
-              limit: int) -> list[int]:
-    """Token ids for a drafted continuation, walked through the grammar: forced literals as the grammar
-    gives them, other text split as the tokenizer would split it on its own. Stops where the text
-    and the grammar disagree, at `limit` tokens, or after a token that closes a copy (its lines must
-    be read before the next choice). The cursor is left where it was."""
-    data, used, ids = text.encode("utf-8"), 0, []
-    try:
-        while len(ids) < limit and not cursor.is_done():
-            forced = cursor.forced()
-            if forced:
-                token = forced[0]
-            elif used < len(data):
-                try:
-                    token = encode(data[used:].decode("utf-8"))[0]
-                except UnicodeDecodeError:  # the last token ended inside a character
-                    break
-            else:
-                break
-            piece = token_bytes[token]
-            if data[used : used + len(piece)] != piece[: len(data) - used] or not cursor.advance(token):
-                break
-            ids.append(token)
-            used += len(piece)
-            if cursor.completed_copy() is not None:
-                break
-    finally:
-        cursor.rollback(len(ids))
-    return ids
-
-
-def make_drafter(propose: Callable[[str], str], encode: Callable[[str], list[int]], token_bytes: Sequence[bytes],
-                 limit: int = 24) -> Drafter:
-    """A drafter from a text guesser (cadedit.draft.propose bound to a document)."""
-
-    def drafter(cursor: Cursor) -> list[int]:
-        text = propose(cursor.text())
-        return draft_ids(cursor, text, encode, token_bytes, limit) if text else []
-
-    return drafter
 
 
 # -- the model -------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ The guesses, in the order an edit program goes: it starts by copying from line 1
 a gen usually rewrites the next line, so its text starts like that line (prompt lookup); inside a
 gen a line usually goes on like the file line it rewrites; after a gen the file resumes where the
 rewritten lines end, often to its last line; after the last line comes </program>.
+make_drafter() turns the text guesses into token ids through the grammar cursor, for the loop.
 Pure: no torch, no transformers.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cadedit.document import Document
@@ -144,3 +146,48 @@ def propose(text: str, document: Document) -> str:
     if reading.tail:
         return _finish_literal(reading, n, lines)
     return _next_op(reading, n, lines)
+
+
+# -- draft text -> token ids, through the grammar ------------------------------------------------
+
+
+def draft_ids(cursor, text: str, encode: Callable[[str], list[int]], token_bytes: Sequence[bytes],
+              limit: int) -> list[int]:
+    """Token ids for a drafted continuation, walked through the grammar: forced literals as the grammar
+    gives them, other text split as the tokenizer would split it on its own. Stops where the text
+    and the grammar disagree, at `limit` tokens, or after a token that closes a copy (its lines must
+    be read before the next choice). The cursor is left where it was."""
+    data, used, ids = text.encode("utf-8"), 0, []
+    try:
+        while len(ids) < limit and not cursor.is_done():
+            forced = cursor.forced()
+            if forced:
+                token = forced[0]
+            elif used < len(data):
+                try:
+                    token = encode(data[used:].decode("utf-8"))[0]
+                except UnicodeDecodeError:  # the last token ended inside a character
+                    break
+            else:
+                break
+            piece = token_bytes[token]
+            if data[used : used + len(piece)] != piece[: len(data) - used] or not cursor.advance(token):
+                break
+            ids.append(token)
+            used += len(piece)
+            if cursor.completed_copy() is not None:
+                break
+    finally:
+        cursor.rollback(len(ids))
+    return ids
+
+
+def make_drafter(propose: Callable[[str], str], encode: Callable[[str], list[int]], token_bytes: Sequence[bytes],
+                 limit: int = 24) -> Callable[[object], list[int]]:
+    """A drafter from a text guesser (cadedit.draft.propose bound to a document)."""
+
+    def drafter(cursor) -> list[int]:
+        text = propose(cursor.text())
+        return draft_ids(cursor, text, encode, token_bytes, limit) if text else []
+
+    return drafter

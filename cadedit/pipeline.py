@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 
 from cadedit import program as P
 from cadedit.decode import Decoded, DecodeStats, Picker, Sampling, Step, decode, model_forward, sampling_picker
-from cadedit.decode import make_drafter, to_document_program
-from cadedit.draft import propose
+from cadedit.decode import to_document_program
+from cadedit.draft import make_drafter, propose
 from cadedit.document import Document
 from cadedit.errors import ModelError
 from cadedit.model import LoadedModel, encode, load_model, new_cache, render_chat
