@@ -29,6 +29,7 @@ from cadedit.program import CLOSE, COPY_CLOSE, COPY_OPEN, GEN_CLOSE, GEN_OPEN, O
 
 _COPY = re.compile(r'<copy lines="([0-9]+)-([0-9]+)"/>\n')
 _PARTIAL_COPY = re.compile(r'<copy lines="([0-9]*)(?:-([0-9]*))?\Z')
+DRAFT_LIMIT = 24  # drafted tokens per forward at most
 _MIN_MATCH = 3  # characters of the current gen line that must match the file to look up a continuation
 
 
@@ -183,7 +184,7 @@ def draft_ids(cursor, text: str, encode: Callable[[str], list[int]], token_bytes
 
 
 def make_drafter(propose: Callable[[str], str], encode: Callable[[str], list[int]], token_bytes: Sequence[bytes],
-                 limit: int = 24) -> Callable[[object], list[int]]:
+                 limit: int = DRAFT_LIMIT) -> Callable[[object], list[int]]:
     """A drafter from a text guesser (cadedit.draft.propose bound to a document)."""
 
     def drafter(cursor) -> list[int]:

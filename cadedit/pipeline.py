@@ -15,14 +15,15 @@ from dataclasses import asdict, dataclass, field
 from cadedit import program as P
 from cadedit.decode import Decoded, DecodeStats, Picker, Sampling, Step, decode, model_forward, sampling_picker
 from cadedit.decode import to_document_program
-from cadedit.draft import make_drafter, propose
+from cadedit.draft import DRAFT_LIMIT, make_drafter, propose
 from cadedit.document import Document
 from cadedit.errors import ModelError
 from cadedit.model import LoadedModel, encode, load_model, new_cache, render_chat
 from cadedit.prompt import VARIANTS, build_messages
 from cadedit.resolve import resolve
 
-# Room for the program's own tokens (op literals, line numbers) beyond the file itself.
+# Room for the program's own tokens (op literals, line numbers) beyond the file itself, and for the
+# drafted tokens a forward may hold before the rejected ones are cropped.
 PROGRAM_ROOM = 64
 
 
@@ -78,7 +79,7 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
             hint="edit a smaller file, or split it first",
         )
     budget = options.max_new_tokens or 2 * file_tokens + 256
-    return Prepared(prompt_ids, file_tokens, min(budget, room + PROGRAM_ROOM))
+    return Prepared(prompt_ids, file_tokens, min(budget, room + PROGRAM_ROOM - DRAFT_LIMIT))
 
 
 _GRAMMARS: dict[int, tuple[object, object]] = {}
