@@ -110,8 +110,12 @@ def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick
                                grammar.vocab.tokens)
 
     def span_ids(copy: P.Copy) -> list[int]:
-        # The program text before a splice ends with '"/>\n' and the span starts at a line start,
-        # so tokenising the span on its own matches how the model would have written it (README).
+        # The program text before a splice ends with '"/>\n' and the span starts at a line start, so
+        # tokenising the span on its own is how Qwen's BPE splits the joint text -- except when the span
+        # starts with a blank line ('"/>\n\n' would be one pre-token): the model still reads exactly
+        # the right text, in a slightly different split. Checked on the 1,246 oracle copies of
+        # HumanEvalFix Python+JS (both contexts): 329 start with a blank line and differ, no other
+        # start seam differs, and no end seam (span, then the next op's "<") ever differs.
         return encode(loaded.tokenizer, document.display_text(copy.start, copy.end))
 
     return decode(forward, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step, drafter)
