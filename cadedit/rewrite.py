@@ -63,9 +63,17 @@ def fenced_source(document: Document, fence: str) -> str:
 
 
 def rewrite_messages(document: Document, instruction: str, fence: str) -> list[dict[str, str]]:
+    """The instruction, the file, the instruction again and the size of the expected answer.
+
+    Measured on Qwen2.5-Coder-0.5B-Instruct (greedy): with the file first and the instruction
+    last it passed 6/16 HumanEvalFix-Python tests but answered 300-line files with the one
+    function to fix (27 of 306 lines); this layout passed 4/16 and kept 298-320 of ~310 lines.
+    """
     name = PurePath(document.path).name if not document.path.startswith("<") else "the file"
     opening = fence + language_tag(document.path) + "\n"
-    user = f"File {name}:\n{opening}{fenced_source(document, fence)}\nInstruction: {instruction.strip()}"
+    task = f"Instruction: {instruction.strip()}"
+    user = (f"{task}\n\nFile {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n{task}\n"
+            f"Reply with the complete file, all {document.n_lines} lines, with the instruction applied.")
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 

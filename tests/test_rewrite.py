@@ -74,7 +74,8 @@ def test_the_prompt_shows_the_file_in_a_fence_and_opens_the_answer_with_one():
     document = Document.from_text("x = 1\ny = 2", "src/calc.py")
     request = R.prepare_rewrite(loaded_from(make_model(0)), document, "Set y to 3.")
     prompt = TOK.decode(list(request.prompt_ids))
-    assert "File calc.py:\n```python\nx = 1\ny = 2\n```\n\nInstruction: Set y to 3." in prompt
+    assert "Instruction: Set y to 3.\n\nFile calc.py (2 lines):\n```python\nx = 1\ny = 2\n```\n\nInstruction: Set y to 3.\n" in prompt
+    assert "Reply with the complete file, all 2 lines, with the instruction applied." in prompt
     assert prompt.endswith("<|im_start|>assistant\n```python\n")
     assert request.source == "x = 1\ny = 2\n```\n"
 
