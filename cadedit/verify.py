@@ -21,6 +21,7 @@ import torch
 from cadedit.rewrite import LM, Generated, OnStep, Output, RewriteStats
 
 RECENT = 8  # output lines remembered to place a line that occurs more than once in the source
+AHEAD = 4  # source lines after the last aligned one where a new output line may resume the source
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,11 @@ class Aligner:
     """Where the output stands in the source text (a byte offset, or None), and the draft from there.
 
     Alignment is kept while each output token's bytes continue the source at the anchor (a
-    different tokenisation of the same text stays aligned). Lost, it is found again when the output
-    ends a line that equals a source line: among equal lines, the one whose preceding lines match
-    most output lines wins, then the one nearest after the last aligned line.
+    different tokenisation of the same text stays aligned). Lost, it is found again as soon as the
+    output's current line starts like one of the next AHEAD source lines (the model skipped a line,
+    often a blank one), or when the output ends a line that equals a source line: among equal
+    lines, the one whose preceding lines match most output lines wins, then the one nearest after
+    the last aligned line.
     """
 
     def __init__(self, source: str, encode: Callable[[str], list[int]]):
@@ -77,6 +80,8 @@ class Aligner:
             self.last_line = self.line_at[self.anchor] - 1
         elif self.anchor is None and not self.partial and self.recent:
             self.anchor = self._relocate()
+        elif self.anchor is None and self.partial.strip():
+            self.anchor = self._resume()
 
     def draft(self, n_tokens: int) -> list[int]:
         """Up to n_tokens ids of the source after the anchor (whole lines tokenised, then cut)."""
@@ -103,6 +108,13 @@ class Aligner:
         best = max(candidates, key=lambda k: (self._matched(k), k > self.last_line, -abs(k - self.last_line)))
         self.last_line = best
         return self.starts[best + 1]
+
+    def _resume(self) -> int | None:
+        """The offset after the output's partial line in the nearest next source line it begins."""
+        for k in range(self.last_line + 1, min(self.last_line + 1 + AHEAD, len(self.lines))):
+            if self.lines[k].startswith(self.partial):
+                return self.starts[k] + len(self.partial)
+        return None
 
     def _matched(self, k: int) -> int:
         """How many of the latest output lines equal source lines ..k-1, k."""

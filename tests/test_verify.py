@@ -170,6 +170,16 @@ def test_aligner_places_a_repeated_line_by_the_lines_before_it():
     assert TOK.decode(aligner.draft(50)) == "```\n"
 
 
+def test_aligner_resumes_mid_line_when_the_model_skips_lines():
+    source = "def a():\n    pass\n\n\ndef b():\n    return 1\n```\n"
+    aligner = Aligner(source, encode_text)
+    aligner.advance(b"def a():\n    pass\n")
+    aligner.advance(b"def")  # both blank lines left out: lost, then found again in line 5
+    assert TOK.decode(aligner.draft(50)) == " b():\n    return 1\n```\n"
+    aligner.advance(b" c")  # a changed line: lost until a line matches again
+    assert aligner.anchor is None and aligner.draft(50) == []
+
+
 def test_aligner_has_no_draft_when_lost_or_inside_a_character():
     aligner = Aligner("é = 1\n```\n", encode_text)
     aligner.advance("é".encode()[:1])
