@@ -85,18 +85,28 @@ class Variant:
     sep: str = " | "
     examples: int = 1
     count: bool = False  # say how many lines the file has, and that the program goes to the last one
+    close: bool = False  # insist that a gen ends with </gen> (the 0.5B model tried `<gen end>`, `<gen/>`)
 
 
+# Measured with benchmarks/prompt_eval.py (Qwen2.5-Coder-0.5B-Instruct, bf16, greedy, HumanEvalFix
+# Python docs; gain = line similarity to gold of the edited file minus that of the input):
+#   cases 0-7:   uncounted -0.207, colon -0.210, two-shot -0.346, zero-shot -0.459, default -0.086,
+#                two-shot-count -0.293 (0 exact anywhere; 7/8 finished each)
+#   cases 0-15:  uncounted -0.169 (14/16 finished, 0 tests pass), default -0.137 (15/16, 1 pass),
+#                count-close -0.190 (15/16, 1 pass)
+# The untrained 0.5B model damages most files whatever the prompt; stating the line count helps most.
 VARIANTS = {
-    "default": Variant(),
+    "default": Variant("default", " | ", 1, count=True),
+    "uncounted": Variant("uncounted", " | ", 1),
     "colon": Variant("colon", ": ", 1),
     "two-shot": Variant("two-shot", " | ", 2),
     "zero-shot": Variant("zero-shot", " | ", 0),
-    "count": Variant("count", " | ", 1, True),
-    "two-shot-count": Variant("two-shot-count", " | ", 2, True),
+    "two-shot-count": Variant("two-shot-count", " | ", 2, count=True),
+    "count-close": Variant("count-close", " | ", 1, count=True, close=True),
 }
 
 COUNT_NOTE = "\nThe program must account for every line up to the last one: copy the unchanged lines after the edit too."
+CLOSE_NOTE = "\nEvery <gen> ends with </gen> on a line of its own, right after its last new line; nothing else ends it."
 
 
 def interleaved(program: Program, document: Document) -> str:
@@ -112,13 +122,14 @@ def interleaved(program: Program, document: Document) -> str:
 
 def user_message(document: Document, instruction: str, variant: Variant) -> str:
     name = PurePath(document.path).name if not document.path.startswith("<") else "the file"
-    size = f" ({document.n_lines} lines)" if variant.count else ""
+    size = f" ({document.n_lines} line{'s' * (document.n_lines != 1)})" if variant.count else ""
     return f"File {name}{size}:\n{document.numbered(sep=variant.sep)}\nInstruction: {instruction.strip()}"
 
 
 def build_messages(document: Document, instruction: str, variant: Variant = VARIANTS["default"]) -> list[dict[str, str]]:
     """System prompt, few-shot turns, then the request; the assistant's reply is the program."""
-    messages = [{"role": "system", "content": SYSTEM.format(sep=variant.sep) + (COUNT_NOTE if variant.count else "")}]
+    system = SYSTEM.format(sep=variant.sep) + (COUNT_NOTE if variant.count else "") + (CLOSE_NOTE if variant.close else "")
+    messages = [{"role": "system", "content": system}]
     for example in EXAMPLES[: variant.examples]:
         before = Document.from_text(example.before, example.path)
         messages.append({"role": "user", "content": user_message(before, example.instruction, variant)})
