@@ -169,9 +169,18 @@ def run_case(loaded, case: Case, modes: list[str], args) -> dict:
             row["speedup_vs_rewrite"] = base["seconds"] / row["seconds"]
         if base and mode in ("lookup", "verify"):
             row["same_as_rewrite"] = row["ids"] is not None and row["ids"] == base["ids"]
+            if row["ids"] is not None and base["ids"] is not None and not row["same_as_rewrite"]:
+                row["first_difference"] = first_difference(base["ids"], row["ids"])
     for row in rows.values():
         row.pop("ids")
     return {"id": case.id, "group": case.group, "lines": case.before.count("\n") + 1, "modes": rows}
+
+
+def first_difference(a: list[int], b: list[int]) -> dict:
+    """Where two outputs part: the token index and the ids there (None past an end)."""
+    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return {"index": k, "rewrite": a[k] if k < len(a) else None, "this": b[k] if k < len(b) else None,
+            "lengths": [len(a), len(b)]}
 
 
 def print_case(result: dict) -> None:
