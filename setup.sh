@@ -16,14 +16,24 @@ echo "==> installing torch==2.13.0" >&2
 echo "==> installing cadedit with its test and gguf extras" >&2
 "${PIP[@]}" -e '.[test,gguf]'
 
-echo "==> demo: the oracle program that turns examples/before.py into examples/after.py" >&2
+echo "==> demo (no model): the oracle program that turns examples/before.py into examples/after.py" >&2
 demo=$(mktemp -d)
 trap 'rm -rf "$demo"' EXIT
 .venv/bin/cadedit oracle examples/before.py examples/after.py | tee "$demo/fix.program"
-echo "==> demo: cadedit apply examples/before.py fix.program (the diff it would make)" >&2
-.venv/bin/cadedit apply examples/before.py "$demo/fix.program"
-echo "==> demo: apply --write on a copy, then compare with examples/after.py" >&2
 cp examples/before.py "$demo/before.py"
 .venv/bin/cadedit apply "$demo/before.py" "$demo/fix.program" --write
 cmp "$demo/before.py" examples/after.py
+
+# The main job: a real local model fixes a file. The model is whatever --model / CADEDIT_MODEL /
+# .cadedit.toml names; with none set (and no model hub here), fetch the 0.5B GGUF once.
+model=${CADEDIT_MODEL:-}
+if [ -z "$model" ] && [ "${CADEDIT_SKIP_MODEL:-0}" != 1 ]; then
+    echo "==> fetching Qwen2.5-Coder-0.5B-Instruct (GGUF) with tools/get-model.sh" >&2
+    model=$(PYTHON=.venv/bin/python tools/get-model.sh)
+fi
+if [ -n "$model" ]; then
+    echo "==> main job: cadedit fix examples/before.py \"Fix the bug in average.\" --model $model" >&2
+    echo "    (the first run converts a GGUF into the user cache, about a minute; later runs load in seconds)" >&2
+    .venv/bin/cadedit fix examples/before.py "Fix the bug in average." --model "$model" --show-program
+fi
 echo "==> ready: . .venv/bin/activate && cadedit --help     tests: .venv/bin/python -m pytest" >&2
