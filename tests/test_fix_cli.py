@@ -60,7 +60,8 @@ def scripted(monkeypatch):
 
 
 def fix(*args: str, input: bytes | None = None):
-    return CliRunner().invoke(cli.app, ["fix", *args], input=input)
+    # These tests script the program decoder (--mode program); the default mode is verify.
+    return CliRunner().invoke(cli.app, ["fix", "--mode", "program", *args], input=input)
 
 
 def test_fix_prints_the_diff_and_leaves_the_file_alone(work, tiny_dir, scripted):
@@ -172,7 +173,7 @@ def test_budget_exhausted_writes_nothing(work, tiny_dir, scripted):
 def test_console_script_with_the_unscripted_random_model(work, tiny_dir, run_cli):
     """The real console script and the real random model: it either edits or runs out of budget,
     and in both cases the answer is a clean exit code and the file is untouched."""
-    proc = run_cli("fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--max-new-tokens", "40", "--threads", "1",
+    proc = run_cli("fix", "--mode", "program", "a.py", "Fix add.", "--model", str(tiny_dir), "--max-new-tokens", "40", "--threads", "1",
                    cwd=work)
     assert proc.returncode in (0, 1), proc.stderr
     assert b"Traceback" not in proc.stderr

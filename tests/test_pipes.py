@@ -80,7 +80,8 @@ def make_tree(root: Path, files: dict[str, bytes], in_git: bool) -> Path:
 
 
 def fix(*args: str):
-    return CliRunner().invoke(cli.app, ["fix", *args])
+    # These tests script the program decoder (--mode program); the default mode is verify.
+    return CliRunner().invoke(cli.app, ["fix", "--mode", "program", *args])
 
 
 def apply_with(tool: str, tree: Path, diff: bytes, cwd: str = ".") -> None:
@@ -199,7 +200,7 @@ def test_a_real_shell_pipe_into_patch_and_git_apply(tmp_path, tiny_dir):
     other = Path(shutil.copytree(base, tmp_path / "other"))
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
-    fix_command = f'"{sys.executable}" "{driver}" fix {name} "Rename old." --model "{tiny_dir}" -q --threads 1 --dtype fp32'
+    fix_command = f'"{sys.executable}" "{driver}" fix --mode program {name} "Rename old." --model "{tiny_dir}" -q --threads 1 --dtype fp32'
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     command = f"set -o pipefail; {fix_command} | tee ../patch.diff | patch -p1 && git -C ../other apply < ../patch.diff"
     proc = subprocess.run(command, shell=True, executable="/bin/bash", cwd=base, capture_output=True, env=env, timeout=120)
