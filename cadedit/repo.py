@@ -72,12 +72,20 @@ def diff_path(path: str | os.PathLike[str]) -> str:
     """The name a diff header gives `path`: relative to the repository root inside a git work
     tree (what `git apply` expects from any subdirectory), to the working directory otherwise."""
     full = _real_dir(Path(path))
-    repo = open_repo(full.parent if full.parent.exists() else ".", required=False)
-    if repo is not None:
-        root = Path(repo.working_tree_dir).resolve()
-        if full.is_relative_to(root):
-            return full.relative_to(root).as_posix()
+    root = work_tree_root(full.parent)
+    if root is not None and full.is_relative_to(root):
+        return full.relative_to(root).as_posix()
     return Path(os.path.relpath(full, Path.cwd().resolve())).as_posix()
+
+
+def work_tree_root(start: Path) -> Path | None:
+    """The nearest folder at or above `start` holding a `.git` entry (a folder, or a file for
+    worktrees and submodules). A walk, not gitpython: `cadedit apply` stays fast to start (the
+    gitpython import alone costs about 100 ms)."""
+    for folder in (start.resolve(), *start.resolve().parents):
+        if (folder / ".git").exists():
+            return folder
+    return None
 
 
 def repo_relative(root: Path, path: str) -> str:
