@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 import cadedit.model
 from cadedit import cli
 from tests.test_pipes import script_model, tiny_model_dir
+from tests.test_repo import write
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -64,12 +65,6 @@ def make_repo(root: Path, model: Path | str | None, files: dict[str, bytes]) -> 
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "init")
     return root
-
-
-def write(root: Path, files: dict[str, bytes]) -> None:
-    for name, data in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_bytes(data)
 
 
 def hook(*args: str):
