@@ -16,7 +16,8 @@ from cadedit.errors import ConfigError
 DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
 
 
-def _read_toml(path: Path) -> dict:
+def read_toml(path: Path) -> dict:
+    """A settings file as a dict; a ConfigError naming the file when it cannot be read or parsed."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -35,7 +36,7 @@ def configured_model(cwd: Path | None = None) -> str | None:
             path = folder / name
             if not path.is_file():
                 continue
-            data = _read_toml(path)
+            data = read_toml(path)
             section = data.get("tool", {}).get("cadedit", {})
             value = section.get("model", data.get("model") if name == ".cadedit.toml" else None)
             if value is not None:

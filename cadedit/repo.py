@@ -20,13 +20,9 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from cadedit.config import read_toml
 from cadedit.document import Document
 from cadedit.errors import CadeditError, ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 EditFn = Callable[[Document, str], str]  # (staged document, instruction) -> the edited text
 
@@ -160,23 +156,16 @@ def load_settings(root: Path) -> Settings:
     """Read .cadedit.toml at the repository root, else [tool.cadedit] in pyproject.toml."""
     own, pyproject = root / SETTINGS_FILE, root / "pyproject.toml"
     if own.is_file():
-        data = _read_toml(own)  # top level, or [tool.cadedit] as in pyproject.toml (config.py reads both)
+        data = read_toml(own)  # top level, or [tool.cadedit] as in pyproject.toml (config.py reads both)
         return _parse_settings(data.get("tool", {}).get("cadedit", data), SETTINGS_FILE)
     if pyproject.is_file():
-        table = _read_toml(pyproject).get("tool", {}).get("cadedit")
+        table = read_toml(pyproject).get("tool", {}).get("cadedit")
         if table is not None:
             return _parse_settings(table, "pyproject.toml [tool.cadedit]")
     raise ConfigError(
         f"no cadedit settings in {root}: neither {SETTINGS_FILE} nor [tool.cadedit] in pyproject.toml",
         hint=f"create {SETTINGS_FILE} at the repository root, for example:\n{EXAMPLE_SETTINGS.rstrip()}",
     )
-
-
-def _read_toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path.name}: cannot read settings ({exc})") from None
 
 
 def _parse_settings(table: dict, source: str) -> Settings:
