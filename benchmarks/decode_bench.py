@@ -120,7 +120,8 @@ def regenerate(loaded, prompt_ids, gold_ids) -> float:
 
 
 def oracle_case(loaded, case: Case, curve_holder: dict, trials: int, draft: bool = True) -> dict:
-    from cadedit.decode import script_picker, to_display_program, to_document_program
+    from cadedit.decode import script_picker
+    from cadedit.resolve import to_display_program, to_document_program
     from cadedit.resolve import resolve
     from cadedit.document import Document
     from cadedit.model import encode

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _edited(case, row) -> str:
     """The edited text, re-resolved from the program the model wrote."""
-    from cadedit.decode import to_document_program
+    from cadedit.resolve import to_document_program
     from cadedit.document import Document
     from cadedit.program import parse
     from cadedit.resolve import resolve

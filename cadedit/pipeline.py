@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from cadedit import program as P
 from cadedit.decode import Decoded, DecodeStats, Picker, Sampling, Step, decode, model_forward, sampling_picker
-from cadedit.decode import to_document_program
+from cadedit.resolve import to_document_program
 from cadedit.draft import DRAFT_LIMIT, make_drafter, propose
 from cadedit.document import Document
 from cadedit.errors import ModelError

@@ -12,9 +12,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from cadedit.document import Document
+from cadedit.document import BOM, Document
 from cadedit.errors import ProgramError
-from cadedit.program import Copy, Program, format_op
+from cadedit.program import Copy, Gen, Op, Program, format_op
 
 
 class Mode(str, enum.Enum):
@@ -69,3 +69,39 @@ def resolve_ops(program: Program, document: Document, mode: Mode = Mode.STRICT) 
 def resolve(program: Program, document: Document, mode: Mode = Mode.STRICT) -> str:
     """The edited text. Strict mode raises ProgramError on a copy that does not fit the document."""
     return resolve_ops(program, document, mode).text
+
+
+# -- display form <-> document form ------------------------------------------------------------
+
+
+def to_document_program(program: Program, document: Document) -> Program:
+    """The model writes gens with "\\n" and never sees the BOM: give gens the file's own newline,
+    and keep a BOM the file had when the program does not start by copying line 1."""
+    newline = document.newline
+    ops: list[Op] = [Gen(_renewline(op.text, newline)) if isinstance(op, Gen) else op for op in program.ops]
+    starts_with_line_1 = bool(ops) and isinstance(ops[0], Copy) and ops[0].start == 1
+    if document.bom and not starts_with_line_1:
+        if ops and isinstance(ops[0], Gen):
+            ops[0] = Gen(ops[0].text if ops[0].text.startswith(BOM) else BOM + ops[0].text)
+        else:
+            ops.insert(0, Gen(BOM))
+    return Program(tuple(ops))
+
+
+def to_display_program(program: Program, document: Document) -> Program:
+    """Inverse of to_document_program for consistent files: the program as the model would write it."""
+    ops: list[Op] = []
+    for k, op in enumerate(program.ops):
+        if isinstance(op, Gen):
+            text = op.text.replace("\r\n", "\n").replace("\r", "\n")
+            op = Gen(text[len(BOM) :] if k == 0 and text.startswith(BOM) else text)
+            if not op.text:
+                continue
+        ops.append(op)
+    return Program(tuple(ops))
+
+
+def _renewline(text: str, newline: str) -> str:
+    if newline == "\n":
+        return text
+    return text.replace("\r\n", "\n").replace("\n", newline)

@@ -139,7 +139,7 @@ def output_text(output: str, fence: str, document: Document) -> str:
 def program_for(document: Document, new_display: str) -> Program:
     """The copy/gen program of the rewrite, in the file's own newlines: input lines the model
     retyped unchanged become copies (oracle line alignment), the rest gens."""
-    from cadedit.decode import to_document_program
+    from cadedit.resolve import to_document_program
 
     before = Document.from_text(document.display_text(1, document.n_lines) if document.lines else "")
     return to_document_program(oracle(before, Document.from_text(new_display)), document)

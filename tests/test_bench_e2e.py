@@ -20,7 +20,8 @@ from cadedit.bench import e2e as ee
 from cadedit.bench.corpus import Case
 from cadedit.bench.harness import Verdict, run_test, runnable_program
 from cadedit.cli import app
-from cadedit.decode import script_picker, to_display_program
+from cadedit.decode import script_picker
+from cadedit.resolve import to_display_program
 from cadedit.document import Document
 from cadedit.model import encode
 from cadedit.oracle import oracle

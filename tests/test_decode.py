@@ -19,8 +19,6 @@ from cadedit.decode import (
     sample,
     sampling_picker,
     script_picker,
-    to_display_program,
-    to_document_program,
 )
 from cadedit.diff import unified_diff
 from cadedit.document import Document
@@ -29,6 +27,7 @@ from cadedit.model import LoadedModel, encode
 from cadedit.oracle import oracle
 from cadedit.pipeline import EditOptions, edit_file, grammar_for
 from cadedit.program import Copy, Gen, Program, format
+from cadedit.resolve import to_display_program, to_document_program
 from tests.tinymodel import make_model
 from tests.tinytok import make_tokenizer
 

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 import cadedit.pipeline as pipeline
 from cadedit import cli
-from cadedit.decode import script_picker, to_display_program
+from cadedit.decode import script_picker
+from cadedit.resolve import to_display_program
 from cadedit.document import Document
 from cadedit.oracle import oracle
 from cadedit.program import format, parse
