@@ -9,7 +9,6 @@ no model never imports torch or transformers and starts fast.
 
 from __future__ import annotations
 
-import enum
 import os
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from rich.console import Console
 
 from cadedit import __version__
 from cadedit.errors import CadeditError
+from cadedit.options import DEFAULT_MODE, Mode
 
 err = Console(stderr=True)
 
@@ -200,14 +200,7 @@ _MaxNew = Annotated[Optional[int], typer.Option(
 _Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or summary on stderr.")]
 
 
-class FixMode(str, enum.Enum):
-    program = "program"
-    rewrite = "rewrite"
-    lookup = "lookup"
-    verify = "verify"
-
-
-_Mode = Annotated[FixMode, typer.Option(
+_Mode = Annotated[Mode, typer.Option(
     "--mode", help="program: the model writes an edit program of line copies and new text (Copy-as-Decode); "
     "rewrite: it retypes the whole file, one token per forward; lookup: the same with prompt lookup decoding; "
     "verify (default): rewrite's exact output, the file's own lines drafted and checked many tokens per forward. "
@@ -219,7 +212,7 @@ _Mode = Annotated[FixMode, typer.Option(
 def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt = False, check: _Check = False,
         show_program: _ShowProgram = False, as_json: _Json = False, model: _Model = None, threads: _Threads = None,
         dtype: _Dtype = "auto", temperature: _Temperature = 0.0, top_p: _TopP = 1.0, seed: _Seed = None,
-        max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = FixMode.verify) -> None:
+        max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
     Diff paths are relative to the repository root inside git (`git apply` works from any folder;
@@ -231,7 +224,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
     """
     import json
 
-    from cadedit.decode import Sampling
+    from cadedit.options import Sampling
     from cadedit.diff import count_changes, show, unified_diff, write_atomic
     from cadedit.document import Document
     from cadedit.pipeline import EditOptions, edit_file, result_json
@@ -239,12 +232,9 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
 
     if check and write:
         raise typer.BadParameter("--check writes nothing; drop --write", param_hint="--check")
-    if mode != FixMode.program and temperature > 0:
-        raise typer.BadParameter(f"--mode {mode.value} decodes greedily; drop --temperature or use --mode program",
-                                 param_hint="--mode")
     files, instruction = _fix_arguments(args, instruction_opt)
     options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
-                          max_new_tokens=max_new_tokens, mode=mode.value)
+                          max_new_tokens=max_new_tokens, mode=mode)
     if len(files) > 1:
         if as_json or show_program:
             raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
@@ -353,7 +343,7 @@ class _Progress:
 
     @staticmethod
     def summary(stats) -> str:
-        return (f"{stats.tokens_spliced} tokens copied, {stats.tokens_sampled} generated, "
+        return (f"{stats.tokens_copied} tokens copied, {stats.tokens_sampled - stats.drafts_kept} generated, "
                 f"{stats.forward_passes} forward passes, {stats.seconds_total or stats.seconds_forwards:.1f} s")
 
 

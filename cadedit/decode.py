@@ -1,14 +1,24 @@
-"""The decode loop: grammar-masked model steps, forced literals and copy splices over one KV cache.
+"""The decode loop: every mode is a cursor and a drafter over one language model.
 
-Contract: decode(model, cursor, prompt_ids, span_ids, pick, budget) drives a grammar cursor to
-completion and returns the program text it spelled, with statistics. It knows nothing about
-tokenisers or files: `model(ids, keep)` feeds ids (appending to its cache) and returns the logits of
-the last `keep` positions; `span_ids(copy)` gives the tokens of the copied lines; `pick` chooses a
-token from masked logits. Every token the model has not yet seen is fed in the NEXT forward, so a
-forward carries the picked token, then any forced literal ids, then any spliced copy span, all at
-once: one forward per decision, never one per forced or copied token (paper §2.3-2.4).
-An optional drafter guesses further program tokens; they ride along with that forward and the
-longest prefix the picker itself chooses is kept (greedy output is unchanged; others are cropped).
+Contract: decode(lm, cursor, prompt_ids, span_ids, pick, budget, drafter) drives a cursor to
+completion and returns the token ids it took, with statistics. Each step asks the *cursor* what
+is allowed (a mask, or None for any token), what is forced (literals), what to splice (the lines of
+a copy just closed) and whether it is done, and asks the *drafter* what to propose. One forward
+carries everything the model has not seen yet -- the picked token, forced literals, a spliced span
+-- plus the draft; the picker walks the draft and keeps the longest prefix it agrees with, the cache
+is cropped past the rest (paper §2.3-2.4: one forward per decision, never one per forced, copied or
+accepted token). The modes (cadedit.pipeline builds them):
+
+| mode    | cursor                                   | drafter                               |
+|---------|------------------------------------------|---------------------------------------|
+| program | the program grammar (grammar.py)         | program guesses (draft.make_drafter)  |
+| rewrite | fenced text (fence.FenceCursor)          | none                                  |
+| verify  | fenced text                              | the source, aligned (verify.py)       |
+| lookup  | fenced text                              | n-grams of prompt + output (draft.py) |
+
+Greedy picking keeps exactly the tokens one-token-at-a-time decoding would pick; sampling keeps the
+plain sampling distribution (a drafted token is accepted with the model's probability of it, the
+speculative-sampling rule for a deterministic draft).
 """
 
 from __future__ import annotations
@@ -22,33 +32,32 @@ import numpy as np
 import torch
 
 from cadedit.errors import BudgetError, ModelError, ProgramError
-from cadedit.program import Copy, Gen, Op, Program
+from cadedit.options import Sampling
+from cadedit.program import Copy
 
 
 class Cursor(Protocol):
-    """The per-request grammar state (cadedit.grammar builds it; tests may script one)."""
+    """What may come next (grammar.py's program cursor, fence.FenceCursor; tests may script one)."""
 
-    def allowed_mask(self) -> np.ndarray: ...
+    def allowed_mask(self) -> np.ndarray | None: ...  # None: any token
     def advance(self, token: int) -> bool: ...
     def forced(self) -> tuple[int, ...]: ...
     def completed_copy(self) -> Copy | None: ...
     def is_done(self) -> bool: ...
     def text(self) -> str: ...
-    def rollback(self, k: int) -> None: ...
 
 
-Picker = Callable[[torch.Tensor, np.ndarray, Sequence[int]], int]  # (logits, mask, program ids) -> id
+class LM(Protocol):
+    """One KV cache over a causal LM (cadedit.model.TransformersLM)."""
+
+    def feed(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor: ...  # [keep, V]
+    def crop(self, n: int) -> None: ...
+
+
+# (logits [V], mask or None, ids so far, drafted guess or None) -> the chosen id
+Picker = Callable[[torch.Tensor, "np.ndarray | None", Sequence[int], "int | None"], int]
 SpanIds = Callable[[Copy], Sequence[int]]
-Drafter = Callable[[Cursor], list[int]]  # cursor -> drafted token ids (cadedit.draft.make_drafter)
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """temperature 0 means greedy (argmax); otherwise softmax(logits / T), nucleus top_p, seeded."""
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
+Drafter = Callable[[Cursor, Sequence[int]], list[int]]  # (cursor, ids so far) -> drafted ids
 
 
 @dataclass(frozen=True)
@@ -65,19 +74,22 @@ class Step:
     kept: int  # drafted tokens kept
     forward_seconds: float
     pick_seconds: float
-    token: int  # the last program token so far
+    token: int  # the last token so far
 
 
 @dataclass(frozen=True)
 class DecodeStats:
+    """The counts of one decode, the same for every mode."""
+
     forward_passes: int = 0
-    tokens_prompt: int = 0
-    tokens_sampled: int = 0
+    tokens_prompt: int = 0  # prompt tokens fed (a reused prompt prefix is not fed again)
+    tokens_reused: int = 0  # prompt tokens whose KV cache was kept from an earlier decode
+    tokens_sampled: int = 0  # tokens the picker chose (accepted drafted tokens included)
     tokens_forced: int = 0
-    tokens_spliced: int = 0
+    tokens_spliced: int = 0  # copied-line tokens (program mode)
     copies: int = 0
     tokens_drafted: int = 0
-    drafts_kept: int = 0
+    drafts_kept: int = 0  # drafted tokens the picker agreed with
     seconds_prefill: float = 0.0
     seconds_steps: float = 0.0
     seconds_forced: float = 0.0
@@ -91,14 +103,19 @@ class DecodeStats:
 
     @property
     def tokens_new(self) -> int:
-        """Program tokens the loop produced (sampled + forced): what the budget counts."""
+        """Tokens the loop produced (sampled + forced): what the budget counts."""
         return self.tokens_sampled + self.tokens_forced
+
+    @property
+    def tokens_copied(self) -> int:
+        """Tokens taken over from the file without a decode step each: spliced or drafted and kept."""
+        return self.tokens_spliced + self.drafts_kept
 
 
 @dataclass(frozen=True)
 class Decoded:
-    text: str  # the program text, as the model wrote it (display form: "\n" newlines, no BOM)
-    program_ids: tuple[int, ...]
+    text: str  # what the cursor spelled (a program's display form, or the fenced answer)
+    ids: tuple[int, ...]
     stats: DecodeStats
 
 
@@ -113,37 +130,52 @@ def allowed_tensor(mask: np.ndarray, width: int, device: torch.device | str = "c
     return allowed.to(device)
 
 
-def sample(logits: torch.Tensor, allowed: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> int:
-    logits = logits.float().masked_fill(~allowed, float("-inf"))  # [V]
+def sample(logits: torch.Tensor, allowed: torch.Tensor | None, sampling: Sampling, generator: torch.Generator | None,
+           guess: int | None = None) -> int:
+    """Greedy or sampled choice; with a drafted `guess`, accept it with the model's probability of it
+    and otherwise sample from the rest (the result has the plain sampling distribution)."""
+    logits = logits.float()  # [V]
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
     if sampling.temperature <= 0:
         return int(logits.argmax())
-    probs = torch.softmax(logits / sampling.temperature, dim=-1)  # [V]
+    probs = torch.softmax(logits / sampling.temperature, dim=-1).cpu()  # [V]
     if sampling.top_p < 1.0:
         sorted_probs, order = probs.sort(descending=True)
         outside = sorted_probs.cumsum(-1) - sorted_probs > sampling.top_p  # keep the smallest nucleus
         probs = probs.scatter(0, order, sorted_probs.masked_fill(outside, 0.0))
-    return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+        probs = probs / probs.sum()
+    if guess is not None and 0 <= guess < probs.shape[0]:
+        if float(torch.rand(1, generator=generator)) < float(probs[guess]):
+            return guess
+        probs = probs.clone()
+        probs[guess] = 0.0
+        if float(probs.sum()) <= 0.0:
+            return guess
+    return int(torch.multinomial(probs, 1, generator=generator))
 
 
 def sampling_picker(sampling: Sampling = Sampling()) -> Picker:
-    """The model's own choice among the tokens the grammar allows (greedy unless temperature > 0)."""
+    """The model's own choice among the tokens the cursor allows (greedy unless temperature > 0)."""
     generator = torch.Generator()
     if sampling.seed is not None:
         generator.manual_seed(sampling.seed)
 
-    def pick(logits: torch.Tensor, mask: np.ndarray, program_ids: Sequence[int]) -> int:
-        allowed = allowed_tensor(mask, logits.shape[-1], logits.device)
-        if not bool(allowed.any()):
-            raise ModelError(f"decoder: the grammar allows no token after {len(program_ids)} program tokens")
-        return sample(logits, allowed, sampling, generator)
+    def pick(logits: torch.Tensor, mask: np.ndarray | None, ids: Sequence[int], guess: int | None = None) -> int:
+        allowed = None
+        if mask is not None:
+            allowed = allowed_tensor(mask, logits.shape[-1], logits.device)
+            if not bool(allowed.any()):
+                raise ModelError(f"decoder: the grammar allows no token after {len(ids)} tokens")
+        return sample(logits, allowed, sampling, generator, guess)
 
     return pick
 
 
 def script_picker(target: str, tokens: Sequence[bytes], encode: Callable[[str], list[int]] | None = None) -> Picker:
-    """A picker that spells out `target` (a program text), ignoring the logits: the token the tokenizer
-    would start the rest of the text with (`encode`, when given and allowed), else the longest allowed
-    token that continues it. Used to force an oracle program through the real loop (tests, benchmarks)."""
+    """A picker that spells out `target`, ignoring the logits: the token the tokenizer would start the
+    rest of the text with (`encode`, when given and allowed), else the longest allowed token that
+    continues it. Used to force a known answer through the real loop (tests, benchmarks)."""
     goal = target.encode("utf-8")
     index: dict[bytes, list[int]] = {}
     for token_id, piece in enumerate(tokens):
@@ -154,13 +186,15 @@ def script_picker(target: str, tokens: Sequence[bytes], encode: Callable[[str], 
     def canonical(rest: bytes, mask: np.ndarray) -> int | None:
         try:
             first = encode(rest[:256].decode("utf-8", errors="ignore"))[0] if encode and rest else None
-        except UnicodeDecodeError:
+        except (UnicodeDecodeError, IndexError):
             return None
         ok = first is not None and first < len(mask) and mask[first] and rest.startswith(tokens[first])
         return first if ok else None
 
-    def pick(logits: torch.Tensor, mask: np.ndarray, program_ids: Sequence[int]) -> int:
-        rest = goal[sum(len(tokens[t]) for t in program_ids) :]
+    def pick(logits: torch.Tensor, mask: np.ndarray | None, ids: Sequence[int], guess: int | None = None) -> int:
+        if mask is None:
+            mask = np.ones(len(tokens), dtype=bool)
+        rest = goal[sum(len(tokens[t]) for t in ids) :]
         first = canonical(rest, mask)
         if first is not None:
             return first
@@ -170,7 +204,7 @@ def script_picker(target: str, tokens: Sequence[bytes], encode: Callable[[str], 
                     return token_id
         if not rest and mask.any():
             return int(np.flatnonzero(mask)[0])  # past the text: the end-of-sequence the grammar wants
-        raise ProgramError(f"script cannot continue the program at {rest[:40]!r}: the grammar allows no token for it")
+        raise ProgramError(f"script cannot continue at {rest[:40]!r}: the cursor allows no token for it")
 
     return pick
 
@@ -195,89 +229,89 @@ class _Pending:
         return "splice" if self.spliced else "forced" if self.forced else "step"
 
 
-def _take(cursor: Cursor, token: int, program_ids: list[int], what: str) -> None:
+def _take(cursor: Cursor, token: int, ids: list[int], what: str) -> None:
     if not cursor.advance(token):
-        raise ModelError(f"decoder: the grammar rejected {what} token {token} at {cursor.text()[-40:]!r}")
-    program_ids.append(token)
+        raise ModelError(f"decoder: the cursor rejected {what} token {token} at {cursor.text()[-40:]!r}")
+    ids.append(token)
 
 
-def _splice_if_complete(cursor: Cursor, pending: _Pending, span_ids: SpanIds) -> None:
+def _splice_if_complete(cursor: Cursor, pending: _Pending, span_ids: SpanIds | None) -> None:
     """A copy just closed: queue the tokens of its lines, so the model reads them as if it wrote them."""
     copy = cursor.completed_copy()
-    if copy is not None:
+    if copy is not None and span_ids is not None:
         span = list(span_ids(copy))
         pending.ids += span
         pending.spliced += len(span)
         pending.copies += 1
 
 
-def _follow(cursor: Cursor, pending: _Pending, program_ids: list[int], span_ids: SpanIds) -> None:
+def _follow(cursor: Cursor, pending: _Pending, ids: list[int], span_ids: SpanIds | None) -> None:
     """After a token: splice a completed copy, then queue forced literals (each may close a copy)."""
     _splice_if_complete(cursor, pending, span_ids)
     while not cursor.is_done() and (forced := cursor.forced()):
         for token in forced:
-            _take(cursor, token, program_ids, "forced")
+            _take(cursor, token, ids, "forced")
             pending.ids.append(token)
             pending.forced += 1
             _splice_if_complete(cursor, pending, span_ids)
 
 
-def _verify(cursor: Cursor, logits: torch.Tensor, draft: Sequence[int], pick: Picker, program_ids: list[int],
-            span_ids: SpanIds) -> tuple[_Pending, int, int]:
-    """Keep the drafted tokens the picker itself would choose, then make the usual step at the first
+def _accept(cursor: Cursor, logits: torch.Tensor, draft: Sequence[int], pick: Picker, ids: list[int],
+            span_ids: SpanIds | None) -> tuple[_Pending, int, int]:
+    """Keep the drafted tokens the picker itself chooses, then make the usual step at the first
     position it disagrees (or after the last). Returns what to feed next, how many drafted tokens
     were kept (they are in the cache already), and how many tokens the picker chose."""
     picked = 0
     for i, guess in enumerate(draft):
         forced = cursor.forced()
-        token = forced[0] if forced else pick(logits[i], cursor.allowed_mask(), program_ids)
-        _take(cursor, token, program_ids, "forced" if forced else "sampled")
+        token = forced[0] if forced else pick(logits[i], cursor.allowed_mask(), ids, guess)
+        _take(cursor, token, ids, "forced" if forced else "sampled")
         picked += not forced
         pending = _Pending(ids=[token], forced=bool(forced))
         if token != guess:  # the draft ends here; what was picked instead is fed next
-            _follow(cursor, pending, program_ids, span_ids)
+            _follow(cursor, pending, ids, span_ids)
             return pending, i, picked
         if cursor.completed_copy() is not None or cursor.is_done():  # the copied lines come first
             pending = _Pending()
-            _follow(cursor, pending, program_ids, span_ids)
+            _follow(cursor, pending, ids, span_ids)
             return pending, i + 1, picked
-    token = pick(logits[len(draft)], cursor.allowed_mask(), program_ids)  # [V]: the usual masked step
-    _take(cursor, token, program_ids, "sampled")
+    token = pick(logits[len(draft)], cursor.allowed_mask(), ids, None)  # [V]: the usual step
+    _take(cursor, token, ids, "sampled")
     pending = _Pending(ids=[token])
-    _follow(cursor, pending, program_ids, span_ids)
+    _follow(cursor, pending, ids, span_ids)
     return pending, len(draft), picked + 1
 
 
-def _check_budget(program_ids: list[int], budget: int, cursor: Cursor) -> None:
-    if len(program_ids) > budget:
+def _check_budget(ids: list[int], budget: int, cursor: Cursor) -> None:
+    if len(ids) > budget and not cursor.is_done():
         raise BudgetError(
-            f"the model used its budget of {budget} new tokens before finishing the program "
+            f"the model used its budget of {budget} new tokens before finishing its answer "
             f"(last text: {cursor.text()[-60:]!r}); nothing was written",
             hint="raise --max-new-tokens, or give a narrower instruction",
         )
 
 
-def decode_steps(model: CachedModel, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds, pick: Picker,
-                 budget: int, program_ids: list[int], drafter: Drafter | None = None) -> Iterator[Step]:
-    """The loop as a generator: one Step per forward pass, until the grammar says the program is done.
+def decode_steps(lm: LM, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds | None, pick: Picker,
+                 budget: int, ids: list[int], drafter: Drafter | None = None, reused: int = 0) -> Iterator[Step]:
+    """The loop as a generator: one Step per forward pass, until the cursor is done.
 
-    Each forward feeds what the model has not seen (the last picked token, forced literals, a copy's
-    lines) plus an optional draft; program_ids collects the program's tokens as they come.
+    The first forward feeds the prompt (past the `reused` tokens already in the cache) with what
+    the cursor forces first and the first draft; ids collects the tokens as they come.
     """
-    pending = _Pending(ids=list(prompt_ids), prompt=len(prompt_ids))
-    _follow(cursor, pending, program_ids, span_ids)  # "<program>\n" rides along with the prompt prefill
+    pending = _Pending(ids=list(prompt_ids[reused:]), prompt=len(prompt_ids) - reused)
+    _follow(cursor, pending, ids, span_ids)  # e.g. "<program>\n" rides along with the prompt prefill
     produced = 0
     while not cursor.is_done():
-        draft = drafter(cursor) if drafter is not None else []
+        draft = drafter(cursor, ids) if drafter is not None else []
         start = time.perf_counter()
-        logits = model(pending.ids + draft, len(draft) + 1)  # [k+1, V]: last fed position, then each drafted one
+        logits = lm.feed(pending.ids + draft, len(draft) + 1)  # [k+1, V]: last fed position, then each drafted one
         fed, start_pick = pending, time.perf_counter()
-        pending, kept, picked = _verify(cursor, logits, draft, pick, program_ids, span_ids)
-        model.crop(len(draft) - kept)  # the cache forgets drafted tokens that were not kept
-        yield Step(fed.phase, fed.prompt, picked, len(program_ids) - produced - picked, fed.spliced, fed.copies,
-                   len(draft), kept, start_pick - start, time.perf_counter() - start_pick, program_ids[-1])
-        produced = len(program_ids)
-        _check_budget(program_ids, budget, cursor)
+        pending, kept, picked = _accept(cursor, logits, draft, pick, ids, span_ids)
+        lm.crop(len(draft) - kept)  # the cache forgets drafted tokens that were not kept
+        yield Step(fed.phase, fed.prompt, picked, len(ids) - produced - picked, fed.spliced, fed.copies,
+                   len(draft), kept, start_pick - start, time.perf_counter() - start_pick, ids[-1])
+        produced = len(ids)
+        _check_budget(ids, budget, cursor)
 
 
 def add_step(stats: DecodeStats, step: Step) -> DecodeStats:
@@ -300,43 +334,16 @@ def add_step(stats: DecodeStats, step: Step) -> DecodeStats:
     return DecodeStats(**values)
 
 
-def decode(model: CachedModel, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds, pick: Picker,
-           budget: int, on_step: Callable[[DecodeStats, Step], None] | None = None,
-           drafter: Drafter | None = None) -> Decoded:
-    """Run the loop to the end of the program; on_step sees the running statistics (progress display)."""
+def decode(lm: LM, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds | None, pick: Picker, budget: int,
+           on_step: Callable[[DecodeStats, Step], None] | None = None, drafter: Drafter | None = None,
+           reused: int = 0) -> Decoded:
+    """Run the loop until the cursor is done; on_step sees the running statistics (progress display)."""
     start = time.perf_counter()
-    stats = DecodeStats()
-    program_ids: list[int] = []
-    for step in decode_steps(model, cursor, prompt_ids, span_ids, pick, budget, program_ids, drafter):
+    stats = DecodeStats(tokens_reused=reused)
+    ids: list[int] = []
+    for step in decode_steps(lm, cursor, prompt_ids, span_ids, pick, budget, ids, drafter, reused):
         stats = add_step(stats, step)
         if on_step is not None:
             on_step(stats, step)
     stats = DecodeStats(**{**stats.__dict__, "seconds_total": time.perf_counter() - start})
-    return Decoded(cursor.text(), tuple(program_ids), stats)
-
-
-# -- the model -------------------------------------------------------------------------------------
-
-
-class CachedModel:
-    """A Hugging Face causal LM and its KV cache: feed ids, get the logits of the last `keep`
-    positions; crop the cache back. logits_to_keep: only those positions go through the LM head
-    (151,936 wide for Qwen: a quarter of the 0.5B model's FLOPs per token)."""
-
-    def __init__(self, model, cache):
-        self.model, self.cache, self.device = model, cache, model.device
-
-    @torch.inference_mode()
-    def __call__(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
-        input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.device)  # [1, T]
-        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep)
-        return out.logits[0]  # [keep, V]
-
-    def crop(self, n: int) -> None:
-        """Forget the last n positions (drafted tokens that were not kept)."""
-        if n:
-            self.cache.crop(-n)
-
-
-def model_forward(model, cache) -> CachedModel:
-    return CachedModel(model, cache)
+    return Decoded(cursor.text(), tuple(ids), stats)

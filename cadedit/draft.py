@@ -192,3 +192,29 @@ def make_drafter(propose: Callable[[str], str], encode: Callable[[str], list[int
         return draft_ids(cursor, text, encode, token_bytes, limit) if text else []
 
     return drafter
+
+
+# -- prompt lookup: drafts for fenced text from n-grams of the prompt and the output -------------
+
+LOOKUP_TOKENS = 10  # tokens per draft (transformers' documented example value)
+LOOKUP_NGRAM = 2  # longest n-gram matched (transformers' default)
+
+
+class LookupDrafter:
+    """Prompt lookup decoding: find the latest n-gram of the output earlier in prompt + output (the
+    longest n first, the earliest match first) and propose the tokens that followed it there."""
+
+    def __init__(self, prompt_ids: Sequence[int], budget: int, tokens: int = LOOKUP_TOKENS, ngram: int = LOOKUP_NGRAM):
+        self.prompt, self.budget, self.tokens, self.ngram = list(prompt_ids), budget, tokens, ngram
+
+    def __call__(self, cursor, ids: Sequence[int]) -> list[int]:
+        seq = self.prompt + list(ids)
+        room = min(self.tokens, self.budget - len(ids))
+        for n in range(min(self.ngram, len(seq) - 1), 0, -1):
+            tail = seq[-n:]
+            for start in range(len(seq) - n):
+                if seq[start : start + n] == tail:
+                    draft = seq[start + n : start + n + room]
+                    if draft:
+                        return draft
+        return []

@@ -14,6 +14,8 @@ import re
 import shutil
 import tempfile
 import time
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -227,6 +229,80 @@ def new_cache(loaded: LoadedModel):
     from transformers import DynamicCache
 
     return DynamicCache(config=loaded.model.config)
+
+
+class TransformersLM:
+    """The language-model interface of the decode loop, for a Hugging Face causal LM: one KV cache
+    that one feeds ids (getting the logits of the last `keep` positions) and crops back.
+
+    It remembers the ids its cache holds, so a new decode whose prompt shares a prefix with the
+    last one (another try of the same edit, the next file with the same instruction) feeds only
+    the rest: reuse(prompt) crops the cache to the common prefix and says how long it is.
+    logits_to_keep: only those positions go through the LM head (151,936 wide for Qwen: a quarter
+    of the 0.5B model's FLOPs per token).
+    """
+
+    def __init__(self, model, cache):
+        self.model, self.cache = model, cache
+        self.ids: list[int] = []
+
+    @torch.inference_mode()
+    def feed(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
+        input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.model.device)  # [1, T]
+        try:
+            out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep)
+        except BaseException:
+            self.reset()  # a forward cut short leaves the cache in an unknown state
+            raise
+        self.ids += ids
+        return out.logits[0]  # [keep, V]
+
+    def crop(self, n: int) -> None:
+        """Forget the last n positions (drafted tokens that were not kept)."""
+        if n:
+            self.cache.crop(-n)
+            del self.ids[-n:]
+
+    def reuse(self, prompt_ids: Sequence[int]) -> int:
+        """Keep the cache of the longest common prefix with prompt_ids (at least one id left to feed)."""
+        common = 0
+        limit = min(len(self.ids), len(prompt_ids) - 1)
+        while common < limit and self.ids[common] == prompt_ids[common]:
+            common += 1
+        self.crop(len(self.ids) - common)
+        return common
+
+    def reset(self) -> None:
+        self.cache = type(self.cache)(config=self.model.config)
+        self.ids = []
+
+
+_LMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def language_model(loaded: LoadedModel) -> TransformersLM:
+    """The one TransformersLM of a loaded model (its cache is reused from one decode to the next)."""
+    lm = _LMS.get(loaded.model)
+    if lm is None:
+        lm = _LMS[loaded.model] = TransformersLM(loaded.model, new_cache(loaded))
+    return lm
+
+
+def token_bytes(loaded: LoadedModel) -> tuple[bytes, ...]:
+    """Each token id's bytes, as wide as the model's logits."""
+    from cadedit.vocab import vocab_from_tokenizer
+
+    return vocab_from_tokenizer(loaded.tokenizer, n_logits=loaded.model.config.vocab_size).tokens
+
+
+def eos_ids(loaded: LoadedModel) -> frozenset[int]:
+    """EOS ids: the tokenizer's, the generation config's and Qwen's <|endoftext|>."""
+    tokenizer = loaded.tokenizer
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(getattr(loaded.model, "generation_config", None), "eos_token_id", None)
+    ids |= set(configured) if isinstance(configured, (list, tuple)) else {configured}
+    ids.add(tokenizer.convert_tokens_to_ids("<|endoftext|>"))
+    return frozenset(int(i) for i in ids if i is not None and i != tokenizer.unk_token_id)
 
 
 def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:

@@ -1,26 +1,30 @@
 """edit_file(): one edit, from a document and an instruction to the edited text, as numbered steps.
 
 Contract: edit_file(document, instruction, options) loads the model (or takes a loaded one),
-refuses a file whose prompt cannot fit the model's context before any model work, decodes a
-grammar-constrained program with copy splices, and resolves it strictly against the document.
-Nothing is written here: the caller shows or applies EditResult.new_text. The helpers (prompt ids,
-the fit check, the grammar, one decode) are public so benchmarks reuse exactly this code path.
+refuses a file whose prompt cannot fit the model's context before any model work, decodes with the
+mode's cursor and drafter (cadedit.decode's table), and reports the answer as a copy/gen program
+resolved strictly against the document. Nothing is written here: the caller shows or applies
+EditResult.new_text. The helpers (prepare, run_decode) are public so benchmarks reuse exactly this
+code path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from cadedit import program as P
-from cadedit.decode import Decoded, DecodeStats, Picker, Sampling, Step, decode, model_forward, sampling_picker
-from cadedit.resolve import to_document_program
-from cadedit.draft import DRAFT_LIMIT, make_drafter, propose
+from cadedit.decode import Decoded, DecodeStats, Picker, Step, decode, sampling_picker
 from cadedit.document import Document
+from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import ModelError
-from cadedit.model import LoadedModel, encode, load_model, new_cache, render_chat
-from cadedit.prompt import VARIANTS, build_messages
-from cadedit.resolve import resolve
+from cadedit.fence import FenceCursor, fence_for, output_text
+from cadedit.model import LoadedModel, encode, eos_ids, language_model, load_model, render_chat, token_bytes
+from cadedit.options import EditOptions, Mode
+from cadedit.oracle import oracle
+from cadedit.prompt import VARIANTS, build_messages, fenced_source, language_tag, rewrite_messages
+from cadedit.resolve import resolve, to_document_program
+from cadedit.verify import VerifyDrafter
 
 # Room for the program's own tokens (op literals, line numbers) beyond the file itself, and for the
 # drafted tokens a forward may hold before the rejected ones are cropped.
@@ -28,23 +32,13 @@ PROGRAM_ROOM = 64
 
 
 @dataclass(frozen=True)
-class EditOptions:
-    model: str | None = None  # hub id, folder or .gguf; None: model.choose_model()
-    device: str = "auto"
-    dtype: str = "auto"
-    threads: int | None = None
-    sampling: Sampling = field(default_factory=Sampling)
-    max_new_tokens: int | None = None  # None: twice the file's tokens + 256 (a full rewrite fits)
-    variant: str = "default"  # prompt variant, see prompt.VARIANTS
-    draft: bool = True  # guess program tokens ahead and verify them in the same forward (cadedit.draft)
-    mode: str = "program"  # or a whole-file rewrite mode: rewrite, lookup, verify (cadedit.rewrite)
-
-
-@dataclass(frozen=True)
 class EditResult:
+    """One edit, whatever the mode: the answer as a program, the new text, the decode's counts."""
+
     document: Document
+    mode: Mode
     program: P.Program  # in the file's own newlines: resolve(program, document) == new_text
-    program_text: str  # as the model wrote it
+    program_text: str  # what the model wrote (a program, or the fenced file)
     new_text: str
     stats: DecodeStats
     model: str
@@ -57,29 +51,45 @@ class EditResult:
 
 @dataclass(frozen=True)
 class Prepared:
-    """What a decode needs: the prompt's token ids, the file's size in tokens, the budget."""
+    """What a decode needs: the prompt's token ids, the file's size in tokens, the budget, and for
+    the fenced modes the fence and the text an unchanged answer would print."""
 
+    mode: Mode
     prompt_ids: tuple[int, ...]
     file_tokens: int
     budget: int
+    fence: str = ""
+    source: str = ""
 
 
 def prepare(loaded: LoadedModel, document: Document, instruction: str, options: EditOptions) -> Prepared:
-    """Tokenise the prompt; refuse a file that cannot fit (prompt + the edited file + program)."""
-    if options.variant not in VARIANTS:
-        raise ModelError(f"unknown prompt variant {options.variant!r}", hint=f"use one of {', '.join(VARIANTS)}")
-    messages = build_messages(document, instruction, VARIANTS[options.variant])
-    prompt_ids = tuple(encode(loaded.tokenizer, render_chat(loaded.tokenizer, messages)))
-    file_tokens = len(encode(loaded.tokenizer, document.display_text(1, document.n_lines))) if document.lines else 0
-    room = loaded.context_limit - len(prompt_ids) - file_tokens - PROGRAM_ROOM
+    """Tokenise the prompt; refuse a file that cannot fit (prompt + the edited file + room)."""
+    mode = Mode(options.mode)
+    fence = source = ""
+    if mode is Mode.PROGRAM:
+        if options.variant not in VARIANTS:
+            raise ModelError(f"unknown prompt variant {options.variant!r}", hint=f"use one of {', '.join(VARIANTS)}")
+        prompt = render_chat(loaded.tokenizer, build_messages(document, instruction, VARIANTS[options.variant]))
+        answer = document.display_text(1, document.n_lines) if document.lines else ""
+        room_needed, hint = PROGRAM_ROOM, "edit a smaller file, or split it first"
+    else:
+        fence = fence_for(document.text)
+        prompt = render_chat(loaded.tokenizer, rewrite_messages(document, instruction, fence))
+        prompt += fence + language_tag(document.path) + "\n"  # the answer opens with the fence
+        answer = source = fenced_source(document, fence)
+        room_needed, hint = 0, "edit a smaller file, or use --mode program"
+    prompt_ids = tuple(encode(loaded.tokenizer, prompt))
+    file_tokens = len(encode(loaded.tokenizer, answer)) if answer else 0
+    room = loaded.context_limit - len(prompt_ids) - file_tokens - room_needed
     if room < 0:
         raise ModelError(
             f"{document.path}: too large for {loaded.name}: {document.n_lines} lines, a {len(prompt_ids)}-token prompt "
             f"plus {file_tokens} tokens for the edited file, but the context limit is {loaded.context_limit} tokens",
-            hint="edit a smaller file, or split it first",
+            hint=hint,
         )
     budget = options.max_new_tokens or 2 * file_tokens + 256
-    return Prepared(prompt_ids, file_tokens, min(budget, room + PROGRAM_ROOM - DRAFT_LIMIT))
+    limit = room + PROGRAM_ROOM - DRAFT_LIMIT if mode is Mode.PROGRAM else room + file_tokens
+    return Prepared(mode, prompt_ids, file_tokens, min(budget, limit), fence, source)
 
 
 _GRAMMARS: dict[int, tuple[object, object]] = {}
@@ -98,16 +108,14 @@ def grammar_for(loaded: LoadedModel):
     return _GRAMMARS[key][1]
 
 
-def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick: Picker,
-               on_step: Callable[[DecodeStats, Step], None] | None = None, draft: bool = True) -> Decoded:
-    """One decode of a program for `document` over a fresh KV cache."""
+def _program_parts(loaded: LoadedModel, document: Document, draft: bool):
     grammar = grammar_for(loaded)
     cursor = grammar.for_document(document.n_lines, monotonic=True).cursor()
-    forward = model_forward(loaded.model, new_cache(loaded))
     drafter = None
     if draft:
-        drafter = make_drafter(lambda text: propose(text, document), lambda text: encode(loaded.tokenizer, text),
+        guesses = make_drafter(lambda text: propose(text, document), lambda text: encode(loaded.tokenizer, text),
                                grammar.vocab.tokens)
+        drafter = lambda cursor, ids: guesses(cursor)  # noqa: E731
 
     def span_ids(copy: P.Copy) -> list[int]:
         # The program text before a splice ends with '"/>\n' and the span starts at a line start, so
@@ -118,7 +126,40 @@ def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick
         # start seam differs, and no end seam (span, then the next op's "<") ever differs.
         return encode(loaded.tokenizer, document.display_text(copy.start, copy.end))
 
-    return decode(forward, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step, drafter)
+    return cursor, span_ids, drafter
+
+
+def _fenced_parts(loaded: LoadedModel, prepared: Prepared):
+    tokens = token_bytes(loaded)
+    cursor = FenceCursor(tokens, eos_ids(loaded), prepared.fence)
+    drafter = None
+    if prepared.mode is Mode.VERIFY:
+        drafter = VerifyDrafter(prepared.source, lambda text: encode(loaded.tokenizer, text), tokens, prepared.budget)
+    elif prepared.mode is Mode.LOOKUP:
+        drafter = LookupDrafter(prepared.prompt_ids, prepared.budget)
+    return cursor, None, drafter
+
+
+def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick: Picker,
+               on_step: Callable[[DecodeStats, Step], None] | None = None, draft: bool = True) -> Decoded:
+    """One decode for `document` in the prepared mode, reusing the cached prompt prefix."""
+    if prepared.mode is Mode.PROGRAM:
+        cursor, span_ids, drafter = _program_parts(loaded, document, draft)
+    else:
+        cursor, span_ids, drafter = _fenced_parts(loaded, prepared)
+    lm = language_model(loaded)
+    reused = lm.reuse(prepared.prompt_ids)
+    return decode(lm, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step, drafter, reused)
+
+
+def answer_program(document: Document, prepared: Prepared, decoded: Decoded) -> P.Program:
+    """The answer as a copy/gen program in the file's own newlines (CRLF, BOM, missing final newline).
+    A fenced answer is aligned with the file by the oracle: lines retyped unchanged become copies."""
+    if prepared.mode is Mode.PROGRAM:
+        return to_document_program(P.parse(decoded.text), document)
+    new_display = output_text(decoded.text, prepared.fence, document)
+    before = Document.from_text(document.display_text(1, document.n_lines) if document.lines else "")
+    return to_document_program(oracle(before, Document.from_text(new_display)), document)
 
 
 def edit_file(document: Document, instruction: str, options: EditOptions = EditOptions(), *,
@@ -130,28 +171,26 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
     loaded = loaded or load_model(options.model, options.device, options.dtype, options.threads)
     if on_loaded is not None:
         on_loaded(loaded)
-    if options.mode != "program":  # the model retypes the file (greedy); reported as a program all the same
-        from cadedit.rewrite import rewrite_file
-
-        return rewrite_file(document, instruction, options.mode, loaded, options.max_new_tokens, on_step)
     # 2. The prompt as token ids; a file that cannot fit is refused here, before any model work.
     prepared = prepare(loaded, document, instruction, options)
-    # 3. Decode: masked model steps, forced literals, one forward per copy splice.
+    # 3. Decode: one loop, the mode's cursor and drafter.
     decoded = run_decode(loaded, document, prepared, pick or sampling_picker(options.sampling), on_step,
                          draft=options.draft)
-    # 4. The program in the file's own newlines (CRLF, BOM), resolved strictly against the file.
-    program = to_document_program(P.parse(decoded.text), document)
-    new_text = resolve(program, document)
-    return EditResult(document, program, decoded.text, new_text, decoded.stats, loaded.name, len(prepared.prompt_ids))
+    # 4. The answer as a program in the file's own newlines, resolved strictly against the file.
+    program = answer_program(document, prepared, decoded)
+    return EditResult(document, prepared.mode, program, decoded.text, resolve(program, document), decoded.stats,
+                      loaded.name, len(prepared.prompt_ids))
 
 
 def result_json(result: EditResult, diff_text: str) -> dict:
     """The machine-readable form of an edit (`cadedit fix --json`)."""
     stats = asdict(result.stats)
     stats["seconds_forwards"] = result.stats.seconds_forwards
+    stats["tokens_copied"] = result.stats.tokens_copied
     return {
         "file": result.document.path,
         "model": result.model,
+        "mode": result.mode.value,
         "changed": result.changed,
         "program": P.format(result.program),
         "program_as_written": result.program_text,

@@ -136,3 +136,43 @@ def build_messages(document: Document, instruction: str, variant: Variant = VARI
         messages.append({"role": "assistant", "content": interleaved(example.program, before)})
     messages.append({"role": "user", "content": user_message(document, instruction, variant)})
     return messages
+
+
+# -- the rewrite modes' prompt: the whole file in a fence, retyped ------------------------------
+
+REWRITE_SYSTEM = """\
+You edit files. You receive a file and an instruction.
+Reply with the complete edited file in one code block and nothing else.
+Copy every line that the instruction does not change exactly as it is, including comments, blank lines and indentation."""
+
+LANGUAGES = {
+    ".py": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript", ".tsx": "tsx",
+    ".jsx": "jsx", ".java": "java", ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp",
+    ".go": "go", ".rs": "rust", ".rb": "ruby", ".sh": "bash", ".md": "markdown", ".json": "json",
+    ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".html": "html", ".css": "css", ".sql": "sql",
+}
+
+
+def language_tag(path: str) -> str:
+    return LANGUAGES.get(PurePath(path).suffix.lower(), "") if not path.startswith("<") else ""
+
+
+def fenced_source(document: Document, fence: str) -> str:
+    """The file as the model sees it and retypes it: display text, a final newline, the closing fence."""
+    body = document.display_text(1, document.n_lines) if document.lines else ""
+    return body + ("\n" if body and not body.endswith("\n") else "") + fence + "\n"
+
+
+def rewrite_messages(document: Document, instruction: str, fence: str) -> list[dict[str, str]]:
+    """The instruction, the file, the instruction again and the size of the expected answer.
+
+    Measured on Qwen2.5-Coder-0.5B-Instruct (greedy): with the file first and the instruction
+    last it passed 6/16 HumanEvalFix-Python tests but answered 300-line files with the one
+    function to fix (27 of 306 lines); this layout passed 4/16 and kept 298-320 of ~310 lines.
+    """
+    name = PurePath(document.path).name if not document.path.startswith("<") else "the file"
+    opening = fence + language_tag(document.path) + "\n"
+    task = f"Instruction: {instruction.strip()}"
+    user = (f"{task}\n\nFile {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n{task}\n"
+            f"Reply with the complete file, all {document.n_lines} lines, with the instruction applied.")
+    return [{"role": "system", "content": REWRITE_SYSTEM}, {"role": "user", "content": user}]

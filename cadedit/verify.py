@@ -1,27 +1,22 @@
-"""Verified copy: a lossless rewrite decoder that drafts the input's own lines.
+"""Verified copy: the source's own lines as drafts for a rewrite (the verify mode's drafter).
 
-Contract: verify_rewrite(lm, prompt_ids, source, encode, token_bytes, output) returns the token ids
-that greedy decoding (rewrite.greedy_rewrite) would produce, in fewer forwards. Wherever the output
-so far is aligned with the source text, the next stretch of the source is proposed as a draft and
-checked in ONE forward over [pending token] + draft; the longest prefix on which the model's argmax
-agrees is kept, the model's own token follows it, and the KV cache is cropped back past the rest.
+Contract: VerifyDrafter(source, encode, token_bytes, budget) is a decode-loop drafter
+(cadedit.decode.Drafter). Wherever the output so far is aligned with the source text, it proposes
+the next stretch of the source; the loop checks it in the one forward it makes anyway and keeps
+the longest prefix the picker agrees with, so greedy output equals one-token-at-a-time decoding.
 Drafts grow geometrically while accepted in full and shrink back after a miss (Schedule).
 Identical ids need identical argmaxes from batched and one-token forwards: exact on the tests'
-fp64 model, and in fp32 on the real 0.5B model (a 307-line file: 2,184 tokens, same as rewrite
-and lookup); in bf16 the two round differently and can part at a near tie (seen on that file).
+fp64 model, and in fp32 on the real 0.5B model; in bf16 the two round differently and can part
+at a near tie. Pure: no torch, no transformers.
 """
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-
-from cadedit.rewrite import LM, Generated, OnStep, Output, RewriteStats
 
 RECENT = 8  # output lines remembered to place a line that occurs more than once in the source
 AHEAD = 4  # source lines after the last aligned one where a new output line may resume the source
@@ -136,56 +131,27 @@ def agreement(predictions: Sequence[int], draft: Sequence[int]) -> int:
     return n
 
 
-@dataclass
-class _Counts:
-    passes: int = 0
-    accepted: int = 0
-    drafted: int = 0
-    drafts: int = 0
-    rejected: int = 0
-    prefill: float = 0.0
+class VerifyDrafter:
+    """Drafts the source after the aligned point; the draft size follows the Schedule.
 
+    The loop calls it before each forward with the output ids so far; it follows the new ids in
+    the source (Aligner) and learns from how many tokens its last draft kept.
+    """
 
-def verify_rewrite(lm: LM, prompt_ids: Sequence[int], source: str, encode: Callable[[str], list[int]],
-                   token_bytes: Sequence[bytes], output: Output, schedule: Schedule = Schedule(),
-                   on_step: OnStep | None = None) -> Generated:
-    """Greedy rewrite with verified drafts; see the module docstring. The prompt rides along with the
-    first draft, so the file's first lines are checked in the prefill forward itself."""
-    start = time.perf_counter()
-    aligner, counts = Aligner(source, encode), _Counts()
-    pending, size = list(prompt_ids), schedule.start
-    while True:
-        draft = aligner.draft(min(size, output.budget - len(output.ids)))
-        with torch.inference_mode():
-            logits = lm.feed(pending + draft, keep=len(draft) + 1)  # [D+1, V]
-            predictions = logits.float().argmax(-1).tolist()
-        accepted = agreement(predictions, draft)
-        lm.crop(len(draft) - accepted)  # the cache keeps pending + the accepted draft tokens
-        _count(counts, draft, accepted, start)
-        if on_step is not None:
-            on_step(_stats(counts, len(prompt_ids), start))
-        size = schedule.next(size, accepted == len(draft)) if draft else size
-        emitted = [*draft[:accepted], predictions[accepted]]
-        for token in emitted:
-            if output.add(token):
-                return Generated(tuple(output.ids), output.finished, _stats(counts, len(prompt_ids), start))
-            aligner.advance(token_bytes[token])
-        pending = [emitted[-1]]
+    def __init__(self, source: str, encode: Callable[[str], list[int]], token_bytes: Sequence[bytes], budget: int,
+                 schedule: Schedule = Schedule()):
+        self.aligner, self.token_bytes, self.budget, self.schedule = Aligner(source, encode), token_bytes, budget, schedule
+        self.size = schedule.start
+        self.seen = 0
+        self.last: tuple[int, int] | None = None  # (output length, draft length) of the last proposal
 
-
-def _count(counts: _Counts, draft: list[int], accepted: int, start: float) -> None:
-    if counts.passes == 0:
-        counts.prefill = time.perf_counter() - start
-    counts.passes += 1
-    counts.accepted += accepted
-    counts.drafted += len(draft)
-    counts.drafts += bool(draft)
-    counts.rejected += bool(draft) and accepted < len(draft)
-
-
-def _stats(counts: _Counts, prompt: int, start: float) -> RewriteStats:
-    return RewriteStats(
-        forward_passes=counts.passes, tokens_prompt=prompt, tokens_sampled=counts.passes,
-        tokens_accepted=counts.accepted, tokens_drafted=counts.drafted, drafts_proposed=counts.drafts,
-        drafts_rejected=counts.rejected, seconds_prefill=counts.prefill, seconds_total=time.perf_counter() - start,
-    )
+    def __call__(self, cursor, ids: Sequence[int]) -> list[int]:
+        if self.last is not None and self.last[1]:
+            kept = len(ids) - self.last[0] - 1
+            self.size = self.schedule.next(self.size, kept == self.last[1])
+        for token in ids[self.seen :]:
+            self.aligner.advance(self.token_bytes[token])
+        self.seen = len(ids)
+        draft = self.aligner.draft(min(self.size, self.budget - len(ids)))
+        self.last = (len(ids), len(draft))
+        return draft

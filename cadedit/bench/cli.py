@@ -463,9 +463,9 @@ def _short(model: str) -> str:
 def e2e(
     corpus: CorpusOpt,
     model: ModelOpt = None,
-    baseline: Annotated[str, typer.Option(
-        help="Full regeneration by the same model: rewrite (greedy, one forward per token), lookup (prompt "
-             "lookup decoding), verify (input lines as drafts), or none.")] = "rewrite",
+    methods: Annotated[str, typer.Option(
+        "--methods", help="Decoding modes to run per case, comma-separated: program, rewrite, lookup, verify. "
+             "The first is measured against the second.")] = "verify,rewrite",
     kernel: Annotated[Path | None, typer.Option(
         "--kernel", metavar="K.json", help="s(N) from `cadedit bench kernel --json`, for bnd_exact.")] = None,
     counting: Annotated[str, typer.Option(help="Span counting for bnd_exact, as in `ceiling`.")] = "paper",
@@ -496,18 +496,20 @@ def e2e(
 
     if counting not in COUNTINGS:
         raise typer.BadParameter(f"use one of {', '.join(COUNTINGS)}", param_hint="--counting")
-    if baseline not in ee.BASELINES:
-        raise typer.BadParameter(f"use one of {', '.join(ee.BASELINES)}", param_hint="--baseline")
-    chosen = ee.methods(baseline)
+    names = tuple(m.strip() for m in methods.split(",") if m.strip())
+    if not names or any(m not in ee.METHODS for m in names):
+        raise typer.BadParameter(f"use some of {', '.join(ee.METHODS)}", param_hint="--methods")
+    chosen = ee.methods(names)
+    baseline = names[1] if len(names) > 1 else ""
     corpora = load_corpora(corpus, limit)
     curve = load_curve(kernel) if kernel else None
-    settings = ee.E2ESettings(baseline, max_new_tokens, test_timeout, not no_tests)
+    settings = ee.E2ESettings(names, max_new_tokens, test_timeout, not no_tests)
     with err.status("loading the model ..."):
         loaded = load_model(model, device, dtype, threads)
         warm = ee.warm_up(loaded)
     bounds = _e2e_bounds(corpora, loaded, counting, curve)
     meta = {"command": "e2e", "model": loaded.name, "device": loaded.device,
-            "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads, "baseline": baseline,
+            "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads, "methods": list(names), "baseline": baseline,
             "counting": counting, "kernel": str(kernel) if kernel else None, "test_timeout": test_timeout,
             "max_new_tokens": max_new_tokens, "load_seconds": loaded.load_seconds, "warm_up_seconds": warm}
     done: dict[str, list] = {name: [] for name in corpora}

@@ -1,9 +1,9 @@
-"""End to end on a corpus (issue 5, `cadedit bench e2e`): the model's own program against full
-regeneration by the same loaded model.
+"""End to end on a corpus (`cadedit bench e2e`): decoding modes of `cadedit fix` side by side on the
+same cases with the same loaded model.
 
-Contract: run_case(loaded, case, settings) edits case.before with the program decoder
-(pipeline.edit_file: grammar, forced literals, copy splices) and, unless the baseline is "none",
-with a whole-file rewrite (cadedit.rewrite: rewrite, lookup or verify). Each method gives an
+Contract: run_case(loaded, case, settings, chosen) edits case.before with each chosen mode in turn
+(pipeline.edit_file, exactly as `cadedit fix` does); the first is measured against the second
+(default: verify against rewrite). Each method gives an
 Attempt: wall clock (model already loaded and warmed up), forward passes, new and spliced tokens,
 exact match against the gold (byte-exact and after .strip()) and, where the case has a test,
 whether the edited code passes it (bench/harness.py). A method that fails (budget, a program
@@ -25,8 +25,10 @@ from cadedit.bench.report import median
 from cadedit.document import Document
 from cadedit.errors import CadeditError
 from cadedit.model import LoadedModel, encode, new_cache
+from cadedit.options import DEFAULT_MODE, EditOptions, Mode
 
-BASELINES = ("rewrite", "lookup", "verify", "none")
+METHODS = tuple(m.value for m in Mode)
+DEFAULT_METHODS = (DEFAULT_MODE.value, Mode.REWRITE.value)
 EXTENSIONS = {"python": ".py", "py": ".py", "javascript": ".js", "js": ".js", "typescript": ".ts", "go": ".go",
               "rust": ".rs", "java": ".java", "cpp": ".cpp", "c++": ".cpp", "c": ".c"}
 
@@ -80,48 +82,39 @@ class CaseResult:
 
 @dataclass(frozen=True)
 class E2ESettings:
-    baseline: str = "rewrite"
+    methods: tuple[str, ...] = DEFAULT_METHODS
     max_new_tokens: int | None = None
     test_timeout: float = 10.0
     run_tests: bool = True
 
 
-# -- the two methods -----------------------------------------------------------------------------
+# -- the methods: decoding modes of `cadedit fix` ------------------------------------------------
 
 
-def edit_program(loaded: LoadedModel, document: Document, instruction: str, max_new_tokens: int | None) -> Edited:
-    """The model's own program, through exactly the code path of `cadedit fix`."""
-    options = pipeline.EditOptions(model=loaded.name, max_new_tokens=max_new_tokens)
-    result = pipeline.edit_file(document, instruction, options, loaded=loaded)
-    s = result.stats
-    return Edited(result.new_text, result.program_text, s.forward_passes, s.tokens_new, s.tokens_spliced,
-                  s.seconds_prefill)
-
-
-def rewrite_method(mode: str) -> Method:
-    """Full regeneration by the same model (cadedit.rewrite), in one of its modes."""
+def mode_method(mode: Mode) -> Method:
+    """One decoding mode, through exactly the code path of `cadedit fix`."""
 
     def edit(loaded: LoadedModel, document: Document, instruction: str, max_new_tokens: int | None) -> Edited:
-        from cadedit.rewrite import rewrite_file
-
-        r = rewrite_file(document, instruction, mode, loaded, max_new_tokens)
-        return Edited(r.new_text, r.program_text, r.stats.forward_passes or None, r.stats.tokens_new,
-                      r.stats.tokens_accepted, r.stats.seconds_prefill)
+        options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, mode=mode)
+        result = pipeline.edit_file(document, instruction, options, loaded=loaded)
+        s = result.stats
+        return Edited(result.new_text, result.program_text, s.forward_passes, s.tokens_new, s.tokens_copied,
+                      s.seconds_prefill)
 
     return edit
 
 
-def methods(baseline: str) -> dict[str, Method]:
-    """The methods to run per case, in order: the program, then the baseline (if any)."""
-    if baseline not in BASELINES:
-        raise CadeditError(f"unknown baseline {baseline!r}", hint=f"use one of {', '.join(BASELINES)}")
-    if baseline == "none":
-        return {"program": edit_program}
-    try:
-        import cadedit.rewrite  # noqa: F401 - fail before loading the model, not after the first case
-    except ImportError as exc:
-        raise CadeditError(f"baseline {baseline!r} needs cadedit.rewrite ({exc})", hint="use --baseline none") from None
-    return {"program": edit_program, baseline: rewrite_method(baseline)}
+def methods(names: Sequence[str]) -> dict[str, Method]:
+    """The methods to run per case, in order: the first is measured, the second is its baseline."""
+    chosen: dict[str, Method] = {}
+    for name in names:
+        try:
+            chosen[name] = mode_method(Mode(name))
+        except ValueError:
+            raise CadeditError(f"unknown method {name!r}", hint=f"use some of {', '.join(METHODS)}") from None
+    if not chosen:
+        raise CadeditError("no method given", hint=f"use some of {', '.join(METHODS)}")
+    return chosen
 
 
 # -- one case ------------------------------------------------------------------------------------
@@ -155,11 +148,11 @@ def run_case(loaded: LoadedModel, case: Case, settings: E2ESettings, chosen: dic
 
 def warm_up(loaded: LoadedModel) -> float:
     """Compile the grammar and run one forward, so the first case's clock holds no one-off costs."""
-    from cadedit.decode import model_forward
+    from cadedit.model import TransformersLM
 
     start = time.perf_counter()
     pipeline.grammar_for(loaded)
-    model_forward(loaded.model, new_cache(loaded))(encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 4))
+    TransformersLM(loaded.model, new_cache(loaded)).feed(encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 4))
     return time.perf_counter() - start
 
 
@@ -208,7 +201,9 @@ def speedups(results: Sequence[CaseResult], baseline: str) -> dict:
     }
 
 
-def summarize(results: Sequence[CaseResult], baseline: str) -> dict:
+def summarize(results: Sequence[CaseResult], baseline: str | None = None) -> dict:
     names = [a.method for a in results[0].attempts] if results else []
+    if baseline is None:
+        baseline = names[1] if len(names) > 1 else ""
     by_method = {name: method_summary([a for r in results for a in r.attempts if a.method == name]) for name in names}
     return {"methods": by_method, "speedup": speedups(results, baseline) if baseline in names else None}

@@ -1,0 +1,43 @@
+"""The user's choices for one edit and their defaults, in one place (the CLI, the hook and the
+benchmarks read them from here). Pure: no torch."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Mode(str, enum.Enum):
+    """How the model writes the edit (cadedit.decode's table: a cursor and a drafter each)."""
+
+    PROGRAM = "program"  # an edit program of line copies and new text (Copy-as-Decode)
+    REWRITE = "rewrite"  # the whole file retyped, one token per forward
+    LOOKUP = "lookup"  # the same, drafted by prompt lookup
+    VERIFY = "verify"  # the same, the file's own lines drafted and checked many tokens per forward
+
+
+# verify: rewrite's exact output at several times its speed; program mode needs a model trained
+# to choose spans (README, Benchmarks).
+DEFAULT_MODE = Mode.VERIFY
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """temperature 0 means greedy (argmax); otherwise softmax(logits / T), nucleus top_p, seeded."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class EditOptions:
+    model: str | None = None  # hub id, folder or .gguf; None: config.choose_model()
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+    sampling: Sampling = field(default_factory=Sampling)
+    max_new_tokens: int | None = None  # None: twice the file's tokens + 256 (a full rewrite fits)
+    variant: str = "default"  # program-mode prompt variant, see prompt.VARIANTS
+    draft: bool = True  # program mode: guess program tokens ahead and verify them in the same forward
+    mode: Mode = DEFAULT_MODE
