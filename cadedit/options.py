@@ -41,3 +41,8 @@ class EditOptions:
     variant: str = "default"  # program-mode prompt variant, see prompt.VARIANTS
     draft: bool = True  # program mode: guess program tokens ahead and verify them in the same forward
     mode: Mode = DEFAULT_MODE
+    # The line ranges (1-based, inclusive, in file order) the model retypes; the rest is copied by
+    # construction. Empty: the whole file. Fenced modes only (cadedit.scope resolves them).
+    regions: tuple[tuple[int, int], ...] = ()
+    referenced: tuple[int, ...] = ()  # lines the instruction names by number, quoted in the prompt
+    feedback: str = ""  # what failed in the previous try, for the prompt (cadedit.tries)

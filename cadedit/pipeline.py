@@ -15,14 +15,15 @@ from dataclasses import asdict, dataclass
 
 from cadedit import program as P
 from cadedit.decode import Decoded, DecodeStats, Picker, Step, decode, sampling_picker
-from cadedit.document import Document
+from cadedit.document import Document, line_terminator
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import ModelError
 from cadedit.fence import FenceCursor, fence_for, output_text
 from cadedit.model import LoadedModel, encode, eos_ids, language_model, load_model, render_chat, token_bytes
 from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
-from cadedit.prompt import VARIANTS, build_messages, fenced_source, language_tag, rewrite_messages
+from cadedit.prompt import VARIANTS, build_messages, fenced_source, language_tag, region_header, rewrite_messages
+from cadedit.prompt import scoped_messages
 from cadedit.resolve import resolve, to_document_program
 from cadedit.verify import VerifyDrafter
 
@@ -60,21 +61,43 @@ class Prepared:
     budget: int
     fence: str = ""
     source: str = ""
+    regions: tuple[tuple[int, int], ...] = ()  # scoped: the ranges retyped, in file order
+    headers: tuple[str, ...] = ()  # scoped: the forced text before each region after the first
+
+
+def _scoped_source(document: Document, fence: str, regions, headers) -> str:
+    """What an answer that changes nothing prints: each region's lines and closing fence, headers between."""
+    parts = []
+    for k, (a, b) in enumerate(regions):
+        body = document.display_text(a, b)
+        parts.append(body + ("\n" if body and not body.endswith("\n") else "") + fence + "\n")
+        if k + 1 < len(regions):
+            parts.append(headers[k])
+    return "".join(parts)
 
 
 def prepare(loaded: LoadedModel, document: Document, instruction: str, options: EditOptions) -> Prepared:
     """Tokenise the prompt; refuse a file that cannot fit (prompt + the edited file + room)."""
     mode = Mode(options.mode)
     fence = source = ""
+    regions = tuple(options.regions) if mode is not Mode.PROGRAM and options.regions != ((1, document.n_lines),) else ()
+    headers: tuple[str, ...] = ()
     if mode is Mode.PROGRAM:
         if options.variant not in VARIANTS:
             raise ModelError(f"unknown prompt variant {options.variant!r}", hint=f"use one of {', '.join(VARIANTS)}")
         prompt = render_chat(loaded.tokenizer, build_messages(document, instruction, VARIANTS[options.variant]))
         answer = document.display_text(1, document.n_lines) if document.lines else ""
         room_needed, hint = PROGRAM_ROOM, "edit a smaller file, or split it first"
+    elif regions:
+        fence = fence_for(document.text)
+        messages = scoped_messages(document, instruction, fence, regions, options.referenced, options.feedback)
+        prompt = render_chat(loaded.tokenizer, messages) + region_header(*regions[0], fence, document.path)
+        headers = tuple(region_header(a, b, fence, document.path) for a, b in regions[1:])
+        answer = source = _scoped_source(document, fence, regions, headers)
+        room_needed, hint = 0, "edit a smaller file, or split it first"
     else:
         fence = fence_for(document.text)
-        prompt = render_chat(loaded.tokenizer, rewrite_messages(document, instruction, fence))
+        prompt = render_chat(loaded.tokenizer, rewrite_messages(document, instruction, fence, options.feedback))
         prompt += fence + language_tag(document.path) + "\n"  # the answer opens with the fence
         answer = source = fenced_source(document, fence)
         room_needed, hint = 0, "edit a smaller file, or use --mode program"
@@ -89,7 +112,7 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
         )
     budget = options.max_new_tokens or 2 * file_tokens + 256
     limit = room + PROGRAM_ROOM - DRAFT_LIMIT if mode is Mode.PROGRAM else room + file_tokens
-    return Prepared(mode, prompt_ids, file_tokens, min(budget, limit), fence, source)
+    return Prepared(mode, prompt_ids, file_tokens, min(budget, limit), fence, source, regions, headers)
 
 
 _GRAMMARS: dict[int, tuple[object, object]] = {}
@@ -131,7 +154,8 @@ def _program_parts(loaded: LoadedModel, document: Document, draft: bool):
 
 def _fenced_parts(loaded: LoadedModel, prepared: Prepared):
     tokens = token_bytes(loaded)
-    cursor = FenceCursor(tokens, eos_ids(loaded), prepared.fence)
+    headers = [encode(loaded.tokenizer, h) for h in prepared.headers]
+    cursor = FenceCursor(tokens, eos_ids(loaded), prepared.fence, headers)
     drafter = None
     if prepared.mode is Mode.VERIFY:
         drafter = VerifyDrafter(prepared.source, lambda text: encode(loaded.tokenizer, text), tokens, prepared.budget)
@@ -157,9 +181,39 @@ def answer_program(document: Document, prepared: Prepared, decoded: Decoded) -> 
     A fenced answer is aligned with the file by the oracle: lines retyped unchanged become copies."""
     if prepared.mode is Mode.PROGRAM:
         return to_document_program(P.parse(decoded.text), document)
-    new_display = output_text(decoded.text, prepared.fence, document)
+    if prepared.regions:
+        new_display = _scoped_text(document, prepared, decoded.text)
+    else:
+        new_display = output_text(decoded.text, prepared.fence, document)
     before = Document.from_text(document.display_text(1, document.n_lines) if document.lines else "")
     return to_document_program(oracle(before, Document.from_text(new_display)), document)
+
+
+def _scoped_text(document: Document, prepared: Prepared, answer: str) -> str:
+    """The whole new file in display form: the lines outside the regions as they are, each region as
+    its segment of the answer says (a segment the answer never reached stays as it was)."""
+    segments, rest = [], answer
+    for header in prepared.headers:
+        cut = rest.find(header)
+        if cut < 0:
+            break
+        segments.append(rest[:cut])
+        rest = rest[cut + len(header) :]
+    segments.append(rest)
+    last_unterminated = bool(document.lines) and not line_terminator(document.lines[-1])
+    out, at = [], 1
+    for k, (a, b) in enumerate(prepared.regions):
+        out.append(document.display_text(at, a - 1))
+        if k < len(segments):
+            text = output_text(segments[k], prepared.fence, unterminated=b == document.n_lines and last_unterminated)
+            if b < document.n_lines and text and not text.endswith("\n"):
+                text += "\n"  # a region inside the file ends its last line before the copied lines go on
+            out.append(text)
+        else:
+            out.append(document.display_text(a, b))
+        at = b + 1
+    out.append(document.display_text(at, document.n_lines))
+    return "".join(out)
 
 
 def edit_file(document: Document, instruction: str, options: EditOptions = EditOptions(), *,

@@ -10,6 +10,7 @@ op. Pure: no torch, no transformers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -163,7 +164,7 @@ def fenced_source(document: Document, fence: str) -> str:
     return body + ("\n" if body and not body.endswith("\n") else "") + fence + "\n"
 
 
-def rewrite_messages(document: Document, instruction: str, fence: str) -> list[dict[str, str]]:
+def rewrite_messages(document: Document, instruction: str, fence: str, feedback: str = "") -> list[dict[str, str]]:
     """The instruction, the file, the instruction again and the size of the expected answer.
 
     Measured on Qwen2.5-Coder-0.5B-Instruct (greedy): with the file first and the instruction
@@ -175,4 +176,39 @@ def rewrite_messages(document: Document, instruction: str, fence: str) -> list[d
     task = f"Instruction: {instruction.strip()}"
     user = (f"{task}\n\nFile {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n{task}\n"
             f"Reply with the complete file, all {document.n_lines} lines, with the instruction applied.")
-    return [{"role": "system", "content": REWRITE_SYSTEM}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": REWRITE_SYSTEM}, {"role": "user", "content": user + _after(feedback)}]
+
+
+def _after(feedback: str) -> str:
+    """What failed in the previous try, last in the prompt, so every try shares the prompt up to here."""
+    return f"\n\n{feedback.strip()}\nTry again." if feedback.strip() else ""
+
+
+SCOPED_SYSTEM = """\
+You edit files. You receive a file, an instruction and the lines of the file to rewrite.
+Reply with those lines only, edited as the instruction says, in one code block per range and nothing else.
+Copy every line that the instruction does not change exactly as it is, including comments, blank lines and indentation."""
+
+
+def region_header(start: int, end: int, fence: str, path: str) -> str:
+    """The text that opens the answer for one region; forced, never written by the model."""
+    return f"Lines {start}-{end}:\n{fence}{language_tag(path)}\n"
+
+
+def scoped_messages(document: Document, instruction: str, fence: str, regions: Sequence[tuple[int, int]],
+                    referenced: Sequence[int] = (), feedback: str = "") -> list[dict[str, str]]:
+    """The whole file for context, then the instruction and the line ranges the answer retypes.
+    Lines the instruction refers to by number are quoted with their numbers, since the file is
+    shown without them."""
+    name = PurePath(document.path).name if not document.path.startswith("<") else "the file"
+    opening = fence + language_tag(document.path) + "\n"
+    task = f"Instruction: {instruction.strip()}"
+    bodies = document.display_lines()
+    quoted = "".join(f"Line {k}: {bodies[k - 1]}\n" for k in referenced if 1 <= k <= len(bodies))
+    ranges = ", ".join(f"{a}-{b}" for a, b in regions)
+    count = sum(b - a + 1 for a, b in regions)
+    user = (f"{task}\n\nFile {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n"
+            + (f"{quoted}\n" if quoted else "")
+            + f"{task}\nReply with lines {ranges} of the file ({count} lines), with the instruction applied, "
+            "one code block per range, each opened by its line range.")
+    return [{"role": "system", "content": SCOPED_SYSTEM}, {"role": "user", "content": user + _after(feedback)}]

@@ -1,0 +1,154 @@
+"""Verified edits: every candidate is checked; a failed try feeds back what failed and tries again.
+
+Contract: edit_verified(document, instruction, options, plan, tries, loaded=...) runs up to `tries`
+edits of one document through pipeline.edit_file and checks each candidate (cadedit.checks: the
+edited file's syntax, that it changed at all, and the user's test command with the candidate in
+place, the user's bytes restored afterwards). It stops at the first candidate that passes. Try 1
+is the options' own sampling (greedy by default); try 2 is greedy with the failure in the prompt;
+later tries sample (TRY_TEMPERATURE, seeded by the try number) with the latest failure in the
+prompt. The feedback goes last in the prompt, so every try shares the prompt prefix whose KV cache
+the model keeps (model.TransformersLM.reuse). Nothing is written here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from cadedit.checks import Candidate, Check, change_check, feedback, run_test, syntax_check
+from cadedit.decode import Picker
+from cadedit.document import Document
+from cadedit.errors import BudgetError
+from cadedit.model import LoadedModel
+from cadedit.options import EditOptions, Sampling
+from cadedit.pipeline import EditResult, edit_file
+
+DEFAULT_TRIES = 3
+TRY_TEMPERATURE = 0.7
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """Which checks a candidate must pass."""
+
+    allow_no_change: bool = False  # `--allow-no-change`, and `--check`, where no change is the point
+    test: str | None = None  # a shell command run with the candidate in place; exit 0 passes
+    test_timeout: float = 120.0
+    cwd: Path | None = None
+
+
+@dataclass(frozen=True)
+class Try:
+    """One candidate and what its checks said (error: the decode failed, e.g. out of budget)."""
+
+    number: int
+    temperature: float
+    result: EditResult | None
+    checks: tuple[Check, ...]
+    seconds: float
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.result is not None and all(c.passed or c.skipped for c in self.checks)
+
+    @property
+    def failed_checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not (c.passed or c.skipped))
+
+    def summary(self) -> str:
+        """One line: what this try's checks said."""
+        if self.error:
+            return f"failed: {self.error}"
+        passed = [c.name for c in self.checks if c.passed and not c.skipped]
+        failed = [f"{c.name} ({c.detail})" if c.detail else c.name for c in self.failed_checks]
+        skipped = [f"{c.name} skipped ({c.detail})" if c.detail else f"{c.name} skipped" for c in self.checks if c.skipped]
+        text = ("failed: " + ", ".join(failed)) if failed else ("passed: " + (", ".join(passed) or "no checks"))
+        return text + ("; " + "; ".join(skipped) if skipped else "")
+
+    def to_json(self) -> dict:
+        stats = self.result.stats if self.result else None
+        return {
+            "try": self.number, "temperature": self.temperature, "passed": self.passed, "error": self.error,
+            "changed": self.result.changed if self.result else None, "seconds": self.seconds,
+            "checks": [{"name": c.name, "passed": c.passed, "skipped": c.skipped, "detail": c.detail,
+                        "output_tail": c.output_tail, "seconds": c.seconds} for c in self.checks],
+            "tokens_new": stats.tokens_new if stats else None,
+            "tokens_copied": stats.tokens_copied if stats else None,
+            "tokens_prompt_fed": stats.tokens_prompt if stats else None,
+            "tokens_prompt_reused": stats.tokens_reused if stats else None,
+        }
+
+
+@dataclass(frozen=True)
+class Verified:
+    tries: tuple[Try, ...]
+
+    @property
+    def answer(self) -> Try | None:
+        """The try that passed, if any."""
+        return next((t for t in self.tries if t.passed), None)
+
+    @property
+    def best(self) -> Try | None:
+        """The passing try, else the failing candidate that got furthest (fewest failed checks, latest)."""
+        if self.answer is not None:
+            return self.answer
+        made = [t for t in self.tries if t.result is not None]
+        return min(reversed(made), key=lambda t: len(t.failed_checks), default=None)
+
+
+def sampling_for(number: int, first: Sampling) -> Sampling:
+    """Try 1: the user's sampling; try 2: greedy (the feedback changes the prompt); later: sampled."""
+    if number == 1:
+        return first
+    if number == 2:
+        return Sampling(0.0, 1.0, None) if first.temperature <= 0 else first
+    seed = (first.seed or 0) * 1000 + number
+    return Sampling(max(first.temperature, TRY_TEMPERATURE), first.top_p, seed)
+
+
+def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test: Callable[[], None] | None = None
+                    ) -> tuple[Check, ...]:
+    """Syntax and change first; the test command only when both pass (it is the slow one)."""
+    checks = (syntax_check(document.path, document.text, new_text),
+              change_check(document.text, new_text, plan.allow_no_change))
+    if plan.test and all(c.passed or c.skipped for c in checks):
+        if on_test is not None:
+            on_test()
+        candidate = Candidate.read(document.path, new_text.encode("utf-8"), expected=document.to_bytes())
+        checks += (run_test(candidate, plan.test, plan.test_timeout, plan.cwd),)
+    return checks
+
+
+def edit_verified(document: Document, instruction: str, options: EditOptions, plan: CheckPlan,
+                  tries: int = DEFAULT_TRIES, *, loaded: LoadedModel, picks: Callable[[int], Picker | None] | None = None,
+                  on_try: Callable[[Try], None] | None = None, on_step=None,
+                  on_test: Callable[[int], None] | None = None) -> Verified:
+    """Up to `tries` candidates until one passes its checks; see the module docstring.
+    picks(k) may give try k's picker (tests script candidates with it)."""
+    done: list[Try] = []
+    told = ""
+    for number in range(1, tries + 1):
+        sampling = sampling_for(number, options.sampling)
+        current = replace(options, sampling=sampling, feedback=told)
+        start = time.perf_counter()
+        try:
+            result = edit_file(document, instruction, current, loaded=loaded, on_step=on_step,
+                               pick=picks(number) if picks else None)
+        except BudgetError as exc:
+            attempt = Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message)
+            told = "Your previous answer was too long and did not finish: reply with the edited code only."
+        else:
+            checks = check_candidate(document, result.new_text, plan,
+                                     None if on_test is None else lambda: on_test(number))
+            attempt = Try(number, sampling.temperature, result, checks, time.perf_counter() - start)
+            told = feedback(checks)
+        done.append(attempt)
+        if on_try is not None:
+            on_try(attempt)
+        if attempt.passed:
+            break
+    return Verified(tuple(done))
