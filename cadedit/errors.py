@@ -44,3 +44,9 @@ class BudgetError(CadeditError):
 
 class ConfigError(CadeditError):
     """Settings in .cadedit.toml / pyproject.toml / the environment are missing or wrong."""
+
+
+class CheckFailedError(CadeditError):
+    """No try produced a candidate that passed its checks (syntax, change, tests): exit code 3."""
+
+    exit_code = 3

@@ -1,0 +1,474 @@
+"""Checks on an edit candidate (the edited file's text) before cadedit accepts a try.
+
+Contract: syntax_check(), change_check() and run_test() each return one Check and raise only for
+a failure the user must see (ApplyError: the file changed on disk, or cannot be restored).
+A Check with passed=False is what the next try is told about, through feedback(); a skipped Check
+has passed=True, so `all(check.passed for check in checks)` decides a try. run_test() puts the
+candidate's bytes in the file, runs the test command in its own process group, and always puts the
+user's original bytes back: after a pass, a failure, a crash, a timeout, a test that edits or
+deletes the file, KeyboardInterrupt, SIGTERM and SIGHUP (not SIGKILL, which nothing can catch).
+No torch, no transformers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cadedit.errors import ApplyError, ConfigError
+from cadedit.languages import Language, language_of
+
+# Exit codes of `cadedit fix` with tries: 0 ok, 1 error, 2 usage, 3 no candidate passed its
+# checks (CheckFailedError.exit_code), 130 interrupted.
+NO_PASSING_TRY_EXIT = 3
+
+TAIL_LINES = 60
+TAIL_CHARS = 4000
+_KEEP_BYTES = 64 * 1024  # of the test's output, while it runs: enough for the tail, bounded memory
+_GRACE_S = 1.0  # between SIGTERM and SIGKILL to the test's process group
+_NODE_TIMEOUT_S = 10.0
+# SIGTERM/SIGHUP during a test become SystemExit(128 + signum) so that every `finally` runs.
+_EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_DEFERRED = {signal.SIGINT, *_EXIT_SIGNALS}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check on a candidate: "syntax", "change" or "test".
+
+    detail is one line ("line 3: invalid syntax", "exit 1", "node not on PATH: ..."); output_tail
+    is the offending source line for a syntax check, the end of the output for a test.
+    """
+
+    name: str
+    passed: bool
+    skipped: bool = False
+    detail: str = ""
+    output_tail: str = ""
+    seconds: float = 0.0
+
+
+# -- syntax ------------------------------------------------------------------------------------
+
+
+class _Unparsed(Exception):
+    """A parser's complaint: the message and the 1-based line (and column) it points at, 0 when unknown."""
+
+    def __init__(self, message: str, line: int = 0, column: int = 0):
+        super().__init__(message)
+        self.message, self.line, self.column = message, line, column
+
+
+class _Unchecked(Exception):
+    """The check cannot run here (a module or a program is missing): the note says why."""
+
+
+def _check_python(text: str, path: str) -> None:
+    try:
+        with warnings.catch_warnings():  # SyntaxWarning (invalid escapes) is not a failure
+            warnings.simplefilter("ignore")
+            compile(text, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise _Unparsed(exc.msg, exc.lineno or 0) from None
+    except ValueError as exc:  # null bytes on some Python versions
+        raise _Unparsed(str(exc)) from None
+
+
+def _check_json(text: str, path: str) -> None:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _Unparsed(exc.msg, exc.lineno, exc.colno) from None
+
+
+def _check_toml(text: str, path: str) -> None:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise _Unchecked("tomli not installed: TOML syntax not checked") from None
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.fullmatch(r"(.*) \(at line (\d+), column (\d+)\)", str(exc))
+        raise (_Unparsed(m[1], int(m[2]), int(m[3])) if m else _Unparsed(str(exc))) from None
+
+
+def _check_yaml(text: str, path: str) -> None:
+    try:
+        import yaml
+    except ModuleNotFoundError:
+        raise _Unchecked("PyYAML not installed: YAML syntax not checked") from None
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:  # compose, not load: custom tags (!Ref) are valid syntax that safe_load would refuse
+        for _ in yaml.compose_all(text, Loader=loader):
+            pass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line, column = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        raise _Unparsed(exc.problem or str(exc).splitlines()[0], line, column) from None
+    except yaml.YAMLError as exc:
+        raise _Unparsed(str(exc).splitlines()[0]) from None
+
+
+def _node_run(node: str, text: str, suffix: str) -> str | None:
+    """node --check on the text in a temporary file: None when it parses, else node's error output."""
+    with tempfile.TemporaryDirectory(prefix="cadedit-check-") as folder:
+        file = Path(folder) / f"candidate{suffix}"
+        file.write_text(text, encoding="utf-8")
+        try:
+            done = subprocess.run([node, "--check", str(file)], capture_output=True, timeout=_NODE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise _Unchecked(f"node --check timed out after {_NODE_TIMEOUT_S:g}s: JavaScript syntax not checked") from None
+        err = done.stderr.decode("utf-8", "replace")
+        return None if done.returncode == 0 else err.replace(str(file), "<candidate>")
+
+
+def _check_node(text: str, path: str) -> None:
+    node = shutil.which("node")
+    if node is None:
+        raise _Unchecked("node not on PATH: JavaScript syntax not checked")
+    suffix = Path(path).suffix.lower() or ".js"
+    err = _node_run(node, text, suffix)
+    # A .js file is CommonJS or an ES module depending on the nearest package.json, which the
+    # temporary copy does not have: it passes if it parses as either.
+    if err is None or (suffix == ".js" and _node_run(node, text, ".mjs") is None):
+        return
+    message = re.search(r"^(SyntaxError: .*)$", err, re.M)
+    if message is None:
+        raise _Unchecked(f"node --check could not check it ({err.strip().splitlines()[-1][:200]})")
+    line = re.search(r"^<candidate>:(\d+)$", err, re.M)
+    raise _Unparsed(message[1], int(line[1]) if line else 0)
+
+
+_CHECKERS = {"python": _check_python, "json": _check_json, "toml": _check_toml, "yaml": _check_yaml, "node": _check_node}
+
+
+def _parse(language: Language, text: str, path: str) -> None:
+    _CHECKERS[language.syntax](text.removeprefix("\ufeff"), path)  # a BOM is not part of the syntax
+
+
+def syntax_check(path: str, before: str, after: str) -> Check:
+    """Does the candidate parse as the file's language? Skipped when that cannot be checked here.
+
+    A candidate that does not parse fails, unless the file did not parse before the edit either:
+    the edit is not held to a standard the file never met (skipped). One that parses passes.
+    """
+    start = time.monotonic()
+    language = language_of(path)
+
+    def result(passed: bool, detail: str = "", tail: str = "", skipped: bool = False) -> Check:
+        return Check("syntax", passed, skipped, detail, tail, time.monotonic() - start)
+
+    if language is None or not language.syntax:
+        what = language.title if language else "this file type"
+        return result(True, f"no syntax check for {what}", skipped=True)
+    try:
+        _parse(language, after, path)
+        return result(True, f"{language.title} parses")
+    except _Unchecked as exc:
+        return result(True, str(exc), skipped=True)
+    except _Unparsed as exc:
+        failure = exc
+    try:
+        _parse(language, before, path)
+    except (_Unparsed, _Unchecked):
+        return result(True, "the file did not parse before the edit", skipped=True)
+    lines = after.removeprefix("\ufeff").splitlines()
+    source = lines[failure.line - 1] if 0 < failure.line <= len(lines) else ""
+    where = f"line {failure.line}{f', column {failure.column}' if failure.column else ''}: " if failure.line else ""
+    return result(False, where + failure.message.replace("\n", " "), source)
+
+
+# -- change ------------------------------------------------------------------------------------
+
+
+def change_check(before: str, after: str, allow_no_change: bool) -> Check:
+    """A candidate equal to the file fails, unless the caller allows an edit that changes nothing."""
+    if after != before:
+        return Check("change", True, detail="the edit changes the file")
+    if allow_no_change:
+        return Check("change", True, detail="the edit changed nothing (allowed)")
+    return Check("change", False, detail="the edit changed nothing")
+
+
+# -- feedback ----------------------------------------------------------------------------------
+
+
+def feedback(checks: Sequence[Check]) -> str:
+    """What the next try's prompt says about this try's failed checks ("" when none failed)."""
+    parts = []
+    for check in checks:
+        if check.passed:
+            continue
+        if check.name == "syntax":
+            quoted = f" (`{check.output_tail}`)" if check.output_tail.strip() else ""
+            parts.append(f"Your previous answer did not parse: {check.detail}{quoted}.")
+        elif check.name == "change":
+            parts.append("Your previous answer did not change the file although the instruction asks for a change.")
+        elif check.name == "test":
+            parts.append(f"The tests failed ({check.detail}):\n{check.output_tail}".rstrip())
+        else:
+            parts.append(f"The {check.name} check failed: {check.detail}")
+    return "\n\n".join(parts)
+
+
+# -- a candidate in place, and the test run ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An edit to try: the file, its bytes and stat identity when cadedit read it, the new bytes."""
+
+    path: Path
+    original: bytes
+    size: int
+    mtime_ns: int
+    inode: int
+    new: bytes
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str], new: bytes) -> Candidate:
+        """The file as it is on disk now, with `new` as the bytes to try in its place."""
+        data, st = _read(Path(path), "cannot read")
+        return cls(Path(path), data, st.st_size, st.st_mtime_ns, st.st_ino, new)
+
+
+def _read(path: Path, failure: str) -> tuple[bytes, os.stat_result]:
+    try:
+        with open(path, "rb") as f:
+            return f.read(), os.fstat(f.fileno())
+    except OSError as exc:
+        raise ApplyError(f"{path}: {failure} ({exc.strerror or exc})") from None
+
+
+def _check_unchanged(candidate: Candidate) -> os.stat_result:
+    """The file's stat, or ApplyError if its bytes, size, mtime or inode differ from when it was read."""
+    data, st = _read(candidate.path, "cannot read it before the test; the test was not run")
+    if data != candidate.original or (st.st_size, st.st_mtime_ns, st.st_ino) != (
+        candidate.size, candidate.mtime_ns, candidate.inode,
+    ):  # fmt: skip
+        raise ApplyError(
+            f"{candidate.path}: changed on disk since cadedit read it; the test was not run",
+            hint="run cadedit again on the current file",
+        )
+    return st
+
+
+def _later_mtime_ns(previous_ns: int) -> int | None:
+    """An mtime in a later whole second than previous_ns, or None when "now" already is one.
+
+    Python's .pyc files (pytest's too) are valid while the source's mtime in whole seconds and its
+    size match. A candidate and the original of the same size written within one second would
+    share a .pyc, and a test would import the other text; every write here moves to a later second.
+    """
+    second = previous_ns // 1_000_000_000
+    return None if time.time_ns() // 1_000_000_000 > second else (second + 1) * 1_000_000_000
+
+
+def _replace(target: Path, data: bytes, st: os.stat_result, previous_ns: int, durable: bool = False) -> int:
+    """Replace target by data through a temporary file in its folder, with st's mode and owner.
+
+    Returns the new file's mtime (ns), in a later whole second than previous_ns.
+    """
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".cadedit-tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        with contextlib.suppress(OSError):
+            os.chown(tmp, st.st_uid, st.st_gid)
+        later = _later_mtime_ns(previous_ns)
+        if later is not None:
+            os.utime(tmp, ns=(later, later))
+        mtime_ns = os.stat(tmp).st_mtime_ns
+        os.replace(tmp, target)
+        return mtime_ns
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _restore(candidate: Candidate, target: Path, st: os.stat_result, placed_ns: int) -> None:
+    """Put the original bytes back, whatever the test did to the file (edited, replaced, deleted)."""
+    with contextlib.suppress(OSError):
+        placed_ns = max(placed_ns, os.stat(target).st_mtime_ns)
+    try:
+        _replace(target, candidate.original, st, placed_ns, durable=True)
+        return
+    except OSError as exc:
+        error = exc
+    fd, saved = tempfile.mkstemp(prefix=f"{target.name}.", suffix=".cadedit-original")
+    with os.fdopen(fd, "wb") as f:
+        f.write(candidate.original)
+    raise ApplyError(
+        f"{candidate.path}: cannot restore it after the test ({error.strerror or error}); the original is in {saved}",
+        hint=f"copy it back: cp {saved} {candidate.path}",
+    )
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _install_exit_handlers() -> dict[int, object]:
+    """SIGTERM/SIGHUP raise SystemExit(143/129) so that the file is restored; returns the old handlers.
+
+    Only in the main thread (the only one Python lets set handlers), and not over a signal that is
+    ignored (nohup) or handled outside Python.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    old = {}
+    for signum in _EXIT_SIGNALS:
+        previous = signal.getsignal(signum)
+        if previous not in (None, signal.SIG_IGN):
+            old[signum] = signal.signal(signum, _exit_on_signal)
+    return old
+
+
+def _block_signals() -> set[int]:
+    """Hold SIGINT/SIGTERM/SIGHUP pending (this thread) while the file is being replaced."""
+    return signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+
+
+@contextlib.contextmanager
+def candidate_in_place(candidate: Candidate) -> Iterator[None]:
+    """The candidate's bytes in the file for the duration; the original bytes back afterwards.
+
+    Refuses with ApplyError, the file untouched, if it changed since it was read. The original
+    comes back through a temporary file and a rename, with its mode, after anything the block
+    does or raises: KeyboardInterrupt, SystemExit(143) on SIGTERM, SystemExit(129) on SIGHUP.
+    Signals that arrive while a file is being replaced wait until it is done.
+    """
+    target = Path(os.path.realpath(candidate.path))
+    mask = _block_signals()
+    handlers = _install_exit_handlers()
+    placed_ns = None
+    try:
+        st = _check_unchanged(candidate)
+        placed_ns = _replace(target, candidate.new, st, candidate.mtime_ns)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending signal raises here, inside try
+        yield
+    finally:
+        _block_signals()
+        try:
+            if placed_ns is not None:
+                _restore(candidate, target, st, placed_ns)
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _collect(proc: subprocess.Popen, timeout: float) -> tuple[bytes, bool]:
+    """The end of the process's output and whether it ran past the timeout."""
+    deadline = time.monotonic() + timeout
+    tail = bytearray()
+    fd = proc.stdout.fileno()
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if not selector.select(min(left, 0.1)):
+                if proc.poll() is not None:  # the shell is done; a background child may hold the pipe
+                    break
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            tail += chunk
+            del tail[:-_KEEP_BYTES]
+        else:
+            return bytes(tail), True
+    try:
+        proc.wait(max(deadline - time.monotonic(), 0))
+    except subprocess.TimeoutExpired:
+        return bytes(tail), True
+    return bytes(tail), False
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    try:
+        os.killpg(pgid, signum)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to what is left of the test's process group, SIGKILL after a grace; reap the shell."""
+    pgid = proc.pid  # start_new_session: the shell leads its own group
+    if _signal_group(pgid, signal.SIGTERM):
+        deadline = time.monotonic() + _GRACE_S
+        while time.monotonic() < deadline and (proc.poll() is None or _signal_group(pgid, 0)):
+            time.sleep(0.02)
+        _signal_group(pgid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+
+
+def _tail(output: bytes) -> str:
+    lines = output.decode("utf-8", "replace").splitlines()[-TAIL_LINES:]
+    return "\n".join(lines)[-TAIL_CHARS:]
+
+
+def _exit_detail(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exit {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
+def run_command(command: str, timeout: float, cwd: Path | None = None) -> Check:
+    """Run `command` through /bin/sh in its own process group; passed on exit status 0.
+
+    stdout and stderr together, the last TAIL_LINES lines / TAIL_CHARS characters kept. At the
+    timeout, and on any exception (KeyboardInterrupt), the whole group gets SIGTERM, then SIGKILL.
+    """
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    except OSError as exc:
+        raise ConfigError(f"cannot run the test command in {cwd or Path.cwd()} ({exc.strerror or exc})") from None
+    try:
+        output, timed_out = _collect(proc, timeout)
+    finally:
+        mask = _block_signals()  # a second Ctrl-C waits until the group is gone
+        try:
+            _end_group(proc)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    detail = f"timed out after {timeout:g}s" if timed_out else _exit_detail(proc.returncode)
+    passed = not timed_out and proc.returncode == 0
+    return Check("test", passed, False, detail, _tail(output), time.monotonic() - start)
+
+
+def run_test(candidate: Candidate, command: str, timeout: float, cwd: Path | None = None) -> Check:
+    """Run the test command with the candidate's bytes in the file, the original restored after."""
+    with candidate_in_place(candidate):
+        return run_command(command, timeout, cwd)

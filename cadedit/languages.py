@@ -1,0 +1,67 @@
+"""The one language table: a file's suffix → its language record.
+
+Contract: language_of(path) is the Language for the path's suffix (case-insensitive), or None for
+an unknown suffix and for "<stdin>"-style names; fence_tag(path) is the tag written after a
+markdown code fence ("" when unknown). A record says how checks.py checks its syntax (`syntax`:
+"python", "json", "toml", "yaml", "node", or "" for no check). Pure data: no imports beyond the
+standard library.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import PurePath
+
+
+@dataclass(frozen=True)
+class Language:
+    """A language: its name, its markdown fence tag, a title for messages, its syntax checker."""
+
+    name: str
+    fence: str
+    title: str
+    syntax: str = ""
+
+
+def _lang(name: str, title: str, syntax: str = "") -> Language:
+    return Language(name=name, fence=name, title=title, syntax=syntax)
+
+
+PYTHON = _lang("python", "Python", "python")
+JAVASCRIPT = _lang("javascript", "JavaScript", "node")
+# TypeScript, TSX and JSX are not checked: node 20 refuses them (ERR_UNKNOWN_FILE_EXTENSION for
+# .ts/.jsx), node >= 22.6 strips types only behind a flag and never parses JSX, and tsc/esbuild are
+# not a dependency. A checker that fails valid code would fail every try, so they are skipped.
+TYPESCRIPT = _lang("typescript", "TypeScript")
+TSX = _lang("tsx", "TSX")
+JSX = _lang("jsx", "JSX")
+C = _lang("c", "C")
+CPP = _lang("cpp", "C++")
+
+SUFFIXES: dict[str, Language] = {
+    ".py": PYTHON, ".pyi": PYTHON,
+    ".js": JAVASCRIPT, ".mjs": JAVASCRIPT, ".cjs": JAVASCRIPT,
+    ".ts": TYPESCRIPT, ".tsx": TSX, ".jsx": JSX,
+    ".java": _lang("java", "Java"),
+    ".c": C, ".h": C, ".cc": CPP, ".cpp": CPP, ".hpp": CPP,
+    ".go": _lang("go", "Go"), ".rs": _lang("rust", "Rust"), ".rb": _lang("ruby", "Ruby"),
+    ".sh": _lang("bash", "shell"), ".md": _lang("markdown", "Markdown"),
+    ".json": _lang("json", "JSON", "json"), ".toml": _lang("toml", "TOML", "toml"),
+    ".yaml": _lang("yaml", "YAML", "yaml"), ".yml": _lang("yaml", "YAML", "yaml"),
+    ".html": _lang("html", "HTML"), ".css": _lang("css", "CSS"), ".sql": _lang("sql", "SQL"),
+}  # fmt: skip
+
+
+def language_of(path: str | os.PathLike[str]) -> Language | None:
+    """The language of a file by its suffix; None when unknown or for a "<stdin>"-style name."""
+    name = os.fspath(path)
+    if name.startswith("<"):
+        return None
+    return SUFFIXES.get(PurePath(name).suffix.lower())
+
+
+def fence_tag(path: str | os.PathLike[str]) -> str:
+    """The tag after a markdown code fence for this file ("python"), "" when the language is unknown."""
+    language = language_of(path)
+    return language.fence if language else ""

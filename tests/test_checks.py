@@ -1,0 +1,398 @@
+"""Checks on an edit candidate: syntax per language (skipped where it cannot be checked), change,
+the feedback for the next try, and tests run with the candidate in place that always put the
+user's original bytes back (pass, fail, crash, timeout, a test that edits or deletes the file,
+SIGTERM and SIGINT to cadedit) without leaving temporary files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from cadedit import checks
+from cadedit.checks import (
+    NO_PASSING_TRY_EXIT,
+    Candidate,
+    Check,
+    candidate_in_place,
+    change_check,
+    feedback,
+    run_command,
+    run_test,
+    syntax_check,
+)
+from cadedit.errors import ApplyError, CheckFailedError, ConfigError
+from cadedit.languages import SUFFIXES, fence_tag, language_of
+
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
+REPO = Path(__file__).resolve().parents[1]
+ORIGINAL = b"def add(a, b):\n    return a + b\n"
+CANDIDATE = b"def add(a, b):\n    return a - b\n"
+
+
+# -- languages ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "tag"),
+    [("a.py", "python", "python"), ("A.PY", "python", "python"), ("x/y.cjs", "javascript", "javascript"),
+     ("m.mjs", "javascript", "javascript"), ("t.ts", "typescript", "typescript"), ("c.yml", "yaml", "yaml"),
+     ("h.hpp", "cpp", "cpp"), ("run.sh", "bash", "bash")],
+)  # fmt: skip
+def test_language_of_and_fence_tag(path, name, tag):
+    assert language_of(path).name == name
+    assert fence_tag(path) == tag
+
+
+@pytest.mark.parametrize("path", ["<stdin>", "<text>", "Makefile", "notes.txt", "x.PYC"])
+def test_unknown_language_has_no_record_and_an_empty_tag(path):
+    assert language_of(path) is None
+    assert fence_tag(path) == ""
+
+
+def test_table_covers_rewrite_languages():
+    from cadedit import rewrite
+
+    table = getattr(rewrite, "LANGUAGES", None)
+    if table is None:
+        pytest.skip("rewrite.py has its own table no more")
+    assert {suffix: SUFFIXES[suffix].fence for suffix in table} == table
+
+
+# -- syntax ------------------------------------------------------------------------------------
+
+BROKEN_PY = "def add(a, b):\n    return a +\n"
+
+
+def test_python_syntax_error_names_the_line_and_quotes_it():
+    check = syntax_check("m.py", ORIGINAL.decode(), BROKEN_PY)
+    assert (check.name, check.passed, check.skipped) == ("syntax", False, False)
+    assert check.detail == "line 2: invalid syntax"
+    assert check.output_tail == "    return a +"
+
+
+def test_python_that_parses_passes_without_compiling_future_flags_of_checks():
+    # `from __future__ import annotations` in checks.py must not leak into the candidate.
+    check = syntax_check("m.py", "x = 1\n", "\ufeffdef f() -> undefined_name: pass\nprint('a' '\\d')\n")
+    assert (check.passed, check.skipped) == (True, False)
+
+
+def test_python_indentation_error():
+    check = syntax_check("m.py", "x = 1\n", "if x:\nprint(x)\n")
+    assert not check.passed and check.detail.startswith("line 2: expected an indented block")
+
+
+@pytest.mark.parametrize(
+    ("path", "before", "after", "detail", "source"),
+    [
+        ("c.json", '{"a": 1}\n', '{"a": 1,\n "b" 2}\n', "line 2, column 6: Expecting ':' delimiter", ' "b" 2}'),
+        ("c.toml", "a = 1\n", "a = 1\nb = \n", "line 2, column 5: Invalid value", "b = "),
+        ("c.yaml", "a: 1\n", "a: [1,\nb: 2\n", "line 3, column 1: did not find expected ',' or ']'", ""),
+    ],
+)
+def test_data_formats_report_line_and_column(path, before, after, detail, source):
+    check = syntax_check(path, before, after)
+    assert (check.passed, check.skipped, check.detail, check.output_tail) == (False, False, detail, source)
+
+
+@pytest.mark.parametrize(("path", "text"), [("c.json", '\ufeff{"a": [1, 2]}\n'), ("c.toml", "[t]\na = 1\n"),
+                                            ("c.yaml", "a: !Ref x\n---\nb: [1]\n")])
+def test_data_formats_that_parse_pass(path, text):
+    check = syntax_check(path, "", text)
+    assert (check.passed, check.skipped) == (True, False)
+
+
+def test_yaml_without_pyyaml_is_skipped_with_a_note(monkeypatch):
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml now raises ModuleNotFoundError
+    check = syntax_check("c.yaml", "a: 1\n", "a: [1,\n")
+    assert (check.passed, check.skipped) == (True, True)
+    assert check.detail == "PyYAML not installed: YAML syntax not checked"
+
+
+@needs_node
+@pytest.mark.parametrize("suffix", [".js", ".mjs", ".cjs"])
+def test_javascript_syntax_error_through_node(suffix):
+    check = syntax_check(f"app{suffix}", "const a = 1;\n", "const a = 1;\nfunction f( {\n  return 1;\n}\n")
+    assert (check.passed, check.skipped) == (False, False)
+    assert check.detail.startswith("line ") and "SyntaxError: " in check.detail
+    assert "<candidate>" not in check.detail and "cadedit-check-" not in check.detail
+
+
+@needs_node
+@pytest.mark.parametrize(("path", "text"), [("a.js", "module.exports = 1;\n"), ("a.js", "export const x = 1;\n"),
+                                            ("a.mjs", "import fs from 'fs';\nexport default fs;\n")])
+def test_javascript_that_parses_passes_as_commonjs_or_module(path, text):
+    check = syntax_check(path, "", text)
+    assert (check.passed, check.skipped) == (True, False)
+
+
+def test_javascript_without_node_is_skipped_with_a_note(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    check = syntax_check("a.js", "x;\n", "function f( {\n")
+    assert (check.passed, check.skipped) == (True, True)
+    assert check.detail == "node not on PATH: JavaScript syntax not checked"
+
+
+def test_node_timeout_is_skipped_with_a_note(monkeypatch, tmp_path):
+    fake = tmp_path / "node"
+    fake.write_text(f"#!/bin/sh\nexec {shutil.which('sleep')} 10\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(checks, "_NODE_TIMEOUT_S", 0.3)
+    check = syntax_check("a.js", "x;\n", "y;\n")
+    assert (check.passed, check.skipped) == (True, True)
+    assert check.detail == "node --check timed out after 0.3s: JavaScript syntax not checked"
+
+
+@pytest.mark.parametrize("path", ["a.ts", "a.tsx", "a.jsx", "main.c", "notes.txt", "<stdin>"])
+def test_languages_without_a_checker_are_skipped(path):
+    check = syntax_check(path, "x", "let x: number = (;\n")
+    assert (check.passed, check.skipped) == (True, True)
+    assert check.detail.startswith("no syntax check for ")
+
+
+@pytest.mark.parametrize(("path", "broken"), [("m.py", BROKEN_PY), ("c.json", "{"), ("c.toml", "a ="),
+                                              ("c.yaml", "a: [")])
+def test_a_file_that_did_not_parse_before_is_not_held_to_it(path, broken):
+    check = syntax_check(path, broken, broken + "\n")
+    assert (check.passed, check.skipped, check.detail) == (True, True, "the file did not parse before the edit")
+
+
+def test_an_edit_that_fixes_the_syntax_passes():
+    check = syntax_check("m.py", BROKEN_PY, ORIGINAL.decode())
+    assert (check.passed, check.skipped) == (True, False)
+
+
+# -- change and feedback -----------------------------------------------------------------------
+
+
+def test_change_check_both_ways():
+    assert change_check("a\n", "b\n", allow_no_change=False).passed
+    same = change_check("a\n", "a\n", allow_no_change=False)
+    assert (same.name, same.passed, same.detail) == ("change", False, "the edit changed nothing")
+    assert change_check("a\n", "a\n", allow_no_change=True).passed
+
+
+def test_feedback_tells_the_next_try_what_failed():
+    syntax = syntax_check("m.py", ORIGINAL.decode(), BROKEN_PY)
+    change = change_check("a", "a", allow_no_change=False)
+    test = Check("test", False, False, "exit 1", "E   assert 3 == -1\nFAILED test_add")
+    text = feedback([syntax, change, test, Check("syntax", True, True, "no syntax check for C")])
+    assert text == (
+        "Your previous answer did not parse: line 2: invalid syntax (`    return a +`).\n\n"
+        "Your previous answer did not change the file although the instruction asks for a change.\n\n"
+        "The tests failed (exit 1):\nE   assert 3 == -1\nFAILED test_add"
+    )
+
+
+def test_feedback_is_empty_when_everything_passed_or_was_skipped():
+    assert feedback([Check("syntax", True, True, "x"), change_check("a", "b", False), Check("test", True)]) == ""
+
+
+def test_exit_code_for_no_passing_try():
+    assert NO_PASSING_TRY_EXIT == CheckFailedError.exit_code == 3
+
+
+def test_checks_import_neither_torch_nor_transformers():
+    code = "import sys, cadedit.checks, cadedit.languages; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert out.stdout.strip() == "[]"
+
+
+# -- the candidate in place --------------------------------------------------------------------
+
+
+@pytest.fixture
+def user_file(tmp_path) -> Path:
+    path = tmp_path / "work" / "calc.py"
+    path.parent.mkdir()
+    path.write_bytes(ORIGINAL)
+    path.chmod(0o640)
+    return path
+
+
+def assert_restored(path: Path, *extra: str) -> None:
+    """The user's bytes and mode, and no file in the folder but the ones the test made on purpose."""
+    assert path.read_bytes() == ORIGINAL
+    assert stat.S_IMODE(path.lstat().st_mode) == 0o640
+    assert sorted(os.listdir(path.parent)) == sorted([path.name, *extra])
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie waiting for its reaper does not count)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_passing_command_sees_the_candidate_and_the_original_comes_back(user_file):
+    check = run_test(Candidate.read(user_file, CANDIDATE), "grep -q 'a - b' calc.py && echo ok", 30, user_file.parent)
+    assert (check.name, check.passed, check.skipped, check.detail, check.output_tail) == ("test", True, False, "exit 0", "ok")
+    assert check.seconds > 0
+    assert_restored(user_file)
+
+
+def test_failing_command_keeps_the_tail_of_stdout_and_stderr(user_file):
+    check = run_test(Candidate.read(user_file, CANDIDATE), "seq 1 100; echo boom >&2; exit 1", 30)
+    assert (check.passed, check.detail) == (False, "exit 1")
+    lines = check.output_tail.splitlines()
+    assert len(lines) == checks.TAIL_LINES and lines[0] == "42" and lines[-1] == "boom"
+    assert_restored(user_file)
+
+
+def test_output_tail_is_bounded_in_characters(user_file):
+    check = run_command("head -c 100000 /dev/zero | tr '\\0' x; echo; echo end", 30)
+    assert len(check.output_tail) == checks.TAIL_CHARS and check.output_tail.endswith("x\nend")
+
+
+def test_hanging_command_times_out_and_its_group_is_killed(user_file):
+    start = time.monotonic()
+    command = "sleep 30 & echo $! > sleeper; wait"
+    check = run_test(Candidate.read(user_file, CANDIDATE), command, 1, user_file.parent)
+    assert time.monotonic() - start < 5
+    assert (check.passed, check.detail) == (False, "timed out after 1s")
+    assert not alive(int((user_file.parent / "sleeper").read_text()))
+    assert_restored(user_file, "sleeper")
+
+
+def test_a_group_that_ignores_sigterm_gets_sigkill(user_file, monkeypatch):
+    monkeypatch.setattr(checks, "_GRACE_S", 0.3)
+    start = time.monotonic()
+    command = "trap '' TERM; sleep 30 & echo $! > sleeper; wait"
+    check = run_test(Candidate.read(user_file, CANDIDATE), command, 0.5, user_file.parent)
+    assert 0.8 <= time.monotonic() - start < 5
+    assert check.detail == "timed out after 0.5s"
+    assert not alive(int((user_file.parent / "sleeper").read_text()))
+    assert_restored(user_file, "sleeper")
+
+
+def test_background_children_left_by_a_finished_command_are_killed(user_file):
+    start = time.monotonic()
+    check = run_command("sleep 30 & echo $! > sleeper; echo done", 30, user_file.parent)
+    assert check.passed and check.output_tail == "done" and time.monotonic() - start < 5
+    assert not alive(int((user_file.parent / "sleeper").read_text()))
+
+
+@pytest.mark.parametrize(("command", "detail"), [("kill -SEGV $$", "killed by SIGSEGV"), ("exit 139", "exit 139")])
+def test_crashing_command_fails_and_the_original_comes_back(user_file, command, detail):
+    check = run_test(Candidate.read(user_file, CANDIDATE), command, 30)
+    assert (check.passed, check.detail) == (False, detail)
+    assert_restored(user_file)
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["echo garbage > calc.py", "rm calc.py", "chmod 777 calc.py; echo x >> calc.py",
+     "echo other > o && mv o calc.py", "rm calc.py && ln -s /etc/hostname calc.py", "rm calc.py; exit 1"],
+)  # fmt: skip
+def test_a_test_that_edits_or_deletes_the_file_loses_to_the_original(user_file, command):
+    run_test(Candidate.read(user_file, CANDIDATE), command, 30, user_file.parent)
+    assert not user_file.is_symlink()
+    assert_restored(user_file)
+
+
+def test_file_changed_on_disk_before_the_test_is_refused_untouched(user_file):
+    candidate = Candidate.read(user_file, CANDIDATE)
+    user_file.write_bytes(b"the user's newer text\n")
+    with pytest.raises(ApplyError, match=r"calc\.py: changed on disk since cadedit read it; the test was not run"):
+        run_test(candidate, "touch ran", 30, user_file.parent)
+    assert user_file.read_bytes() == b"the user's newer text\n"
+    assert sorted(os.listdir(user_file.parent)) == ["calc.py"]
+
+
+def test_same_bytes_but_a_new_mtime_is_a_change_too(user_file):
+    candidate = Candidate.read(user_file, CANDIDATE)
+    os.utime(user_file, ns=(candidate.mtime_ns + 5_000_000_000,) * 2)
+    with pytest.raises(ApplyError, match="changed on disk"):
+        run_test(candidate, "true", 30)
+
+
+def test_missing_file_is_refused(user_file):
+    candidate = Candidate.read(user_file, CANDIDATE)
+    user_file.unlink()
+    with pytest.raises(ApplyError, match="calc.py: cannot read it before the test"):
+        run_test(candidate, "true", 30)
+    assert not user_file.exists()
+
+
+def test_candidate_in_place_restores_after_an_exception_inside(user_file):
+    with pytest.raises(RuntimeError), candidate_in_place(Candidate.read(user_file, CANDIDATE)):
+        assert user_file.read_bytes() == CANDIDATE
+        assert stat.S_IMODE(user_file.stat().st_mode) == 0o640
+        raise RuntimeError("the tries loop crashed")
+    assert_restored(user_file)
+
+
+def test_every_write_moves_the_mtime_to_a_later_second(user_file):
+    # Python's .pyc is valid while (mtime in seconds, size) match: candidate and original have the
+    # same size here, so sharing a second would let a test import the other one's bytecode.
+    candidate = Candidate.read(user_file, CANDIDATE)
+    with candidate_in_place(candidate):
+        placed = user_file.stat().st_mtime_ns // 1_000_000_000
+    restored = user_file.stat().st_mtime_ns // 1_000_000_000
+    assert candidate.mtime_ns // 1_000_000_000 < placed < restored
+
+
+def test_a_symlinked_file_stays_a_link_to_the_restored_target(user_file):
+    link = user_file.parent / "link.py"
+    link.symlink_to(user_file.name)
+    check = run_test(Candidate.read(link, CANDIDATE), "grep -q 'a - b' calc.py", 30, user_file.parent)
+    assert check.passed and link.is_symlink()
+    assert_restored(user_file, "link.py")
+
+
+def test_a_missing_working_directory_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot run the test command"):
+        run_command("true", 30, tmp_path / "missing")
+
+
+# -- signals to cadedit during the test --------------------------------------------------------
+
+DRIVER = textwrap.dedent(
+    """
+    import signal, sys
+    from pathlib import Path
+    from cadedit.checks import Candidate, run_test
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    path = Path(sys.argv[1])
+    try:
+        check = run_test(Candidate.read(path, b"candidate\\n"), "sleep 60 & echo $! > s && mv s started; wait", 60,
+                         path.parent)
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt")
+        sys.exit(130)
+    print("finished", check)
+    """
+)
+
+
+@pytest.mark.parametrize(("signum", "status", "said"), [(signal.SIGTERM, 143, ""), (signal.SIGINT, 130, "KeyboardInterrupt")])
+def test_a_signal_to_cadedit_during_the_test_restores_the_file(user_file, tmp_path, signum, status, said):
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, str(driver), str(user_file)], env=env, stdout=subprocess.PIPE, text=True)
+    started = user_file.parent / "started"
+    deadline = time.monotonic() + 30
+    while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert started.exists(), "the test command never started"
+    assert user_file.read_bytes() == b"candidate\n"
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=30)
+    assert (proc.returncode, out.strip()) == (status, said)
+    assert not alive(int(started.read_text()))
+    assert_restored(user_file, "started")
