@@ -44,3 +44,7 @@ class BudgetError(CadeditError):
 
 class ConfigError(CadeditError):
     """Settings in .cadedit.toml / pyproject.toml / the environment are missing or wrong."""
+
+
+class ScopeError(CadeditError):
+    """The lines or names that should bound an edit are not in the file (or do not parse as lines)."""
