@@ -163,7 +163,9 @@ class LineRef:
     label: str  # how the instruction wrote it, normalised: "line 95", "L10-L20", "app.py:95"
 
 
-_NUM = r"\d+(?:\s*(?:-|\u2013|\u2014|\.\.|to|through)\s*\d+)?"
+# "10-20", "10 to 20", "10 through line 20": a range separator, optionally "line" again.
+_SEP = r"\s*(?:-|\u2013|\u2014|\.\.|to|through|until)\s*(?:lines?\s+)?"
+_NUM = rf"\d+(?:{_SEP}\d+)?"
 _TRACEBACK = re.compile(r'File "(?P<path>[^"\n]+)", line (?P<a>\d+)')
 _PATH = re.compile(r"(?<![^\s\"'`(\[{<,;=])(?P<path>(?:[A-Za-z]:)?[^\s:\"'`()\[\]{}<>,;=]+):(?P<a>\d+)(?::\d+)?(?!\d)")
 _WORDS = re.compile(rf"\blines?\s+(?:no\.?\s*)?(?P<list>{_NUM}(?:\s*(?:,\s*(?:and\s+)?|and\s+|&\s*){_NUM})*)", re.I)
@@ -172,7 +174,7 @@ _L_FORM = re.compile(
     r"(?<![\w$])L(?P<a>\d+)(?:\s*-\s*L?(?P<b>\d+))?(?![\w$])"
     r"(?!\s*-?\s*(?:norm|loss|cache|distance|penalty|regulari[sz]ation|error)s?\b)"
 )
-_RANGE_SPLIT = re.compile(r"\s*(?:-|\u2013|\u2014|\.\.|to|through)\s*", re.I)
+_RANGE_SPLIT = re.compile(_SEP, re.I)
 _LIST_SPLIT = re.compile(r"\s*(?:,\s*(?:and\s+)?|and\s+|&\s*)", re.I)
 
 

@@ -122,6 +122,17 @@ def test_a_comment_kept_apart_by_a_blank_line_does_not_belong_to_the_definition(
     assert PY.splitlines()[region.start - 1] == "@cache"
 
 
+def test_a_hash_line_inside_a_string_above_a_definition_is_not_a_comment():
+    src = 'HELP = """\n# usage: tool """\ndef tool():\n    pass\n'
+    assert spans(resolve_scope(doc(src), "tool is wrong")) == [(3, 4)]
+
+
+def test_plain_words_count_only_when_no_name_is_written_as_code():
+    # "close" is a method of Reader, but next to `load_settings` it is the English verb.
+    assert spans(resolve_scope(doc(), "load_settings should close the file")) == [LOAD]
+    assert spans(resolve_scope(doc(), "close should flush first")) == [(at(PY, "def close"), at(PY, "pass"))]
+
+
 def test_a_name_that_the_file_mentions_only_in_a_comment_gives_no_region():
     scope = resolve_scope(doc(), "Define helper_in_comment")
     assert scope.whole_file
@@ -188,6 +199,7 @@ def test_every_line_reference_form_widens_to_the_function_around_it(instruction)
     [
         ("Fix line 95", [(95, 95)]),
         ("lines 10-20 and lines 3 to 4", [(10, 20), (3, 4)]),
+        ("from line 5 to line 9", [(5, 9)]),
         ("lines 3, 5 and 7-9", [(3, 3), (5, 5), (7, 9)]),
         ("L10-L20 then L7", [(10, 20), (7, 7)]),
         ("app.py:12:3: E501 and tool.py:4", [(12, 12)]),
