@@ -50,3 +50,7 @@ class CheckFailedError(CadeditError):
     """No try produced a candidate that passed its checks (syntax, change, tests): exit code 3."""
 
     exit_code = 3
+
+
+class ScopeError(CadeditError):
+    """The lines or names that should bound an edit are not in the file (or do not parse as lines)."""

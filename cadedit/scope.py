@@ -1,0 +1,295 @@
+"""Scope: the line regions of a file that an edit may change; the rest is copied by construction.
+
+Contract: `resolve_scope(document, instruction, lines=..., names=...)` returns sorted, merged
+regions (1-based, inclusive, counted as Document counts lines), or no regions = the whole file.
+The first source that yields regions wins: (1) `--lines` and `--scope NAME` (a NAME this file
+does not define is a ScopeError); (2) line references in the instruction (`line 95`, `lines 10-20`,
+`L95`, `x.py:95:7`, traceback frames), a ScopeError when past the end; (3) definitions of this
+file that the instruction names. Pure: no torch, no transformers.
+
+Decisions: a line reference inside a function or method widens to the innermost one (decorators
+and attached comments included); a line at top level or in a class body stays that line only.
+When definitions are unknown (the file does not parse, no parser for its language, tree-sitter
+missing: see outline.py, JS/TS parsing measured at 11-28 ms import + ~6 ms per 2,000 lines),
+instruction-derived scope is the whole file with a note saying why, since a line alone could be
+too narrow to hold the fix; `--lines` still applies and `--scope NAME` is a ScopeError.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from cadedit.document import Document
+from cadedit.errors import ScopeError
+from cadedit.outline import LANGUAGES, Definition, Outline, display_name, language_of, outline
+
+
+@dataclass(frozen=True)
+class Region:
+    start: int
+    end: int
+    reason: str  # "--lines 10-20", "line 95 in the instruction, in function parse_args", ...
+
+    @property
+    def span(self) -> str:
+        return f"line {self.start}" if self.start == self.end else f"lines {self.start}-{self.end}"
+
+
+@dataclass(frozen=True)
+class Scope:
+    regions: tuple[Region, ...] = ()  # sorted and merged; empty = the whole file
+    note: str = ""  # why the scope is the whole file, for the caller to show
+
+    @property
+    def whole_file(self) -> bool:
+        return not self.regions
+
+    def describe(self) -> str:
+        """One line for stderr: "scope: lines 88-104 (function parse_args)"."""
+        if self.whole_file:
+            return "scope: whole file" + (f" ({self.note})" if self.note else "")
+        return "scope: " + ", ".join(f"{r.span} ({r.reason})" for r in self.regions)
+
+    def as_json(self) -> list[dict]:
+        return [{"start": r.start, "end": r.end, "reason": r.reason} for r in self.regions]
+
+
+def resolve_scope(
+    document: Document,
+    instruction: str,
+    *,
+    lines: Sequence[str] = (),
+    names: Sequence[str] = (),
+    language: str | None = None,
+) -> Scope:
+    """The regions an edit of `document` may change, from the CLI options or the instruction."""
+    if language is not None and language not in LANGUAGES:
+        raise ScopeError(f"language {language!r}: expected one of {', '.join(LANGUAGES)}")
+    language = language or language_of(document.path)
+    # 1. Explicit options: --lines is taken as given, --scope must name a definition here.
+    if lines or names:
+        regions = [_option_region(spec, document) for spec in lines]
+        if names:
+            found = outline(document, language)
+            regions += [r for name in names for r in _name_regions(name, found, document)]
+        return Scope(merge_regions(regions))
+    # 2. Line references in the instruction, each widened to the function around it.
+    refs = find_line_refs(instruction, document.path)
+    for ref in refs:
+        _check_in_file(ref.start, ref.end, f"{ref.label} in the instruction", document)
+    found = outline(document, language)
+    if refs:
+        if not found.known:
+            return Scope(note=found.problem)
+        return Scope(merge_regions(_widen(ref, found) for ref in refs))
+    # 3. Definitions of this file that the instruction names.
+    if not found.known:
+        return Scope(note=found.problem)
+    regions = [Region(d.start, d.end, d.describe()) for d in mentioned_definitions(instruction, found)]
+    if not regions:
+        return Scope(note="the instruction names no line or definition of this file")
+    return Scope(merge_regions(regions))
+
+
+def parse_line_ranges(spec: str) -> tuple[int, int]:
+    """One `--lines` value, "A-B" or "A", as (start, end); a ScopeError for anything else."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:[-\u2013:]\s*(\d+)\s*)?", spec)
+    if not m:
+        raise ScopeError(f"--lines {spec}: not a line range", hint="give --lines A-B or --lines A, e.g. --lines 10-20")
+    start, end = int(m.group(1)), int(m.group(2) or m.group(1))
+    if start < 1:
+        raise ScopeError(f"--lines {spec}: lines are numbered from 1")
+    if start > end:
+        raise ScopeError(f"--lines {spec}: start after end", hint=f"did you mean --lines {end}-{start}?")
+    return start, end
+
+
+def merge_regions(regions: Iterable[Region]) -> tuple[Region, ...]:
+    """Sort regions and merge the ones that overlap or touch, keeping every reason once."""
+    merged: list[Region] = []
+    for r in sorted(regions, key=lambda r: (r.start, r.end)):
+        if merged and r.start <= merged[-1].end + 1:
+            last = merged[-1]
+            reasons = last.reason.split("; ")
+            reason = last.reason if r.reason in reasons else f"{last.reason}; {r.reason}"
+            merged[-1] = Region(last.start, max(last.end, r.end), reason)
+        else:
+            merged.append(r)
+    return tuple(merged)
+
+
+def _option_region(spec: str, document: Document) -> Region:
+    start, end = parse_line_ranges(spec)
+    label = f"--lines {start}" if start == end else f"--lines {start}-{end}"
+    _check_in_file(start, end, label, document)
+    return Region(start, end, label)
+
+
+def _name_regions(name: str, found: Outline, document: Document) -> list[Region]:
+    if not found.known:
+        raise ScopeError(f"--scope {name}: {found.problem}", hint="give the lines instead, e.g. --lines 10-20")
+    matches = _definitions_named(_split_name(name), found)
+    if not matches:
+        defined = ", ".join(d.qualname for d in found.definitions[:8]) or "none"
+        more = ", ..." if len(found.definitions) > 8 else ""
+        raise ScopeError(
+            f"--scope {name}: {display_name(document)} defines no function, method or class named {name}",
+            hint=f"defined there: {defined}{more}",
+        )
+    return [Region(d.start, d.end, d.describe()) for d in matches]
+
+
+def _check_in_file(start: int, end: int, label: str, document: Document) -> None:
+    if start < 1:
+        raise ScopeError(f"{label}: lines are numbered from 1")
+    if end > document.n_lines:
+        n = document.n_lines
+        raise ScopeError(
+            f"{label}: {display_name(document)} has {n} line{'s' if n != 1 else ''}",
+            hint="check the line number, or give the lines with --lines A-B",
+        )
+
+
+# -- line references in the instruction ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineRef:
+    start: int
+    end: int
+    label: str  # how the instruction wrote it, normalised: "line 95", "L10-L20", "app.py:95"
+
+
+# "10-20", "10 to 20", "10 through line 20": a range separator, optionally "line" again.
+_SEP = r"\s*(?:-|\u2013|\u2014|\.\.|to|through|until)\s*(?:lines?\s+)?"
+_NUM = rf"\d+(?:{_SEP}\d+)?"
+_TRACEBACK = re.compile(r'File "(?P<path>[^"\n]+)", line (?P<a>\d+)')
+_PATH = re.compile(r"(?<![^\s\"'`(\[{<,;=])(?P<path>(?:[A-Za-z]:)?[^\s:\"'`()\[\]{}<>,;=]+):(?P<a>\d+)(?::\d+)?(?!\d)")
+_WORDS = re.compile(rf"\blines?\s+(?:no\.?\s*)?(?P<list>{_NUM}(?:\s*(?:,\s*(?:and\s+)?|and\s+|&\s*){_NUM})*)", re.I)
+# "L2 norm" and "L1 cache" are not lines; GitHub-style L95 / L10-L20 are.
+_L_FORM = re.compile(
+    r"(?<![\w$])L(?P<a>\d+)(?:\s*-\s*L?(?P<b>\d+))?(?![\w$])"
+    r"(?!\s*-?\s*(?:norm|loss|cache|distance|penalty|regulari[sz]ation|error)s?\b)"
+)
+_RANGE_SPLIT = re.compile(_SEP, re.I)
+_LIST_SPLIT = re.compile(r"\s*(?:,\s*(?:and\s+)?|and\s+|&\s*)", re.I)
+
+
+def find_line_refs(instruction: str, path: str = "<text>") -> tuple[LineRef, ...]:
+    """Line references in an instruction, in the order written; frames of other files are skipped."""
+    refs: list[tuple[int, LineRef]] = []
+    taken: list[tuple[int, int]] = []  # spans already read, so `line 95` of a traceback counts once
+
+    def fresh(m: re.Match) -> bool:
+        if any(a < m.end() and m.start() < b for a, b in taken):
+            return False
+        taken.append(m.span())
+        return True
+
+    for m in _TRACEBACK.finditer(instruction):
+        if fresh(m) and _same_file(m.group("path"), path, strict=False):
+            a = int(m.group("a"))
+            refs.append((m.start(), LineRef(a, a, f'File "{m.group("path")}", line {a}')))
+    for m in _PATH.finditer(instruction):
+        if _same_file(m.group("path"), path, strict=True) and fresh(m):
+            a = int(m.group("a"))
+            refs.append((m.start(), LineRef(a, a, f"{m.group('path')}:{a}")))
+    for m in _WORDS.finditer(instruction):
+        if fresh(m):
+            refs += [(m.start(), ref) for ref in _word_refs(m.group("list"))]
+    for m in _L_FORM.finditer(instruction):
+        if fresh(m):
+            a, b = int(m.group("a")), int(m.group("b") or m.group("a"))
+            refs.append((m.start(), _ordered(a, b, f"L{a}" if a == b else f"L{a}-L{b}")))
+    return tuple(ref for _, ref in sorted(refs, key=lambda pair: pair[0]))
+
+
+def _word_refs(spec: str) -> list[LineRef]:
+    out = []
+    for item in _LIST_SPLIT.split(spec):
+        bounds = [int(n) for n in _RANGE_SPLIT.split(item.strip())]
+        a, b = bounds[0], bounds[-1]
+        out.append(_ordered(a, b, f"line {a}" if a == b else f"lines {a}-{b}"))
+    return out
+
+
+def _ordered(a: int, b: int, label: str) -> LineRef:
+    if a > b:
+        raise ScopeError(f"{label} in the instruction: start after end")
+    return LineRef(a, b, label)
+
+
+def _same_file(ref_path: str, path: str, *, strict: bool) -> bool:
+    """Whether a path in the instruction is this document (any file when its path is unknown)."""
+    base = re.split(r"[\\/]", ref_path)[-1]
+    if not path.startswith("<"):
+        return base == os.path.basename(path)
+    # No path known: a traceback frame always counts; `word:12` must look like a file (`app.py:12`).
+    return not strict or re.fullmatch(r"[\w.-]*\w\.[A-Za-z]\w*", base) is not None
+
+
+def _widen(ref: LineRef, found: Outline) -> Region:
+    """A reference grown to the innermost function or method around each of its ends."""
+    around = [d for d in (_innermost(ref.start, found), _innermost(ref.end, found)) if d is not None]
+    reason = f"{ref.label} in the instruction"
+    if not around:
+        return Region(ref.start, ref.end, reason)
+    names = " and ".join(dict.fromkeys(d.describe() for d in around))
+    start = min([ref.start] + [d.start for d in around])
+    end = max([ref.end] + [d.end for d in around])
+    return Region(start, end, f"{reason}, in {names}")
+
+
+def _innermost(line: int, found: Outline) -> Definition | None:
+    around = [d for d in found.definitions if d.kind != "class" and d.start <= line <= d.end]
+    return min(around, key=lambda d: d.end - d.start, default=None)
+
+
+# -- names in the instruction --------------------------------------------------------------------
+
+_IDENT = r"#?[^\W\d][\w$]*|\$[\w$]*"
+_CHAIN = re.compile(rf"(?<![\w$.#])(?:{_IDENT})(?:(?:\.|::)(?:{_IDENT}))*")
+
+
+def mentioned_definitions(instruction: str, found: Outline) -> list[Definition]:
+    """Definitions the instruction names as whole identifiers: `Class.method`, `method`, `Class`.
+
+    Names written as code win over plain words: in "load_settings should close the file", a
+    method `close` is the English verb, so only load_settings counts. Plain words are used only
+    when no code-looking name matches ("double should triple" still finds `double`).
+    """
+    code: dict[Definition, None] = {}
+    words: dict[Definition, None] = {}
+    for m in _CHAIN.finditer(instruction):
+        into = code if _looks_like_code(m, instruction) else words
+        for d in _definitions_named(_split_name(m.group(0)), found):
+            into[d] = None
+    return list(code or words)
+
+
+def _looks_like_code(m: re.Match, text: str) -> bool:
+    """Backticked, dotted, snake_case, camelCase, $/#-prefixed or called: not an English word."""
+    name = m.group(0)
+    before, after = text[m.start() - 1 : m.start()], text[m.end() : m.end() + 1]
+    return (
+        before == "`"
+        or after == "("
+        or re.search(r"[._$#:\d]", name) is not None
+        or any(c.isupper() for c in name[1:])
+    )
+
+
+def _split_name(name: str) -> tuple[str, ...]:
+    return tuple(part for part in re.split(r"\.|::", name.strip()) if part)
+
+
+def _definitions_named(parts: tuple[str, ...], found: Outline) -> list[Definition]:
+    """A qualified name matches the tail of qualnames; failing that, each part is a bare name."""
+    if len(parts) > 1:
+        qualified = [d for d in found.definitions if d.parts[-len(parts) :] == parts]
+        if qualified:
+            return qualified
+    return [d for d in found.definitions if d.name in parts]
