@@ -1,17 +1,25 @@
 """Verified copy is lossless: on a scripted model and on the tiny random Qwen2 (real KV cache, real
-crops), verify_rewrite returns exactly the ids greedy_rewrite returns, for many documents, edits,
-tokenisations, budgets and stopping points, while accepting long drafts of the input's own lines."""
+crops), the decode loop with a FenceCursor and a VerifyDrafter returns exactly the ids it returns
+without a drafter (one token per forward), for many documents, edits, tokenisations, budgets and
+stopping points, while accepting long drafts of the input's own lines; with sampling it keeps drafts
+and stays reproducible."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
 
-from cadedit import rewrite as R
-from cadedit.model import LoadedModel, encode, new_cache
-from cadedit.verify import Aligner, Schedule, agreement, verify_rewrite
+import cadedit.pipeline as pipeline
+from cadedit.decode import DecodeStats, Step, add_step, decode_steps, sampling_picker
+from cadedit.document import Document
+from cadedit.errors import BudgetError
+from cadedit.fence import FenceCursor
+from cadedit.model import LoadedModel, TransformersLM, encode, new_cache
+from cadedit.options import EditOptions, Mode, Sampling
+from cadedit.verify import Aligner, Schedule, VerifyDrafter, agreement
 from cadedit.vocab import vocab_from_tokenizer
 from tests.tinymodel import make_model
 from tests.tinytok import _MORE, make_tokenizer
@@ -29,20 +37,22 @@ def encode_text(text: str) -> list[int]:
 
 class ScriptedLM:
     """Greedily writes `target` after the prompt; once its history leaves the target it writes a
-    deterministic garbage token. One-hot logits, so batched and stepwise forwards agree exactly.
-    The history is its KV cache: feed appends, crop drops."""
+    deterministic garbage token. One-hot logits (times `scale`), so batched and stepwise forwards
+    agree exactly. The history is its KV cache: feed appends, crop drops (the decode.LM protocol)."""
 
-    def __init__(self, prompt_len: int, target: list[int], end: int):
-        self.prompt_len, self.target, self.end = prompt_len, target, end
+    def __init__(self, prompt_len: int, target: list[int], end: int, scale: float = 1.0):
+        self.prompt_len, self.target, self.end, self.scale = prompt_len, target, end, scale
+        self.feeds = 0
         self.history: list[int] = []
         self.matched = 0  # length of the longest prefix of the output history that follows target
 
     def feed(self, ids, keep=1):
         rows = []
+        self.feeds += 1
         for token in ids:
             self.history.append(token)
             rows.append(self._next(len(self.history) - self.prompt_len))
-        return torch.nn.functional.one_hot(torch.tensor(rows[-keep:]), len(TOKEN_BYTES)).float()  # [keep, V]
+        return self.scale * torch.nn.functional.one_hot(torch.tensor(rows[-keep:]), len(TOKEN_BYTES)).float()  # [keep, V]
 
     def crop(self, n):
         assert 0 <= n <= len(self.history) - self.prompt_len
@@ -87,12 +97,45 @@ def edited(lines: list[str], rng: random.Random, n_edits: int) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class Run:
+    """One decode through the loop: its ids (EOS included), whether the cursor finished within the
+    budget, its statistics, and the forwards that carried a draft."""
+
+    ids: tuple[int, ...]
+    finished: bool
+    stats: DecodeStats
+    steps: tuple[Step, ...]
+
+    @property
+    def drafts(self) -> int:
+        return sum(1 for s in self.steps if s.drafted)
+
+    @property
+    def drafts_rejected(self) -> int:
+        """Drafts not kept in full."""
+        return sum(1 for s in self.steps if s.drafted and s.kept < s.drafted)
+
+
+def run_loop(lm, prompt, budget: int, drafter=None, sampling: Sampling = Sampling(), cursor=None) -> Run:
+    """decode() step by step over a FenceCursor, keeping the ids of an unfinished answer too."""
+    cursor = cursor or FenceCursor(TOKEN_BYTES, EOS, FENCE)
+    ids: list[int] = []
+    stats, steps = DecodeStats(), []
+    try:
+        for step in decode_steps(lm, cursor, prompt, None, sampling_picker(sampling), budget, ids, drafter):
+            stats = add_step(stats, step)
+            steps.append(step)
+    except BudgetError:
+        return Run(tuple(ids), False, stats, tuple(steps))
+    return Run(tuple(ids), True, stats, tuple(steps))
+
+
 def run_both(source: str, target: list[int], budget: int, end: int, schedule: Schedule = Schedule()):
     prompt = [5, 6, 7]
-    output = lambda: R.Output(R.Stopper(TOKEN_BYTES, EOS, FENCE), budget)  # noqa: E731
-    greedy = R.greedy_rewrite(ScriptedLM(len(prompt), target, end), prompt, output())
+    greedy = run_loop(ScriptedLM(len(prompt), target, end), prompt, budget)
     lm = ScriptedLM(len(prompt), target, end)
-    verified = verify_rewrite(lm, prompt, source, encode_text, TOKEN_BYTES, output(), schedule)
+    verified = run_loop(lm, prompt, budget, VerifyDrafter(source, encode_text, TOKEN_BYTES, budget, schedule))
     return greedy, verified, lm
 
 
@@ -121,9 +164,11 @@ def test_unchanged_file_needs_few_forwards_and_drafts_grow():
     greedy, verified, lm = run_both("".join(before) + FENCE + "\n", target, 10_000, TOK.eos_token_id)
     assert verified.ids == greedy.ids and verified.finished
     # 16, 32, ..., 256-token drafts: about len/256 + 5 forwards instead of one per token.
+    assert greedy.stats.forward_passes == len(target) and greedy.stats.tokens_drafted == 0
     assert verified.stats.forward_passes <= len(target) // 256 + 8
-    assert verified.stats.tokens_accepted >= len(target) - verified.stats.forward_passes
-    assert verified.stats.drafts_rejected <= 1  # at most the draft that runs past the closing fence
+    assert verified.stats.drafts_kept >= len(target) - verified.stats.forward_passes
+    assert verified.drafts_rejected <= 1  # at most the draft that runs past the closing fence
+    assert verified.stats.tokens_sampled == len(target) and verified.stats.tokens_copied == verified.stats.drafts_kept
 
 
 def test_one_line_edit_in_a_long_file_rejects_few_drafts():
@@ -134,7 +179,7 @@ def test_one_line_edit_in_a_long_file_rejects_few_drafts():
     greedy, verified, lm = run_both("".join(before) + FENCE + "\n", target, 10_000, TOK.eos_token_id)
     assert verified.ids == greedy.ids
     assert greedy.stats.forward_passes >= 10 * verified.stats.forward_passes
-    assert verified.stats.drafts_rejected <= 4
+    assert verified.drafts_rejected <= 4
 
 
 def test_schedule_grows_while_accepted_and_restarts_after_a_miss():
@@ -237,15 +282,29 @@ def reference_encoder(reference: list[int]):
     return encode_like
 
 
+def fenced_run(loaded: LoadedModel, prepared: pipeline.Prepared, mode: Mode, lm=None) -> Run:
+    """One decode of the prepared fenced answer in `mode` with the pipeline's own cursor and drafter,
+    over a fresh KV cache (unless `lm` is given)."""
+    cursor, span_ids, drafter = pipeline._fenced_parts(loaded, replace(prepared, mode=mode))
+    assert span_ids is None
+    lm = lm or TransformersLM(loaded.model, new_cache(loaded))
+    return run_loop(lm, prepared.prompt_ids, prepared.budget, drafter, cursor=cursor)
+
+
+def prepared_for(loaded: LoadedModel, document: Document, budget: int) -> pipeline.Prepared:
+    return pipeline.prepare(loaded, document, "Fix it.", EditOptions(mode=Mode.REWRITE, max_new_tokens=budget))
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_verify_equals_rewrite_on_the_tiny_model(tiny, seed):
     rng = random.Random(seed)
-    document = R.Document.from_text("".join(rng.sample(CORPUS, 8)), "x.py")
-    request = R.prepare_rewrite(tiny, document, "Fix it.", max_new_tokens=120)
-    greedy = R.generate(tiny, request, "rewrite")
-    verified = R.generate(tiny, request, "verify")
-    assert verified.ids == greedy.ids
-    assert verified.stats.drafts_proposed >= 1
+    document = Document.from_text("".join(rng.sample(CORPUS, 8)), "x.py")
+    prepared = prepared_for(tiny, document, 120)
+    greedy = fenced_run(tiny, prepared, Mode.REWRITE)
+    verified = fenced_run(tiny, prepared, Mode.VERIFY)
+    assert verified.ids == greedy.ids and verified.finished == greedy.finished
+    assert greedy.stats.tokens_drafted == 0 and greedy.stats.forward_passes == greedy.stats.tokens_sampled
+    assert verified.drafts >= 1
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -253,15 +312,59 @@ def test_verify_accepts_and_crops_on_the_tiny_model(tiny, seed):
     """Draft from a perturbed copy of the model's own output: long accepts, misses, relocations and
     crops on a real DynamicCache, and still exactly the greedy ids."""
     rng = random.Random(seed)
-    document = R.Document.from_text("".join(rng.sample(CORPUS, 6)), "x.py")
-    request = R.prepare_rewrite(tiny, document, "Fix it.", max_new_tokens=160)
-    greedy = R.generate(tiny, request, "rewrite")
+    document = Document.from_text("".join(rng.sample(CORPUS, 6)), "x.py")
+    prepared = prepared_for(tiny, document, 160)
+    greedy = fenced_run(tiny, prepared, Mode.REWRITE)
     text = b"".join(TOKEN_BYTES[t] for t in greedy.ids).decode("utf-8", errors="replace")
     source = "".join(edited(text.splitlines(keepends=True), rng, 2)) + FENCE + "\n"
-    lm = R.CachedLM(tiny.model, new_cache(tiny))
-    verified = verify_rewrite(lm, request.prompt_ids, source, reference_encoder(list(greedy.ids)), TOKEN_BYTES,
-                              request.output(), Schedule(start=8, grow=2, most=32))
+    lm = TransformersLM(tiny.model, new_cache(tiny))
+    cursor = FenceCursor(TOKEN_BYTES, EOS, prepared.fence)
+    drafter = VerifyDrafter(source, reference_encoder(list(greedy.ids)), TOKEN_BYTES, prepared.budget,
+                            Schedule(start=8, grow=2, most=32))
+    verified = run_loop(lm, prepared.prompt_ids, prepared.budget, drafter, cursor=cursor)
     assert verified.ids == greedy.ids
-    assert verified.stats.tokens_accepted >= 40
+    assert verified.stats.drafts_kept >= 40 and verified.drafts_rejected >= 1
     assert verified.stats.forward_passes < greedy.stats.forward_passes - 40
-    assert lm.cache.get_seq_length() - len(request.prompt_ids) in (len(greedy.ids) - 1, len(greedy.ids))
+    held = lm.cache.get_seq_length()
+    assert held - len(prepared.prompt_ids) in (len(greedy.ids) - 1, len(greedy.ids))
+    assert lm.ids == list(prepared.prompt_ids) + list(greedy.ids[: held - len(prepared.prompt_ids)])
+
+
+# -- sampling through the loop with drafts ------------------------------------------------------
+
+
+def test_sampled_verify_keeps_drafts_and_finishes():
+    """temperature 1 on a peaked model: each drafted token is accepted with the model's probability
+    of it (nearly 1 here), so an unchanged file is written in a few forwards."""
+    before = CORPUS * 2
+    text = "".join(before) + FENCE + "\n"
+    target = encode_text(text)
+    prompt = [5, 6, 7]
+    lm = ScriptedLM(len(prompt), target, TOK.eos_token_id, scale=40.0)
+    sampling = Sampling(temperature=1.0, seed=3)
+    drafter = VerifyDrafter(text, encode_text, TOKEN_BYTES, 10_000)
+    verified = run_loop(lm, prompt, 10_000, drafter, sampling)
+    assert verified.finished and verified.ids == tuple(target)
+    assert verified.stats.drafts_kept >= len(target) - verified.stats.forward_passes
+    assert verified.stats.forward_passes <= len(target) // 64 + 10
+
+
+def test_sampled_verify_is_reproducible_and_leaves_drafts_where_the_sample_does():
+    """A flat model (p of the scripted token ~0.8): the sample leaves the draft now and then; the
+    same seed gives the same ids, the cache holds exactly the output, and drafts are still kept."""
+    before = CORPUS[:40]
+    text = "".join(before) + FENCE + "\n"
+    target = encode_text(text)
+    prompt = [5, 6, 7]
+    runs = []
+    for seed in (11, 11, 12):
+        lm = ScriptedLM(len(prompt), target, TOK.eos_token_id, scale=8.0)
+        drafter = VerifyDrafter(text, encode_text, TOKEN_BYTES, len(target) + 40)
+        run = run_loop(lm, prompt, len(target) + 40, drafter, Sampling(temperature=1.0, seed=seed))
+        cached = lm.history[lm.prompt_len :]
+        assert cached == list(run.ids[: len(cached)]) and len(cached) >= len(run.ids) - 1
+        assert run.stats.drafts_kept > 0 and run.drafts_rejected > 0
+        assert run.stats.forward_passes == lm.feeds
+        runs.append(run.ids)
+    assert runs[0] == runs[1] != runs[2]
+    assert runs[0] != tuple(target)  # the sample did leave the scripted text
