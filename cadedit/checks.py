@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cadedit.document import line_body, split_lines
 from cadedit.errors import ApplyError, ConfigError
 from cadedit.languages import Language, language_of
 
@@ -43,6 +44,7 @@ TAIL_CHARS = 4000
 _KEEP_BYTES = 64 * 1024  # of the test's output, while it runs: enough for the tail, bounded memory
 _GRACE_S = 1.0  # between SIGTERM and SIGKILL to the test's process group
 _NODE_TIMEOUT_S = 10.0
+_SOURCE_CHARS = 200  # of the offending source line quoted back (a minified file is one long line)
 # SIGTERM/SIGHUP during a test become SystemExit(128 + signum) so that every `finally` runs.
 _EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _DEFERRED = {signal.SIGINT, *_EXIT_SIGNALS}
@@ -193,10 +195,20 @@ def syntax_check(path: str, before: str, after: str) -> Check:
         _parse(language, before, path)
     except (_Unparsed, _Unchecked):
         return result(True, "the file did not parse before the edit", skipped=True)
-    lines = after.removeprefix("\ufeff").splitlines()
-    source = lines[failure.line - 1] if 0 < failure.line <= len(lines) else ""
-    where = f"line {failure.line}{f', column {failure.column}' if failure.column else ''}: " if failure.line else ""
-    return result(False, where + failure.message.replace("\n", " "), source)
+    return result(False, _where(failure) + failure.message.replace("\n", " "), _source_line(after, failure.line))
+
+
+def _where(failure: _Unparsed) -> str:
+    if not failure.line:
+        return ""
+    return f"line {failure.line}, column {failure.column}: " if failure.column else f"line {failure.line}: "
+
+
+def _source_line(text: str, line: int) -> str:
+    """Line `line` (1-based) as parsers count lines (\\n, \\r\\n, \\r), cut to _SOURCE_CHARS."""
+    lines = split_lines(text.removeprefix("\ufeff"))
+    body = line_body(lines[line - 1]) if 0 < line <= len(lines) else ""
+    return body if len(body) <= _SOURCE_CHARS else body[:_SOURCE_CHARS] + "…"
 
 
 # -- change ------------------------------------------------------------------------------------

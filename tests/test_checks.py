@@ -98,6 +98,12 @@ def test_python_that_parses_passes(text):
     assert (check.passed, check.skipped) == (True, False)
 
 
+def test_the_quoted_line_counts_lines_as_the_parser_does_and_is_cut_short():
+    check = syntax_check("m.py", "x = 1\n", "s = '\x0c'\r\ny = 2\rz = (" + "1, " * 100 + "\n")
+    assert check.detail == "line 3: '(' was never closed"
+    assert check.output_tail == "z = (" + ("1, " * 100)[:195] + "…"
+
+
 def test_python_indentation_error():
     check = syntax_check("m.py", "x = 1\n", "if x:\nprint(x)\n")
     assert not check.passed and check.detail.startswith("line 2: expected an indented block")
