@@ -385,9 +385,10 @@ def candidate_in_place(candidate: Candidate) -> Iterator[None]:
     """
     target = Path(os.path.realpath(candidate.path))
     mask = _block_signals()
-    handlers = _install_exit_handlers()
+    handlers: dict[int, object] = {}
     placed_ns = None
     try:
+        handlers = _install_exit_handlers()
         st = _check_unchanged(candidate)
         placed_ns = _replace(target, candidate.new, st, candidate.mtime_ns)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending signal raises here, inside try

@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -411,6 +412,16 @@ def test_a_symlinked_file_stays_a_link_to_the_restored_target(user_file):
     assert_restored(user_file, "link.py")
 
 
+def test_run_test_works_outside_the_main_thread(user_file):
+    # Python sets signal handlers in the main thread only; elsewhere the restore still runs.
+    results = []
+    worker = threading.Thread(target=lambda: results.append(run_test(Candidate.read(user_file, CANDIDATE), "true", 30)))
+    worker.start()
+    worker.join(30)
+    assert [check.passed for check in results] == [True]
+    assert_restored(user_file)
+
+
 def test_a_missing_working_directory_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot run the test command"):
         run_command("true", 30, tmp_path / "missing")
@@ -426,6 +437,7 @@ DRIVER = textwrap.dedent(
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     path = Path(sys.argv[1])
     try:
         check = run_test(Candidate.read(path, b"candidate\\n"), "sleep 60 & echo $! > s && mv s started; wait", 60,
@@ -438,7 +450,10 @@ DRIVER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize(("signum", "status", "said"), [(signal.SIGTERM, 143, ""), (signal.SIGINT, 130, "KeyboardInterrupt")])
+@pytest.mark.parametrize(
+    ("signum", "status", "said"),
+    [(signal.SIGTERM, 143, ""), (signal.SIGINT, 130, "KeyboardInterrupt"), (signal.SIGHUP, 129, "")],
+)
 def test_a_signal_to_cadedit_during_the_test_restores_the_file(user_file, tmp_path, signum, status, said):
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
