@@ -83,7 +83,7 @@ class _Unchecked(Exception):
 
 def _check_python(text: str, path: str) -> None:
     try:
-        with warnings.catch_warnings():  # SyntaxWarning (invalid escapes) is not a failure
+        with warnings.catch_warnings():  # warnings (an invalid escape, `is 1`) fail nothing, even under -W error
             warnings.simplefilter("ignore")
             compile(text, path, "exec", dont_inherit=True)
     except SyntaxError as exc:
@@ -157,8 +157,9 @@ def _check_node(text: str, path: str) -> None:
         return
     message = re.search(r"^SyntaxError: (.*)$", err, re.M)
     if message is None:
-        raise _Unchecked(f"node --check could not check it ({err.strip().splitlines()[-1][:200]})")
-    line = re.search(r"^<candidate>:(\d+)$", err, re.M)
+        last = (err.strip().splitlines() or ["no output"])[-1][:200]
+        raise _Unchecked(f"node --check could not check it ({last}): JavaScript syntax not checked")
+    line = re.search(r"<candidate>:(\d+)$", err, re.M)  # "file://<candidate>:3" from some versions
     raise _Unparsed(message[1], int(line[1]) if line else 0)
 
 

@@ -173,6 +173,17 @@ def test_a_js_file_passes_when_it_parses_as_an_es_module(monkeypatch, tmp_path):
     assert (check.passed, check.detail, check.output_tail) == (False, "line 4: Unexpected token 'export'", "export { x };")
 
 
+@pytest.mark.parametrize(("script", "note"), [("exit 3", "no output"), ("echo 'TypeError [ERR_X]: odd' >&2; exit 1", "TypeError [ERR_X]: odd")])
+def test_node_failing_without_a_syntax_error_is_skipped_with_a_note(monkeypatch, tmp_path, script, note):
+    fake = tmp_path / "node"
+    fake.write_text(f"#!/bin/sh\n{script}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    check = syntax_check("a.cjs", "x;\n", "y;\n")
+    assert (check.passed, check.skipped) == (True, True)
+    assert check.detail == f"node --check could not check it ({note}): JavaScript syntax not checked"
+
+
 def test_javascript_without_node_is_skipped_with_a_note(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     check = syntax_check("a.js", "x;\n", "function f( {\n")
