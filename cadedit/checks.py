@@ -234,7 +234,7 @@ def feedback(checks: Sequence[Check]) -> str:
         if check.passed:
             continue
         if check.name == "syntax":
-            quoted = f" (`{check.output_tail}`)" if check.output_tail.strip() else ""
+            quoted = f" ({_inline_code(check.output_tail)})" if check.output_tail.strip() else ""
             parts.append(f"Your previous answer did not parse: {check.detail}{quoted}.")
         elif check.name == "change":
             parts.append("Your previous answer did not change the file although the instruction asks for a change.")
@@ -244,6 +244,13 @@ def feedback(checks: Sequence[Check]) -> str:
         else:
             parts.append(f"The {check.name} check failed: {check.detail}")
     return "\n\n".join(parts)
+
+
+def _inline_code(text: str) -> str:
+    """Markdown inline code that survives backticks in the text (JavaScript template literals)."""
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 # -- a candidate in place, and the test run ----------------------------------------------------

@@ -243,6 +243,11 @@ def test_feedback_tells_the_next_try_what_failed():
     )
 
 
+def test_feedback_quotes_a_line_with_backticks_as_markdown_inline_code():
+    check = Check("syntax", False, False, "line 1: Unterminated template literal", "const s = `a ${b}")
+    assert feedback([check]) == "Your previous answer did not parse: line 1: Unterminated template literal (``const s = `a ${b}``)."
+
+
 def test_feedback_for_tests_that_failed_without_output():
     assert feedback([Check("test", False, False, "killed by SIGSEGV")]) == "The tests failed (killed by SIGSEGV), without output."
 
