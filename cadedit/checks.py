@@ -19,6 +19,7 @@ import json
 import os
 import re
 import selectors
+import shlex
 import shutil
 import signal
 import stat
@@ -240,7 +241,8 @@ def feedback(checks: Sequence[Check]) -> str:
             parts.append("Your previous answer did not change the file although the instruction asks for a change.")
         elif check.name == "test":
             tail = check.output_tail.rstrip()
-            parts.append(f"The tests failed ({check.detail}):\n{tail}" if tail else f"The tests failed ({check.detail}), without output.")
+            said = f":\n{tail}" if tail else ", without output."
+            parts.append(f"The tests failed ({check.detail}){said}")
         else:
             parts.append(f"The {check.name} check failed: {check.detail}")
     return "\n\n".join(parts)
@@ -353,7 +355,7 @@ def _restore(candidate: Candidate, target: Path, st: os.stat_result, placed_ns: 
         f.write(candidate.original)
     raise ApplyError(
         f"{candidate.path}: cannot restore it after the test ({error.strerror or error}); the original is in {saved}",
-        hint=f"copy it back: cp {saved} {candidate.path}",
+        hint=f"copy it back: cp {shlex.quote(saved)} {shlex.quote(str(candidate.path))}",
     )
 
 
@@ -398,7 +400,11 @@ def candidate_in_place(candidate: Candidate) -> Iterator[None]:
     try:
         handlers = _install_exit_handlers()
         st = _check_unchanged(candidate)
-        placed_ns = _replace(target, candidate.new, st, candidate.mtime_ns)
+        try:
+            placed_ns = _replace(target, candidate.new, st, candidate.mtime_ns)
+        except OSError as exc:
+            why = exc.strerror or exc
+            raise ApplyError(f"{candidate.path}: cannot put the candidate in place ({why}); the test was not run") from None
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending signal raises here, inside try
         yield
     finally:

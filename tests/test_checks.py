@@ -391,6 +391,16 @@ def test_missing_file_is_refused(user_file):
     assert not user_file.exists()
 
 
+def test_a_candidate_that_cannot_be_written_is_an_apply_error(user_file, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(checks.tempfile, "mkstemp", refuse)  # as in a read-only folder (tests may run as root)
+    with pytest.raises(ApplyError, match=r"calc\.py: cannot put the candidate in place \(Permission denied\)"):
+        run_test(Candidate.read(user_file, CANDIDATE), "touch ran", 30, user_file.parent)
+    assert_restored(user_file)
+
+
 def test_candidate_in_place_restores_after_an_exception_inside(user_file):
     with pytest.raises(RuntimeError), candidate_in_place(Candidate.read(user_file, CANDIDATE)):
         assert user_file.read_bytes() == CANDIDATE
