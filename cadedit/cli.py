@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -208,51 +209,98 @@ _Mode = Annotated[Mode, typer.Option(
     "(README, Benchmarks).")]
 
 
+_Tries = Annotated[int, typer.Option(
+    "--tries", min=1, help="Candidates to try until one passes its checks (syntax, a change, --test); try 1 is "
+    "greedy, try 2 greedy with the failure in the prompt, later ones sampled.")]
+_Test = Annotated[Optional[str], typer.Option(
+    "--test", metavar="CMD", show_default=False,
+    help="A shell command run with each candidate in place (tests, a linter, a type checker); exit 0 passes. "
+         "Your file is put back afterwards, whatever happens.")]
+_TestTimeout = Annotated[float, typer.Option("--test-timeout", min=0.1, help="Seconds --test may run per try.")]
+_AllowNoChange = Annotated[bool, typer.Option(
+    "--allow-no-change", help="Accept a candidate that changes nothing (by default it is a failed try).")]
+_Lines = Annotated[Optional[list[str]], typer.Option(
+    "--lines", metavar="A-B", show_default=False,
+    help="Only these lines may change (repeatable); the model retypes only them, the rest is copied as it is.")]
+_Scope = Annotated[Optional[list[str]], typer.Option(
+    "--scope", metavar="NAME", show_default=False,
+    help="Only this function, method or class may change (repeatable; Class.method works).")]
+_NoScope = Annotated[bool, typer.Option(
+    "--no-scope", help="Let the model retype the whole file even when the instruction names lines or definitions.")]
+_Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Per-phase timings and every check's output on stderr.")]
+
+
 @app.command()
 def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt = False, check: _Check = False,
         show_program: _ShowProgram = False, as_json: _Json = False, model: _Model = None, threads: _Threads = None,
         dtype: _Dtype = "auto", temperature: _Temperature = 0.0, top_p: _TopP = 1.0, seed: _Seed = None,
-        max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE) -> None:
+        max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = 3,
+        test: _Test = None, test_timeout: _TestTimeout = 120.0, allow_no_change: _AllowNoChange = False,
+        lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
+
+    Every candidate is checked before it is shown or written: the edited file must parse, must differ
+    from the original (unless --allow-no-change or --check), and must pass --test CMD if given. A failed
+    try feeds back what failed and tries again (--tries). When an instruction names lines ("line 95") or a
+    definition of the file ("in parse_args"), only that region is retyped (see --lines, --scope, --no-scope).
 
     Diff paths are relative to the repository root inside git (`git apply` works from any folder;
     `patch -p1` from the root), else to the working directory.
 
+    Exit codes: 0 an edit that passed its checks (or nothing to change with --check/--allow-no-change),
+    1 an error (or --check found a change), 2 usage, 3 no try passed its checks (nothing written), 130 interrupted.
+
     Examples: cadedit fix app.py "Fix the off-by-one in paginate" | patch -p1
+
+              cadedit fix app.py "Fix line 95" --test "pytest -q tests/test_app.py" --write
 
               cadedit fix a.py b.py -i "Use pathlib" | git apply    (one model load, one patch)
     """
     import json
 
-    from cadedit.options import Sampling
-    from cadedit.diff import count_changes, show, unified_diff, write_atomic
+    from cadedit.diff import show, unified_diff, write_atomic
     from cadedit.document import Document
-    from cadedit.pipeline import EditOptions, edit_file, result_json
+    from cadedit.options import EditOptions, Sampling
     from cadedit.program import format as format_program
+    from cadedit.tries import CheckPlan
 
     if check and write:
         raise typer.BadParameter("--check writes nothing; drop --write", param_hint="--check")
+    if no_scope and (lines or scope):
+        raise typer.BadParameter("--no-scope turns scoping off; drop --lines/--scope", param_hint="--no-scope")
+    if mode == Mode.PROGRAM and (lines or scope):
+        raise typer.BadParameter("scoped edits retype a region; use --mode verify, rewrite or lookup",
+                                 param_hint="--lines/--scope")
     files, instruction = _fix_arguments(args, instruction_opt)
     options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
                           max_new_tokens=max_new_tokens, mode=mode)
+    plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
+    scoping = _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope and mode != Mode.PROGRAM)
     if len(files) > 1:
         if as_json or show_program:
             raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
-        return _fix_many(files, instruction, options, write, check, quiet)
+        return _fix_many(files, instruction, options, write, check, quiet, plan, tries, scoping)
     file = files[0]
     stdin = file == "-"
     if stdin and write:
         raise typer.BadParameter("--write needs a file, not stdin", param_hint="--write")
+    if stdin and test:
+        raise typer.BadParameter("--test runs against a file; give a file, not stdin", param_hint="--test")
     document = Document.from_bytes(sys.stdin.buffer.read(), "<stdin>") if stdin else Document.read(file)
-    with _Progress(document.path, quiet) as progress:
-        result = edit_file(document, instruction, options, on_step=progress.update, on_loaded=progress.loaded)
-    diff_text = unified_diff(document.text, result.new_text, "-" if stdin else display_path(Path(file)))
-    if not quiet:
-        added, removed = count_changes(diff_text)
-        err.print(progress.summary(result.stats) + (f"; +{added} -{removed} lines" if diff_text else "; no change"),
-                  highlight=False, markup=False)
+    loaded = _load(options, quiet, verbose)
+    outcome = _edit_checked(document, instruction, options, plan, tries, scoping, loaded, quiet, verbose)
+    answer = outcome.verified.answer
+    best = outcome.verified.best
+    shown = answer or best
+    diff_text = unified_diff(document.text, shown.result.new_text, "-" if stdin else display_path(Path(file))) if (
+        shown is not None) else ""
     if as_json:
-        write_stdout(json.dumps(result_json(result, diff_text), indent=2, ensure_ascii=False) + "\n")
+        write_stdout(json.dumps(outcome.to_json(diff_text), indent=2, ensure_ascii=False) + "\n")
+    if answer is None:
+        _no_passing_try(outcome, diff_text, quiet or as_json)
+    result = answer.result
+    if as_json:
+        pass
     elif show_program:
         write_stdout(format_program(result.program))
     elif stdin:
@@ -260,11 +308,133 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
     elif diff_text and not write:
         show(diff_text)
     if write and diff_text:
-        write_atomic(document, result.new_text)
+        write_atomic(_reread(document) if test else document, result.new_text)
         if not quiet:
             err.print(f"wrote {file}", highlight=False, markup=False)
     if check and diff_text:
         raise typer.Exit(1)
+
+
+@dataclass(frozen=True)
+class _Scoping:
+    lines: tuple[str, ...]
+    names: tuple[str, ...]
+    on: bool
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """One file's tries, the scope they were made in, and the load/prompt figures for --json."""
+
+    document: object
+    verified: object
+    scope: object
+    model: str
+    load_seconds: float
+    phases: tuple = ()
+    dtype: str = ""
+
+    def to_json(self, diff_text: str) -> dict:
+        from cadedit.pipeline import result_json
+
+        shown = self.verified.answer or self.verified.best
+        data = result_json(shown.result, diff_text) if shown is not None else {
+            "file": self.document.path, "model": self.model, "changed": False, "diff": ""}
+        data["passed"] = self.verified.answer is not None
+        data["answer_try"] = shown.number if shown is not None else None
+        data["scope"] = self.scope.as_json() if self.scope is not None else []
+        data["load_seconds"] = self.load_seconds
+        data["load_phases"] = dict(self.phases)
+        data["dtype"] = self.dtype
+        data["tries"] = [t.to_json() for t in self.verified.tries]
+        return data
+
+
+def _load(options, quiet: bool, verbose: bool = False):
+    from cadedit.model import load_model
+
+    if quiet:
+        return load_model(options.model, options.device, options.dtype, options.threads)
+    with err.status("loading the model ..."):
+        loaded = load_model(options.model, options.device, options.dtype, options.threads)
+    say(f"{loaded.name} loaded in {loaded.load_seconds:.1f} s ({str(loaded.dtype).removeprefix('torch.')}, "
+        f"{loaded.threads} threads)")
+    if verbose:
+        say(f"  dtype: {loaded.dtype_reason}")
+        say("  load: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in loaded.phases))
+    return loaded
+
+
+def _edit_checked(document, instruction: str, options, plan, tries: int, scoping: _Scoping, loaded, quiet: bool,
+                  verbose: bool = False) -> _Outcome:
+    """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
+    from dataclasses import replace
+
+    from cadedit.scope import find_line_refs, resolve_scope
+    from cadedit.tries import edit_verified
+
+    scope = None
+    if scoping.on:
+        scope = resolve_scope(document, instruction, lines=scoping.lines, names=scoping.names)
+        if not scope.whole_file:
+            referenced = tuple(k for ref in find_line_refs(instruction, document.path)
+                               for k in range(ref.start, ref.end + 1))[:20]
+            options = replace(options, regions=tuple((r.start, r.end) for r in scope.regions), referenced=referenced)
+        if not quiet:
+            say(f"{document.path}: {scope.describe()}")
+    progress = _Progress(document.path, quiet)
+
+    def on_try(attempt) -> None:
+        progress.stop()
+        if quiet:
+            return
+        stats = attempt.result.stats if attempt.result else None
+        numbers = f" ({progress.summary(stats)})" if stats else ""
+        say(f"{document.path}: try {attempt.number} of {tries}: {attempt.summary()}{numbers}")
+        if verbose and stats:
+            say(f"  decode: prompt {stats.tokens_prompt} tokens fed ({stats.tokens_reused} reused) in "
+                f"{stats.seconds_prefill:.2f} s, steps {stats.seconds_steps:.2f} s, pick {stats.seconds_pick:.2f} s, "
+                f"{stats.forward_passes} forwards in {stats.seconds_total:.2f} s")
+        if verbose:
+            for c in attempt.checks:
+                if c.output_tail:
+                    say(f"  {c.name} output:\n{c.output_tail}")
+
+    def on_test(number: int) -> None:
+        progress.update_text(f"{document.path}: try {number}: running the test ...")
+
+    with progress:
+        verified = edit_verified(document, instruction, options, plan, tries, loaded=loaded, on_try=on_try,
+                                 on_step=progress.update, on_test=on_test)
+    return _Outcome(document, verified, scope, loaded.name, loaded.load_seconds, getattr(loaded, "phases", ()),
+                    str(getattr(loaded, "dtype", "")).removeprefix("torch."))
+
+
+def _reread(document):
+    """The file again after a test ran with candidates in place: checks.py put the user's bytes back
+    (a new inode and mtime); anything else means the file changed under cadedit."""
+    from cadedit.document import Document
+    from cadedit.errors import ApplyError
+
+    current = Document.read(document.path)
+    if current.lines != document.lines:
+        raise ApplyError(f"{document.path}: changed on disk while the tests ran; nothing was written",
+                         hint="run cadedit again on the current file")
+    return current
+
+
+def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
+    """No candidate passed: nothing is written; the best one's diff goes to stderr, marked as failing."""
+    from cadedit.errors import CheckFailedError
+
+    best = outcome.verified.best
+    n = len(outcome.verified.tries)
+    if best is not None and diff_text and not quiet:
+        say(f"the best candidate (try {best.number} of {n}) FAILED its checks; its diff, not applied:")
+        err.print(diff_text, highlight=False, markup=False, soft_wrap=True, end="")
+    why = best.summary() if best is not None else outcome.verified.tries[-1].summary()
+    raise CheckFailedError(f"{outcome.document.path}: no try of {n} passed its checks ({why}); nothing was written",
+                           hint="raise --tries, narrow the instruction, or --allow-no-change if no change is right")
 
 
 def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:
@@ -284,33 +454,36 @@ def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str],
     return args, instruction
 
 
-def _fix_many(files: list[str], instruction: str, options, write: bool, check: bool, quiet: bool) -> None:
-    """Several files: every file read first, the model loaded once, one patch; written only if all edits succeed."""
+def _fix_many(files: list[str], instruction: str, options, write: bool, check: bool, quiet: bool, plan, tries: int,
+              scoping: _Scoping) -> None:
+    """Several files: every file read first, the model loaded once, one patch; written only if all edits pass."""
     from cadedit.diff import count_changes, show, unified_diff, write_atomic
     from cadedit.document import Document
-    from cadedit.model import load_model
-    from cadedit.pipeline import edit_file
+    from cadedit.errors import CheckFailedError
 
     documents = [Document.read(f) for f in dict.fromkeys(files)]
-    loaded = load_model(options.model, options.device, options.dtype, options.threads)
-    if not quiet:
-        say(f"{loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(len(documents))})")
-    edited = []
+    loaded = _load(options, quiet)
+    edited, failed = [], []
     for document in documents:
-        with _Progress(document.path, quiet) as progress:
-            result = edit_file(document, instruction, options, loaded=loaded, on_step=progress.update)
-        diff_text = unified_diff(document.text, result.new_text, display_path(Path(document.path)))
+        outcome = _edit_checked(document, instruction, options, plan, tries, scoping, loaded, quiet)
+        answer = outcome.verified.answer
+        if answer is None:
+            failed.append(document.path)
+            continue
+        diff_text = unified_diff(document.text, answer.result.new_text, display_path(Path(document.path)))
         if not quiet:
             added, removed = count_changes(diff_text)
-            say(f"{document.path}: {progress.summary(result.stats)}"
-                + (f"; +{added} -{removed} lines" if diff_text else "; no change"))
-        edited.append((document, result.new_text, diff_text))
+            say(f"{document.path}: " + (f"+{added} -{removed} lines" if diff_text else "no change"))
+        edited.append((document, answer.result.new_text, diff_text))
+    if failed:
+        raise CheckFailedError(f"no try passed its checks for {', '.join(failed)}; nothing was written",
+                               hint="raise --tries, or edit those files one at a time")
     patch = "".join(diff_text for _, _, diff_text in edited)
     if patch and not write:
         show(patch)
     for document, new_text, diff_text in edited if write else ():
         if diff_text:
-            write_atomic(document, new_text)
+            write_atomic(_reread(document) if plan.test else document, new_text)
             if not quiet:
                 say(f"wrote {document.path}")
     if check and patch:
@@ -334,11 +507,20 @@ class _Progress:
             self.status.__exit__(*exc)
 
     def loaded(self, loaded) -> None:
+        self.update_text(f"{self.path}: {loaded.name} loaded in {loaded.load_seconds:.1f} s; reading the file ...")
+
+    def update_text(self, text: str) -> None:
         if self.status is not None:
-            self.status.update(f"{self.path}: {loaded.name} loaded in {loaded.load_seconds:.1f} s; reading the file ...")
+            self.status.update(text)
+
+    def stop(self) -> None:
+        """Clear the status line (a try's summary line follows); the next update shows it again."""
+        if self.status is not None:
+            self.status.stop()
 
     def update(self, stats, step) -> None:
         if self.status is not None:
+            self.status.start()
             self.status.update(f"{self.path}: {self.summary(stats)}")
 
     @staticmethod

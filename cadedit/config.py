@@ -49,3 +49,9 @@ def configured_model(cwd: Path | None = None) -> str | None:
 def choose_model(cli_value: str | None = None, cwd: Path | None = None) -> str:
     """Precedence: --model, then CADEDIT_MODEL, then the project's settings, then DEFAULT_MODEL."""
     return cli_value or os.environ.get("CADEDIT_MODEL") or configured_model(cwd) or DEFAULT_MODEL
+
+
+def user_cache(*parts: str) -> Path:
+    """cadedit's one user cache folder ($XDG_CACHE_HOME/cadedit, else ~/.cache/cadedit), or a path in it."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base, "cadedit", *parts)

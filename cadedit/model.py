@@ -9,6 +9,7 @@ is a one-line ModelError with a hint. This is the only module that imports trans
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 
-from cadedit.config import DEFAULT_MODEL, choose_model, configured_model  # noqa: F401 - re-exported
+from cadedit.config import DEFAULT_MODEL, choose_model, configured_model, user_cache  # noqa: F401 - re-exported
 from cadedit.errors import ModelError
 
 HINT = "pass --model PATH (a model folder or a .gguf file) or set CADEDIT_MODEL"
@@ -41,6 +42,8 @@ class LoadedModel:
     threads: int
     context_limit: int
     load_seconds: float
+    phases: tuple[tuple[str, float], ...] = ()  # (phase, seconds) of the load, in order
+    dtype_reason: str = ""
 
 
 # -- threads, device, dtype --------------------------------------------------------------------
@@ -77,51 +80,91 @@ def choose_device(device: str = "auto") -> str:
     return device
 
 
-def _time_linear(dtype: torch.dtype, rows: int, reps: int = 5) -> float:
-    """Best-of-reps seconds for one Qwen2.5-0.5B MLP projection on `rows` tokens."""
+def _time_linear(dtype: torch.dtype, rows: int, reps: int = 9) -> float:
+    """Median seconds for one Qwen2.5-0.5B MLP projection on `rows` tokens (after a warm-up)."""
     weight = torch.randn(4864, 896, dtype=dtype)
     x = torch.randn(rows, 896, dtype=dtype)
-    for _ in range(2):  # warm-up: oneDNN picks and JITs its kernel on the first calls
+    for _ in range(3):  # warm-up: oneDNN picks and JITs its kernel on the first calls
         torch.nn.functional.linear(x, weight)
-    best = float("inf")
+    times = []
     for _ in range(reps):
         start = time.perf_counter()
         torch.nn.functional.linear(x, weight)
-        best = min(best, time.perf_counter() - start)
-    return best
+        times.append(time.perf_counter() - start)
+    return sorted(times)[reps // 2]
 
 
-def cpu_prefers_bf16() -> bool:
-    """Whether bf16 beats fp32 on this CPU for both a decode step (1 row) and a splice (64 rows).
+# An edit's model work, as the verify loop spends it on a 185-line file: ~2,900 tokens in
+# multi-token forwards (prompt and accepted drafts) and ~25 one-token steps.
+_WORK = ((128, 2900 / 128), (1, 25))
 
-    CPUs differ: with AMX/AVX512-BF16 (this dev box) bf16 ran a 512-token prefill in 0.98 s vs
-    3.5 s fp32 and a 64-token splice in 0.25 s vs 0.66 s; without them (the machine in the issue)
-    bf16 decode was 2x faster but a 64-token prefill 3x slower. Copy-as-Decode is prefill-heavy,
-    so we probe the two shapes (about 50 ms) instead of trusting CPU flags.
+
+def _cpu_identity(threads: int) -> str:
+    """This CPU's model name and feature flags, torch's version and the thread count, as one key."""
+    import hashlib
+    import platform
+
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        model = re.search(r"model name\s*:\s*(.*)", info)
+        flags = re.search(r"flags\s*:\s*(.*)", info)
+        cpu = f"{model.group(1) if model else ''}|{flags.group(1) if flags else ''}"
+    except OSError:
+        cpu = platform.processor()
+    return hashlib.sha256(f"{cpu}|{torch.__version__}|{threads}".encode()).hexdigest()[:16]
+
+
+def cpu_dtype(threads: int) -> tuple[torch.dtype, str]:
+    """fp32 or bf16 for this CPU: whichever does an edit's model work faster, measured once per
+    machine (CPU model and flags, torch version, threads; about 0.5 s) and cached, so every later
+    run chooses the same. Returns the dtype and where the choice came from (shown by --verbose).
+
+    CPUs differ: with AMX or AVX512-BF16, bf16 prefill is several times faster than fp32 while a
+    one-token step can be slower; without them bf16 can be slower at both. A timing probe on every
+    run picked differently from run to run on a busy machine; one careful measurement does not.
     """
-    return _time_linear(torch.bfloat16, 64) < _time_linear(torch.float32, 64) and _time_linear(
-        torch.bfloat16, 1
-    ) < 1.25 * _time_linear(torch.float32, 1)
+    import json
+
+    key = _cpu_identity(threads)
+    path = user_cache("cpu-dtype.json")
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if isinstance(known, dict) and known.get(key) in ("float32", "bfloat16"):
+        return getattr(torch, known[key]), f"measured on this CPU earlier ({path})"
+    cost = {dt: sum(times * _time_linear(dt, rows) for rows, times in _WORK) for dt in (torch.float32, torch.bfloat16)}
+    chosen = torch.bfloat16 if cost[torch.bfloat16] < 0.8 * cost[torch.float32] else torch.float32
+    known = {**(known if isinstance(known, dict) else {}), key: str(chosen).removeprefix("torch.")}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(known))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache: measure again next time
+    return chosen, f"measured on this CPU now (fp32 {cost[torch.float32]:.2f} s, bf16 {cost[torch.bfloat16]:.2f} s)"
 
 
-def choose_dtype(dtype: str, device: str) -> torch.dtype:
+def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple[torch.dtype, str]:
+    """The dtype to load in, and why."""
     names = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
              "fp16": torch.float16, "float16": torch.float16}
     if dtype != "auto":
         if dtype not in names:
             raise ModelError(f"unknown dtype {dtype!r}", hint="use auto, fp32, bf16 or fp16")
-        return names[dtype]
+        return names[dtype], "--dtype"
     if device.startswith("cuda"):
-        return torch.bfloat16
-    return torch.bfloat16 if cpu_prefers_bf16() else torch.float32
+        return torch.bfloat16, "CUDA"
+    return cpu_dtype(threads)
 
 
 # -- GGUF conversion cache ---------------------------------------------------------------------
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "cadedit" / "models"
+    """Where converted GGUF weights live."""
+    return user_cache("models")
 
 
 def gguf_cache_dir(path: Path) -> Path:
@@ -210,18 +253,32 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
                threads: int | None = None) -> LoadedModel:
     """Load tokenizer + model. spec: a hub id, a model folder or a .gguf file (None: choose_model())."""
     start = time.perf_counter()
+    phases: list[tuple[str, float]] = []
+
+    def phase(name: str, since: float) -> float:
+        now = time.perf_counter()
+        phases.append((name, now - since))
+        return now
+
     spec = spec or choose_model()
     threads = threads or default_threads()
     torch.set_num_threads(threads)
     device = choose_device(device)
     source, hub = _source(spec)
-    torch_dtype = choose_dtype(dtype, device)
+    t = phase("find", start)
+    torch_dtype, why = choose_dtype(dtype, device, threads)
+    t = phase("dtype", t)
+    import transformers  # noqa: F401 - timed on its own: the largest import
+
+    t = phase("import transformers", t)
     tokenizer, model = _from_pretrained(source, hub, torch_dtype)
     model.to(device).eval()
+    phase("tokenizer and weights", t)
     if tokenizer.chat_template is None:
         raise ModelError(f"model {spec} has no chat template", hint="use an Instruct model")
     limit = int(getattr(model.config, "max_position_embeddings", 0) or 32768)
-    return LoadedModel(model, tokenizer, spec, device, torch_dtype, threads, limit, time.perf_counter() - start)
+    return LoadedModel(model, tokenizer, spec, device, torch_dtype, threads, limit, time.perf_counter() - start,
+                       tuple(phases), why)
 
 
 def new_cache(loaded: LoadedModel):
@@ -313,3 +370,95 @@ def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
 def encode(tokenizer, text: str) -> list[int]:
     """Token ids of text with no special tokens added (the text may contain chat specials itself)."""
     return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+# -- prompt prefixes on disk ---------------------------------------------------------------------
+
+PREFIX_STORE_BYTES = 2 * 1024**3  # at most this much on disk; the least recently used go first
+PREFIX_MIN_TOKENS = 256  # shorter prefixes prefill faster than they load
+
+
+class PrefixStore:
+    """KV caches of prompt prefixes on disk, shared by every cadedit process of this user.
+
+    An entry is the key and value tensors of every layer for a token prefix, keyed by the model's
+    identity (its weight files' paths, sizes and mtimes), the dtype and the prefix ids themselves,
+    so a stale entry can never be found. Written to a temporary file and renamed (a reader sees a
+    whole entry or none; a file that does not load is deleted and ignored); total size bounded.
+    """
+
+    def __init__(self, root: Path | None = None, limit: int = PREFIX_STORE_BYTES):
+        self.root, self.limit = root or user_cache("prefixes"), limit
+
+    def path(self, identity: str, ids: Sequence[int]) -> Path:
+        import hashlib
+
+        digest = hashlib.sha256(identity.encode())
+        digest.update(b"|" + b",".join(str(i).encode() for i in ids))
+        return self.root / f"{digest.hexdigest()[:32]}.kv"
+
+    def load(self, lm: TransformersLM, identity: str, ids: Sequence[int]) -> bool:
+        """Put the stored cache of exactly `ids` into lm (True), or leave lm as it was (False)."""
+        path = self.path(identity, ids)
+        if not path.is_file():
+            return False
+        try:
+            layers = torch.load(path, map_location=lm.model.device, weights_only=True)
+            if not all(k.shape[-2] == len(ids) for k, _ in layers):
+                raise ValueError("prefix length")
+        except Exception:
+            path.unlink(missing_ok=True)
+            return False
+        lm.reset()
+        for index, (keys, values) in enumerate(layers):
+            lm.cache.update(keys, values, index)
+        lm.ids = list(ids)
+        os.utime(path)  # recently used
+        return True
+
+    def save(self, lm: TransformersLM, identity: str, n: int) -> None:
+        """Store the cache of lm's first n ids (once), then keep the store under its size limit."""
+        path = self.path(identity, lm.ids[:n])
+        if path.is_file() or n > len(lm.ids):
+            return
+        layers = [(layer.keys[..., :n, :].contiguous(), layer.values[..., :n, :].contiguous())
+                  for layer in lm.cache.layers]
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                torch.save(layers, f)
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError, UnboundLocalError):
+                os.unlink(tmp)
+            return
+        self._evict()
+
+    def _evict(self) -> None:
+        entries = []
+        for entry in self.root.glob("*.kv"):
+            with contextlib.suppress(OSError):
+                st = entry.stat()
+                entries.append((st.st_mtime, st.st_size, entry))
+        total = sum(size for _, size, _ in entries)
+        for _, size, entry in sorted(entries):
+            if total <= self.limit:
+                break
+            with contextlib.suppress(OSError):
+                entry.unlink()
+                total -= size
+
+
+def model_identity(loaded: LoadedModel) -> str:
+    """What a stored prefix must match: the weight files (path, size, mtime), the dtype."""
+    source = getattr(getattr(loaded.model, "config", None), "_name_or_path", "") or loaded.name
+    parts = [str(source), str(loaded.dtype)]
+    folder = Path(source)
+    if folder.is_dir():
+        for weights in sorted(folder.glob("*.safetensors")):
+            st = weights.stat()
+            parts.append(f"{weights.name}:{st.st_size}:{st.st_mtime_ns}")
+    else:
+        parts.append(f"object:{id(loaded.model)}")  # an in-memory model: its own process only
+    return "|".join(parts)

@@ -10,6 +10,7 @@ code path.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -19,10 +20,11 @@ from cadedit.document import Document, line_terminator
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import ModelError
 from cadedit.fence import FenceCursor, fence_for, output_text
-from cadedit.model import LoadedModel, encode, eos_ids, language_model, load_model, render_chat, token_bytes
+from cadedit.model import PREFIX_MIN_TOKENS, LoadedModel, PrefixStore, encode, eos_ids, language_model, load_model
+from cadedit.model import model_identity, render_chat, token_bytes
 from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
-from cadedit.prompt import VARIANTS, build_messages, fenced_source, language_tag, region_header, rewrite_messages
+from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, region_header, rewrite_messages
 from cadedit.prompt import scoped_messages
 from cadedit.resolve import resolve, to_document_program
 from cadedit.verify import VerifyDrafter
@@ -63,6 +65,7 @@ class Prepared:
     source: str = ""
     regions: tuple[tuple[int, int], ...] = ()  # scoped: the ranges retyped, in file order
     headers: tuple[str, ...] = ()  # scoped: the forced text before each region after the first
+    reuse_at: int = 0  # prompt tokens that do not depend on the instruction (stored on disk for reuse)
 
 
 def _scoped_source(document: Document, fence: str, regions, headers) -> str:
@@ -79,6 +82,8 @@ def _scoped_source(document: Document, fence: str, regions, headers) -> str:
 def prepare(loaded: LoadedModel, document: Document, instruction: str, options: EditOptions) -> Prepared:
     """Tokenise the prompt; refuse a file that cannot fit (prompt + the edited file + room)."""
     mode = Mode(options.mode)
+    if options.layout not in LAYOUTS:
+        raise ModelError(f"unknown prompt layout {options.layout!r}", hint=f"use one of {', '.join(LAYOUTS)}")
     fence = source = ""
     regions = tuple(options.regions) if mode is not Mode.PROGRAM and options.regions != ((1, document.n_lines),) else ()
     headers: tuple[str, ...] = ()
@@ -90,15 +95,16 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
         room_needed, hint = PROGRAM_ROOM, "edit a smaller file, or split it first"
     elif regions:
         fence = fence_for(document.text)
-        messages = scoped_messages(document, instruction, fence, regions, options.referenced, options.feedback)
+        messages = scoped_messages(document, instruction, fence, regions, options.referenced, options.feedback,
+                                   options.layout)
         prompt = render_chat(loaded.tokenizer, messages) + region_header(*regions[0], fence, document.path)
         headers = tuple(region_header(a, b, fence, document.path) for a, b in regions[1:])
         answer = source = _scoped_source(document, fence, regions, headers)
         room_needed, hint = 0, "edit a smaller file, or split it first"
     else:
         fence = fence_for(document.text)
-        prompt = render_chat(loaded.tokenizer, rewrite_messages(document, instruction, fence, options.feedback))
-        prompt += fence + language_tag(document.path) + "\n"  # the answer opens with the fence
+        messages = rewrite_messages(document, instruction, fence, options.feedback, options.layout)
+        prompt = render_chat(loaded.tokenizer, messages) + fence + language_tag(document.path) + "\n"
         answer = source = fenced_source(document, fence)
         room_needed, hint = 0, "edit a smaller file, or use --mode program"
     prompt_ids = tuple(encode(loaded.tokenizer, prompt))
@@ -112,7 +118,24 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
         )
     budget = options.max_new_tokens or 2 * file_tokens + 256
     limit = room + PROGRAM_ROOM - DRAFT_LIMIT if mode is Mode.PROGRAM else room + file_tokens
-    return Prepared(mode, prompt_ids, file_tokens, min(budget, limit), fence, source, regions, headers)
+    reuse_at = 0
+    if mode is not Mode.PROGRAM and options.layout != "both":
+        reuse_at = _instruction_free(loaded, prompt, prompt_ids, f"Instruction: {instruction.strip()}")
+    return Prepared(mode, prompt_ids, file_tokens, min(budget, limit), fence, source, regions, headers, reuse_at)
+
+
+def _instruction_free(loaded: LoadedModel, prompt: str, prompt_ids: tuple[int, ...], task: str) -> int:
+    """How many prompt tokens come before the instruction (so another instruction's prompt has the
+    same ones), less two: the tokens at a text boundary may merge with what follows it."""
+    at = prompt.find(task)
+    if at < 0:
+        return 0
+    limit, used, k = len(prompt[:at].encode("utf-8")), 0, 0
+    tokens = token_bytes(loaded)
+    while k < len(prompt_ids) and used + len(tokens[prompt_ids[k]]) <= limit:
+        used += len(tokens[prompt_ids[k]])
+        k += 1
+    return max(0, k - 2)
 
 
 _GRAMMARS: dict[int, tuple[object, object]] = {}
@@ -173,7 +196,20 @@ def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick
         cursor, span_ids, drafter = _fenced_parts(loaded, prepared)
     lm = language_model(loaded)
     reused = lm.reuse(prepared.prompt_ids)
-    return decode(lm, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step, drafter, reused)
+    store = prefix_store() if prepared.reuse_at >= PREFIX_MIN_TOKENS else None
+    if store is not None and reused < prepared.reuse_at:
+        identity = model_identity(loaded)
+        if store.load(lm, identity, prepared.prompt_ids[: prepared.reuse_at]):
+            reused = prepared.reuse_at
+    decoded = decode(lm, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step, drafter, reused)
+    if store is not None and reused < prepared.reuse_at:
+        store.save(lm, identity, prepared.reuse_at)
+    return decoded
+
+
+def prefix_store() -> PrefixStore | None:
+    """The on-disk store of prompt prefixes, unless CADEDIT_PREFIX_CACHE=0."""
+    return None if os.environ.get("CADEDIT_PREFIX_CACHE", "1") == "0" else PrefixStore()
 
 
 def answer_program(document: Document, prepared: Prepared, decoded: Decoded) -> P.Program:
@@ -208,12 +244,29 @@ def _scoped_text(document: Document, prepared: Prepared, answer: str) -> str:
             text = output_text(segments[k], prepared.fence, unterminated=b == document.n_lines and last_unterminated)
             if b < document.n_lines and text and not text.endswith("\n"):
                 text += "\n"  # a region inside the file ends its last line before the copied lines go on
-            out.append(text)
+            out.append(_trim_overlap(text, document, a, b))
         else:
             out.append(document.display_text(a, b))
         at = b + 1
     out.append(document.display_text(at, document.n_lines))
     return "".join(out)
+
+
+def _trim_overlap(text: str, document: Document, a: int, b: int) -> str:
+    """A region's new text without the lines a model retyped past either end of it: its trailing
+    lines that equal the file's lines right after the region (and leading ones equal to the lines
+    right before) are copied from the file anyway, so they are dropped from the region."""
+    new = text.splitlines(keepends=True)
+    after = _ends([document.display_text(k, k) for k in range(b + 1, min(document.n_lines, b + len(new)) + 1)])
+    tail = max((k for k in range(1, len(after) + 1) if _ends(new[len(new) - k :]) == after[:k]), default=0)
+    new = new[: len(new) - tail]
+    before = _ends([document.display_text(k, k) for k in range(max(1, a - len(new)), a)])
+    head = max((k for k in range(1, len(before) + 1) if _ends(new[:k]) == before[len(before) - k :]), default=0)
+    return "".join(new[head:])
+
+
+def _ends(lines: list[str]) -> list[str]:
+    return [line if line.endswith("\n") else line + "\n" for line in lines]
 
 
 def edit_file(document: Document, instruction: str, options: EditOptions = EditOptions(), *,

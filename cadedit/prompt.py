@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from cadedit.document import Document
+from cadedit.languages import fence_tag
 from cadedit.program import CLOSE, OPEN, Copy, Gen, Program, format_op
 
 SYSTEM = """\
@@ -146,16 +147,9 @@ You edit files. You receive a file and an instruction.
 Reply with the complete edited file in one code block and nothing else.
 Copy every line that the instruction does not change exactly as it is, including comments, blank lines and indentation."""
 
-LANGUAGES = {
-    ".py": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript", ".tsx": "tsx",
-    ".jsx": "jsx", ".java": "java", ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp",
-    ".go": "go", ".rs": "rust", ".rb": "ruby", ".sh": "bash", ".md": "markdown", ".json": "json",
-    ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".html": "html", ".css": "css", ".sql": "sql",
-}
-
-
 def language_tag(path: str) -> str:
-    return LANGUAGES.get(PurePath(path).suffix.lower(), "") if not path.startswith("<") else ""
+    """The code fence's language tag for a file name (cadedit.languages)."""
+    return fence_tag(path)
 
 
 def fenced_source(document: Document, fence: str) -> str:
@@ -164,19 +158,32 @@ def fenced_source(document: Document, fence: str) -> str:
     return body + ("\n" if body and not body.endswith("\n") else "") + fence + "\n"
 
 
-def rewrite_messages(document: Document, instruction: str, fence: str, feedback: str = "") -> list[dict[str, str]]:
-    """The instruction, the file, the instruction again and the size of the expected answer.
+# Where the instruction goes in the fenced modes' prompt. "both": before and after the file;
+# "after": after the file only, so prompts for different instructions share the file's KV cache;
+# "quoted" (scoped edits): after the file, with the region to retype quoted again before it.
+LAYOUTS = ("both", "after", "quoted")
+
+
+def rewrite_messages(document: Document, instruction: str, fence: str, feedback: str = "",
+                     layout: str = "both") -> list[dict[str, str]]:
+    """The file, the instruction (also before the file with layout "both") and the size of the answer.
 
     Measured on Qwen2.5-Coder-0.5B-Instruct (greedy): with the file first and the instruction
     last it passed 6/16 HumanEvalFix-Python tests but answered 300-line files with the one
-    function to fix (27 of 306 lines); this layout passed 4/16 and kept 298-320 of ~310 lines.
+    function to fix (27 of 306 lines); "both" passed 4/16 and kept 298-320 of ~310 lines.
     """
     name = PurePath(document.path).name if not document.path.startswith("<") else "the file"
     opening = fence + language_tag(document.path) + "\n"
     task = f"Instruction: {instruction.strip()}"
-    user = (f"{task}\n\nFile {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n{task}\n"
+    head = f"{task}\n\n" if layout == "both" else ""
+    user = (f"{head}File {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n{task}\n"
             f"Reply with the complete file, all {document.n_lines} lines, with the instruction applied.")
     return [{"role": "system", "content": REWRITE_SYSTEM}, {"role": "user", "content": user + _after(feedback)}]
+
+
+def _region_source(document: Document, a: int, b: int, fence: str) -> str:
+    body = document.display_text(a, b)
+    return body + ("\n" if body and not body.endswith("\n") else "") + fence + "\n"
 
 
 def _after(feedback: str) -> str:
@@ -196,7 +203,7 @@ def region_header(start: int, end: int, fence: str, path: str) -> str:
 
 
 def scoped_messages(document: Document, instruction: str, fence: str, regions: Sequence[tuple[int, int]],
-                    referenced: Sequence[int] = (), feedback: str = "") -> list[dict[str, str]]:
+                    referenced: Sequence[int] = (), feedback: str = "", layout: str = "both") -> list[dict[str, str]]:
     """The whole file for context, then the instruction and the line ranges the answer retypes.
     Lines the instruction refers to by number are quoted with their numbers, since the file is
     shown without them."""
@@ -207,8 +214,12 @@ def scoped_messages(document: Document, instruction: str, fence: str, regions: S
     quoted = "".join(f"Line {k}: {bodies[k - 1]}\n" for k in referenced if 1 <= k <= len(bodies))
     ranges = ", ".join(f"{a}-{b}" for a, b in regions)
     count = sum(b - a + 1 for a, b in regions)
-    user = (f"{task}\n\nFile {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n"
-            + (f"{quoted}\n" if quoted else "")
+    head = f"{task}\n\n" if layout == "both" else ""
+    shown = ""
+    if layout == "quoted":
+        shown = "".join(f"Lines {a}-{b} now read:\n{opening}{_region_source(document, a, b, fence)}\n" for a, b in regions)
+    user = (f"{head}File {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n"
+            + (f"{quoted}\n" if quoted else "") + shown
             + f"{task}\nReply with lines {ranges} of the file ({count} lines), with the instruction applied, "
             "one code block per range, each opened by its line range.")
     return [{"role": "system", "content": SCOPED_SYSTEM}, {"role": "user", "content": user + _after(feedback)}]

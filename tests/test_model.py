@@ -1,4 +1,5 @@
-"""Model loading and the KV-cache splice on the tiny random Qwen2 (no download, no real model)."""
+"""Model loading and the KV-cache splice on the tiny random Qwen2 (no download, no real model).
+TransformersLM's prompt-prefix reuse is in test_lm.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import pytest
 import torch
 
 from cadedit import model as M
-from cadedit.decode import model_forward
 from cadedit.errors import ConfigError, ModelError
 from tests.tinymodel import make_model, save_model
 
@@ -20,7 +20,7 @@ def _forward(model):
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
-    return model_forward(model, cache), cache
+    return M.TransformersLM(model, cache), cache
 
 
 @pytest.mark.parametrize("spans", [(1,), (2,), (8, 1), (3, 17, 64), (1, 5, 2, 40, 9)])
@@ -30,13 +30,13 @@ def test_splice_in_one_forward_equals_feeding_tokens_one_by_one(spans):
     prompt = torch.randint(0, model.config.vocab_size, (23,), generator=g).tolist()
     spliced, spliced_cache = _forward(model)
     stepped, stepped_cache = _forward(model)
-    spliced(prompt)
-    stepped(prompt)
+    spliced.feed(prompt)
+    stepped.feed(prompt)
     for n in spans:  # several splices in a row: later ones sit at later positions (RoPE)
         span = torch.randint(0, model.config.vocab_size, (n,), generator=g).tolist()
-        at_once = spliced(span)[-1]
+        at_once = spliced.feed(span)[-1]
         for token in span:
-            one_by_one = stepped([token])[-1]
+            one_by_one = stepped.feed([token])[-1]
         torch.testing.assert_close(at_once, one_by_one, rtol=1e-4, atol=1e-5)
     for layer_a, layer_b in zip(spliced_cache.layers, stepped_cache.layers):
         torch.testing.assert_close(layer_a.keys, layer_b.keys, rtol=1e-4, atol=1e-5)
@@ -48,9 +48,9 @@ def test_spliced_cache_matches_a_single_uncached_pass_over_the_whole_sequence():
     g = torch.Generator().manual_seed(7)
     ids = torch.randint(0, model.config.vocab_size, (90,), generator=g).tolist()
     forward, _ = _forward(model)
-    forward(ids[:30])
-    forward(ids[30:31])
-    last = forward(ids[31:])[-1]
+    forward.feed(ids[:30])
+    forward.feed(ids[30:31])
+    last = forward.feed(ids[31:])[-1]
     with torch.inference_mode():
         full = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
     torch.testing.assert_close(last, full, rtol=1e-4, atol=1e-5)
@@ -64,16 +64,16 @@ def test_cropping_rejected_draft_tokens_restores_the_cache_exactly():
     ids = torch.randint(0, model.config.vocab_size, (60,), generator=g).tolist()
     drafted, _ = _forward(model)
     plain, _ = _forward(model)
-    drafted(ids[:40])
-    plain(ids[:40])
-    verify = drafted(ids[40:48], keep=8)  # [8, V]: one row per position
+    drafted.feed(ids[:40])
+    plain.feed(ids[:40])
+    verify = drafted.feed(ids[40:48], keep=8)  # [8, V]: one row per position
     assert verify.shape == (8, model.config.vocab_size)
     for k in range(40, 48):
-        torch.testing.assert_close(verify[k - 40], plain([ids[k]])[-1], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(verify[k - 40], plain.feed([ids[k]])[-1], rtol=1e-4, atol=1e-5)
     drafted.crop(5)  # keep 3 of the 8 drafted tokens
     plain_fresh, _ = _forward(model)
-    plain_fresh(ids[:43])
-    torch.testing.assert_close(drafted(ids[50:55])[-1], plain_fresh(ids[50:55])[-1], rtol=1e-4, atol=1e-5)
+    plain_fresh.feed(ids[:43])
+    torch.testing.assert_close(drafted.feed(ids[50:55])[-1], plain_fresh.feed(ids[50:55])[-1], rtol=1e-4, atol=1e-5)
 
 
 # -- choosing the model ------------------------------------------------------------------------

@@ -585,3 +585,68 @@ def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, mo
         out.table(f"Realised speedup of the program over {baseline} (baseline cost / program cost)",
                   ["corpus", "n", "wall", "wall, both exact (n)", "decode only", "fwd passes", "bnd_exact"], speed,
                   caption=None if bounds else "no --kernel: bnd_exact skipped (make one with `cadedit bench kernel --json K.json`)")
+
+
+# -- tries -------------------------------------------------------------------------------------
+
+
+@app.command()
+def tries(
+    corpus: CorpusOpt,
+    model: ModelOpt = None,
+    max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with the corpus's test as --test.")] = 5,
+    check_tries: Annotated[int, typer.Option("--check-tries", min=1, help="Tries with syntax/no-change checks only.")] = 3,
+    test_timeout: Annotated[float, typer.Option("--test-timeout", min=0.1, help="Seconds per test run.")] = 10.0,
+    mode: Annotated[str, typer.Option(help="Decoding mode: program, rewrite, lookup or verify.")] = "verify",
+    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
+    skip: Annotated[int, typer.Option(min=0, help="Skip the first N cases of each corpus.")] = 0,
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """Verified edits measured as users get them: per case, tests passed and wall seconds for one try,
+    syntax/no-change checks with --check-tries, and the corpus's test as --test with 3 and --tries tries.
+
+    Example: cadedit bench tries -c humanevalfix_python.jsonl --model MODEL --limit 60 --json tries.json
+    """
+    from cadedit.bench import tries as bt
+    from cadedit.bench.report import ResultsFile
+    from cadedit.model import load_model
+    from cadedit.options import EditOptions, Mode
+
+    corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip).items()}
+    with err.status("loading the model ..."):
+        loaded = load_model(model, "auto", dtype, threads)
+    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, EditOptions(model=loaded.name, mode=Mode(mode)))
+    meta = {"command": "tries", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
+            "threads": loaded.threads, "mode": mode, "tries": max_tries, "check_tries": check_tries, "skip": skip}
+    done: dict[str, list] = {name: [] for name in corpora}
+    results = ResultsFile(json_path)
+    rows = ("single", "checks", "test3", f"test{max_tries}")
+
+    def save(partial: bool, force: bool = True) -> None:
+        entries = [{"name": name, "summary": bt.summarize(cases, rows), "cases": cases} for name, cases in done.items()]
+        results.write({**meta, "corpora": entries}, partial=partial, force=force)
+
+    def step(item) -> None:
+        name, case = item
+        row = bt.run_case(loaded, case, settings)
+        done[name].append(row)
+        if "skipped" in row:
+            err.print(f"{case.id}: skipped ({row['skipped']})")
+        else:
+            err.print(f"{case.id}: " + ", ".join(f"{k} {'pass' if row[k]['passed'] else 'fail'} "
+                                                 f"{row[k]['seconds']:.1f}s/{row[k]['tries']}" for k in rows))
+
+    work = [(name, case) for name, cases in corpora.items() for case in cases]
+    run_cases(work, len(work), "tries", step, save)
+    save(False)
+    for name, cases in done.items():
+        summary = bt.summarize(cases, rows)
+        out.print(f"{name}: {summary['n']} cases, {_short(loaded.name)}")
+        for k in rows:
+            if k in summary:
+                s = summary[k]
+                out.print(f"  {k:8s} tests passed {s['passed']}/{summary['n']}, answered {s['answered']}, "
+                          f"median {s['seconds_median']:.1f} s, mean {s['seconds_mean']:.1f} s")
+        out.print(f"  checks alone turned {summary['checks_turned_fail_into_pass']} failed single tries into passes")

@@ -95,8 +95,10 @@ def _from_transformers(spec: str, **kwargs):
 
 
 def cache_dir() -> Path:
-    """The cadedit user cache, as cadedit.model uses it ($XDG_CACHE_HOME/cadedit)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")) / "cadedit"
+    """The cadedit user cache (config.user_cache)."""
+    from cadedit.config import user_cache
+
+    return user_cache()
 
 
 def _gguf_tokenizer_json(path: Path) -> Path:

@@ -1,0 +1,116 @@
+"""Verified edits on a corpus (`cadedit bench tries`): tries and checks measured the way users get them.
+
+Contract: run_case(loaded, case, settings) writes the case's input as a file in a fresh folder and
+runs cadedit.tries.edit_verified on it twice: with the corpus's own test as the `--test` command
+(up to settings.tries tries), and with the syntax and no-change checks only (settings.check_tries
+tries). Every candidate of both runs is also judged by the corpus's test (bench/harness.py), so
+one run gives every row of the table: tries = 1 (the first candidate: today's single shot), checks
+only, and `--test` with 3 and 5 tries (a K-try run is the first K tries of a longer one: each try's
+prompt and seed depend only on the tries before it). Wall seconds per row are the seconds of the
+tries that row made, model already loaded.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cadedit.bench.corpus import Case
+from cadedit.bench.harness import JS_MD5_SHIM, interpreter, run_test, runner_for
+from cadedit.bench.report import median
+from cadedit.document import Document
+from cadedit.model import LoadedModel
+from cadedit.options import EditOptions
+from cadedit.tries import CheckPlan, Verified, edit_verified
+
+SUFFIX = {"python": ".py", "node": ".js"}
+
+
+@dataclass(frozen=True)
+class TriesSettings:
+    tries: int = 5  # with --test
+    check_tries: int = 3  # syntax + no-change only
+    test_timeout: float = 10.0
+    options: EditOptions = EditOptions()
+
+
+def _test_command(folder: Path, case: Case, runner: str, name: str) -> str:
+    """A shell command that runs prefix + the file on disk + the test, as harness.run_test does."""
+    (folder / "prefix.txt").write_text(case.prefix, encoding="utf-8")
+    (folder / "test.txt").write_text("\n" + (case.test or ""), encoding="utf-8")
+    if runner == "node":
+        shim = folder / "node_modules" / "js-md5" / "index.js"
+        shim.parent.mkdir(parents=True, exist_ok=True)
+        shim.write_text(JS_MD5_SHIM, encoding="utf-8")
+    program = "program" + SUFFIX[runner]
+    run = f"{shlex.quote(interpreter(runner) or runner)} {program}"
+    if runner == "node":  # console.assert only prints: anything on stderr fails
+        run = f"{run} 2> err.txt; code=$?; [ $code -eq 0 ] && [ ! -s err.txt ] || {{ cat err.txt >&2; exit 1; }}"
+    return f"cd {shlex.quote(str(folder))} && cat prefix.txt {shlex.quote(name)} test.txt > {program} && {run}"
+
+
+def _judged(verified: Verified, case: Case, timeout: float) -> list[dict]:
+    rows = []
+    for t in verified.tries:
+        passed = bool(t.result is not None and run_test(case, t.result.new_text, timeout).passed)
+        rows.append({"try": t.number, "seconds": t.seconds, "checks_passed": t.passed, "test_passed": passed,
+                     "summary": t.summary(), "changed": t.result.changed if t.result else None,
+                     "exact": bool(t.result and t.result.new_text == case.after),
+                     "tokens_reused": t.result.stats.tokens_reused if t.result else 0})
+    return rows
+
+
+def _row(judged: list[dict], upto: int) -> dict:
+    """What a user with `upto` tries gets: the answer (the first try whose checks passed) or none."""
+    made = judged[:upto]
+    answer = next((r for r in made if r["checks_passed"]), None)
+    stop = made.index(answer) + 1 if answer else len(made)
+    return {"passed": bool(answer and answer["test_passed"]), "answered": answer is not None,
+            "tries": stop, "seconds": sum(r["seconds"] for r in made[:stop])}
+
+
+def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings) -> dict:
+    runner = runner_for(case.language)
+    if runner is None or not case.test:
+        return {"id": case.id, "skipped": "no test or no runner"}
+    with tempfile.TemporaryDirectory(prefix="cadedit-tries-") as tmp:
+        folder = Path(tmp)
+        name = "solution" + SUFFIX[runner]
+        (folder / name).write_text(case.before, encoding="utf-8")
+        document = Document.read(folder / name)
+        with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
+        tested = edit_verified(document, case.instruction, settings.options, with_test, settings.tries, loaded=loaded)
+        tested_rows = _judged(tested, case, settings.test_timeout)
+        checked = edit_verified(document, case.instruction, settings.options, CheckPlan(), settings.check_tries,
+                                loaded=loaded)
+        checked_rows = _judged(checked, case, settings.test_timeout)
+    single = {"passed": tested_rows[0]["test_passed"], "answered": True, "tries": 1,
+              "seconds": tested_rows[0]["seconds"]}
+    return {"id": case.id, "language": case.language, "single": single,
+            "checks": _row(checked_rows, settings.check_tries),
+            "test3": _row(tested_rows, 3), f"test{settings.tries}": _row(tested_rows, settings.tries),
+            "tries_with_test": tested_rows, "tries_checks_only": checked_rows}
+
+
+ROWS = ("single", "checks", "test3", "test5")
+
+
+def summarize(results: list[dict], rows=ROWS) -> dict:
+    done = [r for r in results if "skipped" not in r]
+    out = {"n": len(done)}
+    for name in rows:
+        cells = [r[name] for r in done if name in r]
+        if not cells:
+            continue
+        out[name] = {"passed": sum(c["passed"] for c in cells), "answered": sum(c["answered"] for c in cells),
+                     "seconds_median": median([c["seconds"] for c in cells]),
+                     "seconds_mean": sum(c["seconds"] for c in cells) / len(cells)}
+    last = rows[-1]
+    if "single" in out and last in out:
+        ratios = [r[last]["seconds"] / r["single"]["seconds"] for r in done if r["single"]["seconds"]]
+        out["test_cost_over_single_median"] = median(ratios) if ratios else None
+    saved = [r for r in done if not r["single"]["passed"] and r["checks"]["passed"]]
+    out["checks_turned_fail_into_pass"] = len(saved)
+    return out

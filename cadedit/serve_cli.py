@@ -1,0 +1,122 @@
+"""`cadedit serve start|stop|status`: the warm server (cadedit.server) as commands.
+
+Wiring only; cli.py registers `app` as the `serve` sub-command and formats the CadeditErrors raised
+here. Importing this module imports neither torch nor transformers (start --foreground loads the model
+inside the command). Status is data (stdout); progress and confirmations go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+app = typer.Typer(
+    name="serve",
+    help="A local server that keeps the model loaded (and its last prompt cached) between edits.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_Model = Annotated[Optional[str], typer.Option(
+    "--model", "-m", show_default=False,
+    help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
+         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-0.5B-Instruct).")]
+_Dtype = Annotated[str, typer.Option(
+    "--dtype", help="auto, fp32 or bf16 (auto: bf16 on CUDA; on CPU whichever a quick probe finds faster).")]
+_Threads = Annotated[Optional[int], typer.Option(
+    "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
+_Foreground = Annotated[bool, typer.Option(
+    "--foreground", help="Serve in this process (log on stderr; Ctrl-C stops it) instead of in the background.")]
+_IdleTimeout = Annotated[float, typer.Option(
+    "--idle-timeout", metavar="S", min=0.0, help="Exit after S seconds without a request (0: never).")]
+_MaxRss = Annotated[Optional[float], typer.Option(
+    "--max-rss-gb", metavar="G", min=0.01, show_default=False,
+    help="Drop the cached prompt after a request that leaves the process above G GiB "
+         "(default: its size once loaded plus 1 GiB).")]
+_Json = Annotated[bool, typer.Option("--json", help="Print the status as JSON.")]
+
+
+def _say(message: str) -> None:
+    err.print(message, markup=False, soft_wrap=True)
+
+
+def _serving(status: dict) -> str:
+    idle = status["idle_timeout"]
+    until = f"exits after {_duration(idle)} without requests" if idle else "runs until `cadedit serve stop`"
+    return (f"cadedit server: serving {status['model']} (pid {status['pid']}, {_dtype(status)}, "
+            f"{status['threads']} threads) on {status['socket']}; {until}")
+
+
+def _dtype(status: dict) -> str:
+    return status["dtype"].removeprefix("torch.")
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+
+
+@app.command("start")
+def start(model: _Model = None, dtype: _Dtype = "auto", threads: _Threads = None, foreground: _Foreground = False,
+          idle_timeout: _IdleTimeout = 30 * 60.0, max_rss_gb: _MaxRss = None) -> None:
+    """Load the model once and serve edits on a Unix socket (one per user) until stopped or idle.
+
+    Exit codes: 0 serving (or, with --foreground, stopped cleanly), 1 already running or the model failed to load.
+
+    Examples: cadedit serve start --model ~/models/qwen2.5-coder-0.5b-instruct
+
+              cadedit serve start --foreground --idle-timeout 0
+    """
+    from cadedit.config import choose_model
+    from cadedit.server import ServerConfig, resolve_spec, run_server, start_daemon
+
+    config = ServerConfig(model=resolve_spec(choose_model(model)), dtype=dtype, threads=threads,
+                          idle_timeout=idle_timeout, max_rss_bytes=int(max_rss_gb * 2**30) if max_rss_gb else None)
+    if foreground:
+        _say(f"cadedit server: loading {config.model} ...")
+        run_server(config, on_ready=lambda status: _say(_serving(status)))
+        return
+    with err.status(f"starting the cadedit server (loading {config.model}) ..."):
+        status = start_daemon(config)
+    _say(_serving(status))
+
+
+@app.command("stop")
+def stop() -> None:
+    """Stop the running server (an edit under way finishes first). Exit 0 also when none was running."""
+    from cadedit.server import stop as stop_server
+
+    pid = stop_server()
+    _say(f"stopped the cadedit server (pid {pid})" if pid is not None else "no cadedit server was running")
+
+
+@app.command("status")
+def status(as_json: _Json = False) -> None:
+    """Print what the running server holds: model, dtype, threads, pid, memory, uptime, requests.
+
+    Exit codes: 0 a server answered, 1 none is running.
+    """
+    from cadedit.server import ServerClient
+
+    data = ServerClient.open().status()
+    if as_json:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    cap = data["max_rss_bytes"]
+    lines = [
+        f"model: {data['model']}",
+        f"pid: {data['pid']}",
+        f"dtype: {_dtype(data)}, {data['threads']} threads, {data['device']}",
+        f"memory: {data['rss_bytes'] / 2**30:.2f} GiB (the cached prompt is dropped above {cap / 2**30:.2f} GiB)",
+        f"cached prompt: {data['cached_tokens']} tokens (dropped {data['cache_drops']} times)",
+        f"requests: {data['requests']}" + (" (one under way)" if data["busy"] else ""),
+        f"uptime: {data['uptime_seconds']:.0f} s; idle timeout: "
+        + (_duration(data["idle_timeout"]) if data["idle_timeout"] else "none"),
+        f"socket: {data['socket']}",
+    ]
+    typer.echo("\n".join(lines))

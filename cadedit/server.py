@@ -1,0 +1,603 @@
+"""A warm local server: one process keeps the model, and the KV cache of its last prompt, loaded.
+
+Contract: serve(socket_path, loaded, idle_timeout, max_rss_bytes) answers newline-delimited JSON on a
+Unix socket (mode 0600, a pid file beside it), one edit at a time so two clients never share the
+one KV cache mid-decode; connect(model_spec) returns a ServerClient whose edit() gives the EditResult
+edit_file would, and raises the server's CadeditError as the same type, message, hint and exit code,
+or None when no server holds that model. Importing this module imports neither torch nor
+transformers: the serving side imports them inside serve()/run_server(). ServerClient.edit() builds
+an EditResult, so it still imports cadedit.pipeline, and through it torch (~1.4 s here) until
+EditResult and DecodeStats live in torch-free modules.
+
+Measured (2 shared CPU cores, load average ~2.5, Qwen2.5-Coder-0.5B-Instruct folder, fp32, 1 thread,
+examples/before.py "Fix the bug in average.", verify mode, one try), side by side, median of 5:
+`time .venv/bin/cadedit fix examples/before.py "Fix the bug in average." --model M --tries 1 --quiet`
+took 11.9 s from process start, against 1.5 s through a running server
+(`.venv/bin/python scripts/...` equivalent: a fresh process calling connect(M).edit(...)):
+7.9x, of which 1.4 s is the client's torch import (above). The server's own edit of that file
+took 0.8 s when the prompt was new and 0.3 s when its prefix was cached (tokens_reused).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from cadedit.errors import CadeditError
+
+PROTOCOL = 1
+RUNTIME_ENV = "CADEDIT_RUNTIME_DIR"  # where the socket, pid file and log live (tests point it at tmp)
+DEFAULT_IDLE_TIMEOUT = 30 * 60.0
+CACHE_ROOM = 1 << 30  # default memory bound: RSS after loading plus this (0.5B fp32: ~40k cached tokens)
+START_TIMEOUT = 300.0  # a GGUF is converted on first load: about a minute for 0.5B
+_POLL = 0.2  # seconds between checks for stop and idleness in the accept loop
+_PROGRESS_EVERY = 0.1  # seconds between progress messages to a client that asked for them
+
+
+class ServerError(CadeditError):
+    """The warm server cannot be started, reached or used (already running, died, refused a request)."""
+
+
+# -- where ------------------------------------------------------------------------------------
+
+
+def runtime_dir() -> Path:
+    """$CADEDIT_RUNTIME_DIR, else $XDG_RUNTIME_DIR/cadedit, else ~/.cache/cadedit/run: one per user."""
+    if os.environ.get(RUNTIME_ENV):
+        return Path(os.environ[RUNTIME_ENV])
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(os.environ["XDG_RUNTIME_DIR"]) / "cadedit"
+    return Path.home() / ".cache" / "cadedit" / "run"
+
+
+def default_socket() -> Path:
+    return runtime_dir() / "server.sock"
+
+
+def pid_file(socket_path: Path) -> Path:
+    return socket_path.with_suffix(".pid")
+
+
+def log_file(socket_path: Path) -> Path:
+    return socket_path.with_suffix(".log")
+
+
+def resolve_spec(spec: str) -> str:
+    """A model spec as both sides compare it: an existing path made absolute, a hub id as it is."""
+    path = Path(spec).expanduser()
+    return str(path.resolve()) if path.exists() else spec
+
+
+# -- the wire: one JSON object per line -------------------------------------------------------
+
+
+def _send(stream, message: dict) -> None:
+    stream.write(json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n")
+    stream.flush()
+
+
+def _receive(stream) -> dict | None:
+    line = stream.readline()
+    return json.loads(line) if line else None
+
+
+def options_to_wire(options) -> dict:
+    data = dataclasses.asdict(options)
+    data["mode"] = options.mode.value if hasattr(options.mode, "value") else str(options.mode)
+    return data
+
+
+def options_from_wire(data: dict):
+    from cadedit.options import EditOptions, Mode, Sampling
+
+    unknown = set(data) - {f.name for f in dataclasses.fields(EditOptions)}
+    if unknown:
+        raise ServerError(f"the server does not know the option(s) {', '.join(sorted(unknown))}",
+                          hint="it runs older code: cadedit serve stop, then start it again")
+    return EditOptions(**{**data, "sampling": Sampling(**data["sampling"]), "mode": Mode(data["mode"]),
+                          "regions": tuple(tuple(r) for r in data["regions"]),
+                          "referenced": tuple(data["referenced"])})
+
+
+def result_to_wire(result) -> dict:
+    from cadedit.program import format as format_program
+
+    return {"mode": result.mode.value, "program": format_program(result.program), "program_text": result.program_text,
+            "new_text": result.new_text, "stats": dataclasses.asdict(result.stats), "model": result.model,
+            "prompt_tokens": result.prompt_tokens}
+
+
+def result_from_wire(data: dict, document):
+    from cadedit.decode import DecodeStats
+    from cadedit.options import Mode
+    from cadedit.pipeline import EditResult
+    from cadedit.program import parse
+
+    return EditResult(document, Mode(data["mode"]), parse(data["program"]), data["program_text"], data["new_text"],
+                      DecodeStats(**data["stats"]), data["model"], data["prompt_tokens"])
+
+
+def error_to_wire(exc: CadeditError) -> dict:
+    return {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint, "exit_code": exc.exit_code}
+
+
+def error_from_wire(data: dict) -> CadeditError:
+    """The server's error as the same class (any CadeditError of cadedit.errors, or ServerError)."""
+    from cadedit import errors
+
+    cls = getattr(errors, data.get("type", ""), None) or {"ServerError": ServerError}.get(data.get("type"))
+    if not (isinstance(cls, type) and issubclass(cls, CadeditError)):
+        cls = CadeditError
+    exc = cls(data["message"], hint=data.get("hint"))
+    if data.get("exit_code") != cls.exit_code:
+        exc.exit_code = int(data.get("exit_code") or 1)
+    return exc
+
+
+# -- the client -------------------------------------------------------------------------------
+
+
+class ServerClient:
+    """A running server, used like a LoadedModel: name, dtype, threads, load_seconds (0.0: already loaded)."""
+
+    def __init__(self, socket_path: Path, status: dict):
+        self.socket_path = socket_path
+        self.name: str = status["model"]
+        self.dtype: str = status["dtype"]  # "torch.float32": prints like a torch.dtype
+        self.threads: int = status["threads"]
+        self.pid: int = status["pid"]
+        self.load_seconds = 0.0
+
+    @classmethod
+    def open(cls, socket_path: Path | None = None, timeout: float = 5.0) -> ServerClient:
+        """The server on socket_path (default: the user's); a ServerError if none answers."""
+        path = socket_path or default_socket()
+        return cls(path, _ask(path, {"op": "status"}, timeout))
+
+    def status(self) -> dict:
+        return _ask(self.socket_path, {"op": "status"}, 5.0)
+
+    def stop(self) -> dict:
+        return _ask(self.socket_path, {"op": "stop"}, 5.0)
+
+    def edit(self, document, instruction: str, options=None, on_step: Callable | None = None):
+        """edit_file(document, instruction, options) run by the server; the same EditResult, or its error."""
+        from cadedit.options import EditOptions
+
+        from cadedit.config import choose_model
+
+        options = options or EditOptions()
+        # The model resolved here, where the user's cwd and settings are; the server refuses another one.
+        options = dataclasses.replace(options, model=resolve_spec(choose_model(options.model)))
+        request = {"op": "edit", "path": document.path, "document": base64.b64encode(document.to_bytes()).decode(),
+                   "instruction": instruction, "options": options_to_wire(options), "progress": on_step is not None}
+        for message in _exchange(self.socket_path, request, None):
+            if "progress" in message and on_step is not None:
+                from cadedit.decode import DecodeStats, Step
+
+                on_step(DecodeStats(**message["progress"]["stats"]), Step(**message["progress"]["step"]))
+            elif "result" in message:
+                return result_from_wire(message["result"], document)
+        raise ServerError(f"the cadedit server (pid {self.pid}) closed the connection during the edit",
+                          hint=f"see its log, {log_file(self.socket_path)}; then retry")
+
+
+def connect(model_spec: str | None = None, socket_path: Path | None = None) -> ServerClient | None:
+    """A client of the running server if it holds the model choose_model(model_spec) names, else None."""
+    from cadedit.config import choose_model
+
+    wanted = resolve_spec(choose_model(model_spec))
+    try:
+        client = ServerClient.open(socket_path, timeout=2.0)
+    except ServerError:
+        return None
+    return client if resolve_spec(client.name) == wanted else None
+
+
+def _ask(path: Path, request: dict, timeout: float | None) -> dict:
+    """One request, its one answer."""
+    for message in _exchange(path, request, timeout):
+        return message
+    raise ServerError(f"the cadedit server on {path} closed the connection without answering",
+                      hint=f"see its log, {log_file(path)}")
+
+
+def _exchange(path: Path, request: dict, timeout: float | None) -> Iterator[dict]:
+    """Send a request; yield the answers (progress, then a result); an error answer is raised."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(str(path))
+        except OSError as exc:
+            raise ServerError(f"no cadedit server answers on {path} ({exc.strerror or exc})",
+                              hint="start one: cadedit serve start") from None
+        stream = sock.makefile("rwb")
+        _send(stream, request)
+        while (message := _receive(stream)) is not None:
+            if "error" in message:
+                raise error_from_wire(message["error"])
+            yield message
+            if "progress" not in message:
+                return
+    except (TimeoutError, socket.timeout):
+        raise ServerError(f"the cadedit server on {path} did not answer within {timeout:.0f} s",
+                          hint="it may be stuck: cadedit serve stop, or kill the pid in " + str(pid_file(path))) from None
+    finally:
+        sock.close()
+
+
+# -- the server -------------------------------------------------------------------------------
+
+
+_CLAIMS: dict[Path, int] = {}  # the pid files this process holds locked (one server per socket)
+
+
+def claim(socket_path: Path) -> None:
+    """Take the socket's pid file lock (held until exit); remove a stale socket; ServerError if it runs."""
+    import fcntl
+
+    folder = socket_path.parent
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(pid_file(socket_path), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise ServerError(f"a cadedit server is already running (pid {holder}, socket {socket_path})",
+                          hint="use it, or stop it first: cadedit serve stop") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    with contextlib.suppress(FileNotFoundError):
+        socket_path.unlink()  # no process holds the lock, so nothing listens: a stale socket
+    _CLAIMS[socket_path] = fd
+
+
+def release(socket_path: Path) -> None:
+    fd = _CLAIMS.pop(socket_path, None)
+    if fd is not None:
+        for path in (socket_path, pid_file(socket_path)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        os.close(fd)
+
+
+def running_pid(socket_path: Path) -> int | None:
+    """The pid holding the socket's lock, or None (no server, or a stale pid file)."""
+    import fcntl
+
+    try:
+        fd = os.open(pid_file(socket_path), os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except OSError:
+        text = os.read(fd, 32).decode(errors="replace").strip()
+        return int(text) if text.isdigit() else -1
+    finally:
+        os.close(fd)
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (Linux /proc), else its peak (getrusage)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+def _log(message: str) -> None:
+    sys.stderr.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} cadedit server: {message}\n")
+    sys.stderr.flush()
+
+
+class _ClientGone(Exception):
+    """The client hung up during its edit (Ctrl-C): the decode stops, the server goes on."""
+
+
+class _Server:
+    """The state of one serve(): the model, one lock for edits, counters for status."""
+
+    def __init__(self, socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int):
+        self.socket_path, self.loaded = socket_path, loaded
+        self.idle_timeout, self.max_rss_bytes = idle_timeout, max_rss_bytes
+        self.edit_lock = threading.Lock()  # one decode at a time: the model has one KV cache
+        self.stopping = threading.Event()
+        self.started = self.last_request = time.monotonic()
+        self.requests = self.cache_drops = 0
+        self.handlers: list[threading.Thread] = []
+
+    def idle(self) -> bool:
+        quiet = time.monotonic() - self.last_request
+        return bool(self.idle_timeout) and quiet > self.idle_timeout and not self.edit_lock.locked()
+
+    def handle(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rwb") as stream:
+            try:
+                request = _receive(stream)
+                if request is not None:
+                    self.answer(request, stream)
+            except _ClientGone:
+                _log("the client hung up during its edit")
+            except (OSError, ValueError) as exc:
+                _log(f"bad connection: {type(exc).__name__}: {exc}")
+
+    def answer(self, request: dict, stream) -> None:
+        op = request.get("op")
+        try:
+            if op == "status":
+                _send(stream, self.status())
+            elif op == "stop":
+                self.stopping.set()
+                _send(stream, {"stopping": True, "pid": os.getpid()})
+            elif op == "edit":
+                _send(stream, {"result": self.edit(request, stream)})
+            else:
+                raise ServerError(f"unknown request {op!r}", hint="use a client of the same cadedit version")
+        except CadeditError as exc:
+            _send(stream, {"error": error_to_wire(exc)})
+        except (_ClientGone, OSError):
+            raise
+        except Exception as exc:  # a bug: the client gets one line, the log the traceback
+            import traceback
+
+            traceback.print_exc()
+            _send(stream, {"error": error_to_wire(ServerError(
+                f"internal error in the cadedit server: {type(exc).__name__}: {exc}",
+                hint=f"see its log, {log_file(self.socket_path)}"))})
+
+    def status(self) -> dict:
+        from cadedit.model import language_model
+
+        return {"protocol": PROTOCOL, "model": self.loaded.name, "dtype": str(self.loaded.dtype),
+                "device": self.loaded.device, "threads": self.loaded.threads, "pid": os.getpid(),
+                "rss_bytes": rss_bytes(), "max_rss_bytes": self.max_rss_bytes,
+                "uptime_seconds": round(time.monotonic() - self.started, 1), "requests": self.requests,
+                "cache_drops": self.cache_drops, "cached_tokens": len(language_model(self.loaded).ids),
+                "idle_timeout": self.idle_timeout, "busy": self.edit_lock.locked(), "socket": str(self.socket_path)}
+
+    def edit(self, request: dict, stream) -> dict:
+        from cadedit.document import Document
+        from cadedit.pipeline import edit_file
+
+        options = options_from_wire(request["options"])
+        if options.model is not None and resolve_spec(options.model) != resolve_spec(self.loaded.name):
+            raise ServerError(f"this cadedit server holds {self.loaded.name}, not {options.model}",
+                              hint="load the model locally, or restart the server: cadedit serve start --model ...")
+        document = Document.from_bytes(base64.b64decode(request["document"]), request["path"])
+        on_step = self.progress(stream) if request.get("progress") else None
+        with self.edit_lock:
+            start = time.perf_counter()
+            try:
+                result = edit_file(document, request["instruction"], options, loaded=self.loaded, on_step=on_step)
+            finally:
+                self.requests += 1
+                self.last_request = time.monotonic()
+                self.bound_memory()
+        _log(f"edit {document.path}: {result.stats.forward_passes} forwards, "
+             f"{result.stats.tokens_reused} prompt tokens reused, {time.perf_counter() - start:.2f} s")
+        return result_to_wire(result)
+
+    def progress(self, stream) -> Callable:
+        last = [0.0]
+
+        def on_step(stats, step) -> None:
+            if time.monotonic() - last[0] < _PROGRESS_EVERY:
+                return
+            last[0] = time.monotonic()
+            try:
+                _send(stream, {"progress": {"stats": dataclasses.asdict(stats), "step": dataclasses.asdict(step)}})
+            except OSError:
+                raise _ClientGone from None
+
+        return on_step
+
+    def bound_memory(self) -> None:
+        """Drop the KV cache when the process holds more than max_rss_bytes (the next prompt is fed whole)."""
+        from cadedit.model import language_model
+
+        rss = rss_bytes()
+        if self.max_rss_bytes and rss > self.max_rss_bytes:
+            language_model(self.loaded).reset()
+            self.cache_drops += 1
+            _trim_heap()
+            _log(f"RSS {rss / 2**30:.2f} GiB > {self.max_rss_bytes / 2**30:.2f} GiB: dropped the KV cache "
+                 f"(now {rss_bytes() / 2**30:.2f} GiB)")
+
+
+def _trim_heap() -> None:
+    """Hand freed heap back to the OS (glibc keeps it otherwise, and RSS would not fall)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def serve(socket_path: Path, loaded, idle_timeout: float = DEFAULT_IDLE_TIMEOUT, max_rss_bytes: int | None = None,
+          on_ready: Callable[[dict], None] | None = None) -> None:
+    """Serve `loaded` on socket_path until a stop request, idle_timeout seconds without one (0: never),
+    SIGTERM or Ctrl-C. max_rss_bytes None: the RSS now plus CACHE_ROOM."""
+    claim(socket_path)
+    try:
+        _serve_claimed(socket_path, loaded, idle_timeout, max_rss_bytes, on_ready)
+    finally:
+        release(socket_path)
+
+
+def _serve_claimed(socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int | None,
+                   on_ready: Callable[[dict], None] | None) -> None:
+    server = _Server(socket_path, loaded, idle_timeout, max_rss_bytes or rss_bytes() + CACHE_ROOM)
+    listener = _listen(socket_path)
+    try:
+        with _stop_on_sigterm(server.stopping):
+            _log(f"serving {loaded.name} on {socket_path} (pid {os.getpid()})")
+            if on_ready is not None:
+                on_ready(server.status())
+            _accept_until_done(listener, server)
+        for handler in server.handlers:  # an edit under way (and any waiting for it) finishes and answers first
+            handler.join()
+    finally:
+        listener.close()
+
+
+def _listen(socket_path: Path) -> socket.socket:
+    if len(os.fsencode(socket_path)) > 100:  # sun_path holds 108 bytes on Linux, 104 on macOS
+        raise ServerError(f"socket path {socket_path} is too long for a Unix socket",
+                          hint=f"set {RUNTIME_ENV} to a shorter folder")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # the socket is born 0600: no moment when another user could connect
+    try:
+        listener.bind(str(socket_path))
+    finally:
+        os.umask(old)
+    os.chmod(socket_path, 0o600)
+    listener.listen(16)
+    listener.settimeout(_POLL)
+    return listener
+
+
+def _accept_until_done(listener: socket.socket, server: _Server) -> None:
+    while not server.stopping.is_set():
+        if server.idle():
+            _log(f"no request for {server.idle_timeout:.0f} s: exiting")
+            return
+        try:
+            conn, _ = listener.accept()
+        except (TimeoutError, socket.timeout):
+            continue
+        conn.settimeout(None)
+        handler = threading.Thread(target=server.handle, args=(conn,), daemon=True)
+        handler.start()
+        server.handlers = [h for h in server.handlers if h.is_alive()] + [handler]
+    _log("stopped by request")
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm(stopping: threading.Event):
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- starting and stopping --------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """What `cadedit serve start` passes to the server process."""
+
+    model: str
+    device: str = "auto"
+    dtype: str = "auto"
+    threads: int | None = None
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    max_rss_bytes: int | None = None
+    socket: str = ""
+
+
+def run_server(config: ServerConfig, on_ready: Callable[[dict], None] | None = None) -> None:
+    """In this process: claim the socket (before the slow load, so a second start fails at once), load, serve."""
+    from cadedit.model import load_model
+
+    socket_path = Path(config.socket) if config.socket else default_socket()
+    claim(socket_path)
+    try:
+        loaded = load_model(config.model, config.device, config.dtype, config.threads)
+        _log(f"loaded {loaded.name} in {loaded.load_seconds:.1f} s ({loaded.dtype}, {loaded.threads} threads)")
+        _serve_claimed(socket_path, loaded, config.idle_timeout, config.max_rss_bytes, on_ready)
+    finally:
+        release(socket_path)
+
+
+def start_daemon(config: ServerConfig, timeout: float = START_TIMEOUT) -> dict:
+    """Start the server in its own session (output to the log beside the socket); return its status once
+    it answers, or raise a ServerError with the log's last line if it exits or stays silent."""
+    import subprocess
+
+    socket_path = Path(config.socket) if config.socket else default_socket()
+    pid = running_pid(socket_path)
+    if pid is not None:
+        raise ServerError(f"a cadedit server is already running (pid {pid}, socket {socket_path})",
+                          hint="use it, or stop it first: cadedit serve stop")
+    socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log = log_file(socket_path)
+    config = dataclasses.replace(config, socket=str(socket_path))
+    with open(log, "wb") as out:
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from cadedit.server import _daemon_main; _daemon_main(sys.argv[1])",
+             json.dumps(dataclasses.asdict(config))],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            raise ServerError(f"the cadedit server exited while starting: {_last_line(log)}", hint=f"see {log}")
+        with contextlib.suppress(ServerError):
+            status = _ask(socket_path, {"op": "status"}, 2.0)
+            if status.get("pid") == child.pid:
+                child.returncode = 0  # it lives on in its own session; no zombie to reap, no warning
+                return status
+        time.sleep(0.1)
+    child.terminate()
+    raise ServerError(f"the cadedit server did not answer within {timeout:.0f} s: {_last_line(log)}",
+                      hint=f"see {log}")
+
+
+def _last_line(log: Path) -> str:
+    """The log's last 'error:' line if any, else its last line (what a failed start says)."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    errors_ = [line for line in lines if line.startswith("error:")]
+    return (errors_ or lines or ["(the log is empty)"])[-1]
+
+
+def _daemon_main(config_json: str) -> None:
+    """The daemon's entry point: one line per failure in the log, exit code as the CLI's."""
+    config = ServerConfig(**json.loads(config_json))
+    try:
+        run_server(config)
+    except CadeditError as exc:
+        sys.stderr.write(f"error: {exc.message}\n" + (f"hint: {exc.hint}\n" if exc.hint else ""))
+        sys.exit(exc.exit_code)
+
+
+def stop(socket_path: Path | None = None, timeout: float = 30.0) -> int | None:
+    """Ask the server to stop and wait until it has (an edit under way finishes first); its pid, or None."""
+    path = socket_path or default_socket()
+    try:
+        pid = ServerClient.open(path, timeout=5.0).stop()["pid"]
+    except ServerError:
+        if running_pid(path) is None:
+            return None
+        raise
+    deadline = time.monotonic() + timeout
+    while running_pid(path) is not None:
+        if time.monotonic() > deadline:
+            raise ServerError(f"the cadedit server (pid {pid}) did not stop within {timeout:.0f} s",
+                              hint=f"kill {pid}")
+        time.sleep(0.05)
+    return pid
