@@ -189,7 +189,7 @@ def _tree_definition(node, in_class: bool):
             if value.type in _FUNCTION_VALUES or value.type in _CLASS_VALUES:
                 kind = "class" if value.type in _CLASS_VALUES else "function"
                 return kind, name.text.decode(), _statement(node.parent)
-    if node.type == "method_definition":
+    if node.type == "method_definition" and node.child_by_field_name("name") is not None:
         return "method", node.child_by_field_name("name").text.decode(), node
     if node.type in _FIELDS and in_class:
         value = node.child_by_field_name("value")

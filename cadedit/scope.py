@@ -257,29 +257,15 @@ _CHAIN = re.compile(rf"(?<![\w$.#])(?:{_IDENT})(?:(?:\.|::)(?:{_IDENT}))*")
 def mentioned_definitions(instruction: str, found: Outline) -> list[Definition]:
     """Definitions the instruction names as whole identifiers: `Class.method`, `method`, `Class`.
 
-    Names written as code win over plain words: in "load_settings should close the file", a
-    method `close` is the English verb, so only load_settings counts. Plain words are used only
-    when no code-looking name matches ("double should triple" still finds `double`).
+    Every match counts, plain words too: in "load_settings should close the file" a method
+    `close` adds its region. A scope larger than needed only copies less by construction; one
+    that misses the function to change makes the edit impossible, so no match is dropped.
     """
-    code: dict[Definition, None] = {}
-    words: dict[Definition, None] = {}
+    out: dict[Definition, None] = {}
     for m in _CHAIN.finditer(instruction):
-        into = code if _looks_like_code(m, instruction) else words
         for d in _definitions_named(_split_name(m.group(0)), found):
-            into[d] = None
-    return list(code or words)
-
-
-def _looks_like_code(m: re.Match, text: str) -> bool:
-    """Backticked, dotted, snake_case, camelCase, $/#-prefixed or called: not an English word."""
-    name = m.group(0)
-    before, after = text[m.start() - 1 : m.start()], text[m.end() : m.end() + 1]
-    return (
-        before == "`"
-        or after == "("
-        or re.search(r"[._$#:\d]", name) is not None
-        or any(c.isupper() for c in name[1:])
-    )
+            out[d] = None
+    return list(out)
 
 
 def _split_name(name: str) -> tuple[str, ...]:

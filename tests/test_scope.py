@@ -111,7 +111,7 @@ def test_a_nested_function_is_its_own_region_not_the_function_around_it():
 
 
 def test_decorators_and_the_comments_directly_above_belong_to_the_definition():
-    scope = resolve_scope(doc(), "load_settings should close the file")
+    scope = resolve_scope(doc(), "load_settings should cache nothing")
     assert spans(scope) == [LOAD]
     assert PY.splitlines()[LOAD[0] - 1] == "# Loads the settings."
 
@@ -127,10 +127,12 @@ def test_a_hash_line_inside_a_string_above_a_definition_is_not_a_comment():
     assert spans(resolve_scope(doc(src), "tool is wrong")) == [(3, 4)]
 
 
-def test_plain_words_count_only_when_no_name_is_written_as_code():
-    # "close" is a method of Reader, but next to `load_settings` it is the English verb.
-    assert spans(resolve_scope(doc(), "load_settings should close the file")) == [LOAD]
-    assert spans(resolve_scope(doc(), "close should flush first")) == [(at(PY, "def close"), at(PY, "pass"))]
+def test_every_name_counts_even_a_plain_word_since_a_larger_scope_is_safe():
+    # "close" is the English verb here, but dropping a name could drop the function to edit.
+    close = (at(PY, "def close"), at(PY, "pass"))
+    assert spans(resolve_scope(doc(), "load_settings should close the file")) == [LOAD, close]
+    # A backticked name next to a plain one: both, or the function to edit (outer) would be lost.
+    assert spans(resolve_scope(doc(), "Return a `Reader` from outer")) == [OUTER, READER]
 
 
 def test_a_name_that_the_file_mentions_only_in_a_comment_gives_no_region():

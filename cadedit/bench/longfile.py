@@ -1,0 +1,286 @@
+"""Long-file tasks: one planted one-line bug in a real 200-1,000-line module no one here wrote.
+
+Contract: `build_tasks(roots, n, seed)` picks up to n .py files under package roots (seeded, one
+task per file) and swaps one operator or constant inside one function body (`<`/`<=`, `>`/`>=`,
+`==`/`!=`, `is`/`is not`, `in`/`not in`, `+`/`-`, `+=`/`-=`, `and`/`or`, `True`/`False`, int n -> n+1).
+Candidates come from `ast`; only the token itself changes, and a swap is kept only when the text
+parses to exactly the expected mutated AST. Records are generic corpus records (corpus.py reads
+them): `before` = buggy text, `after` = original, `instruction` = the explicit instruction, plus
+`path`, `function`, `function_start`/`function_end` (the span outline.py gives), `bug_line`, `kind`,
+`correct`/`bug` (the token as it was / as planted), `instruction_vague`. `score()` gives exact match
+and lines changed outside/inside the function. Pure: no torch, no transformers.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cadedit.document import Document
+from cadedit.outline import PYTHON, outline
+
+# Each operator and the one it becomes; the text is how it is written between its operands.
+_SWAPS: dict[type, tuple[type, str, str]] = {
+    ast.Lt: (ast.LtE, "<", "<="), ast.LtE: (ast.Lt, "<=", "<"),
+    ast.Gt: (ast.GtE, ">", ">="), ast.GtE: (ast.Gt, ">=", ">"),
+    ast.Eq: (ast.NotEq, "==", "!="), ast.NotEq: (ast.Eq, "!=", "=="),
+    ast.Is: (ast.IsNot, "is", "is not"), ast.IsNot: (ast.Is, "is not", "is"),
+    ast.In: (ast.NotIn, "in", "not in"), ast.NotIn: (ast.In, "not in", "in"),
+    ast.Add: (ast.Sub, "+", "-"), ast.Sub: (ast.Add, "-", "+"),
+    ast.And: (ast.Or, "and", "or"), ast.Or: (ast.And, "or", "and"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Swap:
+    """Replace `old` by `new` at character `col` of line `line` (1-based), in function `function`."""
+
+    line: int
+    col: int
+    old: str
+    new: str
+    function: str
+    node: ast.AST  # the node that changes, so the mutated AST can be checked
+    field: str  # "ops" (index in `index`), "op" or "value"
+    index: int = 0
+
+    @property
+    def kind(self) -> str:
+        """compare | arithmetic | augmented | boolean | bool-constant | int-constant."""
+        if isinstance(self.node, ast.Constant):
+            return "bool-constant" if isinstance(self.node.value, bool) else "int-constant"
+        kinds = {ast.Compare: "compare", ast.BinOp: "arithmetic", ast.AugAssign: "augmented"}
+        return kinds.get(type(self.node), "boolean")
+
+
+def build_tasks(
+    roots: Sequence[str | Path], n: int, seed: int, min_lines: int = 200, max_lines: int = 1000
+) -> list[dict]:
+    """Up to n tasks from .py files of min_lines..max_lines lines under the package roots."""
+    rng = random.Random(seed)
+    files = _candidate_files(roots, min_lines, max_lines)
+    rng.shuffle(files)
+    tasks: list[dict] = []
+    for relative, path in files:
+        if len(tasks) >= n:
+            break
+        task = _task_for_file(relative, path, rng)
+        if task is not None:
+            tasks.append(task)
+    return tasks
+
+
+def write_tasks(tasks: Sequence[dict], path: str | Path) -> None:
+    """One JSON record a line; bench/corpus.py load_corpus() reads the file back as cases."""
+    with Path(path).open("w", encoding="utf-8") as out:
+        for task in tasks:
+            out.write(json.dumps(task, ensure_ascii=False) + "\n")
+
+
+def score(task: dict, new_text: str) -> dict:
+    """Exact match with the original, and lines changed (vs the buggy text) outside/inside the function."""
+    before = task["before"].splitlines(keepends=True)
+    after = new_text.splitlines(keepends=True)
+    start, end = task["function_start"], task["function_end"]
+    outside = inside = 0
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        old_lines = range(i1 + 1, i2 + 1)  # 1-based lines of the buggy text this block removes
+        out = sum(1 for k in old_lines if not start <= k <= end)
+        # New lines beyond those removed sit outside when nothing of the block is inside the
+        # function; a pure insertion is inside only strictly between two of its lines.
+        surplus = max(0, (j2 - j1) - (i2 - i1))
+        anchored_inside = (start <= i1 < end) if not old_lines else out < len(old_lines)
+        outside += out + (0 if anchored_inside else surplus)
+        inside += (len(old_lines) - out) + (surplus if anchored_inside else 0)
+    return {
+        "exact": new_text == task["after"],
+        "lines_changed_outside": outside,
+        "lines_changed_inside": inside,
+    }
+
+
+# -- files --------------------------------------------------------------------------------------
+
+
+def _candidate_files(roots: Sequence[str | Path], min_lines: int, max_lines: int) -> list[tuple[str, Path]]:
+    """(path relative to the root's parent, e.g. "rich/table.py", absolute path), sorted."""
+    found: dict[str, Path] = {}
+    for root in map(Path, roots):
+        for path in sorted(root.rglob("*.py")) if root.is_dir() else [root]:
+            if "__pycache__" in path.parts:
+                continue
+            try:
+                n_lines = path.read_bytes().count(b"\n")
+            except OSError:
+                continue
+            if min_lines <= n_lines <= max_lines:
+                found.setdefault(path.relative_to(root.parent).as_posix(), path)
+    return sorted(found.items())
+
+
+def _task_for_file(relative: str, path: Path, rng: random.Random) -> dict | None:
+    try:
+        document = Document.from_bytes(path.read_bytes(), relative)
+    except Exception:  # noqa: BLE001 - unreadable or not UTF-8: not a candidate, whatever the reason
+        return None
+    source = "\n".join(document.display_lines())
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    # A kind first, then a swap of that kind: rich has 10x more `1`->`2` than `<`->`<=` swaps.
+    by_kind: dict[str, list[Swap]] = {}
+    for swap in candidate_swaps(tree, document.display_lines()):
+        by_kind.setdefault(swap.kind, []).append(swap)
+    kinds = sorted(by_kind)
+    rng.shuffle(kinds)
+    for swap in (s for kind in kinds for s in rng.sample(by_kind[kind], len(by_kind[kind]))):
+        buggy = apply_swap(document, swap)
+        if _is_exact_mutation(tree, swap, buggy):
+            return _record(relative, document, buggy, swap)
+    return None
+
+
+# -- candidates ---------------------------------------------------------------------------------
+
+
+def candidate_swaps(tree: ast.AST, bodies: Sequence[str]) -> Iterator[Swap]:
+    """Every one-line swap inside a function body; `bodies` are the lines without terminators."""
+    yield from _walk(tree, (), None, bodies)
+
+
+def _walk(node: ast.AST, prefix: tuple[str, ...], function: str | None, bodies: Sequence[str]) -> Iterator[Swap]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        inner = prefix + (node.name,)
+        # Decorators, defaults and annotations run outside the body: only the body counts.
+        scope = ".".join(inner) if not isinstance(node, ast.ClassDef) else function
+        for stmt in node.body:
+            yield from _walk(stmt, inner, scope, bodies)
+        return
+    if isinstance(node, ast.JoinedStr):
+        return  # f-string parts have unreliable positions before Python 3.12
+    if function is not None:
+        yield from _swaps_at(node, function, bodies)
+    for child in ast.iter_child_nodes(node):
+        yield from _walk(child, prefix, function, bodies)
+
+
+def _swaps_at(node: ast.AST, function: str, bodies: Sequence[str]) -> Iterator[Swap]:
+    if isinstance(node, ast.Compare):
+        for i, op in enumerate(node.ops):
+            left = node.left if i == 0 else node.comparators[i - 1]
+            yield from _between(left, node.comparators[i], op, function, bodies, node, "ops", i)
+    elif isinstance(node, ast.BinOp):
+        yield from _between(node.left, node.right, node.op, function, bodies, node, "op")
+    elif isinstance(node, ast.AugAssign):
+        yield from _between(node.target, node.value, node.op, function, bodies, node, "op", aug=True)
+    elif isinstance(node, ast.BoolOp):
+        # `a and b and c` has one op for all its values: swapping the first keeps the AST check exact.
+        if len(node.values) == 2:
+            yield from _between(node.values[0], node.values[1], node.op, function, bodies, node, "op")
+    elif isinstance(node, ast.Constant) and node.lineno == node.end_lineno:
+        text = _segment(bodies, node.lineno, node.col_offset, node.end_col_offset)
+        col = _chars(bodies[node.lineno - 1], node.col_offset)
+        if node.value is True or node.value is False:
+            yield Swap(node.lineno, col, text, str(not node.value), function, node, "value")
+        elif type(node.value) is int and text.isascii() and text.isdigit():
+            yield Swap(node.lineno, col, text, str(node.value + 1), function, node, "value")
+
+
+def _between(left, right, op, function, bodies, node, field, index=0, *, aug=False) -> Iterator[Swap]:
+    """The swap of `op`, written on one line between the end of `left` and the start of `right`."""
+    if type(op) not in _SWAPS or left.end_lineno != right.lineno:
+        return
+    _, old, new = _SWAPS[type(op)]
+    if aug:
+        old, new = old + "=", new + "="
+    body = bodies[right.lineno - 1]
+    a, b = _chars(body, left.end_col_offset), _chars(body, right.col_offset)
+    gap = body[a:b]
+    # Only parentheses and spaces may sit around the operator; anything else (a comment, a
+    # backslash continuation) and the candidate is dropped rather than guessed at.
+    written = gap.strip(" \t()")
+    if " ".join(written.split()) != old:
+        return
+    col = a + len(gap) - len(gap.lstrip(" \t()"))
+    yield Swap(right.lineno, col, written, new, function, node, field, index)
+
+
+def _chars(body: str, byte_offset: int) -> int:
+    """ast columns are UTF-8 byte offsets; strings index characters."""
+    return len(body.encode("utf-8")[:byte_offset].decode("utf-8", errors="ignore"))
+
+
+def _segment(bodies: Sequence[str], line: int, start: int, end: int) -> str:
+    return bodies[line - 1].encode("utf-8")[start:end].decode("utf-8", errors="ignore")
+
+
+# -- applying and checking ----------------------------------------------------------------------
+
+
+def apply_swap(document: Document, swap: Swap) -> str:
+    """The document's text with the swap made; every other byte is kept."""
+    lines = list(document.lines)
+    line = lines[swap.line - 1]
+    bom = "\ufeff" if swap.line == 1 and line.startswith("\ufeff") else ""
+    col = swap.col + len(bom)
+    assert line[col : col + len(swap.old)] == swap.old, (line, swap)
+    lines[swap.line - 1] = line[:col] + swap.new + line[col + len(swap.old) :]
+    return "".join(lines)
+
+
+def _is_exact_mutation(tree: ast.AST, swap: Swap, buggy: str) -> bool:
+    """Whether the buggy text parses to the original tree with exactly this one change."""
+    try:
+        new_tree = ast.parse("\n".join(Document.from_text(buggy).display_lines()))
+    except (SyntaxError, ValueError, RecursionError):
+        return False
+    before = ast.dump(tree)
+    saved = getattr(swap.node, swap.field)
+    if swap.field == "ops":
+        ops = list(saved)
+        ops[swap.index] = _SWAPS[type(ops[swap.index])][0]()
+        setattr(swap.node, "ops", ops)
+    elif swap.field == "op":
+        setattr(swap.node, "op", _SWAPS[type(saved)][0]())
+    else:
+        setattr(swap.node, "value", (not saved) if isinstance(saved, bool) else saved + 1)
+    try:
+        expected = ast.dump(tree)
+    finally:
+        setattr(swap.node, swap.field, saved)
+    return expected != before and ast.dump(new_tree) == expected
+
+
+def _record(relative: str, document: Document, buggy: str, swap: Swap) -> dict:
+    definitions = outline(document, PYTHON).definitions
+    span = next(d for d in definitions if d.qualname == swap.function and d.start <= swap.line <= d.end)
+    original_line = document.display_lines()[swap.line - 1].strip()
+    buggy_line = Document.from_text(buggy).display_lines()[swap.line - 1].strip()
+    if len(buggy_line) <= 120:
+        change = f"change `{buggy_line}` to `{original_line}`"
+    else:
+        change = f"change `{swap.new}` back to `{swap.old}`"
+    return {
+        "id": f"longfile/{relative}:{swap.line}",
+        "language": "python",
+        "path": relative,
+        "before": buggy,
+        "after": document.text,
+        "instruction": f"In function `{swap.function}` (line {swap.line}), {change}.",
+        "instruction_vague": f"There is a bug in function `{swap.function}`. Fix it.",
+        "function": swap.function,
+        "function_start": span.start,
+        "function_end": span.end,
+        "bug_line": swap.line,
+        "kind": swap.kind,
+        "correct": swap.old,
+        "bug": swap.new,
+    }
