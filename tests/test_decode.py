@@ -13,19 +13,14 @@ import pytest
 import torch
 
 from cadedit import prompt
-from cadedit.decode import (
-    Sampling,
-    allowed_tensor,
-    sample,
-    sampling_picker,
-    script_picker,
-)
+from cadedit.decode import allowed_tensor, sample, sampling_picker, script_picker
 from cadedit.diff import unified_diff
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.model import LoadedModel, encode
+from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.oracle import oracle
-from cadedit.pipeline import EditOptions, edit_file, grammar_for
+from cadedit.pipeline import edit_file, grammar_for
 from cadedit.program import Copy, Gen, Program, format
 from cadedit.resolve import to_display_program, to_document_program
 from tests.tinymodel import make_model
@@ -55,10 +50,15 @@ def loaded() -> LoadedModel:
     return LoadedModel(make_model(), make_tokenizer(), "tiny", "cpu", torch.float32, 1, 4096, 0.0)
 
 
-def forced_edit(loaded, before: Document, after: Document, **kwargs):
+def program_options(**kwargs) -> EditOptions:
+    """This module tests the program mode (the default mode is verify: test_rewrite, test_verify)."""
+    return EditOptions(mode=Mode.PROGRAM, **kwargs)
+
+
+def forced_edit(loaded, before: Document, after: Document, options: EditOptions | None = None, **kwargs):
     target = format(to_display_program(oracle(before, after), before))
     pick = script_picker(target, grammar_for(loaded).vocab.tokens, lambda text: encode(loaded.tokenizer, text))
-    return edit_file(before, "Edit.", loaded=loaded, pick=pick, **kwargs)
+    return edit_file(before, "Edit.", options or program_options(), loaded=loaded, pick=pick, **kwargs)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -69,23 +69,30 @@ def test_forcing_the_oracle_program_reproduces_the_gold_file_exactly(loaded, nam
     assert result.new_text.encode() == after.to_bytes()
     assert result.program == oracle(before, after)
     assert result.changed == (before.text != after.text)
+    assert result.mode is Mode.PROGRAM
 
 
 class Recording:
-    """Wraps the model: what its cache holds after every call (fed ids, minus cropped drafts)."""
+    """Wraps the loaded model's LM (cadedit.model.TransformersLM) for one decode: what each forward
+    is fed; what its cache holds is the LM's own id list (fed ids, minus cropped drafts)."""
 
     def __init__(self, inner):
-        self.inner, self.calls, self.cache_ids = inner, [], []
+        self.inner, self.calls = inner, []
 
-    def __call__(self, ids, keep=1):
+    def feed(self, ids, keep=1):
         self.calls.append(list(ids))
-        self.cache_ids += list(ids)
-        return self.inner(ids, keep)
+        return self.inner.feed(ids, keep)
 
     def crop(self, n):
-        if n:
-            del self.cache_ids[-n:]
         self.inner.crop(n)
+
+    def reuse(self, prompt_ids):
+        return self.inner.reuse(prompt_ids)
+
+    @property
+    def cache_ids(self):
+        assert self.inner.cache.get_seq_length() == len(self.inner.ids)
+        return self.inner.ids
 
 
 @pytest.fixture
@@ -93,8 +100,8 @@ def recording(monkeypatch):
     import cadedit.pipeline as pipeline
 
     made = []
-    real = pipeline.model_forward
-    monkeypatch.setattr(pipeline, "model_forward", lambda model, cache: made.append(Recording(real(model, cache))) or made[-1])
+    real = pipeline.language_model
+    monkeypatch.setattr(pipeline, "language_model", lambda loaded: made.append(Recording(real(loaded))) or made[-1])
     return made
 
 
@@ -102,7 +109,7 @@ def recording(monkeypatch):
 def test_the_cache_holds_the_interleaved_program_the_prompt_example_shows(loaded, recording, draft):
     """Everything the cache holds after the prompt, decoded, is the program with each copy's lines after it."""
     before, after = (Document.from_text(t) for t in CASES["blank-line runs around copies"])
-    result = forced_edit(loaded, before, after, options=EditOptions(draft=draft))
+    result = forced_edit(loaded, before, after, options=program_options(draft=draft))
     model = recording[-1]
     seen = loaded.tokenizer.decode(model.cache_ids[result.prompt_tokens :])
     expected = prompt.interleaved(to_display_program(result.program, before), before)
@@ -120,8 +127,8 @@ def test_the_cache_holds_the_interleaved_program_the_prompt_example_shows(loaded
 @pytest.mark.parametrize("name", ["fix one line", "crlf", "insert at top, delete at end", "unicode", "reserved literals in the file"])
 def test_drafts_save_forwards_and_never_change_the_program(loaded, name):
     before, after = (Document.from_text(t, "case.py") for t in CASES[name])
-    plain = forced_edit(loaded, before, after, options=EditOptions(draft=False))
-    drafted = forced_edit(loaded, before, after, options=EditOptions(draft=True))
+    plain = forced_edit(loaded, before, after, options=program_options(draft=False))
+    drafted = forced_edit(loaded, before, after, options=program_options(draft=True))
     assert drafted.program_text == plain.program_text and drafted.new_text == after.text
     assert drafted.stats.forward_passes < plain.stats.forward_passes
     assert drafted.stats.tokens_sampled + drafted.stats.tokens_forced == plain.stats.tokens_sampled + plain.stats.tokens_forced
@@ -137,7 +144,7 @@ def test_drafts_do_not_change_what_the_random_model_picks(loaded):
         for draft in (False, True):
             pick = _biased(sampling_picker(Sampling()), vocab_tokens, seed)
             try:
-                texts.append(edit_file(before, "Edit.", EditOptions(max_new_tokens=120, draft=draft), loaded=loaded,
+                texts.append(edit_file(before, "Edit.", program_options(max_new_tokens=120, draft=draft), loaded=loaded,
                                        pick=pick).program_text)
             except BudgetError as exc:
                 texts.append(str(exc))
@@ -149,7 +156,7 @@ def test_spliced_tokens_are_the_lines_tokenised_on_their_own(loaded, draft):
     tok = loaded.tokenizer
     before, after = (Document.from_text(t) for t in CASES["fix one line"])
     steps = []
-    forced_edit(loaded, before, after, options=EditOptions(draft=draft), on_step=lambda stats, step: steps.append(step))
+    forced_edit(loaded, before, after, options=program_options(draft=draft), on_step=lambda stats, step: steps.append(step))
     expected = [len(encode(tok, before.display_text(c.start, c.end))) for c in (Copy(1, 1), Copy(3, 5))]
     assert [(s.copies, s.spliced) for s in steps if s.copies] == [(1, n) for n in expected]
 
@@ -176,7 +183,7 @@ def test_span_starting_with_a_blank_line_is_the_one_seam_that_differs():
 def test_budget_runs_out_with_an_error_that_says_so(loaded):
     before, after = (Document.from_text(t) for t in CASES["rewrite everything"])
     with pytest.raises(BudgetError, match="budget of 5 new tokens") as info:
-        forced_edit(loaded, before, after, options=EditOptions(max_new_tokens=5))
+        forced_edit(loaded, before, after, options=program_options(max_new_tokens=5))
     assert "--max-new-tokens" in info.value.hint
 
 
@@ -199,6 +206,62 @@ def test_top_p_keeps_only_the_nucleus_and_seed_makes_it_reproducible():
     assert wide == {0, 1, 2, 3}
 
 
+LOGITS = torch.tensor([1.0, 0.2, -0.5, 2.0, 0.0, -1.0, 0.7, 1.5])
+
+
+def frequencies(n: int, seed: int, sampling: Sampling, guess: int | None, allowed=None) -> np.ndarray:
+    generator = torch.Generator().manual_seed(seed)
+    counts = np.zeros(len(LOGITS))
+    for _ in range(n):
+        counts[sample(LOGITS, allowed, sampling, generator, guess)] += 1
+    return counts / n
+
+
+def total_variation(p: np.ndarray, q: np.ndarray) -> float:
+    return 0.5 * float(np.abs(p - q).sum())
+
+
+@pytest.mark.parametrize("guess", [None, 3, 0, 5])  # no draft; the likeliest token; a middling one; the least likely
+def test_sampling_with_a_drafted_guess_draws_the_plain_distribution(guess):
+    """A drafted token is accepted with the model's probability of it, else the rest is sampled
+    without it: together exactly softmax(logits / T) (20,000 draws, a fixed seed)."""
+    sampling = Sampling(temperature=0.8)
+    expected = torch.softmax(LOGITS / 0.8, dim=-1).numpy()
+    seen = frequencies(20_000, 7, sampling, guess)
+    assert total_variation(seen, expected) < 0.02
+    if guess is not None:  # not the degenerate "always take the guess"
+        assert abs(seen[guess] - expected[guess]) < 0.02
+
+
+@pytest.mark.parametrize("guess", [0, 2, 4])
+def test_a_guess_keeps_the_nucleus_and_the_mask(guess):
+    """With top_p and a mask, a guess outside what plain sampling may draw is never returned, and the
+    distribution is that of plain sampling (20,000 draws each)."""
+    sampling = Sampling(temperature=1.0, top_p=0.8)
+    allowed = torch.tensor([True, True, False, True, True, True, True, True])
+    plain = frequencies(20_000, 1, sampling, None, allowed)
+    drafted = frequencies(20_000, 2, sampling, guess, allowed)
+    assert plain[2] == drafted[2] == 0.0  # masked out
+    assert (drafted[plain == 0] == 0).all()  # nothing outside the nucleus
+    assert total_variation(plain, drafted) < 0.02
+    if guess in (2, 4):  # masked, or outside the nucleus: never returned
+        assert drafted[guess] == 0.0
+
+
+def test_greedy_ignores_the_guess():
+    allowed = torch.ones(len(LOGITS), dtype=torch.bool)
+    assert {sample(LOGITS, allowed, Sampling(), None, guess) for guess in (None, 0, 5, 99)} == {3}
+    assert sample(LOGITS, None, Sampling(), None, 0) == 3
+
+
+def test_a_sampled_guess_is_reproducible_with_a_seed():
+    picks = []
+    for seed in (4, 4, 5):
+        pick = sampling_picker(Sampling(temperature=1.0, seed=seed))
+        picks.append([pick(LOGITS, None, [], guess) for guess in [0, 1, 3, None] * 25])
+    assert picks[0] == picks[1] != picks[2]
+
+
 def _biased(pick, vocab_tokens, seed=0):
     """The random model, nudged towards the program's literals, and closing a gen (about one token in
     six) so that it finishes programs within a small budget; the text of gens stays random."""
@@ -206,7 +269,7 @@ def _biased(pick, vocab_tokens, seed=0):
     bias = torch.tensor([3.0 if t and t in literals else 0.0 for t in vocab_tokens])
     close, rng = b"</gen>\n", random.Random(seed)
 
-    def biased(logits, mask, ids):
+    def biased(logits, mask, ids, guess=None):
         text = b"".join(vocab_tokens[i] for i in ids)
         if text.rfind(b"<gen>") > text.rfind(b"</gen>"):  # inside a gen body
             done = max(k for k in range(len(close)) if text.endswith(close[:k]))
@@ -214,7 +277,7 @@ def _biased(pick, vocab_tokens, seed=0):
                 fits = [i for i in np.flatnonzero(mask) if vocab_tokens[i] and close[done:].startswith(vocab_tokens[i])]
                 if fits:
                     return int(max(fits, key=lambda i: len(vocab_tokens[i])))
-        return pick(logits + bias[: logits.shape[-1]], mask, ids)
+        return pick(logits + bias[: logits.shape[-1]], mask, ids, guess)
 
     return biased
 
@@ -239,7 +302,7 @@ def test_whatever_the_random_model_writes_resolves_and_its_diff_applies(loaded, 
     for seed in range(10):
         pick = _biased(sampling_picker(Sampling(temperature=1.0, seed=seed)), vocab_tokens, seed)
         try:
-            result = edit_file(before, "Do something.", EditOptions(max_new_tokens=120), loaded=loaded, pick=pick)
+            result = edit_file(before, "Do something.", program_options(max_new_tokens=120), loaded=loaded, pick=pick)
         except BudgetError:
             continue
         finished += 1
@@ -255,7 +318,7 @@ def test_same_seed_same_program_greedy_is_deterministic(loaded):
     for seed in (5, 5, 6):
         pick = _biased(sampling_picker(Sampling(temperature=1.0, seed=seed)), vocab_tokens, seed)
         try:
-            runs.append(edit_file(before, "Edit.", EditOptions(max_new_tokens=60), loaded=loaded, pick=pick).program_text)
+            runs.append(edit_file(before, "Edit.", program_options(max_new_tokens=60), loaded=loaded, pick=pick).program_text)
         except BudgetError as exc:
             runs.append(str(exc))
     assert runs[0] == runs[1] != runs[2]
