@@ -258,7 +258,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
     """
     import json
 
-    from cadedit.diff import show, unified_diff, write_atomic
+    from cadedit.diff import count_changes, show, unified_diff, write_atomic
     from cadedit.document import Document
     from cadedit.options import EditOptions, Sampling
     from cadedit.program import format as format_program
@@ -299,6 +299,10 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
     if answer is None:
         _no_passing_try(outcome, diff_text, quiet or as_json)
     result = answer.result
+    if not quiet:
+        added, removed = count_changes(diff_text)
+        say(f"{document.path}: " + (f"+{added} -{removed} lines" if diff_text else "no change")
+            + f" ({answer.summary()}, try {answer.number} of {tries})")
     if as_json:
         pass
     elif show_program:
@@ -643,6 +647,10 @@ def _hook_report(outcomes) -> dict:
         say(f"cadedit hook: {outcome.path}: {outcome.status.value}{change}{note}")
     return counts
 
+
+from cadedit.serve_cli import app as serve_app  # noqa: E402 - light: imports no torch
+
+app.add_typer(serve_app, name="serve")
 
 from cadedit.bench.cli import app as bench_app  # noqa: E402 - light: imports no torch
 

@@ -81,7 +81,10 @@ def _scoped_source(document: Document, fence: str, regions, headers) -> str:
 
 def prepare(loaded: LoadedModel, document: Document, instruction: str, options: EditOptions) -> Prepared:
     """Tokenise the prompt; refuse a file that cannot fit (prompt + the edited file + room)."""
-    mode = Mode(options.mode)
+    try:
+        mode = Mode(options.mode)
+    except ValueError:
+        raise ModelError(f"unknown mode {options.mode!r}", hint=f"use one of {', '.join(m.value for m in Mode)}") from None
     if options.layout not in LAYOUTS:
         raise ModelError(f"unknown prompt layout {options.layout!r}", hint=f"use one of {', '.join(LAYOUTS)}")
     fence = source = ""
@@ -253,16 +256,39 @@ def _scoped_text(document: Document, prepared: Prepared, answer: str) -> str:
 
 
 def _trim_overlap(text: str, document: Document, a: int, b: int) -> str:
-    """A region's new text without the lines a model retyped past either end of it: its trailing
-    lines that equal the file's lines right after the region (and leading ones equal to the lines
-    right before) are copied from the file anyway, so they are dropped from the region."""
+    """A region's new text without the lines a model retyped past either end of it.
+
+    Its last lines that equal the file's next lines after the region (blank lines aside) are
+    copied from the file anyway, so they are dropped, with the blank lines before them when the
+    region itself did not end in one; the same for its first lines and the lines before it."""
     new = text.splitlines(keepends=True)
-    after = _ends([document.display_text(k, k) for k in range(b + 1, min(document.n_lines, b + len(new)) + 1)])
-    tail = max((k for k in range(1, len(after) + 1) if _ends(new[len(new) - k :]) == after[:k]), default=0)
-    new = new[: len(new) - tail]
-    before = _ends([document.display_text(k, k) for k in range(max(1, a - len(new)), a)])
-    head = max((k for k in range(1, len(before) + 1) if _ends(new[:k]) == before[len(before) - k :]), default=0)
-    return "".join(new[head:])
+    lines = [document.display_text(k, k) for k in range(1, document.n_lines + 1)]
+    after = _ends(lines[b : b + len(new) + 8])
+    cut = _overlap(_ends(new), after)
+    if cut is not None:
+        new = new[:cut]
+        if lines[b - 1].strip():
+            while new and not new[-1].strip():
+                new.pop()
+    before = _ends(lines[max(0, a - 1 - len(new) - 8) : a - 1])
+    cut = _overlap(_ends(new)[::-1], before[::-1])
+    if cut is not None:
+        new = new[len(new) - cut :]
+        if lines[a - 1].strip():
+            while new and not new[0].strip():
+                new.pop(0)
+    return "".join(new)
+
+
+def _overlap(new: list[str], following: list[str]) -> int | None:
+    """Where `new` starts running into `following`: the index in new of the first of its last k
+    non-blank lines, for the largest k with those lines equal to following's first k non-blank ones."""
+    at = [i for i, line in enumerate(new) if line.strip()]
+    nonblank = [line for line in following if line.strip()]
+    for k in range(min(len(at), len(nonblank)), 0, -1):
+        if [new[i] for i in at[-k:]] == nonblank[:k]:
+            return at[-k]
+    return None
 
 
 def _ends(lines: list[str]) -> list[str]:

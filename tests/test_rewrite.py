@@ -230,9 +230,6 @@ def test_lookup_is_greedy_whatever_the_models_generation_config_says():
     assert isinstance(TOK.decode(list(lookup.ids)), str)
 
 
-@pytest.mark.xfail(strict=True, reason="source bug: EditOptions(mode='fastest') reaches pipeline.prepare's Mode(options.mode) "
-                   "and raises a bare ValueError; before 77e3de8 an unknown mode was a ModelError('unknown mode ...') "
-                   "with a hint, as every other bad option is")
 def test_an_unknown_mode_is_refused():
     document = Document.from_text(BEFORE)
     with pytest.raises(ModelError, match="unknown mode"):

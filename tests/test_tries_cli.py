@@ -237,8 +237,6 @@ def test_best_candidate_is_the_broken_one_when_the_last_changes_nothing(work, ti
     assert (work / "a.py").read_bytes() == BEFORE
 
 
-@pytest.mark.xfail(strict=True, reason="single-file `fix` no longer says 'no change' (nor '+A -R lines') on "
-                   "stderr: the summary line of the old fix() was dropped; only _fix_many prints it")
 def test_allow_no_change_accepts_it_and_says_no_change(work, tiny_dir, scripted):
     calls = scripted(SAME)
     result = fix(tiny_dir, "--allow-no-change", "--write")

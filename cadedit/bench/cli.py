@@ -650,3 +650,114 @@ def tries(
                 out.print(f"  {k:8s} tests passed {s['passed']}/{summary['n']}, answered {s['answered']}, "
                           f"median {s['seconds_median']:.1f} s, mean {s['seconds_mean']:.1f} s")
         out.print(f"  checks alone turned {summary['checks_turned_fail_into_pass']} failed single tries into passes")
+
+
+# -- long files --------------------------------------------------------------------------------
+
+
+@app.command()
+def longfile(
+    model: ModelOpt = None,
+    packages: Annotated[str, typer.Option(
+        help="Installed packages whose modules are the long files (comma-separated).")] = "rich,click,typer,pygments",
+    n: Annotated[int, typer.Option("--tasks", "-n", min=1, help="How many tasks (one per file).")] = 10,
+    seed: Annotated[int, typer.Option(help="Which files and which swaps.")] = 0,
+    min_lines: Annotated[int, typer.Option(help="Shortest file.")] = 200,
+    max_lines: Annotated[int, typer.Option(help="Longest file.")] = 1000,
+    instructions: Annotated[str, typer.Option(help="explicit, vague or both.")] = "both",
+    scoping: Annotated[str, typer.Option("--scoping", help="on, off or both (scoped vs whole-file verify edits).")] = "on",
+    max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = 3,
+    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
+    save_tasks: Annotated[Path | None, typer.Option("--save-tasks", help="Also write the tasks as JSONL.")] = None,
+    json_path: JsonOpt = None,
+) -> None:
+    """Real long files with one planted one-line bug each (bench/longfile.py), edited as `cadedit fix`
+    edits them: scope from the instruction, verify mode, tries with syntax/no-change checks. Per task:
+    exact match with the original, lines changed outside the named function, wall seconds, and the
+    first try's result beside the verified one.
+
+    Example: cadedit bench longfile --model MODEL -n 30 --scoping both --json longfile.json
+    """
+    import importlib.util
+    import time
+
+    from cadedit.bench import longfile as lf
+    from cadedit.bench.report import ResultsFile
+    from cadedit.document import Document
+    from cadedit.model import load_model
+    from cadedit.options import EditOptions, Mode
+    from cadedit.scope import find_line_refs, resolve_scope
+    from cadedit.tries import CheckPlan, edit_verified
+
+    roots = []
+    for name in (p.strip() for p in packages.split(",") if p.strip()):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise typer.BadParameter(f"{name} is not an installed package", param_hint="--packages")
+        roots.append(list(spec.submodule_search_locations)[0])
+    tasks = lf.build_tasks(roots, n, seed, min_lines, max_lines)
+    if save_tasks:
+        lf.write_tasks(tasks, save_tasks)
+    kinds = {"explicit": ("explicit",), "vague": ("vague",), "both": ("explicit", "vague")}[instructions]
+    scopes = {"on": (True,), "off": (False,), "both": (True, False)}[scoping]
+    with err.status("loading the model ..."):
+        loaded = load_model(model, "auto", dtype, threads)
+    meta = {"command": "longfile", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
+            "threads": loaded.threads, "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks)}
+    rows: list[dict] = []
+    results = ResultsFile(json_path)
+
+    def save(partial: bool, force: bool = True) -> None:
+        results.write({**meta, "summary": _longfile_summary(rows), "rows": rows}, partial=partial, force=force)
+
+    def step(item) -> None:
+        task, kind, scoped = item
+        instruction = task["instruction"] if kind == "explicit" else task["instruction_vague"]
+        document = Document.from_text(task["before"], task["path"])
+        options = EditOptions(model=loaded.name, mode=Mode.VERIFY)
+        regions = ()
+        if scoped:
+            scope = resolve_scope(document, instruction)
+            regions = tuple((r.start, r.end) for r in scope.regions)
+            refs = tuple(k for ref in find_line_refs(instruction, document.path) for k in range(ref.start, ref.end + 1))
+            options = EditOptions(model=loaded.name, mode=Mode.VERIFY, regions=regions, referenced=refs[:20])
+        start = time.perf_counter()
+        verified = edit_verified(document, instruction, options, CheckPlan(), max_tries, loaded=loaded)
+        seconds = time.perf_counter() - start
+        first, answer = verified.tries[0], verified.answer
+        row = {"id": task["id"], "path": task["path"], "lines": len(task["before"].splitlines()), "kind": kind,
+               "scoped": scoped, "regions": regions, "seconds": seconds, "tries": len(verified.tries),
+               "first_seconds": first.seconds, "answered": answer is not None,
+               "first": lf.score(task, first.result.new_text) if first.result else None,
+               "verified": lf.score(task, answer.result.new_text) if answer else None}
+        rows.append(row)
+        v = row["verified"] or {}
+        err.print(f"{task['path']} ({row['lines']} lines) {kind} {'scoped' if scoped else 'whole'}: "
+                  f"exact {bool(v.get('exact'))}, outside {v.get('lines_changed_outside', '-')}, "
+                  f"{seconds:.1f} s, {row['tries']} tries")
+
+    work = [(task, kind, scoped) for task in tasks for kind in kinds for scoped in scopes]
+    run_cases(work, len(work), "longfile", step, save)
+    save(False)
+    for key, summary in _longfile_summary(rows).items():
+        out.print(f"{key}: {summary}")
+
+
+def _longfile_summary(rows: list[dict]) -> dict:
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(f"{row['kind']}/{'scoped' if row['scoped'] else 'whole'}", []).append(row)
+    summary = {}
+    for key, group in sorted(groups.items()):
+        verified = [r["verified"] for r in group]
+        firsts = [r["first"] for r in group]
+        summary[key] = {
+            "n": len(group),
+            "exact_verified": sum(bool(v and v["exact"]) for v in verified),
+            "exact_first_try": sum(bool(f and f["exact"]) for f in firsts),
+            "runs_changing_outside": sum(bool(v and v["lines_changed_outside"]) for v in verified),
+            "seconds_total": round(sum(r["seconds"] for r in group), 1),
+            "first_try_seconds_total": round(sum(r["first_seconds"] for r in group), 1),
+        }
+    return summary
