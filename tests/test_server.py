@@ -1,0 +1,343 @@
+"""The warm server (cadedit.server) with the tiny random Qwen2: in a thread of this process for the
+protocol (the model's choices scripted as in test_fix_cli, so answers are exact), in a subprocess
+for the `cadedit serve` commands. Sockets live in a short folder under /tmp (CADEDIT_RUNTIME_DIR):
+a Unix socket path holds about 100 bytes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import dataclasses
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import cadedit.pipeline as pipeline
+from cadedit import errors, server
+from cadedit.decode import DecodeStats, script_picker
+from cadedit.document import Document
+from cadedit.model import language_model, load_model
+from cadedit.options import EditOptions, Mode
+from cadedit.oracle import oracle
+from cadedit.program import format
+from cadedit.resolve import to_display_program
+from tests.tinymodel import save_model
+
+BEFORE = b"def add(a, b):\r\n    return a - b\r\n\r\n\r\nprint(add(1, 2))\r\n"
+AFTER = b"def add(a, b):\r\n    return a + b\r\n\r\n\r\nprint(add(1, 2))\r\n"
+OTHER_BEFORE = b"def sub(a, b):\n    return a + b\n"
+OTHER_AFTER = b"def sub(a, b):\n    return a - b\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def held(tiny_dir):
+    """The server's model: loaded apart from `local`, so each has its own KV cache."""
+    return load_model(str(tiny_dir), "cpu", "fp32", 1)
+
+
+@pytest.fixture(scope="module")
+def local(tiny_dir):
+    return load_model(str(tiny_dir), "cpu", "fp32", 1)
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches(held, local):
+    for loaded in (held, local):
+        language_model(loaded).reset()
+
+
+@pytest.fixture
+def run_dir(monkeypatch):
+    folder = Path(tempfile.mkdtemp(prefix="cad-", dir="/tmp"))
+    monkeypatch.setenv(server.RUNTIME_ENV, str(folder))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def sock(run_dir):
+    return server.default_socket()
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """The model 'chooses' the oracle program of each document's known edit (both sides: one process)."""
+    answers = {BEFORE: AFTER, OTHER_BEFORE: OTHER_AFTER}
+    real_run = pipeline.run_decode
+
+    def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
+        after = Document.from_bytes(answers[document.to_bytes()])
+        target = format(to_display_program(oracle(document, after), document))
+        return real_run(loaded, document, prepared, script_picker(target, pipeline.grammar_for(loaded).vocab.tokens),
+                        on_step, draft)
+
+    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+
+
+@contextlib.contextmanager
+def serving(loaded, socket_path: Path, **kwargs):
+    """serve() in a thread until the block ends (then stopped and joined)."""
+    ready, failed = threading.Event(), []
+
+    def run() -> None:
+        try:
+            server.serve(socket_path, loaded, on_ready=lambda status: ready.set(), **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failed.append(exc)
+        finally:
+            ready.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(20) and not failed, failed
+    try:
+        yield thread
+    finally:
+        with contextlib.suppress(server.ServerError):
+            server.stop(socket_path)
+        thread.join(20)
+        assert not failed, failed
+
+
+def options(tiny_dir, **changes) -> EditOptions:
+    return EditOptions(model=str(tiny_dir), mode=Mode.PROGRAM, **changes)
+
+
+def counts(stats: DecodeStats) -> dict:
+    return {k: v for k, v in dataclasses.asdict(stats).items() if not k.startswith("seconds")}
+
+
+# --- the client path starts fast --------------------------------------------------------------
+
+
+def test_the_client_path_imports_neither_torch_nor_transformers(run_dir):
+    probe = (
+        "import sys\nfrom cadedit import server\nfrom cadedit.cli import main\n"
+        "assert server.connect('some/model') is None\n"
+        "sys.argv = ['cadedit', 'serve', 'status']\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'numpy'})\n"
+        "sys.stderr.write(f'HEAVY={heavy}')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=60)
+    assert done.stderr.decode().endswith("HEAVY=[]"), done.stderr.decode()
+
+
+# --- edits through the server -----------------------------------------------------------------
+
+
+def test_an_edit_through_the_server_is_the_local_edit(held, local, tiny_dir, sock, scripted):
+    document = Document.from_bytes(BEFORE, "a.py")
+    steps = []
+    with serving(held, sock):
+        client = server.connect(str(tiny_dir))
+        assert client is not None and (client.name, client.load_seconds) == (str(tiny_dir), 0.0)
+        remote = client.edit(document, "Fix add.", options(tiny_dir), on_step=lambda stats, step: steps.append(stats))
+    mine = pipeline.edit_file(document, "Fix add.", options(tiny_dir), loaded=local)
+    assert remote.new_text == mine.new_text == AFTER.decode()
+    assert (remote.program, remote.program_text, remote.mode, remote.prompt_tokens) == (
+        mine.program, mine.program_text, mine.mode, mine.prompt_tokens)
+    assert counts(remote.stats) == counts(mine.stats) and remote.stats.tokens_copied > 0
+    assert remote.document is document and remote.changed
+    assert steps and isinstance(steps[0], DecodeStats)
+
+
+def test_the_second_edit_reuses_the_cached_prompt(held, tiny_dir, sock, scripted):
+    document = Document.from_bytes(BEFORE, "a.py")
+    with serving(held, sock):
+        client = server.connect(str(tiny_dir))
+        first = client.edit(document, "Fix add.", options(tiny_dir))
+        second = client.edit(document, "Fix add.", options(tiny_dir))
+    assert first.stats.tokens_reused == 0 and second.stats.tokens_reused == second.prompt_tokens - 1
+
+
+@pytest.mark.parametrize("changes", [{"max_new_tokens": 3}, {"variant": "no-such-variant"}])
+def test_an_error_on_the_server_is_raised_as_the_same_error(held, local, tiny_dir, sock, changes):
+    document = Document.from_bytes(BEFORE, "a.py")
+    with pytest.raises(errors.CadeditError) as here:
+        pipeline.edit_file(document, "Fix add.", options(tiny_dir, **changes), loaded=local)
+    with serving(held, sock), pytest.raises(errors.CadeditError) as there:
+        server.connect(str(tiny_dir)).edit(document, "Fix add.", options(tiny_dir, **changes))
+    assert type(there.value) is type(here.value)
+    assert (there.value.message, there.value.hint, there.value.exit_code) == (
+        here.value.message, here.value.hint, here.value.exit_code)
+
+
+@pytest.mark.parametrize("exc", [errors.CheckFailedError("no try passed", hint="raise --tries"),
+                                 errors.BudgetError("out of budget"), server.ServerError("refused", hint="restart")])
+def test_errors_cross_the_wire_with_their_class_and_exit_code(exc):
+    back = server.error_from_wire(server.error_to_wire(exc))
+    assert (type(back), back.message, back.hint, back.exit_code) == (type(exc), exc.message, exc.hint, exc.exit_code)
+
+
+def test_two_clients_at_once_are_served_in_turn(held, local, tiny_dir, sock, scripted, monkeypatch):
+    active, most = [0], [0]
+    real_edit = pipeline.edit_file
+
+    def watched(*args, **kwargs):  # how many decodes run on the server's one KV cache at a time
+        active[0] += 1
+        most[0] = max(most[0], active[0])
+        time.sleep(0.2)  # without the lock the other client's edit would start here
+        try:
+            return real_edit(*args, **kwargs)
+        finally:
+            active[0] -= 1
+
+    documents = [Document.from_bytes(BEFORE, "a.py"), Document.from_bytes(OTHER_BEFORE, "b.py")]
+    results: dict[str, str] = {}
+    with serving(held, sock):
+        monkeypatch.setattr(pipeline, "edit_file", watched)
+        client = server.connect(str(tiny_dir))
+        threads = [threading.Thread(target=lambda d=d: results.__setitem__(
+            d.path, client.edit(d, "Fix it.", options(tiny_dir)).new_text)) for d in documents]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        status = client.status()
+    assert results == {"a.py": AFTER.decode(), "b.py": OTHER_AFTER.decode()}
+    assert most[0] == 1 and status["requests"] == 2
+
+
+# --- status, stop, memory, idleness -----------------------------------------------------------
+
+
+def test_status_then_stop(held, tiny_dir, sock):
+    with serving(held, sock, idle_timeout=0) as thread:
+        status = server.ServerClient.open().status()
+        assert (status["model"], status["pid"], status["threads"], status["dtype"]) == (
+            str(tiny_dir), os.getpid(), 1, "torch.float32")
+        assert status["requests"] == 0 and status["rss_bytes"] > 0 and status["uptime_seconds"] >= 0
+        assert (sock.stat().st_mode & 0o777, server.running_pid(sock)) == (0o600, os.getpid())
+        assert server.stop(sock) == os.getpid()
+        thread.join(10)
+        assert not thread.is_alive()
+    assert not sock.exists() and not server.pid_file(sock).exists()
+    assert server.connect(str(tiny_dir)) is None and server.stop(sock) is None
+
+
+def test_above_the_memory_bound_the_cache_is_dropped(held, tiny_dir, sock, scripted):
+    document = Document.from_bytes(BEFORE, "a.py")
+    with serving(held, sock, max_rss_bytes=1):
+        client = server.connect(str(tiny_dir))
+        client.edit(document, "Fix add.", options(tiny_dir))
+        second = client.edit(document, "Fix add.", options(tiny_dir))
+        status = client.status()
+    assert second.stats.tokens_reused == 0
+    assert (status["cache_drops"], status["cached_tokens"]) == (2, 0)
+
+
+def test_the_server_exits_after_its_idle_timeout(held, sock):
+    with serving(held, sock, idle_timeout=0.5) as thread:
+        thread.join(10)
+        assert not thread.is_alive()
+    assert not sock.exists()
+
+
+# --- which server, and only one ---------------------------------------------------------------
+
+
+def test_connect_returns_none_for_another_model_and_the_server_refuses_it(held, tiny_dir, sock, tmp_path):
+    other = save_model(tmp_path / "other", seed=1)
+    document = Document.from_bytes(BEFORE, "a.py")
+    with serving(held, sock):
+        assert server.connect(str(other)) is None
+        assert server.connect(None) is None  # the default model, not this one
+        with pytest.raises(server.ServerError, match="holds .*tiny, not .*other"):
+            server.ServerClient.open().edit(document, "Fix add.", options(other))
+
+
+def test_connect_follows_choose_model(held, tiny_dir, sock, monkeypatch):
+    monkeypatch.setenv("CADEDIT_MODEL", str(tiny_dir))
+    with serving(held, sock):
+        assert server.connect(None) is not None
+        monkeypatch.chdir(tiny_dir.parent)
+        assert server.connect(tiny_dir.name) is not None  # a relative folder is the same model
+
+
+def test_a_stale_socket_and_pid_file_are_replaced(held, tiny_dir, sock):
+    sock.parent.mkdir(exist_ok=True)
+    dead = server.socket.socket(server.socket.AF_UNIX)
+    dead.bind(str(sock))
+    dead.close()  # the socket file stays, nothing listens
+    server.pid_file(sock).write_text("999999\n")
+    assert server.connect(str(tiny_dir)) is None and server.running_pid(sock) is None
+    with serving(held, sock):
+        assert server.connect(str(tiny_dir)) is not None
+
+
+def test_a_second_server_on_the_same_socket_is_refused(held, local, sock):
+    with serving(held, sock):
+        with pytest.raises(server.ServerError, match="already running"):
+            server.serve(sock, local)
+        assert server.ServerClient.open().status()["pid"] == os.getpid()  # the first one still serves
+
+
+# --- the commands -----------------------------------------------------------------------------
+
+def cadedit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cadedit", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def wait_for(sock: Path, process: subprocess.Popen, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and process.poll() is None:
+        with contextlib.suppress(server.ServerError):
+            server.ServerClient.open(sock)
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no server answered; exit {process.poll()}: {process.stderr.read() if process.stderr else ''}")
+
+
+def test_serve_start_foreground_status_stop(tiny_dir, sock):
+    start = ["start", "--foreground", "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1"]
+    process = subprocess.Popen([sys.executable, "-m", "cadedit", "serve", *start], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(sock, process)
+        status = cadedit("serve", "status")
+        assert status.returncode == 0, status.stderr
+        assert f"model: {tiny_dir}\n" in status.stdout and f"pid: {process.pid}\n" in status.stdout
+        again = cadedit("serve", *start)
+        assert again.returncode == 1 and f"error: a cadedit server is already running (pid {process.pid}" in again.stderr
+        stopped = cadedit("serve", "stop")
+        assert (stopped.returncode, stopped.stderr) == (0, f"stopped the cadedit server (pid {process.pid})\n")
+        assert process.wait(20) == 0
+        assert "cadedit server: serving" in process.stderr.read()
+    finally:
+        process.kill()
+    status = cadedit("serve", "status")
+    assert status.returncode == 1 and status.stderr.startswith("error: no cadedit server answers on ")
+    assert "hint: start one: cadedit serve start" in status.stderr
+    assert (cadedit("serve", "stop").stderr, cadedit("serve", "stop").returncode) == (
+        "no cadedit server was running\n", 0)
+
+
+def test_serve_start_runs_in_the_background_until_stopped(tiny_dir, sock):
+    try:
+        started = cadedit("serve", "start", "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1")
+        assert started.returncode == 0, started.stderr
+        status = server.ServerClient.open(sock).status()
+        assert f"cadedit server: serving {tiny_dir} (pid {status['pid']}, float32, 1 threads)" in started.stderr
+        assert status["pid"] != os.getpid() and "serving" in server.log_file(sock).read_text()
+    finally:
+        assert server.stop(sock) is not None
+
+
+def test_serve_start_says_why_the_model_did_not_load(tmp_path, sock):
+    (tmp_path / "empty").mkdir()
+    started = cadedit("serve", "start", "--model", str(tmp_path / "empty"))
+    assert started.returncode == 1
+    assert started.stderr.startswith(
+        f"error: the cadedit server exited while starting: error: model folder {tmp_path / 'empty'} has no config.json")
+    assert not sock.exists() and server.running_pid(sock) is None
