@@ -308,6 +308,20 @@ def test_verify_equals_rewrite_on_the_tiny_model(tiny, seed):
 
 
 @pytest.mark.parametrize("seed", range(3))
+def test_lookup_equals_rewrite_on_the_tiny_model(tiny, seed):
+    """The lookup mode drafts n-grams of the prompt (which holds the file) and of its own output:
+    the random model repeats itself, so drafts are made and kept, and the ids are the rewrite's."""
+    rng = random.Random(seed)
+    document = Document.from_text("".join(rng.sample(CORPUS, 8)), "x.py")
+    prepared = prepared_for(tiny, document, 120)
+    greedy = fenced_run(tiny, prepared, Mode.REWRITE)
+    looked_up = fenced_run(tiny, prepared, Mode.LOOKUP)
+    assert looked_up.ids == greedy.ids and looked_up.finished == greedy.finished
+    assert looked_up.drafts >= 1 and looked_up.stats.drafts_kept >= 1
+    assert looked_up.stats.forward_passes < greedy.stats.forward_passes
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_verify_accepts_and_crops_on_the_tiny_model(tiny, seed):
     """Draft from a perturbed copy of the model's own output: long accepts, misses, relocations and
     crops on a real DynamicCache, and still exactly the greedy ids."""
