@@ -595,9 +595,10 @@ def tries(
     corpus: CorpusOpt,
     model: ModelOpt = None,
     max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with the corpus's test as --test.")] = 5,
-    check_tries: Annotated[int, typer.Option("--check-tries", min=1, help="Tries with syntax/no-change checks only.")] = 3,
+    check_tries: Annotated[int, typer.Option("--check-tries", min=0, help="Tries with syntax/no-change checks only (0: skip that run).")] = 3,
     test_timeout: Annotated[float, typer.Option("--test-timeout", min=0.1, help="Seconds per test run.")] = 10.0,
     mode: Annotated[str, typer.Option(help="Decoding mode: program, rewrite, lookup or verify.")] = "verify",
+    layout: Annotated[str | None, typer.Option(help="Prompt layout (prompt.LAYOUTS); default: EditOptions'.")] = None,
     dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
     skip: Annotated[int, typer.Option(min=0, help="Skip the first N cases of each corpus.")] = 0,
@@ -609,6 +610,8 @@ def tries(
 
     Example: cadedit bench tries -c humanevalfix_python.jsonl --model MODEL --limit 60 --json tries.json
     """
+    from dataclasses import replace
+
     from cadedit.bench import tries as bt
     from cadedit.bench.report import ResultsFile
     from cadedit.model import load_model
@@ -617,12 +620,15 @@ def tries(
     corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip).items()}
     with err.status("loading the model ..."):
         loaded = load_model(model, "auto", dtype, threads)
-    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, EditOptions(model=loaded.name, mode=Mode(mode)))
+    options = EditOptions(model=loaded.name, mode=Mode(mode))
+    options = replace(options, layout=layout) if layout else options
+    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, options)
     meta = {"command": "tries", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
-            "threads": loaded.threads, "mode": mode, "tries": max_tries, "check_tries": check_tries, "skip": skip}
+            "threads": loaded.threads, "mode": mode, "layout": options.layout, "tries": max_tries, "check_tries": check_tries, "skip": skip}
     done: dict[str, list] = {name: [] for name in corpora}
     results = ResultsFile(json_path)
-    rows = ("single", "checks", "test3", f"test{max_tries}")
+    rows = ("single",) + (("checks",) if check_tries else ()) + tuple(dict.fromkeys(
+        f"test{k}" for k in (min(3, max_tries), max_tries) if max_tries > 1))
 
     def save(partial: bool, force: bool = True) -> None:
         entries = [{"name": name, "summary": bt.summarize(cases, rows), "cases": cases} for name, cases in done.items()]

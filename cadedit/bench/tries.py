@@ -83,15 +83,20 @@ def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings) -> dict:
         with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
         tested = edit_verified(document, case.instruction, settings.options, with_test, settings.tries, loaded=loaded)
         tested_rows = _judged(tested, case, settings.test_timeout)
-        checked = edit_verified(document, case.instruction, settings.options, CheckPlan(), settings.check_tries,
-                                loaded=loaded)
-        checked_rows = _judged(checked, case, settings.test_timeout)
+        checked_rows = []
+        if settings.check_tries:
+            checked = edit_verified(document, case.instruction, settings.options, CheckPlan(), settings.check_tries,
+                                    loaded=loaded)
+            checked_rows = _judged(checked, case, settings.test_timeout)
     single = {"passed": tested_rows[0]["test_passed"], "answered": True, "tries": 1,
               "seconds": tested_rows[0]["seconds"]}
-    return {"id": case.id, "language": case.language, "single": single,
-            "checks": _row(checked_rows, settings.check_tries),
-            "test3": _row(tested_rows, 3), f"test{settings.tries}": _row(tested_rows, settings.tries),
-            "tries_with_test": tested_rows, "tries_checks_only": checked_rows}
+    row = {"id": case.id, "language": case.language, "single": single,
+           "tries_with_test": tested_rows, "tries_checks_only": checked_rows}
+    if checked_rows:
+        row["checks"] = _row(checked_rows, settings.check_tries)
+    for k in {min(3, settings.tries), settings.tries} - {1}:
+        row[f"test{k}"] = _row(tested_rows, k)
+    return row
 
 
 ROWS = ("single", "checks", "test3", "test5")
@@ -111,6 +116,6 @@ def summarize(results: list[dict], rows=ROWS) -> dict:
     if "single" in out and last in out:
         ratios = [r[last]["seconds"] / r["single"]["seconds"] for r in done if r["single"]["seconds"]]
         out["test_cost_over_single_median"] = median(ratios) if ratios else None
-    saved = [r for r in done if not r["single"]["passed"] and r["checks"]["passed"]]
+    saved = [r for r in done if "checks" in r and not r["single"]["passed"] and r["checks"]["passed"]]
     out["checks_turned_fail_into_pass"] = len(saved)
     return out
