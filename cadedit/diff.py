@@ -157,6 +157,8 @@ def write_atomic(document: Document, new_text: str) -> None:
     check_unchanged(document)
     try:
         st = target.stat()
+        if not stat.S_ISREG(st.st_mode):  # a device or FIFO must never be replaced by a file
+            raise ApplyError(f"{document.path}: not a regular file; nothing written")
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".cadedit-tmp")
     except OSError as exc:
         raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -325,3 +326,54 @@ def test_ci_runs_exactly_the_readme_test_command():
     command = ".venv/bin/python -m pytest"
     assert f"```sh\n{command}\n```" in (ROOT / "README.md").read_text()
     assert f"\n{command} || status=$?\n" in (ROOT / ".ci/run").read_text()
+
+
+# ------------------------------------------------------------------ special files are never read or replaced
+
+
+def run_module(*args: str, cwd: Path, timeout: float = 30, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m cadedit` of this worktree in a subprocess (a hang fails the test instead of the run)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    return subprocess.run([sys.executable, "-m", "cadedit", *args], cwd=cwd, capture_output=True, timeout=timeout,
+                          env=env, **kwargs)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_write_never_replaces_a_character_device(work):
+    os.mknod(work / "mynull", 0o644 | stat.S_IFCHR, os.makedev(1, 3))
+    (work / "p").write_text(format(Program((Gen("x\n"),))))
+    result = invoke("apply", "mynull", "p", "--write")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == "error: mynull: is a character device; cadedit reads and writes regular files only"
+    assert stat.S_ISCHR(os.lstat(work / "mynull").st_mode)
+
+
+@pytest.mark.parametrize("args", [["apply", "fifo", "p"], ["apply", "a.py", "fifo"], ["oracle", "fifo", "a.py"],
+                                  ["fix", "fifo", "Fix it."]])
+def test_a_fifo_is_refused_at_once_instead_of_hanging(work, args):
+    os.mkfifo(work / "fifo")
+    (work / "p").write_text(format(Program((Copy(1, 1),))))
+    done = run_module(*args, cwd=work, timeout=20)
+    assert done.returncode == 1
+    assert done.stderr.decode() == ("error: fifo: is a FIFO (named pipe); cadedit reads and writes regular files only\n"
+                                    "hint: to edit piped text, use `cadedit fix - ...` with the text on stdin\n")
+
+
+def test_dev_zero_is_refused_without_reading_it(work):
+    import resource
+
+    (work / "p").write_text(format(Program((Copy(1, 1),))))
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # noqa: E731 - unbounded read dies
+    done = run_module("apply", "/dev/zero", "p", cwd=work, timeout=30, preexec_fn=limit)
+    assert done.returncode == 1
+    assert done.stderr.decode().startswith("error: /dev/zero: is a character device;")
+
+
+def test_a_file_over_the_size_cap_is_refused(work, monkeypatch):
+    import cadedit.document
+
+    monkeypatch.setattr(cadedit.document, "MAX_BYTES", 10)
+    (work / "p").write_text(format(Program((Copy(1, 1),))))
+    result = invoke("apply", "a.py", "p")
+    assert result.exit_code == 1
+    assert result.stderr == "error: a.py: larger than 10 bytes; cadedit edits source files\n"
