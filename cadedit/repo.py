@@ -393,6 +393,11 @@ def install_hook(repo, force: bool = False) -> tuple[Path, Path | None]:
                 "or call `cadedit hook run` from your hook",
             )
         backup = hook.with_name(hook.name + BACKUP_SUFFIX)
+        if backup.exists() or backup.is_symlink():  # os.replace would destroy the hook kept there
+            raise ConfigError(
+                f"{backup}: a backup of an earlier hook is already kept there; nothing replaced",
+                hint=f"move {backup.name} (or {hook.name}) elsewhere, then run `cadedit hook install --force` again",
+            )
         os.replace(hook, backup)
     hook.parent.mkdir(parents=True, exist_ok=True)
     hook.write_text(hook_script(), encoding="utf-8")

@@ -283,3 +283,18 @@ def test_pre_commit_try_repo_runs_the_hook(tmp_path):
     assert "cadedit....." in out and "Failed" in out and "Traceback" not in out
     assert "error: model 'no/such/model'" in out and "git commit --no-verify" in out
     assert (root / "a.py").read_bytes() == WORKING and staged(root, "a.py") == STAGED
+
+
+def test_a_second_forced_install_never_overwrites_the_first_backup(tmp_path, monkeypatch):
+    root = make_repo(tmp_path / "w", None, {})
+    monkeypatch.chdir(root)
+    pre_commit = root / ".git/hooks/pre-commit"
+    pre_commit.write_text("#!/bin/sh\necho first\n")
+    assert hook("install", "--force").exit_code == 0
+    pre_commit.write_text("#!/bin/sh\necho second\n")  # another tool replaced our hook
+    again = hook("install", "--force")
+    assert again.exit_code == 1
+    assert again.stderr.splitlines()[0].endswith("pre-commit.cadedit-backup: a backup of an earlier hook is already "
+                                                 "kept there; nothing replaced")
+    assert (root / ".git/hooks/pre-commit.cadedit-backup").read_text() == "#!/bin/sh\necho first\n"
+    assert pre_commit.read_text() == "#!/bin/sh\necho second\n"
