@@ -149,7 +149,9 @@ def oracle(
 
 
 @app.command()
-def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: ClipOpt = False) -> None:
+def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: ClipOpt = False,
+          force: Annotated[bool, typer.Option(
+              "--force", help="With --write: replace a read-only file too (as vim's :w! does).")] = False) -> None:
     """Resolve an edit PROGRAM against FILE; print the unified diff, or write the result with --write.
 
     Example: cadedit oracle a.py b.py > p && cadedit apply a.py p | patch -p1
@@ -169,7 +171,7 @@ def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: Cli
     if not write:
         show(diff_text)
         return
-    write_atomic(document, resolution.text)
+    write_atomic(document, resolution.text, force)
     added, removed = count_changes(diff_text)
     err.print(f"wrote {file} (+{added} -{removed})", highlight=False, markup=False)
 

@@ -147,18 +147,39 @@ def check_unchanged(document: Document) -> None:
         )
 
 
-def write_atomic(document: Document, new_text: str) -> None:
+def check_writable(document: Document, force: bool = False) -> None:
+    """Raise ApplyError unless the document's file may be replaced, before anything is written.
+
+    As an editor does: the file must be a regular file whose mode gives its owner write
+    permission and that this user could write with `>`; `force` (vim's `:w!`) overrides that
+    (never the regular-file rule). The folder must let us create the temporary file.
+    """
+    target = Path(os.path.realpath(document.path))
+    try:
+        st = target.stat()
+    except OSError as exc:
+        raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):  # a device or FIFO must never be replaced by a file
+        raise ApplyError(f"{document.path}: not a regular file; nothing written")
+    read_only = not st.st_mode & stat.S_IWUSR or not os.access(target, os.W_OK)
+    if read_only and not force:
+        raise ApplyError(f"{document.path}: read-only (mode {stat.S_IMODE(st.st_mode):04o}); nothing written",
+                         hint=f"make it writable first (chmod u+w {document.path}), or pass --force where offered")
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise ApplyError(f"{document.path}: cannot create files in {target.parent}; nothing written")
+
+
+def write_atomic(document: Document, new_text: str, force: bool = False) -> None:
     """Replace the document's file with new_text: temp file in the same directory, fsync, rename.
 
-    The file keeps its mode (and owner where allowed); a symlink stays a symlink (its target is
-    replaced). Refuses with ApplyError, the file untouched, if it changed since it was read.
+    The file keeps its mode (and owner where allowed); a symlink stays a symlink (its target is replaced). Refuses with ApplyError, the file untouched,
+    if it changed since it was read or check_writable() refuses it.
     """
     target = Path(os.path.realpath(document.path))
     check_unchanged(document)
+    check_writable(document, force)
     try:
         st = target.stat()
-        if not stat.S_ISREG(st.st_mode):  # a device or FIFO must never be replaced by a file
-            raise ApplyError(f"{document.path}: not a regular file; nothing written")
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".cadedit-tmp")
     except OSError as exc:
         raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None

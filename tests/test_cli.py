@@ -377,3 +377,20 @@ def test_a_file_over_the_size_cap_is_refused(work, monkeypatch):
     result = invoke("apply", "a.py", "p")
     assert result.exit_code == 1
     assert result.stderr == "error: a.py: larger than 10 bytes; cadedit edits source files\n"
+
+
+# ------------------------------------------------------------------------------------ --write and modes
+
+
+def test_write_refuses_a_read_only_file_unless_forced(work):
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    os.chmod(work / "a.py", 0o444)
+    refused = invoke("apply", "a.py", "p", "--write")
+    assert refused.exit_code == 1
+    assert refused.stderr.splitlines() == [
+        "error: a.py: read-only (mode 0444); nothing written",
+        "hint: make it writable first (chmod u+w a.py), or pass --force where offered"]
+    assert (work / "a.py").read_bytes() == BEFORE
+    forced = invoke("apply", "a.py", "p", "--write", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert (work / "a.py").read_bytes() == AFTER and stat.S_IMODE(os.stat(work / "a.py").st_mode) == 0o444

@@ -181,3 +181,14 @@ def test_console_script_with_the_unscripted_random_model(work, tiny_dir, run_cli
     if proc.returncode == 1:
         assert b"budget of 40 new tokens" in proc.stderr
     assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_write_refuses_a_read_only_file(work, tiny_dir, scripted):
+    import os
+
+    scripted(AFTER)
+    os.chmod(work / "a.py", 0o444)
+    result = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--write", "--quiet")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == "error: a.py: read-only (mode 0444); nothing written"
+    assert (work / "a.py").read_bytes() == BEFORE

@@ -298,3 +298,16 @@ def test_a_second_forced_install_never_overwrites_the_first_backup(tmp_path, mon
                                                  "kept there; nothing replaced")
     assert (root / ".git/hooks/pre-commit.cadedit-backup").read_text() == "#!/bin/sh\necho first\n"
     assert pre_commit.read_text() == "#!/bin/sh\necho second\n"
+
+
+def test_fix_refuses_a_read_only_working_tree_file(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
+    write(root, {"a.py": b"a\nold\n"})
+    git(root, "add", "a.py")
+    os.chmod(root / "a.py", 0o444)
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 1
+    assert "a.py: refused" in result.stderr and "read-only (mode 0444); nothing written" in result.stderr
+    assert (root / "a.py").read_bytes() == b"a\nold\n"
