@@ -172,7 +172,8 @@ def check_writable(document: Document, force: bool = False) -> None:
 def write_atomic(document: Document, new_text: str, force: bool = False) -> None:
     """Replace the document's file with new_text: temp file in the same directory, fsync, rename.
 
-    The file keeps its mode (and owner where allowed); a symlink stays a symlink (its target is replaced). Refuses with ApplyError, the file untouched,
+    The file keeps its mode, setuid/setgid/sticky bits included (and owner where allowed); a
+    symlink stays a symlink (its target is replaced). Refuses with ApplyError, the file untouched,
     if it changed since it was read or check_writable() refuses it.
     """
     target = Path(os.path.realpath(document.path))
@@ -188,9 +189,9 @@ def write_atomic(document: Document, new_text: str, force: bool = False) -> None
             f.write(new_text.encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # chown before chmod: chown clears the setuid and setgid bits
             os.chown(tmp, st.st_uid, st.st_gid)
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
         check_unchanged(document)  # again, just before the rename: the window stays a few syscalls
         os.replace(tmp, target)
     except BaseException as exc:

@@ -394,3 +394,13 @@ def test_write_refuses_a_read_only_file_unless_forced(work):
     forced = invoke("apply", "a.py", "p", "--write", "--force")
     assert forced.exit_code == 0, forced.output
     assert (work / "a.py").read_bytes() == AFTER and stat.S_IMODE(os.stat(work / "a.py").st_mode) == 0o444
+
+
+@pytest.mark.parametrize("mode", [0o4755, 0o2755, 0o6775, 0o1644])
+def test_write_keeps_setuid_setgid_and_sticky_bits(work, mode):
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    os.chmod(work / "a.py", mode)
+    result = invoke("apply", "a.py", "p", "--write")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_bytes() == AFTER
+    assert stat.S_IMODE(os.stat(work / "a.py").st_mode) == mode
