@@ -311,6 +311,9 @@ def write_fix(root: Path, path: str, staged: bytes, edited: bytes, diff_text: st
     from cadedit.diff import write_atomic
 
     target = root / path
+    outside = _outside_work_tree(root, target)
+    if outside:
+        return Outcome(path, Status.REFUSED, diff_text, f"{outside}; not written")
     try:
         current = Document.read(target)
     except CadeditError as exc:
@@ -327,6 +330,17 @@ def write_fix(root: Path, path: str, staged: bytes, edited: bytes, diff_text: st
         return Outcome(path, Status.REFUSED, diff_text, exc.message)
     note = "unstaged changes kept; stage the fix with `git add -p`" if partial else "review and `git add` it"
     return Outcome(path, Status.FIXED, diff_text, note)
+
+
+def _outside_work_tree(root: Path, target: Path) -> str | None:
+    """Why writing `target` could change a file outside the work tree (a symlink in its place or
+    on its way), or None. The index holds a regular file there; the working tree must too."""
+    if target.is_symlink():
+        return "is a symlink in the working tree but a regular file in the index"
+    real, top = Path(os.path.realpath(target)), Path(os.path.realpath(root))
+    if not real.is_relative_to(top):
+        return f"resolves to {real}, outside the work tree"
+    return None
 
 
 def merge3(root: Path, ours: bytes, base: bytes, theirs: bytes) -> bytes | None:

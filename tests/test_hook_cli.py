@@ -311,3 +311,25 @@ def test_fix_refuses_a_read_only_working_tree_file(tmp_path, monkeypatch, tiny_d
     assert result.exit_code == 1
     assert "a.py: refused" in result.stderr and "read-only (mode 0444); nothing written" in result.stderr
     assert (root / "a.py").read_bytes() == b"a\nold\n"
+
+
+@pytest.mark.parametrize("how", ["file", "folder"])
+def test_fix_never_writes_through_a_symlink_out_of_the_work_tree(tmp_path, monkeypatch, tiny_dir, how):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"sub/a.py": b"0\n"})
+    write(root, {"sub/a.py": b"a\nold\n"})
+    git(root, "add", "sub/a.py")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.py").write_bytes(b"a\nold\n")  # same bytes as staged: the hook sees no unstaged change
+    if how == "file":
+        (root / "sub/a.py").unlink()
+        (root / "sub/a.py").symlink_to(outside / "a.py")
+    else:
+        shutil.rmtree(root / "sub")
+        (root / "sub").symlink_to(outside)
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 1
+    assert "sub/a.py: refused" in result.stderr
+    assert (outside / "a.py").read_bytes() == b"a\nold\n"
