@@ -298,7 +298,7 @@ def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str],
 
 def _fix_many(files: list[str], instruction: str, options, write: bool, check: bool, quiet: bool) -> None:
     """Several files: every file read first, the model loaded once, one patch; written only if all edits succeed."""
-    from cadedit.diff import count_changes, show, unified_diff, write_atomic
+    from cadedit.diff import count_changes, show, unified_diff
     from cadedit.document import Document
     from cadedit.model import load_model
     from cadedit.pipeline import edit_file
@@ -320,13 +320,39 @@ def _fix_many(files: list[str], instruction: str, options, write: bool, check: b
     patch = "".join(diff_text for _, _, diff_text in edited)
     if patch and not write:
         show(patch)
-    for document, new_text, diff_text in edited if write else ():
-        if diff_text:
-            write_atomic(document, new_text)
-            if not quiet:
-                say(f"wrote {document.path}")
+    if write:
+        _write_all([(document, new_text) for document, new_text, diff_text in edited if diff_text], quiet)
     if check and patch:
         raise typer.Exit(1)
+
+
+def _write_all(changes: list, quiet: bool) -> None:
+    """Write every (document, new text) or none: each file is checked before the first write, and
+    if a write still fails the files already written get their old bytes back."""
+    from cadedit.diff import check_unchanged, check_writable, write_atomic
+    from cadedit.document import Document
+
+    for document, _ in changes:
+        check_unchanged(document)
+        check_writable(document)
+    written: list = []
+    try:
+        for document, new_text in changes:
+            write_atomic(document, new_text)
+            written.append(document)
+    except BaseException as exc:
+        failed = []
+        for document in reversed(written):
+            try:
+                write_atomic(Document.read(document.path), document.text)
+            except CadeditError:
+                failed.append(document.path)
+        if isinstance(exc, CadeditError):
+            undone = f"left edited: {', '.join(failed)}" if failed else "no file was changed"
+            exc.hint = (exc.hint + "\n" if exc.hint else "") + undone
+        raise
+    for document, _ in changes if not quiet else ():
+        say(f"wrote {document.path}")
 
 
 class _Progress:

@@ -192,3 +192,37 @@ def test_write_refuses_a_read_only_file(work, tiny_dir, scripted):
     assert result.exit_code == 1
     assert result.stderr.splitlines()[0] == "error: a.py: read-only (mode 0444); nothing written"
     assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_several_files_are_written_all_or_none_when_one_is_read_only(work, tiny_dir, scripted):
+    import os
+
+    scripted(AFTER)
+    (work / "ro").mkdir()
+    (work / "ro/b.py").write_bytes(BEFORE)
+    os.chmod(work / "ro/b.py", 0o444)
+    result = fix("a.py", "ro/b.py", "-i", "Fix add.", "--model", str(tiny_dir), "--write", "--quiet")
+    assert result.exit_code == 1
+    assert "error: ro/b.py: read-only (mode 0444); nothing written" in result.stderr
+    assert (work / "a.py").read_bytes() == BEFORE and (work / "ro/b.py").read_bytes() == BEFORE
+
+
+def test_several_files_roll_back_when_a_later_write_fails(work, tiny_dir, scripted, monkeypatch):
+    import os
+
+    scripted(AFTER)
+    (work / "b.py").write_bytes(BEFORE)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if str(dst).endswith("b.py") and b"a + b" in open(src, "rb").read():  # b.py's edit fails (disk full ...)
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    result = fix("a.py", "b.py", "-i", "Fix add.", "--model", str(tiny_dir), "--write", "--quiet")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == ["error: b.py: cannot write (No space left on device)",
+                                          "hint: no file was changed"]
+    assert (work / "a.py").read_bytes() == BEFORE and (work / "b.py").read_bytes() == BEFORE
+    assert sorted(p.name for p in work.iterdir()) == ["a.py", "b.py"]
