@@ -404,3 +404,35 @@ def test_write_keeps_setuid_setgid_and_sticky_bits(work, mode):
     assert result.exit_code == 0, result.output
     assert (work / "a.py").read_bytes() == AFTER
     assert stat.S_IMODE(os.stat(work / "a.py").st_mode) == mode
+
+
+# ---------------------------------------------------------------- BOM and an unterminated last line
+
+BOM_FILE = b'\xef\xbb\xbfimport os\n'
+BOM_DOC = b'\xef\xbb\xbf"""Doc."""\nimport os\n'
+
+
+def test_a_gen_above_line_1_keeps_the_bom_at_the_start_only(work):
+    (work / "m.py").write_bytes(BOM_FILE)
+    (work / "p").write_text(format(Program((Gen('"""Doc."""\n'), Copy(1, 1)))))
+    assert invoke("apply", "m.py", "p", "--write").exit_code == 0
+    assert (work / "m.py").read_bytes() == BOM_DOC
+
+
+def test_oracle_and_apply_agree_on_a_bom_file_edited_above_line_1(work):
+    (work / "m.py").write_bytes(BOM_FILE)
+    (work / "n.py").write_bytes(BOM_DOC)
+    program = invoke("oracle", "m.py", "n.py").stdout_bytes
+    assert program == format(Program((Gen('"""Doc."""\n'), Copy(1, 1)))).encode()  # line 1 is still copied
+    (work / "p").write_bytes(program)
+    shown = invoke("apply", "m.py", "p")
+    assert shown.stdout_bytes.endswith(b'@@ -1 +1,2 @@\n-\xef\xbb\xbfimport os\n+\xef\xbb\xbf"""Doc."""\n+import os\n')
+    assert invoke("apply", "m.py", "p", "--write").exit_code == 0
+    assert (work / "m.py").read_bytes() == BOM_DOC
+
+
+def test_a_gen_after_an_unterminated_last_line_starts_a_new_line(work):
+    (work / "m.py").write_bytes(b"x = 1\ny = 2")
+    (work / "p").write_text('<program>\n<copy lines="1-2"/><gen>\nz = 3\n</gen>\n</program>\n')
+    assert invoke("apply", "m.py", "p", "--write").exit_code == 0
+    assert (work / "m.py").read_bytes() == b"x = 1\ny = 2\nz = 3\n"

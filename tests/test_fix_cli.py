@@ -226,3 +226,27 @@ def test_several_files_roll_back_when_a_later_write_fails(work, tiny_dir, script
                                           "hint: no file was changed"]
     assert (work / "a.py").read_bytes() == BEFORE and (work / "b.py").read_bytes() == BEFORE
     assert sorted(p.name for p in work.iterdir()) == ["a.py", "b.py"]
+
+
+def script_display_program(monkeypatch, text: str) -> None:
+    """Make the model write exactly this display-form program (what a model sees and writes)."""
+    real_run = pipeline.run_decode
+
+    def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
+        vocab = pipeline.grammar_for(loaded).vocab.tokens
+        return real_run(loaded, document, prepared, script_picker(text, vocab), on_step, draft)
+
+    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+
+
+@pytest.mark.parametrize(("before", "program", "after"), [
+    (b"\xef\xbb\xbfimport os\n", '<program>\n<gen>\n"""Doc."""\n</gen>\n<copy lines="1-1"/>\n</program>\n',
+     b'\xef\xbb\xbf"""Doc."""\nimport os\n'),
+    (b"x = 1\ny = 2", '<program>\n<copy lines="1-2"/>\n<gen>\nz = 3\n</gen>\n</program>\n', b"x = 1\ny = 2\nz = 3\n"),
+], ids=["bom, gen above line 1", "gen after an unterminated last line"])
+def test_the_models_program_is_resolved_as_the_model_meant_it(work, tiny_dir, monkeypatch, before, program, after):
+    (work / "a.py").write_bytes(before)
+    script_display_program(monkeypatch, program)
+    result = fix("a.py", "Edit.", "--model", str(tiny_dir), "--write", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_bytes() == after
