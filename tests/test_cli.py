@@ -436,3 +436,13 @@ def test_a_gen_after_an_unterminated_last_line_starts_a_new_line(work):
     (work / "p").write_text('<program>\n<copy lines="1-2"/><gen>\nz = 3\n</gen>\n</program>\n')
     assert invoke("apply", "m.py", "p", "--write").exit_code == 0
     assert (work / "m.py").read_bytes() == b"x = 1\ny = 2\nz = 3\n"
+
+
+def test_a_program_with_crlf_line_ends_is_refused_where_its_first_gen_starts(work):
+    (work / "p").write_bytes(b'<program>\r\n<copy lines="1-1"/>\r\n<gen>\r\nx = 1\r\n</gen>\r\n</program>\r\n')
+    result = invoke("apply", "a.py", "p")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "error: op 2 (line 3): expected '\\n' after '<gen>' (the program has CR line ends), found "
+        "'\\r\\nx = 1\\r\\n</gen>\\r\\n</program>\\r\\n'",
+        "hint: write programs with \\n line ends (dos2unix converts one); CRs inside gen text are kept"]
