@@ -3,9 +3,10 @@
 Contract: `patch -p1` and `git apply` turn `before` into `after` byte for byte with the text of
 `unified_diff(before, after, path)`. Lines are split after "\\n" only, as diff, patch and git do,
 so a CR stays part of a line's content, and a last line without "\\n" is followed by the
-"\\ No newline at end of file" marker. show() colours a diff through rich on a terminal and
-writes its exact bytes otherwise. write_atomic() replaces a file through a temporary file in the
-same directory, keeps its mode, and refuses if the file changed after it was read.
+"\\ No newline at end of file" marker. show() colours a diff through rich when the stream is a
+terminal (isatty, whatever FORCE_COLOR says) and writes its exact bytes otherwise.
+write_atomic() replaces a file through a temporary file in the same directory, keeps its mode,
+and refuses if the file changed after it was read.
 Pure: no torch, no transformers.
 """
 
@@ -98,13 +99,13 @@ def count_changes(diff_text: str) -> tuple[int, int]:
 
 
 def render(diff_text: str, console: Console) -> None:
-    """Print a diff in colour; a CR before a line end is shown as a dim ^M."""
+    """Print a diff in colour; a CR is shown as ^M and a BOM as <BOM>, so neither edit is invisible."""
     from rich.text import Text
 
     for line in diff_lines(diff_text):
         style = next((s for prefix, s in _STYLES if line.startswith(prefix)), "dim" if line[:1] == "\\" else "")
         body = line.rstrip("\n")
-        text = Text(body.rstrip("\r").replace("\r", "^M"), style=style)
+        text = Text(body.rstrip("\r").replace("\r", "^M").replace("\ufeff", "<BOM>"), style=style)
         if body.endswith("\r"):
             text.append("^M", style="dim")
         console.print(text, soft_wrap=True, highlight=False)
@@ -115,9 +116,8 @@ def show(diff_text: str, stream: TextIO | None = None) -> None:
     from rich.console import Console
 
     stream = stream or sys.stdout
-    console = Console(file=stream)
-    if console.is_terminal:
-        render(diff_text, console)
+    if _is_tty(stream):  # the stream itself, not rich's guess: FORCE_COLOR or TTY_COMPATIBLE must not colour a pipe
+        render(diff_text, Console(file=stream, force_terminal=True))
         return
     data = diff_text.encode("utf-8")
     buffer = getattr(stream, "buffer", None)
@@ -129,6 +129,13 @@ def show(diff_text: str, stream: TextIO | None = None) -> None:
     while view:  # a pipe may take less than all; a closed one raises BrokenPipeError
         view = view[buffer.write(view) :]
     buffer.flush()
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def check_unchanged(document: Document) -> None:

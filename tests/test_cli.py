@@ -446,3 +446,17 @@ def test_a_program_with_crlf_line_ends_is_refused_where_its_first_gen_starts(wor
         "error: op 2 (line 3): expected '\\n' after '<gen>' (the program has CR line ends), found "
         "'\\r\\nx = 1\\r\\n</gen>\\r\\n</program>\\r\\n'",
         "hint: write programs with \\n line ends (dos2unix converts one); CRs inside gen text are kept"]
+
+
+@needs_patch
+@pytest.mark.parametrize("env", [{"FORCE_COLOR": "1"}, {"TTY_COMPATIBLE": "1"}, {"FORCE_COLOR": "1", "TERM": "xterm"}])
+def test_a_piped_diff_is_the_plain_patch_whatever_the_colour_settings(work, env):
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    plain = run_module("apply", "a.py", "p", cwd=work).stdout
+    done = subprocess.run([sys.executable, "-m", "cadedit", "apply", "a.py", "p"], cwd=work, capture_output=True,
+                          env={**os.environ, **env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert done.returncode == 0 and done.stdout == plain
+    assert b"\x1b[" not in done.stdout and b"^M" not in done.stdout
+    patched = subprocess.run(["patch", "-p1"], cwd=work, input=done.stdout, capture_output=True)
+    assert patched.returncode == 0, patched.stdout
+    assert (work / "a.py").read_bytes() == AFTER
