@@ -251,7 +251,16 @@ def plan(repo, settings: Settings, files: Sequence[str] | None = None) -> list[S
 
 
 def staged_bytes(repo, staged: Staged) -> bytes:
-    """The staged blob as a checkout would write it (eol and smudge filters of .gitattributes applied)."""
+    """The staged blob as the working tree holds it: the working-tree file's own bytes when git
+    sees no unstaged change in it (it hashes to the staged blob), else the blob as a checkout
+    would write it (eol and smudge filters of .gitattributes applied). A file added under
+    core.autocrlf=true keeps its LF lines in the working tree while a checkout would write CRLF:
+    editing the checkout form made diffs that did not apply and a --fix that saw unstaged work."""
+    worktree = Path(repo.working_tree_dir) / staged.path
+    if worktree.is_file() and not worktree.is_symlink():
+        sha = _git(repo, "hash-object", f"--path={staged.path}", "--", staged.path).decode().strip()
+        if sha == staged.sha:
+            return worktree.read_bytes()
     return _git(repo, "cat-file", "--filters", f"--path={staged.path}", staged.sha)
 
 

@@ -333,3 +333,20 @@ def test_fix_never_writes_through_a_symlink_out_of_the_work_tree(tmp_path, monke
     assert result.exit_code == 1
     assert "sub/a.py: refused" in result.stderr
     assert (outside / "a.py").read_bytes() == b"a\nold\n"
+
+
+def test_under_autocrlf_the_check_diff_applies_and_fix_writes(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
+    git(root, "config", "core.autocrlf", "true")
+    write(root, {"a.py": b"a\nold\nb\n"})  # LF in the working tree; a checkout would write CRLF
+    git(root, "add", "a.py")
+    assert git(root, "diff").stdout == b""
+    monkeypatch.chdir(root)
+    checked = hook("run")
+    assert checked.exit_code == 1 and b"-old\n+new\n" in checked.stdout_bytes
+    applies = subprocess.run(["git", "apply", "--check"], cwd=root, input=checked.stdout_bytes, capture_output=True)
+    assert applies.returncode == 0, applies.stderr
+    fixed = hook("run", "--fix")
+    assert fixed.exit_code == 1 and "a.py: fixed" in fixed.stderr, fixed.output
+    assert (root / "a.py").read_bytes() == b"a\nnew\nb\n"
