@@ -47,11 +47,20 @@ def _escape(text: str) -> str:
 
 
 def _debug(ctx: typer.Context) -> bool:
-    return bool(ctx.params.get("debug")) or os.environ.get("CADEDIT_DEBUG", "") not in ("", "0")
+    return (bool(ctx.params.get("debug")) or ctx.meta.get("cadedit.debug", False)
+            or os.environ.get("CADEDIT_DEBUG", "") not in ("", "0"))
 
 
 class _Group(typer.core.TyperGroup):
     """Runs the chosen command; the single place where exceptions become messages and exit codes."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        """--debug is accepted anywhere before `--` (`cadedit fix ... --debug`), as the hint says."""
+        end = args.index("--") if "--" in args else len(args)
+        if "--debug" in args[:end]:
+            ctx.meta["cadedit.debug"] = True
+            args = [a for a in args[:end] if a != "--debug"] + args[end:]
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
         try:
@@ -285,7 +294,7 @@ def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str],
         if len(args) != 2:
             raise typer.BadParameter('give FILE "INSTRUCTION", or several files with -i "INSTRUCTION"',
                                      param_hint="FILE INSTRUCTION")
-        if Path(args[1]).is_file():  # `cadedit fix a.py b.py` without -i: surely two files, not an instruction
+        if os.path.isfile(args[1]):  # `cadedit fix a.py b.py` without -i: surely two files (never raises on a long text)
             raise typer.BadParameter(f'{args[1]} is a file; for several files give the instruction with -i "..."',
                                      param_hint="INSTRUCTION")
         return args[:1], args[1]

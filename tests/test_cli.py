@@ -460,3 +460,13 @@ def test_a_piped_diff_is_the_plain_patch_whatever_the_colour_settings(work, env)
     patched = subprocess.run(["patch", "-p1"], cwd=work, input=done.stdout, capture_output=True)
     assert patched.returncode == 0, patched.stdout
     assert (work / "a.py").read_bytes() == AFTER
+
+
+@pytest.mark.parametrize("args", [["oracle", "a.py", "b.py", "--debug"], ["oracle", "--debug", "a.py", "b.py"],
+                                  ["hook", "run", "--debug"], ["hook", "--debug", "run"]])
+def test_debug_is_accepted_after_the_command_too(work, monkeypatch, args):
+    monkeypatch.setattr("cadedit.oracle.oracle", _crash)
+    monkeypatch.setattr("cadedit.repo.open_repo", _crash)
+    result = invoke(*args)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" in result.stderr and "error: internal error: RuntimeError: boom" in result.stderr

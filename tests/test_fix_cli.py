@@ -250,3 +250,17 @@ def test_the_models_program_is_resolved_as_the_model_meant_it(work, tiny_dir, mo
     result = fix("a.py", "Edit.", "--model", str(tiny_dir), "--write", "--quiet")
     assert result.exit_code == 0, result.output
     assert (work / "a.py").read_bytes() == after
+
+
+def test_a_long_instruction_is_an_instruction_not_a_file_name_error(work, tiny_dir, scripted):
+    scripted(AFTER)
+    instruction = "Fix the subtraction in add so that it adds; " * 10  # over 255 bytes: no file could have this name
+    result = fix("a.py", instruction, "--model", str(tiny_dir), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert b"+    return a + b\r\n" in result.stdout_bytes
+
+
+def test_debug_after_fix_is_accepted(work):
+    result = CliRunner().invoke(cli.app, ["fix", "nope.py", "Fix it.", "--debug"])
+    assert result.exit_code == 1
+    assert "Traceback" in result.stderr and "error: nope.py: no such file" in result.stderr
