@@ -48,11 +48,20 @@ def _escape(text: str) -> str:
 
 
 def _debug(ctx: typer.Context) -> bool:
-    return bool(ctx.params.get("debug")) or os.environ.get("CADEDIT_DEBUG", "") not in ("", "0")
+    return (bool(ctx.params.get("debug")) or ctx.meta.get("cadedit.debug", False)
+            or os.environ.get("CADEDIT_DEBUG", "") not in ("", "0"))
 
 
 class _Group(typer.core.TyperGroup):
     """Runs the chosen command; the single place where exceptions become messages and exit codes."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        """--debug is accepted anywhere before `--` (`cadedit fix ... --debug`), as the hint says."""
+        end = args.index("--") if "--" in args else len(args)
+        if "--debug" in args[:end]:
+            ctx.meta["cadedit.debug"] = True
+            args = [a for a in args[:end] if a != "--debug"] + args[end:]
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: typer.Context):  # type: ignore[override]
         try:
@@ -150,7 +159,9 @@ def oracle(
 
 
 @app.command()
-def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: ClipOpt = False) -> None:
+def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: ClipOpt = False,
+          force: Annotated[bool, typer.Option(
+              "--force", help="With --write: replace a read-only file too (as vim's :w! does).")] = False) -> None:
     """Resolve an edit PROGRAM against FILE; print the unified diff, or write the result with --write.
 
     Example: cadedit oracle a.py b.py > p && cadedit apply a.py p | patch -p1
@@ -170,7 +181,7 @@ def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: Cli
     if not write:
         show(diff_text)
         return
-    write_atomic(document, resolution.text)
+    write_atomic(document, resolution.text, force)
     added, removed = count_changes(diff_text)
     err.print(f"wrote {file} (+{added} -{removed})", highlight=False, markup=False)
 
@@ -447,7 +458,7 @@ def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str],
         if len(args) != 2:
             raise typer.BadParameter('give FILE "INSTRUCTION", or several files with -i "INSTRUCTION"',
                                      param_hint="FILE INSTRUCTION")
-        if Path(args[1]).is_file():  # `cadedit fix a.py b.py` without -i: surely two files, not an instruction
+        if os.path.isfile(args[1]):  # `cadedit fix a.py b.py` without -i: surely two files (never raises on a long text)
             raise typer.BadParameter(f'{args[1]} is a file; for several files give the instruction with -i "..."',
                                      param_hint="INSTRUCTION")
         return args[:1], args[1]
@@ -461,7 +472,7 @@ def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str],
 def _fix_many(files: list[str], instruction: str, options, write: bool, check: bool, quiet: bool, plan, tries: int,
               scoping: _Scoping) -> None:
     """Several files: every file read first, the model loaded once, one patch; written only if all edits pass."""
-    from cadedit.diff import count_changes, show, unified_diff, write_atomic
+    from cadedit.diff import count_changes, show, unified_diff
     from cadedit.document import Document
     from cadedit.errors import CheckFailedError
 
@@ -485,13 +496,40 @@ def _fix_many(files: list[str], instruction: str, options, write: bool, check: b
     patch = "".join(diff_text for _, _, diff_text in edited)
     if patch and not write:
         show(patch)
-    for document, new_text, diff_text in edited if write else ():
-        if diff_text:
-            write_atomic(_reread(document) if plan.test else document, new_text)
-            if not quiet:
-                say(f"wrote {document.path}")
+    if write:
+        _write_all([(_reread(document) if plan.test else document, new_text)
+                    for document, new_text, diff_text in edited if diff_text], quiet)
     if check and patch:
         raise typer.Exit(1)
+
+
+def _write_all(changes: list, quiet: bool) -> None:
+    """Write every (document, new text) or none: each file is checked before the first write, and
+    if a write still fails the files already written get their old bytes back."""
+    from cadedit.diff import check_unchanged, check_writable, write_atomic
+    from cadedit.document import Document
+
+    for document, _ in changes:
+        check_unchanged(document)
+        check_writable(document)
+    written: list = []
+    try:
+        for document, new_text in changes:
+            write_atomic(document, new_text)
+            written.append(document)
+    except BaseException as exc:
+        failed = []
+        for document in reversed(written):
+            try:
+                write_atomic(Document.read(document.path), document.text)
+            except CadeditError:
+                failed.append(document.path)
+        if isinstance(exc, CadeditError):
+            undone = f"left edited: {', '.join(failed)}" if failed else "no file was changed"
+            exc.hint = (exc.hint + "\n" if exc.hint else "") + undone
+        raise
+    for document, _ in changes if not quiet else ():
+        say(f"wrote {document.path}")
 
 
 class _Progress:

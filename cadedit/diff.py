@@ -3,9 +3,10 @@
 Contract: `patch -p1` and `git apply` turn `before` into `after` byte for byte with the text of
 `unified_diff(before, after, path)`. Lines are split after "\\n" only, as diff, patch and git do,
 so a CR stays part of a line's content, and a last line without "\\n" is followed by the
-"\\ No newline at end of file" marker. show() colours a diff through rich on a terminal and
-writes its exact bytes otherwise. write_atomic() replaces a file through a temporary file in the
-same directory, keeps its mode, and refuses if the file changed after it was read.
+"\\ No newline at end of file" marker. show() colours a diff through rich when the stream is a
+terminal (isatty, whatever FORCE_COLOR says) and writes its exact bytes otherwise.
+write_atomic() replaces a file through a temporary file in the same directory, keeps its mode,
+and refuses if the file changed after it was read.
 Pure: no torch, no transformers.
 """
 
@@ -98,13 +99,13 @@ def count_changes(diff_text: str) -> tuple[int, int]:
 
 
 def render(diff_text: str, console: Console) -> None:
-    """Print a diff in colour; a CR before a line end is shown as a dim ^M."""
+    """Print a diff in colour; a CR is shown as ^M and a BOM as <BOM>, so neither edit is invisible."""
     from rich.text import Text
 
     for line in diff_lines(diff_text):
         style = next((s for prefix, s in _STYLES if line.startswith(prefix)), "dim" if line[:1] == "\\" else "")
         body = line.rstrip("\n")
-        text = Text(body.rstrip("\r").replace("\r", "^M"), style=style)
+        text = Text(body.rstrip("\r").replace("\r", "^M").replace("\ufeff", "<BOM>"), style=style)
         if body.endswith("\r"):
             text.append("^M", style="dim")
         console.print(text, soft_wrap=True, highlight=False)
@@ -115,9 +116,8 @@ def show(diff_text: str, stream: TextIO | None = None) -> None:
     from rich.console import Console
 
     stream = stream or sys.stdout
-    console = Console(file=stream)
-    if console.is_terminal:
-        render(diff_text, console)
+    if _is_tty(stream):  # the stream itself, not rich's guess: FORCE_COLOR or TTY_COMPATIBLE must not colour a pipe
+        render(diff_text, Console(file=stream, force_terminal=True))
         return
     data = diff_text.encode("utf-8")
     buffer = getattr(stream, "buffer", None)
@@ -129,6 +129,13 @@ def show(diff_text: str, stream: TextIO | None = None) -> None:
     while view:  # a pipe may take less than all; a closed one raises BrokenPipeError
         view = view[buffer.write(view) :]
     buffer.flush()
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 def check_unchanged(document: Document) -> None:
@@ -147,14 +154,38 @@ def check_unchanged(document: Document) -> None:
         )
 
 
-def write_atomic(document: Document, new_text: str) -> None:
+def check_writable(document: Document, force: bool = False) -> None:
+    """Raise ApplyError unless the document's file may be replaced, before anything is written.
+
+    As an editor does: the file must be a regular file whose mode gives its owner write
+    permission and that this user could write with `>`; `force` (vim's `:w!`) overrides that
+    (never the regular-file rule). The folder must let us create the temporary file.
+    """
+    target = Path(os.path.realpath(document.path))
+    try:
+        st = target.stat()
+    except OSError as exc:
+        raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):  # a device or FIFO must never be replaced by a file
+        raise ApplyError(f"{document.path}: not a regular file; nothing written")
+    read_only = not st.st_mode & stat.S_IWUSR or not os.access(target, os.W_OK)
+    if read_only and not force:
+        raise ApplyError(f"{document.path}: read-only (mode {stat.S_IMODE(st.st_mode):04o}); nothing written",
+                         hint=f"make it writable first (chmod u+w {document.path}), or pass --force where offered")
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise ApplyError(f"{document.path}: cannot create files in {target.parent}; nothing written")
+
+
+def write_atomic(document: Document, new_text: str, force: bool = False) -> None:
     """Replace the document's file with new_text: temp file in the same directory, fsync, rename.
 
-    The file keeps its mode (and owner where allowed); a symlink stays a symlink (its target is
-    replaced). Refuses with ApplyError, the file untouched, if it changed since it was read.
+    The file keeps its mode, setuid/setgid/sticky bits included (and owner where allowed); a
+    symlink stays a symlink (its target is replaced). Refuses with ApplyError, the file untouched,
+    if it changed since it was read or check_writable() refuses it.
     """
     target = Path(os.path.realpath(document.path))
     check_unchanged(document)
+    check_writable(document, force)
     try:
         st = target.stat()
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".cadedit-tmp")
@@ -165,9 +196,9 @@ def write_atomic(document: Document, new_text: str) -> None:
             f.write(new_text.encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # chown before chmod: chown clears the setuid and setgid bits
             os.chown(tmp, st.st_uid, st.st_gid)
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
         check_unchanged(document)  # again, just before the rename: the window stays a few syscalls
         os.replace(tmp, target)
     except BaseException as exc:

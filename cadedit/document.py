@@ -3,20 +3,26 @@
 Contract: `Document.from_bytes(data).to_bytes() == data` for every UTF-8 input. Each line keeps
 its terminator ("\\n", "\\r\\n", "\\r", or "" for a last line without one); a UTF-8 BOM stays as
 the first character of line 1 so that copies, gens and the resolver stay byte-exact without a
-special case. Binary files (NUL bytes), non-UTF-8 bytes, directories and missing paths are
-refused with a DocumentError that names the path. Pure: no torch, no transformers.
+special case. Only regular files are read (FIFOs and devices are refused before they are opened
+for reading, so nothing hangs), at most MAX_BYTES. Binary files (NUL bytes), non-UTF-8 bytes,
+directories and missing paths are refused with a DocumentError that names the path. Pure: no torch, no transformers.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from cadedit.errors import DocumentError
 
 BOM = "\ufeff"
+# The largest file cadedit reads (64 MiB): far above any source file a model can edit, small
+# enough that a mistaken path (a disk image, a log) fails at once instead of filling memory.
+MAX_BYTES = 64 * 1024 * 1024
 # A line is the shortest run of text ending in a terminator, or the unterminated rest.
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 _TERMINATOR = re.compile(r"(\r\n|\r|\n)$")
@@ -68,17 +74,31 @@ class Document:
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> Document:
-        """Read a file from disk, remembering its size and mtime so a later write can detect changes."""
+        """Read a regular file, remembering its size and mtime so a later write can detect changes.
+
+        Anything else (a FIFO, a device, a socket) is refused before it is opened for reading, so
+        a pipe without a writer cannot hang cadedit and /dev/zero cannot fill memory; a file over
+        MAX_BYTES is refused too.
+        """
         p = Path(path)
-        if not p.exists():
-            raise DocumentError(f"{p}: no such file")
-        if p.is_dir():
-            raise DocumentError(f"{p}: is a directory, not a file")
+        st = _stat_regular(p)
+        if st.st_size > MAX_BYTES:
+            raise _too_large(p)
+        try:  # O_NONBLOCK: if the path became a FIFO since the stat, open must not wait for a writer
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise _os_error(p, exc) from None
         try:
-            data = p.read_bytes()
-            st = p.stat()
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _not_regular(p, st.st_mode)
+            data = _read_at_most(fd, MAX_BYTES + 1)
         except OSError as exc:
             raise DocumentError(f"{p}: cannot read ({exc.strerror or exc})") from None
+        finally:
+            os.close(fd)
+        if len(data) > MAX_BYTES:
+            raise _too_large(p)
         doc = cls.from_bytes(data, str(p))
         return cls(doc.lines, str(p), st.st_mtime_ns, st.st_size)
 
@@ -131,3 +151,55 @@ class Document:
         bodies = self.display_lines()
         width = width or len(str(max(len(bodies), 1)))
         return "".join(f"{k:>{width}}{sep}{body}\n" for k, body in enumerate(bodies, 1))
+
+
+def _stat_regular(path: Path) -> os.stat_result:
+    """stat() the path (symlinks followed); a DocumentError unless it is a regular file."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    except ValueError:  # a NUL byte in the name
+        raise DocumentError(f"{path!r}: not a valid file name") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise DocumentError(f"{path}: is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(path, st.st_mode)
+    return st
+
+
+def _not_regular(path: Path, mode: int) -> DocumentError:
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+    kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+    return DocumentError(f"{path}: is {kind}; cadedit reads and writes regular files only",
+                         hint="to edit piped text, use `cadedit fix - ...` with the text on stdin")
+
+
+def _too_large(path: Path) -> DocumentError:
+    return DocumentError(f"{path}: larger than {MAX_BYTES:,} bytes; cadedit edits source files")
+
+
+def _os_error(path: Path, exc: OSError) -> DocumentError:
+    """A one-line DocumentError for a failed stat or open, in words a user can act on."""
+    if exc.errno == errno.ENOENT:
+        broken = os.path.islink(path)
+        return DocumentError(f"{path}: {'broken symlink (its target does not exist)' if broken else 'no such file'}")
+    if exc.errno == errno.ELOOP:
+        return DocumentError(f"{path}: symlink loop (too many levels of symbolic links)")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return DocumentError(f"{path}: permission denied", hint="check the permissions of the file and its folders")
+    if exc.errno == errno.ENOTDIR:
+        return DocumentError(f"{path}: no such file (a part of the path is not a folder)")
+    return DocumentError(f"{path}: cannot read ({exc.strerror or exc})")
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 20, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)

@@ -135,6 +135,10 @@ def parse(text: str) -> Program:
             pos = m.end()
         elif text.startswith("<gen>", pos):
             start = pos + len("<gen>")
+            if text.startswith("\r", start):  # a CRLF program: the CR would start every gen with a line break
+                error = _fail(text, start, number, "'\\n' after '<gen>' (the program has CR line ends)")
+                error.hint = "write programs with \\n line ends (dos2unix converts one); CRs inside gen text are kept"
+                raise error
             if text.startswith("\n", start):
                 start += 1
             end = text.find("</gen>", start)

@@ -251,7 +251,16 @@ def plan(repo, settings: Settings, files: Sequence[str] | None = None) -> list[S
 
 
 def staged_bytes(repo, staged: Staged) -> bytes:
-    """The staged blob as a checkout would write it (eol and smudge filters of .gitattributes applied)."""
+    """The staged blob as the working tree holds it: the working-tree file's own bytes when git
+    sees no unstaged change in it (it hashes to the staged blob), else the blob as a checkout
+    would write it (eol and smudge filters of .gitattributes applied). A file added under
+    core.autocrlf=true keeps its LF lines in the working tree while a checkout would write CRLF:
+    editing the checkout form made diffs that did not apply and a --fix that saw unstaged work."""
+    worktree = Path(repo.working_tree_dir) / staged.path
+    if worktree.is_file() and not worktree.is_symlink():
+        sha = _git(repo, "hash-object", f"--path={staged.path}", "--", staged.path).decode().strip()
+        if sha == staged.sha:
+            return worktree.read_bytes()
     return _git(repo, "cat-file", "--filters", f"--path={staged.path}", staged.sha)
 
 
@@ -311,6 +320,9 @@ def write_fix(root: Path, path: str, staged: bytes, edited: bytes, diff_text: st
     from cadedit.diff import write_atomic
 
     target = root / path
+    outside = _outside_work_tree(root, target)
+    if outside:
+        return Outcome(path, Status.REFUSED, diff_text, f"{outside}; not written")
     try:
         current = Document.read(target)
     except CadeditError as exc:
@@ -327,6 +339,17 @@ def write_fix(root: Path, path: str, staged: bytes, edited: bytes, diff_text: st
         return Outcome(path, Status.REFUSED, diff_text, exc.message)
     note = "unstaged changes kept; stage the fix with `git add -p`" if partial else "review and `git add` it"
     return Outcome(path, Status.FIXED, diff_text, note)
+
+
+def _outside_work_tree(root: Path, target: Path) -> str | None:
+    """Why writing `target` could change a file outside the work tree (a symlink in its place or
+    on its way), or None. The index holds a regular file there; the working tree must too."""
+    if target.is_symlink():
+        return "is a symlink in the working tree but a regular file in the index"
+    real, top = Path(os.path.realpath(target)), Path(os.path.realpath(root))
+    if not real.is_relative_to(top):
+        return f"resolves to {real}, outside the work tree"
+    return None
 
 
 def merge3(root: Path, ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
@@ -393,6 +416,11 @@ def install_hook(repo, force: bool = False) -> tuple[Path, Path | None]:
                 "or call `cadedit hook run` from your hook",
             )
         backup = hook.with_name(hook.name + BACKUP_SUFFIX)
+        if backup.exists() or backup.is_symlink():  # os.replace would destroy the hook kept there
+            raise ConfigError(
+                f"{backup}: a backup of an earlier hook is already kept there; nothing replaced",
+                hint=f"move {backup.name} (or {hook.name}) elsewhere, then run `cadedit hook install --force` again",
+            )
         os.replace(hook, backup)
     hook.parent.mkdir(parents=True, exist_ok=True)
     hook.write_text(hook_script(), encoding="utf-8")

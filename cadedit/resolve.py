@@ -1,9 +1,16 @@
 """The resolver: program + input document -> edited text, byte-exact, pure and deterministic.
 
 Semantics (paper §2.2, made byte-exact): a Copy(i, j) emits input lines i..j with their own
-terminators; a Gen emits its text verbatim; ops are concatenated with nothing in between. So
-`resolve(oracle(before, after), before) == after` for every pair, CRLF, BOM and a missing final
-newline included. Strict mode raises on an index outside 1..N or i > j; clipped mode clips to
+terminators; a Gen emits its text verbatim; ops are concatenated with nothing in between, with
+two rules for the bytes a model never sees:
+- BOM: a file's UTF-8 BOM is not part of line 1's text. A copy of line 1 puts it in front of the
+  output, once, wherever that copy stands (a gen above line 1 keeps it at the start, never in the
+  middle); a program without a copy of line 1 says in its first gen whether the output has one.
+- Last line: a copy that ends at the file's unterminated last line, followed by more output, ends
+  that line with the file's newline (the model is told every line it writes ends with one), so
+  `<copy lines="1-2"/><gen>z = 3\n</gen>` on "x = 1\ny = 2" appends a line instead of joining two.
+So `resolve(oracle(before, after), before) == after` for every pair, CRLF, BOM and a missing final
+newline included (the oracle follows both rules). Strict mode raises on an index outside 1..N or i > j; clipped mode clips to
 [1, N] (swapping i > j) and reports a warning for each op it changed.
 """
 
@@ -12,7 +19,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from cadedit.document import BOM, Document
+from cadedit.document import BOM, Document, line_terminator
 from cadedit.errors import ProgramError
 from cadedit.program import Copy, Gen, Op, Program, format_op
 
@@ -49,21 +56,30 @@ def resolve_ops(program: Program, document: Document, mode: Mode = Mode.STRICT) 
     lines = document.lines
     parts: list[str] = []
     warnings: list[str] = []
+    copies_line_1 = False  # the file's BOM goes in front of the output, once (see the module docstring)
+    open_line = False  # the last part copied the file's unterminated last line
     for number, op in enumerate(program.ops, 1):
-        if not isinstance(op, Copy):
-            parts.append(op.text)
-            continue
-        problem = check_copy(op, len(lines), number)
-        if problem and mode is Mode.STRICT:
-            raise ProgramError(problem, hint="fix the line numbers, or pass --clip to clip them to the file")
-        if problem:
-            clipped = clip_copy(op, len(lines))
-            warnings.append(f"{problem}; clipped to {format_op(clipped).strip() if clipped else 'nothing'}")
-            if clipped is None:
-                continue
-            op = clipped
-        parts.append("".join(lines[op.start - 1 : op.end]))
-    return Resolution("".join(parts), tuple(warnings))
+        if isinstance(op, Copy):
+            problem = check_copy(op, len(lines), number)
+            if problem and mode is Mode.STRICT:
+                raise ProgramError(problem, hint="fix the line numbers, or pass --clip to clip them to the file")
+            if problem:
+                clipped = clip_copy(op, len(lines))
+                warnings.append(f"{problem}; clipped to {format_op(clipped).strip() if clipped else 'nothing'}")
+                if clipped is None:
+                    continue
+                op = clipped
+            text = "".join(lines[op.start - 1 : op.end])
+            if op.start == 1 and document.bom:
+                text, copies_line_1 = text[len(BOM) :], True
+        else:
+            text = op.text
+        if open_line and text:
+            parts.append(document.newline)  # more output follows the unterminated last line: end it
+        parts.append(text)
+        if text:
+            open_line = isinstance(op, Copy) and op.end == len(lines) and not line_terminator(lines[-1])
+    return Resolution((BOM if copies_line_1 else "") + "".join(parts), tuple(warnings))
 
 
 def resolve(program: Program, document: Document, mode: Mode = Mode.STRICT) -> str:
@@ -76,11 +92,12 @@ def resolve(program: Program, document: Document, mode: Mode = Mode.STRICT) -> s
 
 def to_document_program(program: Program, document: Document) -> Program:
     """The model writes gens with "\\n" and never sees the BOM: give gens the file's own newline,
-    and keep a BOM the file had when the program does not start by copying line 1."""
+    and keep a BOM the file had when no copy of line 1 brings it along (the resolver puts it in
+    front of the output for a copy of line 1, wherever that copy stands)."""
     newline = document.newline
     ops: list[Op] = [Gen(_renewline(op.text, newline)) if isinstance(op, Gen) else op for op in program.ops]
-    starts_with_line_1 = bool(ops) and isinstance(ops[0], Copy) and ops[0].start == 1
-    if document.bom and not starts_with_line_1:
+    copies_line_1 = any(isinstance(op, Copy) and min(op.start, op.end) <= 1 <= max(op.start, op.end) for op in ops)
+    if document.bom and not copies_line_1:
         if ops and isinstance(ops[0], Gen):
             ops[0] = Gen(ops[0].text if ops[0].text.startswith(BOM) else BOM + ops[0].text)
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -325,3 +326,147 @@ def test_ci_runs_exactly_the_readme_test_command():
     command = ".venv/bin/python -m pytest"
     assert f"```sh\n{command}\n```" in (ROOT / "README.md").read_text()
     assert f"\n{command} || status=$?\n" in (ROOT / ".ci/run").read_text()
+
+
+# ------------------------------------------------------------------ special files are never read or replaced
+
+
+def run_module(*args: str, cwd: Path, timeout: float = 30, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m cadedit` of this worktree in a subprocess (a hang fails the test instead of the run)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    return subprocess.run([sys.executable, "-m", "cadedit", *args], cwd=cwd, capture_output=True, timeout=timeout,
+                          env=env, **kwargs)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_write_never_replaces_a_character_device(work):
+    os.mknod(work / "mynull", 0o644 | stat.S_IFCHR, os.makedev(1, 3))
+    (work / "p").write_text(format(Program((Gen("x\n"),))))
+    result = invoke("apply", "mynull", "p", "--write")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == "error: mynull: is a character device; cadedit reads and writes regular files only"
+    assert stat.S_ISCHR(os.lstat(work / "mynull").st_mode)
+
+
+@pytest.mark.parametrize("args", [["apply", "fifo", "p"], ["apply", "a.py", "fifo"], ["oracle", "fifo", "a.py"],
+                                  ["fix", "fifo", "Fix it."]])
+def test_a_fifo_is_refused_at_once_instead_of_hanging(work, args):
+    os.mkfifo(work / "fifo")
+    (work / "p").write_text(format(Program((Copy(1, 1),))))
+    done = run_module(*args, cwd=work, timeout=20)
+    assert done.returncode == 1
+    assert done.stderr.decode() == ("error: fifo: is a FIFO (named pipe); cadedit reads and writes regular files only\n"
+                                    "hint: to edit piped text, use `cadedit fix - ...` with the text on stdin\n")
+
+
+def test_dev_zero_is_refused_without_reading_it(work):
+    import resource
+
+    (work / "p").write_text(format(Program((Copy(1, 1),))))
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # noqa: E731 - unbounded read dies
+    done = run_module("apply", "/dev/zero", "p", cwd=work, timeout=30, preexec_fn=limit)
+    assert done.returncode == 1
+    assert done.stderr.decode().startswith("error: /dev/zero: is a character device;")
+
+
+def test_a_file_over_the_size_cap_is_refused(work, monkeypatch):
+    import cadedit.document
+
+    monkeypatch.setattr(cadedit.document, "MAX_BYTES", 10)
+    (work / "p").write_text(format(Program((Copy(1, 1),))))
+    result = invoke("apply", "a.py", "p")
+    assert result.exit_code == 1
+    assert result.stderr == "error: a.py: larger than 10 bytes; cadedit edits source files\n"
+
+
+# ------------------------------------------------------------------------------------ --write and modes
+
+
+def test_write_refuses_a_read_only_file_unless_forced(work):
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    os.chmod(work / "a.py", 0o444)
+    refused = invoke("apply", "a.py", "p", "--write")
+    assert refused.exit_code == 1
+    assert refused.stderr.splitlines() == [
+        "error: a.py: read-only (mode 0444); nothing written",
+        "hint: make it writable first (chmod u+w a.py), or pass --force where offered"]
+    assert (work / "a.py").read_bytes() == BEFORE
+    forced = invoke("apply", "a.py", "p", "--write", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert (work / "a.py").read_bytes() == AFTER and stat.S_IMODE(os.stat(work / "a.py").st_mode) == 0o444
+
+
+@pytest.mark.parametrize("mode", [0o4755, 0o2755, 0o6775, 0o1644])
+def test_write_keeps_setuid_setgid_and_sticky_bits(work, mode):
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    os.chmod(work / "a.py", mode)
+    result = invoke("apply", "a.py", "p", "--write")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_bytes() == AFTER
+    assert stat.S_IMODE(os.stat(work / "a.py").st_mode) == mode
+
+
+# ---------------------------------------------------------------- BOM and an unterminated last line
+
+BOM_FILE = b'\xef\xbb\xbfimport os\n'
+BOM_DOC = b'\xef\xbb\xbf"""Doc."""\nimport os\n'
+
+
+def test_a_gen_above_line_1_keeps_the_bom_at_the_start_only(work):
+    (work / "m.py").write_bytes(BOM_FILE)
+    (work / "p").write_text(format(Program((Gen('"""Doc."""\n'), Copy(1, 1)))))
+    assert invoke("apply", "m.py", "p", "--write").exit_code == 0
+    assert (work / "m.py").read_bytes() == BOM_DOC
+
+
+def test_oracle_and_apply_agree_on_a_bom_file_edited_above_line_1(work):
+    (work / "m.py").write_bytes(BOM_FILE)
+    (work / "n.py").write_bytes(BOM_DOC)
+    program = invoke("oracle", "m.py", "n.py").stdout_bytes
+    assert program == format(Program((Gen('"""Doc."""\n'), Copy(1, 1)))).encode()  # line 1 is still copied
+    (work / "p").write_bytes(program)
+    shown = invoke("apply", "m.py", "p")
+    assert shown.stdout_bytes.endswith(b'@@ -1 +1,2 @@\n-\xef\xbb\xbfimport os\n+\xef\xbb\xbf"""Doc."""\n+import os\n')
+    assert invoke("apply", "m.py", "p", "--write").exit_code == 0
+    assert (work / "m.py").read_bytes() == BOM_DOC
+
+
+def test_a_gen_after_an_unterminated_last_line_starts_a_new_line(work):
+    (work / "m.py").write_bytes(b"x = 1\ny = 2")
+    (work / "p").write_text('<program>\n<copy lines="1-2"/><gen>\nz = 3\n</gen>\n</program>\n')
+    assert invoke("apply", "m.py", "p", "--write").exit_code == 0
+    assert (work / "m.py").read_bytes() == b"x = 1\ny = 2\nz = 3\n"
+
+
+def test_a_program_with_crlf_line_ends_is_refused_where_its_first_gen_starts(work):
+    (work / "p").write_bytes(b'<program>\r\n<copy lines="1-1"/>\r\n<gen>\r\nx = 1\r\n</gen>\r\n</program>\r\n')
+    result = invoke("apply", "a.py", "p")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "error: op 2 (line 3): expected '\\n' after '<gen>' (the program has CR line ends), found "
+        "'\\r\\nx = 1\\r\\n</gen>\\r\\n</program>\\r\\n'",
+        "hint: write programs with \\n line ends (dos2unix converts one); CRs inside gen text are kept"]
+
+
+@needs_patch
+@pytest.mark.parametrize("env", [{"FORCE_COLOR": "1"}, {"TTY_COMPATIBLE": "1"}, {"FORCE_COLOR": "1", "TERM": "xterm"}])
+def test_a_piped_diff_is_the_plain_patch_whatever_the_colour_settings(work, env):
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    plain = run_module("apply", "a.py", "p", cwd=work).stdout
+    done = subprocess.run([sys.executable, "-m", "cadedit", "apply", "a.py", "p"], cwd=work, capture_output=True,
+                          env={**os.environ, **env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert done.returncode == 0 and done.stdout == plain
+    assert b"\x1b[" not in done.stdout and b"^M" not in done.stdout
+    patched = subprocess.run(["patch", "-p1"], cwd=work, input=done.stdout, capture_output=True)
+    assert patched.returncode == 0, patched.stdout
+    assert (work / "a.py").read_bytes() == AFTER
+
+
+@pytest.mark.parametrize("args", [["oracle", "a.py", "b.py", "--debug"], ["oracle", "--debug", "a.py", "b.py"],
+                                  ["hook", "run", "--debug"], ["hook", "--debug", "run"]])
+def test_debug_is_accepted_after_the_command_too(work, monkeypatch, args):
+    monkeypatch.setattr("cadedit.oracle.oracle", _crash)
+    monkeypatch.setattr("cadedit.repo.open_repo", _crash)
+    result = invoke(*args)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" in result.stderr and "error: internal error: RuntimeError: boom" in result.stderr

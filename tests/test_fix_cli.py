@@ -181,3 +181,86 @@ def test_console_script_with_the_unscripted_random_model(work, tiny_dir, run_cli
     if proc.returncode == 1:
         assert b"budget of 40 new tokens" in proc.stderr
     assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_write_refuses_a_read_only_file(work, tiny_dir, scripted):
+    import os
+
+    scripted(AFTER)
+    os.chmod(work / "a.py", 0o444)
+    result = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--write", "--quiet")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == "error: a.py: read-only (mode 0444); nothing written"
+    assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_several_files_are_written_all_or_none_when_one_is_read_only(work, tiny_dir, scripted):
+    import os
+
+    scripted(AFTER)
+    (work / "ro").mkdir()
+    (work / "ro/b.py").write_bytes(BEFORE)
+    os.chmod(work / "ro/b.py", 0o444)
+    result = fix("a.py", "ro/b.py", "-i", "Fix add.", "--model", str(tiny_dir), "--write", "--quiet")
+    assert result.exit_code == 1
+    assert "error: ro/b.py: read-only (mode 0444); nothing written" in result.stderr
+    assert (work / "a.py").read_bytes() == BEFORE and (work / "ro/b.py").read_bytes() == BEFORE
+
+
+def test_several_files_roll_back_when_a_later_write_fails(work, tiny_dir, scripted, monkeypatch):
+    import os
+
+    scripted(AFTER)
+    (work / "b.py").write_bytes(BEFORE)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if str(dst).endswith("b.py") and b"a + b" in open(src, "rb").read():  # b.py's edit fails (disk full ...)
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    result = fix("a.py", "b.py", "-i", "Fix add.", "--model", str(tiny_dir), "--write", "--quiet")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == ["error: b.py: cannot write (No space left on device)",
+                                          "hint: no file was changed"]
+    assert (work / "a.py").read_bytes() == BEFORE and (work / "b.py").read_bytes() == BEFORE
+    assert sorted(p.name for p in work.iterdir()) == ["a.py", "b.py"]
+
+
+def script_display_program(monkeypatch, text: str) -> None:
+    """Make the model write exactly this display-form program (what a model sees and writes)."""
+    real_run = pipeline.run_decode
+
+    def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
+        vocab = pipeline.grammar_for(loaded).vocab.tokens
+        return real_run(loaded, document, prepared, script_picker(text, vocab), on_step, draft)
+
+    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+
+
+@pytest.mark.parametrize(("before", "program", "after"), [
+    (b"\xef\xbb\xbfimport os\n", '<program>\n<gen>\n"""Doc."""\n</gen>\n<copy lines="1-1"/>\n</program>\n',
+     b'\xef\xbb\xbf"""Doc."""\nimport os\n'),
+    (b"x = 1\ny = 2", '<program>\n<copy lines="1-2"/>\n<gen>\nz = 3\n</gen>\n</program>\n', b"x = 1\ny = 2\nz = 3\n"),
+], ids=["bom, gen above line 1", "gen after an unterminated last line"])
+def test_the_models_program_is_resolved_as_the_model_meant_it(work, tiny_dir, monkeypatch, before, program, after):
+    (work / "a.py").write_bytes(before)
+    script_display_program(monkeypatch, program)
+    result = fix("a.py", "Edit.", "--model", str(tiny_dir), "--write", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_bytes() == after
+
+
+def test_a_long_instruction_is_an_instruction_not_a_file_name_error(work, tiny_dir, scripted):
+    scripted(AFTER)
+    instruction = "Fix the subtraction in add so that it adds; " * 10  # over 255 bytes: no file could have this name
+    result = fix("a.py", instruction, "--model", str(tiny_dir), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert b"+    return a + b\r\n" in result.stdout_bytes
+
+
+def test_debug_after_fix_is_accepted(work):
+    result = CliRunner().invoke(cli.app, ["fix", "nope.py", "Fix it.", "--debug"])
+    assert result.exit_code == 1
+    assert "Traceback" in result.stderr and "error: nope.py: no such file" in result.stderr

@@ -283,3 +283,70 @@ def test_pre_commit_try_repo_runs_the_hook(tmp_path):
     assert "cadedit....." in out and "Failed" in out and "Traceback" not in out
     assert "error: model 'no/such/model'" in out and "git commit --no-verify" in out
     assert (root / "a.py").read_bytes() == WORKING and staged(root, "a.py") == STAGED
+
+
+def test_a_second_forced_install_never_overwrites_the_first_backup(tmp_path, monkeypatch):
+    root = make_repo(tmp_path / "w", None, {})
+    monkeypatch.chdir(root)
+    pre_commit = root / ".git/hooks/pre-commit"
+    pre_commit.write_text("#!/bin/sh\necho first\n")
+    assert hook("install", "--force").exit_code == 0
+    pre_commit.write_text("#!/bin/sh\necho second\n")  # another tool replaced our hook
+    again = hook("install", "--force")
+    assert again.exit_code == 1
+    assert again.stderr.splitlines()[0].endswith("pre-commit.cadedit-backup: a backup of an earlier hook is already "
+                                                 "kept there; nothing replaced")
+    assert (root / ".git/hooks/pre-commit.cadedit-backup").read_text() == "#!/bin/sh\necho first\n"
+    assert pre_commit.read_text() == "#!/bin/sh\necho second\n"
+
+
+def test_fix_refuses_a_read_only_working_tree_file(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
+    write(root, {"a.py": b"a\nold\n"})
+    git(root, "add", "a.py")
+    os.chmod(root / "a.py", 0o444)
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 1
+    assert "a.py: refused" in result.stderr and "read-only (mode 0444); nothing written" in result.stderr
+    assert (root / "a.py").read_bytes() == b"a\nold\n"
+
+
+@pytest.mark.parametrize("how", ["file", "folder"])
+def test_fix_never_writes_through_a_symlink_out_of_the_work_tree(tmp_path, monkeypatch, tiny_dir, how):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"sub/a.py": b"0\n"})
+    write(root, {"sub/a.py": b"a\nold\n"})
+    git(root, "add", "sub/a.py")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.py").write_bytes(b"a\nold\n")  # same bytes as staged: the hook sees no unstaged change
+    if how == "file":
+        (root / "sub/a.py").unlink()
+        (root / "sub/a.py").symlink_to(outside / "a.py")
+    else:
+        shutil.rmtree(root / "sub")
+        (root / "sub").symlink_to(outside)
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 1
+    assert "sub/a.py: refused" in result.stderr
+    assert (outside / "a.py").read_bytes() == b"a\nold\n"
+
+
+def test_under_autocrlf_the_check_diff_applies_and_fix_writes(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
+    git(root, "config", "core.autocrlf", "true")
+    write(root, {"a.py": b"a\nold\nb\n"})  # LF in the working tree; a checkout would write CRLF
+    git(root, "add", "a.py")
+    assert git(root, "diff").stdout == b""
+    monkeypatch.chdir(root)
+    checked = hook("run")
+    assert checked.exit_code == 1 and b"-old\n+new\n" in checked.stdout_bytes
+    applies = subprocess.run(["git", "apply", "--check"], cwd=root, input=checked.stdout_bytes, capture_output=True)
+    assert applies.returncode == 0, applies.stderr
+    fixed = hook("run", "--fix")
+    assert fixed.exit_code == 1 and "a.py: fixed" in fixed.stderr, fixed.output
+    assert (root / "a.py").read_bytes() == b"a\nnew\nb\n"

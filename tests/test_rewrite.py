@@ -315,3 +315,13 @@ def test_fix_mode_check_stdin_and_budget(work, editing_dir):
 @pytest.mark.parametrize("args", [["--mode", "fastest"], ["--mode", ""]])
 def test_fix_mode_usage_errors_exit_2(work, editing_dir, args):
     assert fix("colors.txt", "Rename.", "--model", str(editing_dir), *args).exit_code == 2
+
+
+@pytest.mark.parametrize(("before", "new_display", "after"), [
+    ("\ufeffimport os\n", '"""Doc."""\nimport os\n', '\ufeff"""Doc."""\nimport os\n'),
+    ("\ufeffa\r\nb\r\n", "b\na\n", "\ufeffb\r\na\r\n"),
+    ("x = 1\ny = 2", "x = 1\ny = 2\nz = 3\n", "x = 1\ny = 2\nz = 3\n"),
+])
+def test_rewrite_modes_keep_one_bom_at_the_start_and_append_after_a_last_line(before, new_display, after):
+    document = Document.from_text(before)
+    assert resolve(R.program_for(document, new_display), document) == after
