@@ -1,0 +1,413 @@
+"""Scoped edits through `cadedit fix`: the model retypes only the resolved region(s), the rest of
+the file is copied by construction, byte for byte (CRLF, BOM, no final newline).
+
+The tiny random-weight Qwen2 is loaded by the CLI from a model folder; `pipeline.run_decode` is
+wrapped so that the answer is scripted through the real decode loop: the Prepared's own `source`
+(what an answer that changes nothing would print: each region's lines, its closing fence, the
+forced headers between regions) with a region's text changed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+from typer.testing import CliRunner
+
+import cadedit.model as model_module
+import cadedit.pipeline as pipeline
+from cadedit import cli
+from cadedit.decode import script_picker
+from cadedit.model import token_bytes
+from tests.tinymodel import save_model
+
+LINES = [
+    "def first(x):",  # 1
+    "    return x + 1",  # 2
+    "",  # 3
+    "",  # 4
+    "def second(x):",  # 5
+    "    return x - 2",  # 6
+    "",  # 7
+    "",  # 8
+    "print(first(1), second(2))",  # 9
+]
+SHORT = LINES[:6]  # `second` ends the file
+
+
+def make(lines=LINES, newline="\n", bom=False, final=True, **changes: str) -> bytes:
+    """The file's bytes; changes: {"l6": "new body of line 6"}."""
+    bodies = list(lines)
+    for key, body in changes.items():
+        bodies[int(key[1:]) - 1] = body
+    text = newline.join(bodies) + (newline if final else "")
+    return (("\ufeff" if bom else "") + text).encode("utf-8")
+
+
+LAYOUTS = {
+    "lf": {},
+    "crlf": {"newline": "\r\n"},
+    "bom": {"bom": True},
+    "bom-crlf": {"bom": True, "newline": "\r\n"},
+    "no-final-newline": {"final": False},
+}
+
+
+# -- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    return save_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def _models():
+    return {}
+
+
+@pytest.fixture(autouse=True)
+def load_once(monkeypatch, _models):
+    """Each model folder loads once per session (the load is most of a tiny-model CLI run)."""
+    real = model_module.load_model
+
+    def load_model(*args, **kwargs):
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in _models:
+            _models[key] = real(*args, **kwargs)
+        return _models[key]
+
+    monkeypatch.setattr(model_module, "load_model", load_model)
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@dataclass
+class Call:
+    prompt: str
+    prepared: pipeline.Prepared
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """scripted(*answers): try k spells answers[k - 1] (the last one again for later tries); each
+    answer is a callable(prepared) -> the whole answer text. Returns the calls, one per try."""
+    calls: list[Call] = []
+
+    def script(*answers):
+        real = pipeline.run_decode
+
+        def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
+            calls.append(Call(loaded.tokenizer.decode(list(prepared.prompt_ids)), prepared))
+            text = answers[min(len(calls), len(answers)) - 1](prepared)
+            return real(loaded, document, prepared, script_picker(text, token_bytes(loaded)), on_step, draft)
+
+        monkeypatch.setattr(pipeline, "run_decode", run_decode)
+        return calls
+
+    return script
+
+
+def retype(*pairs: tuple[str, str]):
+    """An answer: the unchanged answer (prepared.source) with each old text replaced by the new."""
+
+    def answer(prepared) -> str:
+        text = prepared.source
+        for old, new in pairs:
+            assert old in text, (old, text)
+            text = text.replace(old, new, 1)
+        return text
+
+    return answer
+
+
+def verbatim(body: str):
+    """An answer: exactly `body`, then the closing fence (a one-region answer the test spells out)."""
+    return lambda prepared: body + prepared.fence + "\n"
+
+
+def fix(tiny_dir, instruction: str, *args: str):
+    return CliRunner().invoke(cli.app, ["fix", "a.py", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
+                                        "--threads", "1", *args])
+
+
+def scope_line(stderr: str) -> str:
+    (line,) = [line for line in stderr.splitlines() if line.startswith("a.py: scope: ")]
+    return line.removeprefix("a.py: ")
+
+
+# -- a named function --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=list(LAYOUTS))
+def test_named_function_is_the_only_region_retyped(work, tiny_dir, scripted, layout):
+    kind = LAYOUTS[layout]
+    before = make(**kind)
+    (work / "a.py").write_bytes(before)
+    calls = scripted(retype(("return x - 2", "return x * 2")))
+    result = fix(tiny_dir, "Fix the bug in `second`", "--write")
+    assert result.exit_code == 0, result.output
+    assert scope_line(result.stderr) == "scope: lines 5-6 (function second)"
+    assert (work / "a.py").read_bytes() == make(**kind, l6="    return x * 2")
+    (call,) = calls
+    assert call.prepared.regions == ((5, 6),)
+    assert call.prepared.source == "def second(x):\n    return x - 2\n```\n"
+    assert call.prompt.endswith("Lines 5-6:\n```python\n")  # the region's header is forced, not written
+    assert "Reply with lines 5-6 of the file (2 lines)" in call.prompt
+
+
+@pytest.mark.parametrize("layout", ["lf", "crlf", "bom"])
+def test_region_that_ends_a_file_without_final_newline(work, tiny_dir, scripted, layout):
+    kind = {**LAYOUTS[layout], "final": False}
+    (work / "a.py").write_bytes(make(SHORT, **kind))
+    calls = scripted(retype(("return x - 2", "return x * 2")))
+    result = fix(tiny_dir, "Fix the bug in `second`", "--write")
+    assert result.exit_code == 0, result.output
+    assert scope_line(result.stderr) == "scope: lines 5-6 (function second)"
+    assert (work / "a.py").read_bytes() == make(SHORT, **kind, l6="    return x * 2")
+    assert calls[0].prepared.source == "def second(x):\n    return x - 2\n```\n"  # the fence on its own line
+
+
+def test_region_that_ends_the_file_may_add_lines(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(SHORT, final=False))
+    scripted(retype(("return x - 2", "y = x * 2\n    return y")))
+    result = fix(tiny_dir, "Fix the bug in `second`", "--write")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_bytes() == make(SHORT[:5] + ["    y = x * 2", "    return y"], final=False)
+
+
+@pytest.mark.parametrize("layout", ["bom", "bom-crlf", "crlf"])
+def test_region_on_line_1_keeps_the_bom_and_newlines(work, tiny_dir, scripted, layout):
+    kind = LAYOUTS[layout]
+    (work / "a.py").write_bytes(make(**kind))
+    calls = scripted(retype(("def first(x):\n    return x + 1", "def first(y):\n    return y + 1")))
+    result = fix(tiny_dir, "Rename the argument", "--scope", "first", "--write")
+    assert result.exit_code == 0, result.output
+    assert scope_line(result.stderr) == "scope: lines 1-2 (function first)"
+    assert (work / "a.py").read_bytes() == make(**kind, l1="def first(y):", l2="    return y + 1")
+    assert "\ufeff" not in calls[0].prepared.source  # the model never sees the BOM
+
+
+def test_diff_shows_only_the_region_change(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    scripted(retype(("return x - 2", "return x * 2")))
+    result = fix(tiny_dir, "Fix the bug in `second`")
+    assert result.exit_code == 0, result.output
+    changed = [line for line in result.stdout.splitlines()[3:] if line[:1] in "-+"]
+    assert changed == ["-    return x - 2", "+    return x * 2"]
+    assert "-    return x - 2\n+    return x * 2\n" in result.stdout
+    assert (work / "a.py").read_bytes() == make()
+
+
+# -- --lines, --scope, --no-scope --------------------------------------------------------------
+
+
+def test_lines_option(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(newline="\r\n"))
+    calls = scripted(retype(("return x + 1", "return x + 10")))
+    result = fix(tiny_dir, "Fix the bug.", "--lines", "2-3", "--write")
+    assert result.exit_code == 0, result.output
+    assert scope_line(result.stderr) == "scope: lines 2-3 (--lines 2-3)"
+    assert calls[0].prepared.regions == ((2, 3),)
+    assert calls[0].prepared.source == "    return x + 1\n\n```\n"
+    assert (work / "a.py").read_bytes() == make(newline="\r\n", l2="    return x + 10")
+
+
+def test_scope_option(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    calls = scripted(retype(("return x + 1", "return x + 10")))
+    result = fix(tiny_dir, "Fix the bug.", "--scope", "first", "--write")
+    assert result.exit_code == 0, result.output
+    assert scope_line(result.stderr) == "scope: lines 1-2 (function first)"
+    assert calls[0].prepared.regions == ((1, 2),)
+    assert (work / "a.py").read_bytes() == make(l2="    return x + 10")
+
+
+def test_two_regions_with_the_header_forced_between(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(final=False))
+    calls = scripted(retype(("return x + 1", "return x + 10"), ("return x - 2", "return x * 2")))
+    result = fix(tiny_dir, "Fix both.", "--lines", "2", "--lines", "6", "--write")
+    assert result.exit_code == 0, result.output
+    assert scope_line(result.stderr) == "scope: line 2 (--lines 2), line 6 (--lines 6)"
+    prepared = calls[0].prepared
+    assert prepared.regions == ((2, 2), (6, 6)) and prepared.headers == ("Lines 6-6:\n```python\n",)
+    assert prepared.source == "    return x + 1\n```\nLines 6-6:\n```python\n    return x - 2\n```\n"
+    assert (work / "a.py").read_bytes() == make(final=False, l2="    return x + 10", l6="    return x * 2")
+
+
+def test_no_scope_retypes_the_whole_file(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(newline="\r\n"))
+    after = "\n".join(LINES).replace("return x - 2", "return x * 2") + "\n"
+    calls = scripted(verbatim(after))
+    result = fix(tiny_dir, "Fix the bug in `second`", "--no-scope", "--write")
+    assert result.exit_code == 0, result.output
+    assert "scope:" not in result.stderr
+    (call,) = calls
+    assert call.prepared.regions == () and call.prepared.headers == ()
+    assert "Reply with the complete file, all 9 lines" in call.prompt and "Lines 5-6:" not in call.prompt
+    assert (work / "a.py").read_bytes() == make(newline="\r\n", l6="    return x * 2")
+
+
+@pytest.mark.parametrize("extra", [["--lines", "2"], ["--scope", "first"]])
+def test_no_scope_with_lines_or_scope_is_a_usage_error(work, tiny_dir, scripted, extra):
+    (work / "a.py").write_bytes(make())
+    calls = scripted(verbatim(""))
+    result = fix(tiny_dir, "Fix it.", "--no-scope", *extra)
+    assert result.exit_code == 2 and calls == []
+
+
+def test_program_mode_with_lines_is_a_usage_error(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    calls = scripted(verbatim(""))
+    result = fix(tiny_dir, "Fix it.", "--mode", "program", "--lines", "2")
+    assert result.exit_code == 2 and calls == []
+
+
+def test_whole_file_scope_says_why(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    after = "\n".join(LINES).replace("return x - 2", "return x * 2") + "\n"
+    calls = scripted(verbatim(after))
+    result = fix(tiny_dir, "Make it better.")
+    assert result.exit_code == 0, result.output
+    assert scope_line(result.stderr) == "scope: whole file (the instruction names no line or definition of this file)"
+    assert calls[0].prepared.regions == ()
+
+
+# -- line references in the instruction ---------------------------------------------------------
+
+
+def test_line_reference_widens_to_the_function_and_is_quoted(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    calls = scripted(retype(("return x - 2", "return x * 2")))
+    result = fix(tiny_dir, "Fix line 6", "--write")
+    assert result.exit_code == 0, result.output
+    assert scope_line(result.stderr) == "scope: lines 5-6 (line 6 in the instruction, in function second)"
+    assert "Line 6:     return x - 2\n" in calls[0].prompt
+    assert (work / "a.py").read_bytes() == make(l6="    return x * 2")
+
+
+def test_top_level_line_reference_stays_that_line(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    scripted(retype(("second(2)", "second(3)")))
+    result = fix(tiny_dir, "Fix line 9", "--write")
+    assert result.exit_code == 0, result.output
+    assert scope_line(result.stderr) == "scope: line 9 (line 9 in the instruction)"
+    assert (work / "a.py").read_bytes() == make(l9="print(first(1), second(3))")
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+def test_line_past_the_end_is_a_one_line_error(work, tiny_dir, scripted):
+    five = make(["def first(x):", "    return x + 1", "", "def second(x):", "    return x - 2"])
+    (work / "a.py").write_bytes(five)
+    calls = scripted(verbatim(""))
+    result = fix(tiny_dir, "fix line 99")
+    assert result.exit_code == 1, result.output
+    assert error_lines(result.stderr) == ["error: line 99 in the instruction: a.py has 5 lines"]
+    assert "hint: " in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == "" and calls == []
+    assert (work / "a.py").read_bytes() == five
+
+
+def test_lines_past_the_end_is_a_one_line_error(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    calls = scripted(verbatim(""))
+    result = fix(tiny_dir, "Fix it.", "--lines", "8-12")
+    assert result.exit_code == 1, result.output
+    assert error_lines(result.stderr) == ["error: --lines 8-12: a.py has 9 lines"]
+    assert calls == [] and (work / "a.py").read_bytes() == make()
+
+
+@pytest.mark.parametrize("spec, message", [("3-2", "start after end"), ("x", "not a line range"),
+                                           ("0", "lines are numbered from 1")])
+def test_bad_lines_value_is_a_one_line_error(work, tiny_dir, scripted, spec, message):
+    (work / "a.py").write_bytes(make())
+    calls = scripted(verbatim(""))
+    result = fix(tiny_dir, "Fix it.", "--lines", spec)
+    assert result.exit_code == 1, result.output
+    (line,) = error_lines(result.stderr)
+    assert message in line and calls == []
+
+
+def test_unknown_scope_name_is_a_one_line_error(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    calls = scripted(verbatim(""))
+    result = fix(tiny_dir, "Fix it.", "--scope", "nosuch")
+    assert result.exit_code == 1, result.output
+    assert error_lines(result.stderr) == ["error: --scope nosuch: a.py defines no function, method or class named nosuch"]
+    assert "hint: defined there: first, second" in result.stderr
+    assert calls == [] and (work / "a.py").read_bytes() == make()
+
+
+# -- an answer that runs past its region --------------------------------------------------------
+
+
+def test_answer_retyping_the_next_lines_is_trimmed(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(newline="\r\n"))
+    # Region 1-2, but the model goes on with lines 3-6 of the file before it closes the fence.
+    scripted(verbatim("def first(x):\n    return x + 10\n\n\ndef second(x):\n    return x - 2\n"))
+    result = fix(tiny_dir, "Fix the bug.", "--scope", "first", "--write")
+    assert result.exit_code == 0, result.output
+    after = (work / "a.py").read_bytes()
+    assert after == make(newline="\r\n", l2="    return x + 10")
+    assert after.count(b"def second") == 1
+
+
+def test_answer_retyping_the_previous_lines_is_trimmed(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    # Region 5-6, but the model starts with lines 2-4 of the file.
+    scripted(verbatim("    return x + 1\n\n\ndef second(x):\n    return x * 2\n"))
+    result = fix(tiny_dir, "Fix the bug in `second`", "--write")
+    assert result.exit_code == 0, result.output
+    after = (work / "a.py").read_bytes()
+    assert after == make(l6="    return x * 2")
+    assert after.count(b"return x + 1") == 1
+
+
+def test_overlap_is_trimmed_in_each_of_two_regions(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+
+    def answer(prepared):
+        header = prepared.headers[0]
+        return ("def first(x):\n    return x + 10\n\n\ndef second(x):\n" + prepared.fence + "\n" + header
+                + "    return x * 2\n\n\nprint(first(1), second(2))\n" + prepared.fence + "\n")
+
+    calls = scripted(answer)
+    result = fix(tiny_dir, "Fix both.", "--scope", "first", "--lines", "6", "--write")
+    assert result.exit_code == 0, result.output
+    assert calls[0].prepared.regions == ((1, 2), (6, 6))
+    assert (work / "a.py").read_bytes() == make(l2="    return x + 10", l6="    return x * 2")
+
+
+# -- scoped tries and --json -------------------------------------------------------------------
+
+
+def test_scoped_syntax_error_is_fed_back_into_the_scoped_prompt(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    calls = scripted(retype(("return x - 2", "return x *")), retype(("return x - 2", "return x * 2")))
+    result = fix(tiny_dir, "Fix the bug in `second`", "--write")
+    assert result.exit_code == 0, result.output
+    assert "try 1 of 3: failed: syntax (line 6: invalid syntax)" in result.stderr
+    assert "try 2 of 3: passed" in result.stderr
+    first, second = calls[0].prompt, calls[1].prompt
+    assert "Your previous answer did not parse: line 6: invalid syntax (`    return x *`)." in second
+    assert second.endswith("Lines 5-6:\n```python\n") and first.endswith("Lines 5-6:\n```python\n")
+    assert (work / "a.py").read_bytes() == make(l6="    return x * 2")
+
+
+def test_json_has_the_scope(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    scripted(retype(("return x - 2", "return x * 2")))
+    result = fix(tiny_dir, "Fix the bug in `second`", "--json", "--quiet")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["scope"] == [{"start": 5, "end": 6, "reason": "function second"}]
+    assert data["passed"] is True and data["answer_try"] == 1 and len(data["tries"]) == 1
+    assert "-    return x - 2\n+    return x * 2\n" in data["diff"]
