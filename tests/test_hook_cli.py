@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 import cadedit.model
 from cadedit import cli
+from cadedit.options import Mode
 from tests.test_pipes import script_model, tiny_model_dir
 from tests.test_repo import write
 
@@ -75,7 +76,7 @@ def hook(*args: str):
 
 
 def test_check_prints_the_staged_diffs_and_exits_1_writing_nothing(tmp_path, monkeypatch, tiny_dir, loads):
-    script_model(monkeypatch)
+    modes = script_model(monkeypatch)
     root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n", "sub/b.py": b"0\n", "c.txt": b"0\n"})
     write(root, {"a.py": b"keep\r\nold\r\n", "sub/b.py": b"old", "c.txt": b"old\n", "d.py": b"old\n"})
     git(root, "add", "a.py", "sub/b.py", "c.txt")  # d.py is not staged, c.txt matches no rule
@@ -89,6 +90,7 @@ def test_check_prints_the_staged_diffs_and_exits_1_writing_nothing(tmp_path, mon
     assert (root / "a.py").read_bytes() == b"keep\r\nold\r\n" and staged(root, "a.py") == b"keep\r\nold\r\n"
     subprocess.run(["git", "apply", "--cached"], cwd=root, input=result.stdout_bytes, check=True)
     assert staged(root, "a.py") == b"keep\r\nnew\r\n" and staged(root, "sub/b.py") == b"new"
+    assert modes == [Mode.VERIFY, Mode.VERIFY]  # the hook edits in the default mode (the fenced answer is scripted)
 
 
 def test_fix_writes_the_working_tree_exits_1_and_then_passes(tmp_path, monkeypatch, tiny_dir):

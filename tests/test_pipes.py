@@ -2,7 +2,8 @@
 no final newline, files in subdirectories, inside a git repository (paths from its root, also when
 run from a subdirectory) and outside one (paths from the working directory); several files make one
 patch and load the model once. The tiny random Qwen2 runs the real decode loop with its choices
-scripted to a known edit (as in test_fix_cli), so the expected bytes are exact."""
+scripted to a known edit (as in test_fix_cli), so the expected bytes are exact: in the default verify
+mode it 'retypes' the edited file in its fence, in program mode it spells the oracle program."""
 
 from __future__ import annotations
 
@@ -19,11 +20,14 @@ from typer.testing import CliRunner
 import cadedit.model
 import cadedit.pipeline as pipeline
 from cadedit import cli
-from cadedit.decode import script_picker
-from cadedit.resolve import to_display_program
+from cadedit.decode import Picker, script_picker
 from cadedit.document import Document
+from cadedit.model import encode, token_bytes
+from cadedit.options import Mode
 from cadedit.oracle import oracle
 from cadedit.program import format
+from cadedit.prompt import fenced_source
+from cadedit.resolve import to_display_program
 
 pytestmark = pytest.mark.skipif(not (shutil.which("patch") and shutil.which("git")), reason="needs patch and git")
 
@@ -42,17 +46,31 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return folder if (folder / "config.json").is_file() else save_model(folder)
 
 
-def script_model(monkeypatch, edit: Callable[[bytes], bytes] = edit_bytes) -> None:
-    """Make the model 'choose' the oracle program of `edit` through the real decode loop."""
+def scripted_picker(loaded, document: Document, prepared: pipeline.Prepared, after: Document) -> Picker:
+    """A picker that makes the model 'choose' `after` in the prepared mode: the oracle program in
+    program mode; in the fenced modes the new file's display text and the closing fence."""
+    if prepared.mode is Mode.PROGRAM:
+        target = format(to_display_program(oracle(document, after), document))
+        return script_picker(target, pipeline.grammar_for(loaded).vocab.tokens)
+    assert not prepared.regions, "a scoped answer has segments; these tests script whole files"
+    answer = fenced_source(after, prepared.fence)
+    return script_picker(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
+
+
+def script_model(monkeypatch, edit: Callable[[bytes], bytes] = edit_bytes) -> list:
+    """Make the model 'choose' `edit` through the real decode loop, in whatever mode it runs;
+    returns the modes of the decodes made."""
     real_run = pipeline.run_decode
+    modes = []
 
     def run_decode(loaded, document, prepared, pick, on_step=None, **kwargs):
+        modes.append(prepared.mode)
         after = Document.from_bytes(edit(document.to_bytes()))
-        target = format(to_display_program(oracle(document, after), document))
-        return real_run(loaded, document, prepared, script_picker(target, pipeline.grammar_for(loaded).vocab.tokens),
-                        on_step, **kwargs)
+        return real_run(loaded, document, prepared, scripted_picker(loaded, document, prepared, after), on_step,
+                        **kwargs)
 
     monkeypatch.setattr(pipeline, "run_decode", run_decode)
+    return modes
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +80,7 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture
 def scripted(monkeypatch):
-    script_model(monkeypatch)
+    return script_model(monkeypatch)
 
 
 def git(root: Path, *args: str) -> None:
@@ -81,8 +99,8 @@ def make_tree(root: Path, files: dict[str, bytes], in_git: bool) -> Path:
 
 
 def fix(*args: str):
-    # These tests script the program decoder (--mode program); the default mode is verify.
-    return CliRunner().invoke(cli.app, ["fix", "--mode", "program", *args])
+    """`cadedit fix` in its default mode (verify), retyping whole files: the instruction names no region."""
+    return CliRunner().invoke(cli.app, ["fix", "--no-scope", *args])
 
 
 def apply_with(tool: str, tree: Path, diff: bytes, cwd: str = ".") -> None:
@@ -108,6 +126,7 @@ def test_patch_and_git_apply_leave_what_write_leaves(tmp_path, monkeypatch, tiny
     monkeypatch.chdir(base)
     shown = fix(name, "Rename old.", "--model", str(tiny_dir), "-q")
     assert shown.exit_code == 0, shown.output
+    assert scripted and set(scripted) == {Mode.VERIFY}  # the default mode
     assert shown.stdout_bytes.startswith(f"diff --git a/{name} b/{name}\n".encode())
     for tool in ("patch", "git"):
         tree = Path(shutil.copytree(base, tmp_path / tool, symlinks=True))
@@ -117,6 +136,20 @@ def test_patch_and_git_apply_leave_what_write_leaves(tmp_path, monkeypatch, tiny
     written = fix(name, "Rename old.", "--model", str(tiny_dir), "-q", "--write")
     assert written.exit_code == 0, written.output
     assert (base / name).read_bytes() == edit_bytes(before)
+
+
+@pytest.mark.parametrize("shape", [SHAPES["crlf"], SHAPES["no-final-newline"]], ids=["crlf", "no-final-newline"])
+def test_program_mode_diffs_apply_too(tmp_path, monkeypatch, tiny_dir, scripted, shape):
+    name, before = shape
+    base = make_tree(tmp_path / "base", {name: before}, in_git=True)
+    monkeypatch.chdir(base)
+    shown = fix(name, "Rename old.", "--model", str(tiny_dir), "-q", "--mode", "program")
+    assert shown.exit_code == 0, shown.output
+    assert set(scripted) == {Mode.PROGRAM}
+    for tool in ("patch", "git"):
+        tree = Path(shutil.copytree(base, tmp_path / tool))
+        apply_with(tool, tree, shown.stdout_bytes)
+        assert (tree / name).read_bytes() == edit_bytes(before), tool
 
 
 def test_from_a_subdirectory_paths_stay_relative_to_the_repository_root(tmp_path, monkeypatch, tiny_dir, scripted):
@@ -140,9 +173,10 @@ def test_several_files_make_one_patch_and_load_the_model_once(tmp_path, monkeypa
     loads = []
     real_load = cadedit.model.load_model
     monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
-    shown = fix("a.py", "src/b.py", "c.py", "-i", "Rename old.", "--model", str(tiny_dir))
+    # c.py needs no change: accepted with --allow-no-change (else a candidate must change the file)
+    shown = fix("a.py", "src/b.py", "c.py", "-i", "Rename old.", "--model", str(tiny_dir), "--allow-no-change")
     assert shown.exit_code == 0, shown.output
-    assert len(loads) == 1 and "loaded in" in shown.stderr and "once for 3 files" in shown.stderr
+    assert len(loads) == 1 and "loaded in" in shown.stderr and "c.py: no change" in shown.stderr
     diff = shown.stdout_bytes
     assert diff.count(b"diff --git ") == 2 and b"a/a.py" in diff and b"a/src/b.py" in diff
     for tool in ("patch", "git"):
@@ -151,9 +185,21 @@ def test_several_files_make_one_patch_and_load_the_model_once(tmp_path, monkeypa
         assert {n: (tree / n).read_bytes() for n in files} == {n: edit_bytes(d) for n, d in files.items()}
     checked = fix("a.py", "src/b.py", "-i", "Rename old.", "--model", str(tiny_dir), "--check", "-q")
     assert checked.exit_code == 1 and checked.stdout_bytes == diff.split(b"diff --git a/c.py")[0]
-    written = fix("a.py", "src/b.py", "c.py", "-i", "Rename old.", "--model", str(tiny_dir), "--write", "-q")
+    written = fix("a.py", "src/b.py", "c.py", "-i", "Rename old.", "--model", str(tiny_dir), "--write", "-q",
+                  "--allow-no-change")
     assert written.exit_code == 0, written.output
     assert {n: (base / n).read_bytes() for n in files} == {n: edit_bytes(d) for n, d in files.items()}
+
+
+@pytest.mark.xfail(strict=True, reason="source regression (68f8e3e, --tries): `cadedit fix` with several files no longer "
+                   "says the model was loaded once for all of them ('... loaded in 0.3 s (once for 3 files)'); _load "
+                   "prints only '... loaded in N s (dtype, threads)'")
+def test_several_files_say_the_model_loads_once_for_all(tmp_path, monkeypatch, tiny_dir, scripted):
+    base = make_tree(tmp_path / "base", {"a.py": b"old a\n", "b.py": b"old b\n"}, in_git=False)
+    monkeypatch.chdir(base)
+    shown = fix("a.py", "b.py", "-i", "Rename old.", "--model", str(tiny_dir))
+    assert shown.exit_code == 0, shown.output
+    assert "once for 2 files" in shown.stderr
 
 
 def test_several_files_write_nothing_if_one_edit_fails(tmp_path, monkeypatch, tiny_dir):
@@ -163,7 +209,8 @@ def test_several_files_write_nothing_if_one_edit_fails(tmp_path, monkeypatch, ti
     base = make_tree(tmp_path / "base", files, in_git=False)
     monkeypatch.chdir(base)
     result = fix("a.py", "b.py", "-i", "Fix.", "--model", str(tiny_dir), "--write", "--max-new-tokens", "40")
-    assert result.exit_code == 1 and "budget of 40 new tokens" in result.stderr
+    # exit 3: no try of b.py passed (each ran out of budget), so nothing was written
+    assert result.exit_code == 3 and "budget of 40 new tokens" in result.stderr and "b.py" in result.stderr
     assert {n: (base / n).read_bytes() for n in files} == files
 
 
@@ -201,7 +248,7 @@ def test_a_real_shell_pipe_into_patch_and_git_apply(tmp_path, tiny_dir):
     other = Path(shutil.copytree(base, tmp_path / "other"))
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
-    fix_command = f'"{sys.executable}" "{driver}" fix --mode program {name} "Rename old." --model "{tiny_dir}" -q --threads 1 --dtype fp32'
+    fix_command = f'"{sys.executable}" "{driver}" fix --no-scope {name} "Rename old." --model "{tiny_dir}" -q --threads 1 --dtype fp32'
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     command = f"set -o pipefail; {fix_command} | tee ../patch.diff | patch -p1 && git -C ../other apply < ../patch.diff"
     proc = subprocess.run(command, shell=True, executable="/bin/bash", cwd=base, capture_output=True, env=env, timeout=120)
