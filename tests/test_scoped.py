@@ -411,3 +411,72 @@ def test_json_has_the_scope(work, tiny_dir, scripted):
     assert data["scope"] == [{"start": 5, "end": 6, "reason": "function second"}]
     assert data["passed"] is True and data["answer_try"] == 1 and len(data["tries"]) == 1
     assert "-    return x - 2\n+    return x * 2\n" in data["diff"]
+
+
+# -- stdin -------------------------------------------------------------------------------------
+
+
+def test_stdin_with_lines_prints_the_whole_edited_file(work, tiny_dir, scripted):
+    before = make(newline="\r\n", final=False)
+    scripted(retype(("return x - 2", "return x * 2")))
+    result = CliRunner().invoke(cli.app, ["fix", "-", "Fix it.", "--lines", "6", "--model", str(tiny_dir),
+                                          "--dtype", "fp32", "--threads", "1"], input=before)
+    assert result.exit_code == 0, result.output
+    assert result.stdout_bytes == make(newline="\r\n", final=False, l6="    return x * 2")
+    assert "<stdin>: scope: line 6 (--lines 6)" in result.stderr
+
+
+# -- scope resolution that makes the asked-for edit impossible ---------------------------------
+
+ADD_SUB = ["def add(a, b):", "    return a - b", "", "", "def sub(a, b):", "    return a - b", "", "",
+           "def main():", "    print(add(1, 2), sub(3, 4))"]  # 10 lines
+
+
+def unchanged(prepared) -> str:
+    return prepared.source
+
+
+@pytest.mark.xfail(strict=True, reason="scope.mentioned_definitions counts plain English words: the verb 'add' "
+                   "in 'please add docstrings to every function' scopes the edit to function add (lines 1-2), "
+                   "so the other functions cannot get their docstrings")
+def test_an_english_verb_that_is_a_function_name_does_not_narrow_the_scope(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(ADD_SUB))
+    calls = scripted(unchanged)
+    result = fix(tiny_dir, "please add docstrings to every function", "--allow-no-change")
+    assert result.exit_code == 0, result.output
+    assert calls[0].prepared.regions == ()
+    assert scope_line(result.stderr).startswith("scope: whole file")
+
+
+@pytest.mark.xfail(strict=True, reason="'rename sub to subtract everywhere' scopes the edit to function sub "
+                   "(lines 5-6): the call sub(3, 4) on line 10 cannot change, so a rename that passes the syntax "
+                   "check leaves a NameError behind")
+def test_a_rename_everywhere_may_change_the_callers(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(ADD_SUB))
+    calls = scripted(unchanged)
+    result = fix(tiny_dir, "rename sub to subtract everywhere", "--allow-no-change")
+    assert result.exit_code == 0, result.output
+    regions = calls[0].prepared.regions
+    assert regions == () or any(a <= 10 <= b for a, b in regions)
+
+
+@pytest.mark.xfail(strict=True, reason="scope.find_line_refs takes every prose 'line N' as this file's, even "
+                   "'line 14 of test_m.py': past the end of a.py it is a ScopeError (exit 1) and the edit of the "
+                   "named function sub is refused")
+def test_a_line_of_another_file_is_not_a_scope_error(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(ADD_SUB))
+    calls = scripted(unchanged)
+    result = fix(tiny_dir, "fix sub so that the test at line 14 of test_m.py passes", "--allow-no-change")
+    assert result.exit_code == 0, result.output
+    assert calls[0].prepared.regions == ((5, 6),)
+
+
+@pytest.mark.xfail(strict=True, reason="a prose 'line N' of another file ('test_m.py line 4') is taken as a.py's "
+                   "line 4, a blank top-level line, and line references win over the named function: the edit is "
+                   "scoped to line 4 and sub (lines 5-6) cannot change")
+def test_a_line_of_another_file_does_not_replace_the_named_function(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(ADD_SUB))
+    calls = scripted(unchanged)
+    result = fix(tiny_dir, "fix sub: test_m.py line 4 fails", "--allow-no-change")
+    assert result.exit_code == 0, result.output
+    assert calls[0].prepared.regions == ((5, 6),)
