@@ -632,7 +632,7 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
         if not targets:
             say("cadedit hook: no staged file matches a rule; nothing to do")
             return
-        edit = _hook_editor(model, root, len(targets), threads, dtype, max_new_tokens)
+        edit = _hook_editor(model, root, len(targets), threads, dtype, max_new_tokens, settings)
         counts = _hook_report(R.run(repository, targets, edit, fix))
     except CadeditError as exc:
         exc.hint = (exc.hint + "\n" if exc.hint else "") + "to commit once without the hook: git commit --no-verify"
@@ -651,14 +651,21 @@ def _files(n: int) -> str:
     return f"{n} file" if n == 1 else f"{n} files"
 
 
-def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: str, max_new_tokens):
-    """Load the model once; an edit(document, instruction) -> new text that reuses it for every file."""
-    from cadedit.config import choose_model
-    from cadedit.errors import ModelError
-    from cadedit.model import load_model
-    from cadedit.pipeline import EditOptions, edit_file
+def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: str, max_new_tokens, settings=None):
+    """Load the model once; an edit(document, rule) -> new text that reuses it for every file.
 
-    options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens)
+    Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
+    candidate in the working tree, restored afterwards); no change is a valid answer here."""
+    from cadedit.config import choose_model
+    from cadedit.errors import CheckFailedError, ModelError
+    from cadedit.model import load_model
+    from cadedit.options import EditOptions
+    from cadedit.tries import DEFAULT_TRIES, CheckPlan, edit_verified
+
+    mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE
+    tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES
+    options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens,
+                          mode=mode)
     try:
         with err.status(f"cadedit hook: loading {options.model} ..."):
             loaded = load_model(options.model, options.device, options.dtype, options.threads)
@@ -666,7 +673,20 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
         exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
         raise
     say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(n_files)})")
-    return lambda document, instruction: edit_file(document, instruction, options, loaded=loaded).new_text
+
+    def edit(document, rule) -> str:
+        from cadedit.document import Document
+
+        on_disk = Document(document.lines, str(root / document.path))  # for the test: the working-tree file
+        plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False)
+        verified = edit_verified(on_disk, rule.instruction, options, plan, tries, loaded=loaded)
+        if verified.answer is None:
+            best = verified.best
+            raise CheckFailedError(f"no try of {len(verified.tries)} passed its checks"
+                                   + (f" ({best.summary()})" if best else ""))
+        return verified.answer.result.new_text
+
+    return edit
 
 
 def _hook_report(outcomes) -> dict:

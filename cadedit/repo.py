@@ -24,18 +24,22 @@ from cadedit.config import read_toml
 from cadedit.document import Document
 from cadedit.errors import CadeditError, ConfigError
 
-EditFn = Callable[[Document, str], str]  # (staged document, instruction) -> the edited text
+EditFn = Callable[[Document, "Rule"], str]  # (staged document, the rule) -> the edited text
 
 HOOK_MARKER = "# cadedit-pre-commit-hook"
 BACKUP_SUFFIX = ".cadedit-backup"
 SETTINGS_FILE = ".cadedit.toml"
 EXAMPLE_SETTINGS = """model = "Qwen/Qwen2.5-Coder-0.5B-Instruct"   # optional; also --model / CADEDIT_MODEL
+mode = "verify"                              # optional: program, rewrite, lookup or verify (the default)
+tries = 3                                    # optional: candidates to try until one passes its checks
 [[rules]]
 files = "*.py"
 instruction = "Add a docstring to every public function that lacks one."
+test = "python -m pytest -q"                 # optional: run with each candidate in place; exit 0 passes
 """
-_RULE_KEYS = {"files", "instruction"}
-_TOP_KEYS = {"model", "rules"}
+_RULE_KEYS = {"files", "instruction", "test"}
+_TOP_KEYS = {"model", "rules", "mode", "tries"}
+MODES = ("program", "rewrite", "lookup", "verify")  # options.Mode's values (kept here: repo.py imports no torch)
 _SYMLINK_OR_SUBMODULE = ("120000", "160000")
 
 
@@ -101,6 +105,7 @@ class Rule:
 
     files: tuple[str, ...]
     instruction: str
+    test: str | None = None  # a shell command run with each candidate in place; exit 0 passes
 
     def matches(self, path: str) -> bool:
         return any(glob_match(pattern, path) for pattern in self.files)
@@ -113,6 +118,8 @@ class Settings:
     model: str | None
     rules: tuple[Rule, ...]
     source: str
+    mode: str | None = None
+    tries: int | None = None
 
 
 def glob_match(pattern: str, path: str) -> bool:
@@ -173,11 +180,17 @@ def _parse_settings(table: dict, source: str) -> Settings:
     model = table.get("model")
     if model is not None and (not isinstance(model, str) or not model.strip()):
         raise ConfigError(f"{source}: `model` must be a non-empty string (a hub id, a folder or a .gguf file)")
+    mode, tries = table.get("mode"), table.get("tries")
+    if mode is not None and mode not in MODES:
+        raise ConfigError(f"{source}: `mode` must be one of {', '.join(MODES)}")
+    if tries is not None and (isinstance(tries, bool) or not isinstance(tries, int) or not 1 <= tries <= 20):
+        raise ConfigError(f"{source}: `tries` must be a whole number from 1 to 20")
     rules = table.get("rules")
     if not isinstance(rules, list) or not rules:
         raise ConfigError(f"{source}: no [[rules]]",
                           hint=f"add at least one rule, for example:\n{EXAMPLE_SETTINGS.rstrip()}")
-    return Settings(model, tuple(_parse_rule(rule, f"{source}: rule {k}") for k, rule in enumerate(rules, 1)), source)
+    parsed = tuple(_parse_rule(rule, f"{source}: rule {k}") for k, rule in enumerate(rules, 1))
+    return Settings(model, parsed, source, mode, tries)
 
 
 def _parse_rule(rule: object, where: str) -> Rule:
@@ -190,7 +203,10 @@ def _parse_rule(rule: object, where: str) -> Rule:
         raise ConfigError(f'{where}: `files` must be a glob or a list of globs, e.g. files = "*.py"')
     if not isinstance(instruction, str) or not instruction.strip():
         raise ConfigError(f"{where}: `instruction` must be a non-empty string")
-    return Rule(patterns, instruction)
+    test = rule.get("test")
+    if test is not None and (not isinstance(test, str) or not test.strip()):
+        raise ConfigError(f"{where}: `test` must be a non-empty shell command")
+    return Rule(patterns, instruction, test)
 
 
 def _no_unknown_keys(table: dict, known: set[str], where: str) -> None:
@@ -290,7 +306,7 @@ def edit_staged(staged: Staged, data: bytes, edit: EditFn) -> tuple[Document, st
     document = Document.from_bytes(data, staged.path)
     text = document.text
     for rule in staged.rules:
-        text = edit(Document.from_text(text, staged.path), rule.instruction)
+        text = edit(Document.from_text(text, staged.path), rule)
     return document, text
 
 

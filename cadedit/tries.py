@@ -37,6 +37,9 @@ class CheckPlan:
     test: str | None = None  # a shell command run with the candidate in place; exit 0 passes
     test_timeout: float = 120.0
     cwd: Path | None = None
+    # The file on disk must still hold the document's bytes when a test starts (`cadedit fix`); the
+    # hook edits the staged content, so the working-tree file may differ (it is restored all the same).
+    expect_document_on_disk: bool = True
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,8 @@ def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test:
     if plan.test and all(c.passed or c.skipped for c in checks):
         if on_test is not None:
             on_test()
-        candidate = Candidate.read(document.path, new_text.encode("utf-8"), expected=document.to_bytes())
+        expected = document.to_bytes() if plan.expect_document_on_disk else None
+        candidate = Candidate.read(document.path, new_text.encode("utf-8"), expected=expected)
         checks += (run_test(candidate, plan.test, plan.test_timeout, plan.cwd),)
     return checks
 

@@ -46,9 +46,9 @@ def write(root: Path, files: dict[str, bytes]) -> None:
         (root / name).write_bytes(data)
 
 
-def replace_edit(document: Document, instruction: str) -> str:
-    """The stand-in model: "a->b" replaces every a with b."""
-    old, new = instruction.split("->")
+def replace_edit(document: Document, rule: r.Rule) -> str:
+    """The stand-in model: the rule's instruction "a->b" replaces every a with b."""
+    old, new = rule.instruction.split("->")
     return document.text.replace(old, new)
 
 
@@ -122,6 +122,9 @@ def test_settings_from_pyproject_and_cadedit_toml_wins(tmp_path):
         ('[[rules]]\nfiles = "*.py"\n', "`instruction` must be"),
         ('[[rules]]\nfiles = 3\ninstruction = "x"\n', "`files` must be"),
         ('model = ""\n[[rules]]\nfiles = "*"\ninstruction = "x"\n', "`model` must be"),
+        ('mode = "fast"\n[[rules]]\nfiles = "*"\ninstruction = "x"\n', "`mode` must be one of"),
+        ('tries = 0\n[[rules]]\nfiles = "*"\ninstruction = "x"\n', "`tries` must be"),
+        ('[[rules]]\nfiles = "*"\ninstruction = "x"\ntest = ""\n', "`test` must be"),
         ("[[rules]\n", "cannot read settings"),
     ],
 )

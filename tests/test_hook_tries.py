@@ -1,0 +1,95 @@
+"""The hook checks every candidate as `cadedit fix` does: a rule's `test` runs with the candidate in
+the working tree (restored afterwards), a failed try is tried again, and `mode` / `tries` in
+.cadedit.toml choose the decoding mode and the number of tries."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from cadedit.options import Mode
+from tests.test_hook_cli import git, hook, make_repo, no_outer_git, staged, tiny_dir  # noqa: F401 - fixtures
+from tests.test_pipes import script_model
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+
+def candidates(*replacements: bytes):
+    """An edit for script_model that answers try k with old -> replacements[k] (the last one repeats)."""
+    calls = []
+
+    def edit(data: bytes) -> bytes:
+        calls.append(data)
+        return data.replace(b"old", replacements[min(len(calls), len(replacements)) - 1])
+
+    return edit, calls
+
+
+def stage(root, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    git(root, "add", *files)
+
+
+def settings(root, *lines: str) -> None:
+    text = (root / ".cadedit.toml").read_text()
+    head, rule = text.split("[[rules]]", 1)
+    top = "".join(line + "\n" for line in lines if not line.startswith("test"))
+    tests = "".join(line + "\n" for line in lines if line.startswith("test"))
+    (root / ".cadedit.toml").write_text(head + top + "[[rules]]" + rule + tests)
+
+
+def test_a_rule_test_fails_the_first_candidate_and_passes_the_second(tmp_path, monkeypatch, tiny_dir):
+    edit, calls = candidates(b"wrong", b"NEW")
+    modes = script_model(monkeypatch, edit)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n"})
+    stage(root, {"a.py": b"x = 'old'\n"})
+    settings(root, 'test = "grep -q NEW a.py"')
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1, result.output  # check mode: the file would change
+    assert "+x = 'NEW'" in result.stdout and "wrong" not in result.stdout
+    assert len(calls) == 2 and modes == [Mode.VERIFY, Mode.VERIFY]  # verify is the hook's default mode too
+    assert (root / "a.py").read_bytes() == b"x = 'old'\n" and staged(root, "a.py") == b"x = 'old'\n"
+
+
+def test_no_passing_try_fails_the_file_and_leaves_it_alone(tmp_path, monkeypatch, tiny_dir):
+    edit, calls = candidates(b"wrong")
+    script_model(monkeypatch, edit)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n", "b.py": b"y = 1\n"})
+    stage(root, {"a.py": b"x = 'old'\n", "b.py": b"y = 'old'\n"})
+    settings(root, "tries = 2", 'test = "grep -q NEW a.py b.py"')
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 1, result.output
+    assert "a.py: failed: no try of 2 passed its checks" in result.stderr
+    assert len(calls) == 4  # two tries for each file: a failing file does not stop the others
+    assert (root / "a.py").read_bytes() == b"x = 'old'\n" and (root / "b.py").read_bytes() == b"y = 'old'\n"
+
+
+def test_mode_comes_from_the_settings(tmp_path, monkeypatch, tiny_dir):
+    edit, _ = candidates(b"new")
+    modes = script_model(monkeypatch, edit)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n"})
+    stage(root, {"a.py": b"x = 'old'\n"})
+    settings(root, 'mode = "rewrite"')
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 1, result.output  # fixed: review and re-stage
+    assert modes == [Mode.REWRITE]
+    assert (root / "a.py").read_bytes() == b"x = 'new'\n"
+
+
+def test_a_test_sees_the_candidate_and_unstaged_work_survives(tmp_path, monkeypatch, tiny_dir):
+    edit, _ = candidates(b"NEW")
+    script_model(monkeypatch, edit)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n"})
+    stage(root, {"a.py": b"x = 'old'\n"})
+    settings(root, 'test = "grep -q NEW a.py && cp a.py seen.txt"')
+    (root / "a.py").write_bytes(b"x = 'old'\n# unstaged\n")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1, result.output
+    assert (root / "seen.txt").read_bytes() == b"x = 'NEW'\n"  # the staged content, edited
+    assert (root / "a.py").read_bytes() == b"x = 'old'\n# unstaged\n"
