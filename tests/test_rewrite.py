@@ -20,7 +20,8 @@ from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.pipeline import edit_file, prepare
 from cadedit.program import Copy, Gen, Program
 from cadedit.prompt import REWRITE_SYSTEM, fenced_source, language_tag, rewrite_messages
-from cadedit.resolve import resolve
+from cadedit.oracle import oracle
+from cadedit.resolve import resolve, to_document_program
 from cadedit.vocab import vocab_from_tokenizer
 from tests.test_verify import fenced_run
 from tests.tinymodel import make_model
@@ -110,6 +111,21 @@ def test_program_and_rewrite_prompts_differ_and_program_has_no_fence():
     assert prepare(loaded, document, "Fix.", options(Mode.VERIFY, max_new_tokens=7)).budget == 7
 
 
+def program_for(document: Document, new_display: str) -> Program:
+    """What pipeline.answer_program makes of an answer's display text once it is cut at the fence:
+    the oracle's alignment of the file with it, in the file's own newlines."""
+    before = Document.from_text(document.display_text(1, document.n_lines) if document.lines else "")
+    return to_document_program(oracle(before, Document.from_text(new_display)), document)
+
+
+def answer_program_for(document: Document, new_display: str) -> Program:
+    """pipeline.answer_program of a fenced answer that says `new_display` (then the closing fence)."""
+    fence = "```"
+    prepared = pipeline.Prepared(Mode.REWRITE, (), 0, 0, fence, fenced_source(document, fence))
+    answer = new_display + ("\n" if new_display and not new_display.endswith("\n") else "") + fence + "\n"
+    return pipeline.answer_program(document, prepared, pipeline.Decoded(answer, (), pipeline.DecodeStats()))
+
+
 @pytest.mark.parametrize(("before", "new_display", "after"), [
     ("a = 1\r\nb = 2\r\nc = 3\r\n", "a = 1\nb = 20\nc = 3\n", "a = 1\r\nb = 20\r\nc = 3\r\n"),
     ("\ufeffimport os\nx = 1\n", "import sys\nx = 1\n", "\ufeffimport sys\nx = 1\n"),
@@ -123,12 +139,9 @@ def test_program_and_rewrite_prompts_differ_and_program_has_no_fence():
 def test_the_rewrite_as_a_program_keeps_the_files_own_newlines(before, new_display, after):
     """answer_program: the fenced answer aligned with the file by the oracle (kept lines are copies)."""
     document = Document.from_text(before)
-    fence = "```"
-    prepared = pipeline.Prepared(Mode.REWRITE, (), 0, 0, fence, fenced_source(document, fence))
-    answer = new_display + ("\n" if new_display and not new_display.endswith("\n") else "") + fence + "\n"
-    decoded = pipeline.Decoded(answer, (), pipeline.DecodeStats())
-    program = pipeline.answer_program(document, prepared, decoded)
+    program = answer_program_for(document, new_display)
     assert resolve(program, document) == after
+    assert program == program_for(document, new_display)
     kept = sum(op.end - op.start + 1 for op in program.ops if isinstance(op, Copy))
     assert kept == sum(1 for a, b in zip(document.display_lines(), new_display.splitlines()) if a == b)
 
@@ -308,7 +321,7 @@ def test_fix_mode_check_stdin_and_budget(work, editing_dir):
     piped = fix("-", "Rename.", "--model", str(editing_dir), "--mode", "rewrite", "-q", input=BEFORE.encode())
     assert piped.exit_code == 0 and piped.stdout == AFTER
     short = fix("colors.txt", "Rename.", "--model", str(editing_dir), "--mode", "verify", "--max-new-tokens", "2")
-    assert short.exit_code == 1 and "budget of 2 new tokens" in short.stderr
+    assert short.exit_code == 3 and "budget of 2 new tokens" in short.stderr  # no try passed (--tries)
     assert (work / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
@@ -324,4 +337,4 @@ def test_fix_mode_usage_errors_exit_2(work, editing_dir, args):
 ])
 def test_rewrite_modes_keep_one_bom_at_the_start_and_append_after_a_last_line(before, new_display, after):
     document = Document.from_text(before)
-    assert resolve(R.program_for(document, new_display), document) == after
+    assert resolve(program_for(document, new_display), document) == after
