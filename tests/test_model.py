@@ -139,13 +139,24 @@ def test_default_threads_leave_busy_cores_alone(cores, load, expected):
     assert M.default_threads(cores, load) == expected
 
 
-def test_dtype_auto_is_bf16_on_cuda_and_measured_on_cpu(monkeypatch):
-    assert M.choose_dtype("auto", "cuda") == torch.bfloat16
-    monkeypatch.setattr(M, "cpu_prefers_bf16", lambda: False)
-    assert M.choose_dtype("auto", "cpu") == torch.float32
-    monkeypatch.setattr(M, "cpu_prefers_bf16", lambda: True)
-    assert M.choose_dtype("auto", "cpu") == torch.bfloat16
-    assert M.choose_dtype("fp32", "cpu") == torch.float32
+def test_dtype_auto_is_bf16_on_cuda_and_measured_once_per_machine_on_cpu(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert M.choose_dtype("auto", "cuda")[0] == torch.bfloat16
+    calls = []
+
+    def timing(dtype, rows, reps=9):
+        calls.append((dtype, rows))
+        return {torch.float32: 1.0, torch.bfloat16: 0.3}[dtype] * rows
+
+    monkeypatch.setattr(M, "_time_linear", timing)
+    first, why = M.choose_dtype("auto", "cpu", threads=2)
+    assert first == torch.bfloat16 and "now" in why and calls
+    monkeypatch.setattr(M, "_time_linear", lambda *a, **k: pytest.fail("measured again"))
+    assert M.choose_dtype("auto", "cpu", threads=2) == (torch.bfloat16, M.choose_dtype("auto", "cpu", 2)[1])
+    assert "earlier" in M.choose_dtype("auto", "cpu", threads=2)[1]
+    monkeypatch.setattr(M, "_time_linear", lambda dtype, rows, reps=9: {torch.float32: 1.0, torch.bfloat16: 0.9}[dtype])
+    assert M.choose_dtype("auto", "cpu", threads=1)[0] == torch.float32  # another thread count: its own measurement
+    assert M.choose_dtype("fp32", "cpu") == (torch.float32, "--dtype")
     with pytest.raises(ModelError, match="unknown dtype"):
         M.choose_dtype("int3", "cpu")
 
