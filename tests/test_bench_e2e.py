@@ -1,9 +1,9 @@
 """`cadedit bench e2e` through the CLI with the tiny random Qwen2 saved as a model folder, the
 test harness on real python3 / node subprocesses, and the speedup arithmetic on hand-made attempts.
 
-The program decoder's choices are scripted (the oracle program of the gold is spelled through the
-real decode loop: real model, grammar and splices), so exact match and test outcomes are known;
-so is the rewrite's output; one test runs both unscripted on a budget too small to finish.
+The model's choices are scripted through the real decode loop (the oracle program of the gold in
+program mode; the gold and its closing fence in the fenced modes), so exact match and test outcomes
+are known; one test runs the modes unscripted on a budget too small to finish.
 """
 
 from __future__ import annotations
@@ -15,18 +15,15 @@ import pytest
 from typer.testing import CliRunner
 
 import cadedit.pipeline as pipeline
-import cadedit.rewrite as R
 from cadedit.bench import e2e as ee
 from cadedit.bench.corpus import Case
 from cadedit.bench.harness import Verdict, run_test, runnable_program
 from cadedit.cli import app
-from cadedit.decode import script_picker
-from cadedit.resolve import to_display_program
 from cadedit.document import Document
-from cadedit.model import encode
-from cadedit.oracle import oracle
-from cadedit.program import format
+from cadedit.errors import CadeditError
+from cadedit.options import Mode
 from tests.bench_helpers import record, write_corpus
+from tests.test_pipes import scripted_picker
 from tests.tinymodel import save_model
 
 PASSES = record("passes", "def f(a, b):\n    return a - b\n", "def f(a, b):\n    return a + b\n",
@@ -46,25 +43,19 @@ def corpus(tmp_path):
 
 @pytest.fixture
 def scripted(monkeypatch):
-    """The program decoder 'chooses' the oracle program of each case's gold; the rewrite 'retypes'
-    the gold and its closing fence (one forward per token, as the greedy rewrite would count)."""
+    """Every mode 'chooses' each case's gold through the real loop: the program decoder its oracle
+    program, the fenced modes the gold and its closing fence. Returns the modes decoded, in order."""
     golds = {r["before"]: r["after"] for r in (PASSES, FAILS)}
     real_run = pipeline.run_decode
+    modes = []
 
     def run_decode(loaded, document, prepared, pick, *args, **kwargs):
+        modes.append(prepared.mode)
         after = Document.from_text(golds[document.text])
-        target = format(to_display_program(oracle(document, after), document))
-        return real_run(loaded, document, prepared, script_picker(target, pipeline.grammar_for(loaded).vocab.tokens),
-                        *args, **kwargs)
-
-    def generate(loaded, request, mode, *args, **kwargs):
-        before = request.source[: -len(request.fence) - 1]
-        ids = tuple(encode(loaded.tokenizer, golds[before] + request.fence + "\n"))
-        stats = R.RewriteStats(len(ids), len(request.prompt_ids), len(ids), seconds_prefill=0.001, seconds_total=0.01)
-        return R.Generated(ids, True, stats)
+        return real_run(loaded, document, prepared, scripted_picker(loaded, document, prepared, after), *args, **kwargs)
 
     monkeypatch.setattr(pipeline, "run_decode", run_decode)
-    monkeypatch.setattr(R, "generate", generate)
+    return modes
 
 
 def invoke(*args: str):
@@ -76,10 +67,13 @@ def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, ti
     kernel.write_text(json.dumps({"results": [{"n": 1, "speedup": 1.0}, {"n": 64, "speedup": 8.0}]}))
     out = tmp_path / "e2e.json"
     result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--max-new-tokens", "48", "--kernel", str(kernel), "--json", str(out))
+                    "--methods", "program,rewrite", "--max-new-tokens", "48", "--kernel", str(kernel),
+                    "--json", str(out))
     assert result.exit_code == 0, result.output
+    assert scripted == [Mode.PROGRAM, Mode.REWRITE] * 2
     data = json.loads(out.read_text())
     assert data["partial"] is False and data["baseline"] == "rewrite" and data["model"] == str(tiny_dir)
+    assert data["methods"] == ["program", "rewrite"]
     (two,) = data["corpora"]
     passes, fails = two["cases"]
     assert [passes["id"], fails["id"]] == ["passes", "fails"]
@@ -91,7 +85,9 @@ def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, ti
         assert program["forward_passes"] > 0 and program["tokens_spliced"] > 0 and program["seconds"] > 0
         rewrite = case["rewrite"]
         assert rewrite["exact"] is True and rewrite["test"]["passed"] is test_passed and rewrite["error"] is None
+        # one forward per token, nothing copied without a step
         assert rewrite["output"].endswith("```\n") and rewrite["forward_passes"] == rewrite["tokens_new"] > 0
+        assert rewrite["tokens_spliced"] == 0
     summary = two["summary"]
     assert summary["methods"]["program"] | {"seconds_total": 0, "seconds_mean": 0, "seconds_median": 0} == {
         "n": 2, "errors": 0, "exact": 2, "trimmed": 2, "tested": 2, "passed": 1,
@@ -113,7 +109,25 @@ def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, ti
     assert "passes: program: exact, test passed" in result.stderr
 
 
-def test_e2e_without_baseline_and_ctrl_c_leaves_partial_json(tmp_path, corpus, tiny_dir, scripted, monkeypatch):
+def test_e2e_measures_verify_against_rewrite_by_default(tmp_path, corpus, tiny_dir, scripted):
+    out = tmp_path / "e2e.json"
+    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
+                    "--no-tests", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    assert ee.DEFAULT_METHODS == ("verify", "rewrite") and scripted == [Mode.VERIFY, Mode.REWRITE] * 2
+    data = json.loads(out.read_text())
+    assert data["methods"] == ["verify", "rewrite"] and data["baseline"] == "rewrite"
+    for case in data["corpora"][0]["cases"]:
+        assert set(case) == {"id", "language", "verify", "rewrite"}
+        verify, rewrite = case["verify"], case["rewrite"]
+        assert verify["exact"] is rewrite["exact"] is True and verify["output"] == rewrite["output"]
+        assert verify["forward_passes"] < rewrite["forward_passes"] and verify["tokens_spliced"] > 0
+        assert verify["tokens_new"] == rewrite["tokens_new"]  # the same tokens, fewer forwards
+    speedup = data["corpora"][0]["summary"]["speedup"]
+    assert speedup["n_both_exact"] == 2 and speedup["forward_passes"] > 1.0
+
+
+def test_e2e_one_method_and_ctrl_c_leaves_partial_json(tmp_path, corpus, tiny_dir, scripted, monkeypatch):
     real, calls = ee.run_case, []
 
     def interrupted(*args):
@@ -125,10 +139,10 @@ def test_e2e_without_baseline_and_ctrl_c_leaves_partial_json(tmp_path, corpus, t
     monkeypatch.setattr(ee, "run_case", interrupted)
     out = tmp_path / "e2e.json"
     result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--baseline", "none", "--no-tests", "--json", str(out))
+                    "--methods", "program", "--no-tests", "--json", str(out))
     assert result.exit_code == 130
     data = json.loads(out.read_text())
-    assert data["partial"] is True
+    assert data["partial"] is True and data["methods"] == ["program"] and data["baseline"] == ""
     (case,) = data["corpora"][0]["cases"]
     assert set(case) == {"id", "language", "program"} and case["program"]["exact"] is True
     assert case["program"]["test"]["passed"] is None and data["corpora"][0]["summary"]["speedup"] is None
@@ -137,17 +151,27 @@ def test_e2e_without_baseline_and_ctrl_c_leaves_partial_json(tmp_path, corpus, t
 def test_e2e_budget_failures_are_results_not_crashes(tmp_path, corpus, tiny_dir):
     out = tmp_path / "e2e.json"  # the random model, unscripted, with a budget of 3 tokens per edit
     result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--max-new-tokens", "3", "--limit", "1", "--json", str(out))
+                    "--methods", "program,verify,rewrite", "--max-new-tokens", "3", "--limit", "1", "--json", str(out))
     assert result.exit_code == 0, result.output
     case = json.loads(out.read_text())["corpora"][0]["cases"][0]
-    for method in ("program", "rewrite"):
+    for method in ("program", "verify", "rewrite"):
         assert case[method]["error"].startswith("BudgetError: ") and case[method]["text"] is None
         assert case[method]["test"] == {"passed": False, "detail": "no edit", "seconds": 0.0}
 
 
-def test_e2e_bad_options_are_usage_errors(corpus):
-    assert invoke("-c", str(corpus), "--baseline", "nope").exit_code == 2
-    assert invoke("-c", str(corpus), "--counting", "nope").exit_code == 2
+@pytest.mark.parametrize("args", [["--methods", "nope"], ["--methods", "verify,nope"], ["--methods", ","],
+                                  ["--counting", "nope"], ["--baseline", "rewrite"]])
+def test_e2e_bad_options_are_usage_errors(corpus, args):
+    assert invoke("-c", str(corpus), *args).exit_code == 2
+
+
+def test_methods_are_the_modes_in_order():
+    assert ee.METHODS == ("program", "rewrite", "lookup", "verify")
+    assert list(ee.methods(["lookup", "program"])) == ["lookup", "program"]
+    with pytest.raises(CadeditError, match="unknown method 'fastest'"):
+        ee.methods(["fastest"])
+    with pytest.raises(CadeditError, match="no method"):
+        ee.methods([])
 
 
 # -- the test harness --------------------------------------------------------------------------
