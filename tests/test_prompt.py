@@ -60,6 +60,15 @@ def test_stdin_documents_are_called_the_file():
     assert messages[-1]["content"].startswith("File the file (1 line):\n1 | x = 1\n")
 
 
-def test_prompt_module_imports_no_torch():
-    code = "import sys, cadedit.prompt; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"
+PURE = ("prompt", "program", "document", "resolve", "oracle", "diff", "fence", "verify", "draft", "options")
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_pure_modules_import_no_torch(module):
+    """The prompt, the program, the answer formats, the drafters and the options are pure Python:
+    the CLI's model-free paths and the warm server's client import them without torch."""
+    code = (f"import sys, cadedit.{module}; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
