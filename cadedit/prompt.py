@@ -161,6 +161,12 @@ def fenced_source(document: Document, fence: str) -> str:
 # Where the instruction goes in the fenced modes' prompt. "both": before and after the file;
 # "after": after the file only, so prompts for different instructions share the file's KV cache;
 # "quoted" (scoped edits): after the file, with the region to retype quoted again before it.
+# Measured (Qwen2.5-Coder-0.5B-Instruct, bf16, verify, one greedy try, HumanEvalFix-Python tests
+# passed; `cadedit bench tries -c humanevalfix_python.jsonl --tries 1 --check-tries 0 --layout L`):
+#   cases 0-19 (tuned on):   both 2/20, after 3/20
+#   cases 20-39 (held out):  both 3/20, after 2/20
+# A tie on quality (5/40 each); "after" is the default because only it lets a second edit of the
+# same file reuse the file's KV cache (model.PrefixStore).
 LAYOUTS = ("both", "after", "quoted")
 
 
