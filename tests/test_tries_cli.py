@@ -640,3 +640,47 @@ def test_several_files_are_tested_together(work, tiny_dir, scripted):
                                           "--write"])
     assert result.exit_code == 0, result.output
     assert (work / "a.py").read_bytes() == (work / "b.py").read_bytes() == GOOD.encode()
+
+
+# -- the syntax check per file type ------------------------------------------------------------
+
+
+def _node_missing() -> bool:
+    import shutil
+
+    return shutil.which("node") is None
+
+
+@pytest.mark.parametrize("name, before, broken, good, detail", [
+    ("a.json", '{"a": 1,\n "b": 2}\n', '{"a": 1,\n "b": }\n', '{"a": 1,\n "b": 3}\n', "line 2, column 7: Expecting value"),
+    ("a.toml", "a = 1\nb = 2\n", "a = 1\nb = \n", "a = 1\nb = 3\n", "line 2, column 5: Invalid value"),
+    ("a.yaml", "a: 1\nb: [2]\n", "a: 1\nb: [3\n", "a: 1\nb: [3]\n", "line 3, column 1: did not find expected ',' or ']'"),
+    pytest.param("a.js", "function f() {\n  return 1;\n}\n", "function f() {\n  return 2;\n\n",
+                 "function f() {\n  return 2;\n}\n", "line 4: Unexpected end of input",
+                 marks=pytest.mark.skipif(_node_missing(), reason="node not on PATH")),
+])  # fmt: skip
+def test_syntax_check_per_file_type(work, tiny_dir, scripted, name, before, broken, good, detail):
+    (work / name).write_text(before)
+    calls = scripted(broken, good)
+    result = CliRunner().invoke(cli.app, ["fix", name, INSTRUCTION, "--model", str(tiny_dir), "--dtype", "fp32",
+                                          "--threads", "1", "--write"])
+    assert result.exit_code == 0, result.output
+    assert f"try 1 of 3: failed: syntax ({detail})" in result.stderr
+    assert f"did not parse: {detail}" in calls[1].prompt
+    assert (work / name).read_text() == good
+
+
+def test_a_file_that_did_not_parse_before_is_not_held_to_it(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(b"def f(:\n    return 1\n")
+    calls = scripted("def f(:\n    return 2\n")
+    result = fix(tiny_dir)
+    assert result.exit_code == 0, result.output
+    assert "try 1 of 3: passed: change; syntax skipped (the file did not parse before the edit)" in result.stderr
+    assert len(calls) == 1
+
+
+def test_verbose_shows_the_test_output(work, tiny_dir, scripted):
+    scripted(WRONG, GOOD)
+    result = fix(tiny_dir, "--verbose", "--test", GREP_TEST)
+    assert result.exit_code == 0, result.output
+    assert "  test output:\nexpected a + b in add" in result.stderr
