@@ -480,3 +480,47 @@ def test_a_line_of_another_file_does_not_replace_the_named_function(work, tiny_d
     result = fix(tiny_dir, "fix sub: test_m.py line 4 fails", "--allow-no-change")
     assert result.exit_code == 0, result.output
     assert calls[0].prepared.regions == ((5, 6),)
+
+
+# -- methods, decorators, JavaScript -----------------------------------------------------------
+
+CLASS = ["import functools", "", "", "class Greeter:", "    # Says hello.", "    @functools.cache",
+         "    def hello(self, name):", "        return 'hello ' + nam", "", "    def bye(self):",
+         "        return 'bye'"]  # 11 lines, no final newline in the test
+
+
+def test_scope_class_method_includes_its_decorator_and_comment(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(CLASS, newline="\r\n", final=False))
+    calls = scripted(retype(("+ nam\n", "+ name\n")))
+    result = fix(tiny_dir, "Fix the typo.", "--scope", "Greeter.hello", "--write")
+    assert result.exit_code == 0, result.output
+    assert scope_line(result.stderr) == "scope: lines 5-8 (method Greeter.hello)"
+    assert calls[0].prepared.source.startswith("    # Says hello.\n    @functools.cache\n")
+    assert (work / "a.py").read_bytes() == make(CLASS, newline="\r\n", final=False,
+                                                l8="        return 'hello ' + name")
+
+
+JS = ["function first(x) {", "  return x + 1;", "}", "", "function second(x) {", "  return x - 2;", "}"]
+
+
+def test_javascript_function_scope(work, tiny_dir, scripted):
+    pytest.importorskip("tree_sitter_javascript")
+    (work / "a.js").write_bytes(make(JS))
+    calls = scripted(retype(("x - 2", "x * 2")))
+    result = CliRunner().invoke(cli.app, ["fix", "a.js", "Fix the bug in `second`", "--model", str(tiny_dir),
+                                          "--dtype", "fp32", "--threads", "1", "--write"])
+    assert result.exit_code == 0, result.output
+    assert "a.js: scope: lines 5-7 (function second)" in result.stderr
+    assert calls[0].prompt.endswith("Lines 5-7:\n```javascript\n")
+    assert (work / "a.js").read_bytes() == make(JS, l6="  return x * 2;")
+
+
+def test_javascript_answer_past_the_closing_brace_is_trimmed(work, tiny_dir, scripted):
+    pytest.importorskip("tree_sitter_javascript")
+    (work / "a.js").write_bytes(make(JS))
+    # --lines 1-2, but the model closes the function (line 3) and goes on into the next one.
+    scripted(verbatim("function first(x) {\n  return x + 10;\n}\n\nfunction second(x) {\n"))
+    result = CliRunner().invoke(cli.app, ["fix", "a.js", "Fix it.", "--lines", "1-2", "--model", str(tiny_dir),
+                                          "--dtype", "fp32", "--threads", "1", "--write"])
+    assert result.exit_code == 0, result.output
+    assert (work / "a.js").read_bytes() == make(JS, l2="  return x + 10;")
