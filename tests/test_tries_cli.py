@@ -297,6 +297,18 @@ def test_failing_then_passing_test_passes_on_try_2(work, tiny_dir, scripted):
     assert told not in calls[0].prompt and told in calls[1].prompt
 
 
+@pytest.mark.xfail(strict=True, reason="Verified.best counts failed checks, but a candidate that does not parse "
+                   "never runs the test: a syntax failure (1 failed check) ties with a candidate that parsed, changed "
+                   "the file and failed only the test, and the later one wins, so the diff shown as best is the "
+                   "broken one")
+def test_the_best_failing_candidate_is_the_one_that_got_furthest(work, tiny_dir, scripted):
+    scripted(WRONG, BROKEN)
+    result = fix(tiny_dir, "--test", GREP_TEST)
+    assert result.exit_code == 3, result.output
+    assert "the best candidate (try 1 of 3) FAILED its checks" in result.stderr
+    assert "+    return a * b\n" in result.stderr
+
+
 def test_test_sees_the_candidate_in_place(work, tiny_dir, scripted):
     scripted(GOOD)
     result = fix(tiny_dir, "--tries", "1", "--json", "--test", "cat a.py; cmp -s a.py ../seen || cp a.py ../seen")
@@ -407,8 +419,7 @@ def gone(pid: int) -> bool:
     return False
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
-                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_while_the_test_runs_restores_the_file(work, tiny_dir, signum, code):
     proc = start_cadedit(work, tiny_dir, "--write", "--test", "echo $$ > ../pid; touch started; exec sleep 30")
     wait_for(work / "started", proc)
