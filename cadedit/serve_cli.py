@@ -101,9 +101,16 @@ def status(as_json: _Json = False) -> None:
 
     Exit codes: 0 a server answered, 1 none is running.
     """
-    from cadedit.server import ServerClient
+    from cadedit.server import ServerClient, ServerError, default_socket, running_pid
 
-    data = ServerClient.open().status()
+    try:
+        data = ServerClient.open().status()
+    except ServerError:
+        pid = running_pid(default_socket())
+        if pid is None:
+            raise
+        raise ServerError(f"the cadedit server (pid {pid}) does not answer yet: it may still be loading its model",
+                          hint="wait and retry; see " + str(default_socket().with_suffix(".log"))) from None
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return

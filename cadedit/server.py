@@ -3,19 +3,21 @@
 Contract: serve(socket_path, loaded, idle_timeout, max_rss_bytes) answers newline-delimited JSON on a
 Unix socket (mode 0600, a pid file beside it), one edit at a time so two clients never share the
 one KV cache mid-decode; connect(model_spec) returns a ServerClient whose edit() gives the EditResult
-edit_file would, and raises the server's CadeditError as the same type, message, hint and exit code,
-or None when no server holds that model. Importing this module imports neither torch nor
-transformers: the serving side imports them inside serve()/run_server(). ServerClient.edit() builds
-an EditResult, so it still imports cadedit.pipeline, and through it torch (~1.4 s here) until
-EditResult and DecodeStats live in torch-free modules.
+edit_file would (device, dtype and threads are the server's), and raises the server's CadeditError as
+the same class, message, hint and exit code; None when no server holds that model. Importing this
+module imports neither torch nor transformers (serve() and run_server() import them).
 
-Measured (2 shared CPU cores, load average ~2.5, Qwen2.5-Coder-0.5B-Instruct folder, fp32, 1 thread,
-examples/before.py "Fix the bug in average.", verify mode, one try), side by side, median of 5:
-`time .venv/bin/cadedit fix examples/before.py "Fix the bug in average." --model M --tries 1 --quiet`
-took 11.9 s from process start, against 1.5 s through a running server
-(`.venv/bin/python scripts/...` equivalent: a fresh process calling connect(M).edit(...)):
-7.9x, of which 1.4 s is the client's torch import (above). The server's own edit of that file
-took 0.8 s when the prompt was new and 0.3 s when its prefix was cached (tokens_reused).
+Measured (2 shared CPU cores at load average 5.5-6, Qwen2.5-Coder-0.5B-Instruct folder, fp32, 1 thread,
+examples/before.py, whole-file verify; 5 interleaved rounds, medians; overhead = wall - decode):
+  local:  time .venv/bin/cadedit fix examples/before.py "Fix the bug in average (round k)." --model M
+          --tries 1 --quiet --dtype fp32 --threads 1 --allow-no-change --no-scope --json
+          25.1 s wall, 14.3 s of it overhead (imports, weights, prompt)
+  server: a fresh `python` running connect(M).edit(Document.read(...), same instruction)
+          15.8 s wall, 3.3 s overhead (4.4x less); the same request again (prompt prefix cached)
+          10.0 s wall (2.5x less than local)
+Of the client's 3.3 s, ~3.2 s is importing torch: building an EditResult imports cadedit.pipeline and
+cadedit.decode. The same request without building one (JSON answer only) had 0.12 s overhead, 8.5 s
+wall (2.9x less): moving EditResult/DecodeStats/Step into a torch-free module would give that.
 """
 
 from __future__ import annotations
@@ -597,7 +599,7 @@ def stop(socket_path: Path | None = None, timeout: float = 30.0) -> int | None:
     deadline = time.monotonic() + timeout
     while running_pid(path) is not None:
         if time.monotonic() > deadline:
-            raise ServerError(f"the cadedit server (pid {pid}) did not stop within {timeout:.0f} s",
-                              hint=f"kill {pid}")
+            raise ServerError(f"the cadedit server (pid {pid}) did not stop within {timeout:.0f} s "
+                              "(an edit under way finishes first)", hint=f"wait, or kill {pid}")
         time.sleep(0.05)
     return pid

@@ -341,3 +341,13 @@ def test_serve_start_says_why_the_model_did_not_load(tmp_path, sock):
     assert started.stderr.startswith(
         f"error: the cadedit server exited while starting: error: model folder {tmp_path / 'empty'} has no config.json")
     assert not sock.exists() and server.running_pid(sock) is None
+
+
+def test_serve_status_while_the_server_is_still_loading(sock):
+    server.claim(sock)  # what run_server holds while load_model runs, before the socket exists
+    try:
+        status = cadedit("serve", "status")
+    finally:
+        server.release(sock)
+    assert status.returncode == 1
+    assert status.stderr.startswith(f"error: the cadedit server (pid {os.getpid()}) does not answer yet")
