@@ -524,3 +524,14 @@ def test_javascript_answer_past_the_closing_brace_is_trimmed(work, tiny_dir, scr
                                           "--dtype", "fp32", "--threads", "1", "--write"])
     assert result.exit_code == 0, result.output
     assert (work / "a.js").read_bytes() == make(JS, l2="  return x + 10;")
+
+
+@pytest.mark.parametrize("mode", ["verify", "rewrite", "lookup"])
+def test_every_fenced_mode_gives_the_same_scoped_bytes(work, tiny_dir, scripted, mode):
+    (work / "a.py").write_bytes(make(bom=True, newline="\r\n", final=False))
+    calls = scripted(retype(("return x + 1", "return x + 10"), ("return x - 2", "return x * 2")))
+    result = fix(tiny_dir, "Fix both.", "--scope", "first", "--scope", "second", "--mode", mode, "--write")
+    assert result.exit_code == 0, result.output
+    assert calls[0].prepared.regions == ((1, 2), (5, 6))
+    assert (work / "a.py").read_bytes() == make(bom=True, newline="\r\n", final=False, l2="    return x + 10",
+                                                l6="    return x * 2")
