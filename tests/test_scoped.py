@@ -48,6 +48,7 @@ def make(lines=LINES, newline="\n", bom=False, final=True, **changes: str) -> by
 LAYOUTS = {
     "lf": {},
     "crlf": {"newline": "\r\n"},
+    "cr": {"newline": "\r"},
     "bom": {"bom": True},
     "bom-crlf": {"bom": True, "newline": "\r\n"},
     "no-final-newline": {"final": False},
