@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import cadedit.pipeline as pipeline
 from cadedit.bench import e2e as ee
-from cadedit.bench.corpus import Case
+from cadedit.bench.corpus import Case, case_from_record
 from cadedit.bench.harness import Verdict, run_test, runnable_program
 from cadedit.cli import app
 from cadedit.document import Document
@@ -95,7 +95,10 @@ def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, ti
         "forward_passes_total": passes["program"]["forward_passes"] + fails["program"]["forward_passes"],
         "tokens_new_total": passes["program"]["tokens_new"] + fails["program"]["tokens_new"],
         "tokens_spliced_total": passes["program"]["tokens_spliced"] + fails["program"]["tokens_spliced"],
+        "compared": 0, "same_as_first": 0,  # the first method is what the others are compared with
     }
+    assert summary["methods"]["rewrite"]["compared"] == summary["methods"]["rewrite"]["same_as_first"] == 2
+    assert passes["program"]["same_as_first"] is None and passes["rewrite"]["same_as_first"] is True
     assert summary["methods"]["rewrite"]["exact"] == 2 and summary["methods"]["rewrite"]["passed"] == 1
     speedup = summary["speedup"]
     assert speedup["n"] == speedup["n_both_exact"] == speedup["n_both_edited"] == 2
@@ -165,13 +168,17 @@ def test_e2e_bad_options_are_usage_errors(corpus, args):
     assert invoke("-c", str(corpus), *args).exit_code == 2
 
 
-def test_methods_are_the_modes_in_order():
-    assert ee.METHODS == ("program", "rewrite", "lookup", "verify")
+def test_methods_are_the_modes_in_order_then_the_peers():
+    assert ee.MODES == ("program", "rewrite", "lookup", "verify")
+    assert ee.METHODS == ee.MODES + ("llama-rewrite", "llama-lookup")
     assert list(ee.methods(["lookup", "program"])) == ["lookup", "program"]
     with pytest.raises(CadeditError, match="unknown method 'fastest'"):
         ee.methods(["fastest"])
     with pytest.raises(CadeditError, match="no method"):
         ee.methods([])
+    with pytest.raises(CadeditError, match="llama-lookup needs llama.cpp") as raised:
+        ee.methods(["verify", "llama-lookup"])
+    assert raised.value.hint == "pass --gguf PATH"
 
 
 # -- the test harness --------------------------------------------------------------------------
@@ -228,3 +235,74 @@ def test_speedups_sum_costs_over_cases():
     summary = ee.summarize(results, "rewrite")["methods"]
     assert summary["program"]["errors"] == 1 and summary["program"]["exact"] == 1
     assert summary["rewrite"]["forward_passes_total"] == 110
+
+
+# -- long cases and the identity column --------------------------------------------------------
+
+
+def humanevalpack(k: int, buggy: str, canonical: str) -> dict:
+    return {"task_id": f"Python/{k}", "entry_point": f"f{k}", "declaration": f"def f{k}(x):\n",
+            "buggy_solution": buggy, "canonical_solution": canonical, "test": f"assert f{k}(1) == {k + 1}\n"}
+
+
+PACK = [humanevalpack(0, "    y = x\n    return y + 1\n", "    y = x\n    return y\n"),  # one line changed
+        humanevalpack(1, "    return x\n", "    return x + 1\n"),
+        humanevalpack(2, "    y = 0\n    return x\n", "    return x + 2\n"),  # two lines into one: not one-line
+        humanevalpack(3, "    return x - 3\n", "    return x + 3\n")]
+
+
+def test_long_cases_join_gold_files_and_keep_one_one_line_bug():
+    cases = [case_from_record(r, f"pack:{k}") for k, r in enumerate(PACK)]
+    (long,) = ee.long_cases(cases, 1, lines=7)  # starts at case 17 % 4 = 1: files 1, 2, 3 (2 + 2 + 2 lines + joins)
+    golds = [c.prefix + c.after for c in (cases[1], cases[2], cases[3])]
+    assert long.after == "\n".join(golds) and long.prefix == ""
+    # the bug nearest the middle that is a one-line change: case 2 (the middle) is not, 1 and 3 are
+    # equally near, the earlier wins
+    assert long.id == "long/Python/1@1of3"
+    assert long.before == "\n".join([cases[1].prefix + cases[1].before, golds[1], golds[2]])
+    assert long.test == cases[1].test and long.instruction == "Fix bugs in f1."
+    assert [ee.one_line_bug(c) for c in cases] == [True, True, False, True]
+    assert run_test(long, long.after).passed is True and run_test(long, long.before).passed is False
+    assert len(ee.long_cases(cases, 3, lines=7)) == 3 and ee.long_cases([], 2) == []
+
+
+def test_e2e_long_cases_and_same_output_column(tmp_path, tiny_dir, monkeypatch):
+    corpus = write_corpus(tmp_path / "pack.jsonl", PACK)
+    cases = [case_from_record(r, "x") for r in PACK]
+    golds = {c.before: c.after for c in cases + ee.long_cases(cases, 1)}
+    real_run = pipeline.run_decode
+
+    def run_decode(loaded, document, prepared, pick, *args, **kwargs):
+        after = Document.from_text(golds[document.text])
+        return real_run(loaded, document, prepared, scripted_picker(loaded, document, prepared, after), *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+    out = tmp_path / "e2e.json"
+    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
+                    "--methods", "verify,rewrite,program", "--long", "1", "--limit", "2", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["long"] == 1 and [c["name"] for c in data["corpora"]] == ["pack", "pack long"]
+    assert data["imports_seconds"] >= 0 and "tokenizer and weights" in data["load_phases"]
+    short, long = data["corpora"]
+    assert [c["id"] for c in short["cases"]] == ["Python/0", "Python/1"]
+    (case,) = long["cases"]
+    assert case["id"] == ee.long_cases(cases, 1)[0].id
+    for method in ("verify", "rewrite", "program"):
+        assert case[method]["exact"] is True and case[method]["test"]["passed"] is True
+    assert case["verify"]["same_as_first"] is None
+    assert case["rewrite"]["same_as_first"] is case["program"]["same_as_first"] is True
+    assert long["summary"]["methods"]["program"]["same_as_first"] == 1
+    assert "same output as verify" in result.stdout and "pack long" in result.stdout
+    assert "rewrite: exact, test passed" in result.stderr and ", same" in result.stderr
+
+
+def test_compare_outputs_marks_each_attempt_against_the_first():
+    a = attempt("verify", 1.0, 0.0, 1, True)
+    same, other = attempt("rewrite", 1.0, 0.0, 1, True), ee.Attempt("lookup", 1.0, ee.Edited("y", "y", 1, 1))
+    failed = ee.Attempt("program", 1.0, None, error="BudgetError: x")
+    marked = ee.compare_outputs([a, same, other, failed])
+    assert [m.same_as_first for m in marked] == [None, True, False, None]
+    assert ee.compare_outputs([failed, a])[1].same_as_first is None  # nothing to compare with
+    summary = ee.method_summary(marked[1:3])
+    assert summary["compared"] == 2 and summary["same_as_first"] == 1

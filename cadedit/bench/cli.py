@@ -10,6 +10,7 @@ import them inside their commands.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, TypeVar
@@ -464,8 +465,16 @@ def e2e(
     corpus: CorpusOpt,
     model: ModelOpt = None,
     methods: Annotated[str, typer.Option(
-        "--methods", help="Decoding modes to run per case, comma-separated: program, rewrite, lookup, verify. "
-             "The first is measured against the second.")] = "verify,rewrite",
+        "--methods", help="Methods to run per case, comma-separated: the modes program, rewrite, lookup, verify, "
+             "and llama.cpp's llama-rewrite, llama-lookup (with --gguf). The first is measured against the second; "
+             "every method's edited file is compared with the first's.")] = "verify,rewrite",
+    long: Annotated[int, typer.Option(
+        "--long", min=0, help="Also N long cases per corpus: consecutive gold files joined to 300+ lines, one of "
+             "them left with its one-line bug; its test runs against the whole edited file.")] = 0,
+    gguf: Annotated[Path | None, typer.Option(
+        "--gguf", metavar="PATH", help="The same model as a .gguf file, for the llama-* methods.")] = None,
+    llama_ctx: Annotated[int | None, typer.Option(
+        "--llama-ctx", min=256, help="llama.cpp's n_ctx (default: the largest prompt + budget of the run).")] = None,
     kernel: Annotated[Path | None, typer.Option(
         "--kernel", metavar="K.json", help="s(N) from `cadedit bench kernel --json`, for bnd_exact.")] = None,
     counting: Annotated[str, typer.Option(help="Span counting for bnd_exact, as in `ceiling`.")] = "paper",
@@ -480,38 +489,61 @@ def e2e(
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
-    """The model end to end: its own program (grammar, copy splices) vs full regeneration by the
-    same model, per case: wall clock, forward passes, exact match and the corpus's tests.
+    """Decoding methods end to end on the same cases with the same model: cadedit's modes (its
+    own program with grammar and copy splices, verify, lookup, rewrite) and llama.cpp's greedy and
+    prompt-lookup rewrites; per case: wall clock, forward passes, exact match, the corpus's tests,
+    and whether each method's edited file equals the first method's.
 
-    The model is loaded once and warmed up; each case is edited by the program decoder, then by the
-    baseline. Tests run as prefix + edited text + newline + test, with python3 or node (for node,
-    anything on stderr fails). The summary puts the realised speedup beside bnd_exact (eq. 3).
+    The model is loaded once (import and load times go into --json) and warmed up; each case is
+    edited by every method in turn. Tests run as prefix + edited text + newline + test, with
+    python3 or node (for node, anything on stderr fails). The summary puts the realised speedup of
+    the first method over the second beside bnd_exact (eq. 3).
 
-    Example: cadedit bench e2e -c humanevalfix_python.jsonl --model model.gguf --kernel kernel.json --json e2e.json --limit 20
+    Examples: cadedit bench e2e -c humanevalfix_python.jsonl --model model.gguf --kernel kernel.json --json e2e.json --limit 20
+              cadedit bench e2e -c humanevalfix_python.jsonl --methods verify,rewrite,lookup,program --long 2 --limit 20
+              cadedit bench e2e -c humanevalfix_python.jsonl --model MODEL --gguf model.gguf --methods verify,llama-rewrite,llama-lookup
     """
-    from cadedit.bench import e2e as ee
     from cadedit.bench.ceiling import COUNTINGS, load_curve
+    from cadedit.bench.peers import PEERS, require_llama
     from cadedit.bench.report import ResultsFile
-    from cadedit.model import load_model
 
     if counting not in COUNTINGS:
         raise typer.BadParameter(f"use one of {', '.join(COUNTINGS)}", param_hint="--counting")
+    start = time.perf_counter()
+    from cadedit.bench import e2e as ee  # torch and the pipeline: timed for the meta
+
+    imports = time.perf_counter() - start
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
-    if not names or any(m not in ee.METHODS for m in names):
-        raise typer.BadParameter(f"use some of {', '.join(ee.METHODS)}", param_hint="--methods")
-    chosen = ee.methods(names)
+    if not names or any(m not in ee.METHODS for m in names) or len(set(names)) < len(names):
+        raise typer.BadParameter(f"use some of {', '.join(ee.METHODS)}, each once", param_hint="--methods")
+    peer_names = [m for m in names if m in PEERS]
+    if peer_names and gguf is None:
+        raise typer.BadParameter(f"{', '.join(peer_names)} need(s) the model as a .gguf file", param_hint="--gguf")
+    if peer_names:
+        require_llama()
     baseline = names[1] if len(names) > 1 else ""
     corpora = load_corpora(corpus, limit)
+    if long:
+        full = load_corpora(corpus, None)
+        for name in list(corpora):
+            corpora[f"{name} long"] = ee.long_cases(full[name], long)
     curve = load_curve(kernel) if kernel else None
     settings = ee.E2ESettings(names, max_new_tokens, test_timeout, not no_tests)
     with err.status("loading the model ..."):
+        from cadedit.model import load_model
+
         loaded = load_model(model, device, dtype, threads)
         warm = ee.warm_up(loaded)
+        peers_meta, chosen = _e2e_peers(loaded, peer_names, gguf, llama_ctx, corpora, max_new_tokens, names)
+    err.print(f"{_short(loaded.name)}: imports {imports:.1f} s, load {loaded.load_seconds:.1f} s ("
+              + ", ".join(f"{k} {v:.1f} s" for k, v in loaded.phases) + f"), warm-up {warm:.1f} s", highlight=False)
     bounds = _e2e_bounds(corpora, loaded, counting, curve)
     meta = {"command": "e2e", "model": loaded.name, "device": loaded.device,
             "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads, "methods": list(names), "baseline": baseline,
             "counting": counting, "kernel": str(kernel) if kernel else None, "test_timeout": test_timeout,
-            "max_new_tokens": max_new_tokens, "load_seconds": loaded.load_seconds, "warm_up_seconds": warm}
+            "max_new_tokens": max_new_tokens, "long": long, "imports_seconds": imports,
+            "load_seconds": loaded.load_seconds, "load_phases": dict(loaded.phases), "warm_up_seconds": warm,
+            **peers_meta}
     done: dict[str, list] = {name: [] for name in corpora}
     results = ResultsFile(json_path)
 
@@ -530,6 +562,23 @@ def e2e(
     run_cases(work, len(work), "e2e", step, save)
     save(False)
     _print_e2e(done, bounds, baseline, loaded.name)
+
+
+def _e2e_peers(loaded, peer_names: list[str], gguf: Path | None, llama_ctx: int | None, corpora: dict[str, list],
+               max_new_tokens: int | None, names: tuple[str, ...]) -> tuple[dict, dict]:
+    """llama.cpp loaded for the llama-* methods (n_ctx fitted to the run), and the methods in order."""
+    from cadedit.bench import e2e as ee
+    from cadedit.bench import peers as pe
+
+    if not peer_names:
+        return {}, ee.methods(names)
+    cases = [case for cases in corpora.values() for case in cases]
+    n_ctx = llama_ctx or pe.context_for(loaded, cases, max_new_tokens)
+    start = time.perf_counter()
+    loaded_peers = pe.load_peers(peer_names, str(gguf), loaded.threads, n_ctx)
+    meta = {"gguf": str(gguf), "llama_ctx": n_ctx, "llama_cpp": pe.version(),
+            "llama_load_seconds": time.perf_counter() - start}
+    return meta, ee.methods(names, loaded_peers)
 
 
 def _e2e_bounds(corpora: dict[str, list], loaded, counting: str, curve) -> dict[str, dict]:
@@ -551,7 +600,8 @@ def _e2e_line(row) -> str:
         outcome = _clip(a.error, 100) if a.error else "exact" if a.exact else "trimmed" if a.trimmed else "differs"
         test = "" if a.test.passed is None else ", test passed" if a.test.passed else ", test failed"
         passes = a.edited.forward_passes if a.edited and a.edited.forward_passes is not None else "-"
-        parts.append(f"{a.method}: {outcome}{test}, {a.seconds:.2f} s, {passes} fwd")
+        same = {True: ", same", False: ", other output"}.get(a.same_as_first, "")
+        parts.append(f"{a.method}: {outcome}{test}, {a.seconds:.2f} s, {passes} fwd{same}")
     return f"{row.id}: " + "; ".join(parts)
 
 
@@ -563,26 +613,28 @@ def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, mo
     from cadedit.bench import e2e as ee
     from cadedit.bench.report import fmt_float, fmt_int
 
-    rows, speed = [], []
+    rows, speed, first = [], [], ""
     for name, results in done.items():
         summary = ee.summarize(results, baseline)
+        first = first or next(iter(summary["methods"]), "")
         for method, m in summary["methods"].items():
             n = m["n"]
             rows.append([name, method, str(n), f"{m['exact']}/{n}", f"{m['trimmed']}/{n}",
                          f"{m['passed']}/{m['tested']}" if m["tested"] else "-", str(m["errors"]),
                          fmt_float(m["seconds_mean"], 2), fmt_float(m["seconds_median"], 2),
-                         "-" if m["forward_passes_total"] is None else fmt_int(m["forward_passes_total"])])
+                         "-" if m["forward_passes_total"] is None else fmt_int(m["forward_passes_total"]),
+                         f"{m['same_as_first']}/{m['compared']}" if m["compared"] else "-"])
         s, b = summary["speedup"], bounds.get(name) or {}
         if s:
             speed.append([name, str(s["n"]), fmt_float(s["wall"], 2, "x"),
                           f"{fmt_float(s['wall_both_exact'], 2, 'x')} ({s['n_both_exact']})",
                           fmt_float(s["decode"], 2, "x"), fmt_float(s["forward_passes"], 2, "x"),
                           fmt_float(b.get("bnd_exact"), 2, "x")])
-    out.table(f"End to end, {_short(model)}: the model's program vs {baseline}",
-              ["corpus", "method", "n", "byte-exact", "trimmed", "tests", "errors", "mean s", "median s", "fwd passes"],
-              rows)
+    out.table(f"End to end, {_short(model)}: {first} vs {baseline or 'nothing'}",
+              ["corpus", "method", "n", "byte-exact", "trimmed", "tests", "errors", "mean s", "median s", "fwd passes",
+               f"same output as {first}"], rows)
     if speed:
-        out.table(f"Realised speedup of the program over {baseline} (baseline cost / program cost)",
+        out.table(f"Realised speedup of {first} over {baseline} ({baseline} cost / {first} cost)",
                   ["corpus", "n", "wall", "wall, both exact (n)", "decode only", "fwd passes", "bnd_exact"], speed,
                   caption=None if bounds else "no --kernel: bnd_exact skipped (make one with `cadedit bench kernel --json K.json`)")
 

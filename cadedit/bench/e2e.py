@@ -1,25 +1,28 @@
 """End to end on a corpus (`cadedit bench e2e`): decoding modes of `cadedit fix` side by side on the
-same cases with the same loaded model.
+same cases with the same loaded model, and llama.cpp beside them (bench/peers.py).
 
-Contract: run_case(loaded, case, settings, chosen) edits case.before with each chosen mode in turn
-(pipeline.edit_file, exactly as `cadedit fix` does); the first is measured against the second
-(default: verify against rewrite). Each method gives an
-Attempt: wall clock (model already loaded and warmed up), forward passes, new and spliced tokens,
-exact match against the gold (byte-exact and after .strip()) and, where the case has a test,
-whether the edited code passes it (bench/harness.py). A method that fails (budget, a program
-that does not resolve) is an Attempt with its error, never an exception. summarize() gives the
-per-method totals and the realised speedups, which the CLI prints beside bnd_exact (eq. 3 over
-the corpus's oracle spans, bench/ceiling.py).
+Contract: run_case(loaded, case, settings, chosen) edits case.before with each chosen method in
+turn (a mode through pipeline.edit_file, exactly as `cadedit fix` does); the first is measured
+against the second (default: verify against rewrite). Each method gives an Attempt: wall clock
+(model already loaded and warmed up), forward passes, new and spliced tokens, exact match against
+the gold (byte-exact and after .strip()), whether its edited file equals the first method's
+(same_as_first) and, where the case has a test, whether the edited code passes it
+(bench/harness.py). A method that fails (budget, a program that does not resolve) is an Attempt
+with its error, never an exception. long_cases() builds 300+-line files with one one-line bug
+from a corpus. summarize() gives the per-method totals and the realised speedups, which the CLI
+prints beside bnd_exact (eq. 3 over the corpus's oracle spans, bench/ceiling.py).
 """
 
 from __future__ import annotations
 
+import difflib
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cadedit import pipeline
 from cadedit.bench.corpus import Case
+from cadedit.bench.peers import PEERS
 from cadedit.bench.harness import Verdict, run_test
 from cadedit.bench.report import median
 from cadedit.document import Document
@@ -27,7 +30,8 @@ from cadedit.errors import CadeditError
 from cadedit.model import LoadedModel, encode, new_cache
 from cadedit.options import DEFAULT_MODE, EditOptions, Mode
 
-METHODS = tuple(m.value for m in Mode)
+MODES = tuple(m.value for m in Mode)
+METHODS = MODES + PEERS
 DEFAULT_METHODS = (DEFAULT_MODE.value, Mode.REWRITE.value)
 EXTENSIONS = {"python": ".py", "py": ".py", "javascript": ".js", "js": ".js", "typescript": ".ts", "go": ".go",
               "rust": ".rs", "java": ".java", "cpp": ".cpp", "c++": ".cpp", "c": ".c"}
@@ -57,12 +61,13 @@ class Attempt:
     trimmed: bool = False
     error: str | None = None
     test: Verdict = field(default_factory=lambda: Verdict(None, "no test"))
+    same_as_first: bool | None = None  # its edited file equals the first method's; None: first, or no edit to compare
 
     def to_json(self) -> dict:
         e = self.edited
         return {
             "method": self.method, "seconds": self.seconds, "exact": self.exact, "trimmed": self.trimmed,
-            "error": self.error, "test": self.test.to_json(),
+            "error": self.error, "test": self.test.to_json(), "same_as_first": self.same_as_first,
             "forward_passes": e.forward_passes if e else None, "tokens_new": e.tokens_new if e else None,
             "tokens_spliced": e.tokens_spliced if e else None,
             "seconds_prefill": e.seconds_prefill if e else None,
@@ -104,10 +109,16 @@ def mode_method(mode: Mode) -> Method:
     return edit
 
 
-def methods(names: Sequence[str]) -> dict[str, Method]:
-    """The methods to run per case, in order: the first is measured, the second is its baseline."""
+def methods(names: Sequence[str], peers: dict[str, Method] | None = None) -> dict[str, Method]:
+    """The methods to run per case, in order: the first is measured, the second is its baseline.
+    A peer (llama-rewrite, llama-lookup) comes built from `peers` (bench/peers.py loads them)."""
     chosen: dict[str, Method] = {}
     for name in names:
+        if name in PEERS:
+            if not peers or name not in peers:
+                raise CadeditError(f"method {name} needs llama.cpp and a GGUF", hint="pass --gguf PATH")
+            chosen[name] = peers[name]
+            continue
         try:
             chosen[name] = mode_method(Mode(name))
         except ValueError:
@@ -142,8 +153,60 @@ def attempt(name: str, method: Method, loaded: LoadedModel, case: Case, settings
 
 
 def run_case(loaded: LoadedModel, case: Case, settings: E2ESettings, chosen: dict[str, Method]) -> CaseResult:
-    return CaseResult(case.id, case.language,
-                      tuple(attempt(name, method, loaded, case, settings) for name, method in chosen.items()))
+    attempts = [attempt(name, method, loaded, case, settings) for name, method in chosen.items()]
+    return CaseResult(case.id, case.language, compare_outputs(attempts))
+
+
+def compare_outputs(attempts: Sequence[Attempt]) -> tuple[Attempt, ...]:
+    """Each attempt after the first marked with whether its edited file equals the first's (the
+    file, not the raw answer: a program and a rewrite of the same file are the same output)."""
+    first = attempts[0].edited if attempts else None
+    marked = list(attempts[:1])
+    for a in attempts[1:]:
+        same = first.text == a.edited.text if first and a.edited else None
+        marked.append(replace(a, same_as_first=same))
+    return tuple(marked)
+
+
+# -- long cases: one one-line bug in a 300+-line file --------------------------------------------
+
+LONG_LINES = 300
+_LONG_AT = (0.5, 0.2, 0.8)  # where in the file the bug sits, case by case
+
+
+def one_line_bug(case: Case) -> bool:
+    """Whether before and after differ in exactly one line replaced by one line."""
+    a, b = case.before.splitlines(keepends=True), case.after.splitlines(keepends=True)
+    ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    return len(ops) == 1 and ops[0][0] == "replace" and ops[0][2] - ops[0][1] == 1 and ops[0][4] - ops[0][3] == 1
+
+
+def long_cases(cases: Sequence[Case], count: int, lines: int = LONG_LINES) -> list[Case]:
+    """`count` long files from a corpus: the gold files (prefix + after) of consecutive cases,
+    starting at case 17 + 53k (mod n), joined by newlines until they have `lines` lines, with the
+    one-line bug nearest 50%, 20% or 80% of the way in (case by case) left in: that case's
+    prefix + before. The instruction and test are that case's; the test runs against the whole
+    edited file (no prefix). Deterministic."""
+    out = []
+    for k in range(count if cases else 0):
+        first = (17 + 53 * k) % len(cases)
+        window: list[Case] = []
+        while sum((c.prefix + c.after).count("\n") + 1 for c in window) < lines and len(window) < len(cases):
+            window.append(cases[(first + len(window)) % len(cases)])
+        buggy = _bug_index(window, _LONG_AT[k % len(_LONG_AT)])
+        golds = [c.prefix + c.after for c in window]
+        befores = [c.prefix + c.before if i == buggy else g for i, (c, g) in enumerate(zip(window, golds))]
+        target = window[buggy]
+        out.append(Case(f"long/{target.id}@{buggy + 1}of{len(window)}", target.language, "\n".join(befores),
+                        "\n".join(golds), target.instruction, target.test))
+    return out
+
+
+def _bug_index(window: Sequence[Case], where: float) -> int:
+    """The case with a one-line bug nearest the wanted position in the window."""
+    wanted = int(where * (len(window) - 1))
+    usable = [i for i, c in enumerate(window) if one_line_bug(c)] or [wanted]
+    return min(usable, key=lambda i: (abs(i - wanted), i))
 
 
 def warm_up(loaded: LoadedModel) -> float:
@@ -168,6 +231,7 @@ def method_summary(attempts: Sequence[Attempt]) -> dict:
     done = [a.edited for a in attempts if a.edited]
     tested = [a.test.passed for a in attempts if a.test.passed is not None]
     passes = [e.forward_passes for e in done if e.forward_passes is not None]
+    compared = [a.same_as_first for a in attempts if a.same_as_first is not None]
     return {
         "n": len(attempts), "errors": len(attempts) - len(done), "exact": sum(a.exact for a in attempts),
         "trimmed": sum(a.trimmed for a in attempts), "tested": len(tested), "passed": sum(tested),
@@ -175,6 +239,7 @@ def method_summary(attempts: Sequence[Attempt]) -> dict:
         "seconds_median": median(seconds) if seconds else None,
         "forward_passes_total": sum(passes) if done and len(passes) == len(done) else None,
         "tokens_new_total": sum(e.tokens_new for e in done), "tokens_spliced_total": sum(e.tokens_spliced for e in done),
+        "compared": len(compared), "same_as_first": sum(compared),
     }
 
 
