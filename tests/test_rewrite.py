@@ -81,11 +81,20 @@ def test_the_prompt_shows_the_file_in_a_fence_and_opens_the_answer_with_one(mode
     document = Document.from_text("x = 1\ny = 2", "src/calc.py")
     prepared = prepare(loaded_from(make_model(0)), document, "Set y to 3.", options(mode))
     prompt = TOK.decode(list(prepared.prompt_ids))
-    assert "Instruction: Set y to 3.\n\nFile calc.py (2 lines):\n```python\nx = 1\ny = 2\n```\n\nInstruction: Set y to 3.\n" in prompt
-    assert "Reply with the complete file, all 2 lines, with the instruction applied." in prompt
+    assert ("<|im_start|>user\nFile calc.py (2 lines):\n```python\nx = 1\ny = 2\n```\n\nInstruction: Set y to 3.\n"
+            "Reply with the complete file, all 2 lines, with the instruction applied.") in prompt
+    assert prompt.count("Set y to 3.") == 1  # the default layout: the instruction after the file only
     assert prompt.startswith("<|im_start|>system\n" + REWRITE_SYSTEM)
     assert prompt.endswith("<|im_start|>assistant\n```python\n")
     assert prepared.mode is mode and prepared.fence == "```" and prepared.source == "x = 1\ny = 2\n```\n"
+
+
+def test_layout_both_states_the_instruction_before_the_file_too():
+    document = Document.from_text("x = 1\ny = 2", "src/calc.py")
+    prepared = prepare(loaded_from(make_model(0)), document, "Set y to 3.", options(Mode.VERIFY, layout="both"))
+    prompt = TOK.decode(list(prepared.prompt_ids))
+    assert "Instruction: Set y to 3.\n\nFile calc.py (2 lines):\n```python\nx = 1\ny = 2\n```\n\nInstruction: Set y to 3.\n" in prompt
+    assert prompt.endswith("<|im_start|>assistant\n```python\n")
 
 
 def test_the_rewrite_prompt_parts():
