@@ -639,6 +639,100 @@ def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, mo
                   caption=None if bounds else "no --kernel: bnd_exact skipped (make one with `cadedit bench kernel --json K.json`)")
 
 
+# -- decode ------------------------------------------------------------------------------------
+
+
+@app.command()
+def decode(
+    corpus: CorpusOpt,
+    model: ModelOpt = None,
+    kernel: Annotated[Path | None, typer.Option(
+        "--kernel", metavar="K.json", help="s(N) from `cadedit bench kernel --json` (default: measured first, "
+             "at the first case's prompt length).")] = None,
+    spans: Annotated[str, typer.Option(help="Span lengths N of the measured s(N).")] = "1,2,4,8,16,32,64,128,256",
+    trials: Annotated[int, typer.Option(min=1, help="Timed trials per N of the measured s(N).")] = 3,
+    no_draft: Annotated[bool, typer.Option(
+        "--no-draft", help="The paper's loop: one forward per decision, no drafted program tokens.")] = False,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda[:k].")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """The decode loop against eq. (3): each case's oracle program forced through the real loop
+    (masks, forced literals, copy splices) vs the same model regenerating the gold one token per
+    forward after the same prompt; per case and pooled, beside the bound from s(N).
+
+    Example: cadedit bench decode -c humanevalfix_python.jsonl --model MODEL --limit 10 --threads 2 --dtype fp32 [--no-draft]
+    """
+    from cadedit.bench import decode as dc
+    from cadedit.bench.ceiling import load_curve
+    from cadedit.bench.e2e import warm_up
+    from cadedit.bench.report import ResultsFile
+    from cadedit.bench.tokens import TokenCounter
+    from cadedit.model import load_model
+
+    span_list = int_list(spans, "--spans")
+    if min(span_list) < 1:
+        raise typer.BadParameter("span lengths must be at least 1", param_hint="--spans")
+    corpora = load_corpora(corpus, limit)
+    with err.status("loading the model ..."):
+        loaded = load_model(model, device, dtype, threads)
+        warm_up(loaded)
+    curve = load_curve(kernel) if kernel else None
+    if curve is None:
+        from cadedit import pipeline
+        from cadedit.bench.e2e import document_for
+        from cadedit.options import EditOptions, Mode
+
+        first = next(iter(corpora.values()))[0]
+        prefix = len(pipeline.prepare(loaded, document_for(first), first.instruction,
+                                      EditOptions(model=loaded.name, mode=Mode.PROGRAM)).prompt_ids)
+        with err.status(f"measuring s(N) at P={prefix} ..."):
+            curve = dc.measured_curve(loaded, prefix, trials, span_list)
+    err.print("s(N): " + ", ".join(f"{n}: {s:.2f}" for n, s in zip(curve.n, curve.s)), highlight=False)
+    counter = TokenCounter(loaded.tokenizer, loaded.name)
+    meta = {"command": "decode", "model": loaded.name, "device": loaded.device,
+            "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads, "draft": not no_draft,
+            "kernel": curve.source, "curve": {"n": list(curve.n), "s": list(curve.s)}}
+    done: dict[str, list] = {name: [] for name in corpora}
+    results = ResultsFile(json_path)
+
+    def save(partial: bool, force: bool = True) -> None:
+        entries = [{"name": name, "summary": dc.summarize(rows, curve), "cases": [r.to_json(curve) for r in rows]}
+                   for name, rows in done.items()]
+        results.write({**meta, "corpora": entries}, partial=partial, force=force)
+
+    def step(item) -> None:
+        name, case = item
+        row = dc.oracle_case(loaded, case, not no_draft, counter)
+        done[name].append(row)
+        err.print(f"{row.id}: T={row.ceiling.total}, spans {list(row.ceiling.spans)}, {row.forward_passes} fwd, "
+                  f"loop {row.cad_seconds:.2f} s, regen {row.regen_seconds:.2f} s, {row.ratio:.2f}x, "
+                  f"bound {dc.bound([row], curve):.2f}x", highlight=False, markup=False)
+
+    work = [(name, case) for name, cases in corpora.items() for case in cases]
+    run_cases(work, len(work), "decode", step, save)
+    save(False)
+    _print_decode(done, curve, loaded.name, not no_draft)
+
+
+def _print_decode(done: dict[str, list], curve, model: str, draft: bool) -> None:
+    from cadedit.bench import decode as dc
+    from cadedit.bench.report import fmt_float, fmt_pct
+
+    rows = []
+    for name, cases in done.items():
+        s = dc.summarize(cases, curve)
+        fwd = s["forward_passes"]
+        rows.append([name, str(s["n"]), fmt_float(s["regen_seconds"], 2), fmt_float(s["cad_seconds"], 2),
+                     fmt_float(s["pooled_ratio"], 2, "x"), fmt_float(s["pooled_bound"], 2, "x"), fmt_pct(s["of_bound"], 0),
+                     f"{fwd[0]}-{fwd[1]}" if fwd else "-"])
+    out.table(f"Oracle programs through the loop ({'drafted program tokens' if draft else 'no drafts'}), {_short(model)}, "
+              f"vs regeneration; eq. (3) bound with s(N) {curve.source}",
+              ["corpus", "n", "regen s", "loop s", "pooled speedup", "eq. (3) bound", "of bound", "fwd per case"], rows)
+
+
 # -- tries -------------------------------------------------------------------------------------
 
 

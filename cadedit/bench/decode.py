@@ -1,0 +1,114 @@
+"""`cadedit bench decode`: the decode loop on oracle programs against the bound of eq. (3).
+
+Contract: oracle_case(loaded, case, draft) forces the case's oracle program through the real loop
+(pipeline.prepare and run_decode in program mode, decode.script_picker choosing: real masks,
+forced literals, copy splices and, with draft, drafted program tokens) and checks that it resolves
+to the gold; then the same model regenerates the gold file one token per forward after the same
+prompt, taking the argmax each step (what greedy decoding costs). Both clocks leave the prompt
+prefill out. bound() is eq. (3) over the case's own splice spans (bench/ceiling.py: the one
+implementation), with s(N) from `cadedit bench kernel --json` or measured_curve() at the prompt's
+length in the same process.
+
+Measured (README, Benchmarks; HumanEvalFix-Python 0-9 docs context, fp32, 2 threads, 0.5B): pooled
+8.96x with drafts against a bound of 8.85x (101%), 4.87x without (53%), 4-10 and 21-29 forwards
+per case: eq. (3) charges nothing for the op type, line digits and `</gen>`, which cost one forward
+each on a CPU unless drafted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+from cadedit import pipeline
+from cadedit.bench.ceiling import CaseCeiling, Ceiling, SpeedupCurve, bounds, case_ceiling
+from cadedit.bench.corpus import Case
+from cadedit.bench.e2e import document_for
+from cadedit.bench.tokens import TokenCounter
+from cadedit.decode import script_picker
+from cadedit.document import Document
+from cadedit.errors import CadeditError
+from cadedit.model import LoadedModel, TransformersLM, encode, new_cache
+from cadedit.options import EditOptions, Mode
+from cadedit.oracle import oracle
+from cadedit.program import format
+from cadedit.resolve import resolve, to_display_program
+
+
+@dataclass(frozen=True)
+class OracleRow:
+    """One case: the oracle program through the loop (cad) against regeneration (regen)."""
+
+    id: str
+    ceiling: CaseCeiling  # gold tokens T and the splice span lengths of the oracle program
+    forward_passes: int
+    tokens_sampled: int
+    tokens_forced: int
+    tokens_spliced: int
+    cad_seconds: float  # decode after the prompt prefill
+    regen_seconds: float
+
+    @property
+    def ratio(self) -> float:
+        return self.regen_seconds / self.cad_seconds if self.cad_seconds else float("nan")
+
+    def to_json(self, curve) -> dict:
+        return {"id": self.id, "T": self.ceiling.total, "spans": list(self.ceiling.spans),
+                **{k: v for k, v in asdict(self).items() if k not in ("id", "ceiling")},
+                "ratio": self.ratio, "bound": bound([self], curve)}
+
+
+def regenerate(loaded: LoadedModel, prompt_ids: Sequence[int], gold_ids: Sequence[int]) -> float:
+    """Seconds to feed the gold one token per forward after the (untimed) prompt, with the argmax
+    a greedy decoder takes each step; on a fresh cache, so the loop's cache is left as it was."""
+    lm = TransformersLM(loaded.model, new_cache(loaded))
+    lm.feed(prompt_ids)
+    start = time.perf_counter()
+    for token in gold_ids:
+        int(torch.argmax(lm.feed([token])[-1]))  # [V] -> the pick
+    return time.perf_counter() - start
+
+
+def oracle_case(loaded: LoadedModel, case: Case, draft: bool = True, counter: TokenCounter | None = None) -> OracleRow:
+    """The case's oracle program through the loop, then regeneration; see the module docstring."""
+    document, after = document_for(case), Document.from_text(case.after)
+    options = EditOptions(model=loaded.name, mode=Mode.PROGRAM, draft=draft)
+    prepared = pipeline.prepare(loaded, document, case.instruction, options)
+    target = format(to_display_program(oracle(document, after), document))
+    pick = script_picker(target, pipeline.grammar_for(loaded).vocab.tokens, lambda text: encode(loaded.tokenizer, text))
+    decoded = pipeline.run_decode(loaded, document, prepared, pick, draft=draft)
+    if resolve(pipeline.answer_program(document, prepared, decoded), document) != case.after:
+        raise CadeditError(f"{case.id}: the loop did not spell the oracle program (got {decoded.text[-60:]!r})")
+    s = decoded.stats
+    ceiling = case_ceiling(case, counter or TokenCounter(loaded.tokenizer, loaded.name), "splice", token_level=False)
+    gold_ids = encode(loaded.tokenizer, after.display_text(1, after.n_lines)) if after.lines else []
+    regen = regenerate(loaded, prepared.prompt_ids, gold_ids)
+    return OracleRow(case.id, ceiling, s.forward_passes, s.tokens_sampled, s.tokens_forced, s.tokens_spliced,
+                     s.seconds_total - s.seconds_prefill, regen)
+
+
+def bound(rows: Sequence[OracleRow], curve: SpeedupCurve) -> float:
+    """bnd_exact of eq. (3) over the rows' spans pooled: T / (T_gen + sum N_k / s(N_k))."""
+    return bounds(Ceiling("rows", tuple(r.ceiling for r in rows)), curve)["bnd_exact"]
+
+
+def measured_curve(loaded: LoadedModel, prefix: int, trials: int, spans: Sequence[int]) -> SpeedupCurve:
+    """s(N) on this machine after a `prefix`-token cache (bench/kernel.py's sweep, AR beyond 8 steps
+    scaled per token)."""
+    from cadedit.bench.kernel import KernelSettings, sweep
+
+    settings = KernelSettings(prefix=prefix, spans=tuple(spans), trials=trials, ar_max=8)
+    points = sweep(loaded.model, torch.device(loaded.device), settings)
+    return SpeedupCurve(tuple(p.n for p in points), tuple(p.speedup for p in points), f"measured, P={prefix}")
+
+
+def summarize(rows: Sequence[OracleRow], curve: SpeedupCurve) -> dict:
+    regen, cad = sum(r.regen_seconds for r in rows), sum(r.cad_seconds for r in rows)
+    pooled = regen / cad if cad else None
+    limit = bound(rows, curve) if rows else None
+    return {"n": len(rows), "regen_seconds": regen, "cad_seconds": cad, "pooled_ratio": pooled, "pooled_bound": limit,
+            "of_bound": pooled / limit if pooled and limit else None,
+            "forward_passes": [min(r.forward_passes for r in rows), max(r.forward_passes for r in rows)] if rows else None}
