@@ -1,12 +1,15 @@
 """Which prompt makes the model choose better spans: every variant in cadedit.prompt.VARIANTS (or the
-ones named) on the same HumanEvalFix cases, greedy, drafts on.
+ones named) on the same corpus cases, program mode, greedy, drafts on.
 
-Per variant: programs that finished (no budget error), exact matches, hidden tests passed, and how
-close the edited file is to gold compared with the input (line-level difflib ratio; > 0 means the
-edit moved the file towards gold, < 0 that it damaged it), copies per program, wall clock.
+Per variant: programs that finished (no budget error), exact matches, tests passed, and how close
+the edited file is to gold compared with the input (line-level difflib ratio; > 0 means the edit
+moved the file towards gold, < 0 that it damaged it), copies per program, wall clock. Cases come
+from the shared corpus loader (cadedit.bench.corpus), tests run through cadedit.bench.harness.
+The numbers in cadedit/prompt.py were measured on whole HumanEvalFix files with their docstrings
+(a generic corpus with before = input_code_docs, after = gold_code_docs).
 
-  python benchmarks/prompt_eval.py --data DATA/humanevalfix_python.jsonl --model MODEL --cases 6
-  python benchmarks/prompt_eval.py --data ... --model ... --variants default,two-shot --start 20
+  python benchmarks/prompt_eval.py --corpus DATA/humanevalfix_python.jsonl --model MODEL --cases 6
+  python benchmarks/prompt_eval.py --corpus ... --model ... --variants default,two-shot --skip 20
 """
 
 from __future__ import annotations
@@ -14,42 +17,57 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import sys
+import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import decode_bench as bench  # noqa: E402
 
 
 def closeness(text: str, gold: str) -> float:
     return difflib.SequenceMatcher(None, text.splitlines(), gold.splitlines(), autojunk=False).ratio()
 
 
+def own_case(loaded, case, variant: str, timeout: float) -> dict:
+    """The model's own program for one case with one prompt variant."""
+    from cadedit.bench.e2e import document_for
+    from cadedit.bench.harness import run_test
+    from cadedit.errors import CadeditError
+    from cadedit.options import EditOptions, Mode
+    from cadedit.pipeline import edit_file
+
+    start = time.perf_counter()
+    try:
+        result = edit_file(document_for(case), case.instruction,
+                           EditOptions(model=loaded.name, mode=Mode.PROGRAM, variant=variant), loaded=loaded)
+    except CadeditError as exc:
+        return {"id": case.id, "error": exc.message, "seconds": time.perf_counter() - start, "exact": False,
+                "passed": False, "gain": None}
+    return {"id": case.id, "exact": result.new_text == case.after, "passed": run_test(case, result.new_text, timeout).passed,
+            "seconds": time.perf_counter() - start, "copies": result.stats.copies,
+            "gain": closeness(result.new_text, case.after) - closeness(case.before, case.after)}
+
+
 def main(argv: list[str] | None = None) -> None:
+    from cadedit.bench.corpus import load_corpus
+    from cadedit.model import load_model
     from cadedit.prompt import VARIANTS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True)
+    parser.add_argument("--corpus", required=True, help="a corpus JSONL (cadedit/bench/corpus.py)")
     parser.add_argument("--model")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--cases", type=int, default=6)
-    parser.add_argument("--start", type=int, default=0)
-    parser.add_argument("--context", choices=("docs", "nodocs"), default="docs")
+    parser.add_argument("--skip", type=int, default=0)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--timeout", type=float, default=10.0)
     parser.add_argument("--json")
     args = parser.parse_args(argv)
-    loaded = bench.load(args)
-    cases = bench.load_cases(args.data, args.cases, args.context, args.start)
+    loaded = load_model(args.model, dtype=args.dtype, threads=args.threads)
+    cases = load_corpus(args.corpus, args.skip + args.cases)[args.skip :]
     results = {}
     for variant in args.variants.split(","):
         rows = []
         for case in cases:
-            row = bench.own_case(loaded, case, variant, args.timeout)
-            edited = row.get("program") and _edited(case, row)
-            row["gain"] = closeness(edited, case.after) - closeness(case.before, case.after) if edited else None
+            row = own_case(loaded, case, variant, args.timeout)
             rows.append(row)
             print(f"{variant:<10} {row['id']:<12} exact={row['exact']!s:<5} passed={row['passed']!s:<5} "
                   f"gain={row['gain'] if row['gain'] is None else round(row['gain'], 3)} {row['seconds']:.0f}s", flush=True)
@@ -68,17 +86,6 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['seconds']:>7.0f}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
-
-
-def _edited(case, row) -> str:
-    """The edited text, re-resolved from the program the model wrote."""
-    from cadedit.resolve import to_document_program
-    from cadedit.document import Document
-    from cadedit.program import parse
-    from cadedit.resolve import resolve
-
-    before = Document.from_text(case.before)
-    return resolve(to_document_program(parse(row["program"]), before), before)
 
 
 if __name__ == "__main__":
