@@ -95,7 +95,7 @@ def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, ti
         "forward_passes_total": passes["program"]["forward_passes"] + fails["program"]["forward_passes"],
         "tokens_new_total": passes["program"]["tokens_new"] + fails["program"]["tokens_new"],
         "tokens_spliced_total": passes["program"]["tokens_spliced"] + fails["program"]["tokens_spliced"],
-        "compared": 0, "same_as_first": 0,  # the first method is what the others are compared with
+        "compared": 0, "same_as_first": 0, "first_speedup": 1.0,  # the first is what the others are compared with
     }
     assert summary["methods"]["rewrite"]["compared"] == summary["methods"]["rewrite"]["same_as_first"] == 2
     assert passes["program"]["same_as_first"] is None and passes["rewrite"]["same_as_first"] is True
@@ -293,6 +293,10 @@ def test_e2e_long_cases_and_same_output_column(tmp_path, tiny_dir, monkeypatch):
     assert case["verify"]["same_as_first"] is None
     assert case["rewrite"]["same_as_first"] is case["program"]["same_as_first"] is True
     assert long["summary"]["methods"]["program"]["same_as_first"] == 1
+    methods = short["summary"]["methods"]
+    assert methods["rewrite"]["first_speedup"] == pytest.approx(
+        methods["rewrite"]["seconds_total"] / methods["verify"]["seconds_total"])
+    assert "verify faster by" in result.stdout
     assert "same output as verify" in result.stdout and "pack long" in result.stdout
     assert "rewrite: exact, test passed" in result.stderr and ", same" in result.stderr
 

@@ -1,4 +1,5 @@
-"""`cadedit bench`: the paper's measurements as commands (ceiling, roundtrip, perturb, formats, kernel, e2e).
+"""`cadedit bench`: the paper's measurements as commands (ceiling, roundtrip, perturb, formats, kernel, e2e,
+decode), and cadedit's own as users get them (tries, longfile).
 
 Wiring only: options, loops with a progress bar, tables on stdout, results with --json PATH
 (rewritten atomically while a command runs, so Ctrl-C leaves readable partial results marked
@@ -623,6 +624,7 @@ def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, mo
                          f"{m['passed']}/{m['tested']}" if m["tested"] else "-", str(m["errors"]),
                          fmt_float(m["seconds_mean"], 2), fmt_float(m["seconds_median"], 2),
                          "-" if m["forward_passes_total"] is None else fmt_int(m["forward_passes_total"]),
+                         fmt_float(m["first_speedup"], 2, "x") if method != first else "-",
                          f"{m['same_as_first']}/{m['compared']}" if m["compared"] else "-"])
         s, b = summary["speedup"], bounds.get(name) or {}
         if s:
@@ -632,7 +634,7 @@ def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, mo
                           fmt_float(b.get("bnd_exact"), 2, "x")])
     out.table(f"End to end, {_short(model)}: {first} vs {baseline or 'nothing'}",
               ["corpus", "method", "n", "byte-exact", "trimmed", "tests", "errors", "mean s", "median s", "fwd passes",
-               f"same output as {first}"], rows)
+               f"{first} faster by", f"same output as {first}"], rows)
     if speed:
         out.table(f"Realised speedup of {first} over {baseline} ({baseline} cost / {first} cost)",
                   ["corpus", "n", "wall", "wall, both exact (n)", "decode only", "fwd passes", "bnd_exact"], speed,

@@ -271,4 +271,6 @@ def summarize(results: Sequence[CaseResult], baseline: str | None = None) -> dic
     if baseline is None:
         baseline = names[1] if len(names) > 1 else ""
     by_method = {name: method_summary([a for r in results for a in r.attempts if a.method == name]) for name in names}
+    for m in by_method.values():  # every method ran every case: its wall clock over the first's, pooled
+        m["first_speedup"] = _ratio(m["seconds_total"], by_method[names[0]]["seconds_total"])
     return {"methods": by_method, "speedup": speedups(results, baseline) if baseline in names else None}
