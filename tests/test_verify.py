@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import cadedit.pipeline as pipeline
-from cadedit.decode import DecodeStats, Step, add_step, decode_steps, sampling_picker
+from cadedit.decode import DecodeStats, Step, decode, sampling_picker
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.fence import FenceCursor
@@ -100,7 +100,7 @@ def edited(lines: list[str], rng: random.Random, n_edits: int) -> list[str]:
 @dataclass(frozen=True)
 class Run:
     """One decode through the loop: its ids (EOS included), whether the cursor finished within the
-    budget, its statistics, and the forwards that carried a draft."""
+    budget, its statistics, and its forwards."""
 
     ids: tuple[int, ...]
     finished: bool
@@ -118,17 +118,23 @@ class Run:
 
 
 def run_loop(lm, prompt, budget: int, drafter=None, sampling: Sampling = Sampling(), cursor=None) -> Run:
-    """decode() step by step over a FenceCursor, keeping the ids of an unfinished answer too."""
+    """decode() over a FenceCursor; an answer the budget cut short keeps the ids the cursor took."""
     cursor = cursor or FenceCursor(TOKEN_BYTES, EOS, FENCE)
-    ids: list[int] = []
-    stats, steps = DecodeStats(), []
+    steps: list[Step] = []
+    running = [DecodeStats()]
+
+    def on_step(stats: DecodeStats, step: Step) -> None:
+        steps.append(step)
+        running[0] = stats
+
     try:
-        for step in decode_steps(lm, cursor, prompt, None, sampling_picker(sampling), budget, ids, drafter):
-            stats = add_step(stats, step)
-            steps.append(step)
+        decoded = decode(lm, cursor, prompt, None, sampling_picker(sampling), budget, on_step, drafter)
     except BudgetError:
-        return Run(tuple(ids), False, stats, tuple(steps))
-    return Run(tuple(ids), True, stats, tuple(steps))
+        assert not cursor.is_done()
+        return Run(tuple(cursor.ids), False, running[0], tuple(steps))
+    assert decoded.text == cursor.text() and decoded.stats.forward_passes == len(steps)
+    assert decoded.stats.tokens_new == len(decoded.ids)
+    return Run(decoded.ids, True, decoded.stats, tuple(steps))
 
 
 def run_both(source: str, target: list[int], budget: int, end: int, schedule: Schedule = Schedule()):
