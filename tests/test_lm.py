@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import cadedit.pipeline as pipeline
-from cadedit.decode import DecodeStats, add_step, decode_steps, sampling_picker
+from cadedit.decode import DecodeStats, decode, sampling_picker
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.model import LoadedModel, TransformersLM, language_model
@@ -93,15 +93,13 @@ def run_reusing(loaded, prepared: pipeline.Prepared):
     lm = language_model(loaded)
     reused = lm.reuse(prepared.prompt_ids)
     cursor, span_ids, drafter = pipeline._fenced_parts(loaded, prepared)
-    ids: list[int] = []
-    stats = DecodeStats(tokens_reused=reused)
+    seen = [DecodeStats(tokens_reused=reused)]
     try:
-        for step in decode_steps(lm, cursor, prepared.prompt_ids, span_ids, sampling_picker(), prepared.budget, ids,
-                                 drafter, reused):
-            stats = add_step(stats, step)
+        decoded = decode(lm, cursor, prepared.prompt_ids, span_ids, sampling_picker(), prepared.budget,
+                         lambda stats, step: seen.append(stats), drafter, reused)
     except BudgetError:
-        pass
-    return tuple(ids), stats, lm
+        return tuple(cursor.ids), seen[-1], lm
+    return decoded.ids, decoded.stats, lm
 
 
 @pytest.mark.parametrize("mode", [Mode.REWRITE, Mode.VERIFY])
