@@ -14,15 +14,9 @@ the reserved-literal automaton), the others from walking the byte-sorted vocabul
 the machine allows. Op boundaries and bodies are computed once per document, digits once per state.
 
 Hand-written, not a library: only this expresses 1 <= I <= J <= N and ordered copies at token level
-(../shared/research/constrained.md), and it is faster. Measured 2026-11-30 on this 2-core CPU (shared
-with other jobs), Qwen2.5 vocabulary (151,936 ids), `python benchmarks/fsm_bench.py --llguidance`:
-first build for a tokenizer 0.87-1.8 s wall, 0.86-0.94 s CPU, then cached in memory (per tokenizer
-object and per vocabulary; nothing on disk); new document (new N) 0.5 us, its first mask <= 0.15 ms;
-mask per masked step median 0.4 us, p99 53-80 us cold (first visit of each state), 1.4 us warm;
-outside gen bodies (op choice, digits) cold median 32 us, p99 0.12-0.16 ms. llguidance, the
-runner-up, on the same programs with syntax only: 1.9-2.0 ms per document, mask median 9.8 us, p99
-1.3-5 ms, no ordered copies (I <= J only by listing every start). It stays a test oracle: driven by
-grammars/program.lark, its masks equal these at every step (tests/test_grammar_walks.py).
+(../shared/research/constrained.md), and it is faster than llguidance, the runner-up, which stays a
+test oracle: driven by grammars/program.lark, its masks equal these at every step
+(tests/test_grammar_walks.py). Costs and the comparison: benchmarks/fsm_bench.py.
 """
 
 from __future__ import annotations
