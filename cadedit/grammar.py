@@ -8,10 +8,31 @@ come until it is complete). EOS only where the program may end; special tokens n
 Lifetimes: compile_grammar(vocab) (cached per vocabulary, in memory) -> Grammar.for_document(N)
 (lazy, no compile step) -> Constraint.cursor() per decode. Pure: numpy only.
 
-How: a byte-level machine (states are tuples); a token is read byte by byte. Masks are cached
-per state: gen-body masks come from per-vocabulary vectorised tables (UTF-8 decoder state x node of
-the reserved-literal automaton), the others from walking the byte-sorted vocabulary along the bytes
-the machine allows. Op boundaries and bodies are computed once per document, digits once per state.
+How: a byte-level machine whose states are tuples `(kind, *fields)`; a token is read byte by byte.
+The kinds refine the paper's five states (Figure 7; `Constraint.figure7` maps a state to its one):
+
+  Kind      fields            reading                                   Figure 7
+  OPEN      pos               `<program>\n` (forced)                    AWAIT_OP (the entry arrow)
+  OP        prefix lo has_op  prefix b"": the op boundary               AWAIT_OP
+                              `<`, or part of `<copy lines="`/`<gen>\n` AFTER_LT (op type)
+                              `</` .. `</program`                       CLOSE
+  LINE_I    value lo          the copy's start line, digits so far      COPY_LINES
+  SEP       pos i             `-`                                       COPY_LINES
+  LINE_J    value i           the copy's end line, digits so far        COPY_LINES
+  COPY_END  pos i j           `"/>\n` (its `"/>` edge to AWAIT_OP)      COPY_LINES
+  BODY      node utf8 lo      gen text                                  GEN_BODY
+  GEN_END   pos lo            the `\n` of `</gen>\n` (its edge out)     GEN_BODY
+  END       pos               `</program>` read; optional `\n`, EOS     CLOSE
+  STOP      -                 after EOS: nothing more                   CLOSE
+
+`lo` is the lowest line the next copy may start at (1 unless monotonic), `has_op` whether an op
+was written (the program may close), `node` the gen body's position in the reserved-literal
+automaton, `utf8` its UTF-8 decoder state (cadedit.vocab).
+
+Masks are cached per state: gen-body masks come from per-vocabulary vectorised tables (UTF-8
+decoder state x node of the reserved-literal automaton), the others from walking the byte-sorted
+vocabulary along the bytes the machine allows. Op boundaries and bodies are computed once per
+document, digits once per state.
 
 Hand-written, not a library: only this expresses 1 <= I <= J <= N and ordered copies at token level
 (../shared/research/constrained.md), and it is faster than llguidance, the runner-up, which stays a
@@ -22,6 +43,7 @@ test oracle: driven by grammars/program.lark, its masks equal these at every ste
 from __future__ import annotations
 
 import ast
+import enum
 import functools
 import re
 from collections import OrderedDict
@@ -37,8 +59,47 @@ from cadedit.vocab import BodyTables, Vocab, utf8_run, utf8_step
 
 GRAMMAR_PATH = Path(__file__).parent / "grammars" / "program.lark"
 
-# FSM state kinds; a state is a tuple whose first item is its kind.
-OPEN, OP, LINE_I, SEP, LINE_J, COPY_END, BODY, GEN_END, END, STOP = range(10)
+
+
+class Kind(enum.IntEnum):
+    """What a state is reading: the first item of every state tuple (fields: the module docstring).
+    An IntEnum, so states stay plain tuples, which the byte machine builds per byte (a NamedTuple
+    per kind costs ~5x as much to build)."""
+
+    OPEN = 0
+    OP = 1
+    LINE_I = 2
+    SEP = 3
+    LINE_J = 4
+    COPY_END = 5
+    BODY = 6
+    GEN_END = 7
+    END = 8
+    STOP = 9
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+OPEN, OP, LINE_I, SEP, LINE_J, COPY_END, BODY, GEN_END, END, STOP = Kind
+
+
+class Figure7(enum.Enum):
+    """The paper's five decoder states (§2.3, Figure 7)."""
+
+    AWAIT_OP = "op boundary: `<` or `</`"
+    AFTER_LT = "op type: copy or gen"
+    COPY_LINES = "line-index digits, `-`, `\"/>`"
+    GEN_BODY = "free text until `</gen>`"
+    CLOSE = "`</program>`, then the end"
+
+
+# The Figure 7 state of each kind but OP, which Constraint.figure7 reads from its prefix.
+FIGURE7 = {
+    OPEN: Figure7.AWAIT_OP, LINE_I: Figure7.COPY_LINES, SEP: Figure7.COPY_LINES, LINE_J: Figure7.COPY_LINES,
+    COPY_END: Figure7.COPY_LINES, BODY: Figure7.GEN_BODY, GEN_END: Figure7.GEN_BODY, END: Figure7.CLOSE,
+    STOP: Figure7.CLOSE,
+}
 _DIGITS = tuple(range(ord("0"), ord("9") + 1))
 
 
@@ -128,7 +189,7 @@ class Grammar:
     def vocab(self) -> Vocab:
         return self.tables.vocab
 
-    def line_candidates(self, kind: int, started: bool) -> list[int]:
+    def line_candidates(self, kind: Kind, started: bool) -> list[int]:
         """Tokens that can follow some line-number state of this kind: those valid when every
         number is allowed (a file of 10**30 lines, any order). Computed once per vocabulary."""
         key = ("line candidates", kind, started)
@@ -165,11 +226,7 @@ class _Allowed:
 
 class Constraint:
     """The byte-level FSM of programs for one document, with token masks cached per state.
-
-    States are tuples (kind, ...): OPEN pos | OP prefix lo has_op | LINE_I value lo | SEP pos i |
-    LINE_J value i | COPY_END pos i j | BODY node utf8 lo | GEN_END pos lo | END pos | STOP.
-    `lo` is the lowest line the next copy may start at (1 unless monotonic).
-    """
+    States are tuples (Kind, *fields); the fields of each kind are in the module docstring."""
 
     CACHE_SIZE = 128  # masks are 150 KB each for Qwen2.5
 
@@ -189,6 +246,17 @@ class Constraint:
     def cursor(self) -> "Cursor":
         return Cursor(self)
 
+    def figure7(self, s: tuple) -> Figure7:
+        """The paper's Figure 7 state that s refines (the table in the module docstring)."""
+        if s[0] != OP:
+            return FIGURE7[s[0]]
+        prefix, sx = s[1], self.syntax
+        if not prefix:
+            return Figure7.AWAIT_OP
+        if sx.copy_open.startswith(prefix) or sx.gen_open.startswith(prefix):
+            return Figure7.AFTER_LT
+        return Figure7.CLOSE
+
     # -- the byte machine -------------------------------------------------------------------
 
     def _choices(self, lo: int, has_op: bool):
@@ -205,12 +273,13 @@ class Constraint:
         if kind == BODY:
             return self._body_step(s, byte)
         if kind == OP:
-            prefix = s[1] + bytes((byte,))
-            for literal, target in self._choices(s[2], s[3]):
+            _, prefix, lo, has_op = s
+            prefix += bytes((byte,))
+            for literal, target in self._choices(lo, has_op):
                 if literal == prefix:
                     return target
                 if literal.startswith(prefix):
-                    return (OP, prefix, s[2], s[3])
+                    return (OP, prefix, lo, has_op)
             return None
         if kind == LINE_I or kind == LINE_J:
             return self._line_step(s, byte)
@@ -223,9 +292,9 @@ class Constraint:
             return (OP, b"", 1, False)
         if kind == SEP:
             return (LINE_J, 0, s[2])
-        if kind == COPY_END:
+        if kind == COPY_END:  # (COPY_END, pos, i, j): the next copy starts after j
             return (OP, b"", s[3] + 1 if self.monotonic else 1, True)
-        return (OP, b"", s[2], True)  # GEN_END
+        return (OP, b"", s[2], True)  # (GEN_END, pos, lo)
 
     def _line_step(self, s: tuple, byte: int):
         self._touched_lines = True
@@ -259,7 +328,7 @@ class Constraint:
             new = self.step(s, byte)
             if new is None:
                 return None, copies
-            if new[0] == OP and s[0] in (LINE_J, COPY_END):
+            if new[0] == OP and s[0] in (LINE_J, COPY_END):  # (LINE_J, j, i) or (COPY_END, pos, i, j)
                 copies += (Copy(s[2], s[1] if s[0] == LINE_J else s[3]),)
             s = new
         return s, copies

@@ -315,3 +315,23 @@ def test_random_corruptions_never_get_past_the_first_invalid_token():
             token = rng.randrange(len(PIECES))
             allowed = bool(cursor.allowed_mask()[token])
             assert cursor.advance(token) == allowed
+
+
+# -- Figure 7 ------------------------------------------------------------------------------
+
+FIG7_AFTER_WALK = [
+    "AWAIT_OP", "AWAIT_OP", "AFTER_LT", "AFTER_LT", "COPY_LINES", "COPY_LINES", "COPY_LINES", "COPY_LINES",
+    "COPY_LINES", "AFTER_LT", "AFTER_LT", "GEN_BODY", "GEN_BODY", "GEN_BODY", "GEN_BODY", "AWAIT_OP", "AFTER_LT",
+    "AFTER_LT", "COPY_LINES", "COPY_LINES", "COPY_LINES", "COPY_LINES", "AWAIT_OP", "CLOSE", "CLOSE", "CLOSE",
+    "CLOSE",
+]
+
+
+def test_each_state_of_the_walk_refines_its_figure7_state():
+    constraint = compile_grammar(VOCAB).for_document(12)
+    cursor, seen = constraint.cursor(), []
+    for taken, _ in WALK:
+        if taken is not None:
+            assert cursor.advance(ID[taken])
+        seen.append(constraint.figure7(cursor.state).name)
+    assert seen == FIG7_AFTER_WALK

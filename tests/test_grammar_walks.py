@@ -218,3 +218,37 @@ def test_masks_match_llguidance_on_random_and_corrupted_programs(tok, grammar, l
         compared, stopped = compare_on_tokens(matcher, constraint.cursor(), tokens, size)
         steps, refused = steps + compared, refused + stopped
     assert steps > 3000 and refused > 30
+
+
+# -- the paper's Figure 7 ------------------------------------------------------------------------
+
+# Its edges, read a byte at a time: an op starts with `<` at the op boundary, `</` passes through
+# `<` on its way to the close, a copy's digits and a gen body each lead back to the op boundary.
+FIGURE7_EDGES = {("AWAIT_OP", "AFTER_LT"), ("AFTER_LT", "COPY_LINES"), ("AFTER_LT", "GEN_BODY"),
+                 ("AFTER_LT", "CLOSE"), ("COPY_LINES", "AWAIT_OP"), ("GEN_BODY", "AWAIT_OP")}
+
+
+def figure7_path(constraint, tokens, vocab):
+    """The Figure 7 state after each byte of the tokens, runs of one state merged."""
+    state, path = constraint.start, [constraint.figure7(constraint.start).name]
+    for byte in b"".join(vocab.tokens[t] for t in tokens if t not in vocab.eos_ids):
+        state = constraint.step(state, byte)
+        name = constraint.figure7(state).name
+        if name != path[-1]:
+            path.append(name)
+    return path
+
+
+@pytest.mark.parametrize("n_lines, monotonic", [(1, True), (37, True), (37, False)])
+def test_random_walks_follow_the_figure7_transitions(tok, grammar, n_lines, monotonic):
+    rng, vocab = random.Random(n_lines + monotonic), grammar.vocab
+    constraint = grammar.for_document(n_lines, monotonic)
+    for _ in range(150):
+        cursor = constraint.cursor()
+        tokens = random_program(cursor, rng, tok, budget=rng.choice([5, 20, 60]))
+        path, parsed = figure7_path(constraint, tokens, vocab), program.parse(cursor.text())
+        assert all(edge in FIGURE7_EDGES for edge in zip(path, path[1:])), (path, cursor.text())
+        assert path[0] == "AWAIT_OP" and path[-1] == "CLOSE" and path.count("CLOSE") == 1
+        assert path.count("COPY_LINES") == len(parsed.copies)  # each copy passes through its digits once
+        assert path.count("GEN_BODY") == len(parsed.ops) - len(parsed.copies)
+        assert constraint.figure7(cursor.state).name == "CLOSE" and cursor.state[0] == STOP
