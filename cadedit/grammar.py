@@ -31,8 +31,10 @@ automaton, `utf8` its UTF-8 decoder state (cadedit.vocab).
 
 Masks are cached per state: gen-body masks come from per-vocabulary vectorised tables (UTF-8
 decoder state x node of the reserved-literal automaton), the others from walking the byte-sorted
-vocabulary along the bytes the machine allows. Op boundaries and bodies are computed once per
-document, digits once per state.
+vocabulary along the bytes the machine allows. The kinds that carry `lo` without reading it (OP,
+BODY, GEN_END) share one mask per document for every `lo` that agrees on whether a copy may come
+next, unless one token can reach a copy's line digits from there; so op boundaries, gen bodies and
+gen closes are computed once per document, digits once per state.
 
 Hand-written, not a library: only this expresses 1 <= I <= J <= N and ordered copies at token level
 (../shared/research/constrained.md), and it is faster than llguidance, the runner-up, which stays a
@@ -46,6 +48,7 @@ import ast
 import enum
 import functools
 import re
+from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +103,8 @@ FIGURE7 = {
     COPY_END: Figure7.COPY_LINES, BODY: Figure7.GEN_BODY, GEN_END: Figure7.GEN_BODY, END: Figure7.CLOSE,
     STOP: Figure7.CLOSE,
 }
+# Kinds that carry `lo` (last field but OP's has_op) without reading it: their masks may be shared.
+_SHAREABLE = (OP, BODY, GEN_END)
 _DIGITS = tuple(range(ord("0"), ord("9") + 1))
 
 
@@ -200,6 +205,38 @@ class Grammar:
             self.tables.memo[key] = sorted(set(ids))
         return self.tables.memo[key]
 
+    def reaches_lines(self, op_prefix: bytes | None) -> bool:
+        """Can one token carry the machine into a copy's line digits and read one, from an OP state
+        with this prefix (None: from a gen body or its close)? Digits come only after the whole
+        copy opener, so only a token that starts with the rest of the opener (op_prefix is its
+        head) or holds all of it, then one byte more. Computed once per vocabulary and prefix."""
+        opener, memo = self.syntax.copy_open, self.tables.memo
+        key = ("reaches lines", opener, op_prefix)
+        if key not in memo:
+            inside = ("opener inside", opener)
+            if inside not in memo:
+                memo[inside] = self._opener_inside_a_token()
+            memo[key] = memo[inside] or (op_prefix is not None and self._starts_past(opener, op_prefix))
+        return memo[key]
+
+    def _starts_past(self, opener: bytes, op_prefix: bytes) -> bool:
+        """Does a usable token start with the rest of the opener after op_prefix, and go on?"""
+        if not opener.startswith(op_prefix):
+            return False
+        rest, index = opener[len(op_prefix) :], self.tables.index
+        start, stop = index.prefix_range(rest)
+        return bisect_right(index.sorted_bytes, rest, start, stop) < stop  # one is longer than rest
+
+    def _opener_inside_a_token(self) -> bool:
+        """Does a usable token hold the copy opener with a byte after it? When the opener holds a
+        reserved literal, only tokens the body tables mark dead can (a few, not the vocabulary)."""
+        opener, tables = self.syntax.copy_open, self.tables
+        if any(r in opener for r in tables.reserved):
+            candidates = (tables.vocab.tokens[t] for t in np.flatnonzero(tables.dead).tolist())
+        else:
+            candidates = iter(tables.index.sorted_bytes)
+        return any(opener in token[:-1] for token in candidates)
+
     def for_document(self, n_lines: int, monotonic: bool = True) -> "Constraint":
         """The constraint for a file of n_lines lines; masks are built lazily, per state."""
         if n_lines < 0:
@@ -235,12 +272,11 @@ class Constraint:
         self.tables, self.syntax = grammar.tables, grammar.syntax
         self.start = (OPEN, 0)
         self._cache: OrderedDict = OrderedDict()
-        self._general: dict = {}
+        self._shared: dict = {}  # shared key (see _shared_key) -> mask, for the whole document
         sx = self.syntax
         self._literals = {
             OPEN: sx.open, SEP: sx.copy_sep, COPY_END: sx.copy_close, GEN_END: sx.gen_close, END: sx.close_tail
         }
-        self._touched_lines = False
         self._forced: dict = {}
 
     def cursor(self) -> "Cursor":
@@ -297,7 +333,6 @@ class Constraint:
         return (OP, b"", s[2], True)  # (GEN_END, pos, lo)
 
     def _line_step(self, s: tuple, byte: int):
-        self._touched_lines = True
         kind, value, bound = s  # bound: the lowest allowed value (LINE_J: the start line)
         if 0x30 <= byte <= 0x39 and (value or byte != 0x30):
             value = value * 10 + byte - 0x30
@@ -354,26 +389,37 @@ class Constraint:
         if hit is not None:
             self._cache.move_to_end(s)
             return hit
-        general = self._general_key(s)
-        hit = self._general.get(general)
+        shared = self._shared_key(s)
+        hit = self._shared.get(shared) if shared is not None else None
         if hit is None:
-            self._touched_lines = False
             hit = self._body_allowed(s) if s[0] == BODY else self._walk_allowed(s)
-            if general is not None and not self._touched_lines:
-                self._general[general] = hit
+            if shared is not None:
+                self._shared[shared] = hit
         self._cache[s] = hit
         if len(self._cache) > self.CACHE_SIZE:
             self._cache.popitem(last=False)
         return hit
 
-    def _general_key(self, s: tuple):
-        """A key that holds for every `lo` with the same answer to "may a copy come next?". It
-        is used only when computing the mask consulted no line number beyond that answer (no
-        token reached the digits of a copy), which makes it exact; then op boundaries, gen
-        bodies and gen closes are computed once per document, not once per copy."""
-        if s[0] in (OP, BODY, GEN_END):
-            return s[:-2] + (s[-2] <= self.n_lines, s[-1]) if s[0] == OP else s[:-1] + (s[-1] <= self.n_lines,)
-        return None
+    def _shared_key(self, s: tuple):
+        """The key of s's mask among the states that differ from s only in `lo` and agree on
+        whether a copy may come next (lo <= N), or None if s's mask is its own. A mask reads `lo`
+        only through that answer and through a copy's line digits (bounded below by it), so it is
+        shared by kind: OP, BODY, GEN_END, unless a copy may come and one token can reach its
+        digits (Grammar.reaches_lines). Op boundaries, gen bodies and gen closes are then computed
+        once per document, not once per copy."""
+        kind = s[0]
+        if kind not in _SHAREABLE:
+            return None
+        if kind == OP:
+            _, prefix, lo, has_op = s
+            copy_next = lo <= self.n_lines
+            if copy_next and self.grammar.reaches_lines(prefix):
+                return None
+            return (OP, prefix, copy_next, has_op)
+        copy_next = s[-1] <= self.n_lines
+        if copy_next and self.grammar.reaches_lines(None):
+            return None
+        return s[:-1] + (copy_next,)
 
     def _walk_allowed(self, s: tuple) -> _Allowed:
         index = self.tables.index

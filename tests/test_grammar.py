@@ -317,7 +317,7 @@ def test_random_corruptions_never_get_past_the_first_invalid_token():
             assert cursor.advance(token) == allowed
 
 
-# -- Figure 7 ------------------------------------------------------------------------------
+# -- Figure 7 and masks shared across copies --------------------------------------------------
 
 FIG7_AFTER_WALK = [
     "AWAIT_OP", "AWAIT_OP", "AFTER_LT", "AFTER_LT", "COPY_LINES", "COPY_LINES", "COPY_LINES", "COPY_LINES",
@@ -335,3 +335,53 @@ def test_each_state_of_the_walk_refines_its_figure7_state():
             assert cursor.advance(ID[taken])
         seen.append(constraint.figure7(cursor.state).name)
     assert seen == FIG7_AFTER_WALK
+
+
+# Tokens that reach a copy's line digits from a gen body, an op boundary and `<`: their masks
+# depend on where the next copy may start, so they are not shared with the states before the copy.
+REACH_PIECES = ["<program>\n", '<copy lines="', "1", "2", "3", "-", '"/>\n', "<gen>\n", "x", "</gen>\n",
+                '</gen>\n<copy lines="1', '<copy lines="2', "<", 'copy lines="2', "</program>", "<|im_end|>"]
+HOLD_OPENER = ('</gen>\n<copy lines="1', '<copy lines="2')  # the whole copy opener and a digit
+
+
+def reach_cursor(pieces, n_lines):
+    vocab = Vocab(tuple(p.encode() for p in pieces), frozenset({len(pieces) - 1}))
+    constraint = compile_grammar(vocab).for_document(n_lines)
+    cursor, ids = constraint.cursor(), {p: i for i, p in enumerate(pieces)}
+
+    def advance(*taken):
+        for piece in taken:
+            assert cursor.advance(ids[piece]), (cursor.text(), piece)
+
+    def allowed():
+        mask = cursor.allowed_mask()
+        by_bytes = [constraint.run(cursor.state, t)[0] is not None for t in vocab.tokens[:-1]]
+        assert mask[:-1].tolist() == by_bytes, cursor.text()
+        return {pieces[i] for i in np.flatnonzero(mask)}
+
+    return cursor, advance, allowed
+
+
+def test_masks_that_reach_line_digits_follow_the_previous_copy():
+    cursor, advance, allowed = reach_cursor(REACH_PIECES, 3)
+    advance("<program>\n", "<gen>\n", "x")
+    assert '</gen>\n<copy lines="1' in allowed()  # the next copy may start at 1
+    advance("</gen>\n", '<copy lines="', "1", "-", "1", '"/>\n')
+    assert '<copy lines="2' in allowed()
+    advance("<")
+    assert 'copy lines="2' in allowed()
+    cursor.rollback(1)
+    advance("<gen>\n", "x")
+    assert '</gen>\n<copy lines="1' not in allowed()  # the same body state, but copies start at 2 now
+    advance("</gen>\n", '<copy lines="', "2", "-", "2", '"/>\n')
+    assert '<copy lines="2' not in allowed() and "<" in allowed()  # from 3 on
+    advance("<")
+    assert 'copy lines="2' not in allowed()
+
+
+def test_a_token_that_ends_the_copy_opener_and_reads_a_digit_follows_the_previous_copy():
+    cursor, advance, allowed = reach_cursor([p for p in REACH_PIECES if p not in HOLD_OPENER], 3)
+    advance("<program>\n", "<gen>\n", "</gen>\n", "<")
+    assert 'copy lines="2' in allowed()
+    advance('copy lines="2', "-", "2", '"/>\n', "<")  # the same op state, but copies start at 3 now
+    assert 'copy lines="2' not in allowed()
