@@ -63,7 +63,6 @@ from cadedit.vocab import BodyTables, Vocab, utf8_run, utf8_step
 GRAMMAR_PATH = Path(__file__).parent / "grammars" / "program.lark"
 
 
-
 class Kind(enum.IntEnum):
     """What a state is reading: the first item of every state tuple (fields: the module docstring).
     An IntEnum, so states stay plain tuples, which the byte machine builds per byte (a NamedTuple
@@ -103,7 +102,7 @@ FIGURE7 = {
     COPY_END: Figure7.COPY_LINES, BODY: Figure7.GEN_BODY, GEN_END: Figure7.GEN_BODY, END: Figure7.CLOSE,
     STOP: Figure7.CLOSE,
 }
-# Kinds that carry `lo` (last field but OP's has_op) without reading it: their masks may be shared.
+# Kinds whose states carry `lo` on without reading it: their masks may be shared (Constraint._shared_key).
 _SHAREABLE = (OP, BODY, GEN_END)
 _DIGITS = tuple(range(ord("0"), ord("9") + 1))
 
