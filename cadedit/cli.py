@@ -356,7 +356,8 @@ class _Outcome:
         data = result_json(shown.result, diff_text) if shown is not None else {
             "file": self.document.path, "model": self.model, "changed": False, "diff": ""}
         data["passed"] = self.verified.answer is not None
-        data["answer_try"] = shown.number if shown is not None else None
+        data["answer_try"] = self.verified.answer.number if self.verified.answer is not None else None
+        data["best_try"] = shown.number if shown is not None else None  # the diff shown: the answer, or the best failing
         data["scope"] = self.scope.as_json() if self.scope is not None else []
         data["load_seconds"] = self.load_seconds
         data["load_phases"] = dict(self.phases)
@@ -365,7 +366,7 @@ class _Outcome:
         return data
 
 
-def _load(options, quiet: bool, verbose: bool = False):
+def _load(options, quiet: bool, verbose: bool = False, once_for: int = 1):
     from cadedit.model import load_model
 
     if quiet:
@@ -373,7 +374,7 @@ def _load(options, quiet: bool, verbose: bool = False):
     with err.status("loading the model ..."):
         loaded = load_model(options.model, options.device, options.dtype, options.threads)
     say(f"{loaded.name} loaded in {loaded.load_seconds:.1f} s ({str(loaded.dtype).removeprefix('torch.')}, "
-        f"{loaded.threads} threads)")
+        f"{loaded.threads} threads)" + (f" (once for {_files(once_for)})" if once_for > 1 else ""))
     if verbose:
         say(f"  dtype: {loaded.dtype_reason}")
         say("  load: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in loaded.phases))
@@ -449,7 +450,7 @@ def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
         err.print(diff_text, highlight=False, markup=False, soft_wrap=True, end="")
     why = best.summary() if best is not None else outcome.verified.tries[-1].summary()
     raise CheckFailedError(f"{outcome.document.path}: no try of {n} passed its checks ({why}); nothing was written",
-                           hint="raise --tries, narrow the instruction, or --allow-no-change if no change is right")
+                           hint=outcome.verified.hint)
 
 
 def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:
@@ -471,16 +472,22 @@ def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str],
 
 def _fix_many(files: list[str], instruction: str, options, write: bool, check: bool, quiet: bool, plan, tries: int,
               scoping: _Scoping) -> None:
-    """Several files: every file read first, the model loaded once, one patch; written only if all edits pass."""
+    """Several files: every file read first, the model loaded once, one patch; written only if all edits pass.
+
+    Each file's candidates are checked on their own for syntax and change; --test then runs once
+    with every file's answer in place together (what --write would write), since an edit across
+    files may pass only as a whole."""
+    from dataclasses import replace
+
     from cadedit.diff import count_changes, show, unified_diff
     from cadedit.document import Document
     from cadedit.errors import CheckFailedError
 
     documents = [Document.read(f) for f in dict.fromkeys(files)]
-    loaded = _load(options, quiet)
+    loaded = _load(options, quiet, once_for=len(documents))
     edited, failed = [], []
     for document in documents:
-        outcome = _edit_checked(document, instruction, options, plan, tries, scoping, loaded, quiet)
+        outcome = _edit_checked(document, instruction, options, replace(plan, test=None), tries, scoping, loaded, quiet)
         answer = outcome.verified.answer
         if answer is None:
             failed.append(document.path)
@@ -493,6 +500,8 @@ def _fix_many(files: list[str], instruction: str, options, write: bool, check: b
     if failed:
         raise CheckFailedError(f"no try passed its checks for {', '.join(failed)}; nothing was written",
                                hint="raise --tries, or edit those files one at a time")
+    if plan.test:
+        _test_together(edited, plan, quiet)
     patch = "".join(diff_text for _, _, diff_text in edited)
     if patch and not write:
         show(patch)
@@ -501,6 +510,26 @@ def _fix_many(files: list[str], instruction: str, options, write: bool, check: b
                     for document, new_text, diff_text in edited if diff_text], quiet)
     if check and patch:
         raise typer.Exit(1)
+
+
+def _test_together(edited: list, plan, quiet: bool) -> None:
+    """Run --test once with every changed file's answer in place (all restored afterwards)."""
+    import contextlib
+
+    from cadedit.checks import Candidate, candidate_in_place, run_command
+    from cadedit.errors import CheckFailedError
+
+    with contextlib.ExitStack() as stack:
+        for document, new_text, diff_text in edited:
+            if diff_text:
+                candidate = Candidate.read(document.path, new_text.encode("utf-8"), expected=document.to_bytes())
+                stack.enter_context(candidate_in_place(candidate))
+        check = run_command(plan.test, plan.test_timeout, plan.cwd)
+    if not quiet:
+        say(f"--test with every file's answer in place: {'passed' if check.passed else 'failed: ' + check.detail}")
+    if not check.passed:
+        raise CheckFailedError(f"the edits of {len(edited)} files fail --test together ({check.detail}); "
+                               "nothing was written", hint="run with --verbose for the test output, or edit one file at a time")
 
 
 def _write_all(changes: list, quiet: bool) -> None:

@@ -71,7 +71,7 @@ class Step:
     spliced: int  # copied-line tokens fed
     copies: int  # copies whose lines were fed
     drafted: int  # drafted tokens fed
-    kept: int  # drafted tokens kept
+    kept: int  # drafted tokens kept that the picker chose (forced literals a draft matched are `forced`)
     forward_seconds: float
     pick_seconds: float
     token: int  # the last token so far
@@ -257,11 +257,12 @@ def _follow(cursor: Cursor, pending: _Pending, ids: list[int], span_ids: SpanIds
 
 
 def _accept(cursor: Cursor, logits: torch.Tensor, draft: Sequence[int], pick: Picker, ids: list[int],
-            span_ids: SpanIds | None) -> tuple[_Pending, int, int]:
+            span_ids: SpanIds | None) -> tuple[_Pending, int, int, int]:
     """Keep the drafted tokens the picker itself chooses, then make the usual step at the first
     position it disagrees (or after the last). Returns what to feed next, how many drafted tokens
-    were kept (they are in the cache already), and how many tokens the picker chose."""
-    picked = 0
+    were kept (they are in the cache already), how many of those the picker chose (the rest were
+    forced literals the draft matched), and how many tokens the picker chose in all."""
+    picked = chosen_kept = 0
     for i, guess in enumerate(draft):
         forced = cursor.forced()
         token = forced[0] if forced else pick(logits[i], cursor.allowed_mask(), ids, guess)
@@ -270,16 +271,17 @@ def _accept(cursor: Cursor, logits: torch.Tensor, draft: Sequence[int], pick: Pi
         pending = _Pending(ids=[token], forced=bool(forced))
         if token != guess:  # the draft ends here; what was picked instead is fed next
             _follow(cursor, pending, ids, span_ids)
-            return pending, i, picked
+            return pending, i, chosen_kept, picked
+        chosen_kept += not forced
         if cursor.completed_copy() is not None or cursor.is_done():  # the copied lines come first
             pending = _Pending()
             _follow(cursor, pending, ids, span_ids)
-            return pending, i + 1, picked
+            return pending, i + 1, chosen_kept, picked
     token = pick(logits[len(draft)], cursor.allowed_mask(), ids, None)  # [V]: the usual step
     _take(cursor, token, ids, "sampled")
     pending = _Pending(ids=[token])
     _follow(cursor, pending, ids, span_ids)
-    return pending, len(draft), picked + 1
+    return pending, len(draft), chosen_kept, picked + 1
 
 
 def _check_budget(ids: list[int], budget: int, cursor: Cursor) -> None:
@@ -306,10 +308,10 @@ def decode_steps(lm: LM, cursor: Cursor, prompt_ids: Sequence[int], span_ids: Sp
         start = time.perf_counter()
         logits = lm.feed(pending.ids + draft, len(draft) + 1)  # [k+1, V]: last fed position, then each drafted one
         fed, start_pick = pending, time.perf_counter()
-        pending, kept, picked = _accept(cursor, logits, draft, pick, ids, span_ids)
+        pending, kept, chosen_kept, picked = _accept(cursor, logits, draft, pick, ids, span_ids)
         lm.crop(len(draft) - kept)  # the cache forgets drafted tokens that were not kept
         yield Step(fed.phase, fed.prompt, picked, len(ids) - produced - picked, fed.spliced, fed.copies,
-                   len(draft), kept, start_pick - start, time.perf_counter() - start_pick, ids[-1])
+                   len(draft), chosen_kept, start_pick - start, time.perf_counter() - start_pick, ids[-1])
         produced = len(ids)
         _check_budget(ids, budget, cursor)
 

@@ -198,13 +198,27 @@ def find_line_refs(instruction: str, path: str = "<text>") -> tuple[LineRef, ...
             a = int(m.group("a"))
             refs.append((m.start(), LineRef(a, a, f"{m.group('path')}:{a}")))
     for m in _WORDS.finditer(instruction):
-        if fresh(m):
+        if fresh(m) and _same_file(_prose_file(instruction, m) or path, path, strict=False):
             refs += [(m.start(), ref) for ref in _word_refs(m.group("list"))]
     for m in _L_FORM.finditer(instruction):
         if fresh(m):
             a, b = int(m.group("a")), int(m.group("b") or m.group("a"))
             refs.append((m.start(), _ordered(a, b, f"L{a}" if a == b else f"L{a}-L{b}")))
     return tuple(ref for _, ref in sorted(refs, key=lambda pair: pair[0]))
+
+
+_FILE_NAME = r"[\w./\\-]*\w\.[A-Za-z]\w{0,5}"
+_FILE_AFTER = re.compile(rf"\s*(?:of|in)\s+(?:the\s+file\s+)?[`'\"]?(?P<file>{_FILE_NAME})\b")
+_FILE_BEFORE = re.compile(rf"(?P<file>{_FILE_NAME})[`'\"]?(?:\s*,)?\s*(?:at\s+|on\s+)?$")
+
+
+def _prose_file(instruction: str, m: re.Match) -> str | None:
+    """The file a prose line reference names right next to it: "line 4 of test_m.py", "test_m.py line 4"."""
+    after = _FILE_AFTER.match(instruction, m.end())
+    if after:
+        return after.group("file")
+    before = _FILE_BEFORE.search(instruction[max(0, m.start() - 80) : m.start()])
+    return before.group("file") if before else None
 
 
 def _word_refs(spec: str) -> list[LineRef]:
@@ -254,13 +268,34 @@ _IDENT = r"#?[^\W\d][\w$]*|\$[\w$]*"
 _CHAIN = re.compile(rf"(?<![\w$.#])(?:{_IDENT})(?:(?:\.|::)(?:{_IDENT}))*")
 
 
+# An instruction about the whole file, or one whose change must reach every use of a name, is not
+# narrowed to the definitions it names: "add docstrings to every public function", "rename sub
+# everywhere", "update the callers". "every read method" still names the methods called read.
+_WHOLE_FILE = re.compile(r"\b(?:everywhere|throughout|whole\s+file|entire\s+file|callers?|call\s+sites?)\b", re.I)
+_EVERY_KIND = re.compile(
+    r"\b(?:every|each|all|any)\s+(?:the\s+)?(?P<words>(?:[\w$]+\s+){0,2}?)(?:functions?|methods?|class(?:es)?|definitions?)\b",
+    re.I,
+)
+
+
+def _about_whole_file(instruction: str, found: Outline) -> bool:
+    if _WHOLE_FILE.search(instruction):
+        return True
+    names = {d.name for d in found.definitions}
+    return any(not set(m.group("words").split()) & names for m in _EVERY_KIND.finditer(instruction))
+
+
 def mentioned_definitions(instruction: str, found: Outline) -> list[Definition]:
     """Definitions the instruction names as whole identifiers: `Class.method`, `method`, `Class`.
 
     Every match counts, plain words too: in "load_settings should close the file" a method
     `close` adds its region. A scope larger than needed only copies less by construction; one
-    that misses the function to change makes the edit impossible, so no match is dropped.
+    that misses the function to change makes the edit impossible, so no match is dropped. For
+    the same reason none counts when the instruction speaks of every function, all uses, or a
+    rename (its callers change too): that edit is the whole file's.
     """
+    if _about_whole_file(instruction, found):
+        return []
     out: dict[Definition, None] = {}
     for m in _CHAIN.finditer(instruction):
         for d in _definitions_named(_split_name(m.group(0)), found):

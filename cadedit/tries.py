@@ -52,6 +52,7 @@ class Try:
     checks: tuple[Check, ...]
     seconds: float
     error: str | None = None
+    hint: str | None = None  # the decode error's hint (e.g. raise --max-new-tokens)
 
     @property
     def passed(self) -> bool:
@@ -96,11 +97,29 @@ class Verified:
 
     @property
     def best(self) -> Try | None:
-        """The passing try, else the failing candidate that got furthest (fewest failed checks, latest)."""
+        """The passing try, else the failing candidate that got furthest: the most checks passed in
+        their order (syntax, change, test: one that does not parse never reaches the test), the
+        earliest among equals (the greedy ones)."""
         if self.answer is not None:
             return self.answer
         made = [t for t in self.tries if t.result is not None]
-        return min(reversed(made), key=lambda t: len(t.failed_checks), default=None)
+        return max(made, key=_progress, default=None)
+
+    @property
+    def hint(self) -> str:
+        """What to do when no try passed."""
+        if self.tries and all(t.error for t in self.tries) and any(t.hint for t in self.tries):
+            return next(t.hint for t in self.tries if t.hint)
+        return "raise --tries, narrow the instruction, or --allow-no-change if no change is right"
+
+
+CHECK_ORDER = ("syntax", "change", "test")
+
+
+def _progress(attempt: Try) -> int:
+    """How far a candidate got along CHECK_ORDER: the position of its first failed check."""
+    failed = [CHECK_ORDER.index(c.name) for c in attempt.failed_checks if c.name in CHECK_ORDER]
+    return min(failed, default=len(CHECK_ORDER))
 
 
 def sampling_for(number: int, first: Sampling) -> Sampling:
@@ -143,7 +162,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
             result = edit_file(document, instruction, current, loaded=loaded, on_step=on_step,
                                pick=picks(number) if picks else None)
         except BudgetError as exc:
-            attempt = Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message)
+            attempt = Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint)
             told = "Your previous answer was too long and did not finish: reply with the edited code only."
         else:
             checks = check_candidate(document, result.new_text, plan,

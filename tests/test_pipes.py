@@ -191,9 +191,6 @@ def test_several_files_make_one_patch_and_load_the_model_once(tmp_path, monkeypa
     assert {n: (base / n).read_bytes() for n in files} == {n: edit_bytes(d) for n, d in files.items()}
 
 
-@pytest.mark.xfail(strict=True, reason="source regression (68f8e3e, --tries): `cadedit fix` with several files no longer "
-                   "says the model was loaded once for all of them ('... loaded in 0.3 s (once for 3 files)'); _load "
-                   "prints only '... loaded in N s (dtype, threads)'")
 def test_several_files_say_the_model_loads_once_for_all(tmp_path, monkeypatch, tiny_dir, scripted):
     base = make_tree(tmp_path / "base", {"a.py": b"old a\n", "b.py": b"old b\n"}, in_git=False)
     monkeypatch.chdir(base)

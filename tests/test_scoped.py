@@ -437,9 +437,6 @@ def unchanged(prepared) -> str:
     return prepared.source
 
 
-@pytest.mark.xfail(strict=True, reason="scope.mentioned_definitions counts plain English words: the verb 'add' "
-                   "in 'please add docstrings to every function' scopes the edit to function add (lines 1-2), "
-                   "so the other functions cannot get their docstrings")
 def test_an_english_verb_that_is_a_function_name_does_not_narrow_the_scope(work, tiny_dir, scripted):
     (work / "a.py").write_bytes(make(ADD_SUB))
     calls = scripted(unchanged)
@@ -449,9 +446,6 @@ def test_an_english_verb_that_is_a_function_name_does_not_narrow_the_scope(work,
     assert scope_line(result.stderr).startswith("scope: whole file")
 
 
-@pytest.mark.xfail(strict=True, reason="'rename sub to subtract everywhere' scopes the edit to function sub "
-                   "(lines 5-6): the call sub(3, 4) on line 10 cannot change, so a rename that passes the syntax "
-                   "check leaves a NameError behind")
 def test_a_rename_everywhere_may_change_the_callers(work, tiny_dir, scripted):
     (work / "a.py").write_bytes(make(ADD_SUB))
     calls = scripted(unchanged)
@@ -461,9 +455,6 @@ def test_a_rename_everywhere_may_change_the_callers(work, tiny_dir, scripted):
     assert regions == () or any(a <= 10 <= b for a, b in regions)
 
 
-@pytest.mark.xfail(strict=True, reason="scope.find_line_refs takes every prose 'line N' as this file's, even "
-                   "'line 14 of test_m.py': past the end of a.py it is a ScopeError (exit 1) and the edit of the "
-                   "named function sub is refused")
 def test_a_line_of_another_file_is_not_a_scope_error(work, tiny_dir, scripted):
     (work / "a.py").write_bytes(make(ADD_SUB))
     calls = scripted(unchanged)
@@ -472,9 +463,6 @@ def test_a_line_of_another_file_is_not_a_scope_error(work, tiny_dir, scripted):
     assert calls[0].prepared.regions == ((5, 6),)
 
 
-@pytest.mark.xfail(strict=True, reason="a prose 'line N' of another file ('test_m.py line 4') is taken as a.py's "
-                   "line 4, a blank top-level line, and line references win over the named function: the edit is "
-                   "scoped to line 4 and sub (lines 5-6) cannot change")
 def test_a_line_of_another_file_does_not_replace_the_named_function(work, tiny_dir, scripted):
     (work / "a.py").write_bytes(make(ADD_SUB))
     calls = scripted(unchanged)
