@@ -350,7 +350,7 @@ class _Outcome:
     dtype: str = ""
 
     def to_json(self, diff_text: str) -> dict:
-        from cadedit.pipeline import result_json
+        from cadedit.results import result_json
 
         shown = self.verified.answer or self.verified.best
         data = result_json(shown.result, diff_text) if shown is not None else {
@@ -366,7 +366,28 @@ class _Outcome:
         return data
 
 
+def _server_for(options):
+    """The warm server (`cadedit serve start`) when one runs with this model and dtype, else None."""
+    if os.environ.get("CADEDIT_SERVER", "1") == "0":
+        return None
+    from cadedit.server import connect
+
+    client = connect(options.model)
+    if client is None:
+        return None
+    wanted = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(options.dtype, options.dtype)
+    if options.dtype != "auto" and wanted not in str(client.dtype):
+        return None  # asked for another dtype than the server holds: load locally
+    return client
+
+
 def _load(options, quiet: bool, verbose: bool = False, once_for: int = 1):
+    """The model: the warm server's when one serves it, else loaded here (with its timings)."""
+    client = _server_for(options)
+    if client is not None:
+        if not quiet:
+            say(f"{client.name}: using the cadedit server (pid {client.pid}; `cadedit serve stop` to stop it)")
+        return client
     from cadedit.model import load_model
 
     if quiet:

@@ -34,6 +34,7 @@ import torch
 from cadedit.errors import BudgetError, ModelError, ProgramError
 from cadedit.options import Sampling
 from cadedit.program import Copy
+from cadedit.results import Decoded, DecodeStats, Step  # noqa: F401 - re-exported
 
 
 class Cursor(Protocol):
@@ -58,65 +59,6 @@ class LM(Protocol):
 Picker = Callable[[torch.Tensor, "np.ndarray | None", Sequence[int], "int | None"], int]
 SpanIds = Callable[[Copy], Sequence[int]]
 Drafter = Callable[[Cursor, Sequence[int]], list[int]]  # (cursor, ids so far) -> drafted ids
-
-
-@dataclass(frozen=True)
-class Step:
-    """One forward pass of the loop: what it fed, what was chosen after it, how long each took."""
-
-    phase: str  # "prefill" | "step" | "forced" | "splice": the most expensive kind of token it fed
-    prompt: int  # prompt tokens fed
-    sampled: int  # tokens the picker chose after this forward (kept drafted ones included)
-    forced: int  # forced literal tokens that followed
-    spliced: int  # copied-line tokens fed
-    copies: int  # copies whose lines were fed
-    drafted: int  # drafted tokens fed
-    kept: int  # drafted tokens kept that the picker chose (forced literals a draft matched are `forced`)
-    forward_seconds: float
-    pick_seconds: float
-    token: int  # the last token so far
-
-
-@dataclass(frozen=True)
-class DecodeStats:
-    """The counts of one decode, the same for every mode."""
-
-    forward_passes: int = 0
-    tokens_prompt: int = 0  # prompt tokens fed (a reused prompt prefix is not fed again)
-    tokens_reused: int = 0  # prompt tokens whose KV cache was kept from an earlier decode
-    tokens_sampled: int = 0  # tokens the picker chose (accepted drafted tokens included)
-    tokens_forced: int = 0
-    tokens_spliced: int = 0  # copied-line tokens (program mode)
-    copies: int = 0
-    tokens_drafted: int = 0
-    drafts_kept: int = 0  # drafted tokens the picker agreed with
-    seconds_prefill: float = 0.0
-    seconds_steps: float = 0.0
-    seconds_forced: float = 0.0
-    seconds_splices: float = 0.0
-    seconds_pick: float = 0.0
-    seconds_total: float = 0.0
-
-    @property
-    def seconds_forwards(self) -> float:
-        return self.seconds_prefill + self.seconds_steps + self.seconds_forced + self.seconds_splices
-
-    @property
-    def tokens_new(self) -> int:
-        """Tokens the loop produced (sampled + forced): what the budget counts."""
-        return self.tokens_sampled + self.tokens_forced
-
-    @property
-    def tokens_copied(self) -> int:
-        """Tokens taken over from the file without a decode step each: spliced or drafted and kept."""
-        return self.tokens_spliced + self.drafts_kept
-
-
-@dataclass(frozen=True)
-class Decoded:
-    text: str  # what the cursor spelled (a program's display form, or the fenced answer)
-    ids: tuple[int, ...]
-    stats: DecodeStats
 
 
 # -- picking a token ---------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 from cadedit import program as P
 from cadedit.decode import Decoded, DecodeStats, Picker, Step, decode, sampling_picker
+from cadedit.results import EditResult, result_json  # noqa: F401 - re-exported
 from cadedit.document import Document, line_terminator
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import ModelError
@@ -32,24 +33,6 @@ from cadedit.verify import VerifyDrafter
 # Room for the program's own tokens (op literals, line numbers) beyond the file itself, and for the
 # drafted tokens a forward may hold before the rejected ones are cropped.
 PROGRAM_ROOM = 64
-
-
-@dataclass(frozen=True)
-class EditResult:
-    """One edit, whatever the mode: the answer as a program, the new text, the decode's counts."""
-
-    document: Document
-    mode: Mode
-    program: P.Program  # in the file's own newlines: resolve(program, document) == new_text
-    program_text: str  # what the model wrote (a program, or the fenced file)
-    new_text: str
-    stats: DecodeStats
-    model: str
-    prompt_tokens: int
-
-    @property
-    def changed(self) -> bool:
-        return self.new_text != self.document.text
 
 
 @dataclass(frozen=True)
@@ -313,21 +296,3 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
     program = answer_program(document, prepared, decoded)
     return EditResult(document, prepared.mode, program, decoded.text, resolve(program, document), decoded.stats,
                       loaded.name, len(prepared.prompt_ids))
-
-
-def result_json(result: EditResult, diff_text: str) -> dict:
-    """The machine-readable form of an edit (`cadedit fix --json`)."""
-    stats = asdict(result.stats)
-    stats["seconds_forwards"] = result.stats.seconds_forwards
-    stats["tokens_copied"] = result.stats.tokens_copied
-    return {
-        "file": result.document.path,
-        "model": result.model,
-        "mode": result.mode.value,
-        "changed": result.changed,
-        "program": P.format(result.program),
-        "program_as_written": result.program_text,
-        "diff": diff_text,
-        "prompt_tokens": result.prompt_tokens,
-        "statistics": stats,
-    }

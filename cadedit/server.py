@@ -119,10 +119,9 @@ def result_to_wire(result) -> dict:
 
 
 def result_from_wire(data: dict, document):
-    from cadedit.decode import DecodeStats
     from cadedit.options import Mode
-    from cadedit.pipeline import EditResult
     from cadedit.program import parse
+    from cadedit.results import DecodeStats, EditResult
 
     return EditResult(document, Mode(data["mode"]), parse(data["program"]), data["program_text"], data["new_text"],
                       DecodeStats(**data["stats"]), data["model"], data["prompt_tokens"])
@@ -184,7 +183,7 @@ class ServerClient:
                    "instruction": instruction, "options": options_to_wire(options), "progress": on_step is not None}
         for message in _exchange(self.socket_path, request, None):
             if "progress" in message and on_step is not None:
-                from cadedit.decode import DecodeStats, Step
+                from cadedit.results import DecodeStats, Step
 
                 on_step(DecodeStats(**message["progress"]["stats"]), Step(**message["progress"]["step"]))
             elif "result" in message:

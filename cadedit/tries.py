@@ -17,13 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from typing import TYPE_CHECKING, Any
+
 from cadedit.checks import Candidate, Check, change_check, feedback, run_test, syntax_check
-from cadedit.decode import Picker
 from cadedit.document import Document
 from cadedit.errors import BudgetError
-from cadedit.model import LoadedModel
 from cadedit.options import EditOptions, Sampling
-from cadedit.pipeline import EditResult, edit_file
+from cadedit.results import EditResult
+
+if TYPE_CHECKING:  # the model code imports torch; a client of the warm server never needs it
+    from cadedit.decode import Picker
 
 DEFAULT_TRIES = 3
 TRY_TEMPERATURE = 0.7
@@ -147,11 +150,20 @@ def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test:
 
 
 def edit_verified(document: Document, instruction: str, options: EditOptions, plan: CheckPlan,
-                  tries: int = DEFAULT_TRIES, *, loaded: LoadedModel, picks: Callable[[int], Picker | None] | None = None,
+                  tries: int = DEFAULT_TRIES, *, loaded: Any, picks: Callable[[int], Picker | None] | None = None,
                   on_try: Callable[[Try], None] | None = None, on_step=None,
                   on_test: Callable[[int], None] | None = None) -> Verified:
     """Up to `tries` candidates until one passes its checks; see the module docstring.
-    picks(k) may give try k's picker (tests script candidates with it)."""
+    loaded: a model.LoadedModel, or a server.ServerClient (its edit() runs edit_file in the warm
+    server). picks(k) may give try k's picker (tests script candidates with it; local models only)."""
+    if hasattr(loaded, "edit"):
+        def edit(document, instruction, options, on_step, pick):
+            return loaded.edit(document, instruction, options, on_step=on_step)
+    else:
+        from cadedit.pipeline import edit_file
+
+        def edit(document, instruction, options, on_step, pick):
+            return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick=pick)
     done: list[Try] = []
     told = ""
     for number in range(1, tries + 1):
@@ -159,8 +171,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         current = replace(options, sampling=sampling, feedback=told)
         start = time.perf_counter()
         try:
-            result = edit_file(document, instruction, current, loaded=loaded, on_step=on_step,
-                               pick=picks(number) if picks else None)
+            result = edit(document, instruction, current, on_step, picks(number) if picks else None)
         except BudgetError as exc:
             attempt = Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint)
             told = "Your previous answer was too long and did not finish: reply with the edited code only."

@@ -1,0 +1,109 @@
+"""What a decode and an edit produce, whatever the mode: counts, steps, the edited text.
+
+Frozen dataclasses with no torch, so that a client of the warm server (cadedit.server) and the
+tries loop build and read them without importing the model code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from cadedit.document import Document
+from cadedit.options import Mode
+from cadedit.program import Program
+from cadedit.program import format as format_program
+
+
+@dataclass(frozen=True)
+class Step:
+    """One forward pass of the loop: what it fed, what was chosen after it, how long each took."""
+
+    phase: str  # "prefill" | "step" | "forced" | "splice": the most expensive kind of token it fed
+    prompt: int  # prompt tokens fed
+    sampled: int  # tokens the picker chose after this forward (kept drafted ones included)
+    forced: int  # forced literal tokens that followed
+    spliced: int  # copied-line tokens fed
+    copies: int  # copies whose lines were fed
+    drafted: int  # drafted tokens fed
+    kept: int  # drafted tokens kept that the picker chose (forced literals a draft matched are `forced`)
+    forward_seconds: float
+    pick_seconds: float
+    token: int  # the last token so far
+
+
+@dataclass(frozen=True)
+class DecodeStats:
+    """The counts of one decode, the same for every mode."""
+
+    forward_passes: int = 0
+    tokens_prompt: int = 0  # prompt tokens fed (a reused prompt prefix is not fed again)
+    tokens_reused: int = 0  # prompt tokens whose KV cache was kept from an earlier decode
+    tokens_sampled: int = 0  # tokens the picker chose (accepted drafted tokens included)
+    tokens_forced: int = 0
+    tokens_spliced: int = 0  # copied-line tokens (program mode)
+    copies: int = 0
+    tokens_drafted: int = 0
+    drafts_kept: int = 0  # drafted tokens the picker agreed with
+    seconds_prefill: float = 0.0
+    seconds_steps: float = 0.0
+    seconds_forced: float = 0.0
+    seconds_splices: float = 0.0
+    seconds_pick: float = 0.0
+    seconds_total: float = 0.0
+
+    @property
+    def seconds_forwards(self) -> float:
+        return self.seconds_prefill + self.seconds_steps + self.seconds_forced + self.seconds_splices
+
+    @property
+    def tokens_new(self) -> int:
+        """Tokens the loop produced (sampled + forced): what the budget counts."""
+        return self.tokens_sampled + self.tokens_forced
+
+    @property
+    def tokens_copied(self) -> int:
+        """Tokens taken over from the file without a decode step each: spliced or drafted and kept."""
+        return self.tokens_spliced + self.drafts_kept
+
+
+@dataclass(frozen=True)
+class Decoded:
+    text: str  # what the cursor spelled (a program's display form, or the fenced answer)
+    ids: tuple[int, ...]
+    stats: DecodeStats
+
+
+@dataclass(frozen=True)
+class EditResult:
+    """One edit, whatever the mode: the answer as a program, the new text, the decode's counts."""
+
+    document: Document
+    mode: Mode
+    program: Program  # in the file's own newlines: resolve(program, document) == new_text
+    program_text: str  # what the model wrote (a program, or the fenced file)
+    new_text: str
+    stats: DecodeStats
+    model: str
+    prompt_tokens: int
+
+    @property
+    def changed(self) -> bool:
+        return self.new_text != self.document.text
+
+
+def result_json(result: EditResult, diff_text: str) -> dict:
+    """The machine-readable form of an edit (`cadedit fix --json`)."""
+    stats = asdict(result.stats)
+    stats["seconds_forwards"] = result.stats.seconds_forwards
+    stats["tokens_copied"] = result.stats.tokens_copied
+    return {
+        "file": result.document.path,
+        "model": result.model,
+        "mode": result.mode.value,
+        "changed": result.changed,
+        "program": format_program(result.program),
+        "program_as_written": result.program_text,
+        "diff": diff_text,
+        "prompt_tokens": result.prompt_tokens,
+        "statistics": stats,
+    }
