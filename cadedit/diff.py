@@ -13,7 +13,6 @@ Pure: no torch, no transformers.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
 import re
 import stat
@@ -22,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from cadedit.align import grouped_opcodes, opcodes
 from cadedit.document import Document
 from cadedit.errors import ApplyError
 
@@ -86,8 +86,8 @@ def unified_diff(before: str, after: str, path: str, context: int = 3) -> str:
     if before == after:
         return ""
     a, b = diff_lines(before), diff_lines(after)
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    return _header(path) + "".join(_hunk(a, b, group) for group in matcher.get_grouped_opcodes(context))
+    groups = grouped_opcodes(opcodes(a, b), context)
+    return _header(path) + "".join(_hunk(a, b, group) for group in groups)
 
 
 def count_changes(diff_text: str) -> tuple[int, int]:
