@@ -350,3 +350,51 @@ def test_under_autocrlf_the_check_diff_applies_and_fix_writes(tmp_path, monkeypa
     fixed = hook("run", "--fix")
     assert fixed.exit_code == 1 and "a.py: fixed" in fixed.stderr, fixed.output
     assert (root / "a.py").read_bytes() == b"a\nnew\nb\n"
+
+
+# ------------------------------------------------------------------- bad settings are one-line errors
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    (".cadedit.toml", '[[rules]]\nfiles = "[z-a]"\ninstruction = "x"\n',
+     "error: .cadedit.toml: rule 1: `files` glob '[z-a]' is not valid (bad character range z-a)"),
+    (".cadedit.toml", 'tool = "x"\n', "`tool` must be a table ([tool.cadedit]), not str"),
+    ("pyproject.toml", '[tool]\ncadedit = "x"\n', "`tool.cadedit` must be a table ([tool.cadedit]), not str"),
+])
+def test_malformed_settings_are_one_line_errors(tmp_path, monkeypatch, name, text, message):
+    root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})
+    (root / ".cadedit.toml").unlink()
+    (root / name).write_text(text)
+    write(root, {"a.py": b"old\n"})
+    git(root, "add", "a.py")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1
+    assert message in result.stderr.splitlines()[0] and "internal error" not in result.stderr
+
+
+def test_a_settings_file_with_a_bom_is_read(tmp_path, monkeypatch):
+    root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})
+    (root / ".cadedit.toml").write_bytes(b'\xef\xbb\xbf[[rules]]\nfiles = "*.md"\ninstruction = "x"\n')
+    write(root, {"a.py": b"old\n"})
+    git(root, "add", "a.py")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 0, result.output
+    assert "no staged file matches a rule" in result.stderr
+
+
+def test_a_file_name_that_is_not_utf8_is_checked_and_so_are_the_others(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
+    (root / os.fsdecode(b"\xff.py")).write_bytes(b"old\n")
+    write(root, {"z.py": b"old\n"})
+    git(root, "add", "-A")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1, result.output
+    assert b'diff --git "a/\\377.py" "b/\\377.py"\n' in result.stdout_bytes, result.stderr
+    assert b"diff --git a/z.py b/z.py\n" in result.stdout_bytes
+    assert "internal error" not in result.stderr
+    applied = subprocess.run(["git", "apply", "--check"], cwd=root, input=result.stdout_bytes, capture_output=True)
+    assert applied.returncode == 0, applied.stderr
