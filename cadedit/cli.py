@@ -116,12 +116,11 @@ def root(
 
 
 def write_stdout(text: str) -> None:
-    """Data on stdout, byte for byte (CR and CRLF inside programs survive)."""
-    sys.stdout.flush()
-    data = memoryview(text.encode("utf-8"))
-    while data:  # a pipe may take less than all; a closed one raises BrokenPipeError (typer exits 1)
-        data = data[sys.stdout.buffer.write(data) :]
-    sys.stdout.buffer.flush()
+    """Data on stdout, byte for byte (CR and CRLF inside programs survive); a closed or full stdout
+    is a one-line error, a closed pipe raises BrokenPipeError (typer exits 1)."""
+    from cadedit.diff import write_bytes
+
+    write_bytes(sys.stdout, text.encode("utf-8"))
 
 
 def display_path(path: Path) -> str:
@@ -297,12 +296,25 @@ def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str],
         if os.path.isfile(args[1]):  # `cadedit fix a.py b.py` without -i: surely two files (never raises on a long text)
             raise typer.BadParameter(f'{args[1]} is a file; for several files give the instruction with -i "..."',
                                      param_hint="INSTRUCTION")
+        _text_names(args[:1])
         return args[:1], args[1]
     if not args:
         raise typer.BadParameter("no FILE given", param_hint="FILE")
+    _text_names(args)
     if "-" in args and len(args) > 1:
         raise typer.BadParameter("- (stdin) edits one input; give files or -, not both", param_hint="FILE")
     return args, instruction
+
+
+def _text_names(files: list[str]) -> None:
+    """The prompt names the file: a name that is not UTF-8 cannot be put in front of the model."""
+    from cadedit.errors import DocumentError
+    from cadedit.repo import printable
+
+    for name in files:
+        if printable(name) != name:
+            raise DocumentError(f"{printable(name)}: the file name is not UTF-8; the model's prompt must name the file",
+                                hint="rename it (e.g. with convmv), or use `cadedit fix - ...` with the file on stdin")
 
 
 def _fix_many(files: list[str], instruction: str, options, write: bool, check: bool, quiet: bool) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from cadedit.align import grouped_opcodes, opcodes
 from cadedit.document import Document
-from cadedit.errors import ApplyError
+from cadedit.errors import ApplyError, OutputError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 NO_NEWLINE = "\\ No newline at end of file\n"
 _DIFF_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
 # Characters git quotes in a path (C-style, inside double quotes); others stay as they are.
-_NEEDS_QUOTE = re.compile(r'["\\\x00-\x1f\x7f]')
+_NEEDS_QUOTE = re.compile(r'["\\\x00-\x1f\x7f\udc80-\udcff]')  # and bytes that are not UTF-8
 _STYLES = (("diff --git", "bold"), ("---", "bold"), ("+++", "bold"), ("@@", "cyan"), ("-", "red"), ("+", "green"))
 
 
@@ -45,8 +45,17 @@ def _quote(name: str) -> str:
     if not _NEEDS_QUOTE.search(name):
         return name
     escapes = {'"': '\\"', "\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
-    body = "".join(escapes.get(ch, f"\\{ord(ch):03o}" if ch < " " or ch == "\x7f" else ch) for ch in name)
+    body = "".join(escapes.get(ch, f"\\{_byte(ch):03o}" if _byte(ch) is not None else ch) for ch in name)
     return f'"{body}"'
+
+
+def _byte(ch: str) -> int | None:
+    """The byte a control character or an undecodable file-name byte (surrogateescape) stands for."""
+    if ch < " " or ch == "\x7f":
+        return ord(ch)
+    if "\udc80" <= ch <= "\udcff":
+        return ord(ch) - 0xDC00
+    return None
 
 
 def _header(path: str) -> str:
@@ -115,20 +124,41 @@ def show(diff_text: str, stream: TextIO | None = None) -> None:
     """Coloured on a terminal; elsewhere the exact bytes, ready for `patch -p1` or `git apply`."""
     from rich.console import Console
 
-    stream = stream or sys.stdout
-    if _is_tty(stream):  # the stream itself, not rich's guess: FORCE_COLOR or TTY_COMPATIBLE must not colour a pipe
+    stream = stream if stream is not None else sys.stdout  # None: fd 1 was closed at startup
+    if stream is not None and _is_tty(stream):  # the stream itself, not rich's guess: FORCE_COLOR or TTY_COMPATIBLE must not colour a pipe
         render(diff_text, Console(file=stream, force_terminal=True))
         return
-    data = diff_text.encode("utf-8")
-    buffer = getattr(stream, "buffer", None)
-    if buffer is None:
+    if stream is not None and getattr(stream, "buffer", None) is None:
         stream.write(diff_text)
         return
-    stream.flush()
-    view = memoryview(data)
-    while view:  # a pipe may take less than all; a closed one raises BrokenPipeError
-        view = view[buffer.write(view) :]
-    buffer.flush()
+    write_bytes(stream, diff_text.encode("utf-8"))
+
+
+def write_bytes(stream: TextIO | None, data: bytes) -> None:
+    """Write data to a text stream's binary buffer, all of it; an OutputError when it cannot take
+    it (closed at startup, a full disk, /dev/full); a closed pipe raises BrokenPipeError."""
+    if stream is None:  # Python sets sys.stdout to None when fd 1 is closed at startup
+        raise OutputError("standard output is closed; nothing written", hint="redirect it to a file or a pipe")
+    try:
+        stream.flush()
+        view = memoryview(data)
+        while view:  # a pipe may take less than all
+            view = view[stream.buffer.write(view) :]
+        stream.buffer.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:
+        _silence(stream)
+        raise OutputError(f"cannot write to standard output ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def _silence(stream: TextIO) -> None:
+    """Point the stream's descriptor at /dev/null so that the interpreter's last flush of the
+    bytes still buffered cannot fail a second time, after the one-line error."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
 
 
 def _is_tty(stream: TextIO) -> bool:

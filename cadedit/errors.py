@@ -44,3 +44,7 @@ class BudgetError(CadeditError):
 
 class ConfigError(CadeditError):
     """Settings in .cadedit.toml / pyproject.toml / the environment are missing or wrong."""
+
+
+class OutputError(CadeditError):
+    """Standard output is closed or cannot take the data (a full disk, /dev/full)."""

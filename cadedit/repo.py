@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from cadedit.config import read_toml
+from cadedit.config import cadedit_table, read_toml
 from cadedit.document import Document
 from cadedit.errors import CadeditError, ConfigError
 
@@ -157,10 +157,12 @@ def load_settings(root: Path) -> Settings:
     own, pyproject = root / SETTINGS_FILE, root / "pyproject.toml"
     if own.is_file():
         data = read_toml(own)  # top level, or [tool.cadedit] as in pyproject.toml (config.py reads both)
-        return _parse_settings(data.get("tool", {}).get("cadedit", data), SETTINGS_FILE)
+        table = cadedit_table(data, own, required=False)
+        return _parse_settings(table if "cadedit" in data.get("tool", {}) else data, SETTINGS_FILE)
     if pyproject.is_file():
-        table = read_toml(pyproject).get("tool", {}).get("cadedit")
-        if table is not None:
+        data = read_toml(pyproject)
+        table = cadedit_table(data, pyproject, required=False)
+        if "cadedit" in data.get("tool", {}):
             return _parse_settings(table, "pyproject.toml [tool.cadedit]")
     raise ConfigError(
         f"no cadedit settings in {root}: neither {SETTINGS_FILE} nor [tool.cadedit] in pyproject.toml",
@@ -188,6 +190,11 @@ def _parse_rule(rule: object, where: str) -> Rule:
     patterns = (files,) if isinstance(files, str) else tuple(files) if isinstance(files, list) else ()
     if not patterns or not all(isinstance(p, str) and p for p in patterns):
         raise ConfigError(f'{where}: `files` must be a glob or a list of globs, e.g. files = "*.py"')
+    for pattern in patterns:
+        try:
+            re.compile(_glob_regex(pattern.lstrip("/")))
+        except re.error as exc:  # "[z-a]": a bracket range that runs backwards
+            raise ConfigError(f"{where}: `files` glob {pattern!r} is not valid ({exc.msg})") from None
     if not isinstance(instruction, str) or not instruction.strip():
         raise ConfigError(f"{where}: `instruction` must be a non-empty string")
     return Rule(patterns, instruction)
@@ -287,11 +294,17 @@ class Outcome:
 
 def edit_staged(staged: Staged, data: bytes, edit: EditFn) -> tuple[Document, str]:
     """The staged document and its text after every matching rule, applied in order."""
-    document = Document.from_bytes(data, staged.path)
+    name = printable(staged.path)  # the model's prompt names the file: it must be text
+    document = Document.from_bytes(data, name)
     text = document.text
     for rule in staged.rules:
-        text = edit(Document.from_text(text, staged.path), rule.instruction)
+        text = edit(Document.from_text(text, name), rule.instruction)
     return document, text
+
+
+def printable(path: str) -> str:
+    """A path whose undecodable bytes (surrogateescape) are shown as U+FFFD, for prompts and messages."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def run(repo, targets: Sequence[Staged], edit: EditFn, fix: bool = False) -> Iterator[Outcome]:

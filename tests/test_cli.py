@@ -470,3 +470,44 @@ def test_debug_is_accepted_after_the_command_too(work, monkeypatch, args):
     result = invoke(*args)
     assert result.exit_code == 1, result.output
     assert "Traceback" in result.stderr and "error: internal error: RuntimeError: boom" in result.stderr
+
+
+# ------------------------------------------------------------------------ one-line errors, not crashes
+
+
+def test_a_file_name_that_is_not_utf8_gets_a_quoted_header_that_patch_applies(work):
+    name = os.fsdecode(b"\xff.py")
+    (work / name).write_bytes(BEFORE)
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    result = invoke("apply", name, "p")
+    assert result.exit_code == 0, result.output
+    assert result.stdout_bytes.startswith(b'diff --git "a/\\377.py" "b/\\377.py"\n--- "a/\\377.py"\n+++ "b/\\377.py"\n')
+    if shutil.which("patch"):
+        assert subprocess.run(["patch", "-p1"], cwd=work, input=result.stdout_bytes, capture_output=True).returncode == 0
+        assert (work / name).read_bytes() == AFTER
+
+
+def test_a_line_number_of_thousands_of_digits_is_a_program_error(work):
+    (work / "p").write_text(f'<program>\n<copy lines="1-{"9" * 5000}"/>\n</program>\n')
+    result = invoke("apply", "a.py", "p", "--clip")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: op 1 (line 2): expected line numbers of at most 18 digits, found ")
+
+
+@pytest.mark.parametrize("redirect", ["closed", "/dev/full"])
+def test_stdout_closed_or_full_is_a_one_line_error(work, redirect):
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    for args in (["apply", "a.py", "p"], ["oracle", "a.py", "b.py"]):
+        if redirect == "closed":
+            done = subprocess.run(
+                [sys.executable, "-m", "cadedit", *args], cwd=work, stderr=subprocess.PIPE, timeout=30,
+                env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+                preexec_fn=lambda: os.close(1))
+            expected = "error: standard output is closed; nothing written\nhint: redirect it to a file or a pipe\n"
+        else:
+            with open("/dev/full", "wb") as full:
+                done = subprocess.run([sys.executable, "-m", "cadedit", *args], cwd=work, stdout=full,
+                                      stderr=subprocess.PIPE, timeout=30,
+                                      env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+            expected = "error: cannot write to standard output (No space left on device)\n"
+        assert done.returncode == 1 and done.stderr.decode() == expected, args

@@ -264,3 +264,14 @@ def test_debug_after_fix_is_accepted(work):
     result = CliRunner().invoke(cli.app, ["fix", "nope.py", "Fix it.", "--debug"])
     assert result.exit_code == 1
     assert "Traceback" in result.stderr and "error: nope.py: no such file" in result.stderr
+
+
+def test_a_file_name_that_is_not_utf8_is_a_one_line_error(work):
+    import os
+
+    name = os.fsdecode(b"\xff.py")
+    (work / name).write_bytes(BEFORE)
+    result = fix(name, "Fix add.")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == ("error: \ufffd.py: the file name is not UTF-8; the model's prompt must "
+                                             "name the file")
