@@ -275,3 +275,21 @@ def test_a_file_name_that_is_not_utf8_is_a_one_line_error(work):
     assert result.exit_code == 1
     assert result.stderr.splitlines()[0] == ("error: \ufffd.py: the file name is not UTF-8; the model's prompt must "
                                              "name the file")
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda d: [(d / n).unlink() for n in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")],
+     "has no tokenizer files (tokenizer.json, tokenizer_config.json ...)"),
+    (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:1000]),
+     "(Error while deserializing header"),
+], ids=["no tokenizer files", "truncated safetensors"])
+def test_a_damaged_model_folder_is_a_one_line_error(work, tiny_dir, tmp_path, damage, message):
+    import shutil
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(tiny_dir, folder)
+    damage(folder)
+    result = fix("a.py", "Fix add.", "--model", str(folder))
+    assert result.exit_code == 1
+    assert message in result.stderr.splitlines()[0] and "internal error" not in result.stderr
+    assert result.stderr.splitlines()[1].startswith("hint: ")
