@@ -42,9 +42,20 @@ _SYMLINK_OR_SUBMODULE = ("120000", "160000")
 # ---------------------------------------------------------------------------------------- paths
 
 
+def _gitpython():
+    """The gitpython module; a one-line ConfigError when git itself cannot be run (gitpython raises
+    a many-line ImportError at import time when git is not on PATH)."""
+    try:
+        import git
+    except ImportError:
+        raise ConfigError("git not found: the hook runs git, and no `git` is on PATH",
+                          hint="install git, or point GIT_PYTHON_GIT_EXECUTABLE at it") from None
+    return git
+
+
 def open_repo(start: str | os.PathLike[str] = ".", required: bool = True):
     """The git repository that contains `start` (a gitpython Repo), or None when not required."""
-    import git
+    git = _gitpython()
 
     try:
         repo = git.Repo(start, search_parent_directories=True)
@@ -220,8 +231,19 @@ class Staged:
 
 
 def _git(repo, *args: str) -> bytes:
-    """Run git in the work tree; bytes out, nothing stripped (trailing newlines are content)."""
-    return repo.git.execute(["git", *args], stdout_as_string=False, strip_newline_in_stdout=False)
+    """Run git in the work tree; bytes out, nothing stripped (trailing newlines are content). A
+    failing git command (a smudge filter that fails ...) is a one-line CadeditError."""
+    git = _gitpython()
+    try:
+        return repo.git.execute(["git", *args], stdout_as_string=False, strip_newline_in_stdout=False)
+    except git.GitCommandError as exc:
+        raise CadeditError(f"git {args[0]} failed: {_first_line(exc.stderr)}") from None
+
+
+def _first_line(stderr: object) -> str:
+    text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else str(stderr or "")
+    lines = [line.strip() for line in text.replace("stderr:", "").strip().strip("'").splitlines() if line.strip()]
+    return lines[0][:200] if lines else "no message"
 
 
 def index_entries(repo) -> dict[str, Staged]:
@@ -367,8 +389,7 @@ def _outside_work_tree(root: Path, target: Path) -> str | None:
 
 def merge3(root: Path, ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
     """`git merge-file`: base -> theirs applied onto ours; None if any hunk conflicts."""
-    import git
-
+    git = _gitpython()
     with tempfile.TemporaryDirectory(prefix="cadedit-merge-") as tmp:
         names = []
         for name, data in (("working", ours), ("staged", base), ("edited", theirs)):

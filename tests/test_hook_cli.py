@@ -398,3 +398,36 @@ def test_a_file_name_that_is_not_utf8_is_checked_and_so_are_the_others(tmp_path,
     assert "internal error" not in result.stderr
     applied = subprocess.run(["git", "apply", "--check"], cwd=root, input=result.stdout_bytes, capture_output=True)
     assert applied.returncode == 0, applied.stderr
+
+
+# ---------------------------------------------------------------------------------- git failures
+
+
+def test_a_failing_smudge_filter_fails_that_file_in_one_line(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n", "z.py": b"0\n"})
+    (root / ".gitattributes").write_text("a.py filter=broken\n")
+    git(root, "config", "filter.broken.smudge", "false")
+    git(root, "config", "filter.broken.required", "true")
+    git(root, "config", "filter.broken.clean", "cat")
+    write(root, {"a.py": b"old\n", "z.py": b"old\n"})
+    git(root, "add", "-A")
+    write(root, {"a.py": b"old\nunstaged\n"})  # the hook must render the staged blob through the filter
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1
+    failed = [line for line in result.stderr.splitlines() if "a.py: failed" in line]
+    assert failed and "git cat-file failed:" in failed[0], result.stderr
+    assert "z.py: would change" in result.stderr and "internal error" not in result.stderr
+
+
+def test_git_missing_from_path_is_a_one_line_error(tmp_path):
+    root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_PYTHON")}
+    env.update(PATH=str(tmp_path / "empty-bin"), PYTHONPATH=str(PROJECT))
+    done = subprocess.run([sys.executable, "-m", "cadedit", "hook", "run"], cwd=root, env=env, capture_output=True,
+                          timeout=60)
+    assert done.returncode == 1
+    lines = done.stderr.decode().splitlines()
+    assert lines[0] == "error: git not found: the hook runs git, and no `git` is on PATH", lines
+    assert lines[1] == "hint: install git, or point GIT_PYTHON_GIT_EXECUTABLE at it"
