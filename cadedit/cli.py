@@ -88,7 +88,9 @@ app = typer.Typer(
 )
 
 # Shared parameter aliases: later commands reuse these so that the same option reads the same everywhere.
-FileArg = Annotated[Path, typer.Argument(metavar="FILE", help="The source file to edit.", show_default=False)]
+# readable=False: an unreadable file is Document.read's one-line error (exit 1), not click's usage box (exit 2).
+FileArg = Annotated[Path, typer.Argument(metavar="FILE", help="The source file to edit.", show_default=False,
+                                         readable=False)]
 ProgramArg = Annotated[
     str, typer.Argument(metavar="PROGRAM", help="An edit program file (see README), or - for stdin.", show_default=False)
 ]
@@ -142,8 +144,10 @@ def read_program(source: str):
 
 @app.command()
 def oracle(
-    before: Annotated[Path, typer.Argument(metavar="BEFORE", help="The file before the edit.", show_default=False)],
-    after: Annotated[Path, typer.Argument(metavar="AFTER", help="The file after the edit.", show_default=False)],
+    before: Annotated[Path, typer.Argument(metavar="BEFORE", help="The file before the edit.", show_default=False,
+                                           readable=False)],
+    after: Annotated[Path, typer.Argument(metavar="AFTER", help="The file after the edit.", show_default=False,
+                                          readable=False)],
 ) -> None:
     """Print the oracle edit program that turns BEFORE into AFTER (copies of kept lines, gens of new text).
 

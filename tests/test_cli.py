@@ -511,3 +511,69 @@ def test_stdout_closed_or_full_is_a_one_line_error(work, redirect):
                                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
             expected = "error: cannot write to standard output (No space left on device)\n"
         assert done.returncode == 1 and done.stderr.decode() == expected, args
+
+
+@pytest.fixture
+def unreadable(work, monkeypatch):
+    """secret.py behaves as a mode-000 file does for a user who is not root (root reads anything)."""
+    (work / "secret.py").write_bytes(BEFORE)
+    os.chmod(work / "secret.py", 0)
+    real_access, real_open, real_stat = os.access, os.open, os.stat
+    denied = lambda path: os.path.basename(os.fspath(path)) == "secret.py"  # noqa: E731
+
+    def access(path, mode, *args, **kwargs):
+        return False if denied(path) and mode & os.R_OK else real_access(path, mode, *args, **kwargs)
+
+    def open_(path, *args, **kwargs):
+        if denied(path):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(os, "open", open_)
+    return work
+
+
+@pytest.mark.parametrize("args", [["apply", "secret.py", "p"], ["oracle", "secret.py", "a.py"],
+                                  ["oracle", "a.py", "secret.py"], ["fix", "secret.py", "Fix it."]])
+def test_an_unreadable_file_is_a_one_line_error_exit_1_everywhere(unreadable, args):
+    (unreadable / "p").write_text(format(Program((Copy(1, 1),))))
+    result = invoke(*args)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == ["error: secret.py: permission denied",
+                                          "hint: check the permissions of the file and its folders"]
+
+
+def test_a_folder_without_search_permission_is_a_one_line_error(work, monkeypatch):
+    """stat() of a file in a folder without x permission fails with EACCES (root is never refused)."""
+    (work / "locked").mkdir()
+    (work / "locked/f.py").write_bytes(BEFORE)
+    real_stat = os.stat
+
+    def stat_(path, *args, **kwargs):
+        if "locked" in os.fspath(path):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat_)
+    result = invoke("oracle", "locked/f.py", "a.py")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[0] == "error: locked/f.py: permission denied"
+
+
+def test_a_symlink_loop_and_a_broken_symlink_say_so(work):
+    os.symlink("loop2", work / "loop1")
+    os.symlink("loop1", work / "loop2")
+    os.symlink("nowhere", work / "broken")
+    assert invoke("oracle", "loop1", "a.py").stderr == "error: loop1: symlink loop (too many levels of symbolic links)\n"
+    assert invoke("oracle", "broken", "a.py").stderr == "error: broken: broken symlink (its target does not exist)\n"
+
+
+@pytest.mark.parametrize(("data", "kind"), [(b"\xff\xfeh\x00i\x00\n\x00", "UTF-16"), (b"\xfe\xff\x00h\x00i", "UTF-16"),
+                                            (b"\xff\xfe\x00\x00h\x00\x00\x00", "UTF-32"), (b"h\x00i\x00\n\x00", "UTF-16")])
+def test_utf16_and_utf32_files_are_named_as_such(work, data, kind):
+    (work / "wide.txt").write_bytes(data)
+    result = invoke("oracle", "wide.txt", "a.py")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [f"error: wide.txt: {kind} text; cadedit edits UTF-8 files only",
+                                          f"hint: convert it first, e.g. iconv -f {kind} -t UTF-8"]
