@@ -354,30 +354,41 @@ def _fix_many(files: list[str], instruction: str, options, write: bool, check: b
 def _write_all(changes: list, quiet: bool) -> None:
     """Write every (document, new text) or none: each file is checked before the first write, and
     if a write still fails the files already written get their old bytes back."""
-    from cadedit.diff import check_unchanged, check_writable, write_atomic
-    from cadedit.document import Document
+    from cadedit.diff import check_unchanged, check_writable, raise_for_signal, signals_deferred, write_atomic
 
     for document, _ in changes:
         check_unchanged(document)
         check_writable(document)
     written: list = []
-    try:
-        for document, new_text in changes:
-            write_atomic(document, new_text)
-            written.append(document)
-    except BaseException as exc:
-        failed = []
-        for document in reversed(written):
-            try:
-                write_atomic(Document.read(document.path), document.text)
-            except CadeditError:
-                failed.append(document.path)
-        if isinstance(exc, CadeditError):
-            undone = f"left edited: {', '.join(failed)}" if failed else "no file was changed"
-            exc.hint = (exc.hint + "\n" if exc.hint else "") + undone
-        raise
+    with signals_deferred() as pending:  # Ctrl-C between two files rolls back too, never leaves half
+        try:
+            for document, new_text in changes:
+                if pending:
+                    raise_for_signal(pending[0])
+                write_atomic(document, new_text)
+                written.append(document)
+        except BaseException as exc:
+            pending.clear()  # the signal that stopped the writes must not stop the rollback too
+            _roll_back(written, exc)
+            raise
     for document, _ in changes if not quiet else ():
         say(f"wrote {document.path}")
+
+
+def _roll_back(written: list, exc: BaseException) -> None:
+    """Give the files already written their old bytes back; say in the error's hint how that went."""
+    from cadedit.diff import write_atomic
+    from cadedit.document import Document
+
+    failed = []
+    for document in reversed(written):
+        try:
+            write_atomic(Document.read(document.path), document.text)
+        except CadeditError:
+            failed.append(document.path)
+    if isinstance(exc, CadeditError):
+        undone = f"left edited: {', '.join(failed)}" if failed else "no file was changed"
+        exc.hint = (exc.hint + "\n" if exc.hint else "") + undone
 
 
 class _Progress:

@@ -216,24 +216,71 @@ def write_atomic(document: Document, new_text: str, force: bool = False) -> None
     target = Path(os.path.realpath(document.path))
     check_unchanged(document)
     check_writable(document, force)
-    try:
-        st = target.stat()
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".cadedit-tmp")
-    except OSError as exc:
-        raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(new_text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        with contextlib.suppress(OSError):  # chown before chmod: chown clears the setuid and setgid bits
-            os.chown(tmp, st.st_uid, st.st_gid)
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        check_unchanged(document)  # again, just before the rename: the window stays a few syscalls
-        os.replace(tmp, target)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
+    with signals_deferred() as pending:
+        try:
+            st = target.stat()
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".cadedit-tmp")
+        except OSError as exc:
             raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
-        raise
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(new_text.encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())
+            with contextlib.suppress(OSError):  # chown before chmod: chown clears the setuid and setgid bits
+                os.chown(tmp, st.st_uid, st.st_gid)
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            check_unchanged(document)  # again, just before the rename: the window stays a few syscalls
+            if pending:
+                raise_for_signal(pending[0])  # Ctrl-C or SIGTERM before the rename: nothing is written
+            os.replace(tmp, target)  # the commit point: a signal after it no longer undoes the write
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
+            raise
+
+
+_DEFERRED = ("SIGINT", "SIGTERM", "SIGHUP")
+_pending: list[int] = []
+_depth = 0
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """While files are being replaced, SIGINT, SIGTERM and SIGHUP are recorded instead of acted on,
+    so that they cannot leave a temporary file behind or stop a write half done. The caller
+    checks the list it gets (raise_for_signal) where stopping is still safe: before a rename, or
+    between the files of an all-or-none write. Nested uses share one list; outside the main
+    thread (where Python cannot set handlers) signals act as usual."""
+    import signal
+    import threading
+
+    global _depth
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    installed = {}
+    if _depth == 0:
+        _pending.clear()
+        for name in _DEFERRED:
+            number = getattr(signal, name, None)
+            if number is not None:
+                installed[number] = signal.signal(number, lambda signum, frame: _pending.append(signum))
+    _depth += 1
+    try:
+        yield _pending
+    finally:
+        _depth -= 1
+        for number, handler in installed.items():
+            signal.signal(number, handler)
+
+
+def raise_for_signal(signum: int) -> None:
+    """What the signal would have done: Ctrl-C raises KeyboardInterrupt (exit 130), others exit 128+N."""
+    import signal
+
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)

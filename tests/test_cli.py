@@ -577,3 +577,44 @@ def test_utf16_and_utf32_files_are_named_as_such(work, data, kind):
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [f"error: wide.txt: {kind} text; cadedit edits UTF-8 files only",
                                           f"hint: convert it first, e.g. iconv -f {kind} -t UTF-8"]
+
+
+# ------------------------------------------------------------------------------- signals during --write
+
+SIGNAL_SCRIPT = """
+import os, signal, sys
+import cadedit.diff
+when, name = sys.argv[1], sys.argv[2]
+real = getattr(os, when)
+def hooked(*args):
+    result = None if when == "fsync" else real(*args)
+    os.kill(os.getpid(), getattr(signal, name))
+    return real(*args) if when == "fsync" else result
+setattr(os, when, hooked)
+from cadedit.cli import main
+sys.argv = ["cadedit", "apply", "a.py", "p", "--write"]
+main()
+"""
+
+
+@pytest.mark.parametrize(("name", "code"), [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129)])
+def test_a_signal_before_the_rename_leaves_the_file_and_no_temporary_file(work, name, code):
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    for _ in range(5):  # it failed 4 runs in 5
+        done = run_module_script(SIGNAL_SCRIPT, "fsync", name, cwd=work)
+        assert done.returncode == code, done.stderr
+        assert sorted(p.name for p in work.iterdir()) == ["a.py", "b.py", "p"]
+        assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_a_signal_right_after_the_rename_does_not_report_a_written_file_as_interrupted(work):
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    done = run_module_script(SIGNAL_SCRIPT, "replace", "SIGINT", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert (work / "a.py").read_bytes() == AFTER
+    assert done.stderr.decode().startswith("wrote a.py")
+
+
+def run_module_script(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    return subprocess.run([sys.executable, "-c", script, *args], cwd=cwd, capture_output=True, timeout=30, env=env)
