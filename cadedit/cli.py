@@ -133,6 +133,17 @@ def display_path(path: Path) -> str:
     return diff_path(path)
 
 
+def check_patch_path(path: str | Path) -> None:
+    """Refuse to print a diff whose header patch cannot apply: outside a git work tree, a file
+    outside the working directory would be named a/../f, and `patch -p1` refuses `..` names."""
+    from cadedit.errors import DocumentError
+
+    name = display_path(Path(path))
+    if name == ".." or name.startswith("../"):
+        raise DocumentError(f"{path}: outside the working directory, so a diff cannot name it for patch -p1",
+                            hint="run cadedit from a folder that contains the file, or write the edit with --write")
+
+
 def read_program(source: str):
     """Parse a program from a file, or from stdin for "-" (same checks as any document)."""
     from cadedit.document import Document
@@ -173,6 +184,8 @@ def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: Cli
     from cadedit.resolve import Mode, resolve_ops
 
     document = Document.read(file)
+    if not write:
+        check_patch_path(file)
     resolution = resolve_ops(read_program(program), document, Mode.CLIPPED if clip else Mode.STRICT)
     for message in resolution.warnings:
         warn(message)
@@ -292,7 +305,19 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
 
 
 def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:
-    """`FILE INSTRUCTION`, or `FILE... --instruction INSTRUCTION`: (files, instruction)."""
+    """`FILE INSTRUCTION`, or `FILE... --instruction INSTRUCTION`: (files, instruction); files a
+    printed diff could not name are refused here, before any model work."""
+    from click import get_current_context  # typer has no alias for it; fix's own --write decides
+
+    files, instruction = _split_fix_arguments(args, instruction)
+    context = get_current_context(silent=True)
+    if not (context and context.params.get("write")):
+        for file in files if files != ["-"] else ():
+            check_patch_path(file)
+    return files, instruction
+
+
+def _split_fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:
     if instruction is None:
         if len(args) != 2:
             raise typer.BadParameter('give FILE "INSTRUCTION", or several files with -i "INSTRUCTION"',

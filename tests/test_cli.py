@@ -618,3 +618,33 @@ def test_a_signal_right_after_the_rename_does_not_report_a_written_file_as_inter
 def run_module_script(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     return subprocess.run([sys.executable, "-c", script, *args], cwd=cwd, capture_output=True, timeout=30, env=env)
+
+
+@pytest.mark.parametrize("args", [["apply", "../other/f.py", "p"], ["fix", "../other/f.py", "Fix it."]])
+def test_a_diff_for_a_file_outside_the_working_directory_is_refused_in_one_line(tmp_path, monkeypatch, args):
+    (tmp_path / "here").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other/f.py").write_bytes(BEFORE)
+    (tmp_path / "here/p").write_text(format(Program((Copy(1, 1),))))
+    monkeypatch.chdir(tmp_path / "here")
+    result = invoke(*args)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "error: ../other/f.py: outside the working directory, so a diff cannot name it for patch -p1",
+        "hint: run cadedit from a folder that contains the file, or write the edit with --write"]
+    (tmp_path / "here/p").write_bytes(format(Program((Copy(1, 2),))).encode())
+    assert invoke("apply", "../other/f.py", "p", "--write").exit_code == 0  # --write needs no header
+
+
+def test_a_pipe_with_write_is_refused_as_a_pipe(work):
+    (work / "p").write_text(format(Program((Copy(1, 1),))))
+    read, write = os.pipe()
+    os.write(write, BEFORE)
+    os.close(write)
+    try:
+        done = run_module("apply", f"/dev/fd/{read}", "p", "--write", cwd=work, pass_fds=(read,))
+    finally:
+        os.close(read)
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines()[0] == (f"error: /dev/fd/{read}: is a FIFO (named pipe); cadedit reads "
+                                                    "and writes regular files only")
