@@ -149,7 +149,7 @@ def read_program(source: str):
     from cadedit.document import Document
     from cadedit.program import parse
 
-    document = Document.from_bytes(sys.stdin.buffer.read(), "<stdin>") if source == "-" else Document.read(source)
+    document = Document.read_stream(sys.stdin.buffer) if source == "-" else Document.read(source)
     return parse(document.text)
 
 

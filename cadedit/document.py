@@ -106,6 +106,14 @@ class Document:
         doc = cls.from_bytes(data, str(p))
         return cls(doc.lines, str(p), st.st_mtime_ns, st.st_size)
 
+    @classmethod
+    def read_stream(cls, stream, path: str = "<stdin>") -> Document:
+        """A document from a binary stream (stdin), read up to MAX_BYTES like any file."""
+        data = stream.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
+            raise _too_large(Path(path))
+        return cls.from_bytes(data, path)
+
     @property
     def text(self) -> str:
         return "".join(self.lines)

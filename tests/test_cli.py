@@ -648,3 +648,12 @@ def test_a_pipe_with_write_is_refused_as_a_pipe(work):
     assert done.returncode == 1
     assert done.stderr.decode().splitlines()[0] == (f"error: /dev/fd/{read}: is a FIFO (named pipe); cadedit reads "
                                                     "and writes regular files only")
+
+
+def test_a_program_on_stdin_is_read_up_to_the_cap_only(work, monkeypatch):
+    import cadedit.document
+
+    monkeypatch.setattr(cadedit.document, "MAX_BYTES", 64)
+    result = invoke("apply", "a.py", "-", input=b"<program>\n" + b" " * 100 + b"</program>\n")
+    assert result.exit_code == 1
+    assert result.stderr == "error: <stdin>: larger than 64 bytes; cadedit edits source files\n"
