@@ -322,7 +322,8 @@ def _split_fix_arguments(args: list[str], instruction: str | None) -> tuple[list
         if len(args) != 2:
             raise typer.BadParameter('give FILE "INSTRUCTION", or several files with -i "INSTRUCTION"',
                                      param_hint="FILE INSTRUCTION")
-        if os.path.isfile(args[1]):  # `cadedit fix a.py b.py` without -i: surely two files (never raises on a long text)
+        # `cadedit fix a.py b.py` without -i: surely two files. os.path: no OSError on a 300-byte instruction
+        if os.path.isfile(args[1]):
             raise typer.BadParameter(f'{args[1]} is a file; for several files give the instruction with -i "..."',
                                      param_hint="INSTRUCTION")
         _text_names(args[:1])

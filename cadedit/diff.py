@@ -125,7 +125,8 @@ def show(diff_text: str, stream: TextIO | None = None) -> None:
     from rich.console import Console
 
     stream = stream if stream is not None else sys.stdout  # None: fd 1 was closed at startup
-    if stream is not None and _is_tty(stream):  # the stream itself, not rich's guess: FORCE_COLOR or TTY_COMPATIBLE must not colour a pipe
+    # The stream itself decides, not rich's guess: FORCE_COLOR or TTY_COMPATIBLE must not colour a pipe.
+    if stream is not None and _is_tty(stream):
         render(diff_text, Console(file=stream, force_terminal=True))
         return
     if stream is not None and getattr(stream, "buffer", None) is None:
