@@ -454,7 +454,7 @@ hook_app = typer.Typer(
 )
 app.add_typer(hook_app, name="hook")
 _HookFiles = Annotated[Optional[list[Path]], typer.Argument(
-    metavar="FILES", show_default=False,
+    metavar="FILES", show_default=False, readable=False,  # the index is read, not these files
     help="Files to check (their staged content; pre-commit passes these). Default: every staged change.")]
 _HookFix = Annotated[bool, typer.Option(
     "--fix", help="Write the edits to the working tree (exit 1 so you review and re-stage); default: check only.")]

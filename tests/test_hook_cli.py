@@ -431,3 +431,18 @@ def test_git_missing_from_path_is_a_one_line_error(tmp_path):
     lines = done.stderr.decode().splitlines()
     assert lines[0] == "error: git not found: the hook runs git, and no `git` is on PATH", lines
     assert lines[1] == "hint: install git, or point GIT_PYTHON_GIT_EXECUTABLE at it"
+
+
+def test_an_unreadable_working_tree_file_is_no_usage_error(tmp_path, monkeypatch):
+    """The hook reads the index: a file the user cannot read (mode 000 for a non-root user) is
+    checked from its staged content instead of failing click's readable check with exit 2."""
+    root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})
+    (root / "notes.txt").write_text("staged\n")
+    git(root, "add", "notes.txt")
+    monkeypatch.chdir(root)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, *a, **k: False if str(p).endswith("notes.txt")
+                        else real_access(p, m, *a, **k))
+    result = hook("run", "notes.txt")
+    assert result.exit_code == 0, result.output
+    assert "no staged file matches a rule" in result.stderr
