@@ -101,3 +101,27 @@ def test_oracle_and_diff_on_a_big_file_are_exact():
     assert sum(op.end - op.start + 1 for op in program.ops if isinstance(op, Copy)) >= len(a) - 60
     diff = unified_diff(before.text, after.text, "f.py")
     assert sum(1 for line in diff_lines(diff) if line[:1] in "+-") < 300
+
+
+def test_apply_and_oracle_on_200000_lines_hand_difflib_only_small_pieces(tmp_path, monkeypatch):
+    """Through the CLI: `cadedit oracle` and `cadedit apply` on the 200,000-line file (not timed)."""
+    from typer.testing import CliRunner
+
+    from cadedit import cli
+
+    seen = []
+    real = difflib.SequenceMatcher
+    monkeypatch.setattr(align.difflib, "SequenceMatcher",
+                        lambda isjunk, a, b, autojunk=True: seen.append(len(a) * len(b)) or real(isjunk, a, b,
+                                                                                                autojunk=autojunk))
+    a, b = big_pair(200_000, seed=2)
+    (tmp_path / "f.py").write_text("".join(a))
+    (tmp_path / "g.py").write_text("".join(b))
+    monkeypatch.chdir(tmp_path)
+    program = CliRunner().invoke(cli.app, ["oracle", "f.py", "g.py"])
+    assert program.exit_code == 0
+    (tmp_path / "p").write_bytes(program.stdout_bytes)
+    applied = CliRunner().invoke(cli.app, ["apply", "f.py", "p", "--write"])
+    assert applied.exit_code == 0, applied.output
+    assert (tmp_path / "f.py").read_text() == "".join(b)
+    assert max(seen) <= align.SMALL and sum(seen) <= 40 * (len(a) + len(b))
