@@ -286,11 +286,15 @@ def staged_bytes(repo, staged: Staged) -> bytes:
     core.autocrlf=true keeps its LF lines in the working tree while a checkout would write CRLF:
     editing the checkout form made diffs that did not apply and a --fix that saw unstaged work."""
     worktree = Path(repo.working_tree_dir) / staged.path
-    if worktree.is_file() and not worktree.is_symlink():
-        sha = _git(repo, "hash-object", f"--path={staged.path}", "--", staged.path).decode().strip()
-        if sha == staged.sha:
-            return worktree.read_bytes()
-    return _git(repo, "cat-file", "--filters", f"--path={staged.path}", staged.sha)
+    regular = worktree.is_file() and not worktree.is_symlink()
+    if regular and _git(repo, "hash-object", f"--path={staged.path}", "--", staged.path).decode().strip() == staged.sha:
+        return worktree.read_bytes()
+    rendered = _git(repo, "cat-file", "--filters", f"--path={staged.path}", staged.sha)
+    if regular and b"\r\n" in rendered and b"\r\n" not in worktree.read_bytes():
+        raw = _git(repo, "cat-file", "blob", staged.sha)
+        if rendered.replace(b"\r\n", b"\n") == raw:  # only autocrlf's CRLF differs: the work tree keeps LF
+            return raw
+    return rendered
 
 
 # --------------------------------------------------------------------------------- the hook run

@@ -446,3 +446,16 @@ def test_an_unreadable_working_tree_file_is_no_usage_error(tmp_path, monkeypatch
     result = hook("run", "notes.txt")
     assert result.exit_code == 0, result.output
     assert "no staged file matches a rule" in result.stderr
+
+
+def test_under_autocrlf_fix_merges_into_a_partially_staged_lf_file(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
+    git(root, "config", "core.autocrlf", "true")
+    write(root, {"a.py": b"a\nold\nb\n"})
+    git(root, "add", "a.py")
+    write(root, {"a.py": b"a\nold\nb\nmy unstaged work\n"})
+    monkeypatch.chdir(root)
+    fixed = hook("run", "--fix")
+    assert fixed.exit_code == 1 and "unstaged changes kept" in fixed.stderr, fixed.output
+    assert (root / "a.py").read_bytes() == b"a\nnew\nb\nmy unstaged work\n"
