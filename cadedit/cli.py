@@ -280,7 +280,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
     stdin = file == "-"
     if stdin and write:
         raise typer.BadParameter("--write needs a file, not stdin", param_hint="--write")
-    document = Document.from_bytes(sys.stdin.buffer.read(), "<stdin>") if stdin else Document.read(file)
+    document = Document.read_stream(sys.stdin.buffer) if stdin else Document.read(file)
     with _Progress(document.path, quiet) as progress:
         result = edit_file(document, instruction, options, on_step=progress.update, on_loaded=progress.loaded)
     diff_text = unified_diff(document.text, result.new_text, "-" if stdin else display_path(Path(file)))

@@ -293,3 +293,12 @@ def test_a_damaged_model_folder_is_a_one_line_error(work, tiny_dir, tmp_path, da
     assert result.exit_code == 1
     assert message in result.stderr.splitlines()[0] and "internal error" not in result.stderr
     assert result.stderr.splitlines()[1].startswith("hint: ")
+
+
+def test_stdin_is_read_up_to_the_cap_only(work, monkeypatch):
+    import cadedit.document
+
+    monkeypatch.setattr(cadedit.document, "MAX_BYTES", 16)
+    result = fix("-", "Fix add.", input=b"x = 1\n" * 10)
+    assert result.exit_code == 1
+    assert result.stderr == "error: <stdin>: larger than 16 bytes; cadedit edits source files\n"
