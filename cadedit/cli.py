@@ -89,7 +89,9 @@ app = typer.Typer(
 )
 
 # Shared parameter aliases: later commands reuse these so that the same option reads the same everywhere.
-FileArg = Annotated[Path, typer.Argument(metavar="FILE", help="The source file to edit.", show_default=False)]
+# readable=False: an unreadable file is Document.read's one-line error (exit 1), not click's usage box (exit 2).
+FileArg = Annotated[Path, typer.Argument(metavar="FILE", help="The source file to edit.", show_default=False,
+                                         readable=False)]
 ProgramArg = Annotated[
     str, typer.Argument(metavar="PROGRAM", help="An edit program file (see README), or - for stdin.", show_default=False)
 ]
@@ -117,12 +119,11 @@ def root(
 
 
 def write_stdout(text: str) -> None:
-    """Data on stdout, byte for byte (CR and CRLF inside programs survive)."""
-    sys.stdout.flush()
-    data = memoryview(text.encode("utf-8"))
-    while data:  # a pipe may take less than all; a closed one raises BrokenPipeError (typer exits 1)
-        data = data[sys.stdout.buffer.write(data) :]
-    sys.stdout.buffer.flush()
+    """Data on stdout, byte for byte (CR and CRLF inside programs survive); a closed or full stdout
+    is a one-line error, a closed pipe raises BrokenPipeError (typer exits 1)."""
+    from cadedit.diff import write_bytes
+
+    write_bytes(sys.stdout, text.encode("utf-8"))
 
 
 def display_path(path: Path) -> str:
@@ -133,19 +134,32 @@ def display_path(path: Path) -> str:
     return diff_path(path)
 
 
+def check_patch_path(path: str | Path) -> None:
+    """Refuse to print a diff whose header patch cannot apply: outside a git work tree, a file
+    outside the working directory would be named a/../f, and `patch -p1` refuses `..` names."""
+    from cadedit.errors import DocumentError
+
+    name = display_path(Path(path))
+    if name == ".." or name.startswith("../"):
+        raise DocumentError(f"{path}: outside the working directory, so a diff cannot name it for patch -p1",
+                            hint="run cadedit from a folder that contains the file, or write the edit with --write")
+
+
 def read_program(source: str):
     """Parse a program from a file, or from stdin for "-" (same checks as any document)."""
     from cadedit.document import Document
     from cadedit.program import parse
 
-    document = Document.from_bytes(sys.stdin.buffer.read(), "<stdin>") if source == "-" else Document.read(source)
+    document = Document.read_stream(sys.stdin.buffer) if source == "-" else Document.read(source)
     return parse(document.text)
 
 
 @app.command()
 def oracle(
-    before: Annotated[Path, typer.Argument(metavar="BEFORE", help="The file before the edit.", show_default=False)],
-    after: Annotated[Path, typer.Argument(metavar="AFTER", help="The file after the edit.", show_default=False)],
+    before: Annotated[Path, typer.Argument(metavar="BEFORE", help="The file before the edit.", show_default=False,
+                                           readable=False)],
+    after: Annotated[Path, typer.Argument(metavar="AFTER", help="The file after the edit.", show_default=False,
+                                          readable=False)],
 ) -> None:
     """Print the oracle edit program that turns BEFORE into AFTER (copies of kept lines, gens of new text).
 
@@ -171,6 +185,8 @@ def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: Cli
     from cadedit.resolve import Mode, resolve_ops
 
     document = Document.read(file)
+    if not write:
+        check_patch_path(file)
     resolution = resolve_ops(read_program(program), document, Mode.CLIPPED if clip else Mode.STRICT)
     for message in resolution.warnings:
         warn(message)
@@ -297,7 +313,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         raise typer.BadParameter("--write needs a file, not stdin", param_hint="--write")
     if stdin and test:
         raise typer.BadParameter("--test runs against a file; give a file, not stdin", param_hint="--test")
-    document = Document.from_bytes(sys.stdin.buffer.read(), "<stdin>") if stdin else Document.read(file)
+    document = Document.read_stream(sys.stdin.buffer) if stdin else Document.read(file)
     loaded = _load(options, quiet, verbose)
     outcome = _edit_checked(document, instruction, options, plan, tries, scoping, loaded, quiet, verbose)
     answer = outcome.verified.answer
@@ -475,20 +491,46 @@ def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
 
 
 def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:
-    """`FILE INSTRUCTION`, or `FILE... --instruction INSTRUCTION`: (files, instruction)."""
+    """`FILE INSTRUCTION`, or `FILE... --instruction INSTRUCTION`: (files, instruction); files a
+    printed diff could not name are refused here, before any model work."""
+    from click import get_current_context  # typer has no alias for it; fix's own --write decides
+
+    files, instruction = _split_fix_arguments(args, instruction)
+    context = get_current_context(silent=True)
+    if not (context and context.params.get("write")):
+        for file in files if files != ["-"] else ():
+            check_patch_path(file)
+    return files, instruction
+
+
+def _split_fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:
     if instruction is None:
         if len(args) != 2:
             raise typer.BadParameter('give FILE "INSTRUCTION", or several files with -i "INSTRUCTION"',
                                      param_hint="FILE INSTRUCTION")
-        if os.path.isfile(args[1]):  # `cadedit fix a.py b.py` without -i: surely two files (never raises on a long text)
+        # `cadedit fix a.py b.py` without -i: surely two files. os.path: no OSError on a 300-byte instruction
+        if os.path.isfile(args[1]):
             raise typer.BadParameter(f'{args[1]} is a file; for several files give the instruction with -i "..."',
                                      param_hint="INSTRUCTION")
+        _text_names(args[:1])
         return args[:1], args[1]
     if not args:
         raise typer.BadParameter("no FILE given", param_hint="FILE")
+    _text_names(args)
     if "-" in args and len(args) > 1:
         raise typer.BadParameter("- (stdin) edits one input; give files or -, not both", param_hint="FILE")
     return args, instruction
+
+
+def _text_names(files: list[str]) -> None:
+    """The prompt names the file: a name that is not UTF-8 cannot be put in front of the model."""
+    from cadedit.errors import DocumentError
+    from cadedit.repo import printable
+
+    for name in files:
+        if printable(name) != name:
+            raise DocumentError(f"{printable(name)}: the file name is not UTF-8; the model's prompt must name the file",
+                                hint="rename it (e.g. with convmv), or use `cadedit fix - ...` with the file on stdin")
 
 
 def _fix_many(files: list[str], instruction: str, options, write: bool, check: bool, quiet: bool, plan, tries: int,
@@ -556,30 +598,41 @@ def _test_together(edited: list, plan, quiet: bool) -> None:
 def _write_all(changes: list, quiet: bool) -> None:
     """Write every (document, new text) or none: each file is checked before the first write, and
     if a write still fails the files already written get their old bytes back."""
-    from cadedit.diff import check_unchanged, check_writable, write_atomic
-    from cadedit.document import Document
+    from cadedit.diff import check_unchanged, check_writable, raise_for_signal, signals_deferred, write_atomic
 
     for document, _ in changes:
         check_unchanged(document)
         check_writable(document)
     written: list = []
-    try:
-        for document, new_text in changes:
-            write_atomic(document, new_text)
-            written.append(document)
-    except BaseException as exc:
-        failed = []
-        for document in reversed(written):
-            try:
-                write_atomic(Document.read(document.path), document.text)
-            except CadeditError:
-                failed.append(document.path)
-        if isinstance(exc, CadeditError):
-            undone = f"left edited: {', '.join(failed)}" if failed else "no file was changed"
-            exc.hint = (exc.hint + "\n" if exc.hint else "") + undone
-        raise
+    with signals_deferred() as pending:  # Ctrl-C between two files rolls back too, never leaves half
+        try:
+            for document, new_text in changes:
+                if pending:
+                    raise_for_signal(pending[0])
+                write_atomic(document, new_text)
+                written.append(document)
+        except BaseException as exc:
+            pending.clear()  # the signal that stopped the writes must not stop the rollback too
+            _roll_back(written, exc)
+            raise
     for document, _ in changes if not quiet else ():
         say(f"wrote {document.path}")
+
+
+def _roll_back(written: list, exc: BaseException) -> None:
+    """Give the files already written their old bytes back; say in the error's hint how that went."""
+    from cadedit.diff import write_atomic
+    from cadedit.document import Document
+
+    failed = []
+    for document in reversed(written):
+        try:
+            write_atomic(Document.read(document.path), document.text)
+        except CadeditError:
+            failed.append(document.path)
+    if isinstance(exc, CadeditError):
+        undone = f"left edited: {', '.join(failed)}" if failed else "no file was changed"
+        exc.hint = (exc.hint + "\n" if exc.hint else "") + undone
 
 
 class _Progress:
@@ -628,7 +681,7 @@ hook_app = typer.Typer(
 )
 app.add_typer(hook_app, name="hook")
 _HookFiles = Annotated[Optional[list[Path]], typer.Argument(
-    metavar="FILES", show_default=False,
+    metavar="FILES", show_default=False, readable=False,  # the index is read, not these files
     help="Files to check (their staged content; pre-commit passes these). Default: every staged change.")]
 _HookFix = Annotated[bool, typer.Option(
     "--fix", help="Write the edits to the working tree (exit 1 so you review and re-stage); default: check only.")]

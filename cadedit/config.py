@@ -23,9 +23,20 @@ def read_toml(path: Path) -> dict:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a BOM (Windows editors) is no TOML error
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read settings ({exc})") from None
+
+
+def cadedit_table(data: dict, path: Path, required: bool = True) -> dict:
+    """data["tool"]["cadedit"] ({} when absent and not required); a ConfigError when either is not a table."""
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(f"{path}: `tool` must be a table ([tool.cadedit]), not {type(tool).__name__}")
+    table = tool.get("cadedit", {} if not required else None)
+    if table is not None and not isinstance(table, dict):
+        raise ConfigError(f"{path}: `tool.cadedit` must be a table ([tool.cadedit]), not {type(table).__name__}")
+    return table
 
 
 def configured_model(cwd: Path | None = None) -> str | None:
@@ -37,7 +48,7 @@ def configured_model(cwd: Path | None = None) -> str | None:
             if not path.is_file():
                 continue
             data = read_toml(path)
-            section = data.get("tool", {}).get("cadedit", {})
+            section = cadedit_table(data, path, required=False)
             value = section.get("model", data.get("model") if name == ".cadedit.toml" else None)
             if value is not None:
                 if not isinstance(value, str) or not value:

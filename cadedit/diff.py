@@ -13,7 +13,6 @@ Pure: no torch, no transformers.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import os
 import re
 import stat
@@ -22,8 +21,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from cadedit.align import grouped_opcodes, opcodes
 from cadedit.document import Document
-from cadedit.errors import ApplyError
+from cadedit.errors import ApplyError, OutputError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 NO_NEWLINE = "\\ No newline at end of file\n"
 _DIFF_LINE = re.compile(r"[^\n]*\n|[^\n]+\Z")
 # Characters git quotes in a path (C-style, inside double quotes); others stay as they are.
-_NEEDS_QUOTE = re.compile(r'["\\\x00-\x1f\x7f]')
+_NEEDS_QUOTE = re.compile(r'["\\\x00-\x1f\x7f\udc80-\udcff]')  # and bytes that are not UTF-8
 _STYLES = (("diff --git", "bold"), ("---", "bold"), ("+++", "bold"), ("@@", "cyan"), ("-", "red"), ("+", "green"))
 
 
@@ -45,8 +45,17 @@ def _quote(name: str) -> str:
     if not _NEEDS_QUOTE.search(name):
         return name
     escapes = {'"': '\\"', "\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
-    body = "".join(escapes.get(ch, f"\\{ord(ch):03o}" if ch < " " or ch == "\x7f" else ch) for ch in name)
+    body = "".join(escapes.get(ch, f"\\{_byte(ch):03o}" if _byte(ch) is not None else ch) for ch in name)
     return f'"{body}"'
+
+
+def _byte(ch: str) -> int | None:
+    """The byte a control character or an undecodable file-name byte (surrogateescape) stands for."""
+    if ch < " " or ch == "\x7f":
+        return ord(ch)
+    if "\udc80" <= ch <= "\udcff":
+        return ord(ch) - 0xDC00
+    return None
 
 
 def _header(path: str) -> str:
@@ -86,8 +95,8 @@ def unified_diff(before: str, after: str, path: str, context: int = 3) -> str:
     if before == after:
         return ""
     a, b = diff_lines(before), diff_lines(after)
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    return _header(path) + "".join(_hunk(a, b, group) for group in matcher.get_grouped_opcodes(context))
+    groups = grouped_opcodes(opcodes(a, b), context)
+    return _header(path) + "".join(_hunk(a, b, group) for group in groups)
 
 
 def count_changes(diff_text: str) -> tuple[int, int]:
@@ -115,20 +124,42 @@ def show(diff_text: str, stream: TextIO | None = None) -> None:
     """Coloured on a terminal; elsewhere the exact bytes, ready for `patch -p1` or `git apply`."""
     from rich.console import Console
 
-    stream = stream or sys.stdout
-    if _is_tty(stream):  # the stream itself, not rich's guess: FORCE_COLOR or TTY_COMPATIBLE must not colour a pipe
+    stream = stream if stream is not None else sys.stdout  # None: fd 1 was closed at startup
+    # The stream itself decides, not rich's guess: FORCE_COLOR or TTY_COMPATIBLE must not colour a pipe.
+    if stream is not None and _is_tty(stream):
         render(diff_text, Console(file=stream, force_terminal=True))
         return
-    data = diff_text.encode("utf-8")
-    buffer = getattr(stream, "buffer", None)
-    if buffer is None:
+    if stream is not None and getattr(stream, "buffer", None) is None:
         stream.write(diff_text)
         return
-    stream.flush()
-    view = memoryview(data)
-    while view:  # a pipe may take less than all; a closed one raises BrokenPipeError
-        view = view[buffer.write(view) :]
-    buffer.flush()
+    write_bytes(stream, diff_text.encode("utf-8"))
+
+
+def write_bytes(stream: TextIO | None, data: bytes) -> None:
+    """Write data to a text stream's binary buffer, all of it; an OutputError when it cannot take
+    it (closed at startup, a full disk, /dev/full); a closed pipe raises BrokenPipeError."""
+    if stream is None:  # Python sets sys.stdout to None when fd 1 is closed at startup
+        raise OutputError("standard output is closed; nothing written", hint="redirect it to a file or a pipe")
+    try:
+        stream.flush()
+        view = memoryview(data)
+        while view:  # a pipe may take less than all
+            view = view[stream.buffer.write(view) :]
+        stream.buffer.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as exc:
+        _silence(stream)
+        raise OutputError(f"cannot write to standard output ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def _silence(stream: TextIO) -> None:
+    """Point the stream's descriptor at /dev/null so that the interpreter's last flush of the
+    bytes still buffered cannot fail a second time, after the one-line error."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
 
 
 def _is_tty(stream: TextIO) -> bool:
@@ -186,24 +217,71 @@ def write_atomic(document: Document, new_text: str, force: bool = False) -> None
     target = Path(os.path.realpath(document.path))
     check_unchanged(document)
     check_writable(document, force)
-    try:
-        st = target.stat()
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".cadedit-tmp")
-    except OSError as exc:
-        raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(new_text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        with contextlib.suppress(OSError):  # chown before chmod: chown clears the setuid and setgid bits
-            os.chown(tmp, st.st_uid, st.st_gid)
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        check_unchanged(document)  # again, just before the rename: the window stays a few syscalls
-        os.replace(tmp, target)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
+    with signals_deferred() as pending:
+        try:
+            st = target.stat()
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".cadedit-tmp")
+        except OSError as exc:
             raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
-        raise
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(new_text.encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())
+            with contextlib.suppress(OSError):  # chown before chmod: chown clears the setuid and setgid bits
+                os.chown(tmp, st.st_uid, st.st_gid)
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            check_unchanged(document)  # again, just before the rename: the window stays a few syscalls
+            if pending:
+                raise_for_signal(pending[0])  # Ctrl-C or SIGTERM before the rename: nothing is written
+            os.replace(tmp, target)  # the commit point: a signal after it no longer undoes the write
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
+            raise
+
+
+_DEFERRED = ("SIGINT", "SIGTERM", "SIGHUP")
+_pending: list[int] = []
+_depth = 0
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """While files are being replaced, SIGINT, SIGTERM and SIGHUP are recorded instead of acted on,
+    so that they cannot leave a temporary file behind or stop a write half done. The caller
+    checks the list it gets (raise_for_signal) where stopping is still safe: before a rename, or
+    between the files of an all-or-none write. Nested uses share one list; outside the main
+    thread (where Python cannot set handlers) signals act as usual."""
+    import signal
+    import threading
+
+    global _depth
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    installed = {}
+    if _depth == 0:
+        _pending.clear()
+        for name in _DEFERRED:
+            number = getattr(signal, name, None)
+            if number is not None:
+                installed[number] = signal.signal(number, lambda signum, frame: _pending.append(signum))
+    _depth += 1
+    try:
+        yield _pending
+    finally:
+        _depth -= 1
+        for number, handler in installed.items():
+            signal.signal(number, handler)
+
+
+def raise_for_signal(signum: int) -> None:
+    """What the signal would have done: Ctrl-C raises KeyboardInterrupt (exit 130), others exit 128+N."""
+    import signal
+
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)

@@ -59,6 +59,10 @@ class Document:
 
     @classmethod
     def from_bytes(cls, data: bytes, path: str = "<bytes>") -> Document:
+        wide = _wide_encoding(data)
+        if wide:
+            raise DocumentError(f"{path}: {wide} text; cadedit edits UTF-8 files only",
+                                hint=f"convert it first, e.g. iconv -f {wide} -t UTF-8")
         if b"\x00" in data:
             offset = data.index(b"\x00")
             raise DocumentError(f"{path}: binary file (NUL byte at offset {offset}); cadedit edits text files only")
@@ -101,6 +105,14 @@ class Document:
             raise _too_large(p)
         doc = cls.from_bytes(data, str(p))
         return cls(doc.lines, str(p), st.st_mtime_ns, st.st_size)
+
+    @classmethod
+    def read_stream(cls, stream, path: str = "<stdin>") -> Document:
+        """A document from a binary stream (stdin), read up to MAX_BYTES like any file."""
+        data = stream.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
+            raise _too_large(Path(path))
+        return cls.from_bytes(data, path)
 
     @property
     def text(self) -> str:
@@ -203,3 +215,24 @@ def _read_at_most(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks)
+
+
+def _wide_encoding(data: bytes) -> str | None:
+    """"UTF-16" or "UTF-32" when the bytes look like it (a BOM, or ASCII text with NUL padding)."""
+    if data.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "UTF-32"
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16"
+    head = data[:512]
+    if len(head) >= 4 and len(head) % 4 == 0:
+        for k in range(4):  # one non-NUL byte in every four, always at the same place
+            if all(head[k::4]) and not any(b for j in range(4) if j != k for b in head[j::4]):
+                return "UTF-32"
+    if len(head) % 2 and len(data) <= len(head):
+        return None  # UTF-16 text is an even number of bytes
+    head = head[: len(head) // 2 * 2]
+    if len(head) >= 4:
+        for k in range(2):
+            if all(head[k::2]) and not any(head[1 - k :: 2]):
+                return "UTF-16"
+    return None

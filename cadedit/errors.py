@@ -54,3 +54,7 @@ class CheckFailedError(CadeditError):
 
 class ScopeError(CadeditError):
     """The lines or names that should bound an edit are not in the file (or do not parse as lines)."""
+
+
+class OutputError(CadeditError):
+    """Standard output is closed or cannot take the data (a full disk, /dev/full)."""

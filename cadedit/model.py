@@ -214,6 +214,9 @@ def convert_gguf(path: Path) -> Path:
 # -- loading -----------------------------------------------------------------------------------
 
 
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
 def _source(spec: str) -> tuple[str, bool]:
     """(what to pass to from_pretrained, whether it is a hub id) for --model SPEC."""
     path = Path(spec).expanduser()
@@ -224,6 +227,9 @@ def _source(spec: str) -> tuple[str, bool]:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelError(f"model folder {spec} has no config.json", hint=HINT)
+        if not any((path / name).is_file() for name in _TOKENIZER_FILES):
+            raise ModelError(f"model folder {spec} has no tokenizer files ({', '.join(_TOKENIZER_FILES[:2])} ...)",
+                             hint="copy the tokenizer files of the model next to its config.json")
         return str(path), False
     if path.exists() or not _HUB_ID.match(spec):
         raise ModelError(f"model {spec!r} is neither a model folder, a .gguf file nor a hub id", hint=HINT)
@@ -234,10 +240,15 @@ def _from_pretrained(source: str, hub: bool, dtype: torch.dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
+    from safetensors import SafetensorError
+
     hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=hub and _offline())
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=hub and _offline())
+    except SafetensorError as exc:  # a truncated or damaged download
+        raise ModelError(f"cannot load the weights of model {source} ({str(exc).strip()[:200]})",
+                         hint="the .safetensors file is damaged or incomplete: download it again") from None
     except (OSError, ValueError) as exc:
         where = f"{source} is not in the local Hugging Face cache and cannot be downloaded" if hub else f"{source}"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

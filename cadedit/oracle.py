@@ -2,28 +2,28 @@
 
 oracle(before, after) aligns the two documents' lines (terminators included, so a changed line
 ending is a change) with difflib.SequenceMatcher(autojunk=False), as the paper does (§3, "Oracle
-round-trip"): equal blocks become Copy ops, inserted or replaced lines become Gen ops, deleted
-lines emit nothing. Lines are compared without a BOM, which follows the resolver's rule (a copy
-of line 1 brings it; otherwise the first gen does). `resolve(oracle(b, a), b) == a.text` byte
-for byte. perturb() moves every copy
-endpoint by integer noise in [-eps, +eps] from a seeded RNG, clamped to the document (§5).
+round-trip"; align.py keeps that near-linear on big files with many repeated lines): equal
+blocks become Copy ops, inserted or replaced lines become Gen ops, deleted lines emit nothing.
+Lines are compared without a BOM, which follows the resolver's rule (a copy of line 1 brings it;
+otherwise the first gen does). `resolve(oracle(b, a), b) == a.text` byte for byte. perturb()
+moves every copy endpoint by integer noise in [-eps, +eps] from a seeded RNG, clamped to the
+document (§5).
 Pure: no torch, no transformers.
 """
 
 from __future__ import annotations
 
-import difflib
 import random
 
+from cadedit.align import opcodes
 from cadedit.document import BOM, Document
 from cadedit.program import Copy, Gen, Op, Program
 
 
 def oracle(before: Document, after: Document) -> Program:
     a, b = _content_lines(before), _content_lines(after)
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
     ops: list[Op] = []
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+    for tag, i1, i2, j1, j2 in opcodes(a, b):
         if tag == "equal":
             ops.append(Copy(i1 + 1, i2))
         elif tag in ("replace", "insert"):

@@ -34,6 +34,7 @@ GEN_CLOSE = "</gen>\n"
 _RESERVED_RE = re.compile("|".join(re.escape(r) for r in RESERVED))
 _COPY_RE = re.compile(r'<copy lines="([1-9][0-9]*)-([1-9][0-9]*)"/>')
 _WS = re.compile(r"[ \t\r\n]*")
+MAX_DIGITS = 18  # no file has 10^18 lines; Python refuses int() of 4,300+ digits with a ValueError
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,8 @@ def parse(text: str) -> Program:
             m = _COPY_RE.match(text, pos)
             if not m:
                 raise _fail(text, pos, number, '<copy lines="I-J"/> with 1-based line numbers')
+            if max(len(m.group(1)), len(m.group(2))) > MAX_DIGITS:
+                raise _fail(text, pos, number, f"line numbers of at most {MAX_DIGITS} digits")
             ops.append(Copy(int(m.group(1)), int(m.group(2))))
             pos = m.end()
         elif text.startswith("<gen>", pos):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from cadedit.config import read_toml
+from cadedit.config import cadedit_table, read_toml
 from cadedit.document import Document
 from cadedit.errors import CadeditError, ConfigError
 
@@ -46,9 +46,20 @@ _SYMLINK_OR_SUBMODULE = ("120000", "160000")
 # ---------------------------------------------------------------------------------------- paths
 
 
+def _gitpython():
+    """The gitpython module; a one-line ConfigError when git itself cannot be run (gitpython raises
+    a many-line ImportError at import time when git is not on PATH)."""
+    try:
+        import git
+    except ImportError:
+        raise ConfigError("git not found: the hook runs git, and no `git` is on PATH",
+                          hint="install git, or point GIT_PYTHON_GIT_EXECUTABLE at it") from None
+    return git
+
+
 def open_repo(start: str | os.PathLike[str] = ".", required: bool = True):
     """The git repository that contains `start` (a gitpython Repo), or None when not required."""
-    import git
+    git = _gitpython()
 
     try:
         repo = git.Repo(start, search_parent_directories=True)
@@ -164,10 +175,12 @@ def load_settings(root: Path) -> Settings:
     own, pyproject = root / SETTINGS_FILE, root / "pyproject.toml"
     if own.is_file():
         data = read_toml(own)  # top level, or [tool.cadedit] as in pyproject.toml (config.py reads both)
-        return _parse_settings(data.get("tool", {}).get("cadedit", data), SETTINGS_FILE)
+        table = cadedit_table(data, own, required=False)
+        return _parse_settings(table if "cadedit" in data.get("tool", {}) else data, SETTINGS_FILE)
     if pyproject.is_file():
-        table = read_toml(pyproject).get("tool", {}).get("cadedit")
-        if table is not None:
+        data = read_toml(pyproject)
+        table = cadedit_table(data, pyproject, required=False)
+        if "cadedit" in data.get("tool", {}):
             return _parse_settings(table, "pyproject.toml [tool.cadedit]")
     raise ConfigError(
         f"no cadedit settings in {root}: neither {SETTINGS_FILE} nor [tool.cadedit] in pyproject.toml",
@@ -201,6 +214,11 @@ def _parse_rule(rule: object, where: str) -> Rule:
     patterns = (files,) if isinstance(files, str) else tuple(files) if isinstance(files, list) else ()
     if not patterns or not all(isinstance(p, str) and p for p in patterns):
         raise ConfigError(f'{where}: `files` must be a glob or a list of globs, e.g. files = "*.py"')
+    for pattern in patterns:
+        try:
+            re.compile(_glob_regex(pattern.lstrip("/")))
+        except re.error as exc:  # "[z-a]": a bracket range that runs backwards
+            raise ConfigError(f"{where}: `files` glob {pattern!r} is not valid ({exc.msg})") from None
     if not isinstance(instruction, str) or not instruction.strip():
         raise ConfigError(f"{where}: `instruction` must be a non-empty string")
     test = rule.get("test")
@@ -229,8 +247,19 @@ class Staged:
 
 
 def _git(repo, *args: str) -> bytes:
-    """Run git in the work tree; bytes out, nothing stripped (trailing newlines are content)."""
-    return repo.git.execute(["git", *args], stdout_as_string=False, strip_newline_in_stdout=False)
+    """Run git in the work tree; bytes out, nothing stripped (trailing newlines are content). A
+    failing git command (a smudge filter that fails ...) is a one-line CadeditError."""
+    git = _gitpython()
+    try:
+        return repo.git.execute(["git", *args], stdout_as_string=False, strip_newline_in_stdout=False)
+    except git.GitCommandError as exc:
+        raise CadeditError(f"git {args[0]} failed: {_first_line(exc.stderr)}") from None
+
+
+def _first_line(stderr: object) -> str:
+    text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else str(stderr or "")
+    lines = [line.strip() for line in text.replace("stderr:", "").strip().strip("'").splitlines() if line.strip()]
+    return lines[0][:200] if lines else "no message"
 
 
 def index_entries(repo) -> dict[str, Staged]:
@@ -273,11 +302,15 @@ def staged_bytes(repo, staged: Staged) -> bytes:
     core.autocrlf=true keeps its LF lines in the working tree while a checkout would write CRLF:
     editing the checkout form made diffs that did not apply and a --fix that saw unstaged work."""
     worktree = Path(repo.working_tree_dir) / staged.path
-    if worktree.is_file() and not worktree.is_symlink():
-        sha = _git(repo, "hash-object", f"--path={staged.path}", "--", staged.path).decode().strip()
-        if sha == staged.sha:
-            return worktree.read_bytes()
-    return _git(repo, "cat-file", "--filters", f"--path={staged.path}", staged.sha)
+    regular = worktree.is_file() and not worktree.is_symlink()
+    if regular and _git(repo, "hash-object", f"--path={staged.path}", "--", staged.path).decode().strip() == staged.sha:
+        return worktree.read_bytes()
+    rendered = _git(repo, "cat-file", "--filters", f"--path={staged.path}", staged.sha)
+    if regular and b"\r\n" in rendered and b"\r\n" not in worktree.read_bytes():
+        raw = _git(repo, "cat-file", "blob", staged.sha)
+        if rendered.replace(b"\r\n", b"\n") == raw:  # only autocrlf's CRLF differs: the work tree keeps LF
+            return raw
+    return rendered
 
 
 # --------------------------------------------------------------------------------- the hook run
@@ -303,11 +336,17 @@ class Outcome:
 
 def edit_staged(staged: Staged, data: bytes, edit: EditFn) -> tuple[Document, str]:
     """The staged document and its text after every matching rule, applied in order."""
-    document = Document.from_bytes(data, staged.path)
+    name = printable(staged.path)  # the model's prompt names the file: it must be text
+    document = Document.from_bytes(data, name)
     text = document.text
     for rule in staged.rules:
-        text = edit(Document.from_text(text, staged.path), rule)
+        text = edit(Document.from_text(text, name), rule)
     return document, text
+
+
+def printable(path: str) -> str:
+    """A path whose undecodable bytes (surrogateescape) are shown as U+FFFD, for prompts and messages."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def run(repo, targets: Sequence[Staged], edit: EditFn, fix: bool = False) -> Iterator[Outcome]:
@@ -370,8 +409,7 @@ def _outside_work_tree(root: Path, target: Path) -> str | None:
 
 def merge3(root: Path, ours: bytes, base: bytes, theirs: bytes) -> bytes | None:
     """`git merge-file`: base -> theirs applied onto ours; None if any hunk conflicts."""
-    import git
-
+    git = _gitpython()
     with tempfile.TemporaryDirectory(prefix="cadedit-merge-") as tmp:
         names = []
         for name, data in (("working", ours), ("staged", base), ("edited", theirs)):

@@ -8,10 +8,10 @@ two rules for the bytes a model never sees:
   middle); a program without a copy of line 1 says in its first gen whether the output has one.
 - Last line: a copy that ends at the file's unterminated last line, followed by more output, ends
   that line with the file's newline (the model is told every line it writes ends with one), so
-  `<copy lines="1-2"/><gen>z = 3\n</gen>` on "x = 1\ny = 2" appends a line instead of joining two.
+  `<copy lines="1-2"/><gen>z = 3\\n</gen>` on "x = 1\\ny = 2" appends a line instead of joining two.
 So `resolve(oracle(before, after), before) == after` for every pair, CRLF, BOM and a missing final
-newline included (the oracle follows both rules). Strict mode raises on an index outside 1..N or i > j; clipped mode clips to
-[1, N] (swapping i > j) and reports a warning for each op it changed.
+newline included (the oracle follows both rules). Strict mode raises on an index outside 1..N or
+i > j; clipped mode clips to [1, N] (swapping i > j) and reports a warning for each op it changed.
 """
 
 from __future__ import annotations

@@ -284,3 +284,41 @@ def test_debug_after_fix_is_accepted(work):
     result = CliRunner().invoke(cli.app, ["fix", "nope.py", "Fix it.", "--debug"])
     assert result.exit_code == 1
     assert "Traceback" in result.stderr and "error: nope.py: no such file" in result.stderr
+
+
+def test_a_file_name_that_is_not_utf8_is_a_one_line_error(work):
+    import os
+
+    name = os.fsdecode(b"\xff.py")
+    (work / name).write_bytes(BEFORE)
+    result = fix(name, "Fix add.")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[0] == ("error: \ufffd.py: the file name is not UTF-8; the model's prompt must "
+                                             "name the file")
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda d: [(d / n).unlink() for n in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")],
+     "has no tokenizer files (tokenizer.json, tokenizer_config.json ...)"),
+    (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:1000]),
+     "(Error while deserializing header"),
+], ids=["no tokenizer files", "truncated safetensors"])
+def test_a_damaged_model_folder_is_a_one_line_error(work, tiny_dir, tmp_path, damage, message):
+    import shutil
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(tiny_dir, folder)
+    damage(folder)
+    result = fix("a.py", "Fix add.", "--model", str(folder))
+    assert result.exit_code == 1
+    assert message in result.stderr.splitlines()[0] and "internal error" not in result.stderr
+    assert result.stderr.splitlines()[1].startswith("hint: ")
+
+
+def test_stdin_is_read_up_to_the_cap_only(work, monkeypatch):
+    import cadedit.document
+
+    monkeypatch.setattr(cadedit.document, "MAX_BYTES", 16)
+    result = fix("-", "Fix add.", input=b"x = 1\n" * 10)
+    assert result.exit_code == 1
+    assert result.stderr == "error: <stdin>: larger than 16 bytes; cadedit edits source files\n"

@@ -352,3 +352,112 @@ def test_under_autocrlf_the_check_diff_applies_and_fix_writes(tmp_path, monkeypa
     fixed = hook("run", "--fix")
     assert fixed.exit_code == 1 and "a.py: fixed" in fixed.stderr, fixed.output
     assert (root / "a.py").read_bytes() == b"a\nnew\nb\n"
+
+
+# ------------------------------------------------------------------- bad settings are one-line errors
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    (".cadedit.toml", '[[rules]]\nfiles = "[z-a]"\ninstruction = "x"\n',
+     "error: .cadedit.toml: rule 1: `files` glob '[z-a]' is not valid (bad character range z-a)"),
+    (".cadedit.toml", 'tool = "x"\n', "`tool` must be a table ([tool.cadedit]), not str"),
+    ("pyproject.toml", '[tool]\ncadedit = "x"\n', "`tool.cadedit` must be a table ([tool.cadedit]), not str"),
+])
+def test_malformed_settings_are_one_line_errors(tmp_path, monkeypatch, name, text, message):
+    root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})
+    (root / ".cadedit.toml").unlink()
+    (root / name).write_text(text)
+    write(root, {"a.py": b"old\n"})
+    git(root, "add", "a.py")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1
+    assert message in result.stderr.splitlines()[0] and "internal error" not in result.stderr
+
+
+def test_a_settings_file_with_a_bom_is_read(tmp_path, monkeypatch):
+    root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})
+    (root / ".cadedit.toml").write_bytes(b'\xef\xbb\xbf[[rules]]\nfiles = "*.md"\ninstruction = "x"\n')
+    write(root, {"a.py": b"old\n"})
+    git(root, "add", "a.py")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 0, result.output
+    assert "no staged file matches a rule" in result.stderr
+
+
+def test_a_file_name_that_is_not_utf8_is_checked_and_so_are_the_others(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
+    (root / os.fsdecode(b"\xff.py")).write_bytes(b"old\n")
+    write(root, {"z.py": b"old\n"})
+    git(root, "add", "-A")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1, result.output
+    assert b'diff --git "a/\\377.py" "b/\\377.py"\n' in result.stdout_bytes, result.stderr
+    assert b"diff --git a/z.py b/z.py\n" in result.stdout_bytes
+    assert "internal error" not in result.stderr
+    applied = subprocess.run(["git", "apply", "--check"], cwd=root, input=result.stdout_bytes, capture_output=True)
+    assert applied.returncode == 0, applied.stderr
+
+
+# ---------------------------------------------------------------------------------- git failures
+
+
+def test_a_failing_smudge_filter_fails_that_file_in_one_line(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n", "z.py": b"0\n"})
+    (root / ".gitattributes").write_text("a.py filter=broken\n")
+    git(root, "config", "filter.broken.smudge", "false")
+    git(root, "config", "filter.broken.required", "true")
+    git(root, "config", "filter.broken.clean", "cat")
+    write(root, {"a.py": b"old\n", "z.py": b"old\n"})
+    git(root, "add", "-A")
+    write(root, {"a.py": b"old\nunstaged\n"})  # the hook must render the staged blob through the filter
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1
+    failed = [line for line in result.stderr.splitlines() if "a.py: failed" in line]
+    assert failed and "git cat-file failed:" in failed[0], result.stderr
+    assert "z.py: would change" in result.stderr and "internal error" not in result.stderr
+
+
+def test_git_missing_from_path_is_a_one_line_error(tmp_path):
+    root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_PYTHON")}
+    env.update(PATH=str(tmp_path / "empty-bin"), PYTHONPATH=str(PROJECT))
+    done = subprocess.run([sys.executable, "-m", "cadedit", "hook", "run"], cwd=root, env=env, capture_output=True,
+                          timeout=60)
+    assert done.returncode == 1
+    lines = done.stderr.decode().splitlines()
+    assert lines[0] == "error: git not found: the hook runs git, and no `git` is on PATH", lines
+    assert lines[1] == "hint: install git, or point GIT_PYTHON_GIT_EXECUTABLE at it"
+
+
+def test_an_unreadable_working_tree_file_is_no_usage_error(tmp_path, monkeypatch):
+    """The hook reads the index: a file the user cannot read (mode 000 for a non-root user) is
+    checked from its staged content instead of failing click's readable check with exit 2."""
+    root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})
+    (root / "notes.txt").write_text("staged\n")
+    git(root, "add", "notes.txt")
+    monkeypatch.chdir(root)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, *a, **k: False if str(p).endswith("notes.txt")
+                        else real_access(p, m, *a, **k))
+    result = hook("run", "notes.txt")
+    assert result.exit_code == 0, result.output
+    assert "no staged file matches a rule" in result.stderr
+
+
+def test_under_autocrlf_fix_merges_into_a_partially_staged_lf_file(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
+    git(root, "config", "core.autocrlf", "true")
+    write(root, {"a.py": b"a\nold\nb\n"})
+    git(root, "add", "a.py")
+    write(root, {"a.py": b"a\nold\nb\nmy unstaged work\n"})
+    monkeypatch.chdir(root)
+    fixed = hook("run", "--fix")
+    assert fixed.exit_code == 1 and "unstaged changes kept" in fixed.stderr, fixed.output
+    assert (root / "a.py").read_bytes() == b"a\nnew\nb\nmy unstaged work\n"

@@ -115,3 +115,82 @@ def test_resolve_is_deterministic():
     doc = Document.from_text("a\nb\n")
     program = Program((Copy(1, 2), Gen("c\n")))
     assert {resolve(program, doc) for _ in range(5)} == {"a\nb\nc\n"}
+
+
+# -- the BOM, last-line and CRLF rules, across the resolver, the oracle and the display form -------
+
+from cadedit.errors import ProgramError as _ProgramError  # noqa: E402
+from cadedit.resolve import to_display_program, to_document_program  # noqa: E402
+
+plain_bodies = st.sampled_from(["", "x", "y = 2", "    return 1", "é", "\t"])
+
+
+@st.composite
+def consistent_documents(draw):
+    """A file as editors write them: one newline kind, maybe a BOM, maybe no final newline."""
+    newline = draw(st.sampled_from(["\n", "\r\n"]))
+    bodies = draw(st.lists(plain_bodies, min_size=1, max_size=8))
+    text = newline.join(bodies) + ("" if draw(st.booleans()) and bodies[-1] else newline)
+    return Document.from_text((BOM if draw(st.booleans()) else "") + text), newline
+
+
+@st.composite
+def display_programs(draw, n_lines: int):
+    """What a model writes: copies in range, gens of whole lines (each ending in "\\n")."""
+    ops = []
+    for _ in range(draw(st.integers(0, 5))):
+        if n_lines and draw(st.booleans()):
+            start = draw(st.integers(1, n_lines))
+            ops.append(Copy(start, draw(st.integers(start, n_lines))))
+        else:
+            ops.append(Gen("".join(body + "\n" for body in draw(st.lists(plain_bodies, min_size=1, max_size=3)))))
+    return Program(tuple(ops))
+
+
+def expected_text(program: Program, document: Document, newline: str) -> str:
+    """The model's meaning: copies are whole display lines, the file's newline and BOM come back,
+    and the file keeps no final newline only where its unterminated last line ends the output."""
+    bodies, parts, open_end = document.display_lines(), [], False
+    for op in program.ops:
+        if isinstance(op, Copy):
+            parts.append("".join(body + "\n" for body in bodies[op.start - 1 : op.end]))
+            open_end = op.end == document.n_lines and not document.text.endswith(("\n", "\r"))
+        elif op.text:
+            parts.append(op.text)
+            open_end = False
+    text = "".join(parts)
+    if open_end:
+        text = text[:-1]
+    return (BOM if document.bom else "") + text.replace("\n", document.newline)  # "\n" for a file without one
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.data())
+def test_a_models_program_means_the_same_in_the_files_own_bytes(data):
+    document, newline = data.draw(consistent_documents())
+    program = data.draw(display_programs(document.n_lines))
+    assert resolve(to_document_program(program, document), document) == expected_text(program, document, newline)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.data())
+def test_oracle_programs_survive_the_display_form_and_back(data):
+    before, newline = data.draw(consistent_documents())
+    program = data.draw(display_programs(before.n_lines))
+    after = Document.from_text(resolve(to_document_program(program, before), before))
+    oracle_program = oracle(before, after)
+    assert resolve(oracle_program, before) == after.text
+    assert resolve(to_document_program(to_display_program(oracle_program, before), before), before) == after.text
+    assert after.text.count(BOM) == before.text.count(BOM)  # a BOM never moves into the middle
+
+
+@settings(max_examples=500, deadline=None)
+@given(edits())
+def test_a_program_written_with_crlf_line_ends_is_refused_when_it_has_a_gen(pair):
+    program = oracle(*pair)
+    text = format(program).replace("\n", "\r\n")
+    if any(isinstance(op, Gen) for op in program.ops):
+        with pytest.raises(_ProgramError, match="CR line ends"):
+            parse(text)
+    else:
+        assert parse(text) == program
