@@ -107,7 +107,7 @@ class LlamaPeer:
     def __call__(self, loaded, document, instruction: str, max_new_tokens: int | None):
         from cadedit import pipeline
         from cadedit.bench.e2e import Edited
-        from cadedit.decode import Decoded, DecodeStats
+        from cadedit.results import Decoded, DecodeStats
         from cadedit.model import token_bytes
         from cadedit.options import EditOptions, Mode
         from cadedit.resolve import resolve
