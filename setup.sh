@@ -24,16 +24,20 @@ cp examples/before.py "$demo/before.py"
 .venv/bin/cadedit apply "$demo/before.py" "$demo/fix.program" --write
 cmp "$demo/before.py" examples/after.py
 
-# The main job: a real local model fixes a file. The model is whatever --model / CADEDIT_MODEL /
-# .cadedit.toml names; with none set (and no model hub here), fetch the 0.5B GGUF once.
+# The main job: a real local model fixes a real bug, and the fix is verified by a test before it is
+# shown. The model is whatever --model / CADEDIT_MODEL / .cadedit.toml names; with none set (and no
+# model hub here), fetch the default model (README, "Which model") once as a GGUF.
+size=${CADEDIT_MODEL_SIZE:-1.5b}
 model=${CADEDIT_MODEL:-}
 if [ -z "$model" ] && [ "${CADEDIT_SKIP_MODEL:-0}" != 1 ]; then
-    echo "==> fetching Qwen2.5-Coder-0.5B-Instruct (GGUF) with tools/get-model.sh" >&2
-    model=$(PYTHON=.venv/bin/python tools/get-model.sh)
+    echo "==> fetching Qwen2.5-Coder-$size-Instruct (GGUF) with tools/get-model.sh" >&2
+    model=$(PATH="$PWD/.venv/bin:$PATH" tools/get-model.sh --size "$size" | tail -n 1)
 fi
 if [ -n "$model" ]; then
-    echo "==> main job: cadedit fix examples/before.py \"Fix the bug in average.\" --model $model" >&2
-    echo "    (the first run converts a GGUF into the user cache, about a minute; later runs load in seconds)" >&2
-    .venv/bin/cadedit fix examples/before.py "Fix the bug in average." --model "$model" --show-program
+    echo "==> main job: cadedit fix examples/before.py \"Fix the bug in average.\" --test ..." >&2
+    echo "    (the first run converts a GGUF into the user cache, a minute or two; later runs load in seconds)" >&2
+    # The diff is printed, not written: examples/ stays as it is. Exit 3 would mean no try passed the test.
+    .venv/bin/cadedit fix examples/before.py "Fix the bug in average." --model "$model" \
+        --test "python3 examples/check_average.py examples/before.py"
 fi
 echo "==> ready: . .venv/bin/activate && cadedit --help     tests: .venv/bin/python -m pytest" >&2

@@ -61,14 +61,12 @@ def test_unknown_language_has_no_record_and_an_empty_tag(path):
     assert fence_tag(path) == ""
 
 
-def test_table_covers_rewrite_languages():
-    # Read from the source, not imported: rewrite.py imports the model stack (1.3 s).
-    tree = ast.parse((REPO / "cadedit" / "rewrite.py").read_text())
-    found = [node.value for node in tree.body if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "LANGUAGES"]
-    if not found:
-        pytest.skip("rewrite.py has its own table no more")
-    table = ast.literal_eval(found[0])
-    assert {suffix: SUFFIXES[suffix].fence for suffix in table} == table
+def test_the_prompt_tags_fences_from_this_one_table():
+    from cadedit.prompt import language_tag
+
+    for suffix, language in SUFFIXES.items():
+        assert language_tag(f"src/x{suffix}") == language.fence
+    assert language_tag("<stdin>") == "" and language_tag("notes.unknown") == ""
 
 
 # -- syntax ------------------------------------------------------------------------------------

@@ -77,13 +77,15 @@ def int_list(text: str, name: str) -> tuple[int, ...]:
     return values
 
 
-def load_corpora(paths: list[Path], limit: int | None) -> dict[str, list]:
-    from cadedit.bench.corpus import load_corpus
+def load_corpora(paths: list[Path], limit: int | None, context: str = "body") -> dict[str, list]:
+    from cadedit.bench.corpus import CONTEXTS, load_corpus
 
+    if context not in CONTEXTS:
+        raise typer.BadParameter(f"use one of {', '.join(CONTEXTS)}", param_hint="--context")
     corpora: dict[str, list] = {}
     for path in paths:
         name = path.stem if path.stem not in corpora else str(path)
-        corpora[name] = load_corpus(path, limit)
+        corpora[name] = load_corpus(path, limit, context)
     return corpora
 
 
@@ -750,6 +752,9 @@ def tries(
     dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
     skip: Annotated[int, typer.Option(min=0, help="Skip the first N cases of each corpus.")] = 0,
+    context: Annotated[str, typer.Option(
+        help="HumanEvalPack records: docs (the whole file with its docstring, as users hand it over), nodocs, or "
+             "body (the buggy body alone, the declaration as the test's prefix).")] = "docs",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -765,14 +770,14 @@ def tries(
     from cadedit.model import load_model
     from cadedit.options import EditOptions, Mode
 
-    corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip).items()}
+    corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
     with err.status("loading the model ..."):
         loaded = load_model(model, "auto", dtype, threads)
     options = EditOptions(model=loaded.name, mode=Mode(mode))
     options = replace(options, layout=layout) if layout else options
     settings = bt.TriesSettings(max_tries, check_tries, test_timeout, options)
     meta = {"command": "tries", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
-            "threads": loaded.threads, "mode": mode, "layout": options.layout, "tries": max_tries, "check_tries": check_tries, "skip": skip}
+            "threads": loaded.threads, "mode": mode, "layout": options.layout, "context": context, "tries": max_tries, "check_tries": check_tries, "skip": skip}
     done: dict[str, list] = {name: [] for name in corpora}
     results = ResultsFile(json_path)
     rows = ("single",) + (("checks",) if check_tries else ()) + tuple(dict.fromkeys(
@@ -915,3 +920,8 @@ def _longfile_summary(rows: list[dict]) -> dict:
             "first_try_seconds_total": round(sum(r["first_seconds"] for r in group), 1),
         }
     return summary
+
+
+from cadedit.bench.overhead import overhead as _overhead  # noqa: E402 - its own module; imports no torch
+
+app.command("overhead")(_overhead)

@@ -67,8 +67,16 @@ def _language(task_id: str, record: dict) -> str:
     return language if isinstance(language, str) else task_id.split("/")[0].lower()
 
 
-def case_from_record(record: object, where: str) -> Case:
-    """One Case from a decoded JSON record of any supported shape; `where` is "file:line"."""
+CONTEXTS = ("body", "docs", "nodocs")
+
+
+def case_from_record(record: object, where: str, context: str = "body") -> Case:
+    """One Case from a decoded JSON record of any supported shape; `where` is "file:line".
+
+    context, for HumanEvalPack records: "body" edits the buggy body with the declaration as the
+    test's prefix (the paper's counting); "docs" edits the whole file with its docstring
+    (input_code_docs -> gold_code_docs), as a user would hand it over; "nodocs" the whole file
+    without the docstring."""
     if not isinstance(record, dict):
         raise CorpusError(f"{where}: expected a JSON object, found {type(record).__name__}")
     if all(k in record for k in ("before", "after")):
@@ -80,6 +88,11 @@ def case_from_record(record: object, where: str) -> Case:
                     record["instruction"], test, str(record.get("prefix") or ""))
     if all(k in record for k in HUMANEVALPACK):
         _require_strings(record, HUMANEVALPACK, where)
+        if context != "body":
+            before, after = f"input_code_{context}", f"gold_code_{context}"
+            _require_strings(record, (before, after), where)
+            return Case(record["task_id"], _language(record["task_id"], record), record[before], record[after],
+                        f"Fix bugs in {record['entry_point']}.", record.get("test"), "")
         return Case(record["task_id"], _language(record["task_id"], record), record["buggy_solution"],
                     record["canonical_solution"], f"Fix bugs in {record['entry_point']}.",
                     record.get("test"), str(record.get("declaration") or ""))
@@ -94,7 +107,7 @@ def case_from_record(record: object, where: str) -> Case:
     )
 
 
-def load_corpus(path: str | Path, limit: int | None = None) -> list[Case]:
+def load_corpus(path: str | Path, limit: int | None = None, context: str = "body") -> list[Case]:
     """All cases of a JSONL corpus, in file order (the first `limit` when given). Blank lines are skipped."""
     p = Path(path)
     try:
@@ -111,7 +124,7 @@ def load_corpus(path: str | Path, limit: int | None = None) -> list[Case]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise CorpusError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
-        case = case_from_record(record, where)
+        case = case_from_record(record, where, context)
         if case.id in seen:
             raise CorpusError(f"{where}: duplicate id {case.id!r}")
         seen.add(case.id)

@@ -1,0 +1,81 @@
+"""The on-disk store of prompt prefixes: a second edit of the same file with another instruction,
+in a fresh KV cache (as a new process has), feeds only the prompt after the file, and answers
+exactly as a cold start does; entries are keyed by the model and the ids, bounded in size, and
+a damaged entry is ignored."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from cadedit import pipeline
+from cadedit.decode import script_picker
+from cadedit.document import Document
+from cadedit.model import LoadedModel, PrefixStore, language_model, model_identity, token_bytes
+from cadedit.options import EditOptions, Mode
+from tests.tinymodel import make_model
+from tests.tinytok import make_tokenizer
+
+DOC = Document.from_text("def f(x):\n    return x + 1\n" * 12, "x.py")
+
+
+@pytest.fixture
+def loaded():
+    return LoadedModel(make_model(0).double(), make_tokenizer(), "tiny", "cpu", torch.float64, 1, 4096, 0.0)
+
+
+def edit(loaded, instruction: str, **options):
+    answer = DOC.text.replace("f(", "g(") + "```\n"
+    return pipeline.edit_file(DOC, instruction, EditOptions(mode=Mode.VERIFY, **options), loaded=loaded,
+                              pick=script_picker(answer, token_bytes(loaded)))
+
+
+def store_files():
+    root = PrefixStore().root
+    return sorted(root.glob("*.kv")) if root.is_dir() else []
+
+
+def test_a_second_instruction_on_the_same_file_prefills_only_what_follows_the_file(loaded):
+    first = edit(loaded, "Rename f to g.")
+    assert first.stats.tokens_reused == 0 and len(store_files()) == 1
+    language_model(loaded).reset()  # a new process: nothing in memory
+    second = edit(loaded, "Call the function g instead.")
+    assert second.stats.tokens_reused > 0
+    assert second.stats.tokens_prompt < 0.5 * (second.stats.tokens_prompt + second.stats.tokens_reused)
+    language_model(loaded).reset()
+    os.environ["CADEDIT_PREFIX_CACHE"] = "0"
+    try:
+        cold = edit(loaded, "Call the function g instead.")
+    finally:
+        del os.environ["CADEDIT_PREFIX_CACHE"]
+    assert cold.stats.tokens_reused == 0
+    assert cold.program_text == second.program_text and cold.new_text == second.new_text
+
+
+def test_the_instruction_first_layout_has_nothing_to_store(loaded):
+    edit(loaded, "Rename f to g.", layout="both")
+    assert store_files() == []
+
+
+def test_a_damaged_entry_is_ignored_and_removed(loaded):
+    edit(loaded, "Rename f to g.")
+    (entry,) = store_files()
+    entry.write_bytes(b"not a tensor file")
+    language_model(loaded).reset()
+    again = edit(loaded, "Call the function g instead.")
+    assert again.stats.tokens_reused == 0  # fed in full, stored anew
+    assert len(store_files()) == 1 and store_files()[0].read_bytes() != b"not a tensor file"
+
+
+def test_entries_are_keyed_by_model_and_the_store_is_bounded(loaded, tmp_path):
+    lm = language_model(loaded)
+    lm.reset()
+    lm.feed(list(range(10, 60)))
+    store = PrefixStore(tmp_path / "kv", limit=1)
+    store.save(lm, model_identity(loaded), 50)
+    other = LoadedModel(make_model(1).double(), loaded.tokenizer, "tiny", "cpu", torch.float64, 1, 4096, 0.0)
+    assert model_identity(other) != model_identity(loaded)
+    assert not store.load(language_model(other), model_identity(other), list(range(10, 60)))
+    assert list((tmp_path / "kv").glob("*.kv")) == []  # over its limit: the oldest went first
