@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from cadedit import program as P
 from cadedit.decode import Decoded, DecodeStats, Picker, Step, decode, sampling_picker

@@ -5,7 +5,6 @@ SIGTERM and SIGINT to cadedit) without leaving temporary files."""
 
 from __future__ import annotations
 
-import ast
 import os
 import shutil
 import signal

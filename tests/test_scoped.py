@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import pytest
 from typer.testing import CliRunner
 
-import cadedit.model as model_module
 import cadedit.pipeline as pipeline
 from cadedit import cli
 from cadedit.decode import script_picker
 from cadedit.model import token_bytes
+from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
 from tests.tinymodel import save_model
 
 LINES = [
@@ -61,25 +61,6 @@ LAYOUTS = {
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     return save_model(tmp_path_factory.mktemp("models") / "tiny")
-
-
-@pytest.fixture(scope="session")
-def _models():
-    return {}
-
-
-@pytest.fixture(autouse=True)
-def load_once(monkeypatch, _models):
-    """Each model folder loads once per session (the load is most of a tiny-model CLI run)."""
-    real = model_module.load_model
-
-    def load_model(*args, **kwargs):
-        key = (args, tuple(sorted(kwargs.items())))
-        if key not in _models:
-            _models[key] = real(*args, **kwargs)
-        return _models[key]
-
-    monkeypatch.setattr(model_module, "load_model", load_model)
 
 
 @pytest.fixture
