@@ -847,6 +847,7 @@ def longfile(
     from cadedit.model import load_model
     from cadedit.options import EditOptions, Mode
     from cadedit.scope import find_line_refs, resolve_scope
+    from cadedit.errors import CadeditError
     from cadedit.tries import CheckPlan, edit_verified
 
     roots = []
@@ -882,7 +883,15 @@ def longfile(
             refs = tuple(k for ref in find_line_refs(instruction, document.path) for k in range(ref.start, ref.end + 1))
             options = EditOptions(model=loaded.name, mode=Mode.VERIFY, regions=regions, referenced=refs[:20])
         start = time.perf_counter()
-        verified = edit_verified(document, instruction, options, CheckPlan(), max_tries, loaded=loaded)
+        try:
+            verified = edit_verified(document, instruction, options, CheckPlan(), max_tries, loaded=loaded)
+        except CadeditError as exc:  # e.g. a file too large for the model: that task fails, the rest go on
+            rows.append({"id": task["id"], "path": task["path"], "lines": len(task["before"].splitlines()),
+                         "kind": kind, "scoped": scoped, "regions": regions, "seconds": time.perf_counter() - start,
+                         "tries": 0, "first_seconds": 0.0, "answered": False, "first": None, "verified": None,
+                         "error": exc.message})
+            err.print(f"{task['path']}: {exc.message}")
+            return
         seconds = time.perf_counter() - start
         first, answer = verified.tries[0], verified.answer
         row = {"id": task["id"], "path": task["path"], "lines": len(task["before"].splitlines()), "kind": kind,

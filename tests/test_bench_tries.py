@@ -1,0 +1,118 @@
+"""`cadedit bench tries` and `cadedit bench longfile` through the CLI, the tiny model's answers
+scripted through the real decode loop: which try passed the corpus's test, what each row of the
+table counts, scoped long-file edits scored against the original."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cadedit import pipeline
+from cadedit.cli import app
+from cadedit.decode import script_picker
+from cadedit.document import Document
+from cadedit.model import encode, token_bytes
+from tests.test_pipes import scripted_picker, tiny_model_dir
+
+BUGGY = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+TEST = "assert add(2, 3) == 5\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return tiny_model_dir(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def long_context_dir(tmp_path_factory):
+    from tests.tinymodel import save_model
+
+    return save_model(tmp_path_factory.mktemp("models") / "tiny-32k", context=32768)
+
+
+def answers(monkeypatch, *texts: str) -> list:
+    """Try k of each run answers texts[k] (the last one repeats); returns the documents edited."""
+    real_run = pipeline.run_decode
+    seen, first, k_of = [], {}, {}
+
+    def run_decode(loaded, document, prepared, pick, on_step=None, **kwargs):
+        seen.append(prepared)
+        key = (document.text, prepared.regions)
+        first.setdefault(key, prepared.prompt_ids)
+        # a prompt without feedback starts a run of tries; each try after it has the previous failure
+        k = 1 if prepared.prompt_ids == first[key] else k_of[key] + 1
+        k_of[key] = k
+        after = Document.from_text(texts[min(k, len(texts)) - 1])
+        if prepared.regions:
+            answer = pipeline._scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
+            picker = script_picker(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
+        else:
+            picker = scripted_picker(loaded, document, prepared, after)
+        return real_run(loaded, document, prepared, picker, on_step, **kwargs)
+
+    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+    return seen
+
+
+def corpus(tmp_path, n: int = 1):
+    path = tmp_path / "c.jsonl"
+    records = [{"id": f"case{k}", "language": "python", "before": BUGGY, "after": FIXED,
+                "instruction": "Fix add.", "test": TEST} for k in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_tries_counts_the_single_try_checks_only_and_the_test_loop(tmp_path, monkeypatch, tiny_dir):
+    # With the test: try 1 unchanged (fails the change check), try 2 wrong, try 3 right.
+    # Checks only: try 1 unchanged, try 2 wrong but it parses and changes, so it is the answer.
+    answers(monkeypatch, BUGGY, "def add(a, b):\n    return a * b\n", FIXED)
+    out = tmp_path / "t.json"
+    result = CliRunner().invoke(app, ["bench", "tries", "-c", str(corpus(tmp_path)), "--model", str(tiny_dir),
+                                      "--tries", "5", "--check-tries", "3", "--dtype", "fp32", "--threads", "1",
+                                      "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    (row,) = data["corpora"][0]["cases"]
+    assert row["single"] == {"passed": False, "answered": True, "tries": 1, "seconds": row["single"]["seconds"]}
+    assert row["checks"]["passed"] is False and row["checks"]["tries"] == 2
+    assert row["test3"]["passed"] is True and row["test3"]["tries"] == 3
+    assert row["test5"] == row["test3"]
+    assert [t["test_passed"] for t in row["tries_with_test"]] == [False, False, True]
+    summary = data["corpora"][0]["summary"]
+    assert summary["single"]["passed"] == 0 and summary["test5"]["passed"] == 1
+    assert summary["checks_turned_fail_into_pass"] == 0
+    assert "test5    tests passed 1/1" in result.stdout
+
+
+def test_tries_without_the_checks_run(tmp_path, monkeypatch, tiny_dir):
+    answers(monkeypatch, FIXED)
+    out = tmp_path / "t.json"
+    result = CliRunner().invoke(app, ["bench", "tries", "-c", str(corpus(tmp_path, 2)), "--model", str(tiny_dir),
+                                      "--tries", "1", "--check-tries", "0", "--dtype", "fp32", "--threads", "1",
+                                      "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["corpora"][0]["cases"]
+    assert [r["single"]["passed"] for r in rows] == [True, True]
+    assert all("checks" not in r and r["tries_checks_only"] == [] for r in rows)
+
+
+def test_longfile_scores_a_scoped_fix_of_a_real_module(tmp_path, monkeypatch, long_context_dir):
+    from cadedit.bench import longfile
+
+    task = longfile.build_tasks([__import__("rich").__path__[0]], 1, seed=0)[0]
+    answers(monkeypatch, task["after"])
+    out = tmp_path / "l.json"
+    result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--packages", "rich", "-n", "1",
+                                      "--instructions", "explicit", "--scoping", "on", "--tries", "1",
+                                      "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    (row,) = data["rows"]
+    assert row["path"] == task["path"] and row["scoped"] and row["regions"]
+    start, end = row["regions"][0]
+    assert start <= task["bug_line"] <= end and end - start < row["lines"]  # the function, not the file
+    assert row["verified"] == {"exact": True, "lines_changed_outside": 0, "lines_changed_inside": 1}  # vs the buggy file
+    assert data["summary"]["explicit/scoped"]["exact_verified"] == 1
