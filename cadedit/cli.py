@@ -769,13 +769,17 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES
     options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens,
                           mode=mode)
-    try:
-        with err.status(f"cadedit hook: loading {options.model} ..."):
-            loaded = load_model(options.model, options.device, options.dtype, options.threads)
-    except ModelError as exc:
-        exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
-        raise
-    say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(n_files)})")
+    loaded = _server_for(options)
+    if loaded is not None:
+        say(f"cadedit hook: {loaded.name}: using the cadedit server (pid {loaded.pid})")
+    else:
+        try:
+            with err.status(f"cadedit hook: loading {options.model} ..."):
+                loaded = load_model(options.model, options.device, options.dtype, options.threads)
+        except ModelError as exc:
+            exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
+            raise
+        say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(n_files)})")
 
     def edit(document, rule) -> str:
         from cadedit.document import Document

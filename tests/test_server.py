@@ -353,3 +353,38 @@ def test_serve_status_while_the_server_is_still_loading(sock):
         server.release(sock)
     assert status.returncode == 1
     assert status.stderr.startswith(f"error: the cadedit server (pid {os.getpid()}) does not answer yet")
+
+
+# --- fix and the hook use a running server by themselves ---------------------------------------
+
+
+def test_fix_uses_the_running_server_and_loads_nothing_itself(held, tiny_dir, sock, scripted, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import cadedit.model
+    from cadedit import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_bytes(BEFORE)
+    monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: pytest.fail("fix loaded the model itself"))
+    with serving(held, sock):
+        result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
+                                              "--no-scope", "--tries", "1", "--write"])
+    assert result.exit_code == 0, result.output
+    assert "using the cadedit server" in result.stderr
+    assert (tmp_path / "a.py").read_bytes() == AFTER
+
+
+def test_fix_loads_locally_when_the_server_is_turned_off(held, tiny_dir, sock, scripted, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from cadedit import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CADEDIT_SERVER", "0")
+    (tmp_path / "a.py").write_bytes(BEFORE)
+    with serving(held, sock):
+        result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
+                                              "--no-scope", "--tries", "1", "--dtype", "fp32", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert "using the cadedit server" not in result.stderr and "loaded in" in result.stderr
