@@ -215,7 +215,7 @@ _Json = Annotated[bool, typer.Option("--json", help="Print program, diff and sta
 _Model = Annotated[Optional[str], typer.Option(
     "--model", "-m", show_default=False,
     help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
-         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-0.5B-Instruct).")]
+         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-1.5B-Instruct).")]
 _Threads = Annotated[Optional[int], typer.Option(
     "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
 _Dtype = Annotated[str, typer.Option(
@@ -718,7 +718,7 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
 
     Settings: .cadedit.toml at the repository root (or pyproject.toml \\[tool.cadedit]), for example:
 
-    model = "Qwen/Qwen2.5-Coder-0.5B-Instruct"  (optional; --model and CADEDIT_MODEL come first)
+    model = "Qwen/Qwen2.5-Coder-1.5B-Instruct"  (optional; --model and CADEDIT_MODEL come first)
 
     \\[\\[rules]]  files = "*.py"  instruction = "Add a docstring to every public function that lacks one."
     """

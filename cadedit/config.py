@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cadedit.errors import ConfigError
 
-DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
 
 
 def read_toml(path: Path) -> dict:

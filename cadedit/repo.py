@@ -29,7 +29,7 @@ EditFn = Callable[[Document, "Rule"], str]  # (staged document, the rule) -> the
 HOOK_MARKER = "# cadedit-pre-commit-hook"
 BACKUP_SUFFIX = ".cadedit-backup"
 SETTINGS_FILE = ".cadedit.toml"
-EXAMPLE_SETTINGS = """model = "Qwen/Qwen2.5-Coder-0.5B-Instruct"   # optional; also --model / CADEDIT_MODEL
+EXAMPLE_SETTINGS = """model = "Qwen/Qwen2.5-Coder-1.5B-Instruct"   # optional; also --model / CADEDIT_MODEL
 mode = "verify"                              # optional: program, rewrite, lookup or verify (the default)
 tries = 3                                    # optional: candidates to try until one passes its checks
 [[rules]]

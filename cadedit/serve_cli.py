@@ -26,7 +26,7 @@ app = typer.Typer(
 _Model = Annotated[Optional[str], typer.Option(
     "--model", "-m", show_default=False,
     help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
-         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-0.5B-Instruct).")]
+         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-1.5B-Instruct).")]
 _Dtype = Annotated[str, typer.Option(
     "--dtype", help="auto, fp32 or bf16 (auto: bf16 on CUDA; on CPU whichever a quick probe finds faster).")]
 _Threads = Annotated[Optional[int], typer.Option(

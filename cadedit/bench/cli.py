@@ -64,7 +64,7 @@ TokenizerOpt = Annotated[str | None, typer.Option(
     "--tokenizer", metavar="PATH", help="tokenizer.json, a model folder, a .gguf file or a hub id (default: the model's, see --model).")]
 ModelOpt = Annotated[str | None, typer.Option(
     "--model", "-m", metavar="MODEL", help="Model folder, .gguf file or hub id (default: $CADEDIT_MODEL, then `model` in .cadedit.toml or "
-         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-0.5B-Instruct).")]
+         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-1.5B-Instruct).")]
 
 
 def int_list(text: str, name: str) -> tuple[int, ...]:
