@@ -489,6 +489,8 @@ def e2e(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda[:k].")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
+    context: Annotated[str, typer.Option(
+        help="HumanEvalPack records: body (the paper's counting), docs (whole files with docstrings) or nodocs.")] = "body",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -525,7 +527,7 @@ def e2e(
     if peer_names:
         require_llama()
     baseline = names[1] if len(names) > 1 else ""
-    corpora = load_corpora(corpus, limit)
+    corpora = load_corpora(corpus, limit, context)
     if long:
         full = load_corpora(corpus, None)
         for name in list(corpora):
