@@ -51,11 +51,47 @@ class Prepared:
     reuse_at: int = 0  # prompt tokens that do not depend on the instruction (stored on disk for reuse)
 
 
+def common_indent(text: str) -> str:
+    """The whitespace every non-blank line of text starts with."""
+    lines = [line for line in text.split("\n") if line.strip()]
+    if not lines:
+        return ""
+    prefix = os.path.commonprefix(lines)
+    return prefix[: len(prefix) - len(prefix.lstrip(" \t"))]
+
+
+def dedent(text: str, indent: str) -> str:
+    """text without `indent` at the start of its non-blank lines (blank lines become empty)."""
+    return "\n".join(line[len(indent) :] if line.strip() else line.strip(" \t") for line in text.split("\n"))
+
+
+def _leading(text: str) -> str:
+    first = next((line for line in text.split("\n") if line.strip()), "")
+    return first[: len(first) - len(first.lstrip(" \t"))]
+
+
+def reindent(answer: str, region: str) -> str:
+    """A region's answer with the region's own indentation back: when the answer's first line lacks
+    some of the indentation the region's first line has (the model wrote the region dedented, as
+    it was shown), that part goes in front of each of its non-blank lines; an answer that kept the
+    indentation is left as it is."""
+    have, want = _leading(answer), _leading(region)
+    missing = want[len(have) :] if want.startswith(have) else ""
+    if not missing or len(missing) > len(common_indent(region)):
+        return answer
+    return "\n".join(missing + line if line.strip() else line for line in answer.split("\n"))
+
+
+def region_indents(document: Document, regions) -> tuple[str, ...]:
+    return tuple(common_indent(document.display_text(a, b)) for a, b in regions)
+
+
 def _scoped_source(document: Document, fence: str, regions, headers) -> str:
-    """What an answer that changes nothing prints: each region's lines and closing fence, headers between."""
+    """What an answer that changes nothing prints: each region's lines (without the indentation the
+    whole region shares) and closing fence, headers between."""
     parts = []
-    for k, (a, b) in enumerate(regions):
-        body = document.display_text(a, b)
+    for k, ((a, b), indent) in enumerate(zip(regions, region_indents(document, regions))):
+        body = dedent(document.display_text(a, b), indent)
         parts.append(body + ("\n" if body and not body.endswith("\n") else "") + fence + "\n")
         if k + 1 < len(regions):
             parts.append(headers[k])
@@ -83,8 +119,10 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
         fence = fence_for(document.text)
         messages = scoped_messages(document, instruction, fence, regions, options.referenced, options.feedback,
                                    options.layout)
-        prompt = render_chat(loaded.tokenizer, messages) + region_header(*regions[0], fence, document.path)
-        headers = tuple(region_header(a, b, fence, document.path) for a, b in regions[1:])
+        indents = region_indents(document, regions)
+        prompt = render_chat(loaded.tokenizer, messages) + region_header(*regions[0], fence, document.path, indents[0])
+        headers = tuple(region_header(a, b, fence, document.path, indent)
+                        for (a, b), indent in zip(regions[1:], indents[1:]))
         answer = source = _scoped_source(document, fence, regions, headers)
         room_needed, hint = 0, "edit a smaller file, or split it first"
     else:
@@ -228,6 +266,7 @@ def _scoped_text(document: Document, prepared: Prepared, answer: str) -> str:
         out.append(document.display_text(at, a - 1))
         if k < len(segments):
             text = output_text(segments[k], prepared.fence, unterminated=b == document.n_lines and last_unterminated)
+            text = reindent(text, document.display_text(a, b))
             if b < document.n_lines and text and not text.endswith("\n"):
                 text += "\n"  # a region inside the file ends its last line before the copied lines go on
             out.append(_trim_overlap(text, document, a, b))

@@ -203,9 +203,20 @@ Reply with those lines only, edited as the instruction says, in one code block p
 Copy every line that the instruction does not change exactly as it is, including comments, blank lines and indentation."""
 
 
-def region_header(start: int, end: int, fence: str, path: str) -> str:
-    """The text that opens the answer for one region; forced, never written by the model."""
-    return f"Lines {start}-{end}:\n{fence}{language_tag(path)}\n"
+def region_header(start: int, end: int, fence: str, path: str, indent: str = "") -> str:
+    """The text that opens the answer for one region; forced, never written by the model. A region
+    indented as a whole (a method) is answered without that indentation, as code in a fresh block
+    is written; cadedit puts it back."""
+    shown = f", without their common indentation of {_indent_words(indent)}" if indent else ""
+    return f"Lines {start}-{end}{shown}:\n{fence}{language_tag(path)}\n"
+
+
+def _indent_words(indent: str) -> str:
+    if set(indent) == {" "}:
+        return f"{len(indent)} spaces" if len(indent) != 1 else "1 space"
+    if set(indent) == {"\t"}:
+        return f"{len(indent)} tabs" if len(indent) != 1 else "1 tab"
+    return repr(indent)
 
 
 def scoped_messages(document: Document, instruction: str, fence: str, regions: Sequence[tuple[int, int]],

@@ -196,7 +196,7 @@ def test_lines_option(work, tiny_dir, scripted):
     assert result.exit_code == 0, result.output
     assert scope_line(result.stderr) == "scope: lines 2-3 (--lines 2-3)"
     assert calls[0].prepared.regions == ((2, 3),)
-    assert calls[0].prepared.source == "    return x + 1\n\n```\n"
+    assert calls[0].prepared.source == "return x + 1\n\n```\n"  # drafted without the indentation the region shares
     assert (work / "a.py").read_bytes() == make(newline="\r\n", l2="    return x + 10")
 
 
@@ -217,8 +217,10 @@ def test_two_regions_with_the_header_forced_between(work, tiny_dir, scripted):
     assert result.exit_code == 0, result.output
     assert scope_line(result.stderr) == "scope: line 2 (--lines 2), line 6 (--lines 6)"
     prepared = calls[0].prepared
-    assert prepared.regions == ((2, 2), (6, 6)) and prepared.headers == ("Lines 6-6:\n```python\n",)
-    assert prepared.source == "    return x + 1\n```\nLines 6-6:\n```python\n    return x - 2\n```\n"
+    assert prepared.regions == ((2, 2), (6, 6))
+    assert prepared.headers == ("Lines 6-6, without their common indentation of 4 spaces:\n```python\n",)
+    assert prepared.source == ("return x + 1\n```\nLines 6-6, without their common indentation of 4 spaces:\n```python\n"
+                               "return x - 2\n```\n")
     assert (work / "a.py").read_bytes() == make(final=False, l2="    return x + 10", l6="    return x * 2")
 
 
@@ -465,7 +467,7 @@ def test_scope_class_method_includes_its_decorator_and_comment(work, tiny_dir, s
     result = fix(tiny_dir, "Fix the typo.", "--scope", "Greeter.hello", "--write")
     assert result.exit_code == 0, result.output
     assert scope_line(result.stderr) == "scope: lines 5-8 (method Greeter.hello)"
-    assert calls[0].prepared.source.startswith("    # Says hello.\n    @functools.cache\n")
+    assert calls[0].prepared.source.startswith("# Says hello.\n@functools.cache\n")  # drafted dedented
     assert (work / "a.py").read_bytes() == make(CLASS, newline="\r\n", final=False,
                                                 l8="        return 'hello ' + name")
 
