@@ -269,12 +269,47 @@ def _scoped_text(document: Document, prepared: Prepared, answer: str) -> str:
             text = reindent(text, document.display_text(a, b))
             if b < document.n_lines and text and not text.endswith("\n"):
                 text += "\n"  # a region inside the file ends its last line before the copied lines go on
-            out.append(_trim_overlap(text, document, a, b))
+            out.append(_trim_overlap(_fill_skipped(text, document.display_text(a, b)), document, a, b))
         else:
             out.append(document.display_text(a, b))
         at = b + 1
     out.append(document.display_text(at, document.n_lines))
     return "".join(out)
+
+
+def _fill_skipped(answer: str, region: str) -> str:
+    """A region's answer that starts (or ends) at one of the region's own lines further in gets the
+    lines it skipped back: a model told about one line often retypes from that line on, and the
+    lines before it would otherwise be deleted. The answer is placed in the region by its first
+    (last) line that equals exactly one region line, within its first (last) three lines."""
+    new, old = answer.splitlines(keepends=True), region.splitlines(keepends=True)
+    got, had = [line.strip() for line in new], [line.strip() for line in old]
+    if not any(got) or not any(had):
+        return answer
+    first_text = next(i for i, t in enumerate(had) if t)
+    last_text = max(i for i, t in enumerate(had) if t)
+    start = _anchor(got, had, range(min(3, len(got))))
+    if start is not None and start > first_text:
+        new, got = old[:start] + new, had[:start] + got
+    end = _anchor(got[::-1], had[::-1], range(min(3, len(got))))
+    if end is not None:
+        end = len(had) - 1 - end  # the region line the answer's last line stands for
+        if end < last_text:
+            if new and not new[-1].endswith("\n"):
+                new[-1] += "\n"
+            new += old[end + 1 :]
+    return "".join(new)
+
+
+def _anchor(got: list[str], had: list[str], positions) -> int | None:
+    """Where line 0 of `got` stands in `had`: from the first of `positions` whose text occurs in
+    `had` exactly once."""
+    for j in positions:
+        if got[j]:
+            found = [k for k, t in enumerate(had) if t == got[j]]
+            if len(found) == 1:
+                return found[0] - j if found[0] >= j else None
+    return None
 
 
 def _trim_overlap(text: str, document: Document, a: int, b: int) -> str:
