@@ -25,10 +25,13 @@ INSTRUCTIONS = ("Add a docstring to the first function.", "Rename the first func
 
 
 def run_fix(model: str, file: Path, instruction: str, extra: list[str]) -> dict:
+    """One `cadedit fix` process, run in the file's folder (its diff names the file from there)."""
+    import os
+
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "cadedit", "fix", str(file), instruction, "--model", model, "--tries",
-                           "1", "--json", "--allow-no-change", "--quiet", *extra],
-                          capture_output=True, text=True, env={**__import__("os").environ, "CADEDIT_SERVER": "0"})
+    done = subprocess.run([sys.executable, "-m", "cadedit", "fix", file.name, instruction, "--model", model, "--tries",
+                           "1", "--json", "--allow-no-change", "--quiet", *extra], cwd=file.parent,
+                          capture_output=True, text=True, env={**os.environ, "CADEDIT_SERVER": "0"})
     wall = time.perf_counter() - start
     try:
         data = json.loads(done.stdout)
@@ -70,6 +73,7 @@ def overhead(
     import shutil
     import tempfile
 
+    model = str(Path(model).expanduser().resolve()) if Path(model).expanduser().exists() else model
     extra = ["--dtype", dtype] + (["--threads", str(threads)] if threads else [])
     with tempfile.TemporaryDirectory(prefix="cadedit-overhead-") as tmp:
         target = Path(tmp) / file.name
