@@ -76,7 +76,8 @@ def test_tries_counts_the_single_try_checks_only_and_the_test_loop(tmp_path, mon
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (row,) = data["corpora"][0]["cases"]
-    assert row["single"] == {"passed": False, "answered": True, "tries": 1, "seconds": row["single"]["seconds"]}
+    assert row["single"] == {"passed": False, "exact": False, "answered": True, "tries": 1,
+                             "seconds": row["single"]["seconds"]}
     assert row["checks"]["passed"] is False and row["checks"]["tries"] == 2
     assert row["test3"]["passed"] is True and row["test3"]["tries"] == 3
     assert row["test5"] == row["test3"]
@@ -84,7 +85,7 @@ def test_tries_counts_the_single_try_checks_only_and_the_test_loop(tmp_path, mon
     summary = data["corpora"][0]["summary"]
     assert summary["single"]["passed"] == 0 and summary["test5"]["passed"] == 1
     assert summary["checks_turned_fail_into_pass"] == 0
-    assert "test5    tests passed 1/1" in result.stdout
+    assert row["test5"]["exact"] is True and "test5    tests passed 1/1, exact 1" in result.stdout
 
 
 def test_tries_without_the_checks_run(tmp_path, monkeypatch, tiny_dir):

@@ -808,7 +808,7 @@ def tries(
         for k in rows:
             if k in summary:
                 s = summary[k]
-                out.print(f"  {k:8s} tests passed {s['passed']}/{summary['n']}, answered {s['answered']}, "
+                out.print(f"  {k:8s} tests passed {s['passed']}/{summary['n']}, exact {s['exact']}, answered {s['answered']}, "
                           f"median {s['seconds_median']:.1f} s, mean {s['seconds_mean']:.1f} s")
         out.print(f"  checks alone turned {summary['checks_turned_fail_into_pass']} failed single tries into passes")
 

@@ -67,7 +67,8 @@ def _row(judged: list[dict], upto: int) -> dict:
     made = judged[:upto]
     answer = next((r for r in made if r["checks_passed"]), None)
     stop = made.index(answer) + 1 if answer else len(made)
-    return {"passed": bool(answer and answer["test_passed"]), "answered": answer is not None,
+    return {"passed": bool(answer and answer["test_passed"]), "exact": bool(answer and answer["exact"]),
+            "answered": answer is not None,
             "tries": stop, "seconds": sum(r["seconds"] for r in made[:stop])}
 
 
@@ -88,7 +89,7 @@ def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings) -> dict:
             checked = edit_verified(document, case.instruction, settings.options, CheckPlan(), settings.check_tries,
                                     loaded=loaded)
             checked_rows = _judged(checked, case, settings.test_timeout)
-    single = {"passed": tested_rows[0]["test_passed"], "answered": True, "tries": 1,
+    single = {"passed": tested_rows[0]["test_passed"], "exact": tested_rows[0]["exact"], "answered": True, "tries": 1,
               "seconds": tested_rows[0]["seconds"]}
     row = {"id": case.id, "language": case.language, "single": single,
            "tries_with_test": tested_rows, "tries_checks_only": checked_rows}
@@ -109,7 +110,8 @@ def summarize(results: list[dict], rows=ROWS) -> dict:
         cells = [r[name] for r in done if name in r]
         if not cells:
             continue
-        out[name] = {"passed": sum(c["passed"] for c in cells), "answered": sum(c["answered"] for c in cells),
+        out[name] = {"passed": sum(c["passed"] for c in cells), "exact": sum(c["exact"] for c in cells),
+                     "answered": sum(c["answered"] for c in cells),
                      "seconds_median": median([c["seconds"] for c in cells]),
                      "seconds_mean": sum(c["seconds"] for c in cells) / len(cells)}
     last = rows[-1]
