@@ -14,6 +14,7 @@ from cadedit.cli import app
 from cadedit.decode import script_picker
 from cadedit.document import Document
 from cadedit.model import encode, token_bytes
+from cadedit.regions import scoped_source
 from tests.test_pipes import scripted_picker, tiny_model_dir
 
 BUGGY = "def add(a, b):\n    return a - b\n"
@@ -47,7 +48,7 @@ def answers(monkeypatch, *texts: str) -> list:
         k_of[key] = k
         after = Document.from_text(texts[min(k, len(texts)) - 1])
         if prepared.regions:
-            answer = pipeline._scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
+            answer = scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
             picker = script_picker(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
         else:
             picker = scripted_picker(loaded, document, prepared, after)

@@ -60,7 +60,8 @@ def test_stdin_documents_are_called_the_file():
     assert messages[-1]["content"].startswith("File the file (1 line):\n1 | x = 1\n")
 
 
-PURE = ("prompt", "program", "document", "resolve", "oracle", "diff", "fence", "verify", "draft", "options")
+PURE = ("prompt", "program", "document", "resolve", "oracle", "diff", "fence", "verify", "draft", "options", "regions",
+        "results", "checks", "tries", "scope", "languages")
 
 
 @pytest.mark.parametrize("module", PURE)
