@@ -423,16 +423,14 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
     from dataclasses import replace
 
-    from cadedit.scope import find_line_refs, resolve_scope
+    from cadedit.scope import referenced_lines, resolve_scope
     from cadedit.tries import edit_verified
 
     scope = None
     if scoping.on:
         scope = resolve_scope(document, instruction, lines=scoping.lines, names=scoping.names)
         if not scope.whole_file:
-            referenced = tuple(k for ref in find_line_refs(instruction, document.path)
-                               for k in range(ref.start, ref.end + 1))[:20]
-            options = replace(options, regions=tuple((r.start, r.end) for r in scope.regions), referenced=referenced)
+            options = replace(options, regions=scope.ranges, referenced=referenced_lines(instruction, document.path))
         if not quiet:
             say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)

@@ -53,6 +53,11 @@ class Scope:
             return "scope: whole file" + (f" ({self.note})" if self.note else "")
         return "scope: " + ", ".join(f"{r.span} ({r.reason})" for r in self.regions)
 
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """The regions as (start, end) pairs, as EditOptions.regions takes them."""
+        return tuple((r.start, r.end) for r in self.regions)
+
     def as_json(self) -> list[dict]:
         return [{"start": r.start, "end": r.end, "reason": r.reason} for r in self.regions]
 
@@ -92,6 +97,11 @@ def resolve_scope(
     if not regions:
         return Scope(note="the instruction names no line or definition of this file")
     return Scope(merge_regions(regions))
+
+
+def referenced_lines(instruction: str, path: str = "<text>", most: int = 20) -> tuple[int, ...]:
+    """The lines of this file the instruction names by number (the prompt quotes them), at most `most`."""
+    return tuple(k for ref in find_line_refs(instruction, path) for k in range(ref.start, ref.end + 1))[:most]
 
 
 def parse_line_ranges(spec: str) -> tuple[int, int]:

@@ -848,7 +848,7 @@ def longfile(
     from cadedit.document import Document
     from cadedit.model import load_model
     from cadedit.options import EditOptions, Mode
-    from cadedit.scope import find_line_refs, resolve_scope
+    from cadedit.scope import referenced_lines, resolve_scope
     from cadedit.errors import CadeditError
     from cadedit.tries import CheckPlan, edit_verified
 
@@ -879,11 +879,10 @@ def longfile(
         document = Document.from_text(task["before"], task["path"])
         options = EditOptions(model=loaded.name, mode=Mode.VERIFY)
         regions = ()
-        if scoped:
-            scope = resolve_scope(document, instruction)
-            regions = tuple((r.start, r.end) for r in scope.regions)
-            refs = tuple(k for ref in find_line_refs(instruction, document.path) for k in range(ref.start, ref.end + 1))
-            options = EditOptions(model=loaded.name, mode=Mode.VERIFY, regions=regions, referenced=refs[:20])
+        if scoped:  # as `cadedit fix` scopes an edit
+            regions = resolve_scope(document, instruction).ranges
+            options = EditOptions(model=loaded.name, mode=Mode.VERIFY, regions=regions,
+                                  referenced=referenced_lines(instruction, document.path))
         start = time.perf_counter()
         try:
             verified = edit_verified(document, instruction, options, CheckPlan(), max_tries, loaded=loaded)
