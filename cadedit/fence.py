@@ -102,9 +102,6 @@ class FenceCursor:
                 self._forced = self.headers[len(self.bounds) - 1]
         return True
 
-    def rollback(self, k: int) -> None:
-        raise NotImplementedError("fenced text is drafted without walking the cursor")
-
     def text(self) -> str:
         return self.decode(self.ids)
 
