@@ -20,7 +20,7 @@ from rich.console import Console
 
 from cadedit import __version__
 from cadedit.errors import CadeditError
-from cadedit.options import DEFAULT_MODE, Mode
+from cadedit.options import CONTEXT_LINES, DEFAULT_MODE, Mode
 
 err = Console(stderr=True)
 
@@ -255,6 +255,19 @@ _Scope = Annotated[Optional[list[str]], typer.Option(
 _NoScope = Annotated[bool, typer.Option(
     "--no-scope", help="Let the model retype the whole file even when the instruction names lines or definitions.")]
 _Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Per-phase timings and every check's output on stderr.")]
+_Context = Annotated[str, typer.Option(
+    "--context", metavar="N|all",
+    help="Scoped edits: lines shown to the model on each side of the lines it retypes (with the file's first "
+         "lines), or all for the whole file.")]
+
+
+def context_lines(value: str) -> int | None:
+    """--context's value: a line count, or None for the whole file."""
+    if value.strip().lower() == "all":
+        return None
+    if not value.strip().isdigit():
+        raise typer.BadParameter(f"{value!r}: expected a number of lines or all", param_hint="--context")
+    return int(value)
 
 
 @app.command()
@@ -263,7 +276,8 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         dtype: _Dtype = "auto", temperature: _Temperature = 0.0, top_p: _TopP = 1.0, seed: _Seed = None,
         max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = 3,
         test: _Test = None, test_timeout: _TestTimeout = 120.0, allow_no_change: _AllowNoChange = False,
-        lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False) -> None:
+        lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
+        context: _Context = str(CONTEXT_LINES)) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
     Every candidate is checked before it is shown or written: the edited file must parse, must differ
@@ -300,7 +314,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
                                  param_hint="--lines/--scope")
     files, instruction = _fix_arguments(args, instruction_opt)
     options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
-                          max_new_tokens=max_new_tokens, mode=mode)
+                          max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context))
     plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
     scoping = _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope and mode != Mode.PROGRAM)
     if len(files) > 1:
@@ -424,13 +438,14 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
     from dataclasses import replace
 
     from cadedit.scope import referenced_lines, resolve_scope
-    from cadedit.tries import edit_verified
+    from cadedit.tries import WIDEN_AT, edit_verified
 
     scope = None
     if scoping.on:
         scope = resolve_scope(document, instruction, lines=scoping.lines, names=scoping.names)
         if not scope.whole_file:
-            options = replace(options, regions=scope.ranges, referenced=referenced_lines(instruction, document.path))
+            options = replace(options, regions=scope.ranges, wider=scope.wider_ranges,
+                              referenced=referenced_lines(instruction, document.path))
         if not quiet:
             say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
@@ -441,7 +456,10 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
             return
         stats = attempt.result.stats if attempt.result else None
         numbers = f" ({progress.summary(stats)})" if stats else ""
-        say(f"{document.path}: try {attempt.number} of {tries}: {attempt.summary()}{numbers}")
+        widened = ""
+        if options.wider and attempt.regions == options.wider and attempt.number == WIDEN_AT:
+            widened = " [scope widened to " + ", ".join(f"lines {a}-{b}" for a, b in attempt.regions) + "]"
+        say(f"{document.path}: try {attempt.number} of {tries}{widened}: {attempt.summary()}{numbers}")
         if verbose and stats:
             say(f"  decode: prompt {stats.tokens_prompt} tokens fed ({stats.tokens_reused} reused) in "
                 f"{stats.seconds_prefill:.2f} s, steps {stats.seconds_steps:.2f} s, pick {stats.seconds_pick:.2f} s, "

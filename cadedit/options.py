@@ -19,6 +19,7 @@ class Mode(str, enum.Enum):
 # verify: rewrite's exact output at several times its speed; program mode needs a model trained
 # to choose spans (README, Benchmarks).
 DEFAULT_MODE = Mode.VERIFY
+CONTEXT_LINES = 60
 
 
 @dataclass(frozen=True)
@@ -45,5 +46,12 @@ class EditOptions:
     # The line ranges (1-based, inclusive, in file order) the model retypes; the rest is copied by
     # construction. Empty: the whole file. Fenced modes only (cadedit.scope resolves them).
     regions: tuple[tuple[int, int], ...] = ()
+    # What later tries retype when the first regions are statements a line reference points at
+    # (cadedit.scope's wider scope, the functions around them; cadedit.tries). Empty: no widening.
+    wider: tuple[tuple[int, int], ...] = ()
     referenced: tuple[int, ...] = ()  # lines the instruction names by number, quoted in the prompt
+    # Scoped edits: how many lines on each side of the regions the prompt shows (with the file's
+    # first lines); None: the whole file. Measured in README (Scoped edits): on long files the
+    # whole file costs most of the time and did not make small models more exact.
+    context: int | None = CONTEXT_LINES
     feedback: str = ""  # what failed in the previous try, for the prompt (cadedit.tries)

@@ -57,9 +57,21 @@ class Definition:
 
 
 @dataclass(frozen=True)
+class Statement:
+    """One statement that is not a definition: its lines, and the lines of its header. A compound
+    statement's header runs to the line before its body (`if x:`, `for (...) {`); a simple
+    statement, or a compound one written on one line, is all header."""
+
+    start: int
+    end: int
+    head_end: int
+
+
+@dataclass(frozen=True)
 class Outline:
     definitions: tuple[Definition, ...] = ()
     problem: str = ""  # why the definitions are unknown; "" when they are known
+    statements: tuple[Statement, ...] = ()  # sorted by start, outer before inner
 
     @property
     def known(self) -> bool:
@@ -102,7 +114,21 @@ def _python_outline(source: str, name: str) -> Outline:
     _walk_python(tree, (), False, found, in_strings)
     bodies = source.split("\n")
     definitions = (Definition(k, q, _above_comments(first, bodies, in_strings), end) for k, q, first, end in found)
-    return Outline(tuple(sorted(definitions, key=lambda d: (d.start, -d.end))))
+    statements = (_python_statement(node) for node in ast.walk(tree)
+                  if isinstance(node, ast.stmt) and not isinstance(node, _PY_DEFINITIONS))
+    return Outline(tuple(sorted(definitions, key=lambda d: (d.start, -d.end))),
+                   statements=tuple(sorted(statements, key=lambda t: (t.start, -t.end))))
+
+
+_PY_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _python_statement(node: ast.stmt) -> Statement:
+    end = node.end_lineno or node.lineno
+    body = getattr(node, "body", None)
+    first = node.cases[0].pattern.lineno if isinstance(node, ast.Match) and node.cases else (
+        body[0].lineno if isinstance(body, list) and body else node.lineno)
+    return Statement(node.lineno, end, first - 1 if first > node.lineno else end)
 
 
 def _walk_python(node: ast.AST, prefix: tuple[str, ...], in_class: bool, out: list, in_strings: set[int]) -> None:
@@ -162,7 +188,36 @@ def _tree_sitter_outline(source: str, language: str, name: str) -> Outline:
         return Outline(problem=f"{name} does not parse as {_TITLES[language]} (line {_first_error_line(root)})")
     found: list[Definition] = []
     _walk_tree(root, (), False, found)
-    return Outline(tuple(sorted(found, key=lambda d: (d.start, -d.end))))
+    statements: list[Statement] = []
+    _tree_statements(root, statements)
+    return Outline(tuple(sorted(found, key=lambda d: (d.start, -d.end))),
+                   statements=tuple(sorted(statements, key=lambda t: (t.start, -t.end))))
+
+
+_BODIES = ("body", "consequence")
+
+
+def _tree_statements(node, out: list) -> None:
+    """Statements and declarations that define nothing; a header ends on the line of its block's
+    `{` (or before a braceless body)."""
+    for child in node.named_children:
+        kind = child.type
+        if (kind.endswith("_statement") or kind in _DECLARATIONS) and kind != "export_statement" \
+                and _tree_definition(child, False) is None and not _declares_function(child):
+            start, end = child.start_point.row + 1, child.end_point.row + 1
+            head_end = end
+            body = next((b for b in map(child.child_by_field_name, _BODIES) if b is not None), None)
+            if body is not None and body.type == "statement_block":
+                head_end = body.start_point.row + 1
+            elif body is not None and body.start_point.row + 1 > start:
+                head_end = body.start_point.row
+            out.append(Statement(start, end, max(start, min(head_end, end))))
+        _tree_statements(child, out)
+
+
+def _declares_function(node) -> bool:
+    """`const f = () => ...`: a definition, not a statement."""
+    return node.type in _DECLARATIONS and any(_tree_definition(c, False) is not None for c in node.named_children)
 
 
 def _walk_tree(node, prefix: tuple[str, ...], in_class: bool, out: list) -> None:

@@ -27,7 +27,7 @@ from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
 from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, region_header, rewrite_messages
 from cadedit.prompt import scoped_messages
-from cadedit.regions import region_indents, scoped_source, scoped_text
+from cadedit.regions import context_spans, region_indents, scoped_source, scoped_text
 from cadedit.resolve import resolve, to_document_program
 from cadedit.verify import VerifyDrafter
 
@@ -71,8 +71,9 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
         room_needed, hint = PROGRAM_ROOM, "edit a smaller file, or split it first"
     elif regions:
         fence = fence_for(document.text)
+        context = context_spans(document.n_lines, regions, options.context)
         messages = scoped_messages(document, instruction, fence, regions, options.referenced, options.feedback,
-                                   options.layout)
+                                   options.layout, context)
         indents = region_indents(document, regions)
         prompt = render_chat(loaded.tokenizer, messages) + region_header(*regions[0], fence, document.path, indents[0])
         headers = tuple(region_header(a, b, fence, document.path, indent)

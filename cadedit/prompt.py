@@ -220,12 +220,18 @@ def _indent_words(indent: str) -> str:
 
 
 def scoped_messages(document: Document, instruction: str, fence: str, regions: Sequence[tuple[int, int]],
-                    referenced: Sequence[int] = (), feedback: str = "", layout: str = "both") -> list[dict[str, str]]:
-    """The whole file for context, then the instruction and the line ranges the answer retypes.
-    Lines the instruction refers to by number are quoted with their numbers, since the file is
-    shown without them."""
+                    referenced: Sequence[int] = (), feedback: str = "", layout: str = "both",
+                    context: Sequence[tuple[int, int]] | None = None) -> list[dict[str, str]]:
+    """The file for context (whole, or the `context` line ranges: regions.context_spans), then the
+    instruction and the line ranges the answer retypes. Lines the instruction refers to by number
+    are quoted with their numbers, since the file is shown without them."""
     name = PurePath(document.path).name if not document.path.startswith("<") else "the file"
     opening = fence + language_tag(document.path) + "\n"
+    if context is None or tuple(context) == ((1, document.n_lines),):
+        shown_file = f"File {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n"
+    else:
+        shown_file = f"File {name} ({document.n_lines} lines), the parts around the lines to edit:\n" + "".join(
+            f"Lines {a}-{b}:\n{opening}{_region_source(document, a, b, fence)}\n" for a, b in context)
     task = f"Instruction: {instruction.strip()}"
     bodies = document.display_lines()
     quoted = "".join(f"Line {k}: {bodies[k - 1]}\n" for k in referenced if 1 <= k <= len(bodies))
@@ -235,8 +241,7 @@ def scoped_messages(document: Document, instruction: str, fence: str, regions: S
     shown = ""
     if layout == "quoted":
         shown = "".join(f"Lines {a}-{b} now read:\n{opening}{_region_source(document, a, b, fence)}\n" for a, b in regions)
-    user = (f"{head}File {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n"
-            + (f"{quoted}\n" if quoted else "") + shown
-            + f"{task}\nReply with lines {ranges} of the file ({count} lines), with the instruction applied, "
+    user = (f"{head}{shown_file}" + (f"{quoted}\n" if quoted else "") + shown
+            + f"{task}\nReply with lines {ranges} of the file ({count} line{'s' if count != 1 else ''}), with the instruction applied, "
             "one code block per range, each opened by its line range.")
     return [{"role": "system", "content": SCOPED_SYSTEM}, {"role": "user", "content": user + _after(feedback)}]

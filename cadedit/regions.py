@@ -47,6 +47,31 @@ def reindent(answer: str, region: str) -> str:
     return "\n".join(missing + line if line.strip() else line for line in answer.split("\n"))
 
 
+# A scoped prompt shows the file's first lines (its imports) beside the lines around each region;
+# pieces closer than this many lines apart are shown as one.
+CONTEXT_HEAD = 20
+_CONTEXT_JOIN = 8
+
+
+def context_spans(n_lines: int, regions, around: int | None) -> tuple[tuple[int, int], ...]:
+    """The line ranges a scoped prompt shows for context: the whole file when `around` is None or
+    the window would cover it, else the first CONTEXT_HEAD lines and `around` lines on each side of
+    every region, merged."""
+    if around is None or n_lines == 0:
+        return ((1, n_lines),) if n_lines else ()
+    spans = sorted([(1, min(n_lines, CONTEXT_HEAD))]
+                   + [(max(1, a - around), min(n_lines, b + around)) for a, b in regions])
+    merged = [spans[0]]
+    for a, b in spans[1:]:
+        if a <= merged[-1][1] + _CONTEXT_JOIN:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    if merged[0][0] <= 1 + _CONTEXT_JOIN and merged[-1][1] >= n_lines - _CONTEXT_JOIN and len(merged) == 1:
+        return ((1, n_lines),)
+    return tuple(merged)
+
+
 def region_indents(document: Document, regions) -> tuple[str, ...]:
     return tuple(common_indent(document.display_text(a, b)) for a, b in regions)
 

@@ -42,6 +42,9 @@ class Region:
 class Scope:
     regions: tuple[Region, ...] = ()  # sorted and merged; empty = the whole file
     note: str = ""  # why the scope is the whole file, for the caller to show
+    # The functions around statement-level regions: what a later try may retype when the
+    # statements alone did not hold a fix that passes (cadedit.tries). Empty: nothing wider.
+    wider: tuple[Region, ...] = ()
 
     @property
     def whole_file(self) -> bool:
@@ -57,6 +60,11 @@ class Scope:
     def ranges(self) -> tuple[tuple[int, int], ...]:
         """The regions as (start, end) pairs, as EditOptions.regions takes them."""
         return tuple((r.start, r.end) for r in self.regions)
+
+    @property
+    def wider_ranges(self) -> tuple[tuple[int, int], ...]:
+        """The wider regions as (start, end) pairs, as EditOptions.wider takes them."""
+        return tuple((r.start, r.end) for r in self.wider)
 
     def as_json(self) -> list[dict]:
         return [{"start": r.start, "end": r.end, "reason": r.reason} for r in self.regions]
@@ -81,7 +89,8 @@ def resolve_scope(
             found = outline(document, language)
             regions += [r for name in names for r in _name_regions(name, found, document)]
         return Scope(merge_regions(regions))
-    # 2. Line references in the instruction, each widened to the function around it.
+    # 2. Line references in the instruction: the statements they point at (a traceback frame: the
+    #    function around it), with the functions around them as the wider scope of later tries.
     refs = find_line_refs(instruction, document.path)
     for ref in refs:
         _check_in_file(ref.start, ref.end, f"{ref.label} in the instruction", document)
@@ -89,7 +98,9 @@ def resolve_scope(
     if refs:
         if not found.known:
             return Scope(note=found.problem)
-        return Scope(merge_regions(_widen(ref, found) for ref in refs))
+        wide = merge_regions(_widen(ref, found) for ref in refs)
+        narrow = merge_regions(_widen(ref, found) if ref.traceback else _narrow(ref, found) for ref in refs)
+        return Scope(narrow, wider=wide if narrow != wide else ())
     # 3. Definitions of this file that the instruction names.
     if not found.known:
         return Scope(note=found.problem)
@@ -171,6 +182,11 @@ class LineRef:
     start: int
     end: int
     label: str  # how the instruction wrote it, normalised: "line 95", "L10-L20", "app.py:95"
+
+    @property
+    def traceback(self) -> bool:
+        """A frame of a traceback: where the error surfaced, not necessarily where the fix goes."""
+        return self.label.startswith('File "')
 
 
 # "10-20", "10 to 20", "10 through line 20": a range separator, optionally "line" again.
@@ -265,6 +281,40 @@ def _widen(ref: LineRef, found: Outline) -> Region:
     start = min([ref.start] + [d.start for d in around])
     end = max([ref.end] + [d.end for d in around])
     return Region(start, end, f"{reason}, in {names}")
+
+
+# A statement longer than this (a table, a long literal) is not retyped whole for a line of it.
+MAX_STATEMENT_LINES = 20
+
+
+def _narrow(ref: LineRef, found: Outline) -> Region:
+    """A reference inside a function grown to whole statements: the statement each end is on (a
+    compound statement's header only, `if x:`), or the line itself where no statement starts or
+    runs (`else:`, a comment, a blank line). Outside functions, and for a definition's own header
+    line, the reference widens as _widen does."""
+    ends = [_statement_lines(line, found) for line in (ref.start, ref.end)]
+    if any(span is None for span in ends):
+        return _widen(ref, found)
+    function = _innermost(ref.start, found)
+    where = f", in {function.describe()}" if function is not None else ""
+    start, end = min(ref.start, ends[0][0]), max(ref.end, ends[1][1])
+    return Region(start, end, f"{ref.label} in the instruction, the statement{'s' if ends[0] != ends[1] else ''} there{where}")
+
+
+def _statement_lines(line: int, found: Outline) -> tuple[int, int] | None:
+    """The lines of the statement `line` is on, inside a function; None outside functions or on a
+    definition's header (its lines before the body: widen to the definition)."""
+    function = _innermost(line, found)
+    if function is None:
+        return None
+    inner = [t for t in found.statements if t.start <= line <= t.end and t.start > function.start]
+    if not inner and line <= min((t.start for t in found.statements if t.start > function.start), default=line):
+        return None  # the def line, its decorators, its docstring-free header
+    best = min(inner, key=lambda t: t.end - t.start, default=None)
+    if best is None:
+        return line, line
+    span = (best.start, best.head_end) if line <= best.head_end else (line, line)
+    return span if span[1] - span[0] < MAX_STATEMENT_LINES else (line, line)
 
 
 def _innermost(line: int, found: Outline) -> Definition | None:

@@ -30,6 +30,9 @@ if TYPE_CHECKING:  # the model code imports torch; a client of the warm server n
 
 DEFAULT_TRIES = 3
 TRY_TEMPERATURE = 0.7
+# From this try on, an edit scoped to the statements a line reference points at retypes the
+# functions around them instead (options.wider): the fix may need more than those statements.
+WIDEN_AT = 3
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Try:
     seconds: float
     error: str | None = None
     hint: str | None = None  # the decode error's hint (e.g. raise --max-new-tokens)
+    regions: tuple[tuple[int, int], ...] = ()  # the line ranges this try retyped (empty: the whole file)
 
     @property
     def passed(self) -> bool:
@@ -79,6 +83,7 @@ class Try:
         stats = self.result.stats if self.result else None
         return {
             "try": self.number, "temperature": self.temperature, "passed": self.passed, "error": self.error,
+            "regions": [list(r) for r in self.regions],
             "changed": self.result.changed if self.result else None, "seconds": self.seconds,
             "checks": [{"name": c.name, "passed": c.passed, "skipped": c.skipped, "detail": c.detail,
                         "output_tail": c.output_tail, "seconds": c.seconds} for c in self.checks],
@@ -168,17 +173,19 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     told = ""
     for number in range(1, tries + 1):
         sampling = sampling_for(number, options.sampling)
-        current = replace(options, sampling=sampling, feedback=told)
+        regions = options.wider if options.wider and number >= WIDEN_AT else options.regions
+        current = replace(options, sampling=sampling, feedback=told, regions=regions, wider=())
         start = time.perf_counter()
         try:
             result = edit(document, instruction, current, on_step, picks(number) if picks else None)
         except BudgetError as exc:
-            attempt = Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint)
+            attempt = Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
+                          regions)
             told = "Your previous answer was too long and did not finish: reply with the edited code only."
         else:
             checks = check_candidate(document, result.new_text, plan,
                                      None if on_test is None else lambda: on_test(number))
-            attempt = Try(number, sampling.temperature, result, checks, time.perf_counter() - start)
+            attempt = Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=regions)
             told = feedback(checks)
         done.append(attempt)
         if on_try is not None:

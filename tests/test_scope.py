@@ -176,24 +176,87 @@ LINE = at(PY, "opts[arg] = True")  # inside parse_args
 
 
 @pytest.mark.parametrize(
-    "instruction",
+    ("instruction", "expected"),
     [
-        f"Fix line {LINE}",
-        f"The bug is on Line {LINE}.",
-        f"lines {LINE}-{LINE + 1}",
-        f"lines {LINE} to {LINE + 1}",
-        f"see L{LINE}",
-        f"see L{LINE - 1}-L{LINE}",
-        f"https://example.com/blob/main/src/app.py#L{LINE}",
-        f"app.py:{LINE}: E501 line too long",
-        f"src/app.py:{LINE}:7: F841 unused variable",
-        f'Traceback (most recent call last):\n  File "/repo/src/app.py", line {LINE}, in parse_args\nKeyError',
+        (f"Fix line {LINE}", (LINE, LINE)),
+        (f"The bug is on Line {LINE}.", (LINE, LINE)),
+        (f"lines {LINE}-{LINE + 1}", (LINE, LINE + 1)),
+        (f"lines {LINE} to {LINE + 1}", (LINE, LINE + 1)),
+        (f"see L{LINE}", (LINE, LINE)),
+        (f"see L{LINE - 1}-L{LINE}", (LINE - 1, LINE)),
+        (f"https://example.com/blob/main/src/app.py#L{LINE}", (LINE, LINE)),
+        (f"app.py:{LINE}: E501 line too long", (LINE, LINE)),
+        (f"src/app.py:{LINE}:7: F841 unused variable", (LINE, LINE)),
     ],
 )
-def test_every_line_reference_form_widens_to_the_function_around_it(instruction):
+def test_every_line_reference_form_is_its_statement_and_later_tries_get_the_function(instruction, expected):
     scope = resolve_scope(doc(), instruction)
+    assert spans(scope) == [expected]
+    assert scope.regions[0].reason.endswith("in the instruction, the statement" + (
+        "s" if expected[0] != expected[1] else "") + " there, in function parse_args")
+    assert scope.wider_ranges == (PARSE_ARGS,)
+
+
+def test_a_traceback_frame_is_the_whole_function_since_the_fix_may_be_elsewhere_in_it():
+    tb = f'Traceback (most recent call last):\n  File "/repo/src/app.py", line {LINE}, in parse_args\nKeyError'
+    scope = resolve_scope(doc(), tb)
     assert spans(scope) == [PARSE_ARGS]
     assert scope.regions[0].reason.endswith("in the instruction, in function parse_args")
+    assert scope.wider == ()
+
+
+STATEMENTS = """\
+def f(items, flag):
+    total = 0
+    for item in items:
+        if item and \\
+                flag:
+            total += 1
+        elif item:
+            pass
+        else:
+            # nothing to count
+            total -= 1
+    values = [
+        1,
+        2,
+    ]
+    table = {
+""" + "".join(f"        {k}: {k},\n" for k in range(30)) + """\
+    }
+    return total
+"""
+
+
+@pytest.mark.parametrize(
+    ("snippet", "expected"),
+    [
+        ("for item in items:", "for item in items:"),  # a compound statement: its header only
+        ("if item and", "flag:"),  # a header over two lines
+        ("                flag:", "flag:"),
+        ("total += 1", "total += 1"),
+        ("elif item:", "elif item:"),
+        ("        else:", "        else:"),  # no statement starts here: the line itself
+        ("# nothing to count", "# nothing to count"),
+        ("    values = [", "    ]"),  # a statement over several lines: all of it
+        ("        1,", "    ]"),
+        ("        7: 7,", "        7: 7,"),  # in a 32-line statement: the line alone
+    ],
+)
+def test_a_line_is_the_statement_it_is_on(snippet, expected):
+    start = min(at(STATEMENTS, "if item and") if snippet.strip() == "flag:" else at(STATEMENTS, snippet),
+                at(STATEMENTS, snippet))
+    if snippet.startswith("        1,"):
+        start = at(STATEMENTS, "values = [")
+    scope = resolve_scope(doc(STATEMENTS), f"line {at(STATEMENTS, snippet)}")
+    assert spans(scope) == [(start, at(STATEMENTS, expected))]
+    assert scope.wider_ranges == ((1, len(STATEMENTS.splitlines())),)
+
+
+def test_the_def_line_of_a_function_is_the_whole_function():
+    scope = resolve_scope(doc(), f"line {PARSE_ARGS[0]} takes one more argument")
+    assert spans(scope) == [PARSE_ARGS]
+    assert scope.wider == ()
 
 
 @pytest.mark.parametrize(
@@ -244,20 +307,26 @@ def test_a_line_in_a_class_body_but_no_method_stays_that_line():
     assert spans(resolve_scope(doc(), f"line {line}")) == [(line, line)]
 
 
-def test_a_line_of_a_nested_function_widens_to_the_innermost_one():
-    assert spans(resolve_scope(doc(), f"line {at(PY, 'return x * 2')}")) == [INNER]
-    assert spans(resolve_scope(doc(), f"line {at(PY, 'total = 0')}")) == [OUTER]
+def test_a_line_of_a_nested_function_widens_to_the_innermost_one_on_later_tries():
+    line = at(PY, "return x * 2")
+    scope = resolve_scope(doc(), f"line {line}")
+    assert spans(scope) == [(line, line)] and scope.wider_ranges == (INNER,)
+    line = at(PY, "total = 0")
+    scope = resolve_scope(doc(), f"line {line}")
+    assert spans(scope) == [(line, line)] and scope.wider_ranges == (OUTER,)
 
 
 def test_a_range_over_two_functions_spans_both():
-    (region,) = resolve_scope(doc(), f"lines {LINE}-{at(PY, 'total = 0')}").regions
-    assert (region.start, region.end) == (PARSE_ARGS[0], OUTER[1])
-    assert region.reason.endswith("in function parse_args and function outer")
+    scope = resolve_scope(doc(), f"lines {LINE}-{at(PY, 'total = 0')}")
+    (region,) = scope.regions
+    assert (region.start, region.end) == (LINE, at(PY, "total = 0"))
+    assert scope.wider_ranges == ((PARSE_ARGS[0], OUTER[1]),)
+    assert scope.wider[0].reason.endswith("in function parse_args and function outer")
 
 
 def test_line_references_win_over_names_in_the_instruction():
     scope = resolve_scope(doc(), f"In Reader.read, see line {LINE}")
-    assert spans(scope) == [PARSE_ARGS]
+    assert spans(scope) == [(LINE, LINE)] and scope.wider_ranges == (PARSE_ARGS,)
 
 
 def test_a_line_past_the_end_is_a_one_line_error_naming_the_reference_and_the_length():
@@ -365,7 +434,9 @@ def test_crlf_cr_and_bom_files_count_lines_as_document_does(data):
     document = Document.from_bytes(data, "app.py")
     assert document.n_lines == len(PY.splitlines())
     assert spans(resolve_scope(document, "parse_args and load_settings")) == [PARSE_ARGS, LOAD]
-    assert spans(resolve_scope(document, f"line {at(PY, 'return x * 2')}")) == [INNER]
+    line = at(PY, "return x * 2")
+    assert resolve_scope(document, f"line {line}").wider_ranges == (INNER,)
+    assert spans(resolve_scope(document, f"line {line}")) == [(line, line)]
     with pytest.raises(ScopeError, match=f"has {document.n_lines} lines$"):
         resolve_scope(document, f"line {document.n_lines + 1}")
 
@@ -441,7 +512,20 @@ def test_a_javascript_class_and_a_line_in_a_method():
     cart = (at(JS, "class Cart"), at(JS, "  };") + 1)
     assert spans(resolve_scope(jsdoc(), "Cart needs a clear method")) == [cart]
     add = (at(JS, "// Adds one item."), at(JS, "this.items.push") + 1)
-    assert spans(resolve_scope(jsdoc(), f"line {at(JS, 'this.items.push')}")) == [add]
+    line = at(JS, "this.items.push")
+    scope = resolve_scope(jsdoc(), f"line {line}")
+    assert spans(scope) == [(line, line)] and scope.wider_ranges == (add,)
+
+
+def test_a_javascript_line_is_its_statement_and_a_header_only_its_line():
+    loop = at(JS, "for (const x of xs)")
+    assert spans(resolve_scope(jsdoc(), f"line {loop}")) == [(loop, loop)]
+    src = "function f(x) {\n  if (x) {\n    return g(\n      x,\n    );\n  } else {\n    return 0;\n  }\n}\n"
+    document = Document.from_text(src, "f.js")
+    assert spans(resolve_scope(document, "line 2")) == [(2, 2)]  # `if (x) {`: the header, not the block
+    assert spans(resolve_scope(document, "line 4")) == [(3, 5)]  # inside a call over three lines
+    assert spans(resolve_scope(document, "line 6")) == [(6, 6)]  # `} else {`
+    assert resolve_scope(document, "line 4").wider_ranges == ((1, 9),)
 
 
 def test_a_javascript_name_only_in_a_comment_gives_no_region():

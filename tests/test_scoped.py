@@ -265,14 +265,57 @@ def test_whole_file_scope_says_why(work, tiny_dir, scripted):
 # -- line references in the instruction ---------------------------------------------------------
 
 
-def test_line_reference_widens_to_the_function_and_is_quoted(work, tiny_dir, scripted):
+def test_line_reference_is_its_statement_and_is_quoted(work, tiny_dir, scripted):
     (work / "a.py").write_bytes(make())
     calls = scripted(retype(("return x - 2", "return x * 2")))
     result = fix(tiny_dir, "Fix line 6", "--write")
     assert result.exit_code == 0, result.output
-    assert scope_line(result.stderr) == "scope: lines 5-6 (line 6 in the instruction, in function second)"
+    assert scope_line(result.stderr) == "scope: line 6 (line 6 in the instruction, the statement there, in function second)"
+    assert calls[0].prepared.regions == ((6, 6),)
     assert "Line 6:     return x - 2\n" in calls[0].prompt
     assert (work / "a.py").read_bytes() == make(l6="    return x * 2")
+
+
+def test_try_3_of_a_line_reference_retypes_the_function_around_it(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    unchanged = retype()
+    calls = scripted(unchanged, unchanged, retype(("def second(x):", "def second(x, y=0):")))
+    result = fix(tiny_dir, "Fix line 6", "--json")
+    assert result.exit_code == 0, result.output
+    assert [call.prepared.regions for call in calls] == [((6, 6),), ((6, 6),), ((5, 6),)]
+    assert "try 3 of 3 [scope widened to lines 5-6]: passed" in result.stderr
+    data = json.loads(result.stdout)
+    assert [t["regions"] for t in data["tries"]] == [[[6, 6]], [[6, 6]], [[5, 6]]]
+    assert "+def second(x, y=0):" in data["diff"]
+
+
+LONG = ["import os", ""] + [f"A{k} = {k}" for k in range(200)] + ["", "", "def f(x):", "    return x - 2", ""] + [
+    f"B{k} = {k}" for k in range(200)]
+
+
+def test_a_long_file_is_shown_around_the_region_and_context_all_shows_it_whole(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(LONG))
+    line = LONG.index("    return x - 2") + 1
+    calls = scripted(retype(("return x - 2", "return x * 2")))
+    result = fix(tiny_dir, f"Fix line {line}", "--context", "5", "--write")
+    assert result.exit_code == 0, result.output
+    prompt = calls[0].prompt
+    assert f"File a.py ({len(LONG)} lines), the parts around the lines to edit:\nLines 1-20:\n```python\nimport os\n" in prompt
+    assert f"Lines {line - 5}-{line + 5}:\n```python\n" in prompt
+    assert "A100 = 100" not in prompt and "B100 = 100" not in prompt
+    assert (work / "a.py").read_bytes() == make(LONG, **{f"l{line}": "    return x * 2"})
+    (work / "a.py").write_bytes(make(LONG))
+    calls.clear()
+    result = fix(tiny_dir, f"Fix line {line}", "--context", "all", "--write")
+    assert result.exit_code == 0, result.output
+    assert "A100 = 100" in calls[0].prompt and "B100 = 100" in calls[0].prompt
+
+
+@pytest.mark.parametrize("value", ["-1", "many", ""])
+def test_a_bad_context_value_is_a_usage_error(work, tiny_dir, scripted, value):
+    (work / "a.py").write_bytes(make())
+    result = fix(tiny_dir, "Fix line 6", "--context", value)
+    assert result.exit_code == 2 and "--context" in result.output
 
 
 def test_top_level_line_reference_stays_that_line(work, tiny_dir, scripted):

@@ -10,6 +10,7 @@ import them inside their commands.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -831,6 +832,9 @@ def longfile(
     dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
     save_tasks: Annotated[Path | None, typer.Option("--save-tasks", help="Also write the tasks as JSONL.")] = None,
+    tasks_path: Annotated[Path | None, typer.Option("--tasks-file", help="Read the tasks from this JSONL instead.")] = None,
+    context: Annotated[str, typer.Option(help="Scoped edits: lines shown around the regions, or all.")] = "60",
+    first: Annotated[int, typer.Option(min=0, help="Skip this many tasks (a held-out split).")] = 0,
     json_path: JsonOpt = None,
 ) -> None:
     """Real long files with one planted one-line bug each (bench/longfile.py), edited as `cadedit fix`
@@ -858,7 +862,14 @@ def longfile(
         if spec is None or not spec.submodule_search_locations:
             raise typer.BadParameter(f"{name} is not an installed package", param_hint="--packages")
         roots.append(list(spec.submodule_search_locations)[0])
-    tasks = lf.build_tasks(roots, n, seed, min_lines, max_lines)
+    from cadedit.cli import context_lines
+
+    around = context_lines(context)
+    if tasks_path is not None:
+        tasks = [json.loads(line) for line in tasks_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        tasks = tasks[first : first + n]
+    else:
+        tasks = lf.build_tasks(roots, first + n, seed, min_lines, max_lines)[first:]
     if save_tasks:
         lf.write_tasks(tasks, save_tasks)
     kinds = {"explicit": ("explicit",), "vague": ("vague",), "both": ("explicit", "vague")}[instructions]
@@ -866,7 +877,8 @@ def longfile(
     with err.status("loading the model ..."):
         loaded = load_model(model, "auto", dtype, threads)
     meta = {"command": "longfile", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
-            "threads": loaded.threads, "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks)}
+            "threads": loaded.threads, "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
+            "first": first, "context": context}
     rows: list[dict] = []
     results = ResultsFile(json_path)
 
@@ -877,12 +889,13 @@ def longfile(
         task, kind, scoped = item
         instruction = task["instruction"] if kind == "explicit" else task["instruction_vague"]
         document = Document.from_text(task["before"], task["path"])
-        options = EditOptions(model=loaded.name, mode=Mode.VERIFY)
+        options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=around)
         regions = ()
         if scoped:  # as `cadedit fix` scopes an edit
-            regions = resolve_scope(document, instruction).ranges
-            options = EditOptions(model=loaded.name, mode=Mode.VERIFY, regions=regions,
-                                  referenced=referenced_lines(instruction, document.path))
+            scope = resolve_scope(document, instruction)
+            regions = scope.ranges
+            options = EditOptions(model=loaded.name, mode=Mode.VERIFY, regions=regions, wider=scope.wider_ranges,
+                                  referenced=referenced_lines(instruction, document.path), context=around)
         start = time.perf_counter()
         try:
             verified = edit_verified(document, instruction, options, CheckPlan(), max_tries, loaded=loaded)
