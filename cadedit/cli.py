@@ -219,7 +219,8 @@ _Model = Annotated[Optional[str], typer.Option(
 _Threads = Annotated[Optional[int], typer.Option(
     "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
 _Dtype = Annotated[str, typer.Option(
-    "--dtype", help="auto, fp32 or bf16 (auto: bf16 on CUDA; on CPU whichever a quick probe finds faster).")]
+    "--dtype", help="auto, fp32, bf16 or bf16-int8 (one-token steps through int8 weights). auto: bf16 on CUDA; "
+    "on CPU what a probe measured faster on this machine (once, cached).")]
 _Temperature = Annotated[float, typer.Option("--temperature", min=0.0, help="Sampling temperature; 0 is greedy.")]
 _TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling (with --temperature > 0).")]
 _Seed = Annotated[Optional[int], typer.Option("--seed", help="Seed for sampling.", show_default=False)]
@@ -438,7 +439,7 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
     from dataclasses import replace
 
     from cadedit.scope import referenced_lines, resolve_scope
-    from cadedit.tries import WIDEN_AT, edit_verified
+    from cadedit.tries import edit_verified
 
     scope = None
     if scoping.on:
@@ -449,6 +450,7 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
         if not quiet:
             say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
+    previous: dict = {}
 
     def on_try(attempt) -> None:
         progress.stop()
@@ -457,8 +459,9 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
         stats = attempt.result.stats if attempt.result else None
         numbers = f" ({progress.summary(stats)})" if stats else ""
         widened = ""
-        if options.wider and attempt.regions == options.wider and attempt.number == WIDEN_AT:
+        if attempt.regions in options.wider and attempt.regions != previous.get("regions", options.regions):
             widened = " [scope widened to " + ", ".join(f"lines {a}-{b}" for a, b in attempt.regions) + "]"
+        previous["regions"] = attempt.regions
         say(f"{document.path}: try {attempt.number} of {tries}{widened}: {attempt.summary()}{numbers}")
         if verbose and stats:
             say(f"  decode: prompt {stats.tokens_prompt} tokens fed ({stats.tokens_reused} reused) in "

@@ -44,6 +44,7 @@ class LoadedModel:
     load_seconds: float
     phases: tuple[tuple[str, float], ...] = ()  # (phase, seconds) of the load, in order
     dtype_reason: str = ""
+    int8_steps: bool = False  # one-token steps read int8 copies of the weights (cadedit.steps)
 
 
 # -- threads, device, dtype --------------------------------------------------------------------
@@ -80,16 +81,25 @@ def choose_device(device: str = "auto") -> str:
     return device
 
 
-def _time_linear(dtype: torch.dtype, rows: int, reps: int = 9) -> float:
-    """Median seconds for one Qwen2.5-0.5B MLP projection on `rows` tokens (after a warm-up)."""
+def _time_linear(dtype: torch.dtype, rows: int, reps: int = 9, int8: bool = False) -> float:
+    """Median seconds for one Qwen2.5-0.5B MLP projection on `rows` tokens (after a warm-up);
+    int8: through the int8 weight kernel of one-token steps (cadedit.steps)."""
     weight = torch.randn(4864, 896, dtype=dtype)
     x = torch.randn(rows, 896, dtype=dtype)
+    if int8:
+        q, scale = torch.randint(-127, 128, (4864, 896), dtype=torch.int8), torch.rand(4864, dtype=dtype)
+
+        def run():
+            torch._weight_int8pack_mm(x, q, scale)
+    else:
+        def run():
+            torch.nn.functional.linear(x, weight)
     for _ in range(3):  # warm-up: oneDNN picks and JITs its kernel on the first calls
-        torch.nn.functional.linear(x, weight)
+        run()
     times = []
     for _ in range(reps):
         start = time.perf_counter()
-        torch.nn.functional.linear(x, weight)
+        run()
         times.append(time.perf_counter() - start)
     return sorted(times)[reps // 2]
 
@@ -123,36 +133,65 @@ def cpu_dtype(threads: int) -> tuple[torch.dtype, str]:
     one-token step can be slower; without them bf16 can be slower at both. A timing probe on every
     run picked differently from run to run on a busy machine; one careful measurement does not.
     """
+    measured = ""
+
+    def measure() -> str:
+        nonlocal measured
+        cost = {dt: sum(times * _time_linear(dt, rows) for rows, times in _WORK) for dt in (torch.float32, torch.bfloat16)}
+        measured = f"fp32 {cost[torch.float32]:.2f} s, bf16 {cost[torch.bfloat16]:.2f} s"
+        return "bfloat16" if cost[torch.bfloat16] < 0.8 * cost[torch.float32] else "float32"
+
+    name, path = _measured_once(_cpu_identity(threads), ("float32", "bfloat16"), measure)
+    return getattr(torch, name), (f"measured on this CPU now ({measured})" if measured
+                                  else f"measured on this CPU earlier ({path})")
+
+
+def cpu_int8_steps(threads: int) -> tuple[bool, str]:
+    """Whether a bf16 model's one-token steps go faster through int8 weights on this CPU (cadedit.steps),
+    measured once per machine like cpu_dtype: the int8 kernel must take under 0.8x bf16's time."""
+    measured = ""
+
+    def measure() -> str:
+        nonlocal measured
+        plain, int8 = _time_linear(torch.bfloat16, 1), _time_linear(torch.bfloat16, 1, int8=True)
+        measured = f"bf16 {1e6 * plain:.0f} us, int8 {1e6 * int8:.0f} us per 4864x896 step"
+        return "int8" if int8 < 0.8 * plain else "bf16"
+
+    name, path = _measured_once(_cpu_identity(threads) + "|steps", ("int8", "bf16"), measure)
+    reason = f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})"
+    return name == "int8", reason
+
+
+def _measured_once(key: str, answers: tuple[str, ...], measure) -> tuple[str, Path]:
+    """The answer stored for key in the per-machine measurement cache, or measure() stored there."""
     import json
 
-    key = _cpu_identity(threads)
     path = user_cache("cpu-dtype.json")
     try:
         known = json.loads(path.read_text())
     except (OSError, ValueError):
         known = {}
-    if isinstance(known, dict) and known.get(key) in ("float32", "bfloat16"):
-        return getattr(torch, known[key]), f"measured on this CPU earlier ({path})"
-    cost = {dt: sum(times * _time_linear(dt, rows) for rows, times in _WORK) for dt in (torch.float32, torch.bfloat16)}
-    chosen = torch.bfloat16 if cost[torch.bfloat16] < 0.8 * cost[torch.float32] else torch.float32
-    known = {**(known if isinstance(known, dict) else {}), key: str(chosen).removeprefix("torch.")}
+    known = known if isinstance(known, dict) else {}
+    if known.get(key) in answers:
+        return known[key], path
+    answer = measure()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(known))
+        tmp.write_text(json.dumps({**known, key: answer}))
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only cache: measure again next time
-    return chosen, f"measured on this CPU now (fp32 {cost[torch.float32]:.2f} s, bf16 {cost[torch.bfloat16]:.2f} s)"
+    return answer, path
 
 
 def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple[torch.dtype, str]:
     """The dtype to load in, and why."""
     names = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-             "fp16": torch.float16, "float16": torch.float16}
+             "fp16": torch.float16, "float16": torch.float16, "bf16-int8": torch.bfloat16}
     if dtype != "auto":
         if dtype not in names:
-            raise ModelError(f"unknown dtype {dtype!r}", hint="use auto, fp32, bf16 or fp16")
+            raise ModelError(f"unknown dtype {dtype!r}", hint="use auto, fp32, bf16, bf16-int8 or fp16")
         return names[dtype], "--dtype"
     if device.startswith("cuda"):
         return torch.bfloat16, "CUDA"
@@ -284,12 +323,21 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
     t = phase("import transformers", t)
     tokenizer, model = _from_pretrained(source, hub, torch_dtype)
     model.to(device).eval()
-    phase("tokenizer and weights", t)
+    t = phase("tokenizer and weights", t)
     if tokenizer.chat_template is None:
         raise ModelError(f"model {spec} has no chat template", hint="use an Instruct model")
+    int8 = dtype == "bf16-int8"
+    if dtype == "auto" and device == "cpu" and torch_dtype == torch.bfloat16:
+        int8, step_why = cpu_int8_steps(threads)
+        why += f"; one-token steps {'int8' if int8 else 'bf16'}, {step_why}"
+    if int8:
+        from cadedit.steps import use_int8_steps
+
+        why += f"; int8 step weights {use_int8_steps(model, _identity(model, spec, torch_dtype))}"
+        phase("int8 step weights", t)
     limit = int(getattr(model.config, "max_position_embeddings", 0) or 32768)
     return LoadedModel(model, tokenizer, spec, device, torch_dtype, threads, limit, time.perf_counter() - start,
-                       tuple(phases), why)
+                       tuple(phases), why, int8)
 
 
 def new_cache(loaded: LoadedModel):
@@ -462,14 +510,18 @@ class PrefixStore:
 
 
 def model_identity(loaded: LoadedModel) -> str:
-    """What a stored prefix must match: the weight files (path, size, mtime), the dtype."""
-    source = getattr(getattr(loaded.model, "config", None), "_name_or_path", "") or loaded.name
-    parts = [str(source), str(loaded.dtype)]
+    """What a stored prefix must match: the weight files (path, size, mtime), the dtype, int8 steps."""
+    return _identity(loaded.model, loaded.name, loaded.dtype) + ("|int8-steps" if loaded.int8_steps else "")
+
+
+def _identity(model, name: str, dtype: torch.dtype) -> str:
+    source = getattr(getattr(model, "config", None), "_name_or_path", "") or name
+    parts = [str(source), str(dtype)]
     folder = Path(source)
     if folder.is_dir():
         for weights in sorted(folder.glob("*.safetensors")):
             st = weights.stat()
             parts.append(f"{weights.name}:{st.st_size}:{st.st_mtime_ns}")
     else:
-        parts.append(f"object:{id(loaded.model)}")  # an in-memory model: its own process only
+        parts.append(f"object:{id(model)}")  # an in-memory model: its own process only
     return "|".join(parts)

@@ -46,9 +46,9 @@ class EditOptions:
     # The line ranges (1-based, inclusive, in file order) the model retypes; the rest is copied by
     # construction. Empty: the whole file. Fenced modes only (cadedit.scope resolves them).
     regions: tuple[tuple[int, int], ...] = ()
-    # What later tries retype when the first regions are statements a line reference points at
-    # (cadedit.scope's wider scope, the functions around them; cadedit.tries). Empty: no widening.
-    wider: tuple[tuple[int, int], ...] = ()
+    # Wider scopes for later tries, each holding the one before (cadedit.scope: for a line
+    # reference, its statement, then its function; cadedit.tries). Empty: no widening.
+    wider: tuple[tuple[tuple[int, int], ...], ...] = ()
     referenced: tuple[int, ...] = ()  # lines the instruction names by number, quoted in the prompt
     # Scoped edits: how many lines on each side of the regions the prompt shows (with the file's
     # first lines); None: the whole file. Measured in README (Scoped edits): on long files the

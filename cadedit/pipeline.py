@@ -95,7 +95,9 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
             f"plus {file_tokens} tokens for the edited file, but the context limit is {loaded.context_limit} tokens",
             hint=hint,
         )
-    budget = options.max_new_tokens or 2 * file_tokens + 256
+    # A whole file may be retyped with room to grow; a scoped answer is about its region's size, and
+    # a small model that loses its place there retypes other parts of the file until the budget ends.
+    budget = options.max_new_tokens or (file_tokens + file_tokens // 2 + 128 if regions else 2 * file_tokens + 256)
     limit = room + PROGRAM_ROOM - DRAFT_LIMIT if mode is Mode.PROGRAM else room + file_tokens
     reuse_at = 0
     if mode is not Mode.PROGRAM and options.layout != "both":

@@ -42,9 +42,10 @@ class Region:
 class Scope:
     regions: tuple[Region, ...] = ()  # sorted and merged; empty = the whole file
     note: str = ""  # why the scope is the whole file, for the caller to show
-    # The functions around statement-level regions: what a later try may retype when the
-    # statements alone did not hold a fix that passes (cadedit.tries). Empty: nothing wider.
-    wider: tuple[Region, ...] = ()
+    # Wider scopes, each holding the one before: for a line reference inside a function, the
+    # statement the line is on, then the function around it. A try whose candidate did not parse or
+    # failed the test retypes the next one (cadedit.tries). Empty: nothing wider.
+    wider: tuple[tuple[Region, ...], ...] = ()
 
     @property
     def whole_file(self) -> bool:
@@ -62,9 +63,9 @@ class Scope:
         return tuple((r.start, r.end) for r in self.regions)
 
     @property
-    def wider_ranges(self) -> tuple[tuple[int, int], ...]:
-        """The wider regions as (start, end) pairs, as EditOptions.wider takes them."""
-        return tuple((r.start, r.end) for r in self.wider)
+    def wider_ranges(self) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """The wider scopes as (start, end) pairs, as EditOptions.wider takes them."""
+        return tuple(tuple((r.start, r.end) for r in regions) for regions in self.wider)
 
     def as_json(self) -> list[dict]:
         return [{"start": r.start, "end": r.end, "reason": r.reason} for r in self.regions]
@@ -89,8 +90,8 @@ def resolve_scope(
             found = outline(document, language)
             regions += [r for name in names for r in _name_regions(name, found, document)]
         return Scope(merge_regions(regions))
-    # 2. Line references in the instruction: the statements they point at (a traceback frame: the
-    #    function around it), with the functions around them as the wider scope of later tries.
+    # 2. Line references in the instruction: the lines themselves, then the statements they are on,
+    #    then the functions around them (a traceback frame: the function from the start).
     refs = find_line_refs(instruction, document.path)
     for ref in refs:
         _check_in_file(ref.start, ref.end, f"{ref.label} in the instruction", document)
@@ -98,9 +99,10 @@ def resolve_scope(
     if refs:
         if not found.known:
             return Scope(note=found.problem)
-        wide = merge_regions(_widen(ref, found) for ref in refs)
-        narrow = merge_regions(_widen(ref, found) if ref.traceback else _narrow(ref, found) for ref in refs)
-        return Scope(narrow, wider=wide if narrow != wide else ())
+        levels = [merge_regions(_widen(ref, found) if ref.traceback else level(ref, found) for ref in refs)
+                  for level in (_line, _narrow, _widen)]
+        distinct = [regions for k, regions in enumerate(levels) if k == 0 or _spans(regions) != _spans(levels[k - 1])]
+        return Scope(distinct[0], wider=tuple(distinct[1:]))
     # 3. Definitions of this file that the instruction names.
     if not found.known:
         return Scope(note=found.problem)
@@ -285,6 +287,18 @@ def _widen(ref: LineRef, found: Outline) -> Region:
 
 # A statement longer than this (a table, a long literal) is not retyped whole for a line of it.
 MAX_STATEMENT_LINES = 20
+
+
+def _spans(regions: Sequence[Region]) -> list[tuple[int, int]]:
+    return [(r.start, r.end) for r in regions]
+
+
+def _line(ref: LineRef, found: Outline) -> Region:
+    """A reference inside a function as written: the lines it names (elsewhere as _narrow has it)."""
+    if any(_statement_lines(line, found) is None for line in (ref.start, ref.end)):
+        return _narrow(ref, found)
+    function = _innermost(ref.start, found)
+    return Region(ref.start, ref.end, f"{ref.label} in the instruction, in {function.describe()}")
 
 
 def _narrow(ref: LineRef, found: Outline) -> Region:

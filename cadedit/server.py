@@ -107,7 +107,7 @@ def options_from_wire(data: dict):
                           hint="it runs older code: cadedit serve stop, then start it again")
     return EditOptions(**{**data, "sampling": Sampling(**data["sampling"]), "mode": Mode(data["mode"]),
                           "regions": tuple(tuple(r) for r in data["regions"]),
-                          "wider": tuple(tuple(r) for r in data.get("wider", ())),
+                          "wider": tuple(tuple(tuple(r) for r in level) for level in data.get("wider", ())),
                           "referenced": tuple(data["referenced"])})
 
 

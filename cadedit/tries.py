@@ -30,9 +30,10 @@ if TYPE_CHECKING:  # the model code imports torch; a client of the warm server n
 
 DEFAULT_TRIES = 3
 TRY_TEMPERATURE = 0.7
-# From this try on, an edit scoped to the statements a line reference points at retypes the
-# functions around them instead (options.wider): the fix may need more than those statements.
-WIDEN_AT = 3
+# A failed check that more room may cure: the candidate did not parse (a statement cut short) or
+# failed the test (the fix is elsewhere). After one, the next try retypes the next wider scope
+# (options.wider); after "no change" or an answer out of budget it stays where it was.
+WIDEN_AFTER = ("syntax", "test")
 
 
 @dataclass(frozen=True)
@@ -171,9 +172,13 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
             return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick=pick)
     done: list[Try] = []
     told = ""
+    levels = (options.regions, *options.wider)
+    level = 0
     for number in range(1, tries + 1):
         sampling = sampling_for(number, options.sampling)
-        regions = options.wider if options.wider and number >= WIDEN_AT else options.regions
+        if done and any(c.name in WIDEN_AFTER for c in done[-1].failed_checks):
+            level = min(level + 1, len(levels) - 1)
+        regions = levels[level]
         current = replace(options, sampling=sampling, feedback=told, regions=regions, wider=())
         start = time.perf_counter()
         try:

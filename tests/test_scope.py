@@ -189,12 +189,16 @@ LINE = at(PY, "opts[arg] = True")  # inside parse_args
         (f"src/app.py:{LINE}:7: F841 unused variable", (LINE, LINE)),
     ],
 )
-def test_every_line_reference_form_is_its_statement_and_later_tries_get_the_function(instruction, expected):
+def test_every_line_reference_form_is_those_lines_and_later_tries_get_the_function(instruction, expected):
     scope = resolve_scope(doc(), instruction)
     assert spans(scope) == [expected]
-    assert scope.regions[0].reason.endswith("in the instruction, the statement" + (
-        "s" if expected[0] != expected[1] else "") + " there, in function parse_args")
-    assert scope.wider_ranges == (PARSE_ARGS,)
+    assert scope.regions[0].reason.endswith("in the instruction, in function parse_args")
+    assert scope.wider_ranges == ((PARSE_ARGS,),)  # each line is a whole statement: next, the function
+
+
+def levels(scope: Scope) -> list[list[tuple[int, int]]]:
+    """The scope of try 1, then each wider one."""
+    return [spans(scope)] + [list(level) for level in scope.wider_ranges]
 
 
 def test_a_traceback_frame_is_the_whole_function_since_the_fix_may_be_elsewhere_in_it():
@@ -243,14 +247,15 @@ def f(items, flag):
         ("        7: 7,", "        7: 7,"),  # in a 32-line statement: the line alone
     ],
 )
-def test_a_line_is_the_statement_it_is_on(snippet, expected):
-    start = min(at(STATEMENTS, "if item and") if snippet.strip() == "flag:" else at(STATEMENTS, snippet),
-                at(STATEMENTS, snippet))
+def test_a_line_then_the_statement_it_is_on_then_the_function(snippet, expected):
+    line = at(STATEMENTS, snippet)
+    start = at(STATEMENTS, "if item and") if snippet.strip() == "flag:" else line
     if snippet.startswith("        1,"):
         start = at(STATEMENTS, "values = [")
-    scope = resolve_scope(doc(STATEMENTS), f"line {at(STATEMENTS, snippet)}")
-    assert spans(scope) == [(start, at(STATEMENTS, expected))]
-    assert scope.wider_ranges == ((1, len(STATEMENTS.splitlines())),)
+    statement = [(start, at(STATEMENTS, expected))]
+    function = [(1, len(STATEMENTS.splitlines()))]
+    want = [[(line, line)]] + ([statement] if statement != [(line, line)] else []) + [function]
+    assert levels(resolve_scope(doc(STATEMENTS), f"line {line}")) == want
 
 
 def test_the_def_line_of_a_function_is_the_whole_function():
@@ -309,24 +314,22 @@ def test_a_line_in_a_class_body_but_no_method_stays_that_line():
 
 def test_a_line_of_a_nested_function_widens_to_the_innermost_one_on_later_tries():
     line = at(PY, "return x * 2")
-    scope = resolve_scope(doc(), f"line {line}")
-    assert spans(scope) == [(line, line)] and scope.wider_ranges == (INNER,)
+    assert levels(resolve_scope(doc(), f"line {line}")) == [[(line, line)], [INNER]]
     line = at(PY, "total = 0")
-    scope = resolve_scope(doc(), f"line {line}")
-    assert spans(scope) == [(line, line)] and scope.wider_ranges == (OUTER,)
+    assert levels(resolve_scope(doc(), f"line {line}")) == [[(line, line)], [OUTER]]
 
 
 def test_a_range_over_two_functions_spans_both():
     scope = resolve_scope(doc(), f"lines {LINE}-{at(PY, 'total = 0')}")
     (region,) = scope.regions
     assert (region.start, region.end) == (LINE, at(PY, "total = 0"))
-    assert scope.wider_ranges == ((PARSE_ARGS[0], OUTER[1]),)
-    assert scope.wider[0].reason.endswith("in function parse_args and function outer")
+    assert scope.wider_ranges == (((PARSE_ARGS[0], OUTER[1]),),)
+    assert scope.wider[0][0].reason.endswith("in function parse_args and function outer")
 
 
 def test_line_references_win_over_names_in_the_instruction():
     scope = resolve_scope(doc(), f"In Reader.read, see line {LINE}")
-    assert spans(scope) == [(LINE, LINE)] and scope.wider_ranges == (PARSE_ARGS,)
+    assert levels(scope) == [[(LINE, LINE)], [PARSE_ARGS]]
 
 
 def test_a_line_past_the_end_is_a_one_line_error_naming_the_reference_and_the_length():
@@ -435,7 +438,7 @@ def test_crlf_cr_and_bom_files_count_lines_as_document_does(data):
     assert document.n_lines == len(PY.splitlines())
     assert spans(resolve_scope(document, "parse_args and load_settings")) == [PARSE_ARGS, LOAD]
     line = at(PY, "return x * 2")
-    assert resolve_scope(document, f"line {line}").wider_ranges == (INNER,)
+    assert resolve_scope(document, f"line {line}").wider_ranges == ((INNER,),)
     assert spans(resolve_scope(document, f"line {line}")) == [(line, line)]
     with pytest.raises(ScopeError, match=f"has {document.n_lines} lines$"):
         resolve_scope(document, f"line {document.n_lines + 1}")
@@ -513,8 +516,7 @@ def test_a_javascript_class_and_a_line_in_a_method():
     assert spans(resolve_scope(jsdoc(), "Cart needs a clear method")) == [cart]
     add = (at(JS, "// Adds one item."), at(JS, "this.items.push") + 1)
     line = at(JS, "this.items.push")
-    scope = resolve_scope(jsdoc(), f"line {line}")
-    assert spans(scope) == [(line, line)] and scope.wider_ranges == (add,)
+    assert levels(resolve_scope(jsdoc(), f"line {line}")) == [[(line, line)], [add]]
 
 
 def test_a_javascript_line_is_its_statement_and_a_header_only_its_line():
@@ -522,10 +524,9 @@ def test_a_javascript_line_is_its_statement_and_a_header_only_its_line():
     assert spans(resolve_scope(jsdoc(), f"line {loop}")) == [(loop, loop)]
     src = "function f(x) {\n  if (x) {\n    return g(\n      x,\n    );\n  } else {\n    return 0;\n  }\n}\n"
     document = Document.from_text(src, "f.js")
-    assert spans(resolve_scope(document, "line 2")) == [(2, 2)]  # `if (x) {`: the header, not the block
-    assert spans(resolve_scope(document, "line 4")) == [(3, 5)]  # inside a call over three lines
-    assert spans(resolve_scope(document, "line 6")) == [(6, 6)]  # `} else {`
-    assert resolve_scope(document, "line 4").wider_ranges == ((1, 9),)
+    assert levels(resolve_scope(document, "line 2")) == [[(2, 2)], [(1, 9)]]  # `if (x) {`: a header, not the block
+    assert levels(resolve_scope(document, "line 4")) == [[(4, 4)], [(3, 5)], [(1, 9)]]  # in a call over three lines
+    assert levels(resolve_scope(document, "line 6")) == [[(6, 6)], [(1, 9)]]  # `} else {`
 
 
 def test_a_javascript_name_only_in_a_comment_gives_no_region():

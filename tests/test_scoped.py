@@ -270,23 +270,35 @@ def test_line_reference_is_its_statement_and_is_quoted(work, tiny_dir, scripted)
     calls = scripted(retype(("return x - 2", "return x * 2")))
     result = fix(tiny_dir, "Fix line 6", "--write")
     assert result.exit_code == 0, result.output
-    assert scope_line(result.stderr) == "scope: line 6 (line 6 in the instruction, the statement there, in function second)"
+    assert scope_line(result.stderr) == "scope: line 6 (line 6 in the instruction, in function second)"
     assert calls[0].prepared.regions == ((6, 6),)
     assert "Line 6:     return x - 2\n" in calls[0].prompt
     assert (work / "a.py").read_bytes() == make(l6="    return x * 2")
 
 
-def test_try_3_of_a_line_reference_retypes_the_function_around_it(work, tiny_dir, scripted):
+def test_a_try_that_does_not_parse_widens_the_next_to_the_function_and_no_change_does_not(work, tiny_dir, scripted):
     (work / "a.py").write_bytes(make())
-    unchanged = retype()
-    calls = scripted(unchanged, unchanged, retype(("def second(x):", "def second(x, y=0):")))
+    calls = scripted(retype(), retype(("return x - 2", "return (x -")),
+                     retype(("def second(x):", "def second(x, y=0):")))
     result = fix(tiny_dir, "Fix line 6", "--json")
     assert result.exit_code == 0, result.output
     assert [call.prepared.regions for call in calls] == [((6, 6),), ((6, 6),), ((5, 6),)]
+    assert "try 2 of 3: failed: syntax" in result.stderr
     assert "try 3 of 3 [scope widened to lines 5-6]: passed" in result.stderr
     data = json.loads(result.stdout)
     assert [t["regions"] for t in data["tries"]] == [[[6, 6]], [[6, 6]], [[5, 6]]]
     assert "+def second(x, y=0):" in data["diff"]
+
+
+def test_a_line_of_a_statement_over_two_lines_widens_to_the_statement_first(work, tiny_dir, scripted):
+    lines = ["def f(x):", "    return g(x,", "             1)", ""]
+    (work / "a.py").write_bytes(make(lines))
+    calls = scripted(retype(("1)", "1))")), retype(("1)", "2)")))
+    result = fix(tiny_dir, "Fix line 3", "--write")
+    assert result.exit_code == 0, result.output
+    assert [call.prepared.regions for call in calls] == [((3, 3),), ((2, 3),)]
+    assert "try 2 of 3 [scope widened to lines 2-3]: passed" in result.stderr
+    assert (work / "a.py").read_bytes() == make(lines, l3="             2)")
 
 
 LONG = ["import os", ""] + [f"A{k} = {k}" for k in range(200)] + ["", "", "def f(x):", "    return x - 2", ""] + [
