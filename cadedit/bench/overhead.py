@@ -6,7 +6,7 @@ clock seen from outside, the decode's own seconds from --json, the overhead (wal
 interpreter start, imports, weights, dtype choice, tokenizer, prompt, output), the load phases,
 and the prompt tokens fed vs reused from the on-disk prefix store (the second run should feed only
 the instruction and what follows it). Then, in this process, the one-token decode step of the
-loaded model after a 1,024-token prefix in fp32 and bf16 (median of 20 steps).
+loaded model after a 1,024-token prefix in fp32, bf16 and bf16 with int8 steps (median of 20 steps).
 """
 
 from __future__ import annotations
@@ -49,11 +49,12 @@ def step_ms(model: str, dtype: str, threads: int | None, prefix: int = 1024, ste
 
     loaded = load_model(model, "cpu", dtype, threads)
     lm = TransformersLM(loaded.model, new_cache(loaded))
-    lm.feed([100 + (k % 5000) for k in range(prefix)])
+    vocab = loaded.model.config.vocab_size
+    lm.feed([(100 + k % 5000) % vocab for k in range(prefix)])
     times = []
     for k in range(steps + 3):
         start = time.perf_counter()
-        lm.feed([200 + k])
+        lm.feed([(200 + k) % vocab])
         times.append(time.perf_counter() - start)
     return 1000 * statistics.median(times[3:])
 
@@ -66,7 +67,7 @@ def overhead(
     json_path: Annotated[Path | None, typer.Option("--json", metavar="PATH", help="Write the results here.")] = None,
 ) -> None:
     """Process start to answer for `cadedit fix`, what of it is not model work, how much of the
-    prompt a second edit of the same file feeds again, and the one-token step in fp32 and bf16.
+    prompt a second edit of the same file feeds again, and the one-token step in fp32, bf16 and bf16-int8.
 
     Example: cadedit bench overhead --model MODEL --file examples/before.py --json overhead.json
     """
@@ -79,7 +80,7 @@ def overhead(
         target = Path(tmp) / file.name
         shutil.copyfile(file, target)
         runs = [run_fix(model, target, instruction, extra) for instruction in INSTRUCTIONS]
-    steps = {name: step_ms(model, name, threads) for name in ("fp32", "bf16")}
+    steps = {name: step_ms(model, name, threads) for name in ("fp32", "bf16", "bf16-int8")}
     first, second = runs
     result = {"model": model, "file": str(file), "runs": runs, "step_ms": steps}
     if first.get("prompt_fed") and second.get("prompt_fed") is not None:
@@ -87,6 +88,9 @@ def overhead(
     for k, run in enumerate(runs, 1):
         if "error" in run:
             typer.echo(f"run {k}: error: {run['error']}")
+            continue
+        if run["decode"] is None:
+            typer.echo(f"run {k}: wall {run['wall']:.2f} s, no decode statistics (no try passed its checks)")
             continue
         typer.echo(f"run {k}: wall {run['wall']:.2f} s, decode {run['decode']:.2f} s, overhead {run['overhead']:.2f} s "
                    f"(load {run['load_seconds']:.2f} s: " + ", ".join(f"{n} {s:.2f}" for n, s in run["load_phases"].items())
