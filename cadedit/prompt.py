@@ -165,8 +165,13 @@ def fenced_source(document: Document, fence: str) -> str:
 # passed; `cadedit bench tries -c humanevalfix_python.jsonl --tries 1 --check-tries 0 --layout L`):
 #   cases 0-19 (tuned on):   both 2/20, after 3/20
 #   cases 20-39 (held out):  both 3/20, after 2/20
-# A tie on quality (5/40 each); "after" is the default because only it lets a second edit of the
-# same file reuse the file's KV cache (model.PrefixStore).
+# A tie on quality (5/40 each); "both" is out because only "after" and "quoted" let a second edit
+# of the same file reuse the file's KV cache (model.PrefixStore). For whole files "quoted" is "after".
+# Scoped edits, HumanEvalFix-Python 0-19 as whole files (the function named), 0.5B: both 5/20, after
+# 7/20, quoted 7/20. Long files (bench longfile tasks 10-19, explicit, 1.5B, one greedy try): after
+# 7/10, quoted 9/10 -- shown 60 lines around a one-line region, the model lost its place and retyped
+# other lines of the window; with the region quoted right before the instruction it did not.
+# "quoted" is the default.
 LAYOUTS = ("both", "after", "quoted")
 
 
