@@ -34,6 +34,10 @@ TRY_TEMPERATURE = 0.7
 # failed the test (the fix is elsewhere). After one, the next try retypes the next wider scope
 # (options.wider); after "no change" or an answer out of budget it stays where it was.
 WIDEN_AFTER = ("syntax", "test")
+# A scoped prompt that quotes the region right before the instruction (prompt.LAYOUTS "quoted")
+# keeps a small model in its place, but invites a verbatim copy: after a candidate that changed
+# nothing, the next try is asked without the quote (README, "Scoped edits, measured").
+UNQUOTED_AFTER = "change"
 
 
 @dataclass(frozen=True)
@@ -174,12 +178,16 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     told = ""
     levels = (options.regions, *options.wider)
     level = 0
+    layout = options.layout
     for number in range(1, tries + 1):
         sampling = sampling_for(number, options.sampling)
-        if done and any(c.name in WIDEN_AFTER for c in done[-1].failed_checks):
+        failed = {c.name for c in done[-1].failed_checks} if done else set()
+        if failed & set(WIDEN_AFTER):
             level = min(level + 1, len(levels) - 1)
+        if UNQUOTED_AFTER in failed and layout == "quoted":
+            layout = "after"
         regions = levels[level]
-        current = replace(options, sampling=sampling, feedback=told, regions=regions, wider=())
+        current = replace(options, sampling=sampling, feedback=told, regions=regions, wider=(), layout=layout)
         start = time.perf_counter()
         try:
             result = edit(document, instruction, current, on_step, picks(number) if picks else None)

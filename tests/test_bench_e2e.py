@@ -22,6 +22,8 @@ from cadedit.cli import app
 from cadedit.document import Document
 from cadedit.errors import CadeditError
 from cadedit.options import Mode
+from cadedit.decode import script_picker
+from cadedit.model import token_bytes
 from tests.bench_helpers import record, write_corpus
 from tests.test_pipes import scripted_picker
 from tests.tinymodel import save_model
@@ -168,9 +170,9 @@ def test_e2e_bad_options_are_usage_errors(corpus, args):
     assert invoke("-c", str(corpus), *args).exit_code == 2
 
 
-def test_methods_are_the_modes_in_order_then_the_peers():
+def test_methods_are_fix_then_the_modes_in_order_then_the_peers():
     assert ee.MODES == ("program", "rewrite", "lookup", "verify")
-    assert ee.METHODS == ee.MODES + ("llama-rewrite", "llama-lookup")
+    assert ee.METHODS == ("fix",) + ee.MODES + ("llama-rewrite", "llama-lookup")
     assert list(ee.methods(["lookup", "program"])) == ["lookup", "program"]
     with pytest.raises(CadeditError, match="unknown method 'fastest'"):
         ee.methods(["fastest"])
@@ -310,3 +312,28 @@ def test_compare_outputs_marks_each_attempt_against_the_first():
     assert ee.compare_outputs([failed, a])[1].same_as_first is None  # nothing to compare with
     summary = ee.method_summary(marked[1:3])
     assert summary["compared"] == 2 and summary["same_as_first"] == 1
+
+
+LONG_BEFORE = "import os\n\n\ndef f(a, b):\n    x = 1\n    return a - b\n" + "".join(f"Y{k} = {k}\n" for k in range(150))
+
+
+def test_e2e_fix_retypes_only_the_line_the_instruction_names(tmp_path, tiny_dir, monkeypatch):
+    after = LONG_BEFORE.replace("return a - b", "return a + b")
+    corpus = write_corpus(tmp_path / "long.jsonl", [record("long", LONG_BEFORE, after, instruction="Fix line 6.")])
+    real_run = pipeline.run_decode
+    seen = []
+
+    def run_decode(loaded, document, prepared, pick, *args, **kwargs):
+        seen.append((prepared.mode, prepared.regions))
+        text = prepared.source.replace("a - b", "a + b") if prepared.regions else after + prepared.fence + "\n"
+        return real_run(loaded, document, prepared, script_picker(text, token_bytes(loaded)), *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+    out = tmp_path / "e2e.json"
+    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
+                    "--methods", "fix,verify", "--no-tests", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    assert seen == [(Mode.VERIFY, ((6, 6),)), (Mode.VERIFY, ())]
+    (case,) = json.loads(out.read_text())["corpora"][0]["cases"]
+    assert case["fix"]["exact"] is case["verify"]["exact"] is True  # the same file; the scoped answer is one line
+    assert case["fix"]["forward_passes"] <= case["verify"]["forward_passes"]

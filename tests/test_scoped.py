@@ -290,6 +290,17 @@ def test_a_try_that_does_not_parse_widens_the_next_to_the_function_and_no_change
     assert "+def second(x, y=0):" in data["diff"]
 
 
+def test_after_a_try_that_changed_nothing_the_region_is_not_quoted_again(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    calls = scripted(retype(), retype(("return x - 2", "return x * 2")))
+    result = fix(tiny_dir, "Fix line 6", "--write")
+    assert result.exit_code == 0, result.output
+    quote = "Lines 6-6 now read:\n```python\n    return x - 2\n```\n"
+    assert quote in calls[0].prompt and quote not in calls[1].prompt
+    assert "Line 6:     return x - 2\n" in calls[1].prompt  # the numbered line is still shown
+    assert (work / "a.py").read_bytes() == make(l6="    return x * 2")
+
+
 def test_a_line_of_a_statement_over_two_lines_widens_to_the_statement_first(work, tiny_dir, scripted):
     lines = ["def f(x):", "    return g(x,", "             1)", ""]
     (work / "a.py").write_bytes(make(lines))

@@ -31,7 +31,8 @@ from cadedit.model import LoadedModel, encode, new_cache
 from cadedit.options import DEFAULT_MODE, EditOptions, Mode
 
 MODES = tuple(m.value for m in Mode)
-METHODS = MODES + PEERS
+FIX = "fix"  # `cadedit fix`'s own edit: the scope from the instruction, then the default mode (one try)
+METHODS = (FIX,) + MODES + PEERS
 DEFAULT_METHODS = (DEFAULT_MODE.value, Mode.REWRITE.value)
 EXTENSIONS = {"python": ".py", "py": ".py", "javascript": ".js", "js": ".js", "typescript": ".ts", "go": ".go",
               "rust": ".rs", "java": ".java", "cpp": ".cpp", "c++": ".cpp", "c": ".c"}
@@ -109,6 +110,23 @@ def mode_method(mode: Mode) -> Method:
     return edit
 
 
+def fix_method() -> Method:
+    """What `cadedit fix` does with one try: resolve the scope from the instruction (scope.py) and
+    retype only it in the default mode; no scope found, the whole file, as verify."""
+    from cadedit.scope import referenced_lines, resolve_scope
+
+    def edit(loaded: LoadedModel, document: Document, instruction: str, max_new_tokens: int | None) -> Edited:
+        scope = resolve_scope(document, instruction)
+        options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, regions=scope.ranges,
+                              referenced=referenced_lines(instruction, document.path))
+        result = pipeline.edit_file(document, instruction, options, loaded=loaded)
+        s = result.stats
+        return Edited(result.new_text, result.program_text, s.forward_passes, s.tokens_new, s.tokens_copied,
+                      s.seconds_prefill)
+
+    return edit
+
+
 def methods(names: Sequence[str], peers: dict[str, Method] | None = None) -> dict[str, Method]:
     """The methods to run per case, in order: the first is measured, the second is its baseline.
     A peer (llama-rewrite, llama-lookup) comes built from `peers` (bench/peers.py loads them)."""
@@ -118,6 +136,9 @@ def methods(names: Sequence[str], peers: dict[str, Method] | None = None) -> dic
             if not peers or name not in peers:
                 raise CadeditError(f"method {name} needs llama.cpp and a GGUF", hint="pass --gguf PATH")
             chosen[name] = peers[name]
+            continue
+        if name == FIX:
+            chosen[name] = fix_method()
             continue
         try:
             chosen[name] = mode_method(Mode(name))
