@@ -100,7 +100,7 @@ def resolve_scope(
         if not found.known:
             return Scope(note=found.problem)
         levels = [merge_regions(_widen(ref, found) if ref.traceback else level(ref, found) for ref in refs)
-                  for level in (_line, _narrow, _widen)]
+                  for level in (_line, _narrow, _block, _widen)]
         distinct = [regions for k, regions in enumerate(levels) if k == 0 or _spans(regions) != _spans(levels[k - 1])]
         return Scope(distinct[0], wider=tuple(distinct[1:]))
     # 3. Definitions of this file that the instruction names.
@@ -313,6 +313,27 @@ def _narrow(ref: LineRef, found: Outline) -> Region:
     where = f", in {function.describe()}" if function is not None else ""
     start, end = min(ref.start, ends[0][0]), max(ref.end, ends[1][1])
     return Region(start, end, f"{ref.label} in the instruction, the statement{'s' if ends[0] != ends[1] else ''} there{where}")
+
+
+# The block level of the ladder: the innermost compound statement (if, for, while, with, try)
+# around the statement, when it is at most this long; a longer one is skipped for the function.
+MAX_BLOCK_LINES = 40
+
+
+def _block(ref: LineRef, found: Outline) -> Region:
+    """The statements a reference is on, grown to the innermost compound statement around them that
+    is at most MAX_BLOCK_LINES long (none: the statements, so the level is skipped)."""
+    narrow = _narrow(ref, found)
+    function = _innermost(ref.start, found)
+    if function is None or narrow.start < function.start:
+        return narrow
+    around = [t for t in found.statements
+              if t.start <= narrow.start and narrow.end <= t.end and t.head_end < t.end and t.start > function.start
+              and (t.start, t.end) != (narrow.start, narrow.end) and t.end - t.start < MAX_BLOCK_LINES]
+    best = min(around, key=lambda t: t.end - t.start, default=None)
+    if best is None:
+        return narrow
+    return Region(best.start, best.end, f"{ref.label} in the instruction, the block there, in {function.describe()}")
 
 
 def _statement_lines(line: int, found: Outline) -> tuple[int, int] | None:

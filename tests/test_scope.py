@@ -193,7 +193,9 @@ def test_every_line_reference_form_is_those_lines_and_later_tries_get_the_functi
     scope = resolve_scope(doc(), instruction)
     assert spans(scope) == [expected]
     assert scope.regions[0].reason.endswith("in the instruction, in function parse_args")
-    assert scope.wider_ranges == ((PARSE_ARGS,),)  # each line is a whole statement: next, the function
+    # Each line is a whole statement; `opts[arg] = True` alone then has its loop as the next scope.
+    loop = ((LINE - 1, LINE),)
+    assert scope.wider_ranges == ((loop, (PARSE_ARGS,)) if expected == (LINE, LINE) else ((PARSE_ARGS,),))
 
 
 def levels(scope: Scope) -> list[list[tuple[int, int]]]:
@@ -235,27 +237,27 @@ def f(items, flag):
 @pytest.mark.parametrize(
     ("snippet", "expected"),
     [
-        ("for item in items:", "for item in items:"),  # a compound statement: its header only
-        ("if item and", "flag:"),  # a header over two lines
-        ("                flag:", "flag:"),
-        ("total += 1", "total += 1"),
-        ("elif item:", "elif item:"),
-        ("        else:", "        else:"),  # no statement starts here: the line itself
-        ("# nothing to count", "# nothing to count"),
-        ("    values = [", "    ]"),  # a statement over several lines: all of it
-        ("        1,", "    ]"),
-        ("        7: 7,", "        7: 7,"),  # in a 32-line statement: the line alone
+        # a compound statement's header, then the whole statement, then the function
+        ("for item in items:", [[(3, 3)], [(3, 11)], [(1, 48)]]),
+        ("if item and", [[(4, 4)], [(4, 5)], [(4, 11)], [(1, 48)]]),  # a header over two lines
+        ("                flag:", [[(5, 5)], [(4, 5)], [(4, 11)], [(1, 48)]]),
+        ("total += 1", [[(6, 6)], [(4, 11)], [(1, 48)]]),  # a simple statement is its line: then its block
+        ("elif item:", [[(7, 7)], [(7, 11)], [(1, 48)]]),
+        ("        else:", [[(9, 9)], [(7, 11)], [(1, 48)]]),  # no statement starts here: the line itself
+        ("# nothing to count", [[(10, 10)], [(7, 11)], [(1, 48)]]),
+        ("    values = [", [[(12, 12)], [(12, 15)], [(1, 48)]]),  # a statement over several lines: all of it
+        ("        1,", [[(13, 13)], [(12, 15)], [(1, 48)]]),
+        ("        7: 7,", [[(24, 24)], [(1, 48)]]),  # in a 32-line statement: the line alone
     ],
 )
-def test_a_line_then_the_statement_it_is_on_then_the_function(snippet, expected):
-    line = at(STATEMENTS, snippet)
-    start = at(STATEMENTS, "if item and") if snippet.strip() == "flag:" else line
-    if snippet.startswith("        1,"):
-        start = at(STATEMENTS, "values = [")
-    statement = [(start, at(STATEMENTS, expected))]
-    function = [(1, len(STATEMENTS.splitlines()))]
-    want = [[(line, line)]] + ([statement] if statement != [(line, line)] else []) + [function]
-    assert levels(resolve_scope(doc(STATEMENTS), f"line {line}")) == want
+def test_a_line_then_its_statement_then_its_block_then_the_function(snippet, expected):
+    assert len(STATEMENTS.splitlines()) == 48 and at(STATEMENTS, snippet) == expected[0][0][0]
+    assert levels(resolve_scope(doc(STATEMENTS), f"line {at(STATEMENTS, snippet)}")) == expected
+
+
+def test_a_block_longer_than_the_limit_is_skipped_for_the_function():
+    src = "def f(xs):\n    for x in xs:\n" + "        y = x\n" * 45 + "    return y\n"
+    assert levels(resolve_scope(doc(src), "line 5")) == [[(5, 5)], [(1, 48)]]
 
 
 def test_the_def_line_of_a_function_is_the_whole_function():
@@ -329,7 +331,7 @@ def test_a_range_over_two_functions_spans_both():
 
 def test_line_references_win_over_names_in_the_instruction():
     scope = resolve_scope(doc(), f"In Reader.read, see line {LINE}")
-    assert levels(scope) == [[(LINE, LINE)], [PARSE_ARGS]]
+    assert levels(scope) == [[(LINE, LINE)], [(LINE - 1, LINE)], [PARSE_ARGS]]
 
 
 def test_a_line_past_the_end_is_a_one_line_error_naming_the_reference_and_the_length():
@@ -524,9 +526,11 @@ def test_a_javascript_line_is_its_statement_and_a_header_only_its_line():
     assert spans(resolve_scope(jsdoc(), f"line {loop}")) == [(loop, loop)]
     src = "function f(x) {\n  if (x) {\n    return g(\n      x,\n    );\n  } else {\n    return 0;\n  }\n}\n"
     document = Document.from_text(src, "f.js")
-    assert levels(resolve_scope(document, "line 2")) == [[(2, 2)], [(1, 9)]]  # `if (x) {`: a header, not the block
-    assert levels(resolve_scope(document, "line 4")) == [[(4, 4)], [(3, 5)], [(1, 9)]]  # in a call over three lines
-    assert levels(resolve_scope(document, "line 6")) == [[(6, 6)], [(1, 9)]]  # `} else {`
+    # `if (x) {`: its header, then the whole if statement; a line in a call over three lines: the
+    # call, then the if around it; `} else {`: the line, then the if.
+    assert levels(resolve_scope(document, "line 2")) == [[(2, 2)], [(2, 8)], [(1, 9)]]
+    assert levels(resolve_scope(document, "line 4")) == [[(4, 4)], [(3, 5)], [(2, 8)], [(1, 9)]]
+    assert levels(resolve_scope(document, "line 6")) == [[(6, 6)], [(2, 8)], [(1, 9)]]
 
 
 def test_a_javascript_name_only_in_a_comment_gives_no_region():
