@@ -176,8 +176,11 @@ def load_peers(names: Sequence[str], gguf: str, threads: int, n_ctx: int) -> dic
     for name in (n for n in names if n in PEERS):
         draft = LlamaPromptLookupDecoding(num_pred_tokens=LOOKUP_TOKENS) if name == "llama-lookup" else None
         try:
+            # A draft model needs the logits of every position; without logits_all the Python side
+            # keeps rows for one batch only and the first prompt longer than a batch fails.
             llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=n_ctx, n_batch=512, n_threads=threads,
-                                  n_threads_batch=threads, draft_model=draft, verbose=False)
+                                  n_threads_batch=threads, draft_model=draft, logits_all=draft is not None,
+                                  verbose=False)
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelError(f"llama.cpp cannot load {gguf}: {exc}", hint="pass a .gguf file as --gguf") from None
         peers[name] = LlamaPeer(llama_cpp, llm)
