@@ -99,6 +99,10 @@ class FakeLlama:
         return self.kwargs["n_ctx"]
 
     def eval(self, tokens) -> None:
+        # As llama-cpp-python: with a draft model it stores every position's logits, in rows it
+        # allocates only when asked for logits_all; otherwise a prompt past one batch cannot be stored.
+        if self.draft_model is not None and not self.kwargs.get("logits_all") and len(tokens) > self.kwargs["n_batch"]:
+            raise ValueError("could not broadcast input array into shape (0,)")
         self.evals.append(list(tokens))
 
     def reset(self) -> None:
@@ -191,6 +195,7 @@ def test_llama_lookup_drafts_with_prompt_lookup_and_counts_kept_drafts(fake_llam
     edited = lookup(loaded, Document.from_text(BEFORE, "solution.py"), "Fix it.", None)
     draft = lookup.llm.kwargs["draft_model"]
     assert isinstance(draft, LookupDecoding) and draft.num_pred_tokens == 10
+    assert lookup.llm.kwargs["logits_all"] is True and peer("llama-rewrite").llm.kwargs["logits_all"] is False
     n = len(fake_tokenize(answer, False))
     assert edited.text == AFTER and edited.tokens_new == n
     assert edited.forward_passes == 1 + (n - 1 + FakeLlama.accept - 1) // FakeLlama.accept  # the prompt's, then 4 a forward
