@@ -40,7 +40,7 @@ class EditOptions:
     sampling: Sampling = field(default_factory=Sampling)
     max_new_tokens: int | None = None  # None: twice the file's tokens + 256 (a full rewrite fits)
     variant: str = "default"  # program-mode prompt variant, see prompt.VARIANTS
-    layout: str = "quoted"  # fenced modes: where the instruction goes, see prompt.LAYOUTS (measured there)
+    layout: str = "auto"  # fenced modes: where the instruction goes, see prompt.LAYOUTS (measured there)
     draft: bool = True  # program mode: guess program tokens ahead and verify them in the same forward
     mode: Mode = DEFAULT_MODE
     # The line ranges (1-based, inclusive, in file order) the model retypes; the rest is copied by

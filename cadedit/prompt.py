@@ -171,8 +171,10 @@ def fenced_source(document: Document, fence: str) -> str:
 # 7/20, quoted 7/20. Long files (bench longfile tasks 10-19, explicit, 1.5B, one greedy try): after
 # 7/10, quoted 9/10 -- shown 60 lines around a one-line region, the model lost its place and retyped
 # other lines of the window; with the region quoted right before the instruction it did not.
-# "quoted" is the default.
-LAYOUTS = ("both", "after", "quoted")
+# The main job of setup.sh (a 12-line file, the function named, 1.5B): after passed on try 1, quoted
+# copied the function unchanged on try 1. Shown whole, a short file leaves no place to lose, and the
+# quote only invites a copy; "auto" (the default) quotes the region when the file is shown in parts.
+LAYOUTS = ("both", "after", "quoted", "auto")
 
 
 def rewrite_messages(document: Document, instruction: str, fence: str, feedback: str = "",
@@ -232,7 +234,8 @@ def scoped_messages(document: Document, instruction: str, fence: str, regions: S
     are quoted with their numbers, since the file is shown without them."""
     name = PurePath(document.path).name if not document.path.startswith("<") else "the file"
     opening = fence + language_tag(document.path) + "\n"
-    if context is None or tuple(context) == ((1, document.n_lines),):
+    whole = context is None or tuple(context) == ((1, document.n_lines),)
+    if whole:
         shown_file = f"File {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n"
     else:
         shown_file = f"File {name} ({document.n_lines} lines), the parts around the lines to edit:\n" + "".join(
@@ -244,7 +247,7 @@ def scoped_messages(document: Document, instruction: str, fence: str, regions: S
     count = sum(b - a + 1 for a, b in regions)
     head = f"{task}\n\n" if layout == "both" else ""
     shown = ""
-    if layout == "quoted":
+    if layout == "quoted" or (layout == "auto" and not whole):
         shown = "".join(f"Lines {a}-{b} now read:\n{opening}{_region_source(document, a, b, fence)}\n" for a, b in regions)
     user = (f"{head}{shown_file}" + (f"{quoted}\n" if quoted else "") + shown
             + f"{task}\nReply with lines {ranges} of the file ({count} line{'s' if count != 1 else ''}), with the instruction applied, "

@@ -36,7 +36,7 @@ TRY_TEMPERATURE = 0.7
 # failed the test (the fix is elsewhere). After one, the next try retypes the next wider scope
 # (options.wider); after "no change" or an answer out of budget it stays where it was.
 WIDEN_AFTER = ("syntax", "test")
-# A scoped prompt that quotes the region right before the instruction (prompt.LAYOUTS "quoted")
+# A scoped prompt that quotes the region right before the instruction (prompt.LAYOUTS "quoted", "auto")
 # keeps a small model in its place, but invites a verbatim copy: after a candidate that changed
 # nothing, the next try is asked without the quote (README, "Scoped edits, measured").
 UNQUOTED_AFTER = "change"
@@ -186,7 +186,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         failed = {c.name for c in done[-1].failed_checks} if done else set()
         if failed & set(WIDEN_AFTER):
             level = min(level + 1, len(levels) - 1)
-        if UNQUOTED_AFTER in failed and layout == "quoted":
+        if UNQUOTED_AFTER in failed and layout in ("quoted", "auto"):
             layout = "after"
         regions = levels[level]
         current = replace(options, sampling=sampling, feedback=told, regions=regions, wider=(), layout=layout)

@@ -290,15 +290,24 @@ def test_a_try_that_does_not_parse_widens_the_next_to_the_function_and_no_change
     assert "+def second(x, y=0):" in data["diff"]
 
 
-def test_after_a_try_that_changed_nothing_the_region_is_not_quoted_again(work, tiny_dir, scripted):
-    (work / "a.py").write_bytes(make())
+def test_a_file_shown_in_parts_quotes_the_region_until_a_try_changes_nothing(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(LONG))
+    line = LONG.index("    return x - 2") + 1
     calls = scripted(retype(), retype(("return x - 2", "return x * 2")))
+    result = fix(tiny_dir, f"Fix line {line}", "--write")
+    assert result.exit_code == 0, result.output
+    quote = f"Lines {line}-{line} now read:\n```python\n    return x - 2\n```\n"
+    assert quote in calls[0].prompt and quote not in calls[1].prompt
+    assert f"Line {line}:     return x - 2\n" in calls[1].prompt  # the numbered line is still shown
+    assert (work / "a.py").read_bytes() == make(LONG, **{f"l{line}": "    return x * 2"})
+
+
+def test_a_file_shown_whole_does_not_quote_the_region(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make())
+    calls = scripted(retype(("return x - 2", "return x * 2")))
     result = fix(tiny_dir, "Fix line 6", "--write")
     assert result.exit_code == 0, result.output
-    quote = "Lines 6-6 now read:\n```python\n    return x - 2\n```\n"
-    assert quote in calls[0].prompt and quote not in calls[1].prompt
-    assert "Line 6:     return x - 2\n" in calls[1].prompt  # the numbered line is still shown
-    assert (work / "a.py").read_bytes() == make(l6="    return x * 2")
+    assert "now read:" not in calls[0].prompt and "File a.py (9 lines):\n" in calls[0].prompt
 
 
 def test_a_line_of_a_statement_over_two_lines_widens_to_the_statement_first(work, tiny_dir, scripted):
