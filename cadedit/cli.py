@@ -436,17 +436,13 @@ def _load(options, quiet: bool, verbose: bool = False, once_for: int = 1):
 def _edit_checked(document, instruction: str, options, plan, tries: int, scoping: _Scoping, loaded, quiet: bool,
                   verbose: bool = False) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
-    from dataclasses import replace
-
-    from cadedit.scope import referenced_lines, resolve_scope
+    from cadedit.scope import resolve_scope, scoped_options
     from cadedit.tries import edit_verified
 
     scope = None
     if scoping.on:
         scope = resolve_scope(document, instruction, lines=scoping.lines, names=scoping.names)
-        if not scope.whole_file:
-            options = replace(options, regions=scope.ranges, wider=scope.wider_ranges,
-                              referenced=referenced_lines(instruction, document.path))
+        options = scoped_options(options, scope, instruction, document.path)
         if not quiet:
             say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)

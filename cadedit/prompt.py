@@ -154,8 +154,7 @@ def language_tag(path: str) -> str:
 
 def fenced_source(document: Document, fence: str) -> str:
     """The file as the model sees it and retypes it: display text, a final newline, the closing fence."""
-    body = document.display_text(1, document.n_lines) if document.lines else ""
-    return body + ("\n" if body and not body.endswith("\n") else "") + fence + "\n"
+    return _region_source(document, 1, document.n_lines, fence) if document.lines else fence + "\n"
 
 
 # Where the instruction goes in the fenced modes' prompt. "both": before and after the file;

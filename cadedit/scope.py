@@ -20,10 +20,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cadedit.document import Document
 from cadedit.errors import ScopeError
+from cadedit.options import EditOptions
 from cadedit.outline import LANGUAGES, Definition, Outline, display_name, language_of, outline
 
 
@@ -43,8 +44,8 @@ class Scope:
     regions: tuple[Region, ...] = ()  # sorted and merged; empty = the whole file
     note: str = ""  # why the scope is the whole file, for the caller to show
     # Wider scopes, each holding the one before: for a line reference inside a function, the
-    # statement the line is on, then the function around it. A try whose candidate did not parse or
-    # failed the test retypes the next one (cadedit.tries). Empty: nothing wider.
+    # statement the line is on, the block around it, then the function. A try whose candidate did
+    # not parse or failed the test retypes the next one (cadedit.tries). Empty: nothing wider.
     wider: tuple[tuple[Region, ...], ...] = ()
 
     @property
@@ -99,8 +100,8 @@ def resolve_scope(
     if refs:
         if not found.known:
             return Scope(note=found.problem)
-        levels = [merge_regions(_widen(ref, found) if ref.traceback else level(ref, found) for ref in refs)
-                  for level in (_line, _narrow, _block, _widen)]
+        ladders = [_ladder(ref, found) for ref in refs]
+        levels = [merge_regions(ladder[k] for ladder in ladders) for k in range(len(ladders[0]))]
         distinct = [regions for k, regions in enumerate(levels) if k == 0 or _spans(regions) != _spans(levels[k - 1])]
         return Scope(distinct[0], wider=tuple(distinct[1:]))
     # 3. Definitions of this file that the instruction names.
@@ -293,47 +294,41 @@ def _spans(regions: Sequence[Region]) -> list[tuple[int, int]]:
     return [(r.start, r.end) for r in regions]
 
 
-def _line(ref: LineRef, found: Outline) -> Region:
-    """A reference inside a function as written: the lines it names (elsewhere as _narrow has it)."""
-    if any(_statement_lines(line, found) is None for line in (ref.start, ref.end)):
-        return _narrow(ref, found)
-    function = _innermost(ref.start, found)
-    return Region(ref.start, ref.end, f"{ref.label} in the instruction, in {function.describe()}")
+def scoped_options(options: EditOptions, scope: Scope, instruction: str, path: str) -> EditOptions:
+    """`options` for an edit in `scope`, as `cadedit fix` and the benchmarks make it: the regions, the
+    wider scopes of later tries and the lines the instruction names (the whole file: unchanged)."""
+    if scope.whole_file:
+        return options
+    return replace(options, regions=scope.ranges, wider=scope.wider_ranges, referenced=referenced_lines(instruction, path))
 
 
-def _narrow(ref: LineRef, found: Outline) -> Region:
-    """A reference inside a function grown to whole statements: the statement each end is on (a
-    compound statement's header only, `if x:`), or the line itself where no statement starts or
-    runs (`else:`, a comment, a blank line). Outside functions, and for a definition's own header
-    line, the reference widens as _widen does."""
+def _ladder(ref: LineRef, found: Outline) -> tuple[Region, Region, Region, Region]:
+    """A line reference's scopes, narrowest first: the lines it names; the statements they are on (a
+    compound statement's header only, `if x:`; the line itself where no statement starts or runs:
+    `else:`, a comment); the innermost compound statement around those of at most MAX_BLOCK_LINES
+    (none: the statements again, so the level drops out); the function (_widen). A traceback frame,
+    a definition's own header line and a line outside functions are _widen at every step."""
+    wide = _widen(ref, found)
     ends = [_statement_lines(line, found) for line in (ref.start, ref.end)]
-    if any(span is None for span in ends):
-        return _widen(ref, found)
-    function = _innermost(ref.start, found)
-    where = f", in {function.describe()}" if function is not None else ""
-    start, end = min(ref.start, ends[0][0]), max(ref.end, ends[1][1])
-    return Region(start, end, f"{ref.label} in the instruction, the statement{'s' if ends[0] != ends[1] else ''} there{where}")
+    if ref.traceback or any(span is None for span in ends):
+        return wide, wide, wide, wide
+    function = _innermost(ref.start, found)  # not None: both ends are inside a function
+    where = f", in {function.describe()}"
+    line = Region(ref.start, ref.end, f"{ref.label} in the instruction{where}")
+    many = "s" if ends[0] != ends[1] else ""
+    narrow = Region(min(ref.start, ends[0][0]), max(ref.end, ends[1][1]),
+                    f"{ref.label} in the instruction, the statement{many} there{where}")
+    around = [t for t in found.statements
+              if t.start <= narrow.start and narrow.end <= t.end and t.head_end < t.end and t.start > function.start
+              and (t.start, t.end) != (narrow.start, narrow.end) and t.end - t.start < MAX_BLOCK_LINES]
+    best = min(around, key=lambda t: t.end - t.start, default=None)
+    block = narrow if best is None else Region(best.start, best.end, f"{ref.label} in the instruction, the block there{where}")
+    return line, narrow, block, wide
 
 
 # The block level of the ladder: the innermost compound statement (if, for, while, with, try)
 # around the statement, when it is at most this long; a longer one is skipped for the function.
 MAX_BLOCK_LINES = 40
-
-
-def _block(ref: LineRef, found: Outline) -> Region:
-    """The statements a reference is on, grown to the innermost compound statement around them that
-    is at most MAX_BLOCK_LINES long (none: the statements, so the level is skipped)."""
-    narrow = _narrow(ref, found)
-    function = _innermost(ref.start, found)
-    if function is None or narrow.start < function.start:
-        return narrow
-    around = [t for t in found.statements
-              if t.start <= narrow.start and narrow.end <= t.end and t.head_end < t.end and t.start > function.start
-              and (t.start, t.end) != (narrow.start, narrow.end) and t.end - t.start < MAX_BLOCK_LINES]
-    best = min(around, key=lambda t: t.end - t.start, default=None)
-    if best is None:
-        return narrow
-    return Region(best.start, best.end, f"{ref.label} in the instruction, the block there, in {function.describe()}")
 
 
 def _statement_lines(line: int, found: Outline) -> tuple[int, int] | None:

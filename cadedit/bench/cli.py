@@ -852,7 +852,7 @@ def longfile(
     from cadedit.document import Document
     from cadedit.model import load_model
     from cadedit.options import EditOptions, Mode
-    from cadedit.scope import referenced_lines, resolve_scope
+    from cadedit.scope import resolve_scope, scoped_options
     from cadedit.errors import CadeditError
     from cadedit.tries import CheckPlan, edit_verified
 
@@ -890,12 +890,9 @@ def longfile(
         instruction = task["instruction"] if kind == "explicit" else task["instruction_vague"]
         document = Document.from_text(task["before"], task["path"])
         options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=around)
-        regions = ()
         if scoped:  # as `cadedit fix` scopes an edit
-            scope = resolve_scope(document, instruction)
-            regions = scope.ranges
-            options = EditOptions(model=loaded.name, mode=Mode.VERIFY, regions=regions, wider=scope.wider_ranges,
-                                  referenced=referenced_lines(instruction, document.path), context=around)
+            options = scoped_options(options, resolve_scope(document, instruction), instruction, document.path)
+        regions = options.regions
         start = time.perf_counter()
         try:
             verified = edit_verified(document, instruction, options, CheckPlan(), max_tries, loaded=loaded)

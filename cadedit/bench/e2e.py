@@ -97,28 +97,15 @@ class E2ESettings:
 # -- the methods: decoding modes of `cadedit fix` ------------------------------------------------
 
 
-def mode_method(mode: Mode) -> Method:
-    """One decoding mode, through exactly the code path of `cadedit fix`."""
+def mode_method(mode: Mode, scoped: bool = False) -> Method:
+    """One decoding mode, through exactly the code path of `cadedit fix`; scoped: the scope from the
+    instruction first, as `cadedit fix` resolves it (no scope found: the whole file)."""
+    from cadedit.scope import resolve_scope, scoped_options
 
     def edit(loaded: LoadedModel, document: Document, instruction: str, max_new_tokens: int | None) -> Edited:
         options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, mode=mode)
-        result = pipeline.edit_file(document, instruction, options, loaded=loaded)
-        s = result.stats
-        return Edited(result.new_text, result.program_text, s.forward_passes, s.tokens_new, s.tokens_copied,
-                      s.seconds_prefill)
-
-    return edit
-
-
-def fix_method() -> Method:
-    """What `cadedit fix` does with one try: resolve the scope from the instruction (scope.py) and
-    retype only it in the default mode; no scope found, the whole file, as verify."""
-    from cadedit.scope import referenced_lines, resolve_scope
-
-    def edit(loaded: LoadedModel, document: Document, instruction: str, max_new_tokens: int | None) -> Edited:
-        scope = resolve_scope(document, instruction)
-        options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, regions=scope.ranges,
-                              referenced=referenced_lines(instruction, document.path))
+        if scoped:
+            options = scoped_options(options, resolve_scope(document, instruction), instruction, document.path)
         result = pipeline.edit_file(document, instruction, options, loaded=loaded)
         s = result.stats
         return Edited(result.new_text, result.program_text, s.forward_passes, s.tokens_new, s.tokens_copied,
@@ -137,8 +124,8 @@ def methods(names: Sequence[str], peers: dict[str, Method] | None = None) -> dic
                 raise CadeditError(f"method {name} needs llama.cpp and a GGUF", hint="pass --gguf PATH")
             chosen[name] = peers[name]
             continue
-        if name == FIX:
-            chosen[name] = fix_method()
+        if name == FIX:  # one try: later tries' wider scopes do not come into it
+            chosen[name] = mode_method(DEFAULT_MODE, scoped=True)
             continue
         try:
             chosen[name] = mode_method(Mode(name))
