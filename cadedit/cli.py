@@ -379,6 +379,7 @@ class _Outcome:
     load_seconds: float
     phases: tuple = ()
     dtype: str = ""
+    first_forward: float | None = None  # seconds from process start to the first forward (None: a server's)
 
     def to_json(self, diff_text: str) -> dict:
         from cadedit.results import result_json
@@ -392,6 +393,7 @@ class _Outcome:
         data["scope"] = self.scope.as_json() if self.scope is not None else []
         data["load_seconds"] = self.load_seconds
         data["load_phases"] = dict(self.phases)
+        data["seconds_to_first_forward"] = self.first_forward
         data["dtype"] = self.dtype
         data["tries"] = [t.to_json() for t in self.verified.tries]
         return data
@@ -474,8 +476,12 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
     with progress:
         verified = edit_verified(document, instruction, options, plan, tries, loaded=loaded, on_try=on_try,
                                  on_step=progress.update, on_test=on_test)
+    model_module = sys.modules.get("cadedit.model")  # not imported: every forward ran in a server
+    first = model_module.FIRST_FORWARD[0] if model_module and model_module.FIRST_FORWARD else None
+    if verbose and first is not None:
+        say(f"  first forward {first:.2f} s after the process started")
     return _Outcome(document, verified, scope, loaded.name, loaded.load_seconds, getattr(loaded, "phases", ()),
-                    str(getattr(loaded, "dtype", "")).removeprefix("torch."))
+                    str(getattr(loaded, "dtype", "")).removeprefix("torch."), first)
 
 
 def _reread(document):

@@ -49,7 +49,7 @@ class Cursor(Protocol):
 
 
 class LM(Protocol):
-    """One KV cache over a causal LM (cadedit.model.TransformersLM)."""
+    """One KV cache over a causal LM (cadedit.model.CachedLM)."""
 
     def feed(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor: ...  # [keep, V]
     def crop(self, n: int) -> None: ...

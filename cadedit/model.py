@@ -4,7 +4,8 @@ Contract: load_model(spec) returns a LoadedModel (tokenizer + causal LM in eval 
 (offline only if already in the Hugging Face cache), a local folder, or a .gguf file. A GGUF is
 dequantised once (about a minute for 0.5B) and cached as safetensors under
 $XDG_CACHE_HOME/cadedit/models/ (written atomically), so later runs load in seconds. Every failure
-is a one-line ModelError with a hint. This is the only module that imports transformers.
+is a one-line ModelError with a hint. The model and tokenizer are cadedit's own (cadedit.qwen2, cadedit.tokenizer); transformers is
+imported only to convert a GGUF (and to read a tokenizer that has no tokenizer.json).
 """
 
 from __future__ import annotations
@@ -275,28 +276,50 @@ def _source(spec: str) -> tuple[str, bool]:
     return spec, True
 
 
-def _from_pretrained(source: str, hub: bool, dtype: torch.dtype):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    from safetensors import SafetensorError
-
-    hf_logging.disable_progress_bar()
+def _folder(source: str, hub: bool) -> Path:
+    """The model folder of --model: the folder itself, or a hub id's snapshot in the local cache."""
+    if not hub:
+        return Path(source)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=hub and _offline())
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=hub and _offline())
-    except SafetensorError as exc:  # a truncated or damaged download
-        raise ModelError(f"cannot load the weights of model {source} ({str(exc).strip()[:200]})",
-                         hint="the .safetensors file is damaged or incomplete: download it again") from None
-    except (OSError, ValueError) as exc:
-        where = f"{source} is not in the local Hugging Face cache and cannot be downloaded" if hub else f"{source}"
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(source, local_files_only=_offline()))
+    except Exception as exc:  # noqa: BLE001 - the hub client raises many kinds for "not here"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot load model {where} ({first[:200]})", hint=HINT) from None
-    return tokenizer, model
+        raise ModelError(f"cannot load model {source}: not in the local Hugging Face cache and cannot be "
+                         f"downloaded ({first[:160]})", hint=HINT) from None
+
+
+def _load_tokenizer(folder: Path):
+    """tokenizer.json read directly (cadedit.tokenizer); a folder with only vocab + merges files goes
+    through transformers, which can build one from them."""
+    if (folder / "tokenizer.json").is_file():
+        from cadedit.tokenizer import Tokenizer
+
+        return Tokenizer.from_folder(folder)
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot load the tokenizer of model {folder} ({str(exc).strip()[:200]})", hint=HINT) from None
 
 
 def _offline() -> bool:
     return any(os.environ.get(v, "") not in ("", "0") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def process_seconds() -> float | None:
+    """Seconds since this process started (interpreter start included; Linux /proc), else None."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+FIRST_FORWARD: list[float] = []  # process_seconds() when this process ran its first forward
 
 
 def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto",
@@ -304,6 +327,9 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
     """Load tokenizer + model. spec: a hub id, a model folder or a .gguf file (None: choose_model())."""
     start = time.perf_counter()
     phases: list[tuple[str, float]] = []
+    before = process_seconds()
+    if before is not None and not FIRST_FORWARD:
+        phases.append(("process start to load", before))  # interpreter, imports, arguments
 
     def phase(name: str, since: float) -> float:
         now = time.perf_counter()
@@ -318,12 +344,14 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
     t = phase("find", start)
     torch_dtype, why = choose_dtype(dtype, device, threads)
     t = phase("dtype", t)
-    import transformers  # noqa: F401 - timed on its own: the largest import
+    folder = _folder(source, hub)
+    tokenizer = _load_tokenizer(folder)
+    t = phase("tokenizer", t)
+    from cadedit.qwen2 import load_qwen2
 
-    t = phase("import transformers", t)
-    tokenizer, model = _from_pretrained(source, hub, torch_dtype)
-    model.to(device).eval()
-    t = phase("tokenizer and weights", t)
+    model = load_qwen2(folder, torch_dtype, device)
+    model.eos_token_ids = _configured_eos(folder)
+    t = phase("weights", t)
     if tokenizer.chat_template is None:
         raise ModelError(f"model {spec} has no chat template", hint="use an Instruct model")
     int8 = dtype == "bf16-int8"
@@ -335,27 +363,25 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
 
         why += f"; int8 step weights {use_int8_steps(model, _identity(model, spec, torch_dtype))}"
         phase("int8 step weights", t)
-    limit = int(getattr(model.config, "max_position_embeddings", 0) or 32768)
+    limit = model.config.max_position_embeddings
     return LoadedModel(model, tokenizer, spec, device, torch_dtype, threads, limit, time.perf_counter() - start,
                        tuple(phases), why, int8)
 
 
 def new_cache(loaded: LoadedModel):
-    """An empty KV cache for one decode (transformers' DynamicCache)."""
-    from transformers import DynamicCache
-
-    return DynamicCache(config=loaded.model.config)
+    """An empty KV cache for one decode (cadedit.qwen2.KVCache)."""
+    return loaded.model.new_cache()
 
 
-class TransformersLM:
-    """The language-model interface of the decode loop, for a Hugging Face causal LM: one KV cache
-    that one feeds ids (getting the logits of the last `keep` positions) and crops back.
+class CachedLM:
+    """The language-model interface of the decode loop: one KV cache that one feeds ids (getting
+    the logits of the last `keep` positions) and crops back.
 
     It remembers the ids its cache holds, so a new decode whose prompt shares a prefix with the
     last one (another try of the same edit, the next file with the same instruction) feeds only
     the rest: reuse(prompt) crops the cache to the common prefix and says how long it is.
-    logits_to_keep: only those positions go through the LM head (151,936 wide for Qwen: a quarter
-    of the 0.5B model's FLOPs per token).
+    keep: only those positions go through the LM head (151,936 wide for Qwen: a quarter of the
+    0.5B model's FLOPs per token).
     """
 
     def __init__(self, model, cache):
@@ -364,19 +390,21 @@ class TransformersLM:
 
     @torch.inference_mode()
     def feed(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
-        input_ids = torch.tensor([list(ids)], dtype=torch.long, device=self.model.device)  # [1, T]
+        input_ids = torch.tensor(list(ids), dtype=torch.long, device=self.model.device)  # [T]
+        if not FIRST_FORWARD:
+            FIRST_FORWARD.append(process_seconds() or 0.0)
         try:
-            out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=keep)
+            logits = self.model(input_ids, self.cache, keep)
         except BaseException:
             self.reset()  # a forward cut short leaves the cache in an unknown state
             raise
         self.ids += ids
-        return out.logits[0]  # [keep, V]
+        return logits  # [keep, V]
 
     def crop(self, n: int) -> None:
         """Forget the last n positions (drafted tokens that were not kept)."""
         if n:
-            self.cache.crop(-n)
+            self.cache.crop(self.cache.length - n)
             del self.ids[-n:]
 
     def reuse(self, prompt_ids: Sequence[int]) -> int:
@@ -389,36 +417,48 @@ class TransformersLM:
         return common
 
     def reset(self) -> None:
-        self.cache = type(self.cache)(config=self.model.config)
+        self.cache = self.model.new_cache()
         self.ids = []
 
 
 _LMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def language_model(loaded: LoadedModel) -> TransformersLM:
-    """The one TransformersLM of a loaded model (its cache is reused from one decode to the next)."""
+def language_model(loaded: LoadedModel) -> CachedLM:
+    """The one CachedLM of a loaded model (its cache is reused from one decode to the next)."""
     lm = _LMS.get(loaded.model)
     if lm is None:
-        lm = _LMS[loaded.model] = TransformersLM(loaded.model, new_cache(loaded))
+        lm = _LMS[loaded.model] = CachedLM(loaded.model, new_cache(loaded))
     return lm
 
 
 def token_bytes(loaded: LoadedModel) -> tuple[bytes, ...]:
     """Each token id's bytes, as wide as the model's logits."""
-    from cadedit.vocab import vocab_from_tokenizer
+    from cadedit.vocab import token_table
 
-    return vocab_from_tokenizer(loaded.tokenizer, n_logits=loaded.model.config.vocab_size).tokens
+    return token_table(loaded.tokenizer, n_logits=loaded.model.config.vocab_size)
 
 
 def eos_ids(loaded: LoadedModel) -> frozenset[int]:
-    """EOS ids: the tokenizer's, the generation config's and Qwen's <|endoftext|>."""
+    """EOS ids: the tokenizer's, the model folder's configs' and Qwen's <|endoftext|>."""
     tokenizer = loaded.tokenizer
-    ids = {tokenizer.eos_token_id}
-    configured = getattr(getattr(loaded.model, "generation_config", None), "eos_token_id", None)
-    ids |= set(configured) if isinstance(configured, (list, tuple)) else {configured}
+    ids = {tokenizer.eos_token_id, *getattr(loaded.model, "eos_token_ids", ())}
     ids.add(tokenizer.convert_tokens_to_ids("<|endoftext|>"))
     return frozenset(int(i) for i in ids if i is not None and i != tokenizer.unk_token_id)
+
+
+def _configured_eos(folder: Path) -> tuple[int, ...]:
+    """The eos_token_id of the folder's config.json and generation_config.json (an id or a list)."""
+    import json
+
+    ids: list[int] = []
+    for name in ("config.json", "generation_config.json"):
+        try:
+            value = json.loads((folder / name).read_text()).get("eos_token_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        ids += [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, int)]
+    return tuple(dict.fromkeys(ids))
 
 
 def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
@@ -456,32 +496,30 @@ class PrefixStore:
         digest.update(b"|" + b",".join(str(i).encode() for i in ids))
         return self.root / f"{digest.hexdigest()[:32]}.kv"
 
-    def load(self, lm: TransformersLM, identity: str, ids: Sequence[int]) -> bool:
+    def load(self, lm: CachedLM, identity: str, ids: Sequence[int]) -> bool:
         """Put the stored cache of exactly `ids` into lm (True), or leave lm as it was (False)."""
         path = self.path(identity, ids)
         if not path.is_file():
             return False
         try:
             layers = torch.load(path, map_location=lm.model.device, weights_only=True)
-            if not all(k.shape[-2] == len(ids) for k, _ in layers):
-                raise ValueError("prefix length")
+            if len(layers) != len(lm.cache.keys) or not all(k.dim() == 3 and k.shape[1] == len(ids) for k, _ in layers):
+                raise ValueError("prefix shape")
         except Exception:
             path.unlink(missing_ok=True)
             return False
         lm.reset()
-        for index, (keys, values) in enumerate(layers):
-            lm.cache.update(keys, values, index)
+        lm.cache.load(layers)
         lm.ids = list(ids)
         os.utime(path)  # recently used
         return True
 
-    def save(self, lm: TransformersLM, identity: str, n: int) -> None:
+    def save(self, lm: CachedLM, identity: str, n: int) -> None:
         """Store the cache of lm's first n ids (once), then keep the store under its size limit."""
         path = self.path(identity, lm.ids[:n])
         if path.is_file() or n > len(lm.ids):
             return
-        layers = [(layer.keys[..., :n, :].contiguous(), layer.values[..., :n, :].contiguous())
-                  for layer in lm.cache.layers]
+        layers = lm.cache.layers(n)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
@@ -515,7 +553,7 @@ def model_identity(loaded: LoadedModel) -> str:
 
 
 def _identity(model, name: str, dtype: torch.dtype) -> str:
-    source = getattr(getattr(model, "config", None), "_name_or_path", "") or name
+    source = str(getattr(model, "folder", "") or name)
     parts = [str(source), str(dtype)]
     folder = Path(source)
     if folder.is_dir():

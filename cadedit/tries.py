@@ -7,7 +7,7 @@ place, the user's bytes restored afterwards). It stops at the first candidate th
 is the options' own sampling (greedy by default); try 2 is greedy with the failure in the prompt;
 later tries sample (TRY_TEMPERATURE, seeded by the try number) with the latest failure in the
 prompt. The feedback goes last in the prompt, so every try shares the prompt prefix whose KV cache
-the model keeps (model.TransformersLM.reuse). A scoped edit with wider scopes (options.wider: a
+the model keeps (model.CachedLM.reuse). A scoped edit with wider scopes (options.wider: a
 line reference's statement, block, function) climbs one after a candidate that did not parse or
 failed the test, and drops the region's quote after one that changed nothing. Nothing is written here.
 """

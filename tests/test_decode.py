@@ -73,7 +73,7 @@ def test_forcing_the_oracle_program_reproduces_the_gold_file_exactly(loaded, nam
 
 
 class Recording:
-    """Wraps the loaded model's LM (cadedit.model.TransformersLM) for one decode: what each forward
+    """Wraps the loaded model's LM (cadedit.model.CachedLM) for one decode: what each forward
     is fed; what its cache holds is the LM's own id list (fed ids, minus cropped drafts)."""
 
     def __init__(self, inner):
@@ -91,7 +91,7 @@ class Recording:
 
     @property
     def cache_ids(self):
-        assert self.inner.cache.get_seq_length() == len(self.inner.ids)
+        assert self.inner.cache.length == len(self.inner.ids)
         return self.inner.ids
 
 

@@ -203,6 +203,20 @@ def test_console_script_with_the_unscripted_random_model(work, tiny_dir, run_cli
     assert (work / "a.py").read_bytes() == BEFORE
 
 
+def test_json_and_verbose_say_when_the_first_forward_ran_after_the_process_started(work, tiny_dir, run_cli):
+    import time
+
+    start = time.monotonic()
+    proc = run_cli("fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--max-new-tokens", "40", "--threads", "1",
+                   "--tries", "1", "--allow-no-change", "--json", "--verbose", cwd=work)
+    wall = time.monotonic() - start
+    assert proc.returncode in (0, 3), proc.stderr
+    data = json.loads(proc.stdout)
+    assert 0 < data["load_phases"]["process start to load"] < data["seconds_to_first_forward"] < wall
+    assert {"tokenizer", "weights"} <= data["load_phases"].keys()
+    assert b"first forward " in proc.stderr and b" s after the process started" in proc.stderr
+
+
 def test_write_refuses_a_read_only_file(work, tiny_dir, scripted):
     import os
 
@@ -301,7 +315,7 @@ def test_a_file_name_that_is_not_utf8_is_a_one_line_error(work):
     (lambda d: [(d / n).unlink() for n in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")],
      "has no tokenizer files (tokenizer.json, tokenizer_config.json ...)"),
     (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:1000]),
-     "(Error while deserializing header"),
+     "model.safetensors (ValueError: header longer than the file)"),
 ], ids=["no tokenizer files", "truncated safetensors"])
 def test_a_damaged_model_folder_is_a_one_line_error(work, tiny_dir, tmp_path, damage, message):
     import shutil

@@ -1,4 +1,4 @@
-"""TransformersLM (cadedit.model), the decode loop's language model: it knows the ids its KV cache
+"""CachedLM (cadedit.model), the decode loop's language model: it knows the ids its KV cache
 holds, crops them with the cache, starts over after a failed forward, and keeps the cache of the
 prefix a new prompt shares with the last decode -- so a second decode feeds only the rest and writes
 exactly the ids a fresh cache gives (fp64 tiny model: batched and stepwise logits agree)."""
@@ -14,7 +14,7 @@ import cadedit.pipeline as pipeline
 from cadedit.decode import DecodeStats, decode, sampling_picker
 from cadedit.document import Document
 from cadedit.errors import BudgetError
-from cadedit.model import LoadedModel, TransformersLM, language_model
+from cadedit.model import LoadedModel, CachedLM, language_model
 from cadedit.options import EditOptions, Mode
 from tests.test_verify import CORPUS, fenced_run, tiny  # noqa: F401 - tiny is a fixture
 from tests.tinymodel import make_model
@@ -25,19 +25,17 @@ def model():
     return make_model(0)
 
 
-def fresh(model) -> TransformersLM:
-    from transformers import DynamicCache
-
-    return TransformersLM(model, DynamicCache(config=model.config))
+def fresh(model) -> CachedLM:
+    return CachedLM(model, model.new_cache())
 
 
 def test_feed_and_crop_keep_the_ids_of_the_cache(model):
     lm = fresh(model)
     assert lm.feed([1, 2, 3, 4], keep=2).shape == (2, model.config.vocab_size)
     lm.feed([5])
-    assert lm.ids == [1, 2, 3, 4, 5] and lm.cache.get_seq_length() == 5
+    assert lm.ids == [1, 2, 3, 4, 5] and lm.cache.length == 5
     lm.crop(2)
-    assert lm.ids == [1, 2, 3] and lm.cache.get_seq_length() == 3
+    assert lm.ids == [1, 2, 3] and lm.cache.length == 3
     lm.crop(0)
     assert lm.ids == [1, 2, 3]
 
@@ -45,11 +43,11 @@ def test_feed_and_crop_keep_the_ids_of_the_cache(model):
 def test_reuse_keeps_the_common_prefix_and_leaves_one_id_to_feed(model):
     lm = fresh(model)
     lm.feed([1, 2, 3, 4, 5, 6])
-    assert lm.reuse([1, 2, 3, 9, 9]) == 3 and lm.ids == [1, 2, 3] and lm.cache.get_seq_length() == 3
+    assert lm.reuse([1, 2, 3, 9, 9]) == 3 and lm.ids == [1, 2, 3] and lm.cache.length == 3
     lm.feed([9, 9])
     assert lm.reuse([1, 2, 3, 9, 9]) == 4  # the same prompt: its last id is fed again for the logits
-    assert lm.ids == [1, 2, 3, 9] and lm.cache.get_seq_length() == 4
-    assert lm.reuse([7, 1, 2]) == 0 and lm.ids == [] and lm.cache.get_seq_length() == 0
+    assert lm.ids == [1, 2, 3, 9] and lm.cache.length == 4
+    assert lm.reuse([7, 1, 2]) == 0 and lm.ids == [] and lm.cache.length == 0
     lm.feed([1, 2])
     assert lm.reuse([1]) == 0 and lm.ids == []
 
@@ -71,11 +69,11 @@ def test_a_failed_forward_starts_over_with_an_empty_cache(model):
     lm.feed([1, 2, 3])
     with pytest.raises(IndexError):
         lm.feed([10_000])  # past the embedding table
-    assert lm.ids == [] and lm.cache.get_seq_length() == 0
+    assert lm.ids == [] and lm.cache.length == 0
     lm.feed([1, 2])
     assert lm.ids == [1, 2]
     lm.reset()
-    assert lm.ids == [] and lm.cache.get_seq_length() == 0
+    assert lm.ids == [] and lm.cache.length == 0
 
 
 def test_the_loaded_model_has_one_lm(tiny):
@@ -116,7 +114,7 @@ def test_a_second_decode_feeds_only_what_its_prompt_does_not_share(tiny, mode):
     run_reusing(tiny, p1)
     ids, stats, lm = run_reusing(tiny, p2)
     assert stats.tokens_reused == shared and stats.tokens_prompt == len(p2.prompt_ids) - shared
-    assert lm.ids[: len(p2.prompt_ids)] == list(p2.prompt_ids) and lm.cache.get_seq_length() == len(lm.ids)
+    assert lm.ids[: len(p2.prompt_ids)] == list(p2.prompt_ids) and lm.cache.length == len(lm.ids)
     fresh_run = fenced_run(tiny, p2, mode)  # a fresh cache: the whole prompt fed
     assert fresh_run.stats.tokens_prompt == len(p2.prompt_ids)
     assert ids == fresh_run.ids and len(ids) > 10

@@ -1,5 +1,5 @@
 """Model loading and the KV-cache splice on the tiny random Qwen2 (no download, no real model).
-TransformersLM's prompt-prefix reuse is in test_lm.py."""
+CachedLM's prompt-prefix reuse is in test_lm.py."""
 
 from __future__ import annotations
 
@@ -11,16 +11,14 @@ import torch
 
 from cadedit import model as M
 from cadedit.errors import ConfigError, ModelError
-from tests.tinymodel import make_model, save_model
+from tests.tinymodel import make_hf_model, make_model, save_model
 
 # -- splice equivalence ------------------------------------------------------------------------
 
 
 def _forward(model):
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
-    return M.TransformersLM(model, cache), cache
+    cache = model.new_cache()
+    return M.CachedLM(model, cache), cache
 
 
 @pytest.mark.parametrize("spans", [(1,), (2,), (8, 1), (3, 17, 64), (1, 5, 2, 40, 9)])
@@ -38,9 +36,11 @@ def test_splice_in_one_forward_equals_feeding_tokens_one_by_one(spans):
         for token in span:
             one_by_one = stepped.feed([token])[-1]
         torch.testing.assert_close(at_once, one_by_one, rtol=1e-4, atol=1e-5)
-    for layer_a, layer_b in zip(spliced_cache.layers, stepped_cache.layers):
-        torch.testing.assert_close(layer_a.keys, layer_b.keys, rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(layer_a.values, layer_b.values, rtol=1e-4, atol=1e-5)
+    assert spliced_cache.length == stepped_cache.length
+    for (keys_a, values_a), (keys_b, values_b) in zip(spliced_cache.layers(spliced_cache.length),
+                                                      stepped_cache.layers(stepped_cache.length)):
+        torch.testing.assert_close(keys_a, keys_b, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(values_a, values_b, rtol=1e-4, atol=1e-5)
 
 
 def test_spliced_cache_matches_a_single_uncached_pass_over_the_whole_sequence():
@@ -52,7 +52,7 @@ def test_spliced_cache_matches_a_single_uncached_pass_over_the_whole_sequence():
     forward.feed(ids[30:31])
     last = forward.feed(ids[31:])[-1]
     with torch.inference_mode():
-        full = model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
+        full = model(torch.tensor(ids), model.new_cache())[-1]
     torch.testing.assert_close(last, full, rtol=1e-4, atol=1e-5)
 
 
@@ -176,7 +176,7 @@ def test_gguf_is_converted_once_into_the_user_cache_atomically(tmp_path, monkeyp
         @staticmethod
         def from_pretrained(folder, gguf_file, **kwargs):
             calls.append((Path(folder), gguf_file))
-            return make_model() if "dtype" in kwargs else make_tokenizer()
+            return make_hf_model() if "dtype" in kwargs else make_tokenizer()
 
     monkeypatch.setattr(transformers, "AutoModelForCausalLM", FakeAuto)
     monkeypatch.setattr(transformers, "AutoTokenizer", FakeAuto)

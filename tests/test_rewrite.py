@@ -24,7 +24,7 @@ from cadedit.oracle import oracle
 from cadedit.resolve import resolve, to_document_program
 from cadedit.vocab import vocab_from_tokenizer
 from tests.test_verify import fenced_run
-from tests.tinymodel import make_model
+from tests.tinymodel import make_model, save_native
 from tests.tinytok import make_tokenizer
 
 TOK = make_tokenizer()
@@ -199,7 +199,7 @@ def test_verify_and_lookup_write_the_rewrites_ids_in_fewer_forwards():
 
 
 def test_a_second_decode_of_the_same_prompt_reuses_its_cache():
-    """The loaded model's one TransformersLM keeps the prompt's KV cache: the next mode (the same
+    """The loaded model's one CachedLM keeps the prompt's KV cache: the next mode (the same
     rewrite prompt) feeds only the prompt's last token, and writes the same ids."""
     document = Document.from_text(BEFORE, "colors.txt")
     loaded = editing_model(document)
@@ -235,13 +235,9 @@ def test_running_out_of_budget_writes_nothing(mode):
         edit_file(document, "Rename.", options(mode, max_new_tokens=3), loaded=editing_model(document))
 
 
-def test_lookup_is_greedy_whatever_the_models_generation_config_says():
-    """Prompt lookup returns exactly the rewrite's ids even when the model's generation config asks
-    for sampling and a repetition penalty (Qwen's hub configs do): only the decode loop picks."""
+def test_lookup_returns_exactly_the_rewrites_ids():
+    """Prompt lookup drafts from the prompt and keeps only what the greedy rewrite would write."""
     model = make_model(1).double()
-    model.generation_config.do_sample = True
-    model.generation_config.repetition_penalty = 1.5
-    model.generation_config.temperature = 0.7
     loaded = loaded_from(model, torch.float64)
     rng = random.Random(1)
     document = Document.from_text("".join(rng.choice(["x = 1\n", "def f():\n", "    return 2\n"]) for _ in range(6)))
@@ -265,7 +261,7 @@ def test_an_unknown_mode_is_refused():
 def editing_dir(tmp_path_factory):
     """The bigram model that rewrites teal to green, saved as a model folder for --model."""
     folder = tmp_path_factory.mktemp("models") / "teal-to-green"
-    editing_model(Document.from_text(BEFORE, "colors.txt")).model.save_pretrained(str(folder))
+    save_native(editing_model(Document.from_text(BEFORE, "colors.txt")).model, folder)
     TOK.save_pretrained(str(folder))
     return folder
 

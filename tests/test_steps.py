@@ -36,16 +36,16 @@ def test_a_model_with_int8_steps_prefills_as_before_and_steps_close_to_it(tmp_pa
     stepped = make_model().to(torch.bfloat16).eval()
     assert use_int8_steps(stepped, "tiny", tmp_path) == "made now"
     assert sum(isinstance(m, StepLinear) for m in stepped.modules()) == 2 * 7 + 1  # 7 per layer + the LM head
-    ids = torch.tensor([[5, 17, 40, 2, 99, 7]])
+    ids = torch.tensor([5, 17, 40, 2, 99, 7])
     with torch.inference_mode():
-        assert torch.equal(plain(ids).logits, stepped(ids).logits)
-        one = torch.tensor([[33]])
-        a, b = plain(one).logits.float(), stepped(one).logits.float()
+        assert torch.equal(plain(ids, plain.new_cache(), 6), stepped(ids, stepped.new_cache(), 6))
+        one = torch.tensor([33])
+        a, b = plain(one, plain.new_cache()).float(), stepped(one, stepped.new_cache()).float()
     assert (a - b).abs().max() < 0.1 * a.abs().max()
     again = make_model().to(torch.bfloat16).eval()
     assert use_int8_steps(again, "tiny", tmp_path) == "from the cache"
     with torch.inference_mode():
-        assert torch.equal(again(one).logits, stepped(one).logits)
+        assert torch.equal(again(one, again.new_cache()), stepped(one, stepped.new_cache()))
 
 
 def test_a_damaged_int8_copy_is_made_again(tmp_path):

@@ -17,7 +17,7 @@ from cadedit.decode import DecodeStats, Step, decode, sampling_picker
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.fence import FenceCursor
-from cadedit.model import LoadedModel, TransformersLM, encode, new_cache
+from cadedit.model import LoadedModel, CachedLM, encode, new_cache
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.verify import Aligner, Schedule, VerifyDrafter, agreement
 from cadedit.vocab import vocab_from_tokenizer
@@ -293,7 +293,7 @@ def fenced_run(loaded: LoadedModel, prepared: pipeline.Prepared, mode: Mode, lm=
     over a fresh KV cache (unless `lm` is given)."""
     cursor, span_ids, drafter = pipeline._fenced_parts(loaded, replace(prepared, mode=mode))
     assert span_ids is None
-    lm = lm or TransformersLM(loaded.model, new_cache(loaded))
+    lm = lm or CachedLM(loaded.model, new_cache(loaded))
     return run_loop(lm, prepared.prompt_ids, prepared.budget, drafter, cursor=cursor)
 
 
@@ -330,14 +330,14 @@ def test_lookup_equals_rewrite_on_the_tiny_model(tiny, seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_verify_accepts_and_crops_on_the_tiny_model(tiny, seed):
     """Draft from a perturbed copy of the model's own output: long accepts, misses, relocations and
-    crops on a real DynamicCache, and still exactly the greedy ids."""
+    crops on a real KV cache, and still exactly the greedy ids."""
     rng = random.Random(seed)
     document = Document.from_text("".join(rng.sample(CORPUS, 6)), "x.py")
     prepared = prepared_for(tiny, document, 160)
     greedy = fenced_run(tiny, prepared, Mode.REWRITE)
     text = b"".join(TOKEN_BYTES[t] for t in greedy.ids).decode("utf-8", errors="replace")
     source = "".join(edited(text.splitlines(keepends=True), rng, 2)) + FENCE + "\n"
-    lm = TransformersLM(tiny.model, new_cache(tiny))
+    lm = CachedLM(tiny.model, new_cache(tiny))
     cursor = FenceCursor(TOKEN_BYTES, EOS, prepared.fence)
     drafter = VerifyDrafter(source, reference_encoder(list(greedy.ids)), TOKEN_BYTES, prepared.budget,
                             Schedule(start=8, grow=2, most=32))
@@ -345,7 +345,7 @@ def test_verify_accepts_and_crops_on_the_tiny_model(tiny, seed):
     assert verified.ids == greedy.ids
     assert verified.stats.drafts_kept >= 40 and verified.drafts_rejected >= 1
     assert verified.stats.forward_passes < greedy.stats.forward_passes - 40
-    held = lm.cache.get_seq_length()
+    held = lm.cache.length
     assert held - len(prepared.prompt_ids) in (len(greedy.ids) - 1, len(greedy.ids))
     assert lm.ids == list(prepared.prompt_ids) + list(greedy.ids[: held - len(prepared.prompt_ids)])
 

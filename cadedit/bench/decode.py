@@ -31,7 +31,7 @@ from cadedit.bench.tokens import TokenCounter
 from cadedit.decode import script_picker
 from cadedit.document import Document
 from cadedit.errors import CadeditError
-from cadedit.model import LoadedModel, TransformersLM, encode, new_cache
+from cadedit.model import LoadedModel, CachedLM, encode, new_cache
 from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
 from cadedit.program import format
@@ -64,7 +64,7 @@ class OracleRow:
 def regenerate(loaded: LoadedModel, prompt_ids: Sequence[int], gold_ids: Sequence[int]) -> float:
     """Seconds to feed the gold one token per forward after the (untimed) prompt, with the argmax
     a greedy decoder takes each step; on a fresh cache, so the loop's cache is left as it was."""
-    lm = TransformersLM(loaded.model, new_cache(loaded))
+    lm = CachedLM(loaded.model, new_cache(loaded))
     lm.feed(prompt_ids)
     start = time.perf_counter()
     for token in gold_ids:

@@ -219,11 +219,11 @@ def _bug_index(window: Sequence[Case], where: float) -> int:
 
 def warm_up(loaded: LoadedModel) -> float:
     """Compile the grammar and run one forward, so the first case's clock holds no one-off costs."""
-    from cadedit.model import TransformersLM
+    from cadedit.model import CachedLM
 
     start = time.perf_counter()
     pipeline.grammar_for(loaded)
-    TransformersLM(loaded.model, new_cache(loaded)).feed(encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 4))
+    CachedLM(loaded.model, new_cache(loaded)).feed(encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 4))
     return time.perf_counter() - start
 
 

@@ -5,14 +5,13 @@ single-token forwards, each appending to the cache; T_PP(N) is one N-token forwa
 cache -- the copy splice. The cache is cropped back to P after every measurement, so both always
 start from the same P-token prefix. Each N gets one untimed warm-up of each, then `trials` timed
 runs (device synchronised before and after); the median is reported. By default the splice asks
-for the last position's logits only (logits_to_keep=1, what a copy splice needs); all_logits
+for the last position's logits only (what a copy splice needs); all_logits
 reproduces a plain forward. With ar_max = K > 0, AR for N > K is K steps scaled by N/K (marked
 extrapolated). Needs torch: imported here only, never by the bench CLI at import time.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import platform
 import time
@@ -53,24 +52,20 @@ class KernelSettings:
     all_logits: bool = False
 
 
+ATTENTION = ("eager", "sdpa")
+
+
 def load(spec: str | None, device: str = "auto", dtype: str = "auto", threads: int | None = None,
          attn: str = "eager"):
-    """The model through cadedit.model.load_model, with the attention kernel switched to `attn`
-    (the paper measured eager HF attention)."""
+    """The model through cadedit.model.load_model, with attention written out (`eager`, what the
+    paper measured) or torch's fused kernel (`sdpa`, what cadedit fix uses)."""
     from cadedit.model import load_model
 
+    if attn not in ATTENTION:
+        raise ModelError(f"attention implementation {attn!r} unknown", hint="use --attn eager or sdpa")
     loaded = load_model(spec, device=device, dtype=dtype, threads=threads)
-    if attn:
-        try:
-            loaded.model.set_attn_implementation(attn)
-        except (ValueError, ImportError) as exc:
-            raise ModelError(f"attention implementation {attn!r} unavailable ({exc})", hint="use --attn eager or sdpa") from None
+    loaded.model.set_eager_attention(attn == "eager")
     return loaded
-
-
-def cache_keyword(model) -> str:
-    """transformers 5.24 names the cache argument `cache`; earlier 5.x used `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def synchronize(device: torch.device) -> None:
@@ -82,22 +77,17 @@ class Bench:
     """A model with a prefilled P-token cache; times AR and PP spans over it and crops back."""
 
     def __init__(self, model, prefix_ids: torch.Tensor, device: torch.device, all_logits: bool = False):
-        self.model, self.device = model, device
-        self.key = cache_keyword(model)
-        self.logits = {} if all_logits else {"logits_to_keep": 1}
+        self.model, self.device, self.all_logits = model, device, all_logits
         self.prefix = prefix_ids.shape[1]
-        out = model(input_ids=prefix_ids, use_cache=True)  # [1, P] -> cache of P positions
-        self.cache = out.cache if hasattr(out, "cache") and out.cache is not None else out.past_key_values
+        self.cache = model.new_cache()
+        model(prefix_ids[0], self.cache)  # [1, P] -> cache of P positions
 
-    def _forward(self, ids: torch.Tensor) -> None:
-        self.model(input_ids=ids, use_cache=True, **{self.key: self.cache}, **self.logits)
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(ids[0], self.cache, ids.shape[1] if self.all_logits else 1)
 
     def crop(self) -> None:
-        """Back to the P-token prefix. A negative count removes that many tokens, in 5.24's
-        crop(tokens_to_remove) and in the older crop(max_length) alike."""
-        extra = self.cache.get_seq_length() - self.prefix
-        if extra:
-            self.cache.crop(-extra)
+        """Back to the P-token prefix."""
+        self.cache.crop(self.prefix)
 
     def time_ar(self, ids: torch.Tensor) -> float:
         """Seconds for len(ids) single-token forwards ([1, 1] each), cache cropped back after."""

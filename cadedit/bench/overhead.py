@@ -38,17 +38,17 @@ def run_fix(model: str, file: Path, instruction: str, extra: list[str]) -> dict:
     except ValueError:
         return {"wall": wall, "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
     stats = data.get("statistics", {})
-    return {"wall": wall, "decode": stats.get("seconds_total"), "overhead": wall - (stats.get("seconds_total") or 0),
+    return {"wall": wall, "first_forward": data.get("seconds_to_first_forward"), "decode": stats.get("seconds_total"), "overhead": wall - (stats.get("seconds_total") or 0),
             "load_seconds": data.get("load_seconds"), "load_phases": data.get("load_phases"), "dtype": data.get("dtype"),
             "prompt_fed": stats.get("tokens_prompt"), "prompt_reused": stats.get("tokens_reused"),
             "prefill_seconds": stats.get("seconds_prefill")}
 
 
 def step_ms(model: str, dtype: str, threads: int | None, prefix: int = 1024, steps: int = 20) -> float:
-    from cadedit.model import TransformersLM, load_model, new_cache
+    from cadedit.model import CachedLM, load_model, new_cache
 
     loaded = load_model(model, "cpu", dtype, threads)
-    lm = TransformersLM(loaded.model, new_cache(loaded))
+    lm = CachedLM(loaded.model, new_cache(loaded))
     vocab = loaded.model.config.vocab_size
     lm.feed([(100 + k % 5000) % vocab for k in range(prefix)])
     times = []
@@ -92,7 +92,8 @@ def overhead(
         if run["decode"] is None:
             typer.echo(f"run {k}: wall {run['wall']:.2f} s, no decode statistics (no try passed its checks)")
             continue
-        typer.echo(f"run {k}: wall {run['wall']:.2f} s, decode {run['decode']:.2f} s, overhead {run['overhead']:.2f} s "
+        first = f"first forward at {run['first_forward']:.2f} s, " if run.get("first_forward") is not None else ""
+        typer.echo(f"run {k}: wall {run['wall']:.2f} s, {first}decode {run['decode']:.2f} s, overhead {run['overhead']:.2f} s "
                    f"(load {run['load_seconds']:.2f} s: " + ", ".join(f"{n} {s:.2f}" for n, s in run["load_phases"].items())
                    + f"), prompt fed {run['prompt_fed']} reused {run['prompt_reused']}, dtype {run['dtype']}")
     if "second_prefill_share" in result:

@@ -1,0 +1,374 @@
+"""Qwen2 in plain torch: the causal LM the decode loop feeds, its KV cache, and its weights read
+straight from a model folder's safetensors files.
+
+Why not transformers' model: importing its Qwen2 class and from_pretrained cost about 5 s of every
+cold `cadedit fix` here, before any forward; this module imports torch only, maps the weight files
+into memory without copying them (the page cache serves them), and keeps the cache in buffers that
+grow by doubling, so a one-token step does no concatenation. The numbers are transformers' Qwen2
+(tests/test_qwen2.py compares the logits with its Qwen2ForCausalLM).
+
+Module names follow the checkpoint's (`model.layers.3.self_attn.q_proj`, `lm_head`), so a
+state dict loads as it is and cadedit.steps finds the linear layers by name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import mmap
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cadedit.errors import ModelError
+
+
+@dataclass(frozen=True)
+class Config:
+    """The fields of a Qwen2 config.json the forward needs."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 32768
+    head_dim: int = 0  # 0: hidden_size // num_attention_heads
+
+    @property
+    def dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_dict(cls, raw: Mapping, where: str = "config.json") -> "Config":
+        if raw.get("model_type") not in ("qwen2", None):
+            raise ModelError(f"{where}: model_type {raw.get('model_type')!r} is not qwen2",
+                             hint="use a Qwen2 or Qwen2.5 model")
+        rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+        if rope.get("rope_type", rope.get("type", "default")) != "default":
+            raise ModelError(f"{where}: rope scaling {rope.get('rope_type', rope.get('type'))!r} is not supported",
+                             hint="use a Qwen2 or Qwen2.5 model without rope_scaling")
+        try:
+            return cls(
+                vocab_size=int(raw["vocab_size"]),
+                hidden_size=int(raw["hidden_size"]),
+                intermediate_size=int(raw["intermediate_size"]),
+                num_hidden_layers=int(raw["num_hidden_layers"]),
+                num_attention_heads=int(raw["num_attention_heads"]),
+                num_key_value_heads=int(raw.get("num_key_value_heads") or raw["num_attention_heads"]),
+                rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+                rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 1_000_000.0))),
+                tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+                max_position_embeddings=int(raw.get("max_position_embeddings") or 32768),
+                head_dim=int(raw.get("head_dim") or 0),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"{where}: not a usable Qwen2 config ({type(exc).__name__}: {exc})",
+                             hint="check the model folder's config.json") from None
+
+
+class KVCache:
+    """Keys and values of every layer for the positions fed so far, in buffers that grow by doubling.
+
+    `length` positions are live; crop(n) forgets all but the first n (nothing is freed or copied).
+    """
+
+    def __init__(self, layers: int):
+        self.keys: list[torch.Tensor | None] = [None] * layers
+        self.values: list[torch.Tensor | None] = [None] * layers
+        self.length = 0
+
+    def write(self, index: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store [kv_heads, T, dim] keys/values at positions length.. of layer `index`; return the
+        layer's live keys and values with them ([kv_heads, length + T, dim])."""
+        end = self.length + keys.shape[1]
+        buffer = self.keys[index]
+        if buffer is None or buffer.shape[1] < end or buffer.dtype != keys.dtype or buffer.device != keys.device:
+            capacity = max(256, 1 << (end - 1).bit_length())
+            grown_k = keys.new_empty(keys.shape[0], capacity, keys.shape[2])
+            grown_v = values.new_empty(values.shape[0], capacity, values.shape[2])
+            if buffer is not None and self.length:
+                grown_k[:, : self.length] = buffer[:, : self.length]
+                grown_v[:, : self.length] = self.values[index][:, : self.length]
+            self.keys[index], self.values[index] = grown_k, grown_v
+        self.keys[index][:, self.length : end] = keys
+        self.values[index][:, self.length : end] = values
+        return self.keys[index][:, :end], self.values[index][:, :end]
+
+    def crop(self, n: int) -> None:
+        self.length = max(0, min(n, self.length))
+
+    def layers(self, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Copies of the first n positions of every layer ([kv_heads, n, dim] each)."""
+        return [(k[:, :n].clone(), v[:, :n].clone()) for k, v in zip(self.keys, self.values)]
+
+    def load(self, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Replace the cache with these per-layer keys and values (all of one length)."""
+        self.keys, self.values = [None] * len(layers), [None] * len(layers)
+        self.length = 0
+        for index, (keys, values) in enumerate(layers):
+            self.write(index, keys, values)
+        self.length = layers[0][0].shape[1] if layers else 0
+
+
+def _unset(*shape: int) -> nn.Parameter:
+    """A parameter with no storage yet (the meta device): build() assigns the checkpoint's tensor.
+    Nothing is initialised, and no op runs on the meta device (that imports torch._dynamo: a second)."""
+    return nn.Parameter(torch.empty(*shape, device="meta"), requires_grad=False)
+
+
+class Linear(nn.Linear):
+    """nn.Linear without its random initialisation (cadedit.steps finds it as an nn.Linear)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True):
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = _unset(out_features, in_features)
+        self.bias = _unset(out_features) if bias else None
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight, self.eps = _unset(size), eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: Config):
+        super().__init__()
+        heads, kv_heads, dim = config.num_attention_heads, config.num_key_value_heads, config.dim
+        self.heads, self.kv_heads, self.dim = heads, kv_heads, dim
+        self.q_proj = Linear(config.hidden_size, heads * dim)
+        self.k_proj = Linear(config.hidden_size, kv_heads * dim)
+        self.v_proj = Linear(config.hidden_size, kv_heads * dim)
+        self.o_proj = Linear(heads * dim, config.hidden_size, bias=False)
+        self.eager = False  # True: softmax(q k^T) v written out (the paper's eager attention), for bench kernel
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache, index: int,
+                mask: torch.Tensor | None) -> torch.Tensor:
+        n = x.shape[0]
+        q = self.q_proj(x).view(n, self.heads, self.dim).transpose(0, 1)  # [H, T, D]
+        k = self.k_proj(x).view(n, self.kv_heads, self.dim).transpose(0, 1)  # [KV, T, D]
+        v = self.v_proj(x).view(n, self.kv_heads, self.dim).transpose(0, 1)
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        keys, values = cache.write(index, k, v)
+        if self.eager:
+            group = self.heads // self.kv_heads
+            keys, values = keys.repeat_interleave(group, 0), values.repeat_interleave(group, 0)
+            scores = (q @ keys.transpose(1, 2)) / math.sqrt(self.dim)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(scores.to(torch.promote_types(scores.dtype, torch.float32)), dim=-1)
+            out = weights.to(q.dtype) @ values
+        elif n == 1:
+            # One query row per head: the G query heads of a KV head attend as G rows of one batch entry,
+            # with no copy of the keys (6x faster here than torch's grouped-query path for a step).
+            group = self.heads // self.kv_heads
+            out = F.scaled_dot_product_attention(q.reshape(self.kv_heads, group, self.dim), keys, values)
+        else:
+            out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
+                                                 enable_gqa=True)[0]
+        out = out.view(self.heads, n, self.dim).transpose(0, 1).reshape(n, self.heads * self.dim)
+        return self.o_proj(out)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: Config):
+        super().__init__()
+        self.gate_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, config: Config):
+        super().__init__()
+        self.self_attn, self.mlp = Attention(config), MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x, cos, sin, cache, index, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, index, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Embedding(nn.Module):
+    def __init__(self, rows: int, size: int):
+        super().__init__()
+        self.weight = _unset(rows, size)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight)
+
+
+class Body(nn.Module):
+    def __init__(self, config: Config):
+        super().__init__()
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(Layer(config) for _ in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class Qwen2(nn.Module):
+    """The causal LM: forward(ids, cache, keep) feeds ids after the cache's positions and returns
+    the logits of the last `keep` of them."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self.config = config
+        self.folder: Path | None = None  # where the weights came from (cadedit.model's identity of the model)
+        self.eos_token_ids: tuple[int, ...] = ()
+        self.model = Body(config)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        dim = config.dim
+        self.register_buffer("inv_freq", 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2).float() / dim)),
+                             persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.config.num_hidden_layers)
+
+    def set_eager_attention(self, eager: bool) -> None:
+        for layer in self.model.layers:
+            layer.self_attn.eager = eager
+
+    def forward(self, ids: torch.Tensor, cache: KVCache, keep: int = 1) -> torch.Tensor:
+        """ids: [T] token ids; returns [keep, vocab] logits (in the model's dtype); cache grows by T."""
+        n, start = ids.shape[0], cache.length
+        positions = torch.arange(start, start + n, device=ids.device, dtype=torch.float32)
+        freqs = positions[:, None] * self.inv_freq.float()[None, :]
+        angles = torch.cat((freqs, freqs), dim=-1)  # [T, D]
+        x = self.model.embed_tokens(ids)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        mask = None
+        if n > 1:  # position start + t sees keys 0 .. start + t
+            mask = (torch.arange(start + n, device=ids.device)[None, :]
+                    <= torch.arange(start, start + n, device=ids.device)[:, None])
+        try:
+            for index, layer in enumerate(self.model.layers):
+                x = layer(x, cos, sin, cache, index, mask)
+        except BaseException:
+            cache.crop(start)
+            raise
+        cache.length = start + n
+        return self.lm_head(self.model.norm(x[n - keep :]))
+
+
+# -- weights from safetensors ----------------------------------------------------------------
+
+_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
+           "I8": torch.int8, "U8": torch.uint8, "I32": torch.int32, "I64": torch.int64, "BOOL": torch.bool}
+
+
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a .safetensors file as views of one private memory map of it (no copy: pages
+    are read when first touched). Raises ModelError naming the file if it is not a whole one."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            if header_len > size - 8:
+                raise ValueError("header longer than the file")
+            header = json.loads(f.read(header_len))
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # private: nothing written reaches the file
+        data = torch.frombuffer(mapped, dtype=torch.uint8)
+        base = 8 + header_len
+        tensors = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            begin, end = info["data_offsets"]
+            dtype = _DTYPES[info["dtype"]]
+            if base + end > size or end < begin:
+                raise ValueError(f"{name} runs past the end of the file")
+            raw = data[base + begin : base + end]
+            tensors[name] = raw.view(dtype).reshape(info["shape"]) if end > begin else torch.empty(info["shape"], dtype=dtype)
+        return tensors
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, struct.error) as exc:
+        raise ModelError(f"cannot load the weights in {path} ({type(exc).__name__}: {str(exc)[:160]})",
+                         hint="the .safetensors file is damaged or incomplete: download it again") from None
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The folder's safetensors files: the shards its index names, or every *.safetensors."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ModelError(f"{index}: not a usable weight index ({exc})", hint="download the model again") from None
+        return [folder / name for name in names]
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ModelError(f"model folder {folder} has no .safetensors weights",
+                         hint="download the model's safetensors files, or pass a .gguf file")
+    return files
+
+
+def build(config: Config, state: Mapping[str, torch.Tensor], dtype: torch.dtype, device: str = "cpu",
+          where: str = "the model") -> Qwen2:
+    """The model with these weights (checkpoint names), in eval mode; tensors already in `dtype` on
+    `device` are used as they are, not copied."""
+    model = Qwen2(config)
+    wanted = [name for name, _ in model.named_parameters()]
+    missing = [name for name in wanted if name not in state]
+    if missing:
+        raise ModelError(f"{where}: weights missing ({', '.join(missing[:3])} ...)", hint="download the model again")
+    weights = {}
+    for name in wanted:
+        tensor = state[name]
+        if tensor.dtype != dtype or tensor.device != torch.device(device):
+            tensor = tensor.to(device=device, dtype=dtype)
+        weights[name] = tensor
+    model.load_state_dict(weights, strict=False, assign=True)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.inv_freq = model.inv_freq.to(device)
+    return model.eval().requires_grad_(False)
+
+
+def load_qwen2(folder: Path, dtype: torch.dtype, device: str = "cpu") -> Qwen2:
+    """The model in a model folder (config.json + safetensors), in eval mode, in `dtype` on `device`.
+    Weights already in `dtype` on the CPU stay views of the mapped files."""
+    try:
+        raw = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{folder / 'config.json'}: cannot read it ({exc})", hint="check the model folder") from None
+    config = Config.from_dict(raw, str(folder / "config.json"))
+    state: dict[str, torch.Tensor] = {}
+    for path in weight_files(folder):
+        state.update(read_safetensors(path))
+    model = build(config, state, dtype, device, where=f"model folder {folder}")
+    model.folder = folder
+    return model.eval().requires_grad_(False)
