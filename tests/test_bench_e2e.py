@@ -98,6 +98,7 @@ def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, ti
         "tokens_new_total": passes["program"]["tokens_new"] + fails["program"]["tokens_new"],
         "tokens_spliced_total": passes["program"]["tokens_spliced"] + fails["program"]["tokens_spliced"],
         "compared": 0, "same_as_first": 0, "first_speedup": 1.0,  # the first is what the others are compared with
+        "floor_n": 0, "floor_seconds_total": None, "over_floor": None,  # no --floor
     }
     assert summary["methods"]["rewrite"]["compared"] == summary["methods"]["rewrite"]["same_as_first"] == 2
     assert passes["program"]["same_as_first"] is None and passes["rewrite"]["same_as_first"] is True
@@ -130,6 +131,37 @@ def test_e2e_measures_verify_against_rewrite_by_default(tmp_path, corpus, tiny_d
         assert verify["tokens_new"] == rewrite["tokens_new"]  # the same tokens, fewer forwards
     speedup = data["corpora"][0]["summary"]["speedup"]
     assert speedup["n_both_exact"] == 2 and speedup["forward_passes"] > 1.0
+
+
+def test_e2e_floor_puts_each_methods_wall_clock_over_its_compute_floor(tmp_path, corpus, tiny_dir, scripted):
+    out = tmp_path / "e2e.json"
+    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
+                    "--no-tests", "--floor", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    floor = ee.Floor(data["floor"]["prefill_ms_per_token"], data["floor"]["step_ms"], 1024, 512)
+    assert floor.prefill_ms > 0 and floor.step_ms > 0 and data["floor"]["prefix"] == 1024
+    (two,) = data["corpora"]
+    for method in ("verify", "rewrite"):
+        least = 0.0
+        for case in two["cases"]:
+            a = case[method]
+            assert a["tokens_prompt"] > 0 and 0 < a["tokens_stepped"] <= a["tokens_new"]
+            least += floor.seconds(ee.Edited("", "", a["forward_passes"], a["tokens_new"], a["tokens_spliced"],
+                                             0.0, a["tokens_prompt"], a["tokens_stepped"]))
+        summary = two["summary"]["methods"][method]
+        assert summary["floor_n"] == 2 and summary["floor_seconds_total"] == pytest.approx(least)
+        assert summary["over_floor"] == pytest.approx(summary["seconds_total"] / least)
+    verify, rewrite = two["cases"][0]["verify"], two["cases"][0]["rewrite"]
+    assert verify["tokens_stepped"] < rewrite["tokens_stepped"] == rewrite["tokens_new"]  # kept drafts are fed, not stepped
+    assert "wall / floor" in result.stdout and "compute floor: prefill" in result.stderr
+
+
+def test_floor_feeds_prompt_and_copied_tokens_and_steps_the_written_ones():
+    floor = ee.Floor(prefill_ms=2.0, step_ms=50.0, prefix=1024, span=512)
+    edited = ee.Edited("", "", 5, tokens_new=100, tokens_spliced=0, tokens_prompt=1000, tokens_stepped=4)
+    assert floor.seconds(edited) == pytest.approx(((1000 + 96) * 2.0 + 4 * 50.0) / 1000)
+    assert floor.seconds(ee.Edited("", "", None, 10)) is None and floor.seconds(None) is None  # a peer: not counted
 
 
 def test_e2e_one_method_and_ctrl_c_leaves_partial_json(tmp_path, corpus, tiny_dir, scripted, monkeypatch):

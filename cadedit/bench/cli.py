@@ -482,6 +482,10 @@ def e2e(
     kernel: Annotated[Path | None, typer.Option(
         "--kernel", metavar="K.json", help="s(N) from `cadedit bench kernel --json`, for bnd_exact.")] = None,
     counting: Annotated[str, typer.Option(help="Span counting for bnd_exact, as in `ceiling`.")] = "paper",
+    floor: Annotated[bool, typer.Option(
+        "--floor", help="Measure the kernel first (T_PP(512)/512 and T_AR(1) after 1,024 tokens) and put each "
+             "method's wall clock over its compute floor: prompt and copied tokens at that prefill rate, "
+             "written tokens one step each.")] = False,
     test_timeout: Annotated[float, typer.Option(
         "--test-timeout", min=0.1, help="Seconds each test run may take (python3 / node).")] = 10.0,
     no_tests: Annotated[bool, typer.Option("--no-tests", help="Do not run the corpus's tests.")] = False,
@@ -508,6 +512,7 @@ def e2e(
     Examples: cadedit bench e2e -c humanevalfix_python.jsonl --model model.gguf --kernel kernel.json --json e2e.json --limit 20
               cadedit bench e2e -c humanevalfix_python.jsonl --methods verify,rewrite,lookup,program --long 2 --limit 20
               cadedit bench e2e -c humanevalfix_python.jsonl --model MODEL --gguf model.gguf --methods verify,llama-rewrite,llama-lookup
+              cadedit bench e2e -c long.jsonl --model MODEL --gguf model.gguf --methods fix,llama-lookup --floor --no-tests
     """
     from cadedit.bench.ceiling import COUNTINGS, load_curve
     from cadedit.bench.peers import PEERS, require_llama
@@ -540,6 +545,12 @@ def e2e(
 
         loaded = load_model(model, device, dtype, threads)
         warm = ee.warm_up(loaded)
+    least = None
+    if floor:
+        with err.status("measuring the kernel for the compute floor ..."):
+            least = ee.measure_floor(loaded)
+        err.print(f"compute floor: prefill {least.prefill_ms:.2f} ms/token, step {least.step_ms:.1f} ms", highlight=False)
+    with err.status("loading the peers ..."):
         peers_meta, chosen = _e2e_peers(loaded, peer_names, gguf, llama_ctx, corpora, max_new_tokens, names)
     err.print(f"{_short(loaded.name)}: imports {imports:.1f} s, load {loaded.load_seconds:.1f} s ("
               + ", ".join(f"{k} {v:.1f} s" for k, v in loaded.phases) + f"), warm-up {warm:.1f} s", highlight=False)
@@ -549,12 +560,12 @@ def e2e(
             "counting": counting, "kernel": str(kernel) if kernel else None, "test_timeout": test_timeout,
             "max_new_tokens": max_new_tokens, "long": long, "imports_seconds": imports,
             "load_seconds": loaded.load_seconds, "load_phases": dict(loaded.phases), "warm_up_seconds": warm,
-            **peers_meta}
+            "floor": least.to_json() if least else None, **peers_meta}
     done: dict[str, list] = {name: [] for name in corpora}
     results = ResultsFile(json_path)
 
     def save(partial: bool, force: bool = True) -> None:
-        entries = [{"name": name, "n": len(rows), "summary": ee.summarize(rows, baseline), "bounds": bounds.get(name),
+        entries = [{"name": name, "n": len(rows), "summary": ee.summarize(rows, baseline, least), "bounds": bounds.get(name),
                     "cases": [r.to_json() for r in rows]} for name, rows in done.items()]
         results.write({**meta, "corpora": entries}, partial=partial, force=force)
 
@@ -567,7 +578,7 @@ def e2e(
     work = [(name, case) for name, cases in corpora.items() for case in cases]
     run_cases(work, len(work), "e2e", step, save)
     save(False)
-    _print_e2e(done, bounds, baseline, loaded.name)
+    _print_e2e(done, bounds, baseline, loaded.name, least)
 
 
 def _e2e_peers(loaded, peer_names: list[str], gguf: Path | None, llama_ctx: int | None, corpora: dict[str, list],
@@ -615,13 +626,13 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, model: str) -> None:
+def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, model: str, floor=None) -> None:
     from cadedit.bench import e2e as ee
     from cadedit.bench.report import fmt_float, fmt_int
 
     rows, speed, first = [], [], ""
     for name, results in done.items():
-        summary = ee.summarize(results, baseline)
+        summary = ee.summarize(results, baseline, floor)
         first = first or next(iter(summary["methods"]), "")
         for method, m in summary["methods"].items():
             n = m["n"]
@@ -630,7 +641,8 @@ def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, mo
                          fmt_float(m["seconds_mean"], 2), fmt_float(m["seconds_median"], 2),
                          "-" if m["forward_passes_total"] is None else fmt_int(m["forward_passes_total"]),
                          fmt_float(m["first_speedup"], 2, "x") if method != first else "-",
-                         f"{m['same_as_first']}/{m['compared']}" if m["compared"] else "-"])
+                         f"{m['same_as_first']}/{m['compared']}" if m["compared"] else "-"]
+                        + ([fmt_float(m["over_floor"], 2, "x")] if floor else []))
         s, b = summary["speedup"], bounds.get(name) or {}
         if s:
             speed.append([name, str(s["n"]), fmt_float(s["wall"], 2, "x"),
@@ -639,7 +651,9 @@ def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, mo
                           fmt_float(b.get("bnd_exact"), 2, "x")])
     out.table(f"End to end, {_short(model)}: {first} vs {baseline or 'nothing'}",
               ["corpus", "method", "n", "byte-exact", "trimmed", "tests", "errors", "mean s", "median s", "fwd passes",
-               f"{first} faster by", f"same output as {first}"], rows)
+               f"{first} faster by", f"same output as {first}"] + (["wall / floor"] if floor else []), rows,
+              caption=(f"floor: prompt and copied tokens at {floor.prefill_ms:.2f} ms each, written tokens "
+                       f"{floor.step_ms:.1f} ms each (kernel measured in this run)") if floor else None)
     if speed:
         out.table(f"Realised speedup of {first} over {baseline} ({baseline} cost / {first} cost)",
                   ["corpus", "n", "wall", "wall, both exact (n)", "decode only", "fwd passes", "bnd_exact"], speed,

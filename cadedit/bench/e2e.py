@@ -48,6 +48,8 @@ class Edited:
     tokens_new: int  # tokens the model produced (program: sampled + forced literals)
     tokens_spliced: int = 0
     seconds_prefill: float = 0.0
+    tokens_prompt: int | None = None  # prompt tokens fed (None: not counted, a peer)
+    tokens_stepped: int | None = None  # output tokens the model wrote one step each (not a kept draft)
 
 
 Method = Callable[[LoadedModel, Document, str, "int | None"], Edited]
@@ -72,6 +74,7 @@ class Attempt:
             "forward_passes": e.forward_passes if e else None, "tokens_new": e.tokens_new if e else None,
             "tokens_spliced": e.tokens_spliced if e else None,
             "seconds_prefill": e.seconds_prefill if e else None,
+            "tokens_prompt": e.tokens_prompt if e else None, "tokens_stepped": e.tokens_stepped if e else None,
             "text": e.text if e else None, "output": e.output if e else None,
         }
 
@@ -109,7 +112,7 @@ def mode_method(mode: Mode, scoped: bool = False) -> Method:
         result = pipeline.edit_file(document, instruction, options, loaded=loaded)
         s = result.stats
         return Edited(result.new_text, result.program_text, s.forward_passes, s.tokens_new, s.tokens_copied,
-                      s.seconds_prefill)
+                      s.seconds_prefill, s.tokens_prompt, s.tokens_new - s.drafts_kept)
 
     return edit
 
@@ -227,6 +230,42 @@ def warm_up(loaded: LoadedModel) -> float:
     return time.perf_counter() - start
 
 
+# -- the compute floor ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Floor:
+    """What an edit's model work costs at least on this machine, from the kernel measured in the same
+    run: every prompt token and every copied output token fed at the best prefill rate (T_PP(N) / N
+    at the longest N), every token the model writes itself one step (T_AR(1)), nothing else."""
+
+    prefill_ms: float  # per token
+    step_ms: float
+    prefix: int
+    span: int
+
+    def seconds(self, edited: Edited | None) -> float | None:
+        if edited is None or edited.tokens_prompt is None or edited.tokens_stepped is None:
+            return None
+        output = edited.tokens_new + edited.tokens_spliced
+        fed = edited.tokens_prompt + output - edited.tokens_stepped
+        return (fed * self.prefill_ms + edited.tokens_stepped * self.step_ms) / 1000
+
+    def to_json(self) -> dict:
+        return {"prefill_ms_per_token": self.prefill_ms, "step_ms": self.step_ms, "prefix": self.prefix, "span": self.span}
+
+
+def measure_floor(loaded: LoadedModel, prefix: int = 1024, span: int = 512, trials: int = 3) -> Floor:
+    """T_PP(span) / span and T_AR(1) after a `prefix`-token prompt, medians of `trials` (bench kernel)."""
+    import torch
+
+    from cadedit.bench import kernel as kn
+
+    points = kn.sweep(loaded.model, torch.device(loaded.device), kn.KernelSettings(prefix, (1, span), trials))
+    one, long = points
+    return Floor(long.pp_ms / span, one.ar_ms, prefix, span)
+
+
 # -- summaries -----------------------------------------------------------------------------------
 
 
@@ -234,8 +273,10 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
-def method_summary(attempts: Sequence[Attempt]) -> dict:
+def method_summary(attempts: Sequence[Attempt], floor: Floor | None = None) -> dict:
     seconds = [a.seconds for a in attempts]
+    floors = [(a.seconds, floor.seconds(a.edited)) for a in attempts] if floor else []
+    floors = [(wall, least) for wall, least in floors if least]
     done = [a.edited for a in attempts if a.edited]
     tested = [a.test.passed for a in attempts if a.test.passed is not None]
     passes = [e.forward_passes for e in done if e.forward_passes is not None]
@@ -248,6 +289,8 @@ def method_summary(attempts: Sequence[Attempt]) -> dict:
         "forward_passes_total": sum(passes) if done and len(passes) == len(done) else None,
         "tokens_new_total": sum(e.tokens_new for e in done), "tokens_spliced_total": sum(e.tokens_spliced for e in done),
         "compared": len(compared), "same_as_first": sum(compared),
+        "floor_n": len(floors), "floor_seconds_total": sum(least for _, least in floors) if floors else None,
+        "over_floor": _ratio(sum(wall for wall, _ in floors), sum(least for _, least in floors)) if floors else None,
     }
 
 
@@ -274,11 +317,12 @@ def speedups(results: Sequence[CaseResult], baseline: str) -> dict:
     }
 
 
-def summarize(results: Sequence[CaseResult], baseline: str | None = None) -> dict:
+def summarize(results: Sequence[CaseResult], baseline: str | None = None, floor: Floor | None = None) -> dict:
     names = [a.method for a in results[0].attempts] if results else []
     if baseline is None:
         baseline = names[1] if len(names) > 1 else ""
-    by_method = {name: method_summary([a for r in results for a in r.attempts if a.method == name]) for name in names}
+    by_method = {name: method_summary([a for r in results for a in r.attempts if a.method == name], floor)
+                 for name in names}
     for m in by_method.values():  # every method ran every case: its wall clock over the first's, pooled
         m["first_speedup"] = _ratio(m["seconds_total"], by_method[names[0]]["seconds_total"])
     return {"methods": by_method, "speedup": speedups(results, baseline) if baseline in names else None}
