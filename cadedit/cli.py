@@ -41,6 +41,10 @@ def say(message: str) -> None:
     err.print(message, highlight=False, markup=False, soft_wrap=True)
 
 
+def _files(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"
+
+
 def _escape(text: str) -> str:
     from rich.markup import escape
 
@@ -695,144 +699,9 @@ class _Progress:
                 f"{stats.forward_passes} forward passes, {stats.seconds_total or stats.seconds_forwards:.1f} s")
 
 
-hook_app = typer.Typer(
-    no_args_is_help=True,
-    help="The git pre-commit hook: the \\[\\[rules]] of .cadedit.toml (or pyproject.toml \\[tool.cadedit]) "
-    "on staged files.",
-)
+from cadedit.hook_cli import app as hook_app  # noqa: E402 - light: imports no torch
+
 app.add_typer(hook_app, name="hook")
-_HookFiles = Annotated[Optional[list[Path]], typer.Argument(
-    metavar="FILES", show_default=False, readable=False,  # the index is read, not these files
-    help="Files to check (their staged content; pre-commit passes these). Default: every staged change.")]
-_HookFix = Annotated[bool, typer.Option(
-    "--fix", help="Write the edits to the working tree (exit 1 so you review and re-stage); default: check only.")]
-
-
-@hook_app.command("install")
-def hook_install(force: Annotated[bool, typer.Option(
-        "--force", help="Replace a pre-commit hook cadedit did not write (kept as pre-commit.cadedit-backup).",
-)] = False) -> None:
-    """Write .git/hooks/pre-commit so that every `git commit` runs `cadedit hook run` first."""
-    from cadedit.repo import install_hook, open_repo
-
-    hook, backup = install_hook(open_repo(), force)
-    if backup is not None:
-        say(f"moved the previous hook to {backup}")
-    say(f"installed {hook}; rules come from .cadedit.toml (see `cadedit hook run --help`)")
-
-
-@hook_app.command("uninstall")
-def hook_uninstall() -> None:
-    """Remove the pre-commit hook that `cadedit hook install` wrote (never another one)."""
-    from cadedit.repo import open_repo, uninstall_hook
-
-    hook, restored = uninstall_hook(open_repo())
-    say(f"removed {hook}" + (f"; restored the previous hook from {restored.name}" if restored else ""))
-
-
-@hook_app.command("run")
-def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = None, threads: _Threads = None,
-             dtype: _Dtype = "auto", max_new_tokens: _MaxNew = None) -> None:
-    """Apply each rule's instruction to the staged files it matches; print the diffs, exit 1 if any would change.
-
-    --fix writes the edits to the working tree instead. The model loads once, only if a staged file matches a rule.
-
-    Settings: .cadedit.toml at the repository root (or pyproject.toml \\[tool.cadedit]), for example:
-
-    model = "Qwen/Qwen2.5-Coder-1.5B-Instruct"  (optional; --model and CADEDIT_MODEL come first)
-
-    \\[\\[rules]]  files = "*.py"  instruction = "Add a docstring to every public function that lacks one."
-    """
-    import time
-
-    from cadedit import repo as R
-
-    start = time.perf_counter()
-    try:
-        repository = R.open_repo()
-        root = Path(repository.working_tree_dir)
-        settings = R.load_settings(root)
-        targets = R.plan(repository, settings, [R.repo_relative(root, str(f)) for f in files] if files else None)
-        if not targets:
-            say("cadedit hook: no staged file matches a rule; nothing to do")
-            return
-        edit = _hook_editor(model, root, len(targets), threads, dtype, max_new_tokens, settings)
-        counts = _hook_report(R.run(repository, targets, edit, fix))
-    except CadeditError as exc:
-        exc.hint = (exc.hint + "\n" if exc.hint else "") + "to commit once without the hook: git commit --no-verify"
-        raise
-    summary = ", ".join(f"{n} {status.value}" for status, n in counts.items() if n)
-    say(f"cadedit hook: {_files(len(targets))}: {summary} ({time.perf_counter() - start:.1f} s in all)")
-    if counts[R.Status.WOULD_CHANGE]:
-        say("to write these changes: cadedit hook run --fix")
-    if counts[R.Status.FIXED]:
-        say("review the changes, `git add` them and commit again")
-    if any(n for status, n in counts.items() if status is not R.Status.UNCHANGED):
-        raise typer.Exit(1)
-
-
-def _files(n: int) -> str:
-    return f"{n} file" if n == 1 else f"{n} files"
-
-
-def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: str, max_new_tokens, settings=None):
-    """Load the model once; an edit(document, rule) -> new text that reuses it for every file.
-
-    Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
-    candidate in the working tree, restored afterwards); no change is a valid answer here."""
-    from cadedit.config import choose_model
-    from cadedit.errors import CheckFailedError, ModelError
-    from cadedit.model import load_model
-    from cadedit.options import EditOptions
-    from cadedit.tries import DEFAULT_TRIES, CheckPlan, edit_verified
-
-    mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE
-    tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES
-    options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens,
-                          mode=mode)
-    loaded = _server_for(options)
-    if loaded is not None:
-        say(f"cadedit hook: {loaded.name}: using the cadedit server (pid {loaded.pid})")
-    else:
-        try:
-            with err.status(f"cadedit hook: loading {options.model} ..."):
-                loaded = load_model(options.model, options.device, options.dtype, options.threads)
-        except ModelError as exc:
-            exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
-            raise
-        say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(n_files)})")
-
-    def edit(document, rule) -> str:
-        from cadedit.document import Document
-
-        on_disk = Document(document.lines, str(root / document.path))  # for the test: the working-tree file
-        plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False)
-        verified = edit_verified(on_disk, rule.instruction, options, plan, tries, loaded=loaded)
-        if verified.answer is None:
-            best = verified.best
-            raise CheckFailedError(f"no try of {len(verified.tries)} passed its checks"
-                                   + (f" ({best.summary()})" if best else ""))
-        return verified.answer.result.new_text
-
-    return edit
-
-
-def _hook_report(outcomes) -> dict:
-    """Print each file's outcome as it comes (diffs on stdout); count them by status."""
-    from cadedit.diff import count_changes, show
-    from cadedit.repo import Status
-
-    counts = {status: 0 for status in Status}
-    for outcome in outcomes:
-        counts[outcome.status] += 1
-        if outcome.diff and outcome.status is not Status.FIXED:
-            show(outcome.diff)
-        added, removed = count_changes(outcome.diff)
-        change = f" (+{added} -{removed})" if outcome.diff else ""
-        note = f": {outcome.message}" if outcome.message else ""
-        say(f"cadedit hook: {outcome.path}: {outcome.status.value}{change}{note}")
-    return counts
-
 
 from cadedit.serve_cli import app as serve_app  # noqa: E402 - light: imports no torch
 

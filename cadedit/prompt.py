@@ -174,6 +174,13 @@ def fenced_source(document: Document, fence: str) -> str:
 # copied the function unchanged on try 1. Shown whole, a short file leaves no place to lose, and the
 # quote only invites a copy; "auto" (the default) quotes the region when the file is shown in parts.
 LAYOUTS = ("both", "after", "quoted", "auto")
+_UNQUOTED = {"quoted": "after", "auto": "after"}  # each layout that quotes the region, and the same without
+
+
+def unquoted(layout: str) -> str:
+    """The layout with the region no longer quoted before the instruction (a try after one that
+    copied it unchanged); a layout that never quotes is itself."""
+    return _UNQUOTED.get(layout, layout)
 
 
 def rewrite_messages(document: Document, instruction: str, fence: str, feedback: str = "",

@@ -25,6 +25,7 @@ from cadedit.checks import Candidate, Check, change_check, feedback, run_test, s
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Sampling
+from cadedit.prompt import unquoted
 from cadedit.results import EditResult
 
 if TYPE_CHECKING:  # the model code imports torch; a client of the warm server never needs it
@@ -186,8 +187,8 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         failed = {c.name for c in done[-1].failed_checks} if done else set()
         if failed & set(WIDEN_AFTER):
             level = min(level + 1, len(levels) - 1)
-        if UNQUOTED_AFTER in failed and layout in ("quoted", "auto"):
-            layout = "after"
+        if UNQUOTED_AFTER in failed:
+            layout = unquoted(layout)
         regions = levels[level]
         current = replace(options, sampling=sampling, feedback=told, regions=regions, wider=(), layout=layout)
         start = time.perf_counter()
