@@ -276,6 +276,9 @@ def _source(spec: str) -> tuple[str, bool]:
     return spec, True
 
 
+_HUB_FILES = ["*.json", "*.safetensors", "*.jinja", "merges.txt"]  # what a Qwen2 folder needs, no other formats
+
+
 def _folder(source: str, hub: bool) -> Path:
     """The model folder of --model: the folder itself, or a hub id's snapshot in the local cache."""
     if not hub:
@@ -283,7 +286,7 @@ def _folder(source: str, hub: bool) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(source, local_files_only=_offline()))
+        return Path(snapshot_download(source, local_files_only=_offline(), allow_patterns=_HUB_FILES))
     except Exception as exc:  # noqa: BLE001 - the hub client raises many kinds for "not here"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"cannot load model {source}: not in the local Hugging Face cache and cannot be "
@@ -432,11 +435,11 @@ def language_model(loaded: LoadedModel) -> CachedLM:
     return lm
 
 
-def token_bytes(loaded: LoadedModel) -> tuple[bytes, ...]:
+def token_bytes(loaded: LoadedModel) -> Sequence[bytes]:
     """Each token id's bytes, as wide as the model's logits."""
-    from cadedit.vocab import token_table
+    from cadedit.vocab import token_bytes_of
 
-    return token_table(loaded.tokenizer, n_logits=loaded.model.config.vocab_size)
+    return token_bytes_of(loaded.tokenizer, n_logits=loaded.model.config.vocab_size)
 
 
 def eos_ids(loaded: LoadedModel) -> frozenset[int]:

@@ -313,6 +313,8 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
             if base + end > size or end < begin:
                 raise ValueError(f"{name} runs past the end of the file")
             raw = data[base + begin : base + end]
+            if (base + begin) % dtype.itemsize:
+                raw = raw.clone()  # not aligned for its dtype (after an odd-sized int8 tensor): copied
             tensors[name] = raw.view(dtype).reshape(info["shape"]) if end > begin else torch.empty(info["shape"], dtype=dtype)
         return tensors
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, struct.error) as exc:

@@ -55,6 +55,9 @@ class Tokenizer:
     def get_vocab(self) -> dict[str, int]:
         return self.backend_tokenizer.get_vocab(with_added_tokens=True)
 
+    def convert_ids_to_tokens(self, index: int) -> str | None:
+        return self.backend_tokenizer.id_to_token(index)
+
     def convert_tokens_to_ids(self, token: str) -> int | None:
         return self.backend_tokenizer.token_to_id(token)
 

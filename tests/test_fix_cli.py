@@ -336,3 +336,28 @@ def test_stdin_is_read_up_to_the_cap_only(work, monkeypatch):
     result = fix("-", "Fix add.", input=b"x = 1\n" * 10)
     assert result.exit_code == 1
     assert result.stderr == "error: <stdin>: larger than 16 bytes; cadedit edits source files\n"
+
+
+def test_a_hub_id_loads_from_the_local_cache_and_one_not_there_is_a_one_line_error(work, tiny_dir, tmp_path,
+                                                                                     monkeypatch, scripted):
+    """Offline (as every test is), a hub id is the snapshot already in the Hugging Face cache."""
+    import shutil
+
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--someone--tiny-coder" / "snapshots" / ("0" * 40)
+    shutil.copytree(tiny_dir, snapshot)
+    (cache / "models--someone--tiny-coder" / "refs").mkdir()
+    (cache / "models--someone--tiny-coder" / "refs" / "main").write_text("0" * 40)
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))  # read once, when huggingface_hub was imported
+    scripted(AFTER)
+    result = fix("a.py", "Fix add.", "--model", "someone/tiny-coder", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["changed"] is True
+    result = fix("a.py", "Fix add.", "--model", "someone/not-there")
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[0].startswith(
+        "error: cannot load model someone/not-there: not in the local Hugging Face cache")
+    assert (work / "a.py").read_bytes() == BEFORE

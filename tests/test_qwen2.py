@@ -196,3 +196,25 @@ def test_config_fields_round_trip():
     config = Config.from_dict(make_config().to_dict())
     assert Config.from_dict({"model_type": "qwen2", **dataclasses.asdict(config)}) == config
     assert config.dim == 16 and config.num_key_value_heads == 2
+
+
+def test_a_tensor_after_an_odd_sized_one_is_read_whole(tmp_path):
+    from safetensors.torch import save_file
+
+    tensors = {"a": torch.arange(3, dtype=torch.int8), "b": torch.arange(6, dtype=torch.float32).reshape(2, 3)}
+    save_file(tensors, str(tmp_path / "odd.safetensors"))
+    read = read_safetensors(tmp_path / "odd.safetensors")
+    assert torch.equal(read["a"], tensors["a"]) and torch.equal(read["b"], tensors["b"])
+
+
+def test_token_bytes_looked_up_one_by_one_equal_the_whole_table(tmp_path):
+    from cadedit.vocab import TokenBytes, token_table
+
+    hf = make_tokenizer()
+    hf.save_pretrained(str(tmp_path))
+    for tokenizer in (hf, Tokenizer.from_folder(tmp_path)):
+        lazy, table = TokenBytes(tokenizer, n_logits=800), token_table(tokenizer, n_logits=800)
+        assert len(lazy) == len(table) == 800 and list(lazy) == list(table)
+        assert lazy[-1] == b"" and lazy[5:8] == list(table[5:8]) and lazy[tokenizer.eos_token_id] == b"<|im_end|>"
+        with pytest.raises(IndexError):
+            lazy[800]
