@@ -353,7 +353,12 @@ def build(config: Config, state: Mapping[str, torch.Tensor], dtype: torch.dtype,
         if tensor.dtype != dtype or tensor.device != torch.device(device):
             tensor = tensor.to(device=device, dtype=dtype)
         weights[name] = tensor
-    model.load_state_dict(weights, strict=False, assign=True)
+    try:
+        model.load_state_dict(weights, strict=False, assign=True)
+    except RuntimeError as exc:  # a tensor of another shape than config.json says
+        first = str(exc).strip().splitlines()[-1].strip()
+        raise ModelError(f"{where}: the weights do not fit its config.json ({first[:160]})",
+                         hint="check that config.json belongs to these weights, or download the model again") from None
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     model.inv_freq = model.inv_freq.to(device)
@@ -371,6 +376,10 @@ def load_qwen2(folder: Path, dtype: torch.dtype, device: str = "cpu") -> Qwen2:
     state: dict[str, torch.Tensor] = {}
     for path in weight_files(folder):
         state.update(read_safetensors(path))
+    layers = {name.split(".")[2] for name in state if name.startswith("model.layers.")}
+    if len(layers) != config.num_hidden_layers:  # checked before building: a config can claim any size
+        raise ModelError(f"model folder {folder}: config.json says {config.num_hidden_layers} layers, the weights "
+                         f"have {len(layers)}", hint="check that config.json belongs to these weights")
     model = build(config, state, dtype, device, where=f"model folder {folder}")
     model.folder = folder
     return model.eval().requires_grad_(False)

@@ -218,3 +218,19 @@ def test_token_bytes_looked_up_one_by_one_equal_the_whole_table(tmp_path):
         assert lazy[-1] == b"" and lazy[5:8] == list(table[5:8]) and lazy[tokenizer.eos_token_id] == b"<|im_end|>"
         with pytest.raises(IndexError):
             lazy[800]
+
+
+def test_weights_of_another_shape_than_the_config_says_are_a_model_error(tmp_path):
+    folder = save_model(tmp_path / "tiny")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 96}))
+    with pytest.raises(ModelError, match="the weights do not fit its config.json.*mlp"):
+        load_qwen2(folder, torch.float32)
+
+
+def test_a_config_claiming_more_layers_than_the_weights_have_is_refused_before_building(tmp_path):
+    folder = save_model(tmp_path / "tiny")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 10**9}))
+    with pytest.raises(ModelError, match="config.json says 1000000000 layers, the weights have 2"):
+        load_qwen2(folder, torch.float32)
