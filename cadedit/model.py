@@ -4,8 +4,9 @@ Contract: load_model(spec) returns a LoadedModel (tokenizer + causal LM in eval 
 (offline only if already in the Hugging Face cache), a local folder, or a .gguf file. A GGUF is
 dequantised once (about a minute for 0.5B) and cached as safetensors under
 $XDG_CACHE_HOME/cadedit/models/ (written atomically), so later runs load in seconds. Every failure
-is a one-line ModelError with a hint. The model and tokenizer are cadedit's own (cadedit.qwen2, cadedit.tokenizer); transformers is
-imported only to convert a GGUF (and to read a tokenizer that has no tokenizer.json).
+is a one-line ModelError with a hint. The model and tokenizer are cadedit's own (cadedit.qwen2,
+cadedit.tokenizer); transformers is imported only to convert a GGUF (and to read a tokenizer that
+has no tokenizer.json).
 """
 
 from __future__ import annotations
