@@ -37,8 +37,8 @@ _IdleTimeout = Annotated[float, typer.Option(
     "--idle-timeout", metavar="S", min=0.0, help="Exit after S seconds without a request (0: never).")]
 _MaxRss = Annotated[Optional[float], typer.Option(
     "--max-rss-gb", metavar="G", min=0.01, show_default=False,
-    help="Drop the cached prompt after a request that leaves the process above G GiB "
-         "(default: its size once loaded plus 1 GiB).")]
+    help="Drop the cached prompt after a request that leaves the process's own memory above G GiB "
+         "(the mapped weight files not counted; default: its own memory once loaded plus 1 GiB).")]
 _Json = Annotated[bool, typer.Option("--json", help="Print the status as JSON.")]
 
 
@@ -119,7 +119,8 @@ def status(as_json: _Json = False) -> None:
         f"model: {data['model']}",
         f"pid: {data['pid']}",
         f"dtype: {_dtype(data)}, {data['threads']} threads, {data['device']}",
-        f"memory: {data['rss_bytes'] / 2**30:.2f} GiB (the cached prompt is dropped above {cap / 2**30:.2f} GiB)",
+        f"memory: {data['rss_bytes'] / 2**30:.2f} GiB of its own (the cached prompt is dropped above "
+        f"{cap / 2**30:.2f} GiB), {data.get('mapped_bytes', 0) / 2**30:.2f} GiB of mapped weight files",
         f"cached prompt: {data['cached_tokens']} tokens (dropped {data['cache_drops']} times)",
         f"requests: {data['requests']}" + (" (one under way)" if data["busy"] else ""),
         f"uptime: {data['uptime_seconds']:.0f} s; idle timeout: "

@@ -39,7 +39,7 @@ from cadedit.errors import CadeditError
 PROTOCOL = 1
 RUNTIME_ENV = "CADEDIT_RUNTIME_DIR"  # where the socket, pid file and log live (tests point it at tmp)
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0
-CACHE_ROOM = 1 << 30  # default memory bound: RSS after loading plus this (0.5B fp32: ~40k cached tokens)
+CACHE_ROOM = 1 << 30  # default memory bound: own memory after loading plus this (0.5B fp32: ~40k cached tokens)
 START_TIMEOUT = 300.0  # a GGUF is converted on first load: about a minute for 0.5B
 _POLL = 0.2  # seconds between checks for stop and idleness in the accept loop
 _PROGRESS_EVERY = 0.1  # seconds between progress messages to a client that asked for them
@@ -292,14 +292,23 @@ def running_pid(socket_path: Path) -> int | None:
         os.close(fd)
 
 
-def rss_bytes() -> int:
-    """This process's resident memory now (Linux /proc), else its peak (getrusage)."""
+def _status_bytes() -> dict[str, int]:
+    """The memory fields of /proc/self/status in bytes (Linux), else {}."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+        lines = Path("/proc/self/status").read_text().splitlines()
     except OSError:
-        pass
+        return {}
+    return {name: int(rest.split()[0]) * 1024 for name, _, rest in (line.partition(":") for line in lines)
+            if name.startswith(("Vm", "Rss")) and rest.split() and rest.split()[0].isdigit()}
+
+
+def rss_bytes() -> int:
+    """This process's own resident memory now: heap, KV cache, int8 copies (Linux RssAnon). The
+    weight files it maps are not counted: those pages are the page cache's, shared with every other
+    cadedit process, and the kernel can drop them. Elsewhere: the peak resident size (getrusage)."""
+    fields = _status_bytes()
+    if "RssAnon" in fields or "VmRSS" in fields:
+        return fields.get("RssAnon", fields.get("VmRSS", 0))
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
@@ -370,7 +379,8 @@ class _Server:
 
         return {"protocol": PROTOCOL, "model": self.loaded.name, "dtype": str(self.loaded.dtype),
                 "device": self.loaded.device, "threads": self.loaded.threads, "pid": os.getpid(),
-                "rss_bytes": rss_bytes(), "max_rss_bytes": self.max_rss_bytes,
+                "rss_bytes": rss_bytes(), "mapped_bytes": _status_bytes().get("RssFile", 0),
+                "max_rss_bytes": self.max_rss_bytes,
                 "uptime_seconds": round(time.monotonic() - self.started, 1), "requests": self.requests,
                 "cache_drops": self.cache_drops, "cached_tokens": len(language_model(self.loaded).ids),
                 "idle_timeout": self.idle_timeout, "busy": self.edit_lock.locked(), "socket": str(self.socket_path)}

@@ -388,3 +388,22 @@ def test_fix_loads_locally_when_the_server_is_turned_off(held, tiny_dir, sock, s
                                               "--no-scope", "--tries", "1", "--dtype", "fp32", "--threads", "1"])
     assert result.exit_code == 0, result.output
     assert "using the cadedit server" not in result.stderr and "loaded in" in result.stderr
+
+
+def test_the_memory_bound_counts_the_servers_own_memory_not_the_weight_files_it_maps(tmp_path):
+    """Mapped weights are the page cache's: touching all 64 MiB of them must not look like the KV
+    cache growing, or every request would drop the cached prompt."""
+    import torch
+    from safetensors.torch import save_file
+
+    from cadedit.qwen2 import read_safetensors
+    from cadedit.server import _status_bytes, rss_bytes
+
+    if "RssAnon" not in _status_bytes():
+        pytest.skip("no RssAnon in /proc/self/status")
+    save_file({"w": torch.ones(16 * 2**20)}, str(tmp_path / "w.safetensors"))  # 64 MiB of fp32
+    own, resident = rss_bytes(), _status_bytes()["VmRSS"]
+    weights = read_safetensors(tmp_path / "w.safetensors")["w"]
+    assert weights.sum().item() == 16 * 2**20  # every page read
+    assert _status_bytes()["VmRSS"] - resident > 48 * 2**20  # resident: the mapped pages count
+    assert rss_bytes() - own < 16 * 2**20  # own memory: they do not
