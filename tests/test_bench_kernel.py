@@ -83,3 +83,19 @@ def test_kernel_command_writes_json_and_plot(tmp_path):
     assert "AR extrapolated per token" in result.stdout
     assert (tmp_path / "k.png").exists() == plotting
     assert plotting or "matplotlib not installed" in result.output
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_kernel_command_times_either_attention_and_refuses_others(tmp_path, attn):
+    from typer.testing import CliRunner
+
+    from cadedit.cli import app
+
+    folder = save_model(tmp_path / "tiny")
+    args = ["bench", "kernel", "--model", str(folder), "--spans", "1", "--trials", "1", "--prefix", "8",
+            "--threads", "1", "--dtype", "fp32", "--json", str(tmp_path / "k.json")]
+    result = CliRunner().invoke(app, args + ["--attn", attn])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "k.json").read_text())["attn"] == attn
+    result = CliRunner().invoke(app, args + ["--attn", "flash"])
+    assert result.exit_code == 1 and "attention implementation 'flash' unknown" in result.output

@@ -392,7 +392,8 @@ def kernel(
     device: Annotated[str, typer.Option(help="auto, cpu or cuda[:k].")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
-    attn: Annotated[str, typer.Option(help="Attention implementation (the paper: eager).")] = "eager",
+    attn: Annotated[str, typer.Option(
+        help="Attention: eager (written out, as the paper measured) or sdpa (torch's fused kernel, what fix uses).")] = "eager",
     all_logits: Annotated[bool, typer.Option(
         "--all-logits", help="Compute logits for every splice position (a plain forward) instead of the last.")] = False,
     seed: Annotated[int, typer.Option(help="Seed of the random prefix and span tokens.")] = 0,
