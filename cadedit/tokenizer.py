@@ -38,7 +38,11 @@ class Tokenizer:
                              hint="copy the model's tokenizer.json next to its config.json") from None
         config = _read_json(folder / "tokenizer_config.json")
         template = folder / "chat_template.jinja"
-        chat_template = template.read_text(encoding="utf-8") if template.is_file() else config.get("chat_template")
+        try:
+            chat_template = template.read_text(encoding="utf-8") if template.is_file() else config.get("chat_template")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ModelError(f"{template}: cannot read the chat template ({exc})",
+                             hint="copy the model's tokenizer files again") from None
         if isinstance(chat_template, list):  # the named-templates form: the default one
             chat_template = next((t.get("template") for t in chat_template if t.get("name") == "default"), None)
         return cls(backend, config, chat_template)
@@ -85,9 +89,15 @@ class Tokenizer:
             raise ModelError("the model has no chat template", hint="use an Instruct model")
         if self._template is None:
             self._template = _compile(self.chat_template)
+        import jinja2
+
         specials = {name: token for name, token in self._specials.items() if token is not None}
-        return self._template.render(messages=messages, tools=None, documents=None,
-                                     add_generation_prompt=add_generation_prompt, **specials)
+        try:
+            return self._template.render(messages=messages, tools=None, documents=None,
+                                         add_generation_prompt=add_generation_prompt, **specials)
+        except jinja2.exceptions.TemplateError as exc:  # raise_exception() in the template, or its sandbox
+            raise ModelError(f"the model's chat template refused the prompt ({exc})",
+                             hint="use an Instruct model whose template takes a system and a user message") from None
 
 
 def _content(token) -> str | None:
@@ -102,7 +112,7 @@ def _read_json(path: Path) -> dict:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         raise ModelError(f"{path}: not readable JSON ({exc})", hint="copy the model's tokenizer files again") from None
     return data if isinstance(data, dict) else {}
 

@@ -361,3 +361,23 @@ def test_a_hub_id_loads_from_the_local_cache_and_one_not_there_is_a_one_line_err
     assert result.stderr.splitlines()[0].startswith(
         "error: cannot load model someone/not-there: not in the local Hugging Face cache")
     assert (work / "a.py").read_bytes() == BEFORE
+
+
+@pytest.mark.parametrize(("template", "message"), [
+    ("{{ raise_exception('System role not supported') }}",
+     "the model's chat template refused the prompt (System role not supported)"),
+    (b"\xff\xfe not utf-8", "chat_template.jinja: cannot read the chat template"),
+    ("{% for %}", "the model's chat template does not compile"),
+], ids=["raises", "not utf-8", "does not compile"])
+def test_a_chat_template_that_fails_is_a_one_line_error(work, tiny_dir, tmp_path, template, message):
+    import shutil
+
+    folder = tmp_path / "odd-template"
+    shutil.copytree(tiny_dir, folder)
+    target = folder / "chat_template.jinja"
+    target.write_bytes(template if isinstance(template, bytes) else template.encode())
+    result = fix("a.py", "Fix add.", "--model", str(folder))
+    assert result.exit_code == 1 and "Traceback" not in result.stderr and "internal error" not in result.stderr
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert message in error
+    assert (work / "a.py").read_bytes() == BEFORE
