@@ -50,10 +50,15 @@ class Config:
 
     @classmethod
     def from_dict(cls, raw: Mapping, where: str = "config.json") -> "Config":
+        if not isinstance(raw, Mapping):
+            raise ModelError(f"{where}: not a JSON object", hint="check the model folder's config.json")
         if raw.get("model_type") not in ("qwen2", None):
             raise ModelError(f"{where}: model_type {raw.get('model_type')!r} is not qwen2",
                              hint="use a Qwen2 or Qwen2.5 model")
         rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+        if not isinstance(rope, Mapping):
+            raise ModelError(f"{where}: rope parameters {rope!r} are not an object",
+                             hint="check the model folder's config.json")
         if rope.get("rope_type", rope.get("type", "default")) != "default":
             raise ModelError(f"{where}: rope scaling {rope.get('rope_type', rope.get('type'))!r} is not supported",
                              hint="use a Qwen2 or Qwen2.5 model without rope_scaling")

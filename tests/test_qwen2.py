@@ -134,12 +134,18 @@ def test_a_folder_missing_weights_is_refused(tmp_path):
     ({"model_type": "llama"}, "model_type 'llama' is not qwen2"),
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope scaling 'yarn'"),
     ({"hidden_size": None}, "not a usable Qwen2 config"),
+    ({"rope_parameters": [1, 2]}, "rope parameters \\[1, 2\\] are not an object"),
 ])
 def test_configs_the_forward_cannot_run_are_refused(change, message):
     raw = {**make_config().to_dict(), **change}
     raw.pop("rope_parameters", None) if "rope_scaling" in change else None
     with pytest.raises(ModelError, match=message):
         Config.from_dict(raw)
+
+
+def test_a_config_that_is_not_an_object_is_refused():
+    with pytest.raises(ModelError, match="config.json: not a JSON object"):
+        Config.from_dict([1, 2])
 
 
 # -- the tokenizer -------------------------------------------------------------------------------
