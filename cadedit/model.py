@@ -354,7 +354,6 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
     from cadedit.qwen2 import load_qwen2
 
     model = load_qwen2(folder, torch_dtype, device)
-    model.eos_token_ids = _configured_eos(folder)
     t = phase("weights", t)
     if tokenizer.chat_template is None:
         raise ModelError(f"model {spec} has no chat template", hint="use an Instruct model")
@@ -449,20 +448,6 @@ def eos_ids(loaded: LoadedModel) -> frozenset[int]:
     ids = {tokenizer.eos_token_id, *getattr(loaded.model, "eos_token_ids", ())}
     ids.add(tokenizer.convert_tokens_to_ids("<|endoftext|>"))
     return frozenset(int(i) for i in ids if i is not None and i != tokenizer.unk_token_id)
-
-
-def _configured_eos(folder: Path) -> tuple[int, ...]:
-    """The eos_token_id of the folder's config.json and generation_config.json (an id or a list)."""
-    import json
-
-    ids: list[int] = []
-    for name in ("config.json", "generation_config.json"):
-        try:
-            value = json.loads((folder / name).read_text()).get("eos_token_id")
-        except (OSError, ValueError, AttributeError):
-            continue
-        ids += [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, int)]
-    return tuple(dict.fromkeys(ids))
 
 
 def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:

@@ -257,10 +257,6 @@ class Qwen2(nn.Module):
     def device(self) -> torch.device:
         return self.lm_head.weight.device
 
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.lm_head.weight.dtype
-
     def new_cache(self) -> KVCache:
         return KVCache(self.config.num_hidden_layers)
 
@@ -280,13 +276,9 @@ class Qwen2(nn.Module):
         if n > 1:  # position start + t sees keys 0 .. start + t
             mask = (torch.arange(start + n, device=ids.device)[None, :]
                     <= torch.arange(start, start + n, device=ids.device)[:, None])
-        try:
-            for index, layer in enumerate(self.model.layers):
-                x = layer(x, cos, sin, cache, index, mask)
-        except BaseException:
-            cache.crop(start)
-            raise
-        cache.length = start + n
+        for index, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, cache, index, mask)
+        cache.length = start + n  # only now: a forward cut short leaves the cache's length where it was
         return self.lm_head(self.model.norm(x[n - keep :]))
 
 
@@ -371,8 +363,8 @@ def build(config: Config, state: Mapping[str, torch.Tensor], dtype: torch.dtype,
 
 
 def load_qwen2(folder: Path, dtype: torch.dtype, device: str = "cpu") -> Qwen2:
-    """The model in a model folder (config.json + safetensors), in eval mode, in `dtype` on `device`.
-    Weights already in `dtype` on the CPU stay views of the mapped files."""
+    """The model in a model folder (config.json + safetensors), in eval mode, in `dtype` on `device`,
+    with the folder's eos ids. Weights already in `dtype` on the CPU stay views of the mapped files."""
     try:
         raw = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError) as exc:
@@ -387,4 +379,16 @@ def load_qwen2(folder: Path, dtype: torch.dtype, device: str = "cpu") -> Qwen2:
                          f"have {len(layers)}", hint="check that config.json belongs to these weights")
     model = build(config, state, dtype, device, where=f"model folder {folder}")
     model.folder = folder
-    return model.eval().requires_grad_(False)
+    model.eos_token_ids = _eos_ids(raw, folder / "generation_config.json")
+    return model
+
+
+def _eos_ids(config: Mapping, generation: Path) -> tuple[int, ...]:
+    """The eos_token_id of config.json and of generation_config.json when there is one (an id or a list)."""
+    values = [config.get("eos_token_id")]
+    try:
+        values.append(json.loads(generation.read_text()).get("eos_token_id"))
+    except (OSError, ValueError, AttributeError):
+        pass
+    ids = [v for value in values for v in (value if isinstance(value, list) else [value]) if isinstance(v, int)]
+    return tuple(dict.fromkeys(ids))

@@ -306,9 +306,13 @@ def rss_bytes() -> int:
     """This process's own resident memory now: heap, KV cache, int8 copies (Linux RssAnon). The
     weight files it maps are not counted: those pages are the page cache's, shared with every other
     cadedit process, and the kernel can drop them. Elsewhere: the peak resident size (getrusage)."""
-    fields = _status_bytes()
-    if "RssAnon" in fields or "VmRSS" in fields:
-        return fields.get("RssAnon", fields.get("VmRSS", 0))
+    return _own_bytes(_status_bytes())
+
+
+def _own_bytes(fields: dict[str, int]) -> int:
+    own = fields.get("RssAnon", fields.get("VmRSS"))
+    if own is not None:
+        return own
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
@@ -377,9 +381,10 @@ class _Server:
     def status(self) -> dict:
         from cadedit.model import language_model
 
+        memory = _status_bytes()
         return {"protocol": PROTOCOL, "model": self.loaded.name, "dtype": str(self.loaded.dtype),
                 "device": self.loaded.device, "threads": self.loaded.threads, "pid": os.getpid(),
-                "rss_bytes": rss_bytes(), "mapped_bytes": _status_bytes().get("RssFile", 0),
+                "rss_bytes": _own_bytes(memory), "mapped_bytes": memory.get("RssFile", 0),
                 "max_rss_bytes": self.max_rss_bytes,
                 "uptime_seconds": round(time.monotonic() - self.started, 1), "requests": self.requests,
                 "cache_drops": self.cache_drops, "cached_tokens": len(language_model(self.loaded).ids),

@@ -222,16 +222,19 @@ def vocab_from_tokenizer(hf_tokenizer, n_logits: int | None = None, eos_ids=None
     return vocab
 
 
-_TABLE_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+def _piece_bytes(piece: str | None) -> bytes:
+    """A byte-level BPE piece (bytes written as printable characters) as the bytes it stands for."""
+    return piece.translate(_BYTE_TABLE).encode("latin-1") if piece else b""
 
 
 class TokenBytes(Sequence):
-    """Each token id's bytes, as token_table gives them, looked up when first asked for: an edit
-    reads a few thousand ids, and building the whole table took 0.3 s of every cold `cadedit fix`."""
+    """Each token id's bytes (added tokens as their UTF-8 text; b"" past the vocabulary), as wide
+    as n_logits, looked up when first asked for: an edit reads a few thousand ids, and building the
+    whole table took 0.3 s of every cold `cadedit fix`. The grammar's Vocab builds all of it."""
 
     def __init__(self, hf_tokenizer, n_logits: int | None = None):
         self._tokenizer = hf_tokenizer
-        self._added = {tid: str(tok).encode("utf-8") for tid, tok in hf_tokenizer.added_tokens_decoder.items()}
+        self._added = _added_bytes(hf_tokenizer)
         self._size = max(len(hf_tokenizer), n_logits or 0)
         self._known: dict[int, bytes] = {}
 
@@ -248,53 +251,41 @@ class TokenBytes(Sequence):
         if piece is None:
             piece = self._added.get(index)
             if piece is None:
-                text = self._tokenizer.convert_ids_to_tokens(index)
-                piece = text.translate(_BYTE_TABLE).encode("latin-1") if text else b""
+                piece = _piece_bytes(self._tokenizer.convert_ids_to_tokens(index))
             self._known[index] = piece
         return piece
 
 
+_BYTES_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def token_bytes_of(hf_tokenizer, n_logits: int | None = None) -> TokenBytes:
-    """The lazy TokenBytes of a tokenizer, one per tokenizer object and width."""
+    """The TokenBytes of a tokenizer, one per tokenizer object and width."""
     cached = _BYTES_CACHE.setdefault(hf_tokenizer, {})
     if n_logits not in cached:
         cached[n_logits] = TokenBytes(hf_tokenizer, n_logits)
     return cached[n_logits]
 
 
-_BYTES_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+def _added_bytes(hf_tokenizer) -> dict[int, bytes]:
+    return {tid: str(tok).encode("utf-8") for tid, tok in hf_tokenizer.added_tokens_decoder.items()}
 
 
-def token_table(hf_tokenizer, n_logits: int | None = None) -> tuple[bytes, ...]:
-    """Each token id's bytes (added tokens as their UTF-8 text), as wide as n_logits; cached per
-    tokenizer object. What detokenising needs, without the grammar's never-allowed set (the
-    merges parse of vocab_from_tokenizer: half a second for Qwen's tokenizer)."""
-    cached = _TABLE_CACHE.get(hf_tokenizer, {})
-    if n_logits in cached:
-        return cached[n_logits]
-    added = {tid: str(tok) for tid, tok in hf_tokenizer.added_tokens_decoder.items()}
+def _read_vocab(hf_tokenizer, n_logits: int | None, eos_ids) -> Vocab:
+    added = _added_bytes(hf_tokenizer)
     pieces = hf_tokenizer.get_vocab()
     size = max([len(hf_tokenizer), n_logits or 0, max(pieces.values()) + 1])
     tokens = [b""] * size
     for piece, tid in pieces.items():
         if tid not in added:
-            tokens[tid] = piece.translate(_BYTE_TABLE).encode("latin-1")
+            tokens[tid] = _piece_bytes(piece)
     for tid, content in added.items():
-        tokens[tid] = content.encode("utf-8")
-    table = tuple(tokens)
-    _TABLE_CACHE.setdefault(hf_tokenizer, {})[n_logits] = table
-    return table
-
-
-def _read_vocab(hf_tokenizer, n_logits: int | None, eos_ids) -> Vocab:
-    added = {tid: str(tok) for tid, tok in hf_tokenizer.added_tokens_decoder.items()}
-    pieces = hf_tokenizer.get_vocab()
-    tokens = token_table(hf_tokenizer, n_logits)
+        tokens[tid] = content
     if eos_ids is None:
         eos_ids = {hf_tokenizer.eos_token_id} - {None}
     eos = frozenset(int(i) for i in eos_ids)
     never = {i for i, t in enumerate(tokens) if not t} | set(added) | _unreachable(hf_tokenizer, pieces)
-    return Vocab(tokens, eos, frozenset(never) - eos)
+    return Vocab(tuple(tokens), eos, frozenset(never) - eos)
 
 
 def _unreachable(hf_tokenizer, pieces: dict) -> set[int]:

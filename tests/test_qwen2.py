@@ -214,12 +214,12 @@ def test_a_tensor_after_an_odd_sized_one_is_read_whole(tmp_path):
 
 
 def test_token_bytes_looked_up_one_by_one_equal_the_whole_table(tmp_path):
-    from cadedit.vocab import TokenBytes, token_table
+    from cadedit.vocab import TokenBytes, vocab_from_tokenizer
 
     hf = make_tokenizer()
     hf.save_pretrained(str(tmp_path))
     for tokenizer in (hf, Tokenizer.from_folder(tmp_path)):
-        lazy, table = TokenBytes(tokenizer, n_logits=800), token_table(tokenizer, n_logits=800)
+        lazy, table = TokenBytes(tokenizer, n_logits=800), vocab_from_tokenizer(tokenizer, n_logits=800).tokens
         assert len(lazy) == len(table) == 800 and list(lazy) == list(table)
         assert lazy[-1] == b"" and lazy[5:8] == list(table[5:8]) and lazy[tokenizer.eos_token_id] == b"<|im_end|>"
         with pytest.raises(IndexError):

@@ -38,7 +38,8 @@ def run_fix(model: str, file: Path, instruction: str, extra: list[str]) -> dict:
     except ValueError:
         return {"wall": wall, "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
     stats = data.get("statistics", {})
-    return {"wall": wall, "first_forward": data.get("seconds_to_first_forward"), "decode": stats.get("seconds_total"), "overhead": wall - (stats.get("seconds_total") or 0),
+    return {"wall": wall, "first_forward": data.get("seconds_to_first_forward"), "decode": stats.get("seconds_total"),
+            "overhead": wall - (stats.get("seconds_total") or 0),
             "load_seconds": data.get("load_seconds"), "load_phases": data.get("load_phases"), "dtype": data.get("dtype"),
             "prompt_fed": stats.get("tokens_prompt"), "prompt_reused": stats.get("tokens_reused"),
             "prefill_seconds": stats.get("seconds_prefill")}
