@@ -2,6 +2,7 @@
 # One command on a fresh machine: create .venv, install cadedit (CPU torch first), run the demo.
 #   ./setup.sh            set up and run the demo
 #   PYTHON=python3.11 ./setup.sh   choose the interpreter for the venv
+#   CADEDIT_NO_LLAMA=1 ./setup.sh  skip building llama.cpp (the torch backend only)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -15,6 +16,12 @@ echo "==> installing torch==2.13.0" >&2
 "${PIP[@]}" torch==2.13.0
 echo "==> installing cadedit with its test and gguf extras" >&2
 "${PIP[@]}" -e '.[test,gguf]'
+if [ "${CADEDIT_NO_LLAMA:-0}" != 1 ]; then
+    # llama.cpp runs a GGUF at its own size with kernels for this CPU; on most CPUs (AVX2, ARM) it is
+    # the fast backend, and `--backend auto` measures which one is. The build is once per machine.
+    echo "==> building llama.cpp (cadedit[llama]) for this CPU: 5-30 minutes once, then cached; skip with CADEDIT_NO_LLAMA=1" >&2
+    tools/install-llama.sh .venv/bin/python
+fi
 
 echo "==> demo (no model): the oracle program that turns examples/before.py into examples/after.py" >&2
 demo=$(mktemp -d)
@@ -35,7 +42,7 @@ if [ -z "$model" ] && [ "${CADEDIT_SKIP_MODEL:-0}" != 1 ]; then
 fi
 if [ -n "$model" ]; then
     echo "==> main job: cadedit fix examples/before.py \"Fix the bug in average.\" --test ..." >&2
-    echo "    (the first run converts a GGUF into the user cache, a minute or two; later runs load in seconds)" >&2
+    echo "    (the first run measures which backend is faster on this CPU, once; --verbose says which and why)" >&2
     # The diff is printed, not written: examples/ stays as it is. Exit 3 would mean no try passed the test.
     .venv/bin/cadedit fix examples/before.py "Fix the bug in average." --model "$model" \
         --test "python3 examples/check_average.py examples/before.py"

@@ -225,6 +225,10 @@ _Threads = Annotated[Optional[int], typer.Option(
 _Dtype = Annotated[str, typer.Option(
     "--dtype", help="auto, fp32, bf16 or bf16-int8 (one-token steps through int8 weights). auto: bf16 on CUDA; "
     "on CPU what a probe measured faster on this machine (once, cached).")]
+_Backend = Annotated[Optional[str], typer.Option(
+    "--backend", show_default=False,
+    help="auto, torch or llama (a GGUF through llama.cpp at its own size). Default: CADEDIT_BACKEND, then `backend` "
+         "in .cadedit.toml, then auto: a GGUF runs on whichever backend measured faster on this CPU (once, cached).")]
 _Temperature = Annotated[float, typer.Option("--temperature", min=0.0, help="Sampling temperature; 0 is greedy.")]
 _TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling (with --temperature > 0).")]
 _Seed = Annotated[Optional[int], typer.Option("--seed", help="Seed for sampling.", show_default=False)]
@@ -275,6 +279,14 @@ def context_lines(value: str) -> int | None:
     return int(value)
 
 
+def _backend(value: str | None) -> str | None:
+    from cadedit.config import BACKENDS
+
+    if value is not None and value not in BACKENDS:
+        raise typer.BadParameter(f"unknown backend {value!r}; use {', '.join(BACKENDS)}", param_hint="--backend")
+    return value
+
+
 @app.command()
 def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt = False, check: _Check = False,
         show_program: _ShowProgram = False, as_json: _Json = False, model: _Model = None, threads: _Threads = None,
@@ -282,7 +294,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = 3,
         test: _Test = None, test_timeout: _TestTimeout = 120.0, allow_no_change: _AllowNoChange = False,
         lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
-        context: _Context = str(CONTEXT_LINES)) -> None:
+        context: _Context = str(CONTEXT_LINES), backend: _Backend = None) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
     Every candidate is checked before it is shown or written: the edited file must parse, must differ
@@ -319,7 +331,8 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
                                  param_hint="--lines/--scope")
     files, instruction = _fix_arguments(args, instruction_opt)
     options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
-                          max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context))
+                          max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context),
+                          backend=_backend(backend))
     plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
     scoping = _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope and mode != Mode.PROGRAM)
     if len(files) > 1:
@@ -384,6 +397,7 @@ class _Outcome:
     phases: tuple = ()
     dtype: str = ""
     first_forward: float | None = None  # seconds from process start to the first forward (None: a server's)
+    backend: str = ""
 
     def to_json(self, diff_text: str) -> dict:
         from cadedit.results import result_json
@@ -399,6 +413,7 @@ class _Outcome:
         data["load_phases"] = dict(self.phases)
         data["seconds_to_first_forward"] = self.first_forward
         data["dtype"] = self.dtype
+        data["backend"] = self.backend
         data["tries"] = [t.to_json() for t in self.verified.tries]
         return data
 
@@ -428,12 +443,14 @@ def _load(options, quiet: bool, verbose: bool = False, once_for: int = 1):
     from cadedit.model import load_model
 
     if quiet:
-        return load_model(options.model, options.device, options.dtype, options.threads)
+        return load_model(options.model, options.device, options.dtype, options.threads, options.backend)
     with err.status("loading the model ..."):
-        loaded = load_model(options.model, options.device, options.dtype, options.threads)
-    say(f"{loaded.name} loaded in {loaded.load_seconds:.1f} s ({str(loaded.dtype).removeprefix('torch.')}, "
-        f"{loaded.threads} threads)" + (f" (once for {_files(once_for)})" if once_for > 1 else ""))
+        loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)
+    say(f"{loaded.name} loaded in {loaded.load_seconds:.1f} s ({loaded.backend}, "
+        f"{str(loaded.dtype).removeprefix('torch.')}, {loaded.threads} threads)"
+        + (f" (once for {_files(once_for)})" if once_for > 1 else ""))
     if verbose:
+        say(f"  backend: {loaded.backend}, {loaded.backend_reason}")
         say(f"  dtype: {loaded.dtype_reason}")
         say("  load: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in loaded.phases))
     return loaded
@@ -485,7 +502,7 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
     if verbose and first is not None:
         say(f"  first forward {first:.2f} s after the process started")
     return _Outcome(document, verified, scope, loaded.name, loaded.load_seconds, getattr(loaded, "phases", ()),
-                    str(getattr(loaded, "dtype", "")).removeprefix("torch."), first)
+                    str(getattr(loaded, "dtype", "")).removeprefix("torch."), first, getattr(loaded, "backend", ""))
 
 
 def _reread(document):

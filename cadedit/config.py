@@ -41,6 +41,11 @@ def cadedit_table(data: dict, path: Path, required: bool = True) -> dict:
 
 def configured_model(cwd: Path | None = None) -> str | None:
     """`model` from the nearest .cadedit.toml (top level or [tool.cadedit]) or pyproject.toml [tool.cadedit]."""
+    return configured("model", cwd)
+
+
+def configured(key: str, cwd: Path | None = None) -> str | None:
+    """A string setting from the nearest settings file that has it (see the module docstring)."""
     here = (cwd or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         for name in (".cadedit.toml", "pyproject.toml"):
@@ -49,12 +54,23 @@ def configured_model(cwd: Path | None = None) -> str | None:
                 continue
             data = read_toml(path)
             section = cadedit_table(data, path, required=False)
-            value = section.get("model", data.get("model") if name == ".cadedit.toml" else None)
+            value = section.get(key, data.get(key) if name == ".cadedit.toml" else None)
             if value is not None:
                 if not isinstance(value, str) or not value:
-                    raise ConfigError(f"{path}: `model` must be a non-empty string")
+                    raise ConfigError(f"{path}: `{key}` must be a non-empty string")
                 return value
     return None
+
+
+BACKENDS = ("auto", "torch", "llama")
+
+
+def choose_backend(cli_value: str | None = None, cwd: Path | None = None) -> str:
+    """Precedence: --backend, then CADEDIT_BACKEND, then the project's settings, then auto."""
+    value = cli_value or os.environ.get("CADEDIT_BACKEND") or configured("backend", cwd) or "auto"
+    if value not in BACKENDS:
+        raise ConfigError(f"unknown backend {value!r} (use {', '.join(BACKENDS)})")
+    return value
 
 
 def choose_model(cli_value: str | None = None, cwd: Path | None = None) -> str:

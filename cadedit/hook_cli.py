@@ -111,7 +111,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     else:
         try:
             with err.status(f"cadedit hook: loading {options.model} ..."):
-                loaded = load_model(options.model, options.device, options.dtype, options.threads)
+                loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)
         except ModelError as exc:
             exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
             raise

@@ -12,6 +12,7 @@ has no tokenizer.json).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -47,6 +48,8 @@ class LoadedModel:
     phases: tuple[tuple[str, float], ...] = ()  # (phase, seconds) of the load, in order
     dtype_reason: str = ""
     int8_steps: bool = False  # one-token steps read int8 copies of the weights (cadedit.steps)
+    backend: str = "torch"  # "torch" (cadedit.qwen2) or "llama" (cadedit.llamacpp: the GGUF through llama.cpp)
+    backend_reason: str = ""
 
 
 # -- threads, device, dtype --------------------------------------------------------------------
@@ -63,16 +66,36 @@ def physical_cores() -> int:
     return max(1, min(logical, len(cores) or logical))
 
 
-def default_threads(cores: int | None = None, load: float | None = None) -> int:
-    """Physical cores minus the ones other processes keep busy (1-minute load average), at least 1.
+def default_threads(cores: int | None = None, busy: int | None = None) -> int:
+    """Physical cores minus the ones other processes are running on right now, at least 1.
 
-    Measured here (2-core CPU, 0.5B fp32): with another process holding a core, 2 threads decoded
-    4x slower (890 ms/token) than 1 thread (222 ms): oversubscribing is far worse than idling a core.
+    Oversubscribing a core is far worse than idling one (README, Threads), so cores that other
+    processes hold are left to them. What counts is the runnable tasks now (/proc/stat's
+    procs_running, this process excluded, the least of a few samples), not the 1-minute load
+    average: that one still counts cadedit's own previous run, so a second edit in a row ran on one
+    core of two.
     """
     cores = physical_cores() if cores is None else cores
-    if load is None:
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    return max(1, cores - int(load + 0.5))
+    if busy is None:
+        busy = runnable_others()
+    return max(1, cores - busy)
+
+
+def runnable_others(samples: int = 5, gap: float = 0.002) -> int:
+    """Tasks other than this one that are runnable now (the least of a few samples), 0 if unknown."""
+    seen = []
+    for i in range(samples):
+        try:
+            text = Path("/proc/stat").read_text()
+        except OSError:
+            return 0
+        found = re.search(r"^procs_running\s+(\d+)", text, re.M)
+        if not found:
+            return 0
+        seen.append(int(found.group(1)) - 1)  # this process is running while it reads
+        if i + 1 < samples:
+            time.sleep(gap)
+    return max(0, min(seen))
 
 
 def choose_device(device: str = "auto") -> str:
@@ -83,13 +106,16 @@ def choose_device(device: str = "auto") -> str:
     return device
 
 
-def _time_linear(dtype: torch.dtype, rows: int, reps: int = 9, int8: bool = False) -> float:
-    """Median seconds for one Qwen2.5-0.5B MLP projection on `rows` tokens (after a warm-up);
-    int8: through the int8 weight kernel of one-token steps (cadedit.steps)."""
-    weight = torch.randn(4864, 896, dtype=dtype)
-    x = torch.randn(rows, 896, dtype=dtype)
+def _time_linear(dtype: torch.dtype, rows: int, reps: int = 9, int8: bool = False,
+                 shape: tuple[int, int] = (4864, 896)) -> float:
+    """Median seconds for one linear layer (default: a Qwen2.5-0.5B MLP projection) on `rows` tokens
+    (after a warm-up); int8: through the int8 weight kernel of one-token steps (cadedit.steps)."""
+    out_features, in_features = shape
+    weight = torch.randn(out_features, in_features, dtype=dtype)
+    x = torch.randn(rows, in_features, dtype=dtype)
     if int8:
-        q, scale = torch.randint(-127, 128, (4864, 896), dtype=torch.int8), torch.rand(4864, dtype=dtype)
+        q = torch.randint(-127, 128, (out_features, in_features), dtype=torch.int8)
+        scale = torch.rand(out_features, dtype=dtype)
 
         def run():
             torch._weight_int8pack_mm(x, q, scale)
@@ -200,6 +226,113 @@ def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple[torch.dtype
     return cpu_dtype(threads)
 
 
+# -- backend: torch or llama.cpp ---------------------------------------------------------------
+
+
+def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str, threads: int) -> tuple[str, str]:
+    """The backend that runs this model, and why. auto: a model folder, CUDA or an explicit --dtype
+    keep torch; a GGUF runs on whichever does an edit's model work faster on this CPU, measured
+    once per machine and model file (both sides in the same process) and cached."""
+    from cadedit import llamacpp
+
+    if setting == "torch":
+        return "torch", "--backend torch"
+    if setting == "llama":
+        if gguf is None:
+            raise ModelError("--backend llama runs a GGUF file, and this model is a folder or a hub id",
+                             hint="pass --model FILE.gguf (or ollama:NAME), or use --backend torch")
+        llamacpp.require()
+        return "llama", "--backend llama"
+    if gguf is None:
+        return "torch", "a model folder runs on torch"
+    if choose_device(device) != "cpu":
+        return "torch", "CUDA runs on torch"
+    if dtype != "auto":
+        return "torch", f"--dtype {dtype} is a torch setting"
+    if not llamacpp.available():
+        return "torch", f"llama-cpp-python is not installed (pip install 'cadedit[{llamacpp.EXTRA}]')"
+    measured = ""
+
+    def measure() -> str:
+        nonlocal measured
+        from cadedit.gguf_file import read_metadata
+
+        meta = read_metadata(gguf)
+        variants = llamacpp.VARIANTS
+        costs = {name: llamacpp.edit_work_seconds(gguf, meta, threads, _WORK, *variants[name])
+                 for name in ("llama", "llama-repack")}
+        packed = min(costs, key=costs.get)  # then the better of the two without flash attention
+        unflashed = f"{packed}-noflash"
+        costs[unflashed] = llamacpp.edit_work_seconds(gguf, meta, threads, _WORK, *variants[unflashed])
+        estimate, need = _torch_work_seconds(meta, threads)
+        measured = ("an edit's model work: " + ", ".join(f"{name} {cost:.2f} s" for name, cost in costs.items())
+                    + f", torch {estimate:.2f} s")
+        llama = min(costs, key=costs.get)
+        room = _available_memory()
+        if room is not None and need > 0.8 * room:
+            measured += f"; torch would need {need / 1e9:.1f} GB of weights, {room / 1e9:.1f} GB free"
+            return llama
+        return llama if costs[llama] <= estimate else "torch"
+
+    answer, path = _measured_once(backend_key(gguf, threads), ("torch", *llamacpp.VARIANTS), measure)
+    return answer, (f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})")
+
+
+def backend_key(gguf: Path, threads: int) -> str:
+    """The measurement cache's key for the backend of this model file on this CPU and thread count."""
+    from cadedit import llamacpp
+
+    st = gguf.stat()
+    return f"{_cpu_identity(threads)}|backend|{gguf.name}:{st.st_size}|{llamacpp.version()}"
+
+
+def llama_variant(gguf: Path, threads: int) -> str:
+    """llama.cpp's configuration for this model file (cadedit.llamacpp.VARIANTS): as the backend probe
+    measured, else llama.cpp's own defaults."""
+    import json
+
+    from cadedit.llamacpp import VARIANTS
+
+    try:
+        known = json.loads(user_cache("cpu-dtype.json").read_text()).get(backend_key(gguf, threads))
+    except (OSError, ValueError, AttributeError):
+        known = None
+    return known if known in VARIANTS else "llama"
+
+
+def _available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
+    """torch's time for an edit's model work (_WORK) on a model of this GGUF's shape, from its linear
+    layers timed in the dtype torch would load it in (and int8 for steps where chosen), without
+    converting the GGUF; and the bytes its weights would take."""
+    arch = meta.get("general.architecture", "")
+    hidden, inter = int(meta[f"{arch}.embedding_length"]), int(meta[f"{arch}.feed_forward_length"])
+    heads, kv = int(meta[f"{arch}.attention.head_count"]), int(meta[f"{arch}.attention.head_count_kv"])
+    layers, vocab = int(meta[f"{arch}.block_count"]), len(meta.get("tokenizer.ggml.tokens", ())) or 151936
+    head_dim = hidden // heads
+    torch.set_num_threads(threads)
+    dtype, _ = cpu_dtype(threads)
+    int8 = dtype == torch.bfloat16 and cpu_int8_steps(threads)[0]
+    shapes = [(hidden, hidden), (kv * head_dim, hidden), (kv * head_dim, hidden), (hidden, hidden),
+              (inter, hidden), (inter, hidden), (hidden, inter)]
+    total = 0.0
+    for rows, times in _WORK:
+        layer = sum(_time_linear(dtype, rows, reps=3, int8=int8 and rows == 1, shape=shape) for shape in shapes)
+        head = 8 * _time_linear(dtype, 1, reps=3, int8=int8, shape=(vocab // 8, hidden))  # one row through the LM head
+        total += times * (layers * layer + head)
+    params = layers * sum(a * b for a, b in shapes) + 2 * vocab * hidden
+    return total, params * torch.tensor([], dtype=dtype).element_size()
+
+
 # -- GGUF conversion cache ---------------------------------------------------------------------
 
 
@@ -259,12 +392,13 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"
 
 
 def _source(spec: str) -> tuple[str, bool]:
-    """(what to pass to from_pretrained, whether it is a hub id) for --model SPEC."""
+    """(what to pass to from_pretrained, whether it is a hub id) for --model SPEC (a GGUF is converted)."""
+    from cadedit.model_files import gguf_path
+
+    gguf = gguf_path(spec)
+    if gguf is not None:
+        return str(convert_gguf(gguf)), False
     path = Path(spec).expanduser()
-    if path.suffix.lower() == ".gguf":
-        if not path.is_file():
-            raise ModelError(f"model file {spec} not found", hint=HINT)
-        return str(convert_gguf(path)), False
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelError(f"model folder {spec} has no config.json", hint=HINT)
@@ -327,21 +461,54 @@ FIRST_FORWARD: list[float] = []  # process_seconds() when this process ran its f
 
 
 def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto",
-               threads: int | None = None) -> LoadedModel:
-    """Load tokenizer + model. spec: a hub id, a model folder or a .gguf file (None: choose_model())."""
-    start = time.perf_counter()
-    phases: list[tuple[str, float]] = []
-    before = process_seconds()
-    if before is not None and not FIRST_FORWARD:
-        phases.append(("process start to load", before))  # interpreter, imports, arguments
+               threads: int | None = None, backend: str | None = None) -> LoadedModel:
+    """Load tokenizer + model. spec: a hub id, a model folder, a .gguf file or an Ollama / LM Studio
+    name (None: choose_model()); backend: auto, torch or llama (None: config.choose_backend())."""
+    from cadedit.config import choose_backend
+    from cadedit.model_files import gguf_path
 
+    start = time.perf_counter()
+    before = process_seconds()
+    phases: list[tuple[str, float]] = [("process start to load", before)] if before is not None and not FIRST_FORWARD else []
+    spec = spec or choose_model()
+    threads = threads or default_threads()
+    gguf = gguf_path(spec)
+    name, reason = choose_backend_for(choose_backend(backend), gguf, device, dtype, threads)
+    if name.startswith("llama"):
+        variant = name if name != "llama" or reason != "--backend llama" else llama_variant(gguf, threads)
+        return _load_llama(spec, gguf, threads, reason, start, phases, variant)
+    loaded = _load_torch(spec, device, dtype, threads, start, phases)
+    return dataclasses.replace(loaded, backend_reason=reason)
+
+
+def _load_llama(spec: str, gguf: Path, threads: int, reason: str, start: float, phases: list,
+                variant: str) -> LoadedModel:
+    from cadedit.gguf_file import gguf_tokenizer, read_metadata
+    from cadedit.llamacpp import VARIANTS, LlamaModel, weights_name
+
+    t = time.perf_counter()
+    meta = read_metadata(gguf)
+    tokenizer = gguf_tokenizer(gguf, meta)
+    phases.append(("tokenizer", time.perf_counter() - t))
+    t = time.perf_counter()
+    repack, flash = VARIANTS[variant]
+    model = LlamaModel(gguf, meta, threads, repack=repack, flash=flash)
+    phases.append(("weights", time.perf_counter() - t))
+    if tokenizer.chat_template is None:
+        raise ModelError(f"model {spec} has no chat template (tokenizer.chat_template)", hint="use an Instruct model")
+    return LoadedModel(model, tokenizer, spec, "cpu", weights_name(meta), threads, model.n_ctx,
+                       time.perf_counter() - start, tuple(phases),
+                       f"the GGUF's own weights through llama.cpp ({'repacked' if repack else 'as stored'}, "
+                       f"flash attention {'off' if flash is False else 'as llama.cpp chooses'})",
+                       backend="llama", backend_reason=reason)
+
+
+def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, phases: list) -> LoadedModel:
     def phase(name: str, since: float) -> float:
         now = time.perf_counter()
         phases.append((name, now - since))
         return now
 
-    spec = spec or choose_model()
-    threads = threads or default_threads()
     torch.set_num_threads(threads)
     device = choose_device(device)
     source, hub = _source(spec)
@@ -490,15 +657,13 @@ class PrefixStore:
         path = self.path(identity, ids)
         if not path.is_file():
             return False
+        lm.reset()
         try:
-            layers = torch.load(path, map_location=lm.model.device, weights_only=True)
-            if len(layers) != len(lm.cache.keys) or not all(k.dim() == 3 and k.shape[1] == len(ids) for k, _ in layers):
-                raise ValueError("prefix shape")
+            lm.cache.restore(torch.load(path, map_location=lm.model.device, weights_only=True), ids)
         except Exception:
+            lm.reset()
             path.unlink(missing_ok=True)
             return False
-        lm.reset()
-        lm.cache.load(layers)
         lm.ids = list(ids)
         os.utime(path)  # recently used
         return True
@@ -508,7 +673,7 @@ class PrefixStore:
         path = self.path(identity, lm.ids[:n])
         if path.is_file() or n > len(lm.ids):
             return
-        layers = lm.cache.layers(n)
+        layers = lm.cache.export(n)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
@@ -537,16 +702,26 @@ class PrefixStore:
 
 
 def model_identity(loaded: LoadedModel) -> str:
-    """What a stored prefix must match: the weight files (path, size, mtime), the dtype, int8 steps."""
-    return _identity(loaded.model, loaded.name, loaded.dtype) + ("|int8-steps" if loaded.int8_steps else "")
+    """What a stored prefix must match: the backend (and llama.cpp's version), the weight and config
+    files (path, size, mtime), the dtype, int8 steps."""
+    backend = loaded.backend
+    if backend == "llama":
+        from cadedit.llamacpp import version
+
+        backend += f"-{version()}"
+    return (f"{backend}|{_identity(loaded.model, loaded.name, loaded.dtype)}"
+            + ("|int8-steps" if loaded.int8_steps else ""))
 
 
-def _identity(model, name: str, dtype: torch.dtype) -> str:
+def _identity(model, name: str, dtype) -> str:
     source = str(getattr(model, "folder", "") or name)
     parts = [str(source), str(dtype)]
     folder = Path(source)
-    if folder.is_dir():
-        for weights in sorted(folder.glob("*.safetensors")):
+    if folder.is_file():
+        st = folder.stat()
+        parts.append(f"{folder.name}:{st.st_size}:{st.st_mtime_ns}")
+    elif folder.is_dir():
+        for weights in sorted([*folder.glob("*.safetensors"), *folder.glob("*.json")]):
             st = weights.stat()
             parts.append(f"{weights.name}:{st.st_size}:{st.st_mtime_ns}")
     else:

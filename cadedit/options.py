@@ -36,6 +36,7 @@ class EditOptions:
     model: str | None = None  # hub id, folder or .gguf; None: config.choose_model()
     device: str = "auto"
     dtype: str = "auto"
+    backend: str | None = None  # auto, torch or llama; None: config.choose_backend() (CADEDIT_BACKEND, settings)
     threads: int | None = None
     sampling: Sampling = field(default_factory=Sampling)
     max_new_tokens: int | None = None  # None: twice the file's tokens + 256 (a full rewrite fits)

@@ -212,7 +212,7 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
               on_loaded: Callable[[LoadedModel], None] | None = None) -> EditResult:
     """Edit one document as the instruction says; see the module docstring."""
     # 1. The model (the caller may pass one already loaded).
-    loaded = loaded or load_model(options.model, options.device, options.dtype, options.threads)
+    loaded = loaded or load_model(options.model, options.device, options.dtype, options.threads, options.backend)
     if on_loaded is not None:
         on_loaded(loaded)
     # 2. The prompt as token ids; a file that cannot fit is refused here, before any model work.

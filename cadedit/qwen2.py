@@ -116,6 +116,18 @@ class KVCache:
         """Copies of the first n positions of every layer ([kv_heads, n, dim] each)."""
         return [(k[:, :n].clone(), v[:, :n].clone()) for k, v in zip(self.keys, self.values)]
 
+    def export(self, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The first n positions, for the on-disk prefix store (cadedit.model.PrefixStore)."""
+        return self.layers(n)
+
+    def restore(self, layers, ids) -> None:
+        """Load what export() made for exactly these ids; ValueError if it does not fit this cache."""
+        if (not isinstance(layers, list) or len(layers) != len(self.keys)
+                or not all(isinstance(kv, (tuple, list)) and len(kv) == 2 and kv[0].dim() == 3 and kv[0].shape == kv[1].shape
+                           and kv[0].shape[1] == len(ids) and kv[0].shape == layers[0][0].shape for kv in layers)):
+            raise ValueError("prefix shape")
+        self.load(layers)
+
     def load(self, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Replace the cache with these per-layer keys and values (all of one length)."""
         self.keys, self.values = [None] * len(layers), [None] * len(layers)

@@ -40,6 +40,8 @@ _MaxRss = Annotated[Optional[float], typer.Option(
     help="Drop the cached prompt after a request that leaves the process's own memory above G GiB "
          "(the mapped weight files not counted; default: its own memory once loaded plus 1 GiB).")]
 _Json = Annotated[bool, typer.Option("--json", help="Print the status as JSON.")]
+_Backend = Annotated[Optional[str], typer.Option(
+    "--backend", show_default=False, help="auto, torch or llama (a GGUF through llama.cpp); default as cadedit fix.")]
 
 
 def _say(message: str) -> None:
@@ -49,7 +51,7 @@ def _say(message: str) -> None:
 def _serving(status: dict) -> str:
     idle = status["idle_timeout"]
     until = f"exits after {_duration(idle)} without requests" if idle else "runs until `cadedit serve stop`"
-    return (f"cadedit server: serving {status['model']} (pid {status['pid']}, {_dtype(status)}, "
+    return (f"cadedit server: serving {status['model']} (pid {status['pid']}, {status.get('backend', 'torch')}, {_dtype(status)}, "
             f"{status['threads']} threads) on {status['socket']}; {until}")
 
 
@@ -63,7 +65,7 @@ def _duration(seconds: float) -> str:
 
 @app.command("start")
 def start(model: _Model = None, dtype: _Dtype = "auto", threads: _Threads = None, foreground: _Foreground = False,
-          idle_timeout: _IdleTimeout = 30 * 60.0, max_rss_gb: _MaxRss = None) -> None:
+          idle_timeout: _IdleTimeout = 30 * 60.0, max_rss_gb: _MaxRss = None, backend: _Backend = None) -> None:
     """Load the model once and serve edits on a Unix socket (one per user) until stopped or idle.
 
     Exit codes: 0 serving (or, with --foreground, stopped cleanly), 1 already running or the model failed to load.
@@ -75,7 +77,7 @@ def start(model: _Model = None, dtype: _Dtype = "auto", threads: _Threads = None
     from cadedit.config import choose_model
     from cadedit.server import ServerConfig, resolve_spec, run_server, start_daemon
 
-    config = ServerConfig(model=resolve_spec(choose_model(model)), dtype=dtype, threads=threads,
+    config = ServerConfig(model=resolve_spec(choose_model(model)), dtype=dtype, threads=threads, backend=backend,
                           idle_timeout=idle_timeout, max_rss_bytes=int(max_rss_gb * 2**30) if max_rss_gb else None)
     if foreground:
         _say(f"cadedit server: loading {config.model} ...")

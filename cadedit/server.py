@@ -383,6 +383,7 @@ class _Server:
 
         memory = _status_bytes()
         return {"protocol": PROTOCOL, "model": self.loaded.name, "dtype": str(self.loaded.dtype),
+                "backend": self.loaded.backend,
                 "device": self.loaded.device, "threads": self.loaded.threads, "pid": os.getpid(),
                 "rss_bytes": _own_bytes(memory), "mapped_bytes": memory.get("RssFile", 0),
                 "max_rss_bytes": self.max_rss_bytes,
@@ -534,6 +535,7 @@ class ServerConfig:
     dtype: str = "auto"
     threads: int | None = None
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    backend: str | None = None
     max_rss_bytes: int | None = None
     socket: str = ""
 
@@ -545,8 +547,9 @@ def run_server(config: ServerConfig, on_ready: Callable[[dict], None] | None = N
     socket_path = Path(config.socket) if config.socket else default_socket()
     claim(socket_path)
     try:
-        loaded = load_model(config.model, config.device, config.dtype, config.threads)
-        _log(f"loaded {loaded.name} in {loaded.load_seconds:.1f} s ({loaded.dtype}, {loaded.threads} threads)")
+        loaded = load_model(config.model, config.device, config.dtype, config.threads, config.backend)
+        _log(f"loaded {loaded.name} in {loaded.load_seconds:.1f} s ({loaded.backend}: {loaded.backend_reason}; "
+             f"{loaded.dtype}, {loaded.threads} threads)")
         _serve_claimed(socket_path, loaded, config.idle_timeout, config.max_rss_bytes, on_ready)
     finally:
         release(socket_path)

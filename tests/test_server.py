@@ -328,7 +328,7 @@ def test_serve_start_runs_in_the_background_until_stopped(tiny_dir, sock):
         started = cadedit("serve", "start", "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1")
         assert started.returncode == 0, started.stderr
         status = server.ServerClient.open(sock).status()
-        assert f"cadedit server: serving {tiny_dir} (pid {status['pid']}, float32, 1 threads)" in started.stderr
+        assert f"cadedit server: serving {tiny_dir} (pid {status['pid']}, torch, float32, 1 threads)" in started.stderr
         assert status["pid"] != os.getpid() and "serving" in server.log_file(sock).read_text()
         again = cadedit("serve", "start", "--model", str(tiny_dir))
         assert again.returncode == 1 and f"already running (pid {status['pid']}" in again.stderr

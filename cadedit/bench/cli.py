@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -66,6 +66,8 @@ TokenizerOpt = Annotated[str | None, typer.Option(
 ModelOpt = Annotated[str | None, typer.Option(
     "--model", "-m", metavar="MODEL", help="Model folder, .gguf file or hub id (default: $CADEDIT_MODEL, then `model` in .cadedit.toml or "
          "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-1.5B-Instruct).")]
+BackendOpt = Annotated[Optional[str], typer.Option(
+    "--backend", help="auto, torch or llama (a GGUF through llama.cpp); default as cadedit fix.")]
 
 
 def int_list(text: str, name: str) -> tuple[int, ...]:
@@ -381,6 +383,16 @@ def _print_formats(done: dict[str, list], tokenizer: str) -> None:
 # -- kernel ------------------------------------------------------------------------------------
 
 
+def _print_reference(points, reference: list[dict]) -> None:
+    from cadedit.bench.report import fmt_float, table
+
+    rows = [[str(p.n), fmt_float(p.ar_ms, 2), fmt_float(own["ar_ms"], 2), fmt_float(p.ar_ms / own["ar_ms"], 2, "x"),
+             fmt_float(p.pp_ms, 2), fmt_float(own["pp_ms"], 2), fmt_float(p.pp_ms / own["pp_ms"], 2, "x")]
+            for p, own in zip(points, reference)]
+    out.print("The llama backend against llama-cpp-python's own Llama.eval, same GGUF and threads (median ms):")
+    out.print(table(["N", "AR backend", "AR own", "ratio", "PP backend", "PP own", "ratio"], rows))
+
+
 @app.command()
 def kernel(
     model: ModelOpt = None,
@@ -399,6 +411,9 @@ def kernel(
     seed: Annotated[int, typer.Option(help="Seed of the random prefix and span tokens.")] = 0,
     json_path: JsonOpt = None,
     plot_path: Annotated[Path | None, typer.Option("--plot", metavar="PNG", help="Write the Figure 3 plot here.")] = None,
+    backend: BackendOpt = None,
+    reference: Annotated[bool, typer.Option(
+        "--reference", help="llama backend: also time llama-cpp-python's own Llama.eval on the same GGUF and threads.")] = False,
 ) -> None:
     """Per-span kernel speedup s(N) = T_AR(N) / T_PP(N) (§3, Figure 3).
 
@@ -413,10 +428,13 @@ def kernel(
     settings = kn.KernelSettings(prefix, int_list(spans, "--spans"), trials, ar_max, seed, all_logits)
     if min(settings.spans) < 1:
         raise typer.BadParameter("span lengths must be at least 1", param_hint="--spans")
-    loaded = kn.load(model, device, dtype, threads, attn)
-    meta = {"command": "kernel", "model": loaded.name, **kn.environment(kn.torch.device(loaded.device), loaded.dtype),
-            "attn": attn, "prefix": prefix, "trials": trials, "ar_max": ar_max, "seed": seed,
-            "logits": "all" if all_logits else "last"}
+    loaded = kn.load(model, device, dtype, threads, attn, backend)
+    meta = {"command": "kernel", "model": loaded.name,
+            **kn.environment(kn.torch.device(loaded.device), loaded.dtype, loaded),
+            "attn": attn if loaded.backend == "torch" else "llama.cpp", "prefix": prefix, "trials": trials,
+            "ar_max": ar_max, "seed": seed, "logits": "all" if all_logits else "last"}
+    if reference and loaded.backend != "llama":
+        raise typer.BadParameter("the reference is llama.cpp's own: use it with --backend llama", param_hint="--reference")
     points: list = []
     results = ResultsFile(json_path)
 
@@ -432,12 +450,21 @@ def kernel(
     try:
         with ProgressBar(kn.work_units(settings), "kernel", err) as bar:
             kn.sweep(loaded.model, kn.torch.device(loaded.device), settings, on_point=on_point, advance=bar.advance)
+        if reference:
+            own = kn.LlamaReference(str(loaded.model.folder), loaded.threads, loaded.model.n_ctx)
+            mine, points = points, []
+            with ProgressBar(kn.work_units(settings), "llama.cpp's own", err) as bar:
+                kn.sweep(own, kn.torch.device("cpu"), settings, on_point=on_point, advance=bar.advance)
+            meta["reference"] = [p.to_json() for p in points]
+            points = mine
     except KeyboardInterrupt:
         save(True)
         err.print("interrupted: partial results kept", highlight=False)
         raise
     save(False)
     _print_kernel(points, meta)
+    if reference:
+        _print_reference(points, meta["reference"])
     title = f"{_short(loaded.name)}, {meta['device_name']}, {meta['dtype']}, {meta['threads']} threads, P={prefix}"
     if plot_path and not kn.plot(points, plot_path, title):
         err.print("matplotlib not installed: no plot (pip install 'cadedit[plot]')")
@@ -451,7 +478,8 @@ def _print_kernel(points: list, meta: dict) -> None:
     caption = "* AR extrapolated per token from the first %d steps." % meta["ar_max"] if any(
         p.extrapolated for p in points) else None
     out.print(f"Kernel speedup s(N) = T_AR / T_PP: {_short(meta['model'])} on {meta['device_name']} ({meta['dtype']}, "
-              f"{meta['threads']} threads, {meta['attn']} attention, {meta['logits']} logits), P={meta['prefix']}, "
+              f"{meta['threads']} threads, {meta['attn']} attention, {meta['logits']} logits; CPU flags: "
+              f"{meta.get('cpu_flags') or 'unknown'}), P={meta['prefix']}, "
               f"median of {meta['trials']}")
     out.print(table(["N", "AR ms", "PP ms", "s(N)"], rows))
     if caption:
@@ -469,6 +497,7 @@ def _short(model: str) -> str:
 def e2e(
     corpus: CorpusOpt,
     model: ModelOpt = None,
+    backend: BackendOpt = None,
     methods: Annotated[str, typer.Option(
         "--methods", help="Methods to run per case, comma-separated: the modes program, rewrite, lookup, verify, "
              "and llama.cpp's llama-rewrite, llama-lookup (with --gguf). The first is measured against the second; "
@@ -544,7 +573,7 @@ def e2e(
     with err.status("loading the model ..."):
         from cadedit.model import load_model
 
-        loaded = load_model(model, device, dtype, threads)
+        loaded = load_model(model, device, dtype, threads, backend)
         warm = ee.warm_up(loaded)
     least = None
     if floor:
@@ -668,6 +697,7 @@ def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, mo
 def decode(
     corpus: CorpusOpt,
     model: ModelOpt = None,
+    backend: BackendOpt = None,
     kernel: Annotated[Path | None, typer.Option(
         "--kernel", metavar="K.json", help="s(N) from `cadedit bench kernel --json` (default: measured first, "
              "at the first case's prompt length).")] = None,
@@ -699,7 +729,7 @@ def decode(
         raise typer.BadParameter("span lengths must be at least 1", param_hint="--spans")
     corpora = load_corpora(corpus, limit)
     with err.status("loading the model ..."):
-        loaded = load_model(model, device, dtype, threads)
+        loaded = load_model(model, device, dtype, threads, backend)
         warm_up(loaded)
     curve = load_curve(kernel) if kernel else None
     if curve is None:
@@ -762,6 +792,7 @@ def _print_decode(done: dict[str, list], curve, model: str, draft: bool) -> None
 def tries(
     corpus: CorpusOpt,
     model: ModelOpt = None,
+    backend: BackendOpt = None,
     max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with the corpus's test as --test.")] = 5,
     check_tries: Annotated[int, typer.Option("--check-tries", min=0, help="Tries with syntax/no-change checks only (0: skip that run).")] = 3,
     test_timeout: Annotated[float, typer.Option("--test-timeout", min=0.1, help="Seconds per test run.")] = 10.0,
@@ -790,7 +821,7 @@ def tries(
 
     corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
     with err.status("loading the model ..."):
-        loaded = load_model(model, "auto", dtype, threads)
+        loaded = load_model(model, "auto", dtype, threads, backend)
     options = EditOptions(model=loaded.name, mode=Mode(mode))
     options = replace(options, layout=layout) if layout else options
     settings = bt.TriesSettings(max_tries, check_tries, test_timeout, options)
@@ -835,6 +866,7 @@ def tries(
 @app.command()
 def longfile(
     model: ModelOpt = None,
+    backend: BackendOpt = None,
     packages: Annotated[str, typer.Option(
         help="Installed packages whose modules are the long files (comma-separated).")] = "rich,click,typer,pygments",
     n: Annotated[int, typer.Option("--tasks", "-n", min=1, help="How many tasks (one per file).")] = 10,
@@ -890,7 +922,7 @@ def longfile(
     kinds = {"explicit": ("explicit",), "vague": ("vague",), "both": ("explicit", "vague")}[instructions]
     scopes = {"on": (True,), "off": (False,), "both": (True, False)}[scoping]
     with err.status("loading the model ..."):
-        loaded = load_model(model, "auto", dtype, threads)
+        loaded = load_model(model, "auto", dtype, threads, backend)
     meta = {"command": "longfile", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
             "threads": loaded.threads, "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
             "first": first, "context": context}
@@ -924,12 +956,13 @@ def longfile(
                "scoped": scoped, "regions": regions, "seconds": seconds, "tries": len(verified.tries),
                "first_seconds": first.seconds, "answered": answer is not None,
                "first": lf.score(task, first.result.new_text) if first.result else None,
-               "verified": lf.score(task, answer.result.new_text) if answer else None}
+               "verified": lf.score(task, answer.result.new_text) if answer else None,
+               "forward_passes": sum(t.result.stats.forward_passes for t in verified.tries if t.result)}
         rows.append(row)
         v = row["verified"] or {}
         err.print(f"{task['path']} ({row['lines']} lines) {kind} {'scoped' if scoped else 'whole'}: "
                   f"exact {bool(v.get('exact'))}, outside {v.get('lines_changed_outside', '-')}, "
-                  f"{seconds:.1f} s, {row['tries']} tries")
+                  f"{seconds:.1f} s, {row['forward_passes']} fwd, {row['tries']} tries")
 
     work = [(task, kind, scoped) for task in tasks for kind in kinds for scoped in scopes]
     run_cases(work, len(work), "longfile", step, save)
@@ -953,6 +986,7 @@ def _longfile_summary(rows: list[dict]) -> dict:
             "runs_changing_outside": sum(bool(v and v["lines_changed_outside"]) for v in verified),
             "seconds_total": round(sum(r["seconds"] for r in group), 1),
             "first_try_seconds_total": round(sum(r["first_seconds"] for r in group), 1),
+            "forward_passes_total": sum(r.get("forward_passes", 0) for r in group),
         }
     return summary
 

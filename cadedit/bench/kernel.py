@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import platform
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -56,16 +57,42 @@ ATTENTION = ("eager", "sdpa")
 
 
 def load(spec: str | None, device: str = "auto", dtype: str = "auto", threads: int | None = None,
-         attn: str = "eager"):
-    """The model through cadedit.model.load_model, with attention written out (`eager`, what the
-    paper measured) or torch's fused kernel (`sdpa`, what cadedit fix uses)."""
+         attn: str = "eager", backend: str | None = None):
+    """The model through cadedit.model.load_model; on torch with attention written out (`eager`, what
+    the paper measured) or torch's fused kernel (`sdpa`, what cadedit fix uses)."""
     from cadedit.model import load_model
 
     if attn not in ATTENTION:
         raise ModelError(f"attention implementation {attn!r} unknown", hint="use --attn eager or sdpa")
-    loaded = load_model(spec, device=device, dtype=dtype, threads=threads)
-    loaded.model.set_eager_attention(attn == "eager")
+    loaded = load_model(spec, device=device, dtype=dtype, threads=threads, backend=backend)
+    if loaded.backend == "torch":
+        loaded.model.set_eager_attention(attn == "eager")
     return loaded
+
+
+class LlamaReference:
+    """llama.cpp through llama-cpp-python's own Llama.eval on the same GGUF and threads (what a user
+    of llama-cpp-python gets), called as the sweep calls a model: the reference for the llama backend."""
+
+    def __init__(self, path: str, threads: int, n_ctx: int):
+        import llama_cpp
+
+        self.llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
+                                   n_threads_batch=threads, verbose=False)
+        self.config = type("Config", (), {"vocab_size": self.llm.n_vocab()})()
+
+    def new_cache(self):
+        llm = self.llm
+        llm.reset()
+
+        class Cache:
+            def crop(self, n: int) -> None:
+                llm.n_tokens = min(n, llm.n_tokens)  # Llama.eval removes the positions past n_tokens first
+
+        return Cache()
+
+    def __call__(self, ids: torch.Tensor, cache, keep: int = 1):
+        self.llm.eval(ids.tolist())
 
 
 def synchronize(device: torch.device) -> None:
@@ -187,11 +214,27 @@ def plot(points: Sequence[KernelPoint], path: str | Path, title: str) -> bool:
     return True
 
 
-def environment(device: torch.device, dtype: torch.dtype) -> dict:
+def environment(device: torch.device, dtype, loaded=None) -> dict:
     """What the numbers depend on, for the JSON."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
-    return {"device": str(device), "device_name": name, "dtype": str(dtype).removeprefix("torch."),
-            "threads": torch.get_num_threads(), "torch": torch.__version__}
+    env = {"device": str(device), "device_name": name, "dtype": str(dtype).removeprefix("torch."),
+           "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu_flags": cpu_flags()}
+    if loaded is not None:
+        env.update(backend=loaded.backend, threads=loaded.threads)
+        if loaded.backend == "llama":
+            from cadedit.llamacpp import version
+
+            env["llama_cpp"] = version()
+    return env
+
+
+def cpu_flags() -> str:
+    """The CPU features the kernels' speed turns on (README: state them beside every figure)."""
+    try:
+        flags = set(re.search(r"^flags\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
+    except (OSError, AttributeError):
+        return ""
+    return " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8") if f in flags)
 
 
 def speedup_at(points: Sequence[KernelPoint], n: int) -> float:

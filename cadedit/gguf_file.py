@@ -1,0 +1,194 @@
+"""A GGUF file's metadata and the tokenizer it carries, read without llama.cpp, transformers or torch.
+
+Contract: read_metadata(path) returns the key/value section of a GGUF (v2/v3) as a dict (arrays of
+numbers as numpy arrays, of strings as lists); gguf_tokenizer(path, meta) builds cadedit's Tokenizer
+from the GGUF's own vocabulary, merges, token types and chat template: the same pieces, the same
+merges and Qwen2's pre-tokenisation as the model folder's tokenizer.json, so both backends feed
+the same ids for the same prompt (tests/test_llama.py checks it). A file that is not a GGUF of a
+byte-level BPE model cadedit can serve is a one-line ModelError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from cadedit.errors import ModelError
+
+MAGIC = b"GGUF"
+ARCHITECTURES = ("qwen2",)  # what cadedit's prompts, grammar and tests are written for
+
+# Qwen2's pre-tokenizer (its tokenizer.json's Split regex); llama.cpp names it "qwen2".
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_SPLITS = {"qwen2": QWEN2_SPLIT}
+
+# GGUF value types: struct format of the scalar ones, 8 = string, 9 = array.
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}
+_STRING, _ARRAY = 8, 9
+
+# llama.cpp's token types (gguf.TokenType).
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+
+class _Reader:
+    def __init__(self, data, path: Path):
+        self.data, self.at, self.path = data, 0, path
+
+    def take(self, fmt: str):
+        size = struct.calcsize(fmt)
+        if self.at + size > len(self.data):
+            raise ModelError(f"{self.path}: not a whole GGUF file (its metadata ends early)",
+                             hint="download the model file again")
+        (value,) = struct.unpack_from(fmt, self.data, self.at)
+        self.at += size
+        return value
+
+    def string(self) -> str:
+        n = self.take("<Q")
+        if self.at + n > len(self.data):
+            raise ModelError(f"{self.path}: not a whole GGUF file (a string runs past its end)",
+                             hint="download the model file again")
+        raw = bytes(self.data[self.at : self.at + n])
+        self.at += n
+        return raw.decode("utf-8", errors="surrogateescape")
+
+    def value(self, kind: int):
+        if kind in _SCALARS:
+            return self.take(_SCALARS[kind])
+        if kind == _STRING:
+            return self.string()
+        if kind != _ARRAY:
+            raise ModelError(f"{self.path}: unknown GGUF value type {kind}", hint="download the model file again")
+        inner, n = self.take("<I"), self.take("<Q")
+        if inner in _NUMPY:
+            width = np.dtype(_NUMPY[inner]).itemsize
+            if self.at + n * width > len(self.data):
+                raise ModelError(f"{self.path}: not a whole GGUF file (an array runs past its end)",
+                                 hint="download the model file again")
+            array = np.frombuffer(self.data, _NUMPY[inner], n, self.at).copy()
+            self.at += n * width
+            return array
+        return [self.value(inner) for _ in range(n)]
+
+
+def read_metadata(path: Path) -> dict:
+    """The key/value metadata of a GGUF file (not its tensors)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != MAGIC:
+                raise ModelError(f"{path}: not a GGUF file (no GGUF magic)", hint="pass a .gguf model file")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                reader = _Reader(data, path)
+                reader.at = 4
+                version = reader.take("<I")
+                if version not in (2, 3):
+                    raise ModelError(f"{path}: GGUF version {version} (cadedit reads versions 2 and 3)",
+                                     hint="convert the model with a current llama.cpp")
+                reader.take("<Q")  # tensor count
+                meta: dict = {}
+                for _ in range(reader.take("<Q")):
+                    key = reader.string()
+                    meta[key] = reader.value(reader.take("<I"))
+                return meta
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read the model file ({exc.strerror or exc})", hint="pass a .gguf model file") from None
+    except ValueError as exc:  # mmap of an empty file
+        raise ModelError(f"{path}: not a GGUF file ({exc})", hint="pass a .gguf model file") from None
+
+
+def architecture(path: Path, meta: dict) -> str:
+    """general.architecture, refused unless cadedit serves it."""
+    arch = meta.get("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise ModelError(f"{path}: GGUF architecture {arch!r} is not served (general.architecture; cadedit serves "
+                         f"{', '.join(ARCHITECTURES)})", hint="use a Qwen2 / Qwen2.5 GGUF")
+    return arch
+
+
+def _field(path: Path, meta: dict, key: str, kind: type):
+    value = meta.get(key)
+    if not isinstance(value, kind):
+        raise ModelError(f"{path}: GGUF field {key} is missing or not a {kind.__name__}", hint="use a Qwen2 / Qwen2.5 GGUF")
+    return value
+
+
+def tokenizer_json(path: Path, meta: dict) -> str:
+    """The GGUF's tokenizer as a tokenizer.json document (what the model folder would carry)."""
+    model = meta.get("tokenizer.ggml.model")
+    if model != "gpt2":
+        raise ModelError(f"{path}: tokenizer.ggml.model is {model!r}, not a byte-level BPE ('gpt2')",
+                         hint="use a Qwen2 / Qwen2.5 GGUF")
+    pre = meta.get("tokenizer.ggml.pre", "qwen2")
+    if pre not in _SPLITS:
+        raise ModelError(f"{path}: tokenizer.ggml.pre {pre!r} is not a pre-tokenizer cadedit knows "
+                         f"({', '.join(_SPLITS)})", hint="use a Qwen2 / Qwen2.5 GGUF")
+    tokens = _field(path, meta, "tokenizer.ggml.tokens", list)
+    merges = _field(path, meta, "tokenizer.ggml.merges", list)
+    types = meta.get("tokenizer.ggml.token_type")
+    types = np.full(len(tokens), NORMAL) if types is None else np.asarray(types)
+    if len(types) != len(tokens):
+        raise ModelError(f"{path}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens",
+                         hint="download the model file again")
+    vocab, added = {}, []
+    for tid, (piece, kind) in enumerate(zip(tokens, types.tolist())):
+        if kind in (CONTROL, USER_DEFINED):
+            added.append({"id": tid, "content": piece, "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": kind == USER_DEFINED, "special": kind == CONTROL})
+        elif kind != UNUSED:
+            vocab.setdefault(piece, tid)
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    document = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": _SPLITS[pre]}, "behavior": "Isolated", "invert": False},
+            byte_level]},
+        "post_processor": byte_level, "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges},
+    }
+    return json.dumps(document, ensure_ascii=False)
+
+
+def gguf_tokenizer(path: Path, meta: dict):
+    """cadedit's Tokenizer for a GGUF: its vocabulary and merges, its special tokens, its chat template."""
+    from tokenizers import Tokenizer as Backend
+
+    from cadedit.tokenizer import Tokenizer
+
+    try:
+        backend = Backend.from_str(tokenizer_json(path, meta))
+    except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exception for a bad vocabulary
+        raise ModelError(f"{path}: cannot build the GGUF's tokenizer ({str(exc)[:160]})",
+                         hint="use a Qwen2 / Qwen2.5 GGUF") from None
+    tokens = meta["tokenizer.ggml.tokens"]
+    config = {}
+    for name in ("bos", "eos", "padding", "unknown"):
+        tid = meta.get(f"tokenizer.ggml.{name}_token_id")
+        if isinstance(tid, int) and 0 <= tid < len(tokens):
+            config[{"padding": "pad_token", "unknown": "unk_token"}.get(name, f"{name}_token")] = tokens[tid]
+    template = meta.get("tokenizer.chat_template")
+    return Tokenizer(backend, config, template if isinstance(template, str) else None)
+
+
+def eos_ids(meta: dict) -> tuple[int, ...]:
+    """The end-of-sequence and end-of-turn ids the GGUF names."""
+    ids = (meta.get("tokenizer.ggml.eos_token_id"), meta.get("tokenizer.ggml.eot_token_id"))
+    return tuple(int(i) for i in ids if isinstance(i, int))
+
+
+def context_length(path: Path, meta: dict, arch: str) -> int:
+    value = meta.get(f"{arch}.context_length")
+    if not isinstance(value, int) or value <= 0:
+        raise ModelError(f"{path}: GGUF field {arch}.context_length is missing or not a positive integer",
+                         hint="use a Qwen2 / Qwen2.5 GGUF")
+    return value

@@ -1,0 +1,359 @@
+"""The llama.cpp backend for real: tiny GGUFs written by the tests (tests/tinygguf.py: the torch tests'
+tiny Qwen2 and tokenizer), loaded by llama-cpp-python, driven by the one decode loop.
+
+Tolerance against torch: llama.cpp keeps the KV cache in fp16 and sums in its own order, so its
+logits of the tiny model differ from torch's fp32 ones by up to ~1e-3 (the logits are ~1 in size);
+the tests ask for 5e-3. The same positions fed in other batches (a crop, a reused prefix, a stored
+one) differ by up to ~3e-4 within llama.cpp: 1e-3 is asked. Greedy equality between modes is checked within llama.cpp itself (batched
+verify/lookup forwards against one-token-at-a-time steps), on a model whose logits are scaled so
+that no argmax is closer than that noise.
+
+Without llama-cpp-python these tests skip, unless CADEDIT_REQUIRE_LLAMA=1 (CI sets it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+if os.environ.get("CADEDIT_REQUIRE_LLAMA") != "1":
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'cadedit[llama]')")
+
+import cadedit.pipeline as pipeline
+from cadedit.document import Document
+from cadedit.gguf_file import gguf_tokenizer, read_metadata
+from cadedit.model import CachedLM, PrefixStore, load_model, model_identity, new_cache
+from cadedit.options import EditOptions, Mode, Sampling
+from cadedit.vocab import vocab_from_tokenizer
+from tests.conftest import console_script
+from tests.test_rewrite import BEFORE as COLORS, editing_model
+from tests.test_verify import CORPUS, fenced_run, prepared_for
+from tests.tinygguf import save_gguf
+from tests.tinymodel import make_model
+from tests.tinytok import make_tokenizer
+
+TOK = make_tokenizer()
+TOKEN_BYTES = vocab_from_tokenizer(TOK).tokens
+TOLERANCE = 5e-3  # llama.cpp against torch
+SAME = 1e-3  # llama.cpp against itself, the same positions fed in other batches
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory) -> Path:
+    return save_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+def _scaled_model():
+    """The random tiny model with its weights scaled up and non-printable tokens never chosen (as
+    test_verify's fp64 `tiny`), in fp32: varied text, wide argmax margins."""
+    model = make_model(0)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "norm" not in name:
+                weight.mul_(10)
+        for token, piece in enumerate(TOKEN_BYTES):
+            if not piece or any(b > 126 or (b < 32 and b != 10) for b in piece) or token in TOK.all_special_ids:
+                model.lm_head.weight[token] = 0.0
+    return model
+
+
+@pytest.fixture(scope="session")
+def scaled_gguf(tmp_path_factory) -> Path:
+    return save_gguf(tmp_path_factory.mktemp("gguf") / "scaled.gguf", model=_scaled_model())
+
+
+@pytest.fixture(scope="session")
+def editing_gguf(tmp_path_factory) -> Path:
+    """The bigram model of test_rewrite that answers the colors.txt rewrite with teal -> green."""
+    model = editing_model(Document.from_text(COLORS, "colors.txt")).model
+    return save_gguf(tmp_path_factory.mktemp("gguf") / "teal-to-green.gguf", model=model)
+
+
+@pytest.fixture(scope="session")
+def llama_tiny(tiny_gguf):
+    return load_model(str(tiny_gguf), threads=1, backend="llama")
+
+
+@pytest.fixture(scope="session")
+def llama_scaled(scaled_gguf):
+    return load_model(str(scaled_gguf), threads=1, backend="llama")
+
+
+def cli(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+# -- the GGUF's own tokenizer --------------------------------------------------------------------
+
+
+TEXTS = ["def add(a, b):\n    return a + b\n", "x  =  1\r\n\r\n\tπ = 3.14159  # héllo\n", "", "   ", "<|im_end|> in text",
+         "if a<b>c: print('%d' % 12345678)\n\n\n"]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_the_ggufs_tokenizer_encodes_as_the_model_folders(tiny_gguf, text):
+    tokenizer = gguf_tokenizer(tiny_gguf, read_metadata(tiny_gguf))
+    assert tokenizer.encode(text) == TOK.encode(text, add_special_tokens=False)
+    assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_the_ggufs_tokenizer_has_the_folders_specials_vocabulary_and_chat(tiny_gguf):
+    tokenizer = gguf_tokenizer(tiny_gguf, read_metadata(tiny_gguf))
+    assert (tokenizer.eos_token_id, tokenizer.pad_token_id) == (TOK.eos_token_id, TOK.pad_token_id)
+    assert vocab_from_tokenizer(tokenizer).tokens == vocab_from_tokenizer(TOK).tokens
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    assert tokenizer.apply_chat_template(chat) == TOK.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+
+
+# -- the LM interface on llama.cpp -----------------------------------------------------------------
+
+
+def test_llama_logits_agree_with_torch_on_the_same_weights(llama_tiny):
+    ids = TOK.encode("def add(a, b):\n    return a + b\n" * 3)
+    model = make_model(0)
+    with torch.no_grad():
+        expected = model(torch.tensor(ids), model.new_cache(), keep=len(ids))
+    lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    got = lm.feed(ids, keep=len(ids))
+    assert got.shape == expected.shape == (len(ids), 768) and got.dtype == torch.float32
+    assert torch.allclose(got, expected, atol=TOLERANCE), float((got - expected).abs().max())
+    step = lm.feed([ids[0]])
+    with torch.no_grad():
+        cache = model.new_cache()
+        model(torch.tensor(ids), cache)
+        assert torch.allclose(step, model(torch.tensor([ids[0]]), cache), atol=TOLERANCE)
+
+
+def test_crop_and_reuse_give_the_logits_of_a_fresh_feed(llama_tiny):
+    a, b, c = TOK.encode("def f(x):\n"), TOK.encode("    return x * 2\n"), TOK.encode("    return x + 1\n")
+    fresh = CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(a + c, keep=len(c))
+    lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    lm.feed(a + b)
+    lm.crop(len(b))
+    assert lm.ids == a and lm.cache.length == len(a) == llama_tiny.model.positions()
+    assert torch.allclose(lm.feed(c, keep=len(c)), fresh, atol=SAME)
+    lm.reset()
+    lm.feed(a + b)
+    common = next(i for i, (x, y) in enumerate(zip(a + b, a + c)) if x != y)
+    assert common >= len(a) and lm.reuse(a + c) == common and lm.ids == (a + c)[:common]
+    rest = len(a + c) - common
+    assert torch.allclose(lm.feed((a + c)[common:], keep=rest), fresh[-rest:], atol=SAME)
+
+
+def test_two_caches_of_one_model_take_turns(llama_tiny):
+    a, b = TOK.encode("class Stack:\n"), TOK.encode("import os\nimport sys\n")
+    first, second = CachedLM(llama_tiny.model, new_cache(llama_tiny)), CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    first.feed(a)
+    second.feed(b)
+    alone = CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(a + b[:1])
+    assert torch.allclose(first.feed(b[:1]), alone, atol=SAME)  # fed again from its ids: the context held `second`
+
+
+def test_a_long_feed_is_split_into_batches_and_keeps_its_last_rows(llama_tiny):
+    from cadedit import llamacpp
+
+    ids = (TOK.encode("for i in range(10):\n    print(i, fib(i))\n") * 80)[: llamacpp.N_BATCH + 100]
+    lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    rows = lm.feed(ids, keep=llamacpp.MAX_OUTPUTS + 30)
+    assert rows.shape[0] == llamacpp.MAX_OUTPUTS + 30 and lm.cache.length == len(ids)
+    again = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    again.feed(ids[:-1])
+    assert torch.allclose(again.feed(ids[-1:]), rows[-1:], atol=1e-3)
+
+
+def test_the_prefix_store_gives_back_what_a_fresh_feed_computes(llama_tiny, tmp_path):
+    ids = TOK.encode("def binary_search(values, target):\n    lo, hi = 0, len(values)\n" * 6)
+    lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    lm.feed(ids + TOK.encode("    x = 1\n"))
+    store, identity = PrefixStore(tmp_path / "prefixes"), model_identity(llama_tiny)
+    store.save(lm, identity, len(ids))
+    assert len(list((tmp_path / "prefixes").glob("*.kv"))) == 1
+    loaded = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    assert store.load(loaded, identity, ids) and loaded.ids == ids and llama_tiny.model.positions() == len(ids)
+    fresh = CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(ids + TOK.encode("    return"), keep=2)
+    assert torch.allclose(loaded.feed(TOK.encode("    return"), keep=2), fresh, atol=SAME)
+    assert not store.load(loaded, identity, ids[:-1])  # another prefix: not there
+    assert "llama" in identity and model_identity(llama_tiny) != identity.replace("llama", "torch")
+
+
+def test_a_damaged_prefix_entry_is_deleted_and_ignored(llama_tiny, tmp_path):
+    ids = TOK.encode("import os\n" * 30)
+    store, identity = PrefixStore(tmp_path / "prefixes"), model_identity(llama_tiny)
+    torch.save(torch.zeros(10, dtype=torch.uint8), store.path(identity, ids).parent.mkdir(parents=True) or store.path(identity, ids))
+    lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    assert not store.load(lm, identity, ids) and not store.path(identity, ids).exists() and lm.ids == []
+
+
+# -- every mode, exactly as one token at a time ----------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("mode", [Mode.VERIFY, Mode.LOOKUP])
+def test_drafted_modes_write_the_one_token_greedy_rewrite(llama_scaled, seed, mode):
+    rng = random.Random(seed)
+    document = Document.from_text("".join(rng.sample(CORPUS, 8)), "x.py")
+    prepared = prepared_for(llama_scaled, document, 120)
+    greedy = fenced_run(llama_scaled, prepared, Mode.REWRITE)
+    drafted = fenced_run(llama_scaled, prepared, mode)
+    assert greedy.stats.tokens_drafted == 0 and greedy.stats.forward_passes == greedy.stats.tokens_sampled
+    assert drafted.ids == greedy.ids and drafted.finished == greedy.finished
+    assert drafted.stats.tokens_drafted >= 1
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_program_mode_with_drafts_writes_what_it_writes_one_token_at_a_time(llama_scaled, seed):
+    """Grammar masks, forced literals, copy splices and program drafts on llama.cpp: drafting never
+    changes the greedy program."""
+    rng = random.Random(seed)
+    document = Document.from_text("".join(rng.sample(CORPUS, 6)), "x.py")
+    options = EditOptions(mode=Mode.PROGRAM, max_new_tokens=60)
+    prepared = pipeline.prepare(llama_scaled, document, "Fix it.", options)
+    runs = []
+    for draft in (False, True):
+        from cadedit.decode import sampling_picker
+
+        try:
+            runs.append(pipeline.run_decode(llama_scaled, document, prepared, sampling_picker(Sampling()), draft=draft).ids)
+        except Exception as exc:  # noqa: BLE001 - the random model may run out of budget: both must
+            runs.append(type(exc).__name__)
+    assert runs[0] == runs[1]
+
+
+# -- through the CLI -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def colors(tmp_path):
+    (tmp_path / "colors.txt").write_bytes(b"red:\r\nteal;\r\nblue)\r\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("mode", ["verify", "rewrite", "lookup"])
+def test_fix_on_the_llama_backend_writes_the_models_edit(colors, editing_gguf, mode):
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
+               "--mode", mode, "--threads", "1", "--json", "-q", cwd=colors)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["backend"] == "llama" and data["passed"] and "-teal;\r\n+green;\r\n" in data["diff"]
+    written = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
+                  "--mode", mode, "--threads", "1", "--write", "-q", cwd=colors)
+    assert written.returncode == 0, written.stderr
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
+
+
+def test_auto_measures_the_backends_once_and_says_why(colors, editing_gguf, tmp_path):
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    first = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--threads", "1",
+                "--verbose", "--tries", "1", cwd=colors, env=env)
+    assert first.returncode == 0, first.stderr
+    assert "backend: " in first.stderr and "measured on this CPU now" in first.stderr, first.stderr
+    assert "llama-repack" in first.stderr and "torch" in first.stderr
+    known = json.loads((tmp_path / "cache" / "cadedit" / "cpu-dtype.json").read_text())
+    assert [v for k, v in known.items() if "|backend|" in k][0] in ("torch", "llama", "llama-repack")
+    second = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--threads", "1",
+                 "--verbose", "--tries", "1", cwd=colors, env=env)
+    assert second.returncode == 0 and "measured on this CPU earlier" in second.stderr, second.stderr
+    assert "-teal;" in second.stdout
+
+
+def test_the_backend_comes_from_the_environment_and_settings(colors, editing_gguf):
+    (colors / ".cadedit.toml").write_text('backend = "llama"\n')
+    done = cli("fix", "colors.txt", "Rename.", "--model", str(editing_gguf), "--threads", "1", "--json", "-q", cwd=colors)
+    assert done.returncode == 0 and json.loads(done.stdout)["backend"] == "llama", done.stderr
+    bad = cli("fix", "colors.txt", "Rename.", "--model", str(editing_gguf), cwd=colors, env={"CADEDIT_BACKEND": "cuda"})
+    assert bad.returncode == 1 and "unknown backend 'cuda'" in bad.stderr and len(bad.stderr.strip().splitlines()) <= 2
+
+
+def _one_line_error(done: subprocess.CompletedProcess, *needles: str) -> None:
+    assert done.returncode == 1, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) <= 2, done.stderr
+    for needle in needles:
+        assert needle in done.stderr, done.stderr
+
+
+def test_models_the_llama_backend_cannot_serve_are_one_line_errors(colors, tmp_path, tiny_dir):
+    other = save_gguf(tmp_path / "llama-arch.gguf", architecture="llama")
+    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(other), "--backend", "llama", cwd=colors),
+                    "architecture 'llama'")
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a model at all" * 10)
+    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(junk), "--backend", "llama", cwd=colors),
+                    "not a GGUF")
+    whole = save_gguf(tmp_path / "whole.gguf").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[:2000])
+    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(cut), "--backend", "llama", cwd=colors), "cut.gguf")
+    no_chat = save_gguf(tmp_path / "no-chat.gguf", chat_template=None)
+    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(no_chat), "--backend", "llama", cwd=colors),
+                    "chat template")
+    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(tiny_dir), "--backend", "llama", cwd=colors),
+                    "GGUF")
+    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(tmp_path / "none.gguf"), cwd=colors), "not found")
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    from tests.tinymodel import save_model
+
+    return save_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+# -- models people already have: Ollama, LM Studio -------------------------------------------------
+
+
+def _ollama(home: Path, gguf: Path, name: str = "teal", tag: str = "latest") -> None:
+    import hashlib
+
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    blobs = home / ".ollama" / "models" / "blobs"
+    blobs.mkdir(parents=True, exist_ok=True)
+    shutil.copy(gguf, blobs / f"sha256-{digest}")
+    manifest = home / ".ollama" / "models" / "manifests" / "example.invalid" / "library" / name / tag
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
+        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256-0", "size": 1},
+        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": gguf.stat().st_size}]}))
+
+
+def test_an_ollama_model_by_name(colors, editing_gguf):
+    home = Path(os.environ["HOME"])
+    _ollama(home, editing_gguf, tag="1.5b")
+    done = cli("fix", "colors.txt", "Rename.", "--model", "ollama:teal:1.5b", "--backend", "llama", "--threads", "1",
+               "--json", "-q", cwd=colors)
+    assert done.returncode == 0, done.stderr
+    assert "-teal;\r\n+green;\r\n" in json.loads(done.stdout)["diff"]
+    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", "ollama:teal", cwd=colors), "teal:latest", "ollama pull")
+    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", "ollama:../x", cwd=colors), "not an Ollama model name")
+
+
+def test_an_lm_studio_model_by_name(colors, editing_gguf):
+    folder = Path(os.environ["HOME"]) / ".lmstudio" / "models" / "someone" / "Teal-GGUF"
+    folder.mkdir(parents=True)
+    shutil.copy(editing_gguf, folder / "teal-q4_k_m.gguf")
+    done = cli("fix", "colors.txt", "Rename.", "--model", "lmstudio:teal-q4", "--backend", "llama", "--threads", "1",
+               "-q", cwd=colors)
+    assert done.returncode == 0 and "+green;" in done.stdout, done.stderr
+    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", "lmstudio:nothing-like-it", cwd=colors), "no .gguf")
+
+
+def test_a_second_decode_of_the_same_prompt_feeds_one_token(editing_gguf):
+    """Two decodes of one prompt on llama.cpp: the second feeds one token (CachedLM.reuse), as on torch."""
+    from cadedit.decode import sampling_picker
+
+    loaded = load_model(str(editing_gguf), threads=1, backend="llama")
+    document = Document.from_text(COLORS, "colors.txt")
+    prepared = pipeline.prepare(loaded, document, "Rename teal to green.", EditOptions(mode=Mode.REWRITE))
+    first = pipeline.run_decode(loaded, document, prepared, sampling_picker(Sampling()))
+    again = pipeline.run_decode(loaded, document, prepared, sampling_picker(Sampling()))
+    assert again.stats.tokens_prompt == 1 < first.stats.tokens_prompt
+    assert again.ids == first.ids and first.text == "red:\ngreen;\nblue)\n"
