@@ -1,3 +1,3 @@
-from cadedit.cli import main
+from cadedit.entry import main
 
 main()

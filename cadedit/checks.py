@@ -4,11 +4,11 @@ Contract: syntax_check(), change_check() and run_test() each return one Check an
 a failure the user must see (ApplyError: the file changed on disk, or cannot be restored).
 A Check with passed=False is what the next try is told about, through feedback(); a skipped Check
 has passed=True, so `all(check.passed for check in checks)` decides a try. run_test() puts the
-candidate's bytes in the file, runs the test command in its own process group, and always puts the
-user's original bytes back: after a pass, a failure, a crash, a timeout, a test that edits or
-deletes the file, KeyboardInterrupt, SIGTERM and SIGHUP (not SIGKILL, which nothing can catch).
-The restored file has the original bytes and mode but a new inode and mtime: read it again
-(Candidate.read(path, new, expected=...), Document.read) before the next try or the final write.
+candidate's bytes into the file's own inode (cadedit.sandbox: journaled, locked, guarded), runs the
+test command in its own process group, and puts the user's original bytes and mtime back: after a
+pass, a failure, a crash, a timeout, a test that deletes the file, KeyboardInterrupt, SIGTERM and
+SIGHUP; after SIGKILL of cadedit its guard does. A file saved by the user during the test keeps
+the new bytes (ApplyError says where the original is).
 No torch, no transformers.
 """
 
@@ -28,13 +28,15 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cadedit.diff import raise_for_signal, signals_deferred
 from cadedit.document import line_body, split_lines
 from cadedit.errors import ApplyError, ConfigError
 from cadedit.languages import Language, language_of
+from cadedit.sandbox import Placement, SandboxError
 
 # Exit codes of `cadedit fix` with tries: 0 ok, 1 error, 2 usage, 3 no candidate passed its
 # checks (CheckFailedError.exit_code), 130 interrupted.
@@ -48,7 +50,6 @@ _NODE_TIMEOUT_S = 10.0
 _SOURCE_CHARS = 200  # of the offending source line quoted back (a minified file is one long line)
 # SIGTERM/SIGHUP during a test become SystemExit(128 + signum) so that every `finally` runs.
 _EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-_DEFERRED = {signal.SIGINT, *_EXIT_SIGNALS}
 
 
 @dataclass(frozen=True)
@@ -314,51 +315,6 @@ def _later_mtime_ns(previous_ns: int) -> int | None:
     return None if time.time_ns() // 1_000_000_000 > second else (second + 1) * 1_000_000_000
 
 
-def _replace(target: Path, data: bytes, st: os.stat_result, previous_ns: int, durable: bool = False) -> int:
-    """Replace target by data through a temporary file in its folder, with st's mode and owner.
-
-    Returns the new file's mtime (ns), in a later whole second than previous_ns.
-    """
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".cadedit-tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        with contextlib.suppress(OSError):
-            os.chown(tmp, st.st_uid, st.st_gid)
-        later = _later_mtime_ns(previous_ns)
-        if later is not None:
-            os.utime(tmp, ns=(later, later))
-        mtime_ns = os.stat(tmp).st_mtime_ns
-        os.replace(tmp, target)
-        return mtime_ns
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _restore(candidate: Candidate, target: Path, st: os.stat_result, placed_ns: int) -> None:
-    """Put the original bytes back, whatever the test did to the file (edited, replaced, deleted)."""
-    with contextlib.suppress(OSError):
-        placed_ns = max(placed_ns, os.stat(target).st_mtime_ns)
-    try:
-        _replace(target, candidate.original, st, placed_ns, durable=True)
-        return
-    except OSError as exc:
-        error = exc
-    fd, saved = tempfile.mkstemp(prefix=f"{target.name}.", suffix=".cadedit-original")
-    with os.fdopen(fd, "wb") as f:
-        f.write(candidate.original)
-    raise ApplyError(
-        f"{candidate.path}: cannot restore it after the test ({error.strerror or error}); the original is in {saved}",
-        hint=f"copy it back: cp {shlex.quote(saved)} {shlex.quote(str(candidate.path))}",
-    )
-
-
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -379,43 +335,72 @@ def _install_exit_handlers() -> dict[int, object]:
     return old
 
 
-def _block_signals() -> set[int]:
-    """Hold SIGINT/SIGTERM/SIGHUP pending (this thread) while the file is being replaced."""
-    return signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+def _check_placeable(candidate: Candidate, target: Path, st: os.stat_result) -> None:
+    """A candidate goes only into a regular file this user may write (as --write asks)."""
+    if not stat.S_ISREG(st.st_mode):
+        raise ApplyError(f"{candidate.path}: not a regular file; the test was not run")
+    if not os.access(target, os.W_OK):
+        raise ApplyError(f"{candidate.path}: not writable by this user (owner uid {st.st_uid}, mode "
+                         f"{stat.S_IMODE(st.st_mode):04o}); the test was not run",
+                         hint="test a copy you own, or run cadedit as a user who may write the file")
 
 
 @contextlib.contextmanager
-def candidate_in_place(candidate: Candidate) -> Iterator[None]:
+def candidate_in_place(candidate: Candidate) -> Iterator[Placement]:
     """The candidate's bytes in the file for the duration; the original bytes back afterwards.
 
-    Refuses with ApplyError, the file untouched, if it changed since it was read. The original
-    comes back through a temporary file and a rename, with its mode, after anything the block
-    does or raises: KeyboardInterrupt, SystemExit(143) on SIGTERM, SystemExit(129) on SIGHUP.
-    Signals that arrive while a file is being replaced wait until it is done.
+    Refuses with ApplyError, the file untouched, if it changed since it was read, is not a regular
+    file this user may write, or another cadedit run has a candidate in it. The bytes go into the
+    file's own inode (cadedit.sandbox: journal, lock, guard), so nothing but the bytes changes, and
+    the original comes back after anything the block does or raises: KeyboardInterrupt,
+    SystemExit(143) on SIGTERM, SystemExit(129) on SIGHUP; after SIGKILL the guard gives it back.
+    Signals that arrive while the file is being written wait until it is done. The placement's
+    watch(pgid) hands the test's process group to the guard.
     """
     target = Path(os.path.realpath(candidate.path))
-    mask = _block_signals()
-    handlers: dict[int, object] = {}
-    placed_ns = None
+    handlers = _install_exit_handlers()
+    placement = None
     try:
-        handlers = _install_exit_handlers()
-        st = _check_unchanged(candidate)
-        try:
-            placed_ns = _replace(target, candidate.new, st, candidate.mtime_ns)
-        except OSError as exc:
-            why = exc.strerror or exc
-            raise ApplyError(f"{candidate.path}: cannot put the candidate in place ({why}); the test was not run") from None
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a pending signal raises here, inside try
-        yield
+        with signals_deferred() as pending:
+            st = _check_unchanged(candidate)
+            _check_placeable(candidate, target, st)
+            later = _later_mtime_ns(candidate.mtime_ns) or time.time_ns()
+            placement = Placement(target, candidate.original, candidate.new, st, later)
+            try:
+                placement.begin()
+            except SandboxError as exc:
+                raise ApplyError(exc.message, hint=exc.hint) from None
+            except OSError as exc:
+                why = exc.strerror or exc
+                raise ApplyError(f"{candidate.path}: cannot put the candidate in place ({why}); the test was not run") from None
+            held = list(pending)
+        if held:
+            raise_for_signal(held[0])  # Ctrl-C while the candidate went in: it comes out again
+        yield placement
     finally:
-        _block_signals()
         try:
-            if placed_ns is not None:
-                _restore(candidate, target, st, placed_ns)
+            if placement is not None:
+                with signals_deferred():  # a second Ctrl-C waits until the original is back
+                    _end_placement(candidate, placement)
         finally:
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _end_placement(candidate: Candidate, placement: Placement) -> None:
+    """The original back; an ApplyError when it could not be, or when the file changed during the test."""
+    import sys
+
+    try:
+        said = placement.end()
+    except OSError as exc:
+        raise ApplyError(f"{candidate.path}: cannot restore it after the test ({exc.strerror or exc}); the original "
+                         f"is kept in {placement.journal}", hint="`cadedit recover` puts it back") from None
+    if not said:
+        return
+    if sys.exc_info()[0] is None:
+        raise ApplyError(said, hint="compare the two and keep what you want")
+    os.write(2, f"cadedit: {said}\n".encode("utf-8", "surrogateescape"))  # an interrupt is on its way out
 
 
 def _collect(proc: subprocess.Popen, timeout: float) -> tuple[bytes, bool]:
@@ -480,28 +465,34 @@ def _exit_detail(returncode: int) -> str:
         return f"killed by signal {-returncode}"
 
 
-def run_command(command: str, timeout: float, cwd: Path | None = None) -> Check:
+def run_command(command: str, timeout: float, cwd: Path | None = None,
+                on_start: Callable[[int], None] | None = None) -> Check:
     """Run `command` through /bin/sh in its own process group; passed on exit status 0.
 
     stdout and stderr together, the last TAIL_LINES lines / TAIL_CHARS characters kept. At the
     timeout, and on any exception (KeyboardInterrupt), the whole group gets SIGTERM, then SIGKILL.
+    Ctrl-C while the shell is being started waits until it has a pid (so it is never left running);
+    on_start gets the group's id (the guard's watch).
     """
     start = time.monotonic()
+    with signals_deferred() as pending:
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+        except OSError as exc:
+            raise ConfigError(f"cannot run the test command in {cwd or Path.cwd()} ({exc.strerror or exc})") from None
+        if on_start is not None:
+            on_start(proc.pid)
+        held = list(pending)
     try:
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", command], cwd=cwd, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-    except OSError as exc:
-        raise ConfigError(f"cannot run the test command in {cwd or Path.cwd()} ({exc.strerror or exc})") from None
-    try:
+        if held:
+            raise_for_signal(held[0])
         output, timed_out = _collect(proc, timeout)
     finally:
-        mask = _block_signals()  # a second Ctrl-C waits until the group is gone
-        try:
+        with signals_deferred():  # a second Ctrl-C waits until the group is gone
             _end_group(proc)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     detail = f"timed out after {timeout:g}s" if timed_out else _exit_detail(proc.returncode)
     passed = not timed_out and proc.returncode == 0
     return Check("test", passed, False, detail, _tail(output), time.monotonic() - start)
@@ -509,5 +500,5 @@ def run_command(command: str, timeout: float, cwd: Path | None = None) -> Check:
 
 def run_test(candidate: Candidate, command: str, timeout: float, cwd: Path | None = None) -> Check:
     """Run the test command with the candidate's bytes in the file, the original restored after."""
-    with candidate_in_place(candidate):
-        return run_command(command, timeout, cwd)
+    with candidate_in_place(candidate) as placement:
+        return run_command(command, timeout, cwd, on_start=placement.watch)

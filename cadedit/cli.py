@@ -330,6 +330,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         raise typer.BadParameter("scoped edits retype a region; use --mode verify, rewrite or lookup",
                                  param_hint="--lines/--scope")
     files, instruction = _fix_arguments(args, instruction_opt)
+    _recover(files)
     options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
                           max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context),
                           backend=_backend(backend))
@@ -532,12 +533,47 @@ def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
                            hint=outcome.verified.hint)
 
 
+def _recover(files) -> None:
+    """A file a killed cadedit run left with its untested candidate gets its original back first; a file
+    another run is testing a candidate in is refused (it does not hold the user's text now)."""
+    from cadedit.errors import ApplyError
+    from cadedit.sandbox import held_by, recover_file
+
+    for file in files:
+        if file == "-":
+            continue
+        holder = held_by(file)
+        if holder is not None:
+            raise ApplyError(f"{file}: another cadedit run ({holder}) has a candidate in this file; nothing was done",
+                             hint="wait for it to finish, then run cadedit again")
+        if said := recover_file(file):
+            say(f"cadedit: {said} (left by a cadedit run that was killed during its test)")
+
+
+@app.command()
+def recover() -> None:
+    """Give back the originals that killed cadedit runs left behind (a candidate still in a file while its
+    test ran); each cadedit run does this for its own files. Prints what it did; exit 0.
+
+    Example: cadedit recover
+    """
+    from cadedit.sandbox import recover_all
+
+    done = recover_all()
+    for said in done:
+        say(f"cadedit: {said}")
+    if not done:
+        say("cadedit: nothing to recover")
+
+
 def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:
     """`FILE INSTRUCTION`, or `FILE... --instruction INSTRUCTION`: (files, instruction); files a
     printed diff could not name are refused here, before any model work."""
     from click import get_current_context  # typer has no alias for it; fix's own --write decides
 
     files, instruction = _split_fix_arguments(args, instruction)
+    if not instruction.strip():
+        raise typer.BadParameter("the instruction is empty: say what to change", param_hint="INSTRUCTION")
     context = get_current_context(silent=True)
     if not (context and context.params.get("write")):
         for file in files if files != ["-"] else ():
@@ -625,11 +661,13 @@ def _test_together(edited: list, plan, quiet: bool) -> None:
     from cadedit.errors import CheckFailedError
 
     with contextlib.ExitStack() as stack:
+        placements = []
         for document, new_text, diff_text in edited:
             if diff_text:
                 candidate = Candidate.read(document.path, new_text.encode("utf-8"), expected=document.to_bytes())
-                stack.enter_context(candidate_in_place(candidate))
-        check = run_command(plan.test, plan.test_timeout, plan.cwd)
+                placements.append(stack.enter_context(candidate_in_place(candidate)))
+        check = run_command(plan.test, plan.test_timeout, plan.cwd,
+                            on_start=lambda pgid: [placement.watch(pgid) for placement in placements])
     if not quiet:
         say(f"--test with every file's answer in place: {'passed' if check.passed else 'failed: ' + check.detail}")
     if not check.passed:

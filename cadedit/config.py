@@ -2,8 +2,10 @@
 
 Contract: choose_model(cli_value, cwd) returns a model spec (hub id, folder or .gguf path) and never
 imports torch or transformers, so commands that only need a tokenizer (`cadedit bench ceiling`)
-follow the same choice cheaply. Settings are `model` in the nearest .cadedit.toml (top level or
-[tool.cadedit]) or pyproject.toml [tool.cadedit]; a malformed file is a ConfigError.
+follow the same choice cheaply. Settings are `model` (and `backend`) in the nearest .cadedit.toml
+(top level or [tool.cadedit]) or pyproject.toml [tool.cadedit], looked for from the working folder
+up to the repository root or the home folder, in files the user owns that no one else may write;
+a malformed file is a ConfigError.
 """
 
 from __future__ import annotations
@@ -44,13 +46,36 @@ def configured_model(cwd: Path | None = None) -> str | None:
     return configured("model", cwd)
 
 
-def configured(key: str, cwd: Path | None = None) -> str | None:
-    """A string setting from the nearest settings file that has it (see the module docstring)."""
+def settings_folders(cwd: Path | None = None) -> list[Path]:
+    """Where settings files are looked for: the folder and its parents up to the repository root (the
+    first folder with .git) or the home folder, whichever comes first; never above either."""
     here = (cwd or Path.cwd()).resolve()
+    home = Path.home().resolve()
+    folders = []
     for folder in (here, *here.parents):
+        folders.append(folder)
+        if folder == home or (folder / ".git").exists():
+            break
+    return folders
+
+
+def trusted(path: Path) -> bool:
+    """Whether a settings file may choose for this user: owned by them (or root) and writable by no one
+    else, as git's safe.directory rule. A file another user controls could pick the model and the
+    commands run on the user's code."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_uid in (os.getuid(), 0) and not st.st_mode & 0o022
+
+
+def configured(key: str, cwd: Path | None = None) -> str | None:
+    """A string setting from the nearest trusted settings file that has it (see the module docstring)."""
+    for folder in settings_folders(cwd):
         for name in (".cadedit.toml", "pyproject.toml"):
             path = folder / name
-            if not path.is_file():
+            if not path.is_file() or not trusted(path):
                 continue
             data = read_toml(path)
             section = cadedit_table(data, path, required=False)

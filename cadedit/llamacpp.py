@@ -124,7 +124,7 @@ class LlamaModel:
     """A GGUF through llama.cpp, called as cadedit's Qwen2 is: model(ids, cache, keep) -> [keep, V]."""
 
     def __init__(self, path: Path, meta: dict, threads: int, n_ctx: int = N_CTX, repack: bool = False,
-                 flash: bool | None = None):
+                 flash: bool | None = False):
         lib = self.lib = require()
         _silence(lib)
         from cadedit.gguf_file import architecture, context_length, eos_ids
@@ -148,9 +148,7 @@ class LlamaModel:
         context.n_outputs_max = MAX_OUTPUTS
         context.n_threads = context.n_threads_batch = threads
         context.no_perf = True
-        # Flash attention: None lets llama.cpp decide (on for CPUs); off made one-token steps faster and
-        # prompts slower on some CPUs, so the backend probe measures it too (cadedit.model).
-        context.flash_attn_type = {None: -1, False: 0, True: 1}[flash]
+        context.flash_attn_type = {None: -1, False: 0, True: 1}[flash]  # None: llama.cpp decides
         self._ctx = lib.llama_init_from_model(self._model, context)
         if not self._ctx:
             raise ModelError(f"{path}: llama.cpp cannot make a context of {context.n_ctx} tokens",
@@ -274,21 +272,22 @@ def _chunks(n: int, first_kept: int):
         at = stop
 
 
-# The configurations the backend probe compares: name -> (repack, flash attention).
-VARIANTS = {"llama": (False, None), "llama-repack": (True, None), "llama-noflash": (False, False),
-            "llama-repack-noflash": (True, False)}
+# The configurations the backend probe compares: name -> (repack, flash attention). Flash attention
+# stays off (llama-cpp-python's default): on it made one-token steps after a 1,024-token prompt a
+# third slower and 16-token drafts 2.7x slower (README, "llama.cpp backend").
+VARIANTS = {"llama": (False, False), "llama-repack": (True, False)}
 
 
 def edit_work_seconds(path: Path, meta: dict, threads: int, work, repack: bool = False,
-                      flash: bool | None = None) -> float:
+                      flash: bool | None = False) -> float:
     """llama.cpp's time for an edit's model work on this GGUF: `work` is ((tokens per forward, forwards), ...),
     each forward timed on the real model after a warm-up (the first touches the mapped weights)."""
     import time
 
     model = LlamaModel(path, meta, threads, n_ctx=1024, repack=repack, flash=flash)
     cache = model.new_cache()
-    filler = [int(t) % model.n_vocab for t in range(1000, 1000 + 512)]
-    prefix = 256
+    filler = [int(t) % model.n_vocab for t in range(1000, 1000 + 768)]
+    prefix = 512  # an edit's steps follow a prompt of several hundred tokens
     model(torch.tensor(filler[:prefix]), cache)  # also the warm-up: the first forward touches the mapped weights
     total = 0.0
     for rows, times in work:

@@ -251,31 +251,46 @@ def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str,
         return "torch", f"--dtype {dtype} is a torch setting"
     if not llamacpp.available():
         return "torch", f"llama-cpp-python is not installed (pip install 'cadedit[{llamacpp.EXTRA}]')"
-    measured = ""
+    variant, cost, measured = probe_llama(gguf, threads)
 
     def measure() -> str:
-        nonlocal measured
+        nonlocal cost, measured
         from cadedit.gguf_file import read_metadata
 
         meta = read_metadata(gguf)
-        variants = llamacpp.VARIANTS
-        costs = {name: llamacpp.edit_work_seconds(gguf, meta, threads, _WORK, *variants[name])
-                 for name in ("llama", "llama-repack")}
-        packed = min(costs, key=costs.get)  # then the better of the two without flash attention
-        unflashed = f"{packed}-noflash"
-        costs[unflashed] = llamacpp.edit_work_seconds(gguf, meta, threads, _WORK, *variants[unflashed])
+        if cost is None:  # the variant was measured in an earlier run: its cost again, for the comparison
+            cost = llamacpp.edit_work_seconds(gguf, meta, threads, _WORK, *llamacpp.VARIANTS[variant])
+            measured = f"an edit's model work: {variant} {cost:.2f} s"
         estimate, need = _torch_work_seconds(meta, threads)
-        measured = ("an edit's model work: " + ", ".join(f"{name} {cost:.2f} s" for name, cost in costs.items())
-                    + f", torch {estimate:.2f} s")
-        llama = min(costs, key=costs.get)
+        measured += f", torch {estimate:.2f} s"
         room = _available_memory()
         if room is not None and need > 0.8 * room:
             measured += f"; torch would need {need / 1e9:.1f} GB of weights, {room / 1e9:.1f} GB free"
-            return llama
-        return llama if costs[llama] <= estimate else "torch"
+            return "llama"
+        return "llama" if cost <= estimate else "torch"
 
-    answer, path = _measured_once(backend_key(gguf, threads), ("torch", *llamacpp.VARIANTS), measure)
+    answer, path = _measured_once(backend_key(gguf, threads), ("torch", "llama"), measure)
     return answer, (f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})")
+
+
+def probe_llama(gguf: Path, threads: int) -> tuple[str, float | None, str]:
+    """The llama.cpp configuration (llamacpp.VARIANTS) that does an edit's model work fastest on this
+    CPU for this model file, measured once and cached; with its cost and what was measured when
+    measured now (else None and "")."""
+    from cadedit import llamacpp
+    from cadedit.gguf_file import read_metadata
+
+    costs: dict[str, float] = {}
+
+    def measure() -> str:
+        meta = read_metadata(gguf)
+        for name, (repack, flash) in llamacpp.VARIANTS.items():
+            costs[name] = llamacpp.edit_work_seconds(gguf, meta, threads, _WORK, repack, flash)
+        return min(costs, key=costs.get)
+
+    variant, _ = _measured_once(backend_key(gguf, threads) + "|llama", tuple(llamacpp.VARIANTS), measure)
+    measured = ("an edit's model work: " + ", ".join(f"{name} {cost:.2f} s" for name, cost in costs.items())) if costs else ""
+    return variant, costs.get(variant), measured
 
 
 def backend_key(gguf: Path, threads: int) -> str:
@@ -287,14 +302,14 @@ def backend_key(gguf: Path, threads: int) -> str:
 
 
 def llama_variant(gguf: Path, threads: int) -> str:
-    """llama.cpp's configuration for this model file (cadedit.llamacpp.VARIANTS): as the backend probe
-    measured, else llama.cpp's own defaults."""
+    """llama.cpp's configuration for this model file: as the backend probe measured, else llama.cpp's
+    own defaults (an explicit --backend llama does not wait for a probe)."""
     import json
 
     from cadedit.llamacpp import VARIANTS
 
     try:
-        known = json.loads(user_cache("cpu-dtype.json").read_text()).get(backend_key(gguf, threads))
+        known = json.loads(user_cache("cpu-dtype.json").read_text()).get(backend_key(gguf, threads) + "|llama")
     except (OSError, ValueError, AttributeError):
         known = None
     return known if known in VARIANTS else "llama"
@@ -434,13 +449,31 @@ def _load_tokenizer(folder: Path):
     if (folder / "tokenizer.json").is_file():
         from cadedit.tokenizer import Tokenizer
 
-        return Tokenizer.from_folder(folder)
+        return _round_trips(Tokenizer.from_folder(folder), folder)
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(folder))
-    except (OSError, ValueError) as exc:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a folder it cannot read
         raise ModelError(f"cannot load the tokenizer of model {folder} ({str(exc).strip()[:200]})", hint=HINT) from None
+    return _round_trips(tokenizer, folder)
+
+
+_PROBE_TEXT = "def add(a, b):\n    return a + b  # 42\n"
+
+
+def _round_trips(tokenizer, folder: Path):
+    """The tokenizer, if it turns text into ids and back into the same text; else a one-line error
+    (a folder without its tokenizer.json can load a fallback that encodes everything to nothing)."""
+    try:
+        ids = list(tokenizer.encode(_PROBE_TEXT, add_special_tokens=False))
+        same = bool(ids) and tokenizer.decode(ids) == _PROBE_TEXT
+    except Exception:  # noqa: BLE001 - any failure here means the same: this tokenizer cannot be used
+        same = False
+    if not same:
+        raise ModelError(f"model folder {folder}: its tokenizer does not encode and decode text faithfully "
+                         "(tokenizer.json missing or damaged?)", hint="copy the model's tokenizer.json next to its config.json")
+    return tokenizer
 
 
 def _offline() -> bool:
@@ -474,9 +507,8 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
     threads = threads or default_threads()
     gguf = gguf_path(spec)
     name, reason = choose_backend_for(choose_backend(backend), gguf, device, dtype, threads)
-    if name.startswith("llama"):
-        variant = name if name != "llama" or reason != "--backend llama" else llama_variant(gguf, threads)
-        return _load_llama(spec, gguf, threads, reason, start, phases, variant)
+    if name == "llama":
+        return _load_llama(spec, gguf, threads, reason, start, phases, llama_variant(gguf, threads))
     loaded = _load_torch(spec, device, dtype, threads, start, phases)
     return dataclasses.replace(loaded, backend_reason=reason)
 
@@ -498,8 +530,7 @@ def _load_llama(spec: str, gguf: Path, threads: int, reason: str, start: float, 
         raise ModelError(f"model {spec} has no chat template (tokenizer.chat_template)", hint="use an Instruct model")
     return LoadedModel(model, tokenizer, spec, "cpu", weights_name(meta), threads, model.n_ctx,
                        time.perf_counter() - start, tuple(phases),
-                       f"the GGUF's own weights through llama.cpp ({'repacked' if repack else 'as stored'}, "
-                       f"flash attention {'off' if flash is False else 'as llama.cpp chooses'})",
+                       f"the GGUF's own weights through llama.cpp ({'repacked' if repack else 'as stored'})",
                        backend="llama", backend_reason=reason)
 
 
@@ -622,9 +653,52 @@ def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+def _specials(tokenizer) -> tuple[str, ...]:
+    return tuple(str(t) for t in tokenizer.added_tokens_decoder.values() if str(t))
+
+
+def _backend(tokenizer):
+    return getattr(tokenizer, "backend_tokenizer", tokenizer)
+
+
 def encode(tokenizer, text: str) -> list[int]:
-    """Token ids of text with no special tokens added (the text may contain chat specials itself)."""
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    """Token ids of plain text (a file, an instruction): a special token's text in it ("<|im_end|>" in
+    a Markdown file) is encoded as the characters it is, never as the control token."""
+    if not any(special in text for special in _specials(tokenizer)):
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    backend = _backend(tokenizer)
+    before = backend.encode_special_tokens
+    backend.encode_special_tokens = True
+    try:
+        return list(backend.encode(text, add_special_tokens=False).ids)
+    finally:
+        backend.encode_special_tokens = before
+
+
+_SENTINEL = "\x00cadedit-content-{}\x00"
+
+
+def chat_prompt(tokenizer, messages: list[dict[str, str]], suffix: str = "") -> tuple[str, list[int]]:
+    """The chat prompt (render_chat + suffix) and its ids: only the template's own markers are special
+    tokens; the messages' contents and the suffix are plain text (encode)."""
+    prompt = render_chat(tokenizer, messages) + suffix
+    contents = [m["content"] for m in messages] + [suffix]
+    if not any(special in text for text in contents for special in _specials(tokenizer)):
+        return prompt, list(tokenizer.encode(prompt, add_special_tokens=False))
+    marked = [{**m, "content": _SENTINEL.format(i)} for i, m in enumerate(messages)]
+    template = render_chat(tokenizer, marked)
+    pieces, ids = [], []
+    for i, content in enumerate(contents[:-1]):
+        head, mark, template = template.partition(_SENTINEL.format(i))
+        if not mark:  # a template that rewrites the content: no way to tell its markers from the text
+            raise ModelError("the model's chat template changes the message text, so a special token's text in the "
+                             "file cannot be kept apart from the template's", hint="edit the file with another model")
+        pieces += [head, content]
+        ids += list(tokenizer.encode(head, add_special_tokens=False)) + encode(tokenizer, content)
+    pieces.append(template)
+    ids += list(tokenizer.encode(template, add_special_tokens=False)) + encode(tokenizer, suffix)
+    assert "".join(pieces) + suffix == prompt
+    return prompt, ids
 
 
 # -- prompt prefixes on disk ---------------------------------------------------------------------

@@ -22,7 +22,7 @@ from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import ModelError
 from cadedit.fence import FenceCursor, fence_for, output_text
 from cadedit.model import PREFIX_MIN_TOKENS, LoadedModel, PrefixStore, encode, eos_ids, language_model, load_model
-from cadedit.model import model_identity, render_chat, token_bytes
+from cadedit.model import chat_prompt, model_identity, token_bytes
 from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
 from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, region_header, rewrite_messages
@@ -62,11 +62,12 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
         raise ModelError(f"unknown prompt layout {options.layout!r}", hint=f"use one of {', '.join(LAYOUTS)}")
     fence = source = ""
     regions = tuple(options.regions) if mode is not Mode.PROGRAM and options.regions != ((1, document.n_lines),) else ()
+    _refuse_by_size(loaded, document, whole=not regions or options.context is None)
     headers: tuple[str, ...] = ()
     if mode is Mode.PROGRAM:
         if options.variant not in VARIANTS:
             raise ModelError(f"unknown prompt variant {options.variant!r}", hint=f"use one of {', '.join(VARIANTS)}")
-        prompt = render_chat(loaded.tokenizer, build_messages(document, instruction, VARIANTS[options.variant]))
+        prompt, prompt_ids = chat_prompt(loaded.tokenizer, build_messages(document, instruction, VARIANTS[options.variant]))
         answer = document.display_text(1, document.n_lines) if document.lines else ""
         room_needed, hint = PROGRAM_ROOM, "edit a smaller file, or split it first"
     elif regions:
@@ -75,7 +76,8 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
         messages = scoped_messages(document, instruction, fence, regions, options.referenced, options.feedback,
                                    options.layout, context)
         indents = region_indents(document, regions)
-        prompt = render_chat(loaded.tokenizer, messages) + region_header(*regions[0], fence, document.path, indents[0])
+        prompt, prompt_ids = chat_prompt(loaded.tokenizer, messages,
+                                         region_header(*regions[0], fence, document.path, indents[0]))
         headers = tuple(region_header(a, b, fence, document.path, indent)
                         for (a, b), indent in zip(regions[1:], indents[1:]))
         answer = source = scoped_source(document, fence, regions, headers)
@@ -83,10 +85,10 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
     else:
         fence = fence_for(document.text)
         messages = rewrite_messages(document, instruction, fence, options.feedback, options.layout)
-        prompt = render_chat(loaded.tokenizer, messages) + fence + language_tag(document.path) + "\n"
+        prompt, prompt_ids = chat_prompt(loaded.tokenizer, messages, fence + language_tag(document.path) + "\n")
         answer = source = fenced_source(document, fence)
         room_needed, hint = 0, "edit a smaller file, or use --mode program"
-    prompt_ids = tuple(encode(loaded.tokenizer, prompt))
+    prompt_ids = tuple(prompt_ids)
     file_tokens = len(encode(loaded.tokenizer, answer)) if answer else 0
     room = loaded.context_limit - len(prompt_ids) - file_tokens - room_needed
     if room < 0:
@@ -103,6 +105,19 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
     if mode is not Mode.PROGRAM and options.layout != "both":
         reuse_at = _instruction_free(loaded, prompt, prompt_ids, f"Instruction: {instruction.strip()}")
     return Prepared(mode, prompt_ids, file_tokens, min(budget, limit), fence, source, regions, headers, reuse_at)
+
+
+# No token of Qwen's vocabulary spans more bytes than this on average over a file: a file this many
+# times the context in bytes cannot fit, and is refused before any tokenising (16 MiB took minutes).
+MOST_BYTES_PER_TOKEN = 32
+
+
+def _refuse_by_size(loaded: LoadedModel, document: Document, whole: bool) -> None:
+    size = len(document.text.encode("utf-8"))
+    if whole and size > MOST_BYTES_PER_TOKEN * loaded.context_limit:
+        raise ModelError(f"{document.path}: too large for {loaded.name}: {document.n_lines} lines, {size:,} bytes, "
+                         f"at least {size // MOST_BYTES_PER_TOKEN:,} tokens, but the context limit is "
+                         f"{loaded.context_limit} tokens", hint="edit a smaller file, or name the lines to edit (--lines)")
 
 
 def _instruction_free(loaded: LoadedModel, prompt: str, prompt_ids: tuple[int, ...], task: str) -> int:

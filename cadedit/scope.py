@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -155,7 +156,7 @@ def _option_region(spec: str, document: Document) -> Region:
 def _name_regions(name: str, found: Outline, document: Document) -> list[Region]:
     if not found.known:
         raise ScopeError(f"--scope {name}: {found.problem}", hint="give the lines instead, e.g. --lines 10-20")
-    matches = _definitions_named(_split_name(name), found)
+    matches = _definitions_named(_split_name(name), found, strict=True)
     if not matches:
         defined = ", ".join(d.qualname for d in found.definitions[:8]) or "none"
         more = ", ..." if len(found.definitions) > 8 else ""
@@ -210,12 +211,17 @@ _LIST_SPLIT = re.compile(r"\s*(?:,\s*(?:and\s+)?|and\s+|&\s*)", re.I)
 def find_line_refs(instruction: str, path: str = "<text>") -> tuple[LineRef, ...]:
     """Line references in an instruction, in the order written; frames of other files are skipped."""
     refs: list[tuple[int, LineRef]] = []
-    taken: list[tuple[int, int]] = []  # spans already read, so `line 95` of a traceback counts once
+    # Spans already read (sorted, never overlapping), so `line 95` of a traceback counts once; a
+    # bisection per match keeps an instruction of thousands of references linear-ish, not quadratic.
+    starts: list[int] = []
+    ends: list[int] = []
 
     def fresh(m: re.Match) -> bool:
-        if any(a < m.end() and m.start() < b for a, b in taken):
+        at = bisect_left(starts, m.end())
+        if at and ends[at - 1] > m.start():
             return False
-        taken.append(m.span())
+        starts.insert(at, m.start())
+        ends.insert(at, m.end())
         return True
 
     for m in _TRACEBACK.finditer(instruction):
@@ -397,10 +403,12 @@ def _split_name(name: str) -> tuple[str, ...]:
     return tuple(part for part in re.split(r"\.|::", name.strip()) if part)
 
 
-def _definitions_named(parts: tuple[str, ...], found: Outline) -> list[Definition]:
-    """A qualified name matches the tail of qualnames; failing that, each part is a bare name."""
+def _definitions_named(parts: tuple[str, ...], found: Outline, strict: bool = False) -> list[Definition]:
+    """A qualified name matches the tail of qualnames; failing that (unless strict: --scope names exactly
+    one thing, and `Parser.parse` is never `Lexer.parse`), each part is a bare name (an instruction's
+    mention: a scope too wide copies less, one that misses the function makes the edit impossible)."""
     if len(parts) > 1:
         qualified = [d for d in found.definitions if d.parts[-len(parts) :] == parts]
-        if qualified:
+        if qualified or strict:
             return qualified
     return [d for d in found.definitions if d.name in parts]

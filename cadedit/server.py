@@ -28,6 +28,7 @@ import dataclasses
 import json
 import os
 import socket
+import stat
 import sys
 import threading
 import time
@@ -37,6 +38,7 @@ from pathlib import Path
 from cadedit.errors import CadeditError
 
 PROTOCOL = 1
+REQUEST_TIMEOUT = 10.0  # seconds a client has to send its request line once connected
 RUNTIME_ENV = "CADEDIT_RUNTIME_DIR"  # where the socket, pid file and log live (tests point it at tmp)
 DEFAULT_IDLE_TIMEOUT = 30 * 60.0
 CACHE_ROOM = 1 << 30  # default memory bound: own memory after loading plus this (0.5B fp32: ~40k cached tokens)
@@ -53,9 +55,14 @@ class ServerError(CadeditError):
 
 
 def runtime_dir() -> Path:
-    """$CADEDIT_RUNTIME_DIR, else $XDG_RUNTIME_DIR/cadedit, else ~/.cache/cadedit/run: one per user."""
+    """$CADEDIT_RUNTIME_DIR, else $XDG_RUNTIME_DIR/cadedit, else ~/.cache/cadedit/run: one per user.
+    A relative CADEDIT_RUNTIME_DIR is refused: the server runs from / and the clients from anywhere."""
     if os.environ.get(RUNTIME_ENV):
-        return Path(os.environ[RUNTIME_ENV])
+        path = Path(os.environ[RUNTIME_ENV])
+        if not path.is_absolute():
+            raise ServerError(f"{RUNTIME_ENV}={os.environ[RUNTIME_ENV]} is not an absolute path",
+                              hint=f"set {RUNTIME_ENV} to an absolute folder, or unset it")
+        return path
     if os.environ.get("XDG_RUNTIME_DIR"):
         return Path(os.environ["XDG_RUNTIME_DIR"]) / "cadedit"
     return Path.home() / ".cache" / "cadedit" / "run"
@@ -63,6 +70,29 @@ def runtime_dir() -> Path:
 
 def default_socket() -> Path:
     return runtime_dir() / "server.sock"
+
+
+def own_folder(folder: Path, create: bool) -> Path:
+    """The runtime folder, if it is this user's own: a real folder (not a link), owned by them, mode 0700.
+    Anything else (a shared XDG_RUNTIME_DIR, a folder another user made) is refused: its socket could
+    be someone else's server, its log and pid file links to the user's files."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(parents=True, mode=0o700)
+    try:
+        st = folder.lstat()
+    except FileNotFoundError:
+        return folder
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ServerError(f"{folder}: not a private folder of this user (owner uid {st.st_uid}, mode "
+                          f"{stat.S_IMODE(st.st_mode):04o}); the cadedit server does not use it",
+                          hint=f"use a folder of yours: {RUNTIME_ENV}=/path/to/private/folder")
+    return folder
+
+
+def _open_private(path: Path, flags: int) -> int:
+    """A file in the runtime folder, never through a link."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
 
 def pid_file(socket_path: Path) -> Path:
@@ -215,6 +245,7 @@ def _ask(path: Path, request: dict, timeout: float | None) -> dict:
 
 def _exchange(path: Path, request: dict, timeout: float | None) -> Iterator[dict]:
     """Send a request; yield the answers (progress, then a result); an error answer is raised."""
+    own_folder(path.parent, create=False)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
@@ -223,6 +254,7 @@ def _exchange(path: Path, request: dict, timeout: float | None) -> Iterator[dict
         except OSError as exc:
             raise ServerError(f"no cadedit server answers on {path} ({exc.strerror or exc})",
                               hint="start one: cadedit serve start") from None
+        _check_peer(sock, path)
         stream = sock.makefile("rwb")
         _send(stream, request)
         while (message := _receive(stream)) is not None:
@@ -238,6 +270,19 @@ def _exchange(path: Path, request: dict, timeout: float | None) -> Iterator[dict
         sock.close()
 
 
+def _check_peer(sock: socket.socket, path: Path) -> None:
+    """The process on the other end must run as this user (SO_PEERCRED, Linux): another user's server
+    would see the file and could answer anything."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return
+    import struct
+
+    pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    if uid != os.getuid():
+        raise ServerError(f"the server on {path} runs as another user (uid {uid}, pid {pid}); cadedit does not use it",
+                          hint=f"set {RUNTIME_ENV} to a private folder of yours")
+
+
 # -- the server -------------------------------------------------------------------------------
 
 
@@ -248,9 +293,8 @@ def claim(socket_path: Path) -> None:
     """Take the socket's pid file lock (held until exit); remove a stale socket; ServerError if it runs."""
     import fcntl
 
-    folder = socket_path.parent
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(pid_file(socket_path), os.O_RDWR | os.O_CREAT, 0o600)
+    own_folder(socket_path.parent, create=True)
+    fd = _open_private(pid_file(socket_path), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -279,8 +323,8 @@ def running_pid(socket_path: Path) -> int | None:
     import fcntl
 
     try:
-        fd = os.open(pid_file(socket_path), os.O_RDONLY)
-    except FileNotFoundError:
+        fd = _open_private(pid_file(socket_path), os.O_RDONLY)
+    except (FileNotFoundError, OSError):
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -346,11 +390,15 @@ class _Server:
     def handle(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rwb") as stream:
             try:
+                conn.settimeout(REQUEST_TIMEOUT)  # a client that connects and says nothing cannot hold the server
                 request = _receive(stream)
+                conn.settimeout(None)  # an edit's answer takes as long as the edit
                 if request is not None:
                     self.answer(request, stream)
             except _ClientGone:
                 _log("the client hung up during its edit")
+            except (TimeoutError, socket.timeout):
+                _log(f"a client sent no request within {REQUEST_TIMEOUT:g} s; closed")
             except (OSError, ValueError) as exc:
                 _log(f"bad connection: {type(exc).__name__}: {exc}")
 
@@ -565,10 +613,12 @@ def start_daemon(config: ServerConfig, timeout: float = START_TIMEOUT) -> dict:
     if pid is not None:
         raise ServerError(f"a cadedit server is already running (pid {pid}, socket {socket_path})",
                           hint="use it, or stop it first: cadedit serve stop")
-    socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    own_folder(socket_path.parent, create=True)
     log = log_file(socket_path)
     config = dataclasses.replace(config, socket=str(socket_path))
-    with open(log, "wb") as out:
+    with contextlib.suppress(FileNotFoundError):
+        log.unlink()  # a fresh log; O_EXCL below: never a file someone linked here
+    with os.fdopen(_open_private(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as out:
         child = subprocess.Popen(
             [sys.executable, "-c", "import sys; from cadedit.server import _daemon_main; _daemon_main(sys.argv[1])",
              json.dumps(dataclasses.asdict(config))],

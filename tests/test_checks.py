@@ -356,15 +356,27 @@ def test_crashing_command_fails_and_the_original_comes_back(user_file, command, 
     assert_restored(user_file)
 
 
-@pytest.mark.parametrize(
-    "command",
-    ["echo garbage > calc.py", "rm calc.py", "chmod 777 calc.py; echo x >> calc.py",
-     "echo other > o && mv o calc.py", "rm calc.py && ln -s /etc/hostname calc.py", "rm calc.py; exit 1"],
-)  # fmt: skip
-def test_a_test_that_edits_or_deletes_the_file_loses_to_the_original(user_file, command):
+@pytest.mark.parametrize("command", ["rm calc.py", "rm calc.py; exit 1"])
+def test_a_test_that_deletes_the_file_loses_to_the_original(user_file, command):
     run_test(Candidate.read(user_file, CANDIDATE), command, 30, user_file.parent)
     assert not user_file.is_symlink()
     assert_restored(user_file)
+
+
+@pytest.mark.parametrize(
+    "command, now",
+    [("echo garbage > calc.py", b"garbage\n"), ("chmod 777 calc.py; echo x >> calc.py", CANDIDATE + b"x\n"),
+     ("echo other > o && mv o calc.py", b"other\n"), ("rm calc.py && ln -s /etc/hostname calc.py", None)],
+)  # fmt: skip
+def test_what_replaced_the_candidate_during_the_test_is_kept_and_the_original_named(user_file, command, now):
+    """Only what cadedit placed is restored: newer bytes (a save in an editor, or the test's own) stay."""
+    with pytest.raises(ApplyError, match=r"calc\.py: changed while the test ran, so .*; the original is in (\S+)$") as info:
+        run_test(Candidate.read(user_file, CANDIDATE), command, 30, user_file.parent)
+    assert Path(info.value.message.rsplit(" ", 1)[1]).read_bytes() == ORIGINAL
+    if now is None:
+        assert user_file.is_symlink()
+    else:
+        assert user_file.read_bytes() == now
 
 
 def test_file_changed_on_disk_before_the_test_is_refused_untouched(user_file):
@@ -398,11 +410,25 @@ def test_missing_file_is_refused(user_file):
 
 
 def test_a_candidate_that_cannot_be_written_is_an_apply_error(user_file, monkeypatch):
-    def refuse(*args, **kwargs):
-        raise PermissionError(13, "Permission denied")
+    from cadedit import sandbox
 
-    monkeypatch.setattr(checks.tempfile, "mkstemp", refuse)  # as in a read-only folder (tests may run as root)
+    real, calls = sandbox.write_in_place, []
+
+    def refuse_the_candidate(path, data, times_ns=None):
+        calls.append(data)
+        if data == CANDIDATE:
+            raise PermissionError(13, "Permission denied")
+        return real(path, data, times_ns)
+
+    monkeypatch.setattr(sandbox, "write_in_place", refuse_the_candidate)
     with pytest.raises(ApplyError, match=r"calc\.py: cannot put the candidate in place \(Permission denied\)"):
+        run_test(Candidate.read(user_file, CANDIDATE), "touch ran", 30, user_file.parent)
+    assert_restored(user_file)
+
+
+def test_a_file_this_user_may_not_write_gets_no_candidate(user_file, monkeypatch):
+    monkeypatch.setattr(checks.os, "access", lambda path, mode: False)  # root may write anything: as another user
+    with pytest.raises(ApplyError, match=r"calc\.py: not writable by this user \(owner uid \d+, mode 0640\)"):
         run_test(Candidate.read(user_file, CANDIDATE), "touch ran", 30, user_file.parent)
     assert_restored(user_file)
 
@@ -415,25 +441,22 @@ def test_candidate_in_place_restores_after_an_exception_inside(user_file):
     assert_restored(user_file)
 
 
-def test_every_write_moves_the_mtime_to_a_later_second(user_file):
+def test_the_candidate_gets_a_later_second_and_the_original_its_own_mtime(user_file):
     # Python's .pyc is valid while (mtime in seconds, size) match: candidate and original have the
     # same size here, so sharing a second would let a test import the other one's bytecode.
     candidate = Candidate.read(user_file, CANDIDATE)
     with candidate_in_place(candidate):
         placed = user_file.stat().st_mtime_ns // 1_000_000_000
-    restored = user_file.stat().st_mtime_ns // 1_000_000_000
-    assert candidate.mtime_ns // 1_000_000_000 < placed < restored
+    assert candidate.mtime_ns // 1_000_000_000 < placed
+    assert user_file.stat().st_mtime_ns == candidate.mtime_ns  # the original's own mtime comes back with it
 
 
-def test_when_the_original_cannot_go_back_it_is_saved_and_named(user_file):
-    with pytest.raises(ApplyError, match=r"calc\.py: cannot restore it after the test .*the original is in (\S+)$") as info:
+def test_when_the_original_cannot_go_back_it_is_kept_and_named(user_file):
+    with pytest.raises(ApplyError, match=r"calc\.py: changed while the test ran, .*the original is in (\S+)$") as info:
         run_test(Candidate.read(user_file, CANDIDATE), "rm calc.py && mkdir calc.py", 30, user_file.parent)
     saved = Path(info.value.message.rsplit(" ", 1)[1])
-    try:
-        assert saved.read_bytes() == ORIGINAL
-        assert sorted(os.listdir(user_file.parent)) == ["calc.py"]  # the directory the test made; no temp file
-    finally:
-        saved.unlink()
+    assert saved.read_bytes() == ORIGINAL
+    assert sorted(os.listdir(user_file.parent)) == ["calc.py"]  # the directory the test made; no temp file
 
 
 def test_a_symlinked_file_stays_a_link_to_the_restored_target(user_file):

@@ -405,6 +405,17 @@ def test_unknown_scope_name_is_a_one_line_error(work, tiny_dir, scripted):
     assert calls == [] and (work / "a.py").read_bytes() == make()
 
 
+@pytest.mark.parametrize("name", ["Parser.first", "first.y", "nope.second", "first.second.x"])
+def test_a_qualified_scope_name_the_file_does_not_define_is_a_one_line_error(work, tiny_dir, scripted, name):
+    """`--scope Parser.parse` never means `Lexer.parse`: a qualified name matches as a whole or not at all."""
+    (work / "a.py").write_bytes(make())
+    calls = scripted(verbatim(""))
+    result = fix(tiny_dir, "Fix it.", "--scope", name)
+    assert result.exit_code == 1, result.output
+    assert error_lines(result.stderr) == [f"error: --scope {name}: a.py defines no function, method or class named {name}"]
+    assert calls == [] and (work / "a.py").read_bytes() == make()
+
+
 # -- an answer that runs past its region --------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import socket
 import time
 from pathlib import Path
 
@@ -407,3 +408,21 @@ def test_the_memory_bound_counts_the_servers_own_memory_not_the_weight_files_it_
     assert weights.sum().item() == 16 * 2**20  # every page read
     assert _status_bytes()["VmRSS"] - resident > 48 * 2**20  # resident: the mapped pages count
     assert rss_bytes() - own < 16 * 2**20  # own memory: they do not
+
+
+def test_an_idle_client_cannot_keep_the_server_from_stopping(held, sock, monkeypatch):
+    """A client that connects and never sends its request is closed after REQUEST_TIMEOUT; stop stops."""
+    monkeypatch.setattr(server, "REQUEST_TIMEOUT", 0.5)
+    with serving(held, sock):
+        idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        idle.connect(str(sock))
+        try:
+            start = time.monotonic()
+            server.ServerClient.open(sock).stop()
+            deadline = time.monotonic() + 10
+            while server.running_pid(sock) is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert server.running_pid(sock) is None and time.monotonic() - start < 10
+            assert idle.recv(1) == b""  # the server closed the silent connection
+        finally:
+            idle.close()

@@ -1,0 +1,347 @@
+"""A candidate in the user's file while a test runs, and the user's bytes back whatever happens.
+
+Contract: Placement(candidate) (a context manager, used by checks.candidate_in_place) puts the
+candidate's bytes into the file and the original bytes back afterwards, in place: the same inode,
+so hard links, mode (setuid/setgid too), owner, ACLs and xattrs are never touched, and the original
+mtime comes back with the original bytes. Before the candidate is written:
+- the file is locked for this run (an advisory lock beside the journal): a second cadedit run on
+  the same file is refused with a one-line error naming the run that holds it;
+- the original is on disk, durably: a journal entry (path, inode, the original bytes, the
+  candidate's digest) in the user's state folder, fsync'd with its folder;
+- a guard process (python -m cadedit.guard) watches this one through a pipe. If cadedit dies by a
+  signal it cannot handle (SIGKILL, the OOM killer, SIGQUIT ...), the guard ends the test's process
+  group and puts the original back from the journal.
+Anything left over (the guard killed too) is given back by recover(): the next cadedit run on that
+file, or `cadedit recover`. The original is restored only over what cadedit placed: a file that no
+longer holds the candidate (saved by the user while the test ran) keeps its new bytes, the original
+is kept beside the journal, and the message says where. Pure stdlib: the guard imports only this.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GRACE_S = 1.0  # between SIGTERM and SIGKILL to a test's process group
+
+
+class SandboxError(Exception):
+    """A one-line reason; checks.py turns it into ApplyError."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+
+def state_dir() -> Path:
+    """cadedit's folder for files that must outlive a run ($XDG_STATE_HOME/cadedit, else ~/.local/state/cadedit)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base, "cadedit", "journal")
+
+
+def _key(st: os.stat_result) -> str:
+    return f"{st.st_dev}-{st.st_ino}"
+
+
+def _ensure_dir() -> Path:
+    folder = state_dir()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = folder.lstat()
+    if not os.path.isdir(folder) or st.st_uid != os.getuid():
+        raise SandboxError(f"{folder}: not a folder of this user; cannot keep the original safe while the test runs",
+                           hint="remove it, or set XDG_STATE_HOME to a folder of yours")
+    return folder
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def write_in_place(path: Path, data: bytes, times_ns: tuple[int, int] | None = None) -> None:
+    """Write data into the file's own inode (no new file), fsync'd; then set its times if given."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        view = memoryview(data)
+        offset = 0
+        while offset < len(view):
+            offset += os.pwrite(fd, view[offset:], offset)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+        if times_ns is not None:
+            os.utime(fd, ns=times_ns)
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> tuple[bytes, os.stat_result] | None:
+    """The bytes and stat of what is at path now (b"" for anything but a regular file; a symlink is not
+    followed), or None when nothing is."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return b"", st
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
+class Lock:
+    """An advisory lock on one file's journal entry, holding the pid of the run that has it."""
+
+    def __init__(self, folder: Path, key: str):
+        self.path = folder / f"{key}.lock"
+        self.fd: int | None = None
+
+    def acquire(self, wait: float = 0.0) -> bool:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                    os.close(fd)
+                    return False
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return True
+
+    def holder(self) -> str:
+        with contextlib.suppress(OSError, ValueError):
+            return f"pid {int(self.path.read_text().split()[0])}"
+        return "another process"
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing releases the flock
+            self.fd = None
+
+
+def _entry(path: Path, st: os.stat_result, original: bytes, candidate: bytes) -> dict:
+    return {"path": base64.b64encode(os.fsencode(path)).decode(), "dev": st.st_dev, "ino": st.st_ino,
+            "mode": st.st_mode & 0o7777,
+            "times_ns": [st.st_atime_ns, st.st_mtime_ns], "original": base64.b64encode(original).decode(),
+            "candidate_sha256": hashlib.sha256(candidate).hexdigest(), "pid": os.getpid(), "created": time.time()}
+
+
+def _load(journal: Path) -> dict | None:
+    try:
+        entry = json.loads(journal.read_text())
+        entry["path"] = os.fsdecode(base64.b64decode(entry["path"]))
+        entry["original"] = base64.b64decode(entry["original"])
+        return entry
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+RESTORED, KEPT = "restored", "kept"
+
+
+def _give_back(entry: dict, folder: Path, key: str) -> tuple[str, str]:
+    """Put the journal's original back where the file still holds the candidate (or is gone).
+    Returns (RESTORED | KEPT | "", what happened in words)."""
+    path = Path(entry["path"])
+    found = _read(path)
+    if found is None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with contextlib.suppress(OSError, KeyError):
+            os.fchmod(fd, entry["mode"])
+        os.close(fd)
+        write_in_place(path, entry["original"], tuple(entry["times_ns"]))
+        return RESTORED, f"{path}: restored the original (the file was gone)"
+    data, st = found
+    if data == entry["original"] and stat.S_ISREG(st.st_mode):
+        return "", ""
+    same_file = (st.st_dev, st.st_ino) == (entry["dev"], entry["ino"])
+    if same_file and hashlib.sha256(data).hexdigest() == entry["candidate_sha256"]:
+        write_in_place(path, entry["original"], tuple(entry["times_ns"]))
+        if "mode" in entry and stat.S_IMODE(st.st_mode) != entry["mode"]:  # the test chmod-ed it
+            with contextlib.suppress(OSError):
+                os.chmod(path, entry["mode"], follow_symlinks=False)
+        return RESTORED, f"{path}: restored the original over the untested candidate"
+    kept = folder / f"{key}.original"
+    _write_durably(kept, entry["original"])
+    what = "its new bytes were kept" if stat.S_ISREG(st.st_mode) else "what is there now was left alone"
+    return KEPT, f"{path}: changed while the test ran, so {what}; the original is in {kept}"
+
+
+def recover(journal: Path, wait: float = 0.0) -> str:
+    """Give back one journal entry whose run is gone (its lock free); "" when there was nothing to do
+    or its run is still alive."""
+    folder, key = journal.parent, journal.name.removesuffix(".json")
+    lock = Lock(folder, key)
+    if not lock.acquire(wait):
+        return ""
+    try:
+        entry = _load(journal)
+        if entry is None:
+            journal.unlink(missing_ok=True)
+            return ""
+        _, said = _give_back(entry, folder, key)
+        journal.unlink(missing_ok=True)
+        _fsync_dir(folder)
+        return said
+    finally:
+        lock.release()
+
+
+def recover_all() -> list[str]:
+    """Every journal entry left by a run that died: given back (`cadedit recover`)."""
+    folder = state_dir()
+    if not folder.is_dir():
+        return []
+    return [said for journal in sorted(folder.glob("*.json")) if (said := recover(journal))]
+
+
+def recover_file(path: str | os.PathLike[str]) -> str:
+    """The journal entry of this file, if a run that died left one (each cadedit run checks its files)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    journal = state_dir() / f"{_key(st)}.json"
+    return recover(journal) if journal.is_file() else ""
+
+
+def held_by(path: str | os.PathLike[str]) -> str | None:
+    """Who has a candidate in this file right now ("pid N"), or None: what the file holds now is not
+    its user's text while another cadedit run tests in it."""
+    try:
+        lock = Lock(state_dir(), _key(os.stat(path)))
+        if not lock.path.exists():
+            return None
+        if lock.acquire():
+            lock.release()
+            return None
+        return lock.holder()
+    except OSError:
+        return None
+
+
+class Placement:
+    """The candidate's bytes in the file while the block runs (see the module docstring)."""
+
+    def __init__(self, path: Path, original: bytes, new: bytes, st: os.stat_result, mtime_ns: int):
+        self.path, self.original, self.new, self.st, self.mtime_ns = path, original, new, st, mtime_ns
+        self.guard: subprocess.Popen | None = None
+        self.lock: Lock | None = None
+        self.journal: Path | None = None
+        self.placed = False
+
+    def begin(self) -> None:
+        folder = _ensure_dir()
+        key = _key(self.st)
+        self.lock = Lock(folder, key)
+        if not self.lock.acquire():
+            holder = self.lock.holder()
+            self.lock = None
+            raise SandboxError(f"{self.path}: another cadedit run ({holder}) has a candidate in this file; "
+                               "the test was not run", hint="wait for it to finish, then run cadedit again")
+        journal = folder / f"{key}.json"
+        if journal.exists():  # left by a run that died after this one read the file
+            entry = _load(journal)
+            said = _give_back(entry, folder, key)[1] if entry is not None else ""
+            journal.unlink(missing_ok=True)
+            raise SandboxError(f"{self.path}: a killed cadedit run had left a candidate in this file"
+                               + (f" ({said})" if said else "") + "; the test was not run",
+                               hint="run cadedit again on the file as it is now")
+        _write_durably(journal, json.dumps(_entry(self.path, self.st, self.original, self.new)).encode())
+        self.journal = journal
+        self.guard = subprocess.Popen([sys.executable, "-m", "cadedit.guard", str(journal)], stdin=subprocess.PIPE,
+                                      stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        self.placed = True  # from here on the file may hold (part of) the candidate
+        try:
+            write_in_place(self.path, self.new, (self.st.st_atime_ns, self.mtime_ns))
+        except BaseException:
+            write_in_place(self.path, self.original, (self.st.st_atime_ns, self.st.st_mtime_ns))
+            self.placed = False
+            raise
+
+    def watch(self, pgid: int) -> None:
+        """The test's process group: the guard ends it if cadedit dies."""
+        if self.guard is not None and self.guard.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.guard.stdin.write(f"pgid {pgid}\n".encode())
+                self.guard.stdin.flush()
+
+    def end(self) -> str:
+        """Put the original back (only over the candidate); "" or what happened instead, in words."""
+        said = ""
+        try:
+            if self.placed:
+                entry = {**_entry(self.path, self.st, self.original, self.new), "path": str(self.path),
+                         "original": self.original}
+                kind, said = _give_back(entry, self.journal.parent, self.journal.name.removesuffix(".json"))
+                said = said if kind == KEPT else ""
+            if self.journal is not None:
+                self.journal.unlink(missing_ok=True)
+                _fsync_dir(self.journal.parent)
+        finally:
+            if self.guard is not None:
+                with contextlib.suppress(OSError):
+                    self.guard.stdin.write(b"done\n")
+                    self.guard.stdin.close()
+                self.guard.wait()
+            if self.lock is not None:
+                self.lock.release()
+        return said
+
+
+def end_group(pgid: int) -> None:
+    """SIGTERM to a process group, SIGKILL after a grace (the guard's and checks.py's way to end a test)."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)

@@ -1,0 +1,81 @@
+"""Hostile sizes and broken inputs get a one-line error soon, through `cadedit fix` (the issue
+"Reliability round 3", items 21, 22, 24, 26, 29)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import console_script
+from tests.tinymodel import save_model
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+def cadedit(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(done: subprocess.CompletedProcess, code: int = 1) -> str:
+    assert done.returncode == code, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1, done.stderr
+    return errors[0]
+
+
+def test_a_huge_file_is_refused_by_its_size_before_it_is_tokenised(tmp_path, tiny_dir):
+    big = tmp_path / "big.py"
+    big.write_text("x = 1  # padding padding padding\n" * 120_000)  # 4 MB, the tiny model's context is 4,096
+    start = time.monotonic()
+    line = one_line_error(cadedit("fix", "big.py", "Fix it.", "--model", str(tiny_dir), "--no-scope", cwd=tmp_path))
+    assert "big.py: too large for" in line and "at least" in line and "context limit is 4096 tokens" in line
+    assert time.monotonic() - start < 60  # tokenising all of it took minutes
+
+
+def test_thousands_of_line_references_are_read_in_linear_time(tmp_path, tiny_dir):
+    (tmp_path / "a.py").write_text("def f(x):\n    return x\n" * 20)
+    done = cadedit("fix", "a.py", "line 1 " * 15_000, "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path,
+                   timeout=90)  # a scan quadratic in the references took 33 s
+    assert "scope: lines 1-2" in done.stderr, done.stderr  # read in time; the prompt is then too long for 4,096
+    assert done.returncode == 1 and "too large" in done.stderr
+
+
+@pytest.mark.parametrize("instruction", ["", "   ", "\n\t"])
+def test_an_empty_instruction_is_a_usage_error(tmp_path, tiny_dir, instruction):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    done = cadedit("fix", "a.py", instruction, "--model", str(tiny_dir), cwd=tmp_path)
+    assert done.returncode == 2 and "the instruction is empty" in done.stderr, done.stderr
+
+
+def test_a_model_folder_whose_tokenizer_does_not_round_trip_is_refused(tmp_path, tiny_dir):
+    broken = tmp_path / "no-tokenizer-json"
+    shutil.copytree(tiny_dir, broken)
+    (broken / "tokenizer.json").unlink()
+    (tmp_path / "a.py").write_text("x = 1\n")
+    line = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", str(broken), cwd=tmp_path))
+    assert "no-tokenizer-json" in line and "tokenizer" in line
+    assert (tmp_path / "a.py").read_text() == "x = 1\n"
+
+
+def test_ctrl_c_while_cadedit_starts_exits_130_without_a_traceback(tmp_path, tiny_dir):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    for delay in (0.05, 0.15, 0.3):
+        proc = subprocess.Popen([console_script(), "fix", "a.py", "Fix it.", "--model", str(tiny_dir)], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        if proc.returncode == 0:  # it finished before the signal: nothing to see
+            continue
+        assert proc.returncode == 130, (delay, proc.returncode, err)
+        assert "Traceback" not in err, err

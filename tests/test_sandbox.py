@@ -1,0 +1,175 @@
+"""`--test` never costs the user's file: a candidate goes into the file's own inode (journaled,
+locked, guarded: cadedit.sandbox) and the original comes back whatever kills cadedit; a second run
+on the file is refused; a save made during the test is kept; nothing but the bytes changes.
+
+Through the real `cadedit fix` process (tests/test_tries_cli's driver spells a scripted answer with
+the tiny model) and `cadedit recover`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import console_script
+from tests.test_checks import alive, gone_soon
+from tests.test_tries_cli import BEFORE, GOOD, INSTRUCTION, start_cadedit, tiny_dir, wait_for, work  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[1]
+SLEEPING_TEST = "echo $$ > ../pid; touch started; exec sleep 30"
+
+
+def journal_dir() -> Path:
+    return Path(os.environ["HOME"]) / ".local" / "state" / "cadedit" / "journal"
+
+
+def until(condition, seconds: float = 15.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def guards() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if b"cadedit.guard" in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def cadedit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGQUIT, signal.SIGUSR1, signal.SIGALRM],
+                         ids=["SIGKILL", "SIGQUIT", "SIGUSR1", "SIGALRM"])
+def test_cadedit_killed_during_the_test_gets_the_original_back_and_ends_the_test(work, tiny_dir, signum):
+    inode = (work / "a.py").stat().st_ino
+    proc = start_cadedit(work, tiny_dir, "--test", SLEEPING_TEST)
+    wait_for(work / "started", proc)
+    assert (work / "a.py").read_bytes() == GOOD.encode()
+    assert list(journal_dir().glob("*.json"))  # the original is on disk before the candidate is
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signum
+    assert until(lambda: (work / "a.py").read_bytes() == BEFORE), "the guard did not give the original back"
+    assert (work / "a.py").stat().st_ino == inode
+    assert b"restored the original over the untested candidate" in err  # the guard says so on cadedit's stderr
+    assert gone_soon(int((work.parent / "pid").read_text()), within=5.0)  # the test did not outlive cadedit
+    assert until(lambda: not list(journal_dir().glob("*.json")))
+
+
+def test_a_run_whose_guard_died_too_is_given_back_by_the_next_run_or_recover(work, tiny_dir):
+    proc = start_cadedit(work, tiny_dir, "--test", SLEEPING_TEST)
+    wait_for(work / "started", proc)
+    for pid in guards():
+        os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.communicate(timeout=30)
+    os.kill(int((work.parent / "pid").read_text()), signal.SIGKILL)
+    assert (work / "a.py").read_bytes() == GOOD.encode()  # what a killed machine would leave
+    entries = list(journal_dir().glob("*.json"))
+    assert len(entries) == 1 and json.loads(entries[0].read_text())["pid"] == proc.pid
+    done = cadedit("recover", cwd=work)
+    assert done.returncode == 0 and "a.py: restored the original over the untested candidate" in done.stderr
+    assert (work / "a.py").read_bytes() == BEFORE and not list(journal_dir().glob("*.json"))
+    assert "nothing to recover" in cadedit("recover", cwd=work).stderr
+
+
+def test_the_next_fix_of_the_file_gives_the_original_back_first(work, tiny_dir):
+    proc = start_cadedit(work, tiny_dir, "--test", SLEEPING_TEST)
+    wait_for(work / "started", proc)
+    for pid in guards():
+        os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.communicate(timeout=30)
+    os.kill(int((work.parent / "pid").read_text()), signal.SIGKILL)
+    (work / "started").unlink()
+    again = start_cadedit(work, tiny_dir, "--tries", "1")
+    out, err = again.communicate(timeout=120)
+    assert b"restored the original over the untested candidate (left by a cadedit run that was killed" in err, err
+    assert again.returncode == 0 and b"-    return a - b" in out  # the diff is against the user's original
+
+
+def test_a_second_run_on_the_same_file_is_refused_while_the_first_tests(work, tiny_dir):
+    first = start_cadedit(work, tiny_dir, "--test", SLEEPING_TEST)
+    wait_for(work / "started", first)
+    second = start_cadedit(work, tiny_dir, "--test", "true", "--tries", "1")
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 1, err
+    assert f"a.py: another cadedit run (pid {first.pid}) has a candidate in this file".encode() in err
+    assert b"Traceback" not in err
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=30)
+    assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_a_save_made_while_the_test_runs_is_kept_and_said(work, tiny_dir):
+    proc = start_cadedit(work, tiny_dir, "--test", "touch started; sleep 2", "--write")
+    wait_for(work / "started", proc)
+    (work / "a.py").write_bytes(b"# the user's newer text\n")  # an editor saving in place
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert b"a.py: changed while the test ran, so its new bytes were kept; the original is in" in err
+    assert (work / "a.py").read_bytes() == b"# the user's newer text\n"
+    kept = Path(err.decode().split("the original is in ", 1)[1].split()[0])
+    assert kept.read_bytes() == BEFORE
+
+
+def test_a_test_run_changes_nothing_but_the_bytes_for_its_duration(work, tiny_dir):
+    """Inode (hard links), mode with setuid/setgid, xattrs and mtime are the original's afterwards."""
+    path = work / "a.py"
+    os.link(path, work.parent / "hardlink.py")
+    path.chmod(0o6755)
+    try:
+        os.setxattr(path, "user.cadedit-test", b"kept")
+    except OSError:
+        pytest.skip("no user xattrs on this filesystem")
+    os.utime(path, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))
+    before = path.stat()
+    proc = start_cadedit(work, tiny_dir, "--test", "grep -q 'a + b' a.py", "--tries", "1")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    after = path.stat()
+    assert (after.st_ino, after.st_nlink, after.st_mode, after.st_mtime_ns) == (
+        before.st_ino, 2, before.st_mode, before.st_mtime_ns)
+    assert os.getxattr(path, "user.cadedit-test") == b"kept"
+    assert path.read_bytes() == BEFORE == (work.parent / "hardlink.py").read_bytes()
+
+
+def test_no_guard_or_journal_outlives_a_normal_run(work, tiny_dir):
+    proc = start_cadedit(work, tiny_dir, "--test", "grep -q 'a + b' a.py", "--write")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert (work / "a.py").read_bytes() == GOOD.encode()
+    assert not list(journal_dir().glob("*.json")) and until(lambda: not guards(), 5.0)
+
+
+def test_ctrl_c_as_the_test_starts_never_leaves_it_running(work, tiny_dir):
+    """Ctrl-C arriving while the test's shell is being started: the shell is ended, not orphaned."""
+    for delay in (0.0, 0.01, 0.05):
+        (work / "a.py").write_bytes(BEFORE)
+        marker = work.parent / "pid"
+        marker.unlink(missing_ok=True)
+        proc = start_cadedit(work, tiny_dir, "--test", "echo $$ > ../pid; sleep 30")
+        deadline = time.monotonic() + 90
+        while (work / "a.py").read_bytes() == BEFORE and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+        assert proc.returncode == 130
+        assert (work / "a.py").read_bytes() == BEFORE
+        if marker.exists() and marker.read_text().strip():
+            assert gone_soon(int(marker.read_text()), within=5.0)

@@ -1,0 +1,144 @@
+"""Nothing another user controls is trusted: settings files, the server's runtime folder and socket;
+and a special token's text in a file is text (the issue "Reliability round 3", items 7, 8, 10, 14, 20)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cadedit import server
+from cadedit.document import Document
+from cadedit.server import ServerError
+from cadedit.model import LoadedModel, chat_prompt, encode
+from cadedit.options import EditOptions, Mode
+from cadedit.pipeline import prepare
+from tests.conftest import console_script
+from tests.tinymodel import make_model
+from tests.tinytok import make_tokenizer
+
+TOK = make_tokenizer()
+
+
+def cadedit(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+# -- settings files (item 10) -----------------------------------------------------------------
+
+
+@pytest.fixture
+def shared(tmp_path):
+    """A world-writable parent folder (as /tmp) with a settings file that picks a model, and a project below it."""
+    parent = tmp_path / "shared"
+    (parent / "project").mkdir(parents=True)
+    parent.chmod(0o1777)
+    (parent / ".cadedit.toml").write_text('model = "/planted/by/someone/else"\n')
+    (parent / "project" / "a.py").write_text("x = 1\n")
+    return parent
+
+
+def test_a_settings_file_of_another_user_is_ignored(shared):
+    os.chown(shared / ".cadedit.toml", 12345, 12345)
+    done = cadedit("fix", "a.py", "Fix it.", "--tries", "1", cwd=shared / "project")
+    assert done.returncode == 1 and "/planted/by/someone/else" not in done.stderr, done.stderr
+
+
+def test_a_settings_file_others_may_write_is_ignored(shared):
+    (shared / ".cadedit.toml").chmod(0o666)
+    done = cadedit("fix", "a.py", "Fix it.", "--tries", "1", cwd=shared / "project")
+    assert done.returncode == 1 and "/planted/by/someone/else" not in done.stderr, done.stderr
+
+
+def test_the_users_own_settings_file_is_read_and_the_search_stops_at_the_repository(shared):
+    done = cadedit("fix", "a.py", "Fix it.", "--tries", "1", cwd=shared / "project")
+    assert "/planted/by/someone/else" in done.stderr  # the control: trusted, so it is used
+    (shared / "project" / ".git").mkdir()  # the project is a repository: nothing above its root counts
+    done = cadedit("fix", "a.py", "Fix it.", "--tries", "1", cwd=shared / "project")
+    assert "/planted/by/someone/else" not in done.stderr, done.stderr
+
+
+# -- the server's runtime folder and socket (items 7, 8, 20) -----------------------------------
+
+
+def test_a_relative_runtime_folder_is_a_one_line_error(tmp_path):
+    done = cadedit("serve", "start", "--model", "x", cwd=tmp_path, env={"CADEDIT_RUNTIME_DIR": "run"})
+    assert done.returncode == 1 and "CADEDIT_RUNTIME_DIR=run is not an absolute path" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("mode, owner", [(0o777, None), (0o755, None), (0o700, 12345)])
+def test_a_runtime_folder_that_is_not_the_users_own_is_refused(tmp_path, mode, owner):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    folder.chmod(mode)
+    if owner is not None:
+        os.chown(folder, owner, owner)
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    (folder / "server.log").symlink_to(victim)
+    done = cadedit("serve", "start", "--model", "x", cwd=tmp_path, env={"CADEDIT_RUNTIME_DIR": str(folder)})
+    assert done.returncode == 1 and "not a private folder of this user" in done.stderr, done.stderr
+    assert victim.read_text() == "mine\n"
+    with pytest.raises(ServerError, match="not a private folder"):
+        server.own_folder(folder, create=False)
+
+
+def test_a_link_planted_as_the_log_in_the_users_folder_is_not_followed(tmp_path, monkeypatch):
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    (folder / "server.log").symlink_to(victim)
+    (folder / "server.pid").symlink_to(victim)
+    done = cadedit("serve", "start", "--model", str(tmp_path / "no-such-model"), cwd=tmp_path,
+                   env={"CADEDIT_RUNTIME_DIR": str(folder)})
+    assert done.returncode == 1
+    assert victim.read_text() == "mine\n"
+
+
+def test_a_server_of_another_user_is_not_talked_to(monkeypatch, tmp_path):
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server._check_peer(left, tmp_path / "server.sock")  # the same user: fine
+        monkeypatch.setattr(server.os, "getuid", lambda: 12345)
+        with pytest.raises(ServerError, match=r"runs as another user \(uid \d+"):
+            server._check_peer(left, tmp_path / "server.sock")
+    finally:
+        left.close()
+        right.close()
+
+
+# -- special tokens in the file (item 14) ------------------------------------------------------
+
+NOTES = "# Chat format\n\nA turn starts with <|im_start|>user and ends with <|im_end|>.\n<|endoftext|>\n"
+
+
+def test_special_token_text_in_a_file_is_encoded_as_text():
+    specials = {TOK.convert_tokens_to_ids(t) for t in ("<|im_start|>", "<|im_end|>", "<|endoftext|>")}
+    ids = encode(TOK, NOTES)
+    assert not specials & set(ids) and TOK.decode(ids) == NOTES
+    assert encode(TOK, "plain text") == TOK.encode("plain text", add_special_tokens=False)
+
+
+@pytest.mark.parametrize("mode", [Mode.VERIFY, Mode.REWRITE, Mode.PROGRAM])
+def test_only_the_templates_markers_are_special_in_the_prompt(mode):
+    loaded = LoadedModel(make_model(0), TOK, "tiny", "cpu", None, 1, 4096, 0.0)
+    prepared = prepare(loaded, Document.from_text(NOTES, "notes.md"), "Say <|im_end|> twice.", EditOptions(mode=mode))
+    plain = NOTES.replace("<|", "[|").replace("|>", "|]")
+    control = prepare(loaded, Document.from_text(plain, "notes.md"), "Say [|im_end|] twice.", EditOptions(mode=mode))
+    for special in ("<|im_start|>", "<|im_end|>", "<|endoftext|>"):
+        token = TOK.convert_tokens_to_ids(special)
+        assert prepared.prompt_ids.count(token) == control.prompt_ids.count(token)  # the template's own only
+    text = TOK.decode(list(prepared.prompt_ids))
+    assert text.count("<|im_end|>") == TOK.decode(list(control.prompt_ids)).count("<|im_end|>") + 2
+
+
+def test_a_prompt_without_special_text_is_encoded_as_before():
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "def f(): pass"}]
+    prompt, ids = chat_prompt(TOK, messages, "```python\n")
+    assert ids == TOK.encode(prompt, add_special_tokens=False)
