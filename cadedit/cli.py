@@ -20,36 +20,9 @@ from rich.console import Console
 
 from cadedit import __version__
 from cadedit.errors import CadeditError
+from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
+from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
 from cadedit.options import CONTEXT_LINES, DEFAULT_MODE, Mode
-
-err = Console(stderr=True)
-
-
-def report_error(message: str, hint: str | None = None) -> None:
-    """The one-line error (and hint) every failure ends as."""
-    err.print(f"[bold red]error:[/] {_escape(message)}", soft_wrap=True, highlight=False)
-    if hint:
-        err.print(f"[yellow]hint:[/] {_escape(hint)}", soft_wrap=True, highlight=False)
-
-
-def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {_escape(message)}", soft_wrap=True, highlight=False)
-
-
-def say(message: str) -> None:
-    """A plain progress or summary line on stderr (no markup, no wrapping)."""
-    err.print(message, highlight=False, markup=False, soft_wrap=True)
-
-
-def _files(n: int) -> str:
-    return f"{n} file" if n == 1 else f"{n} files"
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
-
 
 def _debug(ctx: typer.Context) -> bool:
     return (bool(ctx.params.get("debug")) or ctx.meta.get("cadedit.debug", False)
@@ -216,24 +189,9 @@ _InstructionOpt = Annotated[Optional[str], typer.Option(
 _Check = Annotated[bool, typer.Option("--check", help="Exit 1 if the model would change the file (writes nothing).")]
 _ShowProgram = Annotated[bool, typer.Option("--show-program", help="Print the edit program instead of the diff.")]
 _Json = Annotated[bool, typer.Option("--json", help="Print program, diff and statistics as JSON.")]
-_Model = Annotated[Optional[str], typer.Option(
-    "--model", "-m", show_default=False,
-    help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
-         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-1.5B-Instruct).")]
-_Threads = Annotated[Optional[int], typer.Option(
-    "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
-_Dtype = Annotated[str, typer.Option(
-    "--dtype", help="auto, fp32, bf16 or bf16-int8 (one-token steps through int8 weights). auto: bf16 on CUDA; "
-    "on CPU what a probe measured faster on this machine (once, cached).")]
-_Backend = Annotated[Optional[str], typer.Option(
-    "--backend", show_default=False,
-    help="auto, torch or llama (a GGUF through llama.cpp at its own size). Default: CADEDIT_BACKEND, then `backend` "
-         "in .cadedit.toml, then auto: a GGUF runs on whichever backend measured faster on this CPU (once, cached).")]
 _Temperature = Annotated[float, typer.Option("--temperature", min=0.0, help="Sampling temperature; 0 is greedy.")]
 _TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling (with --temperature > 0).")]
 _Seed = Annotated[Optional[int], typer.Option("--seed", help="Seed for sampling.", show_default=False)]
-_MaxNew = Annotated[Optional[int], typer.Option(
-    "--max-new-tokens", min=1, show_default=False, help="Budget of program tokens (default: twice the file's + 256).")]
 _Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or summary on stderr.")]
 
 
@@ -417,21 +375,6 @@ class _Outcome:
         data["backend"] = self.backend
         data["tries"] = [t.to_json() for t in self.verified.tries]
         return data
-
-
-def _server_for(options):
-    """The warm server (`cadedit serve start`) when one runs with this model and dtype, else None."""
-    if os.environ.get("CADEDIT_SERVER", "1") == "0":
-        return None
-    from cadedit.server import connect
-
-    client = connect(options.model)
-    if client is None:
-        return None
-    wanted = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(options.dtype, options.dtype)
-    if options.dtype != "auto" and wanted not in str(client.dtype):
-        return None  # asked for another dtype than the server holds: load locally
-    return client
 
 
 def _load(options, quiet: bool, verbose: bool = False, once_for: int = 1):

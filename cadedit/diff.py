@@ -199,10 +199,13 @@ def check_writable(document: Document, force: bool = False) -> None:
         raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
     if not stat.S_ISREG(st.st_mode):  # a device or FIFO must never be replaced by a file
         raise ApplyError(f"{document.path}: not a regular file; nothing written")
-    read_only = not st.st_mode & stat.S_IWUSR or not os.access(target, os.W_OK)
-    if read_only and not force:
+    if not st.st_mode & stat.S_IWUSR and not force:
         raise ApplyError(f"{document.path}: read-only (mode {stat.S_IMODE(st.st_mode):04o}); nothing written",
                          hint=f"make it writable first (chmod u+w {document.path}), or pass --force where offered")
+    if not os.access(target, os.W_OK) and not force:
+        raise ApplyError(f"{document.path}: not writable by this user (owner uid {st.st_uid}, mode "
+                         f"{stat.S_IMODE(st.st_mode):04o}); nothing written",
+                         hint="edit a copy you own, or pass --force where offered")
     if not os.access(target.parent, os.W_OK | os.X_OK):
         raise ApplyError(f"{document.path}: cannot create files in {target.parent}; nothing written")
 
@@ -231,6 +234,7 @@ def write_atomic(document: Document, new_text: str, force: bool = False) -> None
             with contextlib.suppress(OSError):  # chown before chmod: chown clears the setuid and setgid bits
                 os.chown(tmp, st.st_uid, st.st_gid)
             os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            copy_xattrs(target, tmp)  # after chmod: a POSIX ACL (an xattr) sets the group bits as its mask
             check_unchanged(document)  # again, just before the rename: the window stays a few syscalls
             if pending:
                 raise_for_signal(pending[0])  # Ctrl-C or SIGTERM before the rename: nothing is written
@@ -241,6 +245,20 @@ def write_atomic(document: Document, new_text: str, force: bool = False) -> None
             if isinstance(exc, OSError):
                 raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
             raise
+
+
+def copy_xattrs(source: Path | str, target: Path | str) -> None:
+    """The extended attributes of source (POSIX ACLs, SELinux labels, user.* tags) onto target, where the
+    filesystem and this user's rights allow: a file replaced by rename keeps who may read it."""
+    if not hasattr(os, "listxattr"):
+        return
+    try:
+        names = os.listxattr(source)
+    except OSError:
+        return
+    for name in names:
+        with contextlib.suppress(OSError):
+            os.setxattr(target, name, os.getxattr(source, name))
 
 
 _DEFERRED = ("SIGINT", "SIGTERM", "SIGHUP")

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from cadedit.cli import _Dtype, _files, _MaxNew, _Model, _server_for, _Threads, err, say
+from cadedit.cli_common import _Dtype, _files, _MaxNew, _Model, _server_for, _Threads, err, say
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
 
@@ -121,6 +121,8 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
         from cadedit.document import Document
 
         on_disk = Document(document.lines, str(root / document.path))  # for the test: the working-tree file
+        if rule.test:
+            _testable(root, root / document.path, document.path)
         plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False)
         verified = edit_verified(on_disk, rule.instruction, options, plan, tries, loaded=loaded)
         if verified.answer is None:
@@ -130,6 +132,25 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
         return verified.answer.result.new_text
 
     return edit
+
+
+def _testable(root: Path, target: Path, shown: str) -> None:
+    """A rule's test puts candidates into the working-tree file: only a regular file inside the work
+    tree, never through a link and never a FIFO (opening one would block the hook)."""
+    import stat as stat_module
+
+    from cadedit.errors import ApplyError
+    from cadedit.repo import _outside_work_tree
+
+    try:
+        mode = target.lstat().st_mode
+    except OSError as exc:
+        raise ApplyError(f"{shown}: cannot test it in the working tree ({exc.strerror or exc})") from None
+    why = _outside_work_tree(root, target)
+    if why is None and not stat_module.S_ISREG(mode):
+        why = "is not a regular file in the working tree"
+    if why is not None:
+        raise ApplyError(f"{shown}: {why}; its rule's test was not run", hint="restore the file in the working tree")
 
 
 def _hook_report(outcomes) -> dict:

@@ -736,10 +736,12 @@ class PrefixStore:
             lm.cache.restore(torch.load(path, map_location=lm.model.device, weights_only=True), ids)
         except Exception:
             lm.reset()
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a damaged entry goes; in a read-only store it stays, ignored
+                path.unlink()
             return False
         lm.ids = list(ids)
-        os.utime(path)  # recently used
+        with contextlib.suppress(OSError):  # a store this user may read but not write still serves
+            os.utime(path)  # recently used
         return True
 
     def save(self, lm: CachedLM, identity: str, n: int) -> None:

@@ -50,6 +50,9 @@ class Prepared:
     regions: tuple[tuple[int, int], ...] = ()  # scoped: the ranges retyped, in file order
     headers: tuple[str, ...] = ()  # scoped: the forced text before each region after the first
     reuse_at: int = 0  # prompt tokens that do not depend on the instruction (stored on disk for reuse)
+    # Scoped: the file's lines after the last region, which the verify drafter may also propose (a
+    # model that runs past its region retypes them; scoped_text trims that run past again).
+    draft_tail: str = ""
 
 
 def prepare(loaded: LoadedModel, document: Document, instruction: str, options: EditOptions) -> Prepared:
@@ -60,7 +63,7 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
         raise ModelError(f"unknown mode {options.mode!r}", hint=f"use one of {', '.join(m.value for m in Mode)}") from None
     if options.layout not in LAYOUTS:
         raise ModelError(f"unknown prompt layout {options.layout!r}", hint=f"use one of {', '.join(LAYOUTS)}")
-    fence = source = ""
+    fence = source = draft_tail = ""
     regions = tuple(options.regions) if mode is not Mode.PROGRAM and options.regions != ((1, document.n_lines),) else ()
     _refuse_by_size(loaded, document, whole=not regions or options.context is None)
     headers: tuple[str, ...] = ()
@@ -81,6 +84,7 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
         headers = tuple(region_header(a, b, fence, document.path, indent)
                         for (a, b), indent in zip(regions[1:], indents[1:]))
         answer = source = scoped_source(document, fence, regions, headers)
+        draft_tail = _draft_tail(document, regions[-1], indents[-1])
         room_needed, hint = 0, "edit a smaller file, or split it first"
     else:
         fence = fence_for(document.text)
@@ -104,7 +108,20 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
     reuse_at = 0
     if mode is not Mode.PROGRAM and options.layout != "both":
         reuse_at = _instruction_free(loaded, prompt, prompt_ids, f"Instruction: {instruction.strip()}")
-    return Prepared(mode, prompt_ids, file_tokens, min(budget, limit), fence, source, regions, headers, reuse_at)
+    return Prepared(mode, prompt_ids, file_tokens, min(budget, limit), fence, source, regions, headers, reuse_at,
+                    draft_tail)
+
+
+TAIL_LINES = 40  # of the file after a scoped region, offered as drafts to a model that runs past it
+
+
+def _draft_tail(document: Document, region: tuple[int, int], indent: str) -> str:
+    """The lines after the region, dedented as the region is shown (lines with less indentation as they are)."""
+    end = region[1]
+    if end >= document.n_lines:
+        return ""
+    text = document.display_text(end + 1, min(document.n_lines, end + TAIL_LINES))
+    return "\n".join(line[len(indent):] if indent and line.startswith(indent) else line for line in text.split("\n"))
 
 
 # No token of Qwen's vocabulary spans more bytes than this on average over a file: a file this many
@@ -177,7 +194,8 @@ def _fenced_parts(loaded: LoadedModel, prepared: Prepared):
     cursor = FenceCursor(tokens, eos_ids(loaded), prepared.fence, headers)
     drafter = None
     if prepared.mode is Mode.VERIFY:
-        drafter = VerifyDrafter(prepared.source, lambda text: encode(loaded.tokenizer, text), tokens, prepared.budget)
+        drafter = VerifyDrafter(prepared.source, lambda text: encode(loaded.tokenizer, text), tokens, prepared.budget,
+                                tail=prepared.draft_tail)
     elif prepared.mode is Mode.LOOKUP:
         drafter = LookupDrafter(prepared.prompt_ids, prepared.budget)
     return cursor, None, drafter

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import mmap
+import stat
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -63,7 +64,7 @@ class Config:
             raise ModelError(f"{where}: rope scaling {rope.get('rope_type', rope.get('type'))!r} is not supported",
                              hint="use a Qwen2 or Qwen2.5 model without rope_scaling")
         try:
-            return cls(
+            config = cls(
                 vocab_size=int(raw["vocab_size"]),
                 hidden_size=int(raw["hidden_size"]),
                 intermediate_size=int(raw["intermediate_size"]),
@@ -76,9 +77,34 @@ class Config:
                 max_position_embeddings=int(raw.get("max_position_embeddings") or 32768),
                 head_dim=int(raw.get("head_dim") or 0),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ModelError(f"{where}: not a usable Qwen2 config ({type(exc).__name__}: {exc})",
                              hint="check the model folder's config.json") from None
+        config.check(where)
+        return config
+
+    def check(self, where: str) -> None:
+        """Sizes a real model can have: each a positive integer below 2**24 (2**22 layers, 2**26
+        positions), the heads dividing the hidden size and the KV heads dividing the heads. A config can
+        claim anything, and numbers like 1e400 or -64 otherwise surface as internal errors deep in torch."""
+        bounds = {"vocab_size": 1 << 24, "hidden_size": 1 << 20, "intermediate_size": 1 << 22,
+                  "num_hidden_layers": 1 << 12, "num_attention_heads": 1 << 12, "num_key_value_heads": 1 << 12,
+                  "max_position_embeddings": 1 << 26}
+        for name, most in bounds.items():
+            value = getattr(self, name)
+            if not 1 <= value <= most:
+                raise ModelError(f"{where}: {name} is {value}, not an integer from 1 to {most}",
+                                 hint="check the model folder's config.json")
+        if not 0 <= self.head_dim <= 1 << 12:
+            raise ModelError(f"{where}: head_dim is {self.head_dim}, not an integer from 0 to {1 << 12}",
+                             hint="check the model folder's config.json")
+        if self.hidden_size % self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
+            raise ModelError(f"{where}: {self.num_attention_heads} attention heads and {self.num_key_value_heads} KV "
+                             f"heads do not divide a hidden size of {self.hidden_size}",
+                             hint="check the model folder's config.json")
+        if not (0 < self.rms_norm_eps < 1 and 0 < self.rope_theta < 1e12):
+            raise ModelError(f"{where}: rms_norm_eps {self.rms_norm_eps} or rope_theta {self.rope_theta} is out of range",
+                             hint="check the model folder's config.json")
 
 
 class KVCache:
@@ -87,10 +113,11 @@ class KVCache:
     `length` positions are live; crop(n) forgets all but the first n (nothing is freed or copied).
     """
 
-    def __init__(self, layers: int):
+    def __init__(self, layers: int, kv_heads: int | None = None, dim: int | None = None):
         self.keys: list[torch.Tensor | None] = [None] * layers
         self.values: list[torch.Tensor | None] = [None] * layers
         self.length = 0
+        self.kv_heads, self.dim = kv_heads, dim  # what a restored prefix must have (None: not checked)
 
     def write(self, index: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store [kv_heads, T, dim] keys/values at positions length.. of layer `index`; return the
@@ -124,7 +151,8 @@ class KVCache:
         """Load what export() made for exactly these ids; ValueError if it does not fit this cache."""
         if (not isinstance(layers, list) or len(layers) != len(self.keys)
                 or not all(isinstance(kv, (tuple, list)) and len(kv) == 2 and kv[0].dim() == 3 and kv[0].shape == kv[1].shape
-                           and kv[0].shape[1] == len(ids) and kv[0].shape == layers[0][0].shape for kv in layers)):
+                           and kv[0].shape[1] == len(ids) and kv[0].shape == layers[0][0].shape for kv in layers)
+                or (self.kv_heads is not None and layers and tuple(layers[0][0].shape[::2]) != (self.kv_heads, self.dim))):
             raise ValueError("prefix shape")
         self.load(layers)
 
@@ -270,7 +298,7 @@ class Qwen2(nn.Module):
         return self.lm_head.weight.device
 
     def new_cache(self) -> KVCache:
-        return KVCache(self.config.num_hidden_layers)
+        return KVCache(self.config.num_hidden_layers, self.config.num_key_value_heads, self.config.dim)
 
     def set_eager_attention(self, eager: bool) -> None:
         for layer in self.model.layers:
@@ -304,7 +332,10 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a .safetensors file as views of one private memory map of it (no copy: pages
     are read when first touched). Raises ModelError naming the file if it is not a whole one."""
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block the open; a device would be read forever
+            raise ModelError(f"{path}: not a regular file", hint="point --model at a folder of real model files")
+        size = st.st_size
         with open(path, "rb") as f:
             (header_len,) = struct.unpack("<Q", f.read(8))
             if header_len > size - 8:
@@ -399,7 +430,8 @@ def _eos_ids(config: Mapping, generation: Path) -> tuple[int, ...]:
     """The eos_token_id of config.json and of generation_config.json when there is one (an id or a list)."""
     values = [config.get("eos_token_id")]
     try:
-        values.append(json.loads(generation.read_text()).get("eos_token_id"))
+        if generation.is_file():  # not a FIFO: reading one would block
+            values.append(json.loads(generation.read_text()).get("eos_token_id"))
     except (OSError, ValueError, AttributeError):
         pass
     ids = [v for value in values for v in (value if isinstance(value, list) else [value]) if isinstance(v, int)]

@@ -93,11 +93,55 @@ class Tokenizer:
 
         specials = {name: token for name, token in self._specials.items() if token is not None}
         try:
-            return self._template.render(messages=messages, tools=None, documents=None,
-                                         add_generation_prompt=add_generation_prompt, **specials)
+            with _bounded(TEMPLATE_STEPS):
+                return self._template.render(messages=messages, tools=None, documents=None,
+                                             add_generation_prompt=add_generation_prompt, **specials)
+        except _TooMuchWork:
+            raise ModelError(f"the model's chat template did not finish within {TEMPLATE_STEPS:,} steps (a loop in it?)",
+                             hint="use an Instruct model with a plain chat template") from None
         except jinja2.exceptions.TemplateError as exc:  # raise_exception() in the template, or its sandbox
             raise ModelError(f"the model's chat template refused the prompt ({exc})",
                              hint="use an Instruct model whose template takes a system and a user message") from None
+
+
+TEMPLATE_STEPS = 2_000_000  # lines of the compiled template a chat may run (Qwen's runs a few hundred)
+
+
+class _TooMuchWork(Exception):
+    pass
+
+
+class _bounded:
+    """Count the lines the compiled template runs (its code's file is "<template>") and stop it past
+    `steps`: a template is code from the model folder, and nested loops in one never finished."""
+
+    def __init__(self, steps: int):
+        self.steps, self.left = steps, steps
+
+    def _trace(self, frame, event, arg):
+        if frame.f_code.co_filename != "<template>":
+            return None
+        return self._line
+
+    def _line(self, frame, event, arg):
+        if event == "line":
+            self.left -= 1
+            if self.left < 0:
+                raise _TooMuchWork
+        return self._line
+
+    def __enter__(self):
+        import sys
+
+        self._previous = sys.gettrace()
+        sys.settrace(self._trace)
+        return self
+
+    def __exit__(self, *exc):
+        import sys
+
+        sys.settrace(self._previous)
+        return False
 
 
 def _content(token) -> str | None:

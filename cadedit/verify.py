@@ -4,7 +4,9 @@ Contract: VerifyDrafter(source, encode, token_bytes, budget) is a decode-loop dr
 (cadedit.decode.Drafter). Wherever the output so far is aligned with the source text, it proposes
 the next stretch of the source; the loop checks it in the one forward it makes anyway and keeps
 the longest prefix the picker agrees with, so greedy output equals one-token-at-a-time decoding.
-Drafts grow geometrically while accepted in full and shrink back after a miss (Schedule).
+Drafts grow geometrically while accepted in full and shrink back after a miss (Schedule). A scoped
+edit's drafter also knows the file's lines after its region (`tail`): a model that runs past the
+region's closing fence and retypes them gets them drafted too, instead of one token a forward.
 Identical ids need identical argmaxes from batched and one-token forwards: exact on the tests'
 fp64 model, and in fp32 on the real 0.5B model; in bf16 the two round differently and can part
 at a near tie. Pure: no torch, no transformers.
@@ -51,8 +53,9 @@ class Aligner:
     the last aligned line.
     """
 
-    def __init__(self, source: str, encode: Callable[[str], list[int]]):
-        self.source = source.encode("utf-8")
+    def __init__(self, source: str, encode: Callable[[str], list[int]], tail: str = ""):
+        self.answer_end = len(source.encode("utf-8"))  # drafts from before it stop there (the closing fence)
+        self.source = (source + tail).encode("utf-8")
         self.encode = encode
         self.lines = self.source.splitlines(keepends=True)
         self.starts = [0]
@@ -87,6 +90,8 @@ class Aligner:
             return []
         # ~3.5 bytes per token in code: 6 per token reaches n_tokens nearly always; end on a line end.
         stop = self.starts[min(bisect_left(self.starts, self.anchor + 6 * n_tokens), len(self.starts) - 1)]
+        if self.anchor < self.answer_end:
+            stop = min(stop, self.answer_end)
         try:
             text = self.source[self.anchor : stop].decode("utf-8")
         except UnicodeDecodeError:  # the anchor is inside a character: no draft until it is past
@@ -139,8 +144,10 @@ class VerifyDrafter:
     """
 
     def __init__(self, source: str, encode: Callable[[str], list[int]], token_bytes: Sequence[bytes], budget: int,
-                 schedule: Schedule = Schedule()):
-        self.aligner, self.token_bytes, self.budget, self.schedule = Aligner(source, encode), token_bytes, budget, schedule
+                 schedule: Schedule = Schedule(), tail: str = ""):
+        # tail: text after the answer that a model running past it may retype (a scoped region's next lines)
+        self.aligner = Aligner(source, encode, tail)
+        self.token_bytes, self.budget, self.schedule = token_bytes, budget, schedule
         self.size = schedule.start
         self.seen = 0
         self.last: tuple[int, int] | None = None  # (output length, draft length) of the last proposal

@@ -406,6 +406,19 @@ def test_write_keeps_setuid_setgid_and_sticky_bits(work, mode):
     assert stat.S_IMODE(os.stat(work / "a.py").st_mode) == mode
 
 
+def test_write_keeps_extended_attributes_acls_included(work):
+    """A POSIX ACL is an xattr (system.posix_acl_access): apply --write replaces the file by rename and
+    copies every xattr the filesystem lets it, so who may read the file does not change."""
+    (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
+    try:
+        os.setxattr(work / "a.py", "user.cadedit-test", b"kept")
+    except OSError:
+        pytest.skip("no user xattrs on this filesystem")
+    result = invoke("apply", "a.py", "p", "--write")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_bytes() == AFTER and os.getxattr(work / "a.py", "user.cadedit-test") == b"kept"
+
+
 # ---------------------------------------------------------------- BOM and an unterminated last line
 
 BOM_FILE = b'\xef\xbb\xbfimport os\n'

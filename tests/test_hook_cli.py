@@ -461,3 +461,32 @@ def test_under_autocrlf_fix_merges_into_a_partially_staged_lf_file(tmp_path, mon
     fixed = hook("run", "--fix")
     assert fixed.exit_code == 1 and "unstaged changes kept" in fixed.stderr, fixed.output
     assert (root / "a.py").read_bytes() == b"a\nnew\nb\nmy unstaged work\n"
+
+
+def _rule_with_test(root: Path, test: str) -> None:
+    (root / ".cadedit.toml").write_text((root / ".cadedit.toml").read_text().replace(
+        'instruction = "Rename old to new."', f'instruction = "Rename old to new."\ntest = {test!r}'))
+
+
+@pytest.mark.parametrize("how", ["symlink", "fifo"])
+def test_a_rules_test_never_puts_a_candidate_through_a_link_or_into_a_fifo(tmp_path, monkeypatch, tiny_dir, how):
+    """The staged file is regular; in the working tree it is now a link out of the repository, or a FIFO:
+    the check-mode test is not run (and nothing blocks), the outside file keeps its bytes."""
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
+    _rule_with_test(root, "true")
+    git(root, "add", ".cadedit.toml")
+    write(root, {"a.py": b"a\nold\n"})
+    git(root, "add", "a.py")
+    outside = tmp_path / "outside.py"
+    outside.write_bytes(b"a\nold\n")
+    (root / "a.py").unlink()
+    if how == "symlink":
+        (root / "a.py").symlink_to(outside)
+    else:
+        os.mkfifo(root / "a.py")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1, result.output
+    assert "its rule's test was not run" in result.stderr, result.stderr
+    assert outside.read_bytes() == b"a\nold\n"

@@ -79,3 +79,43 @@ def test_ctrl_c_while_cadedit_starts_exits_130_without_a_traceback(tmp_path, tin
             continue
         assert proc.returncode == 130, (delay, proc.returncode, err)
         assert "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("field, value", [("vocab_size", "1e400"), ("hidden_size", "-64"), ("num_attention_heads", "0"),
+                                          ("head_dim", str(2**40)), ("num_hidden_layers", "1.5e9")])
+def test_a_config_with_impossible_sizes_is_a_one_line_error_naming_the_field(tmp_path, tiny_dir, field, value):
+    import json
+
+    folder = tmp_path / "bad-config"
+    shutil.copytree(tiny_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    text = json.dumps({**config, field: 0}).replace(f'"{field}": 0', f'"{field}": {value}')
+    (folder / "config.json").write_text(text)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    line = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", str(folder), cwd=tmp_path))
+    assert "config.json" in line and (field in line or "not a usable Qwen2 config" in line), line
+    assert "internal error" not in line
+
+
+def test_a_fifo_in_place_of_the_weights_is_a_one_line_error_not_a_hang(tmp_path, tiny_dir):
+    folder = tmp_path / "fifo-weights"
+    shutil.copytree(tiny_dir, folder)
+    (folder / "model.safetensors").unlink()
+    os.mkfifo(folder / "model.safetensors")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    line = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", str(folder), cwd=tmp_path, timeout=60))
+    assert "model.safetensors: not a regular file" in line
+
+
+def test_a_chat_template_that_never_ends_is_stopped(tmp_path, tiny_dir):
+    import json
+
+    folder = tmp_path / "loop-template"
+    shutil.copytree(tiny_dir, folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    line = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", str(folder), cwd=tmp_path, timeout=60))
+    assert "chat template did not finish" in line

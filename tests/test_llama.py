@@ -37,7 +37,7 @@ from tests.conftest import console_script
 from tests.test_rewrite import BEFORE as COLORS, editing_model
 from tests.test_verify import CORPUS, fenced_run, prepared_for
 from tests.tinygguf import save_gguf
-from tests.tinymodel import make_model
+from tests.tinymodel import make_model, scaled_model
 from tests.tinytok import make_tokenizer
 
 TOK = make_tokenizer()
@@ -51,23 +51,9 @@ def tiny_gguf(tmp_path_factory) -> Path:
     return save_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
 
 
-def _scaled_model():
-    """The random tiny model with its weights scaled up and non-printable tokens never chosen (as
-    test_verify's fp64 `tiny`), in fp32: varied text, wide argmax margins."""
-    model = make_model(0)
-    with torch.no_grad():
-        for name, weight in model.named_parameters():
-            if "norm" not in name:
-                weight.mul_(10)
-        for token, piece in enumerate(TOKEN_BYTES):
-            if not piece or any(b > 126 or (b < 32 and b != 10) for b in piece) or token in TOK.all_special_ids:
-                model.lm_head.weight[token] = 0.0
-    return model
-
-
 @pytest.fixture(scope="session")
 def scaled_gguf(tmp_path_factory) -> Path:
-    return save_gguf(tmp_path_factory.mktemp("gguf") / "scaled.gguf", model=_scaled_model())
+    return save_gguf(tmp_path_factory.mktemp("gguf") / "scaled.gguf", model=scaled_model())
 
 
 @pytest.fixture(scope="session")

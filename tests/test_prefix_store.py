@@ -79,3 +79,31 @@ def test_entries_are_keyed_by_model_and_the_store_is_bounded(loaded, tmp_path):
     assert model_identity(other) != model_identity(loaded)
     assert not store.load(language_model(other), model_identity(other), list(range(10, 60)))
     assert list((tmp_path / "kv").glob("*.kv")) == []  # over its limit: the oldest went first
+
+
+def test_an_entry_with_the_wrong_kv_heads_is_deleted_and_rebuilt(loaded):
+    edit(loaded, "Rename f to g.")
+    (entry,) = store_files()
+    layers = torch.load(entry, weights_only=True)
+    torch.save([(torch.cat([k, k[:1]]), torch.cat([v, v[:1]])) for k, v in layers], entry)  # one KV head too many
+    language_model(loaded).reset()
+    again = edit(loaded, "Call the function g instead.")
+    assert again.stats.tokens_reused == 0 and again.new_text == DOC.text.replace("f(", "g(")
+    (rebuilt,) = store_files()
+    assert torch.load(rebuilt, weights_only=True)[0][0].shape == layers[0][0].shape  # made again, whole
+
+
+def test_a_store_this_user_may_read_but_not_write_is_used_without_errors(loaded, monkeypatch):
+    edit(loaded, "Rename f to g.")
+    language_model(loaded).reset()
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    import cadedit.model as model_module
+
+    for name in ("utime", "replace", "unlink"):
+        monkeypatch.setattr(model_module.os, name, refuse)
+    monkeypatch.setattr(model_module.tempfile, "mkstemp", refuse)
+    again = edit(loaded, "Call the function g instead.")
+    assert again.stats.tokens_reused > 0 and again.new_text == DOC.text.replace("f(", "g(")

@@ -237,6 +237,6 @@ def test_weights_of_another_shape_than_the_config_says_are_a_model_error(tmp_pat
 def test_a_config_claiming_more_layers_than_the_weights_have_is_refused_before_building(tmp_path):
     folder = save_model(tmp_path / "tiny")
     config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 10**9}))
-    with pytest.raises(ModelError, match="config.json says 1000000000 layers, the weights have 2"):
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1000}))
+    with pytest.raises(ModelError, match="config.json says 1000 layers, the weights have 2"):
         load_qwen2(folder, torch.float32)

@@ -48,6 +48,19 @@ def guards() -> list[int]:
     return found
 
 
+def killed_with_its_guard(work: Path, tiny_dir: Path) -> subprocess.Popen:
+    """A cadedit run killed during its test together with its guard and the test: what a machine that
+    went down would leave (the candidate in the file, the journal entry)."""
+    proc = start_cadedit(work, tiny_dir, "--test", SLEEPING_TEST)
+    wait_for(work / "started", proc)
+    for pid in guards():
+        os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.communicate(timeout=30)
+    os.kill(int((work.parent / "pid").read_text()), signal.SIGKILL)
+    return proc
+
+
 def cadedit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
@@ -71,13 +84,7 @@ def test_cadedit_killed_during_the_test_gets_the_original_back_and_ends_the_test
 
 
 def test_a_run_whose_guard_died_too_is_given_back_by_the_next_run_or_recover(work, tiny_dir):
-    proc = start_cadedit(work, tiny_dir, "--test", SLEEPING_TEST)
-    wait_for(work / "started", proc)
-    for pid in guards():
-        os.kill(pid, signal.SIGKILL)
-    proc.kill()
-    proc.communicate(timeout=30)
-    os.kill(int((work.parent / "pid").read_text()), signal.SIGKILL)
+    proc = killed_with_its_guard(work, tiny_dir)
     assert (work / "a.py").read_bytes() == GOOD.encode()  # what a killed machine would leave
     entries = list(journal_dir().glob("*.json"))
     assert len(entries) == 1 and json.loads(entries[0].read_text())["pid"] == proc.pid
@@ -88,13 +95,7 @@ def test_a_run_whose_guard_died_too_is_given_back_by_the_next_run_or_recover(wor
 
 
 def test_the_next_fix_of_the_file_gives_the_original_back_first(work, tiny_dir):
-    proc = start_cadedit(work, tiny_dir, "--test", SLEEPING_TEST)
-    wait_for(work / "started", proc)
-    for pid in guards():
-        os.kill(pid, signal.SIGKILL)
-    proc.kill()
-    proc.communicate(timeout=30)
-    os.kill(int((work.parent / "pid").read_text()), signal.SIGKILL)
+    proc = killed_with_its_guard(work, tiny_dir)
     (work / "started").unlink()
     again = start_cadedit(work, tiny_dir, "--tries", "1")
     out, err = again.communicate(timeout=120)

@@ -21,7 +21,7 @@ from cadedit.model import LoadedModel, CachedLM, encode, new_cache
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.verify import Aligner, Schedule, VerifyDrafter, agreement
 from cadedit.vocab import vocab_from_tokenizer
-from tests.tinymodel import make_model
+from tests.tinymodel import make_model, scaled_model
 from tests.tinytok import _MORE, make_tokenizer
 
 FENCE = "```"
@@ -248,14 +248,7 @@ def tiny() -> LoadedModel:
     up so the random model writes varied text with newlines instead of one repeated token; the
     LM head rows of tokens that are not printable ASCII zeroed (their logit 0 never wins against
     768 random ones), so the output is valid text that drafts can follow."""
-    model = make_model(0).double()
-    with torch.no_grad():
-        for name, weight in model.named_parameters():
-            if "norm" not in name:
-                weight.mul_(10)
-        for token, piece in enumerate(TOKEN_BYTES):
-            if not piece or any(b > 126 or (b < 32 and b != 10) for b in piece) or token in TOK.all_special_ids:
-                model.lm_head.weight[token] = 0.0
+    model = scaled_model(torch.float64)
     return LoadedModel(model, TOK, "tiny", "cpu", torch.float64, 1, 4096, 0.0)
 
 

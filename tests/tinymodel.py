@@ -56,6 +56,24 @@ def make_model(seed: int = 0, context: int = 4096) -> Qwen2:
     return model
 
 
+def scaled_model(dtype: torch.dtype = torch.float32) -> Qwen2:
+    """The tiny model with its weights scaled up so that it writes varied text with newlines instead
+    of one repeated token, and the LM head rows of tokens that are not printable ASCII (or special)
+    zeroed, so its output is valid text that drafts can follow; wide argmax margins."""
+    from cadedit.vocab import vocab_from_tokenizer
+
+    tokenizer = make_tokenizer()
+    model = make_model(0).to(dtype)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "norm" not in name:
+                weight.mul_(10)
+        for token, piece in enumerate(vocab_from_tokenizer(tokenizer).tokens):
+            if not piece or any(b > 126 or (b < 32 and b != 10) for b in piece) or token in tokenizer.all_special_ids:
+                model.lm_head.weight[token] = 0.0
+    return model
+
+
 def save_model(folder: Path, seed: int = 0, context: int = 4096) -> Path:
     """Write the tiny model and tokenizer as a Hugging Face model folder; return it."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -189,8 +189,6 @@ def load_peers(names: Sequence[str], gguf: str, threads: int, n_ctx: int) -> dic
 
 
 def version() -> str | None:
-    try:
-        import llama_cpp
-    except ImportError:
-        return None
-    return getattr(llama_cpp, "__version__", None)
+    from cadedit.llamacpp import version as llama_version
+
+    return llama_version()

@@ -1,0 +1,73 @@
+"""What every command line of cadedit shares (cli.py, hook_cli.py, serve_cli.py): the stderr console
+and its one-line messages, the model options, the warm server lookup. A leaf: it imports no other
+command module, so each of them imports on its own."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+err = Console(stderr=True)
+
+
+def report_error(message: str, hint: str | None = None) -> None:
+    """The one-line error (and hint) every failure ends as."""
+    err.print(f"[bold red]error:[/] {_escape(message)}", soft_wrap=True, highlight=False)
+    if hint:
+        err.print(f"[yellow]hint:[/] {_escape(hint)}", soft_wrap=True, highlight=False)
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {_escape(message)}", soft_wrap=True, highlight=False)
+
+
+def say(message: str) -> None:
+    """A plain progress or summary line on stderr (no markup, no wrapping)."""
+    err.print(message, highlight=False, markup=False, soft_wrap=True)
+
+
+def _files(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+_Model = Annotated[Optional[str], typer.Option(
+    "--model", "-m", show_default=False,
+    help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
+         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-1.5B-Instruct).")]
+_Threads = Annotated[Optional[int], typer.Option(
+    "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
+_Dtype = Annotated[str, typer.Option(
+    "--dtype", help="auto, fp32, bf16 or bf16-int8 (one-token steps through int8 weights). auto: bf16 on CUDA; "
+    "on CPU what a probe measured faster on this machine (once, cached).")]
+_Backend = Annotated[Optional[str], typer.Option(
+    "--backend", show_default=False,
+    help="auto, torch or llama (a GGUF through llama.cpp at its own size). Default: CADEDIT_BACKEND, then `backend` "
+         "in .cadedit.toml, then auto: a GGUF runs on whichever backend measured faster on this CPU (once, cached).")]
+_MaxNew = Annotated[Optional[int], typer.Option(
+    "--max-new-tokens", min=1, show_default=False, help="Budget of new tokens (default: twice the file's + 256; a scoped edit: 1.5x its regions' + 128).")]
+
+
+def _server_for(options):
+    """The warm server (`cadedit serve start`) when one runs with this model and dtype, else None."""
+    if os.environ.get("CADEDIT_SERVER", "1") == "0":
+        return None
+    from cadedit.server import connect
+
+    client = connect(options.model)
+    if client is None:
+        return None
+    wanted = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(options.dtype, options.dtype)
+    if options.dtype != "auto" and wanted not in str(client.dtype):
+        return None  # asked for another dtype than the server holds: load locally
+    return client
+
+
