@@ -217,9 +217,16 @@ def _source_line(text: str, line: int) -> str:
 # -- change ------------------------------------------------------------------------------------
 
 
-def change_check(before: str, after: str, allow_no_change: bool) -> Check:
-    """A candidate equal to the file fails, unless the caller allows an edit that changes nothing."""
+_DELETION = re.compile(r"\b(?:delete|remove|empty|clear|erase|wipe|truncate|drop)\b", re.I)
+
+
+def change_check(before: str, after: str, allow_no_change: bool, instruction: str = "") -> Check:
+    """A candidate equal to the file fails, unless the caller allows an edit that changes nothing; one
+    that empties a file that had text fails unless the instruction asks for a deletion (a small model
+    that answers with nothing would otherwise "pass" every check but a test)."""
     if after != before:
+        if not after.strip() and before.strip() and not _DELETION.search(instruction):
+            return Check("change", False, detail="the edit empties the file, which the instruction does not ask for")
         return Check("change", True, detail="the edit changes the file")
     if allow_no_change:
         return Check("change", True, detail="the edit changed nothing (allowed)")
@@ -238,6 +245,8 @@ def feedback(checks: Sequence[Check]) -> str:
         if check.name == "syntax":
             quoted = f" ({_inline_code(check.output_tail)})" if check.output_tail.strip() else ""
             parts.append(f"Your previous answer did not parse: {check.detail}{quoted}.")
+        elif check.name == "change" and "empties" in check.detail:
+            parts.append("Your previous answer deleted everything although the instruction does not ask for that.")
         elif check.name == "change":
             parts.append("Your previous answer did not change the file although the instruction asks for a change.")
         elif check.name == "test":

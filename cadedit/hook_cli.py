@@ -156,7 +156,7 @@ def _testable(root: Path, target: Path, shown: str) -> None:
 def _hook_report(outcomes) -> dict:
     """Print each file's outcome as it comes (diffs on stdout); count them by status."""
     from cadedit.diff import count_changes, show
-    from cadedit.repo import Status
+    from cadedit.repo import Status, shown
 
     counts = {status: 0 for status in Status}
     for outcome in outcomes:
@@ -166,5 +166,5 @@ def _hook_report(outcomes) -> dict:
         added, removed = count_changes(outcome.diff)
         change = f" (+{added} -{removed})" if outcome.diff else ""
         note = f": {outcome.message}" if outcome.message else ""
-        say(f"cadedit hook: {outcome.path}: {outcome.status.value}{change}{note}")
+        say(f"cadedit hook: {shown(outcome.path)}: {outcome.status.value}{change}{note}")
     return counts

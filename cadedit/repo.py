@@ -349,6 +349,28 @@ def printable(path: str) -> str:
     return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def shown(path: str) -> str:
+    """A path as one line of a report: as it is when it is plain text, else C-quoted as git quotes it
+    ("a\\nb.py", "\\377.py"), so a name with a newline cannot split the line and an undecodable
+    byte is not shown as a lone surrogate."""
+    if all(ch.isprintable() and not 0xDC80 <= ord(ch) <= 0xDCFF for ch in path):
+        return path
+    out = []
+    for ch in path:
+        if 0xDC80 <= ord(ch) <= 0xDCFF:
+            out.append(f"\\{ord(ch) - 0xDC00:03o}")
+        elif ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif not ch.isprintable():
+            out.append("".join(f"\\{b:03o}" for b in ch.encode("utf-8")))
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
 def run(repo, targets: Sequence[Staged], edit: EditFn, fix: bool = False) -> Iterator[Outcome]:
     """Edit each target's staged content; yield an Outcome per file as soon as it is known."""
     from cadedit.diff import unified_diff

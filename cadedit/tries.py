@@ -148,11 +148,11 @@ def sampling_for(number: int, first: Sampling) -> Sampling:
     return Sampling(max(first.temperature, TRY_TEMPERATURE), first.top_p, seed)
 
 
-def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test: Callable[[], None] | None = None
-                    ) -> tuple[Check, ...]:
+def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test: Callable[[], None] | None = None,
+                    instruction: str = "") -> tuple[Check, ...]:
     """Syntax and change first; the test command only when both pass (it is the slow one)."""
     checks = (syntax_check(document.path, document.text, new_text),
-              change_check(document.text, new_text, plan.allow_no_change))
+              change_check(document.text, new_text, plan.allow_no_change, instruction))
     if plan.test and all(c.passed or c.skipped for c in checks):
         if on_test is not None:
             on_test()
@@ -200,7 +200,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
             told = "Your previous answer was too long and did not finish: reply with the edited code only."
         else:
             checks = check_candidate(document, result.new_text, plan,
-                                     None if on_test is None else lambda: on_test(number))
+                                     None if on_test is None else lambda: on_test(number), instruction)
             attempt = Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=regions)
             told = feedback(checks)
         done.append(attempt)

@@ -490,3 +490,14 @@ def test_a_rules_test_never_puts_a_candidate_through_a_link_or_into_a_fifo(tmp_p
     assert result.exit_code == 1, result.output
     assert "its rule's test was not run" in result.stderr, result.stderr
     assert outside.read_bytes() == b"a\nold\n"
+
+
+def test_a_file_name_with_a_newline_stays_on_one_report_line(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch)
+    root = make_repo(tmp_path / "w", tiny_dir, {"keep.py": b"0\n"})
+    write(root, {"a\nb.py": b"a\nold\n"})
+    git(root, "add", "a\nb.py")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1, result.output
+    assert 'cadedit hook: "a\\nb.py": would change' in result.stderr, result.stderr

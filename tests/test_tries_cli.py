@@ -219,6 +219,22 @@ def test_no_change_is_a_failed_try(work, tiny_dir, scripted):
     assert told not in calls[0].prompt and told in calls[1].prompt and told in calls[2].prompt
 
 
+def test_a_candidate_that_empties_the_file_fails_unless_the_instruction_asks(work, tiny_dir, scripted):
+    calls = scripted("", GOOD)
+    result = fix(tiny_dir, "--write", "--no-scope")
+    assert result.exit_code == 0, result.output
+    assert "try 1 of 3: failed: change (the edit empties the file, which the instruction does not ask for)" in result.stderr
+    assert "deleted everything although the instruction does not ask for that" in calls[1].prompt
+    assert (work / "a.py").read_bytes() == GOOD.encode()
+
+
+def test_a_candidate_that_empties_the_file_passes_when_the_instruction_asks(work, tiny_dir, scripted):
+    scripted("")
+    asked = fix(tiny_dir, "--write", "--no-scope", instruction="Delete everything in this file.")
+    assert asked.exit_code == 0, asked.output
+    assert (work / "a.py").read_bytes() == b""
+
+
 def test_no_change_then_a_change_passes_on_try_2(work, tiny_dir, scripted):
     scripted(SAME, GOOD)
     result = fix(tiny_dir)
