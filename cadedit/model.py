@@ -653,8 +653,15 @@ def render_chat(tokenizer, messages: list[dict[str, str]]) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+_SPECIALS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def _specials(tokenizer) -> tuple[str, ...]:
-    return tuple(str(t) for t in tokenizer.added_tokens_decoder.values() if str(t))
+    """The added tokens' texts, once per tokenizer (encode runs for every draft)."""
+    found = _SPECIALS.get(tokenizer)
+    if found is None:
+        found = _SPECIALS[tokenizer] = tuple(str(t) for t in tokenizer.added_tokens_decoder.values() if str(t))
+    return found
 
 
 def _backend(tokenizer):
@@ -690,14 +697,14 @@ def chat_prompt(tokenizer, messages: list[dict[str, str]], suffix: str = "") -> 
     pieces, ids = [], []
     for i, content in enumerate(contents[:-1]):
         head, mark, template = template.partition(_SENTINEL.format(i))
-        if not mark:  # a template that rewrites the content: no way to tell its markers from the text
-            raise ModelError("the model's chat template changes the message text, so a special token's text in the "
-                             "file cannot be kept apart from the template's", hint="edit the file with another model")
         pieces += [head, content]
         ids += list(tokenizer.encode(head, add_special_tokens=False)) + encode(tokenizer, content)
-    pieces.append(template)
+        if not mark:
+            break
     ids += list(tokenizer.encode(template, add_special_tokens=False)) + encode(tokenizer, suffix)
-    assert "".join(pieces) + suffix == prompt
+    if "".join(pieces) + template + suffix != prompt:  # a template that rewrites the text: its markers cannot be told apart
+        raise ModelError("the model's chat template changes the message text, so a special token's text in the "
+                         "file cannot be kept apart from the template's", hint="edit the file with another model")
     return prompt, ids
 
 

@@ -27,7 +27,7 @@ from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
 from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, region_header, rewrite_messages
 from cadedit.prompt import scoped_messages
-from cadedit.regions import context_spans, region_indents, scoped_source, scoped_text
+from cadedit.regions import context_spans, region_indents, scoped_source, scoped_tail, scoped_text
 from cadedit.resolve import resolve, to_document_program
 from cadedit.verify import VerifyDrafter
 
@@ -84,7 +84,7 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
         headers = tuple(region_header(a, b, fence, document.path, indent)
                         for (a, b), indent in zip(regions[1:], indents[1:]))
         answer = source = scoped_source(document, fence, regions, headers)
-        draft_tail = _draft_tail(document, regions[-1], indents[-1])
+        draft_tail = scoped_tail(document, regions[-1], indents[-1])
         room_needed, hint = 0, "edit a smaller file, or split it first"
     else:
         fence = fence_for(document.text)
@@ -110,18 +110,6 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
         reuse_at = _instruction_free(loaded, prompt, prompt_ids, f"Instruction: {instruction.strip()}")
     return Prepared(mode, prompt_ids, file_tokens, min(budget, limit), fence, source, regions, headers, reuse_at,
                     draft_tail)
-
-
-TAIL_LINES = 40  # of the file after a scoped region, offered as drafts to a model that runs past it
-
-
-def _draft_tail(document: Document, region: tuple[int, int], indent: str) -> str:
-    """The lines after the region, dedented as the region is shown (lines with less indentation as they are)."""
-    end = region[1]
-    if end >= document.n_lines:
-        return ""
-    text = document.display_text(end + 1, min(document.n_lines, end + TAIL_LINES))
-    return "\n".join(line[len(indent):] if indent and line.startswith(indent) else line for line in text.split("\n"))
 
 
 # No token of Qwen's vocabulary spans more bytes than this on average over a file: a file this many

@@ -26,8 +26,10 @@ def common_indent(text: str) -> str:
 
 
 def dedent(text: str, indent: str) -> str:
-    """text without `indent` at the start of its non-blank lines (blank lines become empty)."""
-    return "\n".join(line[len(indent) :] if line.strip() else line.strip(" \t") for line in text.split("\n"))
+    """text without `indent` at the start of its non-blank lines that have it (blank lines become
+    empty; a line indented less stays as it is)."""
+    return "\n".join((line[len(indent) :] if line.startswith(indent) else line) if line.strip() else line.strip(" \t")
+                     for line in text.split("\n"))
 
 
 def _leading(text: str) -> str:
@@ -86,6 +88,18 @@ def scoped_source(document: Document, fence: str, regions, headers) -> str:
         if k + 1 < len(regions):
             parts.append(headers[k])
     return "".join(parts)
+
+
+TAIL_LINES = 40  # of the file after a scoped region, offered as drafts to a model that runs past it
+
+
+def scoped_tail(document: Document, region: tuple[int, int], indent: str) -> str:
+    """The file's lines after the last region, dedented as the region is shown: what a model that runs
+    past its region retypes (the verify drafter proposes them; scoped_text trims the run past)."""
+    end = region[1]
+    if end >= document.n_lines:
+        return ""
+    return dedent(document.display_text(end + 1, min(document.n_lines, end + TAIL_LINES)), indent)
 
 
 def scoped_text(document: Document, regions, headers, fence: str, answer: str) -> str:

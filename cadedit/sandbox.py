@@ -161,10 +161,15 @@ class Lock:
 
 
 def _entry(path: Path, st: os.stat_result, original: bytes, candidate: bytes) -> dict:
-    return {"path": base64.b64encode(os.fsencode(path)).decode(), "dev": st.st_dev, "ino": st.st_ino,
-            "mode": st.st_mode & 0o7777,
-            "times_ns": [st.st_atime_ns, st.st_mtime_ns], "original": base64.b64encode(original).decode(),
+    """What the journal keeps of one placement (in memory: the path as str, the original as bytes)."""
+    return {"path": str(path), "dev": st.st_dev, "ino": st.st_ino, "mode": st.st_mode & 0o7777,
+            "times_ns": [st.st_atime_ns, st.st_mtime_ns], "original": original,
             "candidate_sha256": hashlib.sha256(candidate).hexdigest(), "pid": os.getpid(), "created": time.time()}
+
+
+def _dump(entry: dict) -> bytes:
+    return json.dumps({**entry, "path": base64.b64encode(os.fsencode(entry["path"])).decode(),
+                       "original": base64.b64encode(entry["original"]).decode()}).encode()
 
 
 def _load(journal: Path) -> dict | None:
@@ -269,6 +274,7 @@ class Placement:
         self.guard: subprocess.Popen | None = None
         self.lock: Lock | None = None
         self.journal: Path | None = None
+        self.entry: dict | None = None
         self.placed = False
 
     def begin(self) -> None:
@@ -288,7 +294,8 @@ class Placement:
             raise SandboxError(f"{self.path}: a killed cadedit run had left a candidate in this file"
                                + (f" ({said})" if said else "") + "; the test was not run",
                                hint="run cadedit again on the file as it is now")
-        _write_durably(journal, json.dumps(_entry(self.path, self.st, self.original, self.new)).encode())
+        self.entry = _entry(self.path, self.st, self.original, self.new)
+        _write_durably(journal, _dump(self.entry))
         self.journal = journal
         self.guard = subprocess.Popen([sys.executable, "-m", "cadedit.guard", str(journal)], stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True)
@@ -312,9 +319,7 @@ class Placement:
         said = ""
         try:
             if self.placed:
-                entry = {**_entry(self.path, self.st, self.original, self.new), "path": str(self.path),
-                         "original": self.original}
-                kind, said = _give_back(entry, self.journal.parent, self.journal.name.removesuffix(".json"))
+                kind, said = _give_back(self.entry, self.journal.parent, self.journal.name.removesuffix(".json"))
                 said = said if kind == KEPT else ""
             if self.journal is not None:
                 self.journal.unlink(missing_ok=True)

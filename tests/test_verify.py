@@ -381,3 +381,17 @@ def test_sampled_verify_is_reproducible_and_leaves_drafts_where_the_sample_does(
         runs.append(run.ids)
     assert runs[0] == runs[1] != runs[2]
     assert runs[0] != tuple(target)  # the sample did leave the scripted text
+
+
+def test_a_scoped_drafter_stops_at_the_fence_and_drafts_the_tail_to_a_model_that_runs_past():
+    """A scoped answer's drafts end at its closing fence; a model that writes the file's next lines
+    instead gets those drafted (the tail), not one token a forward."""
+    drafter = VerifyDrafter("a = 1\nb = 2\n```\n", encode_text, TOKEN_BYTES, 200, tail="c = 3\nd = 4\ne = 5\n")
+    first = drafter(None, [])
+    assert b"".join(TOKEN_BYTES[t] for t in first) == b"a = 1\nb = 2\n```\n"  # never past the fence
+    ran_past = encode_text("a = 1\nb = 2\nc = 3\n")
+    draft = drafter(None, ran_past)
+    assert b"".join(TOKEN_BYTES[t] for t in draft) == b"d = 4\ne = 5\n"
+    without = VerifyDrafter("a = 1\nb = 2\n```\n", encode_text, TOKEN_BYTES, 200)
+    without(None, [])
+    assert without(None, ran_past) == []  # what the drafter did before: nothing to propose there
