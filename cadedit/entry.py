@@ -1,5 +1,5 @@
-"""The `cadedit` console script: Ctrl-C while the CLI's modules are still being imported exits 130
-quietly, as it does once the CLI runs (importing typer, rich and cadedit takes a few hundred ms)."""
+"""The `cadedit` console script: Ctrl-C before the CLI's own handling is in place (while its modules
+are imported and typer builds the app, a few hundred ms) exits 130 quietly, as it does later."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 def main() -> None:
     try:
         from cadedit.cli import main as run
+
+        run()
     except KeyboardInterrupt:
         sys.stderr.write("\nAborted.\n")
         raise SystemExit(130) from None
-    run()
