@@ -16,13 +16,12 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from cadedit import __version__
 from cadedit.errors import CadeditError
 from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
 from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
-from cadedit.options import CONTEXT_LINES, DEFAULT_MODE, Mode
+from cadedit.settings import CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, TEST_TIMEOUT, Mode
 
 def _debug(ctx: typer.Context) -> bool:
     return (bool(ctx.params.get("debug")) or ctx.meta.get("cadedit.debug", False)
@@ -237,20 +236,12 @@ def context_lines(value: str) -> int | None:
     return int(value)
 
 
-def _backend(value: str | None) -> str | None:
-    from cadedit.config import BACKENDS
-
-    if value is not None and value not in BACKENDS:
-        raise typer.BadParameter(f"unknown backend {value!r}; use {', '.join(BACKENDS)}", param_hint="--backend")
-    return value
-
-
 @app.command()
 def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt = False, check: _Check = False,
         show_program: _ShowProgram = False, as_json: _Json = False, model: _Model = None, threads: _Threads = None,
         dtype: _Dtype = "auto", temperature: _Temperature = 0.0, top_p: _TopP = 1.0, seed: _Seed = None,
-        max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = 3,
-        test: _Test = None, test_timeout: _TestTimeout = 120.0, allow_no_change: _AllowNoChange = False,
+        max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = DEFAULT_TRIES,
+        test: _Test = None, test_timeout: _TestTimeout = TEST_TIMEOUT, allow_no_change: _AllowNoChange = False,
         lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
         context: _Context = str(CONTEXT_LINES), backend: _Backend = None) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
@@ -291,9 +282,9 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
     _recover(files)
     options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
                           max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context),
-                          backend=_backend(backend))
+                          backend=backend)
     plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
-    scoping = _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope and mode != Mode.PROGRAM)
+    scoping = _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope)
     if len(files) > 1:
         if as_json or show_program:
             raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
@@ -403,15 +394,12 @@ def _load(options, quiet: bool, verbose: bool = False, once_for: int = 1):
 def _edit_checked(document, instruction: str, options, plan, tries: int, scoping: _Scoping, loaded, quiet: bool,
                   verbose: bool = False) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
-    from cadedit.scope import resolve_scope, scoped_options
+    from cadedit.scope import plan_edit
     from cadedit.tries import edit_verified
 
-    scope = None
-    if scoping.on:
-        scope = resolve_scope(document, instruction, lines=scoping.lines, names=scoping.names)
-        options = scoped_options(options, scope, instruction, document.path)
-        if not quiet:
-            say(f"{document.path}: {scope.describe()}")
+    options, scope = plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on)
+    if scope is not None and not quiet:
+        say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
     previous: dict = {}
 

@@ -10,7 +10,15 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-err = Console(stderr=True)
+from cadedit.settings import BACKENDS, DEFAULT_MODEL, DTYPES
+
+err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def sub_app(name: str, help: str) -> typer.Typer:
+    """A command group (`cadedit serve`, `cadedit bench`) as cli.py mounts it: no completion, no
+    pretty tracebacks (cli.py's _Group turns errors into one line)."""
+    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 
 def report_error(message: str, hint: str | None = None) -> None:
@@ -39,17 +47,25 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
+
+def _one_of(value: str | None, choices: tuple[str, ...], name: str) -> str | None:
+    """An option's value checked at the command line (a usage error, exit 2), not deep in the model code."""
+    if value is not None and value not in choices:
+        raise typer.BadParameter(f"unknown value {value!r}; use {', '.join(choices)}", param_hint=name)
+    return value
+
+
 _Model = Annotated[Optional[str], typer.Option(
     "--model", "-m", show_default=False,
     help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
-         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-1.5B-Instruct).")]
+         f"pyproject.toml \\[tool.cadedit], then {DEFAULT_MODEL}).")]
 _Threads = Annotated[Optional[int], typer.Option(
     "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
 _Dtype = Annotated[str, typer.Option(
-    "--dtype", help="auto, fp32, bf16 or bf16-int8 (one-token steps through int8 weights). auto: bf16 on CUDA; "
+    "--dtype", callback=lambda v: _one_of(v, DTYPES, "--dtype"), help="auto, fp32, bf16, fp16 or bf16-int8 (one-token steps through int8 weights). auto: bf16 on CUDA; "
     "on CPU what a probe measured faster on this machine (once, cached).")]
 _Backend = Annotated[Optional[str], typer.Option(
-    "--backend", show_default=False,
+    "--backend", show_default=False, callback=lambda v: _one_of(v, BACKENDS, "--backend"),
     help="auto, torch or llama (a GGUF through llama.cpp at its own size). Default: CADEDIT_BACKEND, then `backend` "
          "in .cadedit.toml, then auto: a GGUF runs on whichever backend measured faster on this CPU (once, cached).")]
 _MaxNew = Annotated[Optional[int], typer.Option(

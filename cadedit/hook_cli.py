@@ -95,11 +95,13 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
 
     Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
     candidate in the working tree, restored afterwards); no change is a valid answer here."""
-    from cadedit.config import choose_model
+    from cadedit.settings import choose_model
     from cadedit.errors import CheckFailedError, ModelError
     from cadedit.model import load_model
     from cadedit.options import EditOptions
-    from cadedit.tries import DEFAULT_TRIES, CheckPlan, edit_verified
+    from cadedit.settings import DEFAULT_TRIES
+    from cadedit.scope import plan_edit
+    from cadedit.tries import CheckPlan, edit_verified
 
     mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE
     tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES
@@ -124,7 +126,8 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
         if rule.test:
             _testable(root, root / document.path, document.path)
         plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False)
-        verified = edit_verified(on_disk, rule.instruction, options, plan, tries, loaded=loaded)
+        scoped, _ = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
+        verified = edit_verified(on_disk, rule.instruction, scoped, plan, tries, loaded=loaded)
         if verified.answer is None:
             best = verified.best
             raise CheckFailedError(f"no try of {len(verified.tries)} passed its checks"

@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from cadedit.config import DEFAULT_MODEL, choose_model, configured_model, user_cache  # noqa: F401 - re-exported
+from cadedit.settings import DEFAULT_MODEL, choose_model, configured_model, user_cache  # noqa: F401 - re-exported
+from cadedit.atomic import replace_file
 from cadedit.errors import ModelError
 
 HINT = "pass --model PATH (a model folder or a .gguf file) or set CADEDIT_MODEL"
@@ -204,10 +205,7 @@ def _measured_once(key: str, answers: tuple[str, ...], measure) -> tuple[str, Pa
         return known[key], path
     answer = measure()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({**known, key: answer}))
-        os.replace(tmp, path)
+        replace_file(path, json.dumps({**known, key: answer}).encode(), make_parent=True)
     except OSError:
         pass  # a read-only cache: measure again next time
     return answer, path
@@ -497,7 +495,7 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
                threads: int | None = None, backend: str | None = None) -> LoadedModel:
     """Load tokenizer + model. spec: a hub id, a model folder, a .gguf file or an Ollama / LM Studio
     name (None: choose_model()); backend: auto, torch or llama (None: config.choose_backend())."""
-    from cadedit.config import choose_backend
+    from cadedit.settings import choose_backend
     from cadedit.model_files import gguf_path
 
     start = time.perf_counter()
@@ -758,14 +756,8 @@ class PrefixStore:
             return
         layers = lm.cache.export(n)
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                torch.save(layers, f)
-            os.replace(tmp, path)
-        except OSError:
-            with contextlib.suppress(OSError, UnboundLocalError):
-                os.unlink(tmp)
+            replace_file(path, lambda f: torch.save(layers, f), make_parent=True)
+        except OSError:  # a store this user may not write: skipped
             return
         self._evict()
 

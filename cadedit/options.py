@@ -1,25 +1,12 @@
-"""The user's choices for one edit and their defaults, in one place (the CLI, the hook and the
-benchmarks read them from here). Pure: no torch."""
+"""The user's choices for one edit, as the decode sees them (defaults from cadedit.settings). Pure: no torch."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
+from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE, DEFAULT_LAYOUT, DEFAULT_MODE, Mode
 
-class Mode(str, enum.Enum):
-    """How the model writes the edit (cadedit.decode's table: a cursor and a drafter each)."""
-
-    PROGRAM = "program"  # an edit program of line copies and new text (Copy-as-Decode)
-    REWRITE = "rewrite"  # the whole file retyped, one token per forward
-    LOOKUP = "lookup"  # the same, drafted by prompt lookup
-    VERIFY = "verify"  # the same, the file's own lines drafted and checked many tokens per forward
-
-
-# verify: rewrite's exact output at several times its speed; program mode needs a model trained
-# to choose spans (README, Benchmarks).
-DEFAULT_MODE = Mode.VERIFY
-CONTEXT_LINES = 60
+__all__ = ["CONTEXT_LINES", "DEFAULT_MODE", "EditOptions", "Mode", "Sampling"]
 
 
 @dataclass(frozen=True)
@@ -35,13 +22,13 @@ class Sampling:
 class EditOptions:
     model: str | None = None  # hub id, folder or .gguf; None: config.choose_model()
     device: str = "auto"
-    dtype: str = "auto"
+    dtype: str = DEFAULT_DTYPE
     backend: str | None = None  # auto, torch or llama; None: config.choose_backend() (CADEDIT_BACKEND, settings)
     threads: int | None = None
     sampling: Sampling = field(default_factory=Sampling)
     max_new_tokens: int | None = None  # None: twice the file's tokens + 256 (a full rewrite fits)
     variant: str = "default"  # program-mode prompt variant, see prompt.VARIANTS
-    layout: str = "auto"  # fenced modes: where the instruction goes, see prompt.LAYOUTS (measured there)
+    layout: str = DEFAULT_LAYOUT.value  # fenced modes: where the instruction goes, see prompt.LAYOUTS (measured there)
     draft: bool = True  # program mode: guess program tokens ahead and verify them in the same forward
     mode: Mode = DEFAULT_MODE
     # The line ranges (1-based, inclusive, in file order) the model retypes; the rest is copied by

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from cadedit.config import cadedit_table, read_toml
+from cadedit.settings import DEFAULT_MODE, DEFAULT_MODEL, DEFAULT_TRIES, FILE_KEYS, MAX_TRIES, MODES, SETTINGS_FILE
+from cadedit.settings import settings_files
 from cadedit.document import Document
 from cadedit.errors import CadeditError, ConfigError
 
@@ -28,18 +29,16 @@ EditFn = Callable[[Document, "Rule"], str]  # (staged document, the rule) -> the
 
 HOOK_MARKER = "# cadedit-pre-commit-hook"
 BACKUP_SUFFIX = ".cadedit-backup"
-SETTINGS_FILE = ".cadedit.toml"
-EXAMPLE_SETTINGS = """model = "Qwen/Qwen2.5-Coder-1.5B-Instruct"   # optional; also --model / CADEDIT_MODEL
-mode = "verify"                              # optional: program, rewrite, lookup or verify (the default)
-tries = 3                                    # optional: candidates to try until one passes its checks
+EXAMPLE_SETTINGS = f"""model = "{DEFAULT_MODEL}"   # optional; also --model / CADEDIT_MODEL
+mode = "{DEFAULT_MODE.value}"                              # optional: {", ".join(MODES)} (the default: {DEFAULT_MODE.value})
+tries = {DEFAULT_TRIES}                                    # optional: candidates to try until one passes its checks
 [[rules]]
 files = "*.py"
 instruction = "Add a docstring to every public function that lacks one."
 test = "python -m pytest -q"                 # optional: run with each candidate in place; exit 0 passes
 """
 _RULE_KEYS = {"files", "instruction", "test"}
-_TOP_KEYS = {"model", "rules", "mode", "tries"}
-MODES = ("program", "rewrite", "lookup", "verify")  # options.Mode's values (kept here: repo.py imports no torch)
+_TOP_KEYS = set(FILE_KEYS)
 _SYMLINK_OR_SUBMODULE = ("120000", "160000")
 
 
@@ -171,19 +170,14 @@ def _char_class(body: str) -> str:
 
 
 def load_settings(root: Path) -> Settings:
-    """Read .cadedit.toml at the repository root, else [tool.cadedit] in pyproject.toml."""
-    own, pyproject = root / SETTINGS_FILE, root / "pyproject.toml"
-    if own.is_file():
-        data = read_toml(own)  # top level, or [tool.cadedit] as in pyproject.toml (config.py reads both)
-        table = cadedit_table(data, own, required=False)
-        return _parse_settings(table if "cadedit" in data.get("tool", {}) else data, SETTINGS_FILE)
-    if pyproject.is_file():
-        data = read_toml(pyproject)
-        table = cadedit_table(data, pyproject, required=False)
-        if "cadedit" in data.get("tool", {}):
-            return _parse_settings(table, "pyproject.toml [tool.cadedit]")
+    """The hook's rules: the nearest settings file that has any cadedit settings, searched from the
+    repository root as every setting is (cadedit.settings: the user's own files only)."""
+    untrusted: list[Path] = []
+    for found in settings_files(root, untrusted):
+        return _parse_settings(found.table, found.source)
+    ignored = f" ({', '.join(map(str, untrusted))} ignored: owned by another user or writable by others)" if untrusted else ""
     raise ConfigError(
-        f"no cadedit settings in {root}: neither {SETTINGS_FILE} nor [tool.cadedit] in pyproject.toml",
+        f"no cadedit settings in {root}: neither {SETTINGS_FILE} nor [tool.cadedit] in pyproject.toml{ignored}",
         hint=f"create {SETTINGS_FILE} at the repository root, for example:\n{EXAMPLE_SETTINGS.rstrip()}",
     )
 
@@ -196,8 +190,8 @@ def _parse_settings(table: dict, source: str) -> Settings:
     mode, tries = table.get("mode"), table.get("tries")
     if mode is not None and mode not in MODES:
         raise ConfigError(f"{source}: `mode` must be one of {', '.join(MODES)}")
-    if tries is not None and (isinstance(tries, bool) or not isinstance(tries, int) or not 1 <= tries <= 20):
-        raise ConfigError(f"{source}: `tries` must be a whole number from 1 to 20")
+    if tries is not None and (isinstance(tries, bool) or not isinstance(tries, int) or not 1 <= tries <= MAX_TRIES):
+        raise ConfigError(f"{source}: `tries` must be a whole number from 1 to {MAX_TRIES}")
     rules = table.get("rules")
     if not isinstance(rules, list) or not rules:
         raise ConfigError(f"{source}: no [[rules]]",

@@ -11,26 +11,11 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
+from cadedit.cli_common import _Backend, _Dtype, _Model, _Threads, err, say, sub_app
+from cadedit.settings import IDLE_TIMEOUT
 
-err = Console(stderr=True, soft_wrap=True, highlight=False)
+app = sub_app("serve", "A local server that keeps the model loaded (and its last prompt cached) between edits.")
 
-app = typer.Typer(
-    name="serve",
-    help="A local server that keeps the model loaded (and its last prompt cached) between edits.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-
-_Model = Annotated[Optional[str], typer.Option(
-    "--model", "-m", show_default=False,
-    help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
-         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-1.5B-Instruct).")]
-_Dtype = Annotated[str, typer.Option(
-    "--dtype", help="auto, fp32 or bf16 (auto: bf16 on CUDA; on CPU whichever a quick probe finds faster).")]
-_Threads = Annotated[Optional[int], typer.Option(
-    "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
 _Foreground = Annotated[bool, typer.Option(
     "--foreground", help="Serve in this process (log on stderr; Ctrl-C stops it) instead of in the background.")]
 _IdleTimeout = Annotated[float, typer.Option(
@@ -40,14 +25,6 @@ _MaxRss = Annotated[Optional[float], typer.Option(
     help="Drop the cached prompt after a request that leaves the process's own memory above G GiB "
          "(the mapped weight files not counted; default: its own memory once loaded plus 1 GiB).")]
 _Json = Annotated[bool, typer.Option("--json", help="Print the status as JSON.")]
-_Backend = Annotated[Optional[str], typer.Option(
-    "--backend", show_default=False, help="auto, torch or llama (a GGUF through llama.cpp); default as cadedit fix.")]
-
-
-def _say(message: str) -> None:
-    err.print(message, markup=False, soft_wrap=True)
-
-
 def _serving(status: dict) -> str:
     idle = status["idle_timeout"]
     until = f"exits after {_duration(idle)} without requests" if idle else "runs until `cadedit serve stop`"
@@ -65,7 +42,7 @@ def _duration(seconds: float) -> str:
 
 @app.command("start")
 def start(model: _Model = None, dtype: _Dtype = "auto", threads: _Threads = None, foreground: _Foreground = False,
-          idle_timeout: _IdleTimeout = 30 * 60.0, max_rss_gb: _MaxRss = None, backend: _Backend = None) -> None:
+          idle_timeout: _IdleTimeout = IDLE_TIMEOUT, max_rss_gb: _MaxRss = None, backend: _Backend = None) -> None:
     """Load the model once and serve edits on a Unix socket (one per user) until stopped or idle.
 
     Exit codes: 0 serving (or, with --foreground, stopped cleanly), 1 already running or the model failed to load.
@@ -74,18 +51,18 @@ def start(model: _Model = None, dtype: _Dtype = "auto", threads: _Threads = None
 
               cadedit serve start --foreground --idle-timeout 0
     """
-    from cadedit.config import choose_model
+    from cadedit.settings import choose_model
     from cadedit.server import ServerConfig, resolve_spec, run_server, start_daemon
 
     config = ServerConfig(model=resolve_spec(choose_model(model)), dtype=dtype, threads=threads, backend=backend,
                           idle_timeout=idle_timeout, max_rss_bytes=int(max_rss_gb * 2**30) if max_rss_gb else None)
     if foreground:
-        _say(f"cadedit server: loading {config.model} ...")
-        run_server(config, on_ready=lambda status: _say(_serving(status)))
+        say(f"cadedit server: loading {config.model} ...")
+        run_server(config, on_ready=lambda status: say(_serving(status)))
         return
     with err.status(f"starting the cadedit server (loading {config.model}) ..."):
         status = start_daemon(config)
-    _say(_serving(status))
+    say(_serving(status))
 
 
 @app.command("stop")
@@ -94,7 +71,7 @@ def stop() -> None:
     from cadedit.server import stop as stop_server
 
     pid = stop_server()
-    _say(f"stopped the cadedit server (pid {pid})" if pid is not None else "no cadedit server was running")
+    say(f"stopped the cadedit server (pid {pid})" if pid is not None else "no cadedit server was running")
 
 
 @app.command("status")

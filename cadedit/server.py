@@ -7,17 +7,9 @@ edit_file would (device, dtype and threads are the server's), and raises the ser
 the same class, message, hint and exit code; None when no server holds that model. Importing this
 module imports neither torch nor transformers (serve() and run_server() import them).
 
-Measured (2 shared CPU cores at load average 5.5-6, Qwen2.5-Coder-0.5B-Instruct folder, fp32, 1 thread,
-examples/before.py, whole-file verify; 5 interleaved rounds, medians; overhead = wall - decode):
-  local:  time .venv/bin/cadedit fix examples/before.py "Fix the bug in average (round k)." --model M
-          --tries 1 --quiet --dtype fp32 --threads 1 --allow-no-change --no-scope --json
-          25.1 s wall, 14.3 s of it overhead (imports, weights, prompt)
-  server: a fresh `python` running connect(M).edit(Document.read(...), same instruction)
-          15.8 s wall, 3.3 s overhead (4.4x less); the same request again (prompt prefix cached)
-          10.0 s wall (2.5x less than local)
-Of the client's 3.3 s, ~3.2 s is importing torch: building an EditResult imports cadedit.pipeline and
-cadedit.decode. The same request without building one (JSON answer only) had 0.12 s overhead, 8.5 s
-wall (2.9x less): moving EditResult/DecodeStats/Step into a torch-free module would give that.
+Why: a cold `cadedit fix` pays for imports, weights and the prompt before its first token; a warm
+server pays them once, and a second request with the same prompt prefix reuses its KV cache
+(README, "Warm server"). The client imports no torch: what it builds (cadedit.results) is torch-free.
 """
 
 from __future__ import annotations
@@ -36,11 +28,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cadedit.errors import CadeditError
+from cadedit.settings import IDLE_TIMEOUT
 
 PROTOCOL = 1
 REQUEST_TIMEOUT = 10.0  # seconds a client has to send its request line once connected
 RUNTIME_ENV = "CADEDIT_RUNTIME_DIR"  # where the socket, pid file and log live (tests point it at tmp)
-DEFAULT_IDLE_TIMEOUT = 30 * 60.0
 CACHE_ROOM = 1 << 30  # default memory bound: own memory after loading plus this (0.5B fp32: ~40k cached tokens)
 START_TIMEOUT = 300.0  # a GGUF is converted on first load: about a minute for 0.5B
 _POLL = 0.2  # seconds between checks for stop and idleness in the accept loop
@@ -205,7 +197,7 @@ class ServerClient:
         """edit_file(document, instruction, options) run by the server; the same EditResult, or its error."""
         from cadedit.options import EditOptions
 
-        from cadedit.config import choose_model
+        from cadedit.settings import choose_model
 
         options = options or EditOptions()
         # The model resolved here, where the user's cwd and settings are; the server refuses another one.
@@ -225,7 +217,7 @@ class ServerClient:
 
 def connect(model_spec: str | None = None, socket_path: Path | None = None) -> ServerClient | None:
     """A client of the running server if it holds the model choose_model(model_spec) names, else None."""
-    from cadedit.config import choose_model
+    from cadedit.settings import choose_model
 
     wanted = resolve_spec(choose_model(model_spec))
     try:
@@ -498,7 +490,7 @@ def _trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def serve(socket_path: Path, loaded, idle_timeout: float = DEFAULT_IDLE_TIMEOUT, max_rss_bytes: int | None = None,
+def serve(socket_path: Path, loaded, idle_timeout: float = IDLE_TIMEOUT, max_rss_bytes: int | None = None,
           on_ready: Callable[[dict], None] | None = None) -> None:
     """Serve `loaded` on socket_path until a stop request, idle_timeout seconds without one (0: never),
     SIGTERM or Ctrl-C. max_rss_bytes None: the RSS now plus CACHE_ROOM."""
@@ -582,7 +574,7 @@ class ServerConfig:
     device: str = "auto"
     dtype: str = "auto"
     threads: int | None = None
-    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    idle_timeout: float = IDLE_TIMEOUT
     backend: str | None = None
     max_rss_bytes: int | None = None
     socket: str = ""

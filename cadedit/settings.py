@@ -1,21 +1,72 @@
-"""Which model to use: --model, then $CADEDIT_MODEL, then the project's settings, then the default.
+"""Every setting of cadedit, its default and the one rule that resolves it.
 
-Contract: choose_model(cli_value, cwd) returns a model spec (hub id, folder or .gguf path) and never
-imports torch or transformers, so commands that only need a tokenizer (`cadedit bench ceiling`)
-follow the same choice cheaply. Settings are `model` (and `backend`) in the nearest .cadedit.toml
-(top level or [tool.cadedit]) or pyproject.toml [tool.cadedit], looked for from the working folder
-up to the repository root or the home folder, in files the user owns that no one else may write;
-a malformed file is a ConfigError.
+Precedence, for every setting: the command line, then the environment (CADEDIT_*), then the nearest
+settings file, then the default written here. A settings file is `.cadedit.toml` (top level or
+[tool.cadedit]) or `pyproject.toml` ([tool.cadedit]), looked for from the working folder up to the
+repository root (the first folder with .git) or the home folder, whichever comes first, and only in
+files the user (or root) owns that no one else may write (git's safe.directory rule). The hook reads
+its rules with the same search from the repository root. A malformed file is a ConfigError naming it.
+Pure: imports neither torch nor transformers, so every command can resolve its settings cheaply.
 """
 
 from __future__ import annotations
 
+import enum
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from cadedit.errors import ConfigError
 
+
+class Mode(str, enum.Enum):
+    """How the model writes the edit (cadedit.decode's table: a cursor and a drafter each)."""
+
+    PROGRAM = "program"  # an edit program of line copies and new text (Copy-as-Decode)
+    REWRITE = "rewrite"  # the whole file retyped, one token per forward
+    LOOKUP = "lookup"  # the same, drafted by prompt lookup
+    VERIFY = "verify"  # the same, the file's own lines drafted and checked many tokens per forward
+
+
+class Backend(str, enum.Enum):
+    AUTO = "auto"  # whichever measured faster on this CPU for this model file (model.choose_backend)
+    TORCH = "torch"  # cadedit's own Qwen2 forward
+    LLAMA = "llama"  # the GGUF through llama.cpp, at its own size
+
+
+class Layout(str, enum.Enum):
+    """Fenced modes: where the instruction goes in the prompt (prompt.py)."""
+
+    BOTH = "both"
+    AFTER = "after"
+    QUOTED = "quoted"
+    AUTO = "auto"
+
+
+DTYPES = ("auto", "fp32", "bf16", "bf16-int8", "fp16")
+
+# -- the defaults, each written once ----------------------------------------------------------------
+
 DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+# verify: rewrite's exact output at several times its speed; program mode needs a model trained to
+# choose spans (README, Benchmarks).
+DEFAULT_MODE = Mode.VERIFY
+DEFAULT_BACKEND = Backend.AUTO
+DEFAULT_DTYPE = "auto"
+DEFAULT_LAYOUT = Layout.AUTO
+DEFAULT_TRIES = 3  # candidates until one passes its checks (fix, the hook)
+MAX_TRIES = 20
+TEST_TIMEOUT = 120.0  # seconds a --test command (or a hook rule's test) may run
+IDLE_TIMEOUT = 30 * 60.0  # seconds the warm server waits for a request before it exits
+CONTEXT_LINES = 60  # scoped edits: lines shown on each side of the regions (README, Scoped edits)
+MODES = tuple(m.value for m in Mode)
+BACKENDS = tuple(b.value for b in Backend)
+LAYOUTS = tuple(layout.value for layout in Layout)
+
+SETTINGS_FILE = ".cadedit.toml"
+# What a settings file may set: the model and how it runs, and the hook's [[rules]] (cadedit.repo).
+FILE_KEYS = ("model", "backend", "mode", "tries", "rules")
 
 
 def read_toml(path: Path) -> dict:
@@ -41,9 +92,18 @@ def cadedit_table(data: dict, path: Path, required: bool = True) -> dict:
     return table
 
 
-def configured_model(cwd: Path | None = None) -> str | None:
-    """`model` from the nearest .cadedit.toml (top level or [tool.cadedit]) or pyproject.toml [tool.cadedit]."""
-    return configured("model", cwd)
+@dataclass(frozen=True)
+class SettingsFile:
+    """One settings file's cadedit table: `.cadedit.toml` (top level, or its [tool.cadedit]) or
+    pyproject.toml's [tool.cadedit]."""
+
+    path: Path
+    table: dict
+
+    @property
+    def source(self) -> str:
+        """How messages name it: the file, or the file and its table."""
+        return self.path.name if self.path.name == SETTINGS_FILE else f"{self.path.name} [tool.cadedit]"
 
 
 def settings_folders(cwd: Path | None = None) -> list[Path]:
@@ -70,29 +130,45 @@ def trusted(path: Path) -> bool:
     return st.st_uid in (os.getuid(), 0) and not st.st_mode & 0o022
 
 
-def configured(key: str, cwd: Path | None = None) -> str | None:
-    """A string setting from the nearest trusted settings file that has it (see the module docstring)."""
+def settings_files(cwd: Path | None = None, untrusted: list[Path] | None = None) -> Iterator[SettingsFile]:
+    """The settings files that apply, nearest first (the module docstring's search rule); a file another
+    user controls is skipped (and appended to `untrusted` when given, for the caller's message)."""
     for folder in settings_folders(cwd):
-        for name in (".cadedit.toml", "pyproject.toml"):
+        for name in (SETTINGS_FILE, "pyproject.toml"):
             path = folder / name
-            if not path.is_file() or not trusted(path):
+            if not path.is_file():
+                continue
+            if not trusted(path):
+                if untrusted is not None:
+                    untrusted.append(path)
                 continue
             data = read_toml(path)
-            section = cadedit_table(data, path, required=False)
-            value = section.get(key, data.get(key) if name == ".cadedit.toml" else None)
-            if value is not None:
-                if not isinstance(value, str) or not value:
-                    raise ConfigError(f"{path}: `{key}` must be a non-empty string")
-                return value
+            tool = cadedit_table(data, path, required=False)
+            if name == SETTINGS_FILE:
+                yield SettingsFile(path, tool if "cadedit" in data.get("tool", {}) else data)
+            elif "cadedit" in data.get("tool", {}):
+                yield SettingsFile(path, tool)
+
+
+def configured(key: str, cwd: Path | None = None) -> str | None:
+    """A string setting from the nearest trusted settings file that has it (see the module docstring)."""
+    for found in settings_files(cwd):
+        value = found.table.get(key)
+        if value is not None:
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{found.path}: `{key}` must be a non-empty string")
+            return value
     return None
 
 
-BACKENDS = ("auto", "torch", "llama")
+def configured_model(cwd: Path | None = None) -> str | None:
+    """`model` from the nearest settings file that names one."""
+    return configured("model", cwd)
 
 
 def choose_backend(cli_value: str | None = None, cwd: Path | None = None) -> str:
-    """Precedence: --backend, then CADEDIT_BACKEND, then the project's settings, then auto."""
-    value = cli_value or os.environ.get("CADEDIT_BACKEND") or configured("backend", cwd) or "auto"
+    """Precedence: --backend, then CADEDIT_BACKEND, then the project's settings, then DEFAULT_BACKEND."""
+    value = cli_value or os.environ.get("CADEDIT_BACKEND") or configured("backend", cwd) or DEFAULT_BACKEND.value
     if value not in BACKENDS:
         raise ConfigError(f"unknown backend {value!r} (use {', '.join(BACKENDS)})")
     return value

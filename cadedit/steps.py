@@ -4,24 +4,21 @@ with one scale per output row, and uses it when it is fed one token.
 Why: a one-token step reads every weight once and does little arithmetic with it, so its time is
 the bytes read; int8 reads half of bf16's and a quarter of fp32's. A multi-token forward (the
 prompt, a verified draft) is arithmetic-bound and keeps the layer's own weight (AMX bf16 matmul),
-so prefill speed and its numbers are unchanged. Measured on this CPU in README (Model, dtype,
-speed). The int8 copy of a model is made once and kept under the user cache (written to a temporary
+so prefill speed and its numbers are unchanged (README, Model, dtype, speed). The int8 copy of a model is made once and kept under the user cache (written to a temporary
 file and renamed; a file that does not load is made again), since quantising 0.5B weights takes
 seconds. Torch's CPU kernel for it (`_weight_int8pack_mm`) takes bf16 or fp32 activations; with
-fp32 it is slower than fp32's own matmul here, so only bf16 models use it (model.cpu_dtype).
+fp32 it is slower than fp32's own matmul, so only bf16 models use it (model.cpu_dtype).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
-from cadedit.config import user_cache
+from cadedit.atomic import replace_file
+from cadedit.settings import user_cache
 
 
 class StepLinear(torch.nn.Module):
@@ -90,14 +87,9 @@ def _load(path: Path, linears: dict) -> dict | None:
 
 
 def _save(path: Path, tensors: dict) -> None:
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-        os.close(fd)
-        save_file(tensors, tmp)
-        os.replace(tmp, path)
+        replace_file(path, lambda f: f.write(save(tensors)), make_parent=True)
     except OSError:  # a read-only or full cache: quantise again next time
-        with contextlib.suppress(OSError, UnboundLocalError):
-            os.unlink(tmp)
+        pass

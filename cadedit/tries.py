@@ -27,11 +27,11 @@ from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Sampling
 from cadedit.prompt import unquoted
 from cadedit.results import EditResult
+from cadedit.settings import DEFAULT_TRIES, TEST_TIMEOUT
 
 if TYPE_CHECKING:  # the model code imports torch; a client of the warm server never needs it
     from cadedit.decode import Picker
 
-DEFAULT_TRIES = 3
 TRY_TEMPERATURE = 0.7
 # A failed check that more room may cure: the candidate did not parse (a statement cut short) or
 # failed the test (the fix is elsewhere). After one, the next try retypes the next wider scope
@@ -49,7 +49,7 @@ class CheckPlan:
 
     allow_no_change: bool = False  # `--allow-no-change`, and `--check`, where no change is the point
     test: str | None = None  # a shell command run with the candidate in place; exit 0 passes
-    test_timeout: float = 120.0
+    test_timeout: float = TEST_TIMEOUT
     cwd: Path | None = None
     # The file on disk must still hold the document's bytes when a test starts (`cadedit fix`); the
     # hook edits the staged content, so the working-tree file may differ (it is restored all the same).

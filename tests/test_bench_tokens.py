@@ -43,7 +43,7 @@ def test_load_tokenizer_errors_are_model_errors(tmp_path):
 
 
 def test_tokenizer_spec_follows_the_model_choice(tmp_path, monkeypatch):
-    from cadedit.config import DEFAULT_MODEL
+    from cadedit.settings import DEFAULT_MODEL
 
     monkeypatch.chdir(tmp_path)
     assert tokenizer_spec(None, None) == DEFAULT_MODEL

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -21,10 +19,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from cadedit.atomic import replace_file
+from cadedit.cli_common import err
 from cadedit.errors import CadeditError
 
 T = TypeVar("T")
-err = Console(stderr=True)
 
 
 class ResultsFile:
@@ -41,11 +40,7 @@ class ResultsFile:
             return
         data = json.dumps({**obj, "partial": partial}, indent=2, ensure_ascii=False) + "\n"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
-            os.replace(tmp, self.path)
+            replace_file(self.path, data.encode("utf-8"), make_parent=True)
         except OSError as exc:
             raise CadeditError(f"{self.path}: cannot write results ({exc.strerror or exc})") from None
         self._last = time.monotonic()

@@ -54,7 +54,7 @@ def _encoder(tokenizer: object) -> Callable[[str], list[int]]:
 def tokenizer_spec(tokenizer: str | None, model: str | None) -> str:
     """Which tokenizer to load: --tokenizer, else the model's, chosen as every command chooses it
     (--model, $CADEDIT_MODEL, `model` in .cadedit.toml / pyproject.toml, the default hub id)."""
-    from cadedit.config import choose_model
+    from cadedit.settings import choose_model
 
     return tokenizer or choose_model(model)
 
@@ -96,7 +96,7 @@ def _from_transformers(spec: str, **kwargs):
 
 def cache_dir() -> Path:
     """The cadedit user cache (config.user_cache)."""
-    from cadedit.config import user_cache
+    from cadedit.settings import user_cache
 
     return user_cache()
 
@@ -108,8 +108,7 @@ def _gguf_tokenizer_json(path: Path) -> Path:
     target = cache_dir() / "tokenizers" / f"{path.stem}-{key}.json"
     if not target.is_file():
         tok = _from_transformers(str(path.parent), gguf_file=path.name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        tok.backend_tokenizer.save(str(tmp))
-        os.replace(tmp, target)
+        from cadedit.atomic import replace_file
+
+        replace_file(target, tok.backend_tokenizer.to_str().encode("utf-8"), make_parent=True)
     return target
