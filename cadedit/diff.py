@@ -17,11 +17,11 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from cadedit.align import grouped_opcodes, opcodes
+from cadedit.atomic import replace_file
 from cadedit.document import Document
 from cadedit.errors import ApplyError, OutputError
 
@@ -221,16 +221,8 @@ def write_atomic(document: Document, new_text: str, force: bool = False) -> None
     check_unchanged(document)
     check_writable(document, force)
     with signals_deferred() as pending:
-        try:
-            st = target.stat()
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".cadedit-tmp")
-        except OSError as exc:
-            raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(new_text.encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
+
+        def keep_attributes(tmp: str) -> None:
             with contextlib.suppress(OSError):  # chown before chmod: chown clears the setuid and setgid bits
                 os.chown(tmp, st.st_uid, st.st_gid)
             os.chmod(tmp, stat.S_IMODE(st.st_mode))
@@ -238,13 +230,13 @@ def write_atomic(document: Document, new_text: str, force: bool = False) -> None
             check_unchanged(document)  # again, just before the rename: the window stays a few syscalls
             if pending:
                 raise_for_signal(pending[0])  # Ctrl-C or SIGTERM before the rename: nothing is written
-            os.replace(tmp, target)  # the commit point: a signal after it no longer undoes the write
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            if isinstance(exc, OSError):
-                raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
-            raise
+
+        try:
+            st = target.stat()
+            # The rename is the commit point: a signal after it no longer undoes the write.
+            replace_file(target, new_text.encode("utf-8"), durable=True, before_rename=keep_attributes)
+        except OSError as exc:
+            raise ApplyError(f"{document.path}: cannot write ({exc.strerror or exc})") from None
 
 
 def copy_xattrs(source: Path | str, target: Path | str) -> None:
