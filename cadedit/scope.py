@@ -10,7 +10,7 @@ file that the instruction names. Pure: no torch, no transformers.
 Decisions: a line reference inside a function or method widens to the innermost one (decorators
 and attached comments included); a line at top level or in a class body stays that line only.
 When definitions are unknown (the file does not parse, no parser for its language, tree-sitter
-missing: see outline.py, JS/TS parsing measured at 11-28 ms import + ~6 ms per 2,000 lines),
+missing: see outline.py),
 instruction-derived scope is the whole file with a note saying why, since a line alone could be
 too narrow to hold the fix; `--lines` still applies and `--scope NAME` is a ScopeError.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from cadedit.document import Document
 from cadedit.errors import ScopeError
-from cadedit.options import EditOptions
+from cadedit.options import EditOptions, Mode
 from cadedit.outline import LANGUAGES, Definition, Outline, display_name, language_of, outline
 
 
@@ -298,6 +298,17 @@ MAX_STATEMENT_LINES = 20
 
 def _spans(regions: Sequence[Region]) -> list[tuple[int, int]]:
     return [(r.start, r.end) for r in regions]
+
+
+def plan_edit(document: Document, instruction: str, options: EditOptions, lines: Sequence[str] = (),
+              names: Sequence[str] = (), scoping: bool = True) -> tuple[EditOptions, Scope | None]:
+    """What every edit does first (`cadedit fix`, the hook, the server's clients, the benchmarks): the
+    scope from --lines/--scope or the instruction, then the options for it. No scope (None) when
+    scoping is off (--no-scope) or the mode writes an edit program, which always sees the whole file."""
+    if not scoping or options.mode == Mode.PROGRAM:
+        return options, None
+    scope = resolve_scope(document, instruction, lines=lines, names=names)
+    return scoped_options(options, scope, instruction, document.path), scope
 
 
 def scoped_options(options: EditOptions, scope: Scope, instruction: str, path: str) -> EditOptions:

@@ -103,12 +103,11 @@ class E2ESettings:
 def mode_method(mode: Mode, scoped: bool = False) -> Method:
     """One decoding mode, through exactly the code path of `cadedit fix`; scoped: the scope from the
     instruction first, as `cadedit fix` resolves it (no scope found: the whole file)."""
-    from cadedit.scope import resolve_scope, scoped_options
+    from cadedit.scope import plan_edit
 
     def edit(loaded: LoadedModel, document: Document, instruction: str, max_new_tokens: int | None) -> Edited:
         options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, mode=mode)
-        if scoped:
-            options = scoped_options(options, resolve_scope(document, instruction), instruction, document.path)
+        options, _ = plan_edit(document, instruction, options, scoping=scoped)
         result = pipeline.edit_file(document, instruction, options, loaded=loaded)
         s = result.stats
         return Edited(result.new_text, result.program_text, s.forward_passes, s.tokens_new, s.tokens_copied,
