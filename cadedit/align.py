@@ -7,8 +7,8 @@ False) unchanged, so ordinary files align exactly as before. Bigger ones are cut
 prefix and suffix, then anchors on lines that occur once in each side (patience diff: the longest
 increasing run of such pairs), recursively; a piece at most SMALL goes to difflib, a bigger piece
 without any anchor is one replace. difflib alone is quadratic when many lines repeat (a blank
-line matches every blank line): `cadedit apply` on 5k / 10k / 20k lines, half blank, took
-2.0 / 9.3 / 17.5 s; see test_align.py for the bound on the work done here.
+line matches every blank line), so a long file of repeated lines took seconds; see test_align.py
+for the bound on the work done here.
 Pure: no torch, no transformers.
 """
 

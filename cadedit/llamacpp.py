@@ -273,8 +273,8 @@ def _chunks(n: int, first_kept: int):
 
 
 # The configurations the backend probe compares: name -> (repack, flash attention). Flash attention
-# stays off (llama-cpp-python's default): on it made one-token steps after a 1,024-token prompt a
-# third slower and 16-token drafts 2.7x slower (README, "llama.cpp backend").
+# stays off (llama-cpp-python's default): on CPUs it made long-prompt steps and drafts slower
+# (README, "llama.cpp backend").
 VARIANTS = {"llama": (False, False), "llama-repack": (True, False)}
 
 

@@ -90,13 +90,8 @@ class Variant:
     close: bool = False  # insist that a gen ends with </gen> (the 0.5B model tried `<gen end>`, `<gen/>`)
 
 
-# Measured with benchmarks/prompt_eval.py (Qwen2.5-Coder-0.5B-Instruct, bf16, greedy, HumanEvalFix
-# Python docs; gain = line similarity to gold of the edited file minus that of the input):
-#   cases 0-7:   uncounted -0.207, colon -0.210, two-shot -0.346, zero-shot -0.459, default -0.086,
-#                two-shot-count -0.293 (0 exact anywhere; 7/8 finished each)
-#   cases 0-15:  uncounted -0.169 (14/16 finished, 0 tests pass), default -0.137 (15/16, 1 pass),
-#                count-close -0.190 (15/16, 1 pass)
-# The untrained 0.5B model damages most files whatever the prompt; stating the line count helps most.
+# Program-mode prompt variants (benchmarks/prompt_eval.py; figures in README, "Design measurements"):
+# an untrained model damages most files whatever the prompt; stating the line count helps most.
 VARIANTS = {
     "default": Variant("default", " | ", 1, count=True),
     "uncounted": Variant("uncounted", " | ", 1),
@@ -160,19 +155,12 @@ def fenced_source(document: Document, fence: str) -> str:
 # Where the instruction goes in the fenced modes' prompt. "both": before and after the file;
 # "after": after the file only, so prompts for different instructions share the file's KV cache;
 # "quoted" (scoped edits): after the file, with the region to retype quoted again before it.
-# Measured (Qwen2.5-Coder-0.5B-Instruct, bf16, verify, one greedy try, HumanEvalFix-Python tests
-# passed; `cadedit bench tries -c humanevalfix_python.jsonl --tries 1 --check-tries 0 --layout L`):
-#   cases 0-19 (tuned on):   both 2/20, after 3/20
-#   cases 20-39 (held out):  both 3/20, after 2/20
-# A tie on quality (5/40 each); "both" is out because only "after" and "quoted" let a second edit
-# of the same file reuse the file's KV cache (model.PrefixStore). For whole files "quoted" is "after".
-# Scoped edits, HumanEvalFix-Python 0-19 as whole files (the function named), 0.5B: both 5/20, after
-# 7/20, quoted 7/20. Long files (bench longfile tasks 10-19, explicit, 1.5B, one greedy try): after
-# 7/10, quoted 9/10 -- shown 60 lines around a one-line region, the model lost its place and retyped
-# other lines of the window; with the region quoted right before the instruction it did not.
-# The main job of setup.sh (a 12-line file, the function named, 1.5B): after passed on try 1, quoted
-# copied the function unchanged on try 1. Shown whole, a short file leaves no place to lose, and the
-# quote only invites a copy; "auto" (the default) quotes the region when the file is shown in parts.
+# Why (figures in README, "Design measurements"): "both" and "after" tie on quality, and only "after"
+# and "quoted" let a second edit of the same file reuse the file's KV cache (model.PrefixStore); for
+# whole files "quoted" is "after". Shown a window of a long file, a small model loses its place and
+# retypes other lines of the window unless the region is quoted right before the instruction; shown
+# a short file whole, there is no place to lose and the quote only invites a copy, so "auto" (the
+# default) quotes the region when the file is shown in parts.
 LAYOUTS = ("both", "after", "quoted", "auto")
 _UNQUOTED = {"quoted": "after", "auto": "after"}  # each layout that quotes the region, and the same without
 

@@ -1,8 +1,8 @@
 """Qwen2 in plain torch: the causal LM the decode loop feeds, its KV cache, and its weights read
 straight from a model folder's safetensors files.
 
-Why not transformers' model: importing its Qwen2 class and from_pretrained cost about 5 s of every
-cold `cadedit fix` here, before any forward; this module imports torch only, maps the weight files
+Why not transformers' model: importing its Qwen2 class and from_pretrained cost seconds of every
+cold `cadedit fix` before any forward (README, "Cold start"); this module imports torch only, maps the weight files
 into memory without copying them (the page cache serves them), and keeps the cache in buffers that
 grow by doubling, so a one-token step does no concatenation. The numbers are transformers' Qwen2
 (tests/test_qwen2.py compares the logits with its Qwen2ForCausalLM).
@@ -221,7 +221,7 @@ class Attention(nn.Module):
             out = weights.to(q.dtype) @ values
         elif n == 1:
             # One query row per head: the G query heads of a KV head attend as G rows of one batch entry,
-            # with no copy of the keys (6x faster here than torch's grouped-query path for a step).
+            # with no copy of the keys (several times faster than torch's grouped-query path for a step).
             group = self.heads // self.kv_heads
             out = F.scaled_dot_product_attention(q.reshape(self.kv_heads, group, self.dim), keys, values)
         else:

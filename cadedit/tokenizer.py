@@ -1,8 +1,8 @@
 """A model folder's tokenizer: its tokenizer.json through the `tokenizers` library, its special
 tokens from tokenizer_config.json, and its chat template rendered with Jinja as transformers does.
 
-Why not transformers' AutoTokenizer: importing and loading it took about 2.7 s of every cold
-`cadedit fix` here, against 0.4 s for the same tokenizer.json read directly. The interface is the
+Why not transformers' AutoTokenizer: importing and loading it costs several times what reading the
+same tokenizer.json directly does, on every cold `cadedit fix` (README, "Cold start"). The interface is the
 part of transformers' tokenizer the rest of cadedit uses (encode, decode, the special ids, the
 vocabulary, apply_chat_template), so either can be handed to it (tests build theirs with
 transformers). Prompts are the same text and ids (tests/test_qwen2.py compares them).

@@ -28,10 +28,10 @@ AHEAD = 4  # source lines after the last aligned one where a new output line may
 class Schedule:
     """Draft lengths in tokens: `start` after a miss, times `grow` after a full accept, at most `most`.
 
-    Measured cost model (0.5B fp32, this 2-core CPU, issue 4): a decode step 245 ms, a 2-16 token
-    forward 520 ms, 64 tokens 1.0 s, 512 tokens 4.7 s. So a 16-token draft that fails costs about
-    one extra step, one that is accepted saves about 14; past ~256 tokens a forward costs nearly
-    linear time, so longer drafts save little and a miss wastes seconds.
+    Why these numbers: on CPUs a forward of up to ~16 tokens costs about two one-token steps, so a
+    16-token draft that fails costs about one extra step and one that is accepted saves about 14;
+    past ~256 tokens a forward costs nearly linear time, so longer drafts save little and a miss
+    wastes seconds (README, "Design measurements").
     """
 
     start: int = 16
@@ -125,15 +125,6 @@ class Aligner:
         while n < len(self.recent) and k - n >= 0 and self.recent[-1 - n] == self.lines[k - n]:
             n += 1
         return n
-
-
-def agreement(predictions: Sequence[int], draft: Sequence[int]) -> int:
-    """How many draft tokens greedy decoding would itself have produced: predictions[i] is the
-    model's argmax after the pending token and draft[:i]."""
-    n = 0
-    while n < len(draft) and predictions[n] == draft[n]:
-        n += 1
-    return n
 
 
 class VerifyDrafter:

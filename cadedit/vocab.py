@@ -230,7 +230,7 @@ def _piece_bytes(piece: str | None) -> bytes:
 class TokenBytes(Sequence):
     """Each token id's bytes (added tokens as their UTF-8 text; b"" past the vocabulary), as wide
     as n_logits, looked up when first asked for: an edit reads a few thousand ids, and building the
-    whole table took 0.3 s of every cold `cadedit fix`. The grammar's Vocab builds all of it."""
+    whole table would cost every cold `cadedit fix` a noticeable share of its start. The grammar's Vocab builds all of it."""
 
     def __init__(self, hf_tokenizer, n_logits: int | None = None):
         self._tokenizer = hf_tokenizer
