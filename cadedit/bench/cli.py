@@ -15,15 +15,16 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Annotated, Optional, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
 
+from cadedit.cli_common import _Backend, _Dtype, _Model, err, sub_app
 from cadedit.errors import CadeditError
+from cadedit.settings import DEFAULT_DTYPE
 
 T = TypeVar("T")
-err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
 class _Out:
@@ -47,13 +48,7 @@ class _Out:
 
 out = _Out()
 
-app = typer.Typer(
-    name="bench",
-    help="Reproduce the paper's measurements on any corpus, tokenizer, model and machine.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+app = sub_app("bench", "Reproduce the paper's measurements on any corpus, tokenizer, model and machine.")
 
 CorpusOpt = Annotated[list[Path], typer.Option(
     "--corpus", "-c", metavar="FILE",
@@ -63,12 +58,8 @@ JsonOpt = Annotated[Path | None, typer.Option("--json", metavar="PATH", help="Wr
 LimitOpt = Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Only the first N cases of each corpus.")]
 TokenizerOpt = Annotated[str | None, typer.Option(
     "--tokenizer", metavar="PATH", help="tokenizer.json, a model folder, a .gguf file or a hub id (default: the model's, see --model).")]
-ModelOpt = Annotated[str | None, typer.Option(
-    "--model", "-m", metavar="MODEL", help="Model folder, .gguf file or hub id (default: $CADEDIT_MODEL, then `model` in .cadedit.toml or "
-         "pyproject.toml \\[tool.cadedit], then Qwen/Qwen2.5-Coder-1.5B-Instruct).")]
-BackendOpt = Annotated[Optional[str], typer.Option(
-    "--backend", help="auto, torch or llama (a GGUF through llama.cpp); default as cadedit fix.")]
-
+ModelOpt = _Model
+BackendOpt = _Backend
 
 def int_list(text: str, name: str) -> tuple[int, ...]:
     try:
@@ -107,6 +98,32 @@ def run_cases(items: Iterable[T], total: int, description: str, step: Callable[[
         raise
 
 
+def run_corpora(corpora: dict[str, list], description: str, run_one: Callable[[str, object], T],
+                to_json: Callable[[dict[str, list[T]]], dict], json_path: Path | None,
+                show: Callable[[T], None] | None = None, work: list[tuple[str, object]] | None = None) -> dict[str, list[T]]:
+    """What every corpus benchmark does: run_one(corpus name, case) for each case of each corpus (or each
+    (name, item) of `work`) under a progress bar, the rows kept per corpus, to_json(rows) rewritten to
+    json_path as they come (partial, and kept on Ctrl-C) and once at the end; show(row) prints a line."""
+    from cadedit.bench.report import ResultsFile
+
+    done: dict[str, list[T]] = {name: [] for name in corpora}
+    results = ResultsFile(json_path)
+
+    def save(partial: bool, force: bool = True) -> None:
+        results.write(to_json(done), partial=partial, force=force)
+
+    def step(item: tuple[str, object]) -> None:
+        row = run_one(*item)
+        done[item[0]].append(row)
+        if show is not None:
+            show(row)
+
+    items = work if work is not None else [(name, case) for name, cases in corpora.items() for case in cases]
+    run_cases(items, len(items), description, step, save)
+    save(False)
+    return done
+
+
 # -- ceiling -------------------------------------------------------------------------------------
 
 
@@ -127,7 +144,6 @@ def ceiling(
     Example: cadedit bench ceiling -c humanevalfix_python.jsonl -c humanevalfix_js.jsonl --tokenizer model.gguf
     """
     from cadedit.bench import ceiling as ce
-    from cadedit.bench.report import ResultsFile
     from cadedit.bench.tokens import load_tokenizer, tokenizer_spec
 
     if counting not in ce.COUNTINGS:
@@ -135,16 +151,8 @@ def ceiling(
     corpora = load_corpora(corpus, limit)
     curve = ce.load_curve(kernel) if kernel else None
     tokens = load_tokenizer(tokenizer_spec(tokenizer, model))
-    done: dict[str, list] = {name: [] for name in corpora}
-    results = ResultsFile(json_path)
-
-    def save(partial: bool, force: bool = True) -> None:
-        results.write(_ceiling_json(done, tokens.name, counting, curve), partial=partial, force=force)
-
-    work = [(name, case) for name, cases in corpora.items() for case in cases]
-    run_cases(work, len(work), "ceiling", lambda item: done[item[0]].append(ce.case_ceiling(item[1], tokens, counting)),
-              save)
-    save(False)
+    done = run_corpora(corpora, "ceiling", lambda name, case: ce.case_ceiling(case, tokens, counting),
+                       lambda done: _ceiling_json(done, tokens.name, counting, curve), json_path)
     _print_ceiling(_ceilings(done), curve, tokens.name, counting)
 
 
@@ -214,19 +222,11 @@ def roundtrip(corpus: CorpusOpt, json_path: JsonOpt = None, limit: LimitOpt = No
     Example: cadedit bench roundtrip -c humanevalfix_python.jsonl
     """
     from cadedit.bench import roundtrip as rt
-    from cadedit.bench.report import ResultsFile
 
     corpora = load_corpora(corpus, limit)
-    done: dict[str, list] = {name: [] for name in corpora}
-    results = ResultsFile(json_path)
-
-    def save(partial: bool, force: bool = True) -> None:
-        summary = {name: rt.summarize(rows) for name, rows in done.items()}
-        results.write({"command": "roundtrip", "corpora": summary}, partial=partial, force=force)
-
-    work = [(name, case) for name, cases in corpora.items() for case in cases]
-    run_cases(work, len(work), "roundtrip", lambda item: done[item[0]].append(rt.roundtrip_case(item[1])), save)
-    save(False)
+    done = run_corpora(corpora, "roundtrip", lambda name, case: rt.roundtrip_case(case),
+                       lambda done: {"command": "roundtrip", "corpora": {n: rt.summarize(r) for n, r in done.items()}},
+                       json_path)
     rows, failed = [], []
     for name, cases in done.items():
         s = rt.summarize(cases)
@@ -262,7 +262,6 @@ def perturb(
     Example: cadedit bench perturb -c humanevalfix_python.jsonl --eps 0,1,2 --trials 5 --seed 0
     """
     from cadedit.bench import perturb as pt
-    from cadedit.bench.report import ResultsFile
 
     radii = int_list(eps, "--eps")
     if semantics not in pt.SEMANTICS:
@@ -272,21 +271,14 @@ def perturb(
     programs = {name: [pt.paper_program(c) for c in cases] if paper else pt.oracle_programs(cases)
                 for name, cases in corpora.items()}
     run_trial = pt.run_paper_trial if paper else pt.run_trial
-    done: dict[str, list] = {name: [] for name in corpora}
-    results = ResultsFile(json_path)
 
-    def save(partial: bool, force: bool = True) -> None:
-        summary = {name: pt.summarize(trials_) for name, trials_ in done.items() if trials_}
-        results.write({"command": "perturb", "semantics": semantics, "seed": seed, "trials": trials,
-                       "corpora": summary}, partial=partial, force=force)
+    def to_json(done: dict[str, list]) -> dict:
+        return {"command": "perturb", "semantics": semantics, "seed": seed, "trials": trials,
+                "corpora": {name: pt.summarize(rows) for name, rows in done.items() if rows}}
 
-    def step(item: tuple[str, int, int]) -> None:
-        name, e, t = item
-        done[name].append(run_trial(corpora[name], programs[name], e, t, seed))
-
-    work = [(name, e, t) for name in corpora for e in radii for t in range(trials)]
-    run_cases(work, len(work), "perturb", step, save)
-    save(False)
+    work = [(name, (e, t)) for name in corpora for e in radii for t in range(trials)]
+    done = run_corpora(corpora, "perturb", lambda name, et: run_trial(corpora[name], programs[name], *et, seed), to_json,
+                       json_path, work=work)
     _print_perturb(done, radii, semantics)
 
 
@@ -323,25 +315,16 @@ def formats(
     Example: cadedit bench formats -c humanevalfix_js.jsonl --tokenizer model.gguf
     """
     from cadedit.bench import formats as fm
-    from cadedit.bench.report import ResultsFile
     from cadedit.bench.tokens import load_tokenizer, tokenizer_spec
 
     corpora = load_corpora(corpus, limit)
     tokens = load_tokenizer(tokenizer_spec(tokenizer, model))
-    done: dict[str, list] = {name: [] for name in corpora}
-    results = ResultsFile(json_path)
 
-    def save(partial: bool, force: bool = True) -> None:
+    def to_json(done: dict[str, list]) -> dict:
         summary = {name: _formats_summary(rows) for name, rows in done.items() if rows}
-        results.write({"command": "formats", "tokenizer": tokens.name, "corpora": summary}, partial=partial, force=force)
+        return {"command": "formats", "tokenizer": tokens.name, "corpora": summary}
 
-    def step(item) -> None:
-        name, case = item
-        done[name].append((case.id, fm.case_formats(case, tokens)))
-
-    work = [(name, case) for name, cases in corpora.items() for case in cases]
-    run_cases(work, len(work), "formats", step, save)
-    save(False)
+    done = run_corpora(corpora, "formats", lambda name, case: (case.id, fm.case_formats(case, tokens)), to_json, json_path)
     _print_formats(done, tokens.name)
 
 
@@ -402,7 +385,7 @@ def kernel(
     ar_max: Annotated[int, typer.Option(
         help="Time at most this many AR steps per trial and scale per token beyond it (0: time them all).")] = 0,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda[:k].")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
+    dtype: _Dtype = DEFAULT_DTYPE,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
     attn: Annotated[str, typer.Option(
         help="Attention: eager (written out, as the paper measured) or sdpa (torch's fused kernel, what fix uses).")] = "eager",
@@ -423,7 +406,6 @@ def kernel(
     Example: cadedit bench kernel --model model.gguf --prefix 1024 --trials 5 --json kernel.json --plot kernel.png
     """
     from cadedit.bench import kernel as kn
-    from cadedit.bench.report import ProgressBar, ResultsFile
 
     settings = kn.KernelSettings(prefix, int_list(spans, "--spans"), trials, ar_max, seed, all_logits)
     if min(settings.spans) < 1:
@@ -435,6 +417,21 @@ def kernel(
             "ar_max": ar_max, "seed": seed, "logits": "all" if all_logits else "last"}
     if reference and loaded.backend != "llama":
         raise typer.BadParameter("the reference is llama.cpp's own: use it with --backend llama", param_hint="--reference")
+    points = _kernel_sweeps(loaded, settings, meta, reference, json_path)
+    _print_kernel(points, meta)
+    if reference:
+        _print_reference(points, meta["reference"])
+    title = f"{_short(loaded.name)}, {meta['device_name']}, {meta['dtype']}, {meta['threads']} threads, P={prefix}"
+    if plot_path and not kn.plot(points, plot_path, title):
+        err.print("matplotlib not installed: no plot (pip install 'cadedit[plot]')")
+
+
+def _kernel_sweeps(loaded, settings, meta: dict, reference: bool, json_path: Path | None) -> list:
+    """The sweep over span lengths (and with `reference`, the same on llama.cpp's own Llama.eval, into
+    meta["reference"]); results rewritten to json_path after each point, kept on Ctrl-C."""
+    from cadedit.bench import kernel as kn
+    from cadedit.bench.report import ProgressBar, ResultsFile
+
     points: list = []
     results = ResultsFile(json_path)
 
@@ -462,12 +459,7 @@ def kernel(
         err.print("interrupted: partial results kept", highlight=False)
         raise
     save(False)
-    _print_kernel(points, meta)
-    if reference:
-        _print_reference(points, meta["reference"])
-    title = f"{_short(loaded.name)}, {meta['device_name']}, {meta['dtype']}, {meta['threads']} threads, P={prefix}"
-    if plot_path and not kn.plot(points, plot_path, title):
-        err.print("matplotlib not installed: no plot (pip install 'cadedit[plot]')")
+    return points
 
 
 def _print_kernel(points: list, meta: dict) -> None:
@@ -522,7 +514,7 @@ def e2e(
     max_new_tokens: Annotated[int | None, typer.Option(
         "--max-new-tokens", min=1, help="Budget per edit (default: twice the file's tokens + 256).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda[:k].")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
+    dtype: _Dtype = DEFAULT_DTYPE,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
     context: Annotated[str, typer.Option(
         help="HumanEvalPack records: body (the paper's counting), docs (whole files with docstrings) or nodocs.")] = "body",
@@ -545,8 +537,6 @@ def e2e(
               cadedit bench e2e -c long.jsonl --model MODEL --gguf model.gguf --methods fix,llama-lookup --floor --no-tests
     """
     from cadedit.bench.ceiling import COUNTINGS, load_curve
-    from cadedit.bench.peers import PEERS, require_llama
-    from cadedit.bench.report import ResultsFile
 
     if counting not in COUNTINGS:
         raise typer.BadParameter(f"use one of {', '.join(COUNTINGS)}", param_hint="--counting")
@@ -554,14 +544,7 @@ def e2e(
     from cadedit.bench import e2e as ee  # torch and the pipeline: timed for the meta
 
     imports = time.perf_counter() - start
-    names = tuple(m.strip() for m in methods.split(",") if m.strip())
-    if not names or any(m not in ee.METHODS for m in names) or len(set(names)) < len(names):
-        raise typer.BadParameter(f"use some of {', '.join(ee.METHODS)}, each once", param_hint="--methods")
-    peer_names = [m for m in names if m in PEERS]
-    if peer_names and gguf is None:
-        raise typer.BadParameter(f"{', '.join(peer_names)} need(s) the model as a .gguf file", param_hint="--gguf")
-    if peer_names:
-        require_llama()
+    names, peer_names = _e2e_methods(methods, gguf)
     baseline = names[1] if len(names) > 1 else ""
     corpora = load_corpora(corpus, limit, context)
     if long:
@@ -570,16 +553,7 @@ def e2e(
             corpora[f"{name} long"] = ee.long_cases(full[name], long)
     curve = load_curve(kernel) if kernel else None
     settings = ee.E2ESettings(names, max_new_tokens, test_timeout, not no_tests)
-    with err.status("loading the model ..."):
-        from cadedit.model import load_model
-
-        loaded = load_model(model, device, dtype, threads, backend)
-        warm = ee.warm_up(loaded)
-    least = None
-    if floor:
-        with err.status("measuring the kernel for the compute floor ..."):
-            least = ee.measure_floor(loaded)
-        err.print(f"compute floor: prefill {least.prefill_ms:.2f} ms/token, step {least.step_ms:.1f} ms", highlight=False)
+    loaded, warm, least = _e2e_load(model, device, dtype, threads, backend, floor)
     with err.status("loading the peers ..."):
         peers_meta, chosen = _e2e_peers(loaded, peer_names, gguf, llama_ctx, corpora, max_new_tokens, names)
     err.print(f"{_short(loaded.name)}: imports {imports:.1f} s, load {loaded.load_seconds:.1f} s ("
@@ -591,24 +565,47 @@ def e2e(
             "max_new_tokens": max_new_tokens, "long": long, "imports_seconds": imports,
             "load_seconds": loaded.load_seconds, "load_phases": dict(loaded.phases), "warm_up_seconds": warm,
             "floor": least.to_json() if least else None, **peers_meta}
-    done: dict[str, list] = {name: [] for name in corpora}
-    results = ResultsFile(json_path)
 
-    def save(partial: bool, force: bool = True) -> None:
-        entries = [{"name": name, "n": len(rows), "summary": ee.summarize(rows, baseline, least), "bounds": bounds.get(name),
-                    "cases": [r.to_json() for r in rows]} for name, rows in done.items()]
-        results.write({**meta, "corpora": entries}, partial=partial, force=force)
+    def to_json(done: dict[str, list]) -> dict:
+        return {**meta, "corpora": [{"name": name, "n": len(rows), "summary": ee.summarize(rows, baseline, least),
+                                     "bounds": bounds.get(name), "cases": [r.to_json() for r in rows]}
+                                    for name, rows in done.items()]}
 
-    def step(item) -> None:
-        name, case = item
-        row = ee.run_case(loaded, case, settings, chosen)
-        done[name].append(row)
-        err.print(_e2e_line(row), highlight=False, markup=False)
-
-    work = [(name, case) for name, cases in corpora.items() for case in cases]
-    run_cases(work, len(work), "e2e", step, save)
-    save(False)
+    done = run_corpora(corpora, "e2e", lambda name, case: ee.run_case(loaded, case, settings, chosen), to_json, json_path,
+                       show=lambda row: err.print(_e2e_line(row), highlight=False, markup=False))
     _print_e2e(done, bounds, baseline, loaded.name, least)
+
+
+def _e2e_methods(methods: str, gguf: Path | None) -> tuple[tuple[str, ...], list[str]]:
+    """--methods checked: the names in order, and those that are llama.cpp peers (they need --gguf)."""
+    from cadedit.bench import e2e as ee
+    from cadedit.bench.peers import PEERS, require_llama
+
+    names = tuple(m.strip() for m in methods.split(",") if m.strip())
+    if not names or any(m not in ee.METHODS for m in names) or len(set(names)) < len(names):
+        raise typer.BadParameter(f"use some of {', '.join(ee.METHODS)}, each once", param_hint="--methods")
+    peer_names = [m for m in names if m in PEERS]
+    if peer_names and gguf is None:
+        raise typer.BadParameter(f"{', '.join(peer_names)} need(s) the model as a .gguf file", param_hint="--gguf")
+    if peer_names:
+        require_llama()
+    return names, peer_names
+
+
+def _e2e_load(model, device: str, dtype: str, threads, backend, floor: bool):
+    """The model loaded and warmed up, and (with --floor) the kernel measured for the compute floor."""
+    from cadedit.bench import e2e as ee
+    from cadedit.model import load_model
+
+    with err.status("loading the model ..."):
+        loaded = load_model(model, device, dtype, threads, backend)
+        warm = ee.warm_up(loaded)
+    least = None
+    if floor:
+        with err.status("measuring the kernel for the compute floor ..."):
+            least = ee.measure_floor(loaded)
+        err.print(f"compute floor: prefill {least.prefill_ms:.2f} ms/token, step {least.step_ms:.1f} ms", highlight=False)
+    return loaded, warm, least
 
 
 def _e2e_peers(loaded, peer_names: list[str], gguf: Path | None, llama_ctx: int | None, corpora: dict[str, list],
@@ -706,7 +703,7 @@ def decode(
     no_draft: Annotated[bool, typer.Option(
         "--no-draft", help="The paper's loop: one forward per decision, no drafted program tokens.")] = False,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda[:k].")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
+    dtype: _Dtype = DEFAULT_DTYPE,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
@@ -720,7 +717,6 @@ def decode(
     from cadedit.bench import decode as dc
     from cadedit.bench.ceiling import load_curve
     from cadedit.bench.e2e import warm_up
-    from cadedit.bench.report import ResultsFile
     from cadedit.bench.tokens import TokenCounter
     from cadedit.model import load_model
 
@@ -747,25 +743,18 @@ def decode(
     meta = {"command": "decode", "model": loaded.name, "device": loaded.device,
             "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads, "draft": not no_draft,
             "kernel": curve.source, "curve": {"n": list(curve.n), "s": list(curve.s)}}
-    done: dict[str, list] = {name: [] for name in corpora}
-    results = ResultsFile(json_path)
 
-    def save(partial: bool, force: bool = True) -> None:
-        entries = [{"name": name, "summary": dc.summarize(rows, curve), "cases": [r.to_json(curve) for r in rows]}
-                   for name, rows in done.items()]
-        results.write({**meta, "corpora": entries}, partial=partial, force=force)
+    def to_json(done: dict[str, list]) -> dict:
+        return {**meta, "corpora": [{"name": name, "summary": dc.summarize(rows, curve),
+                                     "cases": [r.to_json(curve) for r in rows]} for name, rows in done.items()]}
 
-    def step(item) -> None:
-        name, case = item
-        row = dc.oracle_case(loaded, case, not no_draft, counter)
-        done[name].append(row)
+    def show(row) -> None:
         err.print(f"{row.id}: T={row.ceiling.total}, spans {list(row.ceiling.spans)}, {row.forward_passes} fwd, "
                   f"loop {row.cad_seconds:.2f} s, regen {row.regen_seconds:.2f} s, {row.ratio:.2f}x, "
                   f"bound {dc.bound([row], curve):.2f}x", highlight=False, markup=False)
 
-    work = [(name, case) for name, cases in corpora.items() for case in cases]
-    run_cases(work, len(work), "decode", step, save)
-    save(False)
+    done = run_corpora(corpora, "decode", lambda name, case: dc.oracle_case(loaded, case, not no_draft, counter), to_json,
+                       json_path, show)
     _print_decode(done, curve, loaded.name, not no_draft)
 
 
@@ -798,7 +787,7 @@ def tries(
     test_timeout: Annotated[float, typer.Option("--test-timeout", min=0.1, help="Seconds per test run.")] = 10.0,
     mode: Annotated[str, typer.Option(help="Decoding mode: program, rewrite, lookup or verify.")] = "verify",
     layout: Annotated[str | None, typer.Option(help="Prompt layout (prompt.LAYOUTS); default: EditOptions'.")] = None,
-    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
+    dtype: _Dtype = DEFAULT_DTYPE,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
     skip: Annotated[int, typer.Option(min=0, help="Skip the first N cases of each corpus.")] = 0,
     context: Annotated[str, typer.Option(
@@ -815,7 +804,6 @@ def tries(
     from dataclasses import replace
 
     from cadedit.bench import tries as bt
-    from cadedit.bench.report import ResultsFile
     from cadedit.model import load_model
     from cadedit.options import EditOptions, Mode
 
@@ -827,28 +815,21 @@ def tries(
     settings = bt.TriesSettings(max_tries, check_tries, test_timeout, options)
     meta = {"command": "tries", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
             "threads": loaded.threads, "mode": mode, "layout": options.layout, "context": context, "tries": max_tries, "check_tries": check_tries, "skip": skip}
-    done: dict[str, list] = {name: [] for name in corpora}
-    results = ResultsFile(json_path)
     rows = ("single",) + (("checks",) if check_tries else ()) + tuple(dict.fromkeys(
         f"test{k}" for k in (min(3, max_tries), max_tries) if max_tries > 1))
 
-    def save(partial: bool, force: bool = True) -> None:
-        entries = [{"name": name, "summary": bt.summarize(cases, rows), "cases": cases} for name, cases in done.items()]
-        results.write({**meta, "corpora": entries}, partial=partial, force=force)
+    def to_json(done: dict[str, list]) -> dict:
+        return {**meta, "corpora": [{"name": name, "summary": bt.summarize(cases, rows), "cases": cases}
+                                    for name, cases in done.items()]}
 
-    def step(item) -> None:
-        name, case = item
-        row = bt.run_case(loaded, case, settings)
-        done[name].append(row)
+    def show(row: dict) -> None:
         if "skipped" in row:
-            err.print(f"{case.id}: skipped ({row['skipped']})")
+            err.print(f"{row['id']}: skipped ({row['skipped']})")
         else:
-            err.print(f"{case.id}: " + ", ".join(f"{k} {'pass' if row[k]['passed'] else 'fail'} "
-                                                 f"{row[k]['seconds']:.1f}s/{row[k]['tries']}" for k in rows))
+            err.print(f"{row['id']}: " + ", ".join(f"{k} {'pass' if row[k]['passed'] else 'fail'} "
+                                                   f"{row[k]['seconds']:.1f}s/{row[k]['tries']}" for k in rows))
 
-    work = [(name, case) for name, cases in corpora.items() for case in cases]
-    run_cases(work, len(work), "tries", step, save)
-    save(False)
+    done = run_corpora(corpora, "tries", lambda name, case: bt.run_case(loaded, case, settings), to_json, json_path, show)
     for name, cases in done.items():
         summary = bt.summarize(cases, rows)
         out.print(f"{name}: {summary['n']} cases, {_short(loaded.name)}")
@@ -876,7 +857,7 @@ def longfile(
     instructions: Annotated[str, typer.Option(help="explicit, vague or both.")] = "both",
     scoping: Annotated[str, typer.Option("--scoping", help="on, off or both (scoped vs whole-file verify edits).")] = "on",
     max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = 3,
-    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
+    dtype: _Dtype = DEFAULT_DTYPE,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
     save_tasks: Annotated[Path | None, typer.Option("--save-tasks", help="Also write the tasks as JSONL.")] = None,
     tasks_path: Annotated[Path | None, typer.Option("--tasks-file", help="Read the tasks from this JSONL instead.")] = None,
@@ -899,7 +880,7 @@ def longfile(
     from cadedit.document import Document
     from cadedit.model import load_model
     from cadedit.options import EditOptions, Mode
-    from cadedit.scope import resolve_scope, scoped_options
+    from cadedit.scope import plan_edit
     from cadedit.errors import CadeditError
     from cadedit.tries import CheckPlan, edit_verified
 
@@ -937,8 +918,7 @@ def longfile(
         instruction = task["instruction"] if kind == "explicit" else task["instruction_vague"]
         document = Document.from_text(task["before"], task["path"])
         options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=around)
-        if scoped:  # as `cadedit fix` scopes an edit
-            options = scoped_options(options, resolve_scope(document, instruction), instruction, document.path)
+        options, _ = plan_edit(document, instruction, options, scoping=scoped)  # as `cadedit fix` scopes an edit
         regions = options.regions
         start = time.perf_counter()
         try:
