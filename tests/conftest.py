@@ -48,3 +48,12 @@ def run_cli():
         return subprocess.run([console_script(), *args], cwd=cwd, input=input, capture_output=True, timeout=60)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    """The tiny random-weight Qwen2 model folder (tests/tinymodel.py), saved once per test session and
+    shared by every test module; tests that change a model folder copy it first."""
+    from tests.tinymodel import save_model
+
+    return save_model(tmp_path_factory.getbasetemp() / "cadedit-tiny-model")

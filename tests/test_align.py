@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import random
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

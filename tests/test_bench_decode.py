@@ -13,14 +13,8 @@ from cadedit.bench import decode as dc
 from cadedit.bench.ceiling import CaseCeiling, SpeedupCurve
 from cadedit.cli import app
 from tests.bench_helpers import CASES, write_corpus
-from tests.tinymodel import save_model
 
 CURVE = {"results": [{"n": 1, "speedup": 1.0}, {"n": 4, "speedup": 2.0}, {"n": 64, "speedup": 8.0}]}
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 def invoke(*args: str):

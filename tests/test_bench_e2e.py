@@ -26,16 +26,10 @@ from cadedit.decode import script_picker
 from cadedit.model import token_bytes
 from tests.bench_helpers import record, write_corpus
 from tests.test_pipes import scripted_picker
-from tests.tinymodel import save_model
 
 PASSES = record("passes", "def f(a, b):\n    return a - b\n", "def f(a, b):\n    return a + b\n",
                 test="assert f(1, 2) == 3\n")
 FAILS = record("fails", "def g(x):\n    return x\n", "def g(x):\n    return x * 2\n", test="assert g(2) == 5\n")
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture

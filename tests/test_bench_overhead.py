@@ -8,11 +8,10 @@ import json
 from typer.testing import CliRunner
 
 from cadedit.cli import app
-from tests.test_pipes import tiny_model_dir
 
 
-def test_overhead_runs_two_fix_processes_and_times_the_step_in_every_dtype(tmp_path_factory, tmp_path):
-    tiny = tiny_model_dir(tmp_path_factory)
+def test_overhead_runs_two_fix_processes_and_times_the_step_in_every_dtype(tiny_dir, tmp_path):
+    tiny = tiny_dir
     source = tmp_path / "f.py"
     source.write_text("def f(x):\n    return x\n")
     out = tmp_path / "overhead.json"

@@ -28,7 +28,6 @@ from cadedit.options import EditOptions, Mode
 from cadedit.prompt import fenced_source, language_tag, rewrite_messages
 from tests.bench_helpers import record, write_corpus
 from tests.test_pipes import scripted_picker
-from tests.tinymodel import save_model
 
 EOS, ENDOFTEXT, LONG = 256, 257, 258
 SPECIALS = {b"<|im_end|>": EOS, b"<|endoftext|>": ENDOFTEXT}
@@ -137,11 +136,6 @@ def fake_llama(monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp.llama_speculative", speculative)
     monkeypatch.setattr(FakeLlama, "made", [])
     return module
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture(scope="module")

@@ -15,16 +15,11 @@ from cadedit.decode import script_picker
 from cadedit.document import Document
 from cadedit.model import encode, token_bytes
 from cadedit.regions import scoped_source
-from tests.test_pipes import scripted_picker, tiny_model_dir
+from tests.test_pipes import scripted_picker
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
 TEST = "assert add(2, 3) == 5\n"
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return tiny_model_dir(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ import pytest
 
 from cadedit import checks
 from cadedit.checks import (
-    NO_PASSING_TRY_EXIT,
     Candidate,
     Check,
     candidate_in_place,
@@ -31,7 +30,7 @@ from cadedit.checks import (
     run_test,
     syntax_check,
 )
-from cadedit.errors import ApplyError, CheckFailedError, ConfigError
+from cadedit.errors import ApplyError, ConfigError
 from cadedit.languages import SUFFIXES, fence_tag, language_of
 
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
@@ -251,10 +250,6 @@ def test_feedback_for_tests_that_failed_without_output():
 
 def test_feedback_is_empty_when_everything_passed_or_was_skipped():
     assert feedback([Check("syntax", True, True, "x"), change_check("a", "b", False), Check("test", True)]) == ""
-
-
-def test_exit_code_for_no_passing_try():
-    assert NO_PASSING_TRY_EXIT == CheckFailedError.exit_code == 3
 
 
 def test_checks_import_neither_torch_nor_transformers():

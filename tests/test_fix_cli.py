@@ -28,11 +28,6 @@ AFTER = b"def add(a, b):\r\n    return a + b\r\n\r\n\r\nprint(add(1, 2))\r\n"
 
 
 @pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory):
-    return save_model(tmp_path_factory.mktemp("models") / "tiny")
-
-
-@pytest.fixture(scope="session")
 def small_context_dir(tmp_path_factory):
     return save_model(tmp_path_factory.mktemp("models") / "tiny-512", context=512)
 

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 import cadedit.model
 from cadedit import cli
 from cadedit.options import Mode
-from tests.test_pipes import script_model, tiny_model_dir
+from tests.test_pipes import script_model
 from tests.test_repo import write
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -32,11 +32,6 @@ def no_outer_git(monkeypatch):
     """A test run inside a git hook must not see that hook's repository or index."""
     for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX"):
         monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return tiny_model_dir(tmp_path_factory)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from cadedit.options import Mode
-from tests.test_hook_cli import git, hook, make_repo, no_outer_git, staged, tiny_dir  # noqa: F401 - fixtures
+from tests.test_hook_cli import git, hook, make_repo, no_outer_git, staged  # noqa: F401 - fixtures
 from tests.test_pipes import script_model
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")

@@ -13,12 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import console_script
-from tests.tinymodel import save_model
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 def cadedit(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -18,7 +18,6 @@ import os
 import random
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -285,13 +284,6 @@ def test_models_the_llama_backend_cannot_serve_are_one_line_errors(colors, tmp_p
                     "GGUF")
     _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(tmp_path / "none.gguf"), cwd=colors), "not found")
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
-
-
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory):
-    from tests.tinymodel import save_model
-
-    return save_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 # -- models people already have: Ollama, LM Studio -------------------------------------------------

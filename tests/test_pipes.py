@@ -38,14 +38,6 @@ def edit_bytes(data: bytes) -> bytes:
     return "".join(line.replace("old", "new") for line in lines if "drop me" not in line).encode()
 
 
-def tiny_model_dir(tmp_path_factory) -> Path:
-    """The tiny model saved once per test session (shared by the test modules that use it)."""
-    from tests.tinymodel import save_model
-
-    folder = tmp_path_factory.getbasetemp() / "cadedit-tiny-model"
-    return folder if (folder / "config.json").is_file() else save_model(folder)
-
-
 def scripted_picker(loaded, document: Document, prepared: pipeline.Prepared, after: Document) -> Picker:
     """A picker that makes the model 'choose' `after` in the prepared mode: the oracle program in
     program mode; in the fenced modes the new file's display text and the closing fence."""
@@ -71,11 +63,6 @@ def script_model(monkeypatch, edit: Callable[[bytes], bytes] = edit_bytes) -> li
 
     monkeypatch.setattr(pipeline, "run_decode", run_decode)
     return modes
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return tiny_model_dir(tmp_path_factory)
 
 
 @pytest.fixture

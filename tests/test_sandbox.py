@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import console_script
 from tests.test_checks import alive, gone_soon
-from tests.test_tries_cli import BEFORE, GOOD, INSTRUCTION, start_cadedit, tiny_dir, wait_for, work  # noqa: F401
+from tests.test_tries_cli import BEFORE, GOOD, INSTRUCTION, start_cadedit, wait_for, work  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 SLEEPING_TEST = "echo $$ > ../pid; touch started; exec sleep 30"

@@ -20,7 +20,6 @@ from cadedit import cli
 from cadedit.decode import script_picker
 from cadedit.model import token_bytes
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
-from tests.tinymodel import save_model
 
 LINES = [
     "def first(x):",  # 1
@@ -56,11 +55,6 @@ LAYOUTS = {
 
 
 # -- fixtures ----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory):
-    return save_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture

@@ -37,11 +37,6 @@ OTHER_AFTER = b"def sub(a, b):\n    return a - b\n"
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_model(tmp_path_factory.mktemp("models") / "tiny")
-
-
-@pytest.fixture(scope="module")
 def held(tiny_dir):
     """The server's model: loaded apart from `local`, so each has its own KV cache."""
     return load_model(str(tiny_dir), "cpu", "fp32", 1)

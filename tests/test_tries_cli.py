@@ -28,7 +28,6 @@ import cadedit.pipeline as pipeline
 from cadedit import cli
 from cadedit.decode import script_picker
 from cadedit.model import token_bytes
-from tests.tinymodel import save_model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,11 +42,6 @@ INSTRUCTION = "Fix the bug."  # names no line or definition: the scope is the wh
 GREP_TEST = "grep -q 'a + b' a.py || { echo 'expected a + b in add'; exit 1; }"
 
 # -- fixtures ----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory):
-    return save_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture(scope="session")

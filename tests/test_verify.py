@@ -19,9 +19,9 @@ from cadedit.errors import BudgetError
 from cadedit.fence import FenceCursor
 from cadedit.model import LoadedModel, CachedLM, encode, new_cache
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.verify import Aligner, Schedule, VerifyDrafter, agreement
+from cadedit.verify import Aligner, Schedule, VerifyDrafter
 from cadedit.vocab import vocab_from_tokenizer
-from tests.tinymodel import make_model, scaled_model
+from tests.tinymodel import scaled_model
 from tests.tinytok import _MORE, make_tokenizer
 
 FENCE = "```"
@@ -192,12 +192,6 @@ def test_schedule_grows_while_accepted_and_restarts_after_a_miss():
     schedule = Schedule(start=16, grow=2, most=64)
     assert [schedule.next(16, True), schedule.next(32, True), schedule.next(64, True)] == [32, 64, 64]
     assert schedule.next(64, False) == 16
-
-
-def test_agreement_counts_the_greedy_prefix():
-    assert agreement([1, 2, 3, 9], [1, 2, 3]) == 3
-    assert agreement([1, 5, 3, 9], [1, 2, 3]) == 1
-    assert agreement([7], []) == 0
 
 
 def test_aligner_follows_a_different_tokenisation_of_the_same_text():
