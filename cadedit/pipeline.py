@@ -21,8 +21,8 @@ from cadedit.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import ModelError
 from cadedit.fence import FenceCursor, fence_for, output_text
-from cadedit.model import PREFIX_MIN_TOKENS, LoadedModel, PrefixStore, encode, eos_ids, language_model, load_model
-from cadedit.model import chat_prompt, model_identity, token_bytes
+from cadedit.model import LoadedModel, chat_prompt, encode, eos_ids, language_model, load_model, token_bytes
+from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
 from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, region_header, rewrite_messages

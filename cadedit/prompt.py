@@ -156,7 +156,7 @@ def fenced_source(document: Document, fence: str) -> str:
 # "after": after the file only, so prompts for different instructions share the file's KV cache;
 # "quoted" (scoped edits): after the file, with the region to retype quoted again before it.
 # Why (figures in README, "Design measurements"): "both" and "after" tie on quality, and only "after"
-# and "quoted" let a second edit of the same file reuse the file's KV cache (model.PrefixStore); for
+# and "quoted" let a second edit of the same file reuse the file's KV cache (prefix_store.PrefixStore); for
 # whole files "quoted" is "after". Shown a window of a long file, a small model loses its place and
 # retypes other lines of the window unless the region is quoted right before the instruction; shown
 # a short file whole, there is no place to lose and the quote only invites a copy, so "auto" (the

@@ -144,7 +144,7 @@ class KVCache:
         return [(k[:, :n].clone(), v[:, :n].clone()) for k, v in zip(self.keys, self.values)]
 
     def export(self, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The first n positions, for the on-disk prefix store (cadedit.model.PrefixStore)."""
+        """The first n positions, for the on-disk prefix store (cadedit.prefix_store.PrefixStore)."""
         return self.layers(n)
 
     def restore(self, layers, ids) -> None:

@@ -7,7 +7,7 @@ prompt, a verified draft) is arithmetic-bound and keeps the layer's own weight (
 so prefill speed and its numbers are unchanged (README, Model, dtype, speed). The int8 copy of a model is made once and kept under the user cache (written to a temporary
 file and renamed; a file that does not load is made again), since quantising 0.5B weights takes
 seconds. Torch's CPU kernel for it (`_weight_int8pack_mm`) takes bf16 or fp32 activations; with
-fp32 it is slower than fp32's own matmul, so only bf16 models use it (model.cpu_dtype).
+fp32 it is slower than fp32's own matmul, so only bf16 models use it (hardware.cpu_dtype).
 """
 
 from __future__ import annotations

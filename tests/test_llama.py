@@ -29,7 +29,8 @@ if os.environ.get("CADEDIT_REQUIRE_LLAMA") != "1":
 import cadedit.pipeline as pipeline
 from cadedit.document import Document
 from cadedit.gguf_file import gguf_tokenizer, read_metadata
-from cadedit.model import CachedLM, PrefixStore, load_model, model_identity, new_cache
+from cadedit.model import CachedLM, load_model, new_cache
+from cadedit.prefix_store import PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.vocab import vocab_from_tokenizer
 from tests.conftest import console_script

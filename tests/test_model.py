@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from cadedit import hardware as H
 from cadedit import model as M
+from cadedit import settings as S
 from cadedit.errors import ConfigError, ModelError
 from tests.tinymodel import make_hf_model, make_model, save_model
 
@@ -82,23 +84,23 @@ def test_cropping_rejected_draft_tokens_restores_the_cache_exactly():
 def test_model_precedence_cli_then_env_then_project_then_default(tmp_path, monkeypatch):
     project = tmp_path / "proj"
     (project / "src").mkdir(parents=True)
-    assert M.choose_model(None, project / "src") == M.DEFAULT_MODEL
+    assert S.choose_model(None, project / "src") == S.DEFAULT_MODEL
     (project / "pyproject.toml").write_text('[tool.cadedit]\nmodel = "from-pyproject"\n')
-    assert M.choose_model(None, project / "src") == "from-pyproject"
+    assert S.choose_model(None, project / "src") == "from-pyproject"
     (project / "src" / ".cadedit.toml").write_text('model = "from-dotfile"\n')
-    assert M.choose_model(None, project / "src") == "from-dotfile"
+    assert S.choose_model(None, project / "src") == "from-dotfile"
     monkeypatch.setenv("CADEDIT_MODEL", "from-env")
-    assert M.choose_model(None, project / "src") == "from-env"
-    assert M.choose_model("from-cli", project / "src") == "from-cli"
+    assert S.choose_model(None, project / "src") == "from-env"
+    assert S.choose_model("from-cli", project / "src") == "from-cli"
 
 
 def test_bad_settings_file_is_a_config_error(tmp_path):
     (tmp_path / ".cadedit.toml").write_text("model = [1, 2]\n")
     with pytest.raises(ConfigError, match="model"):
-        M.configured_model(tmp_path)
+        S.configured_model(tmp_path)
     (tmp_path / ".cadedit.toml").write_text("model = \n")
     with pytest.raises(ConfigError, match="cannot read"):
-        M.configured_model(tmp_path)
+        S.configured_model(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -136,19 +138,19 @@ def test_loads_a_model_folder_on_cpu(tmp_path):
 
 @pytest.mark.parametrize("cores, busy, expected", [(8, 0, 8), (2, 1, 1), (2, 5, 1), (4, 2, 2)])
 def test_default_threads_leave_busy_cores_alone(cores, busy, expected):
-    assert M.default_threads(cores, busy) == expected
+    assert H.default_threads(cores, busy) == expected
 
 
 def test_default_threads_count_what_runs_now_not_the_load_average(monkeypatch):
     """A machine whose load average is high from a finished run (cadedit's own) but idle now gets every core."""
-    monkeypatch.setattr(M.os, "getloadavg", lambda: (2.0, 2.0, 2.0), raising=False)
-    assert M.runnable_others(samples=3, gap=0.0) == 0 or M.runnable_others(samples=3, gap=0.0) >= 0
-    assert M.default_threads(2, 0) == 2
+    monkeypatch.setattr(H.os, "getloadavg", lambda: (2.0, 2.0, 2.0), raising=False)
+    assert H.runnable_others(samples=3, gap=0.0) == 0 or H.runnable_others(samples=3, gap=0.0) >= 0
+    assert H.default_threads(2, 0) == 2
     spinner = __import__("subprocess").Popen([__import__("sys").executable, "-c", "while True: pass"])
     try:
         import time
         time.sleep(0.3)
-        assert M.runnable_others(samples=5, gap=0.01) >= 1  # the spinning process holds a core now
+        assert H.runnable_others(samples=5, gap=0.01) >= 1  # the spinning process holds a core now
     finally:
         spinner.kill()
         spinner.wait()
@@ -156,24 +158,24 @@ def test_default_threads_count_what_runs_now_not_the_load_average(monkeypatch):
 
 def test_dtype_auto_is_bf16_on_cuda_and_measured_once_per_machine_on_cpu(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert M.choose_dtype("auto", "cuda")[0] == torch.bfloat16
+    assert H.choose_dtype("auto", "cuda")[0] == torch.bfloat16
     calls = []
 
     def timing(dtype, rows, reps=9):
         calls.append((dtype, rows))
         return {torch.float32: 1.0, torch.bfloat16: 0.3}[dtype] * rows
 
-    monkeypatch.setattr(M, "_time_linear", timing)
-    first, why = M.choose_dtype("auto", "cpu", threads=2)
+    monkeypatch.setattr(H, "_time_linear", timing)
+    first, why = H.choose_dtype("auto", "cpu", threads=2)
     assert first == torch.bfloat16 and "now" in why and calls
-    monkeypatch.setattr(M, "_time_linear", lambda *a, **k: pytest.fail("measured again"))
-    assert M.choose_dtype("auto", "cpu", threads=2) == (torch.bfloat16, M.choose_dtype("auto", "cpu", 2)[1])
-    assert "earlier" in M.choose_dtype("auto", "cpu", threads=2)[1]
-    monkeypatch.setattr(M, "_time_linear", lambda dtype, rows, reps=9: {torch.float32: 1.0, torch.bfloat16: 0.9}[dtype])
-    assert M.choose_dtype("auto", "cpu", threads=1)[0] == torch.float32  # another thread count: its own measurement
-    assert M.choose_dtype("fp32", "cpu") == (torch.float32, "--dtype")
+    monkeypatch.setattr(H, "_time_linear", lambda *a, **k: pytest.fail("measured again"))
+    assert H.choose_dtype("auto", "cpu", threads=2) == (torch.bfloat16, H.choose_dtype("auto", "cpu", 2)[1])
+    assert "earlier" in H.choose_dtype("auto", "cpu", threads=2)[1]
+    monkeypatch.setattr(H, "_time_linear", lambda dtype, rows, reps=9: {torch.float32: 1.0, torch.bfloat16: 0.9}[dtype])
+    assert H.choose_dtype("auto", "cpu", threads=1)[0] == torch.float32  # another thread count: its own measurement
+    assert H.choose_dtype("fp32", "cpu") == (torch.float32, "--dtype")
     with pytest.raises(ModelError, match="unknown dtype"):
-        M.choose_dtype("int3", "cpu")
+        H.choose_dtype("int3", "cpu")
 
 
 def test_gguf_is_converted_once_into_the_user_cache_atomically(tmp_path, monkeypatch):

@@ -13,7 +13,8 @@ import torch
 from cadedit import pipeline
 from cadedit.decode import script_picker
 from cadedit.document import Document
-from cadedit.model import LoadedModel, PrefixStore, language_model, model_identity, token_bytes
+from cadedit.model import LoadedModel, language_model, token_bytes
+from cadedit.prefix_store import PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
 from tests.tinymodel import make_model
 from tests.tinytok import make_tokenizer
@@ -100,10 +101,11 @@ def test_a_store_this_user_may_read_but_not_write_is_used_without_errors(loaded,
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    import cadedit.model as model_module
+    import os
+    import tempfile
 
     for name in ("utime", "replace", "unlink"):
-        monkeypatch.setattr(model_module.os, name, refuse)
-    monkeypatch.setattr(model_module.tempfile, "mkstemp", refuse)
+        monkeypatch.setattr(os, name, refuse)
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
     again = edit(loaded, "Call the function g instead.")
     assert again.stats.tokens_reused > 0 and again.new_text == DOC.text.replace("f(", "g(")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-import cadedit.model as M
+import cadedit.hardware as M
 from cadedit.steps import StepLinear, quantize, use_int8_steps
 from tests.test_tries_cli import GOOD, _models, fix, load_once, scripted, work  # noqa: F401 - fixtures
 from tests.tinymodel import make_model

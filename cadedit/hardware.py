@@ -1,0 +1,314 @@
+"""The machine: how many threads, which device and dtype, and which backend runs a model file faster.
+
+Contract: default_threads() counts the physical cores not busy right now; choose_dtype() and
+choose_backend_for() answer from a per-machine measurement made once and cached under the user
+cache (cpu-dtype.json), so every later run decides in microseconds. `--verbose` shows the reasons.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import torch
+
+from cadedit.atomic import replace_file
+from cadedit.errors import ModelError
+from cadedit.settings import user_cache
+
+
+# -- threads, device, dtype --------------------------------------------------------------------
+
+
+def physical_cores() -> int:
+    """Physical cores available to this process (SMT siblings counted once), from /proc/cpuinfo on Linux."""
+    logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return logical
+    cores = set(re.findall(r"physical id\s*:\s*(\d+)[\s\S]*?core id\s*:\s*(\d+)", text))
+    return max(1, min(logical, len(cores) or logical))
+
+
+def default_threads(cores: int | None = None, busy: int | None = None) -> int:
+    """Physical cores minus the ones other processes are running on right now, at least 1.
+
+    Oversubscribing a core is far worse than idling one (README, Threads), so cores that other
+    processes hold are left to them. What counts is the runnable tasks now (/proc/stat's
+    procs_running, this process excluded, the least of a few samples), not the 1-minute load
+    average: that one still counts cadedit's own previous run, so a second edit in a row ran on one
+    core of two.
+    """
+    cores = physical_cores() if cores is None else cores
+    if busy is None:
+        busy = runnable_others()
+    return max(1, cores - busy)
+
+
+def runnable_others(samples: int = 5, gap: float = 0.002) -> int:
+    """Tasks other than this one that are runnable now (the least of a few samples), 0 if unknown."""
+    seen = []
+    for i in range(samples):
+        try:
+            text = Path("/proc/stat").read_text()
+        except OSError:
+            return 0
+        found = re.search(r"^procs_running\s+(\d+)", text, re.M)
+        if not found:
+            return 0
+        seen.append(int(found.group(1)) - 1)  # this process is running while it reads
+        if i + 1 < samples:
+            time.sleep(gap)
+    return max(0, min(seen))
+
+
+def choose_device(device: str = "auto") -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelError(f"device {device!r} requested but CUDA is not available", hint="use --device cpu")
+    return device
+
+
+def _time_linear(dtype: torch.dtype, rows: int, reps: int = 9, int8: bool = False,
+                 shape: tuple[int, int] = (4864, 896)) -> float:
+    """Median seconds for one linear layer (default: a Qwen2.5-0.5B MLP projection) on `rows` tokens
+    (after a warm-up); int8: through the int8 weight kernel of one-token steps (cadedit.steps)."""
+    out_features, in_features = shape
+    weight = torch.randn(out_features, in_features, dtype=dtype)
+    x = torch.randn(rows, in_features, dtype=dtype)
+    if int8:
+        q = torch.randint(-127, 128, (out_features, in_features), dtype=torch.int8)
+        scale = torch.rand(out_features, dtype=dtype)
+
+        def run():
+            torch._weight_int8pack_mm(x, q, scale)
+    else:
+        def run():
+            torch.nn.functional.linear(x, weight)
+    for _ in range(3):  # warm-up: oneDNN picks and JITs its kernel on the first calls
+        run()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[reps // 2]
+
+
+# An edit's model work, as the verify loop spends it on a 185-line file: ~2,900 tokens in
+# multi-token forwards (prompt and accepted drafts) and ~25 one-token steps.
+_WORK = ((128, 2900 / 128), (1, 25))
+
+
+def _cpu_identity(threads: int) -> str:
+    """This CPU's model name and feature flags, torch's version and the thread count, as one key."""
+    import hashlib
+    import platform
+
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        model = re.search(r"model name\s*:\s*(.*)", info)
+        flags = re.search(r"flags\s*:\s*(.*)", info)
+        cpu = f"{model.group(1) if model else ''}|{flags.group(1) if flags else ''}"
+    except OSError:
+        cpu = platform.processor()
+    return hashlib.sha256(f"{cpu}|{torch.__version__}|{threads}".encode()).hexdigest()[:16]
+
+
+def cpu_dtype(threads: int) -> tuple[torch.dtype, str]:
+    """fp32 or bf16 for this CPU: whichever does an edit's model work faster, measured once per
+    machine (CPU model and flags, torch version, threads; about 0.5 s) and cached, so every later
+    run chooses the same. Returns the dtype and where the choice came from (shown by --verbose).
+
+    CPUs differ: with AMX or AVX512-BF16, bf16 prefill is several times faster than fp32 while a
+    one-token step can be slower; without them bf16 can be slower at both. A timing probe on every
+    run picked differently from run to run on a busy machine; one careful measurement does not.
+    """
+    measured = ""
+
+    def measure() -> str:
+        nonlocal measured
+        cost = {dt: sum(times * _time_linear(dt, rows) for rows, times in _WORK) for dt in (torch.float32, torch.bfloat16)}
+        measured = f"fp32 {cost[torch.float32]:.2f} s, bf16 {cost[torch.bfloat16]:.2f} s"
+        return "bfloat16" if cost[torch.bfloat16] < 0.8 * cost[torch.float32] else "float32"
+
+    name, path = _measured_once(_cpu_identity(threads), ("float32", "bfloat16"), measure)
+    return getattr(torch, name), (f"measured on this CPU now ({measured})" if measured
+                                  else f"measured on this CPU earlier ({path})")
+
+
+def cpu_int8_steps(threads: int) -> tuple[bool, str]:
+    """Whether a bf16 model's one-token steps go faster through int8 weights on this CPU (cadedit.steps),
+    measured once per machine like cpu_dtype: the int8 kernel must take under 0.8x bf16's time."""
+    measured = ""
+
+    def measure() -> str:
+        nonlocal measured
+        plain, int8 = _time_linear(torch.bfloat16, 1), _time_linear(torch.bfloat16, 1, int8=True)
+        measured = f"bf16 {1e6 * plain:.0f} us, int8 {1e6 * int8:.0f} us per 4864x896 step"
+        return "int8" if int8 < 0.8 * plain else "bf16"
+
+    name, path = _measured_once(_cpu_identity(threads) + "|steps", ("int8", "bf16"), measure)
+    reason = f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})"
+    return name == "int8", reason
+
+
+def _measured_once(key: str, answers: tuple[str, ...], measure) -> tuple[str, Path]:
+    """The answer stored for key in the per-machine measurement cache, or measure() stored there."""
+    import json
+
+    path = user_cache("cpu-dtype.json")
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    if known.get(key) in answers:
+        return known[key], path
+    answer = measure()
+    try:
+        replace_file(path, json.dumps({**known, key: answer}).encode(), make_parent=True)
+    except OSError:
+        pass  # a read-only cache: measure again next time
+    return answer, path
+
+
+def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple[torch.dtype, str]:
+    """The dtype to load in, and why."""
+    names = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+             "fp16": torch.float16, "float16": torch.float16, "bf16-int8": torch.bfloat16}
+    if dtype != "auto":
+        if dtype not in names:
+            raise ModelError(f"unknown dtype {dtype!r}", hint="use auto, fp32, bf16, bf16-int8 or fp16")
+        return names[dtype], "--dtype"
+    if device.startswith("cuda"):
+        return torch.bfloat16, "CUDA"
+    return cpu_dtype(threads)
+
+
+# -- backend: torch or llama.cpp ---------------------------------------------------------------
+
+
+def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str, threads: int) -> tuple[str, str]:
+    """The backend that runs this model, and why. auto: a model folder, CUDA or an explicit --dtype
+    keep torch; a GGUF runs on whichever does an edit's model work faster on this CPU, measured
+    once per machine and model file (both sides in the same process) and cached."""
+    from cadedit import llamacpp
+
+    if setting == "torch":
+        return "torch", "--backend torch"
+    if setting == "llama":
+        if gguf is None:
+            raise ModelError("--backend llama runs a GGUF file, and this model is a folder or a hub id",
+                             hint="pass --model FILE.gguf (or ollama:NAME), or use --backend torch")
+        llamacpp.require()
+        return "llama", "--backend llama"
+    if gguf is None:
+        return "torch", "a model folder runs on torch"
+    if choose_device(device) != "cpu":
+        return "torch", "CUDA runs on torch"
+    if dtype != "auto":
+        return "torch", f"--dtype {dtype} is a torch setting"
+    if not llamacpp.available():
+        return "torch", f"llama-cpp-python is not installed (pip install 'cadedit[{llamacpp.EXTRA}]')"
+    variant, cost, measured = probe_llama(gguf, threads)
+
+    def measure() -> str:
+        nonlocal cost, measured
+        from cadedit.gguf_file import read_metadata
+
+        meta = read_metadata(gguf)
+        if cost is None:  # the variant was measured in an earlier run: its cost again, for the comparison
+            cost = llamacpp.edit_work_seconds(gguf, meta, threads, _WORK, *llamacpp.VARIANTS[variant])
+            measured = f"an edit's model work: {variant} {cost:.2f} s"
+        estimate, need = _torch_work_seconds(meta, threads)
+        measured += f", torch {estimate:.2f} s"
+        room = _available_memory()
+        if room is not None and need > 0.8 * room:
+            measured += f"; torch would need {need / 1e9:.1f} GB of weights, {room / 1e9:.1f} GB free"
+            return "llama"
+        return "llama" if cost <= estimate else "torch"
+
+    answer, path = _measured_once(backend_key(gguf, threads), ("torch", "llama"), measure)
+    return answer, (f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})")
+
+
+def probe_llama(gguf: Path, threads: int) -> tuple[str, float | None, str]:
+    """The llama.cpp configuration (llamacpp.VARIANTS) that does an edit's model work fastest on this
+    CPU for this model file, measured once and cached; with its cost and what was measured when
+    measured now (else None and "")."""
+    from cadedit import llamacpp
+    from cadedit.gguf_file import read_metadata
+
+    costs: dict[str, float] = {}
+
+    def measure() -> str:
+        meta = read_metadata(gguf)
+        for name, (repack, flash) in llamacpp.VARIANTS.items():
+            costs[name] = llamacpp.edit_work_seconds(gguf, meta, threads, _WORK, repack, flash)
+        return min(costs, key=costs.get)
+
+    variant, _ = _measured_once(backend_key(gguf, threads) + "|llama", tuple(llamacpp.VARIANTS), measure)
+    measured = ("an edit's model work: " + ", ".join(f"{name} {cost:.2f} s" for name, cost in costs.items())) if costs else ""
+    return variant, costs.get(variant), measured
+
+
+def backend_key(gguf: Path, threads: int) -> str:
+    """The measurement cache's key for the backend of this model file on this CPU and thread count."""
+    from cadedit import llamacpp
+
+    st = gguf.stat()
+    return f"{_cpu_identity(threads)}|backend|{gguf.name}:{st.st_size}|{llamacpp.version()}"
+
+
+def llama_variant(gguf: Path, threads: int) -> str:
+    """llama.cpp's configuration for this model file: as the backend probe measured, else llama.cpp's
+    own defaults (an explicit --backend llama does not wait for a probe)."""
+    import json
+
+    from cadedit.llamacpp import VARIANTS
+
+    try:
+        known = json.loads(user_cache("cpu-dtype.json").read_text()).get(backend_key(gguf, threads) + "|llama")
+    except (OSError, ValueError, AttributeError):
+        known = None
+    return known if known in VARIANTS else "llama"
+
+
+def _available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
+    """torch's time for an edit's model work (_WORK) on a model of this GGUF's shape, from its linear
+    layers timed in the dtype torch would load it in (and int8 for steps where chosen), without
+    converting the GGUF; and the bytes its weights would take."""
+    arch = meta.get("general.architecture", "")
+    hidden, inter = int(meta[f"{arch}.embedding_length"]), int(meta[f"{arch}.feed_forward_length"])
+    heads, kv = int(meta[f"{arch}.attention.head_count"]), int(meta[f"{arch}.attention.head_count_kv"])
+    layers, vocab = int(meta[f"{arch}.block_count"]), len(meta.get("tokenizer.ggml.tokens", ())) or 151936
+    head_dim = hidden // heads
+    torch.set_num_threads(threads)
+    dtype, _ = cpu_dtype(threads)
+    int8 = dtype == torch.bfloat16 and cpu_int8_steps(threads)[0]
+    shapes = [(hidden, hidden), (kv * head_dim, hidden), (kv * head_dim, hidden), (hidden, hidden),
+              (inter, hidden), (inter, hidden), (hidden, inter)]
+    total = 0.0
+    for rows, times in _WORK:
+        layer = sum(_time_linear(dtype, rows, reps=3, int8=int8 and rows == 1, shape=shape) for shape in shapes)
+        head = 8 * _time_linear(dtype, 1, reps=3, int8=int8, shape=(vocab // 8, hidden))  # one row through the LM head
+        total += times * (layers * layer + head)
+    params = layers * sum(a * b for a, b in shapes) + 2 * vocab * hidden
+    return total, params * torch.tensor([], dtype=dtype).element_size()
+
+

@@ -1,0 +1,117 @@
+"""Prompt prefixes on disk: the KV cache of a prompt's instruction-free part, shared by every cadedit
+process of this user, so a second edit of the same file skips prefilling it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from cadedit.atomic import replace_file
+from cadedit.settings import user_cache
+
+if TYPE_CHECKING:
+    from cadedit.model import CachedLM, LoadedModel
+
+
+# -- prompt prefixes on disk ---------------------------------------------------------------------
+
+PREFIX_STORE_BYTES = 2 * 1024**3  # at most this much on disk; the least recently used go first
+PREFIX_MIN_TOKENS = 256  # shorter prefixes prefill faster than they load
+
+
+class PrefixStore:
+    """KV caches of prompt prefixes on disk, shared by every cadedit process of this user.
+
+    An entry is the key and value tensors of every layer for a token prefix, keyed by the model's
+    identity (its weight files' paths, sizes and mtimes), the dtype and the prefix ids themselves,
+    so a stale entry can never be found. Written to a temporary file and renamed (a reader sees a
+    whole entry or none; a file that does not load is deleted and ignored); total size bounded.
+    """
+
+    def __init__(self, root: Path | None = None, limit: int = PREFIX_STORE_BYTES):
+        self.root, self.limit = root or user_cache("prefixes"), limit
+
+    def path(self, identity: str, ids: Sequence[int]) -> Path:
+        import hashlib
+
+        digest = hashlib.sha256(identity.encode())
+        digest.update(b"|" + b",".join(str(i).encode() for i in ids))
+        return self.root / f"{digest.hexdigest()[:32]}.kv"
+
+    def load(self, lm: CachedLM, identity: str, ids: Sequence[int]) -> bool:
+        """Put the stored cache of exactly `ids` into lm (True), or leave lm as it was (False)."""
+        path = self.path(identity, ids)
+        if not path.is_file():
+            return False
+        lm.reset()
+        try:
+            lm.cache.restore(torch.load(path, map_location=lm.model.device, weights_only=True), ids)
+        except Exception:
+            lm.reset()
+            with contextlib.suppress(OSError):  # a damaged entry goes; in a read-only store it stays, ignored
+                path.unlink()
+            return False
+        lm.ids = list(ids)
+        with contextlib.suppress(OSError):  # a store this user may read but not write still serves
+            os.utime(path)  # recently used
+        return True
+
+    def save(self, lm: CachedLM, identity: str, n: int) -> None:
+        """Store the cache of lm's first n ids (once), then keep the store under its size limit."""
+        path = self.path(identity, lm.ids[:n])
+        if path.is_file() or n > len(lm.ids):
+            return
+        layers = lm.cache.export(n)
+        try:
+            replace_file(path, lambda f: torch.save(layers, f), make_parent=True)
+        except OSError:  # a store this user may not write: skipped
+            return
+        self._evict()
+
+    def _evict(self) -> None:
+        entries = []
+        for entry in self.root.glob("*.kv"):
+            with contextlib.suppress(OSError):
+                st = entry.stat()
+                entries.append((st.st_mtime, st.st_size, entry))
+        total = sum(size for _, size, _ in entries)
+        for _, size, entry in sorted(entries):
+            if total <= self.limit:
+                break
+            with contextlib.suppress(OSError):
+                entry.unlink()
+                total -= size
+
+
+def model_identity(loaded: LoadedModel) -> str:
+    """What a stored prefix must match: the backend (and llama.cpp's version), the weight and config
+    files (path, size, mtime), the dtype, int8 steps."""
+    backend = loaded.backend
+    if backend == "llama":
+        from cadedit.llamacpp import version
+
+        backend += f"-{version()}"
+    return (f"{backend}|{weights_identity(loaded.model, loaded.name, loaded.dtype)}"
+            + ("|int8-steps" if loaded.int8_steps else ""))
+
+
+def weights_identity(model, name: str, dtype) -> str:
+    """The model's weight and config files (path, size, mtime) and dtype: what cached tensors derived from them must match."""
+    source = str(getattr(model, "folder", "") or name)
+    parts = [str(source), str(dtype)]
+    folder = Path(source)
+    if folder.is_file():
+        st = folder.stat()
+        parts.append(f"{folder.name}:{st.st_size}:{st.st_mtime_ns}")
+    elif folder.is_dir():
+        for weights in sorted([*folder.glob("*.safetensors"), *folder.glob("*.json")]):
+            st = weights.stat()
+            parts.append(f"{weights.name}:{st.st_size}:{st.st_mtime_ns}")
+    else:
+        parts.append(f"object:{id(model)}")  # an in-memory model: its own process only
+    return "|".join(parts)
