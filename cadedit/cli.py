@@ -158,12 +158,12 @@ def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: Cli
     """
     from cadedit.diff import count_changes, show, unified_diff, write_atomic
     from cadedit.document import Document
-    from cadedit.resolve import Mode, resolve_ops
+    from cadedit.resolve import Bounds, resolve_ops
 
     document = Document.read(file)
     if not write:
         check_patch_path(file)
-    resolution = resolve_ops(read_program(program), document, Mode.CLIPPED if clip else Mode.STRICT)
+    resolution = resolve_ops(read_program(program), document, Bounds.CLIPPED if clip else Bounds.STRICT)
     for message in resolution.warnings:
         warn(message)
     diff_text = unified_diff(document.text, resolution.text, display_path(file))

@@ -3,7 +3,8 @@
 Contract: language_of(path) is the Language for the path's suffix (case-insensitive), or None for
 an unknown suffix and for "<stdin>"-style names; fence_tag(path) is the tag written after a
 markdown code fence ("" when unknown). A record says how checks.py checks its syntax (`syntax`:
-"python", "json", "toml", "yaml", "node", or "" for no check). Pure data: no imports beyond the
+"python", "json", "toml", "yaml", "node", or "" for no check) and how outline.py finds its
+definitions (`parser`). Pure data: no imports beyond the
 standard library.
 """
 
@@ -22,27 +23,29 @@ class Language:
     fence: str
     title: str
     syntax: str = ""
+    parser: str = ""  # how outline.py finds its definitions: "python", "javascript", "typescript", "tsx"; "" none
 
 
-def _lang(name: str, title: str, syntax: str = "") -> Language:
-    return Language(name=name, fence=name, title=title, syntax=syntax)
+def _lang(name: str, title: str, syntax: str = "", parser: str = "") -> Language:
+    return Language(name=name, fence=name, title=title, syntax=syntax, parser=parser)
 
 
-PYTHON = _lang("python", "Python", "python")
-JAVASCRIPT = _lang("javascript", "JavaScript", "node")
+PYTHON = _lang("python", "Python", "python", parser="python")
+JAVASCRIPT = _lang("javascript", "JavaScript", "node", parser="javascript")
 # TypeScript, TSX and JSX are not checked: node 20 refuses them (ERR_UNKNOWN_FILE_EXTENSION for
 # .ts/.jsx), node >= 22.6 strips types only behind a flag and never parses JSX, and tsc/esbuild are
 # not a dependency. A checker that fails valid code would fail every try, so they are skipped.
-TYPESCRIPT = _lang("typescript", "TypeScript")
-TSX = _lang("tsx", "TSX")
-JSX = _lang("jsx", "JSX")
+TYPESCRIPT = _lang("typescript", "TypeScript", parser="typescript")
+TSX = _lang("tsx", "TSX", parser="tsx")
+JSX = _lang("jsx", "JSX", parser="javascript")
+PARSERS = ("python", "javascript", "typescript", "tsx")
 C = _lang("c", "C")
 CPP = _lang("cpp", "C++")
 
 SUFFIXES: dict[str, Language] = {
     ".py": PYTHON, ".pyi": PYTHON,
     ".js": JAVASCRIPT, ".mjs": JAVASCRIPT, ".cjs": JAVASCRIPT,
-    ".ts": TYPESCRIPT, ".tsx": TSX, ".jsx": JSX,
+    ".ts": TYPESCRIPT, ".mts": TYPESCRIPT, ".cts": TYPESCRIPT, ".tsx": TSX, ".jsx": JSX,
     ".java": _lang("java", "Java"),
     ".c": C, ".h": C, ".cc": CPP, ".cpp": CPP, ".hpp": CPP,
     ".go": _lang("go", "Go"), ".rs": _lang("rust", "Rust"), ".rb": _lang("ruby", "Ruby"),

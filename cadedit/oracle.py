@@ -1,19 +1,15 @@
-"""The oracle program of an edit, and endpoint perturbation of its copies.
+"""The oracle program of an edit.
 
 oracle(before, after) aligns the two documents' lines (terminators included, so a changed line
 ending is a change) with difflib.SequenceMatcher(autojunk=False), as the paper does (§3, "Oracle
 round-trip"; align.py keeps that near-linear on big files with many repeated lines): equal
 blocks become Copy ops, inserted or replaced lines become Gen ops, deleted lines emit nothing.
 Lines are compared without a BOM, which follows the resolver's rule (a copy of line 1 brings it;
-otherwise the first gen does). `resolve(oracle(b, a), b) == a.text` byte for byte. perturb()
-moves every copy endpoint by integer noise in [-eps, +eps] from a seeded RNG, clamped to the
-document (§5).
+otherwise the first gen does). `resolve(oracle(b, a), b) == a.text` byte for byte.
 Pure: no torch, no transformers.
 """
 
 from __future__ import annotations
-
-import random
 
 from cadedit.align import opcodes
 from cadedit.document import BOM, Document
@@ -66,18 +62,3 @@ def _merge_gens(ops: list[Op]) -> list[Op]:
         elif not (isinstance(op, Gen) and not op.text):
             out.append(op)
     return out
-
-
-def perturb(program: Program, n_lines: int, eps: int, rng: random.Random) -> Program:
-    """Each copy endpoint moved by an integer drawn uniformly from [-eps, eps], clamped to [1, n_lines]."""
-
-    def move(k: int) -> int:
-        return min(max(k + rng.randint(-eps, eps), 1), max(n_lines, 1))
-
-    ops: list[Op] = []
-    for op in program.ops:
-        if isinstance(op, Copy):
-            start, end = sorted((move(op.start), move(op.end)))
-            op = Copy(start, end)
-        ops.append(op)
-    return Program(tuple(ops))

@@ -20,14 +20,10 @@ import os
 from dataclasses import dataclass
 
 from cadedit.document import Document
+from cadedit.languages import PARSERS, language_of
 
-PYTHON, JAVASCRIPT, TYPESCRIPT, TSX = "python", "javascript", "typescript", "tsx"
-LANGUAGES = (PYTHON, JAVASCRIPT, TYPESCRIPT, TSX)
-_SUFFIXES = {
-    ".py": PYTHON, ".pyi": PYTHON,
-    ".js": JAVASCRIPT, ".mjs": JAVASCRIPT, ".cjs": JAVASCRIPT, ".jsx": JAVASCRIPT,
-    ".ts": TYPESCRIPT, ".mts": TYPESCRIPT, ".cts": TYPESCRIPT, ".tsx": TSX,
-}  # fmt: skip
+PYTHON, JAVASCRIPT, TYPESCRIPT, TSX = PARSERS  # outline's parsers, named in languages.py's table
+LANGUAGES = PARSERS
 _TITLES = {PYTHON: "Python", JAVASCRIPT: "JavaScript", TYPESCRIPT: "TypeScript", TSX: "TSX"}
 TREE_SITTER_MISSING = (
     "tree-sitter is not installed, so {title} definitions are unknown "
@@ -78,9 +74,10 @@ class Outline:
         return not self.problem
 
 
-def language_of(path: str) -> str | None:
-    """The language a path's suffix names, or None (stdin, unknown suffixes)."""
-    return _SUFFIXES.get(os.path.splitext(path)[1].lower())
+def parser_of(path: str) -> str | None:
+    """The parser for a path's language (languages.py's table), or None (stdin, no parser for it)."""
+    language = language_of(path)
+    return language.parser if language is not None and language.parser else None
 
 
 def display_name(document: Document) -> str:

@@ -24,7 +24,9 @@ from cadedit.errors import ProgramError
 from cadedit.program import Copy, Gen, Op, Program, format_op
 
 
-class Mode(str, enum.Enum):
+class Bounds(str, enum.Enum):
+    """What a copy outside the document does: STRICT raises, CLIPPED clips it to the document and warns."""
+
     STRICT = "strict"
     CLIPPED = "clipped"
 
@@ -52,7 +54,7 @@ def clip_copy(op: Copy, n_lines: int) -> Copy | None:
     return Copy(start, end) if start <= end else None
 
 
-def resolve_ops(program: Program, document: Document, mode: Mode = Mode.STRICT) -> Resolution:
+def resolve_ops(program: Program, document: Document, mode: Bounds = Bounds.STRICT) -> Resolution:
     lines = document.lines
     parts: list[str] = []
     warnings: list[str] = []
@@ -61,7 +63,7 @@ def resolve_ops(program: Program, document: Document, mode: Mode = Mode.STRICT) 
     for number, op in enumerate(program.ops, 1):
         if isinstance(op, Copy):
             problem = check_copy(op, len(lines), number)
-            if problem and mode is Mode.STRICT:
+            if problem and mode is Bounds.STRICT:
                 raise ProgramError(problem, hint="fix the line numbers, or pass --clip to clip them to the file")
             if problem:
                 clipped = clip_copy(op, len(lines))
@@ -82,7 +84,7 @@ def resolve_ops(program: Program, document: Document, mode: Mode = Mode.STRICT) 
     return Resolution((BOM if copies_line_1 else "") + "".join(parts), tuple(warnings))
 
 
-def resolve(program: Program, document: Document, mode: Mode = Mode.STRICT) -> str:
+def resolve(program: Program, document: Document, mode: Bounds = Bounds.STRICT) -> str:
     """The edited text. Strict mode raises ProgramError on a copy that does not fit the document."""
     return resolve_ops(program, document, mode).text
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from cadedit.document import Document
 from cadedit.errors import ScopeError
 from cadedit.options import EditOptions, Mode
-from cadedit.outline import LANGUAGES, Definition, Outline, display_name, language_of, outline
+from cadedit.outline import LANGUAGES, Definition, Outline, display_name, outline, parser_of
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def resolve_scope(
     """The regions an edit of `document` may change, from the CLI options or the instruction."""
     if language is not None and language not in LANGUAGES:
         raise ScopeError(f"language {language!r}: expected one of {', '.join(LANGUAGES)}")
-    language = language or language_of(document.path)
+    language = language or parser_of(document.path)
     # 1. Explicit options: --lines is taken as given, --scope must name a definition here.
     if lines or names:
         regions = [_option_region(spec, document) for spec in lines]

@@ -10,7 +10,7 @@ import pytest
 from cadedit import program
 from cadedit.document import Document
 from cadedit.grammar import BODY, END, GRAMMAR_PATH, OP, STOP, compile_grammar
-from cadedit.resolve import Mode, resolve
+from cadedit.resolve import Bounds, resolve
 from cadedit.vocab import vocab_from_tokenizer
 from tinytok import make_tokenizer
 
@@ -88,7 +88,7 @@ def test_random_walks_always_parse_and_resolve(tok, grammar, n_lines, monotonic,
         text = cursor.text()
         parsed = program.parse(text)
         assert parsed.ops, text
-        resolve(parsed, doc, Mode.STRICT)
+        resolve(parsed, doc, Bounds.STRICT)
         ends = [c.end for c in parsed.copies]
         if monotonic:
             assert all(c.start > prev for c, prev in zip(parsed.copies, [0] + ends)), text

@@ -3,7 +3,8 @@
 import random
 
 from cadedit.document import Document
-from cadedit.oracle import oracle, perturb
+from cadedit.bench.perturb import perturb
+from cadedit.oracle import oracle
 from cadedit.program import Copy, Gen, Program
 
 

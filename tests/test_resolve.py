@@ -8,7 +8,7 @@ from cadedit.document import BOM, Document
 from cadedit.errors import ProgramError
 from cadedit.oracle import oracle
 from cadedit.program import Copy, Gen, Program, format, parse
-from cadedit.resolve import Mode, resolve, resolve_ops
+from cadedit.resolve import Bounds, resolve, resolve_ops
 
 # Small line pool so that before/after share many lines; random terminators incl. none at the end.
 line_bodies = st.sampled_from(["", " ", "\t", "x", "x ", "def f():", "    return 1", "}", "</gen>", "<copy", "\u27e8", "é"])
@@ -104,7 +104,7 @@ def test_strict_mode_raises_with_op_number(op, message):
 
 def test_clipped_mode_clips_and_warns():
     doc = Document.from_text("a\nb\nc\n")
-    result = resolve_ops(Program((Copy(2, 9), Copy(3, 1), Copy(7, 9))), doc, Mode.CLIPPED)
+    result = resolve_ops(Program((Copy(2, 9), Copy(3, 1), Copy(7, 9))), doc, Bounds.CLIPPED)
     assert result.text == "b\nc\na\nb\nc\n"
     assert len(result.warnings) == 3
     assert 'clipped to <copy lines="2-3"/>' in result.warnings[0]

@@ -1,7 +1,7 @@
 """Span-selection sensitivity (paper §5, Table 8): exact match under copy-endpoint noise.
 
 For each eps and each trial, every copy endpoint of each case's oracle program moves by an
-integer drawn uniformly from [-eps, eps], clamped to the document (cadedit.oracle.perturb, which
+integer drawn uniformly from [-eps, eps], clamped to the document (perturb(), which
 also puts reversed endpoints back in order); the program is resolved in clipped mode and compared
 with the gold after .strip() (trimmed EM; byte EM is kept too). A trial's EM is its rate over the
 cases; a cell is the median over trials and their mean. The paper's Table 8 cells are the MEAN
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from cadedit.bench.corpus import Case
 from cadedit.bench.report import median
-from cadedit.oracle import oracle, perturb
-from cadedit.program import Program
-from cadedit.resolve import Mode, resolve
+from cadedit.oracle import oracle
+from cadedit.program import Copy, Op, Program
+from cadedit.resolve import Bounds, resolve
 
 EPSILONS = (0, 1, 2, 3, 5)
 SEMANTICS = ("cadedit", "paper")
@@ -46,7 +46,7 @@ def run_trial(cases: list[Case], programs: list[Program], eps: int, trial: int, 
     trimmed = exact = 0
     for case, program in zip(cases, programs):
         before = case.before_doc
-        text = resolve(perturb(program, before.n_lines, eps, rng), before, Mode.CLIPPED)
+        text = resolve(perturb(program, before.n_lines, eps, rng), before, Bounds.CLIPPED)
         exact += text == case.after
         trimmed += text.strip() == case.after.strip()
     return Trial(eps, trial, trimmed, exact, len(cases))
@@ -105,3 +105,18 @@ def summarize(trials: list[Trial]) -> list[dict]:
             "per_trial_trimmed": trimmed,
         })
     return rows
+
+
+def perturb(program: Program, n_lines: int, eps: int, rng: random.Random) -> Program:
+    """Each copy endpoint moved by an integer drawn uniformly from [-eps, eps], clamped to [1, n_lines]."""
+
+    def move(k: int) -> int:
+        return min(max(k + rng.randint(-eps, eps), 1), max(n_lines, 1))
+
+    ops: list[Op] = []
+    for op in program.ops:
+        if isinstance(op, Copy):
+            start, end = sorted((move(op.start), move(op.end)))
+            op = Copy(start, end)
+        ops.append(op)
+    return Program(tuple(ops))

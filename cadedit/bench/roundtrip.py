@@ -16,9 +16,9 @@ from cadedit.bench.corpus import Case
 from cadedit.errors import CadeditError
 from cadedit.oracle import oracle
 from cadedit.program import RESERVED, format, parse
-from cadedit.resolve import Mode, resolve_ops
+from cadedit.resolve import Bounds, resolve_ops
 
-MODES = (Mode.STRICT, Mode.CLIPPED)
+MODES = (Bounds.STRICT, Bounds.CLIPPED)
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class CaseRoundtrip:
     modes: dict[str, ModeResult]
 
 
-def resolve_case(program_text: str, case: Case, mode: Mode) -> ModeResult:
+def resolve_case(program_text: str, case: Case, mode: Bounds) -> ModeResult:
     """Parse program text and resolve it against the case's input; compare with the gold."""
     try:
         resolution = resolve_ops(parse(program_text), case.before_doc, mode)
