@@ -71,6 +71,10 @@ def test_ctrl_c_while_cadedit_starts_exits_130_without_a_traceback(tmp_path, tin
         _, err = proc.communicate(timeout=60)
         if proc.returncode == 0:  # it finished before the signal: nothing to see
             continue
+        if "init_import_site" in err:
+            # The signal came while the interpreter itself was starting (its site module), before any of
+            # cadedit's code could run: CPython's own fatal error, which no program can intercept.
+            continue
         assert proc.returncode == 130, (delay, proc.returncode, err)
         assert "Traceback" not in err, err
 
