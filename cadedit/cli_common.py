@@ -56,6 +56,29 @@ _MaxNew = Annotated[Optional[int], typer.Option(
     "--max-new-tokens", min=1, show_default=False, help="Budget of new tokens (default: twice the file's + 256; a scoped edit: 1.5x its regions' + 128).")]
 
 
+_Engine = Annotated[Optional[str], typer.Option(
+    "--engine", metavar="URL", show_default=False,
+    help="A shared OpenAI-compatible inference engine (vLLM, SGLang, llama-server, Ollama) that does the model "
+         "work, e.g. http://gpu-box:8000/v1; cadedit keeps the prompt, checks and diffs. Default: CADEDIT_ENGINE, "
+         "then `engine` in .cadedit.toml; none: the local model. The API key comes from CADEDIT_ENGINE_KEY or "
+         "OPENAI_API_KEY. With --engine, --model names the engine's model (default: the first it serves).")]
+_EngineTimeout = Annotated[Optional[float], typer.Option(
+    "--engine-timeout", min=0.1, show_default=False,
+    help="Seconds one engine request may take (default: `engine_timeout` in .cadedit.toml, else 300).")]
+
+
+def _engine_for(engine: str | None, timeout: float | None, model: str | None, cwd=None):
+    """The shared engine's client when --engine, CADEDIT_ENGINE or the settings name one, else None."""
+    from cadedit.config import choose_engine, choose_engine_timeout
+
+    url = choose_engine(engine, cwd)
+    if url is None:
+        return None
+    from cadedit.engine import DEFAULT_TIMEOUT, EngineClient
+
+    return EngineClient(url, choose_engine_timeout(timeout, cwd, DEFAULT_TIMEOUT), model)
+
+
 def _server_for(options):
     """The warm server (`cadedit serve start`) when one runs with this model and dtype, else None."""
     if os.environ.get("CADEDIT_SERVER", "1") == "0":

@@ -2,7 +2,7 @@
 
 Contract: choose_model(cli_value, cwd) returns a model spec (hub id, folder or .gguf path) and never
 imports torch or transformers, so commands that only need a tokenizer (`cadedit bench ceiling`)
-follow the same choice cheaply. Settings are `model` (and `backend`) in the nearest .cadedit.toml
+follow the same choice cheaply. Settings are `model` (and `backend`, `engine`, `engine_timeout`) in the nearest .cadedit.toml
 (top level or [tool.cadedit]) or pyproject.toml [tool.cadedit], looked for from the working folder
 up to the repository root or the home folder, in files the user owns that no one else may write;
 a malformed file is a ConfigError.
@@ -70,8 +70,9 @@ def trusted(path: Path) -> bool:
     return st.st_uid in (os.getuid(), 0) and not st.st_mode & 0o022
 
 
-def configured(key: str, cwd: Path | None = None) -> str | None:
-    """A string setting from the nearest trusted settings file that has it (see the module docstring)."""
+def configured(key: str, cwd: Path | None = None, kind: type = str):
+    """A setting (a string, or a number with kind=float) from the nearest trusted settings file that has
+    it (see the module docstring)."""
     for folder in settings_folders(cwd):
         for name in (".cadedit.toml", "pyproject.toml"):
             path = folder / name
@@ -81,6 +82,10 @@ def configured(key: str, cwd: Path | None = None) -> str | None:
             section = cadedit_table(data, path, required=False)
             value = section.get(key, data.get(key) if name == ".cadedit.toml" else None)
             if value is not None:
+                if kind is float:
+                    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                        raise ConfigError(f"{path}: `{key}` must be a positive number")
+                    return float(value)
                 if not isinstance(value, str) or not value:
                     raise ConfigError(f"{path}: `{key}` must be a non-empty string")
                 return value
@@ -96,6 +101,24 @@ def choose_backend(cli_value: str | None = None, cwd: Path | None = None) -> str
     if value not in BACKENDS:
         raise ConfigError(f"unknown backend {value!r} (use {', '.join(BACKENDS)})")
     return value
+
+
+ENGINE_ENV = "CADEDIT_ENGINE"
+
+
+def choose_engine(cli_value: str | None = None, cwd: Path | None = None) -> str | None:
+    """The shared inference engine's URL, if any: --engine, then CADEDIT_ENGINE, then `engine` in the
+    project's settings (an empty --engine or CADEDIT_ENGINE means none: edit locally)."""
+    if cli_value is not None:
+        return cli_value or None
+    if ENGINE_ENV in os.environ:
+        return os.environ[ENGINE_ENV] or None
+    return configured("engine", cwd)
+
+
+def choose_engine_timeout(cli_value: float | None = None, cwd: Path | None = None, default: float = 300.0) -> float:
+    """Seconds one engine request may take: --engine-timeout, then `engine_timeout` in settings, then the default."""
+    return cli_value or configured("engine_timeout", cwd, kind=float) or default
 
 
 def choose_model(cli_value: str | None = None, cwd: Path | None = None) -> str:

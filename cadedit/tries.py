@@ -99,6 +99,7 @@ class Try:
             "tokens_copied": stats.tokens_copied if stats else None,
             "tokens_prompt_fed": stats.tokens_prompt if stats else None,
             "tokens_prompt_reused": stats.tokens_reused if stats else None,
+            **({"engine": self.result.engine} if self.result is not None and self.result.engine is not None else {}),
         }
 
 
