@@ -329,3 +329,18 @@ def test_the_client_raises_budget_errors(engine):
     client = EngineClient(engine(Script([("a", "length")])))
     with pytest.raises(BudgetError):
         client.edit(Document.from_text("x\n", "a.txt"), "Change it.", EditOptions(max_new_tokens=5))
+
+
+def test_bench_engine_runs_concurrent_clients_and_reports_throughput(engine, tmp_path):
+    script = Script([("", "stop")] * 50)
+    done = cli("bench", "engine", "--engine", engine(script), "-n", "3", "--clients", "1,3", "--no-local",
+               "--packages", "click", "--json", str(tmp_path / "engine.json"), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "engine, 1 client: 3 edits in" in done.stdout and "engine, 3 clients: 3 edits in" in done.stdout
+    data = json.loads((tmp_path / "engine.json").read_text())
+    assert [r["clients"] for r in data["runs"]] == [1, 3] and data["tasks"] == 3
+    run = data["runs"][1]
+    assert run["edits"] == 3 and run["exact"] == 0 and run["edits_per_minute"] > 0 and run["p95_seconds"] >= run["p50_seconds"]
+    assert len(script.requests) == 6 and run["prompt_tokens_per_edit"] > 0  # one try each, every edit through the engine
+    missing = cli("bench", "engine", "--engine", engine(script), "-n", "1", cwd=tmp_path)
+    assert missing.returncode == 2 and "--model" in missing.stderr
