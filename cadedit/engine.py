@@ -82,7 +82,7 @@ class Usage:
 
 
 def check_url(url: str) -> str:
-    """An engine's base URL (…/v1), without a trailing slash; a ConfigError-like EngineError if it is no http URL."""
+    """An engine's base URL (…/v1) without a trailing slash; an EngineError if it is no http(s) URL."""
     if not re.match(r"^https?://[^/\s]+", url or ""):
         raise EngineError(f"engine {url!r}: not an http:// or https:// URL",
                           hint="give the engine's OpenAI-compatible base URL, e.g. http://gpu-box:8000/v1")
@@ -228,7 +228,7 @@ class EngineClient:
             if reason == "length":
                 raise _budget(budget)
             written, shown = written + piece, shown + piece
-            if piece.rstrip().endswith(P.CLOSE) or not _stopped_at(piece, reason, P.COPY_CLOSE):
+            if piece.rstrip().endswith(P.CLOSE) or not _stopped_at(reason, P.COPY_CLOSE):
                 return written
             written, shown = written + P.COPY_CLOSE, shown + P.COPY_CLOSE
             copy, in_body = _last_copy(written)
@@ -247,7 +247,7 @@ def refuse_special_text(document: Document, request: Request) -> None:
                               "control token", hint="edit this file without --engine (the local model keeps it text)")
 
 
-def _stopped_at(piece: str, reason: str, stop: str) -> bool:
+def _stopped_at(reason: str, stop: str) -> bool:
     """Whether a completion ended at the stop string `stop` (the engine drops it from the text)."""
     if reason.startswith("stop:"):
         return reason == "stop:" + stop
@@ -344,11 +344,14 @@ def _http_error(exc: urllib.error.HTTPError, where: str) -> EngineError:
     """An HTTP error as one line: the status and the engine's own message."""
     try:
         body = exc.read()
+    except (OSError, http.client.HTTPException):
+        body = b""
+    try:
         data = json.loads(body)
         error = data.get("error", data.get("detail", data)) if isinstance(data, dict) else data
         message = error.get("message", error) if isinstance(error, dict) else error
-    except (ValueError, OSError, http.client.HTTPException):
-        message = body if "body" in locals() else b""
+    except ValueError:
+        message = body
     hint = {401: "set the engine's API key in CADEDIT_ENGINE_KEY (or OPENAI_API_KEY)",
             403: "set the engine's API key in CADEDIT_ENGINE_KEY (or OPENAI_API_KEY)",
             404: "give the engine's OpenAI-compatible base URL, ending in /v1"}.get(exc.code, "see the engine's log")

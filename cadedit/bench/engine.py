@@ -95,6 +95,9 @@ def engine(
     tries: Annotated[int, typer.Option(min=1, help="--tries of each fix.")] = 1,
     threads: Annotated[Optional[int], typer.Option(min=1, help="--threads of the local runs.")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", min=1, help="Passed to every fix.")] = None,
+    engine_timeout: Annotated[float, typer.Option(
+        "--engine-timeout", min=1.0, help="--engine-timeout of each fix: an engine that serves one request at a time "
+        "queues the others, so the last of N waits for N edits.")] = 3600.0,
     local: Annotated[bool, typer.Option("--local/--no-local", help="Also run the edits one at a time locally.")] = True,
     json_path: Annotated[Optional[Path], typer.Option("--json", metavar="PATH", help="Write the results here.")] = None,
 ) -> None:
@@ -119,7 +122,8 @@ def engine(
     results: dict = {"engine": url, "tasks": len(tasks), "seed": seed, "tries": tries, "runs": []}
     with tempfile.TemporaryDirectory(prefix="cadedit-bench-engine-") as tmp:
         for count in counts:
-            summary = run_batch(tasks, Path(tmp), [*common, "--engine", url], count)
+            summary = run_batch(tasks, Path(tmp), [*common, "--engine", url, "--engine-timeout", str(engine_timeout)],
+                                count)
             results["runs"].append({"where": "engine", **summary})
             _report(f"engine, {count} client{'s' * (count != 1)}", summary)
         if local:
