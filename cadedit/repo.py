@@ -38,7 +38,7 @@ instruction = "Add a docstring to every public function that lacks one."
 test = "python -m pytest -q"                 # optional: run with each candidate in place; exit 0 passes
 """
 _RULE_KEYS = {"files", "instruction", "test"}
-_TOP_KEYS = {"model", "rules", "mode", "tries"}
+_TOP_KEYS = {"model", "rules", "mode", "tries", "backend", "engine", "engine_timeout"}  # model, backend, engine*: read by config.py
 MODES = ("program", "rewrite", "lookup", "verify")  # options.Mode's values (kept here: repo.py imports no torch)
 _SYMLINK_OR_SUBMODULE = ("120000", "160000")
 

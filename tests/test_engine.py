@@ -264,13 +264,16 @@ def test_an_answer_out_of_budget_is_a_failed_try(engine, colors):
     assert script.requests[0]["max_tokens"] == 3
 
 
-def test_the_hook_runs_through_the_engine(engine, tmp_path):
+@pytest.mark.parametrize("where", ["option", "settings"])
+def test_the_hook_runs_through_the_engine(engine, tmp_path, where):
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "colors.py").write_text("red = 1\nteal = 2\n")
-    (tmp_path / ".cadedit.toml").write_text('[[rules]]\nfiles = "*.py"\ninstruction = "Rename teal to green."\n')
-    subprocess.run(["git", "add", "colors.py"], cwd=tmp_path, check=True)
     script = Script([("red = 1\ngreen = 2", "stop")])
-    done = cli("hook", "run", "--engine", engine(script), cwd=tmp_path)
+    url = engine(script)
+    settings = f'engine = "{url}"\nengine_timeout = 60\n' if where == "settings" else ""
+    (tmp_path / ".cadedit.toml").write_text(settings + '[[rules]]\nfiles = "*.py"\ninstruction = "Rename teal to green."\n')
+    subprocess.run(["git", "add", "colors.py"], cwd=tmp_path, check=True)
+    done = cli("hook", "run", *(["--engine", url] if where == "option" else []), cwd=tmp_path)
     assert done.returncode == 1, done.stderr  # would change: the diff is shown
     assert "-teal = 2\n+green = 2\n" in done.stdout and "using the engine" in done.stderr
     assert (tmp_path / "colors.py").read_text() == "red = 1\nteal = 2\n"
