@@ -102,21 +102,22 @@ class EngineClient:
         self.url = check_url(url)
         self.timeout = timeout
         self.key = key if key is not None else next((os.environ[k] for k in KEY_ENVS if os.environ.get(k)), None)
-        self.owner = ""
-        self.model = model or self._served_model()
+        self.model, self.owner = self._served_model(model)
         self.name = f"{self.model} at {self.url}"
 
     # -- the wire ------------------------------------------------------------------------------
 
-    def _served_model(self) -> str:
-        """The first model the engine serves (GET /models); also the check that an engine answers."""
+    def _served_model(self, wanted: str | None) -> tuple[str, str]:
+        """The model to ask for (`wanted`, else the first the engine serves) and who serves it
+        (GET /models's owned_by: which engine it is); also the check that an engine answers."""
         answer = self._call("GET", "/models", None, min(self.timeout, 30.0))
         models = answer.get("data") if isinstance(answer, dict) else None
-        if not models or not isinstance(models, list) or not isinstance(models[0], dict) or "id" not in models[0]:
+        models = [m for m in models if isinstance(m, dict) and "id" in m] if isinstance(models, list) else []
+        if not models:
             raise EngineError(f"the engine at {self.url} lists no model (GET /models answered {_short(answer)})",
-                              hint="name the engine's model with --model")
-        self.owner = str(models[0].get("owned_by", ""))
-        return str(models[0]["id"])
+                              hint="is the URL the engine's OpenAI-compatible base (…/v1)?")
+        chosen = next((m for m in models if m["id"] == wanted), models[0])
+        return wanted or str(chosen["id"]), str(chosen.get("owned_by", ""))
 
     def _call(self, method: str, path: str, body: dict | None, timeout: float):
         """One HTTP request and its JSON answer; every failure an EngineError."""
