@@ -185,10 +185,14 @@ class EngineClient:
         budget = options.max_new_tokens or default_budget(len(request.answer.encode()) // BYTES_PER_TOKEN + 1,
                                                           bool(request.regions))
         usage = Usage()
-        if request.mode is Mode.PROGRAM:
-            text = self._program(document, prompt, budget, options, usage)
-        else:
-            text = self._fenced(request, prompt, budget, options, usage)
+        try:
+            if request.mode is Mode.PROGRAM:
+                text = self._program(document, prompt, budget, options, usage)
+            else:
+                text = self._fenced(request, prompt, budget, options, usage)
+        except BudgetError as exc:
+            exc.engine = usage.to_json()  # the try's JSON still says what the engine did
+            raise
         program = read_answer(document, request.mode, text, request.fence, request.regions, request.headers)
         return EditResult(document, request.mode, program, text, resolve(program, document), usage.stats(),
                           self.name, usage.first_prompt_tokens, engine=usage.to_json())

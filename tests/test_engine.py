@@ -262,6 +262,9 @@ def test_an_answer_out_of_budget_is_a_failed_try(engine, colors):
                "-q", cwd=colors)
     assert done.returncode == 3 and "budget of 3 new tokens" in done.stderr
     assert script.requests[0]["max_tokens"] == 3
+    data = json.loads(cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(Script([("red:\ngre", "length")] * 3)),
+                          "--max-new-tokens", "3", "--tries", "1", "--json", "-q", cwd=colors).stdout)
+    assert data["tries"][0]["error"].startswith("the engine used the budget") and data["tries"][0]["engine"]["requests"] == 1
 
 
 @pytest.mark.parametrize("where", ["option", "settings"])
