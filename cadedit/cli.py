@@ -20,6 +20,7 @@ import typer
 from cadedit import __version__
 from cadedit.errors import CadeditError
 from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
+from cadedit.cli_common import _Engine, _engine_for, _EngineTimeout
 from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
 from cadedit.settings import CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, TEST_TIMEOUT, Mode
 
@@ -243,7 +244,8 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = DEFAULT_TRIES,
         test: _Test = None, test_timeout: _TestTimeout = TEST_TIMEOUT, allow_no_change: _AllowNoChange = False,
         lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
-        context: _Context = str(CONTEXT_LINES), backend: _Backend = None) -> None:
+        context: _Context = str(CONTEXT_LINES), backend: _Backend = None, engine: _Engine = None,
+        engine_timeout: _EngineTimeout = None) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
     Every candidate is checked before it is shown or written: the edited file must parse, must differ
@@ -262,6 +264,8 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
               cadedit fix app.py "Fix line 95" --test "pytest -q tests/test_app.py" --write
 
               cadedit fix a.py b.py -i "Use pathlib" | git apply    (one model load, one patch)
+
+              cadedit fix app.py "Fix line 95" --engine http://gpu-box:8000/v1   (a shared engine decodes)
     """
     import json
 
@@ -288,7 +292,8 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
     if len(files) > 1:
         if as_json or show_program:
             raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
-        return _fix_many(files, instruction, options, write, check, quiet, plan, tries, scoping)
+        return _fix_many(files, instruction, options, write, check, quiet, plan, tries, scoping,
+                         (engine, engine_timeout))
     file = files[0]
     stdin = file == "-"
     if stdin and write:
@@ -296,7 +301,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
     if stdin and test:
         raise typer.BadParameter("--test runs against a file; give a file, not stdin", param_hint="--test")
     document = Document.read_stream(sys.stdin.buffer) if stdin else Document.read(file)
-    loaded = _load(options, quiet, verbose)
+    loaded = _load(options, quiet, verbose, engine=(engine, engine_timeout))
     outcome = _edit_checked(document, instruction, options, plan, tries, scoping, loaded, quiet, verbose)
     answer = outcome.verified.answer
     best = outcome.verified.best
@@ -368,8 +373,14 @@ class _Outcome:
         return data
 
 
-def _load(options, quiet: bool, verbose: bool = False, once_for: int = 1):
-    """The model: the warm server's when one serves it, else loaded here (with its timings)."""
+def _load(options, quiet: bool, verbose: bool = False, once_for: int = 1, engine: tuple = (None, None)):
+    """The model: a shared engine's when one is named, the warm server's when one serves it, else loaded
+    here (with its timings)."""
+    remote = _engine_for(engine[0], engine[1], options.model)
+    if remote is not None:
+        if not quiet:
+            say(f"{remote.name}: using the engine")
+        return remote
     client = _server_for(options)
     if client is not None:
         if not quiet:
@@ -543,7 +554,7 @@ def _text_names(files: list[str]) -> None:
 
 
 def _fix_many(files: list[str], instruction: str, options, write: bool, check: bool, quiet: bool, plan, tries: int,
-              scoping: _Scoping) -> None:
+              scoping: _Scoping, engine: tuple = (None, None)) -> None:
     """Several files: every file read first, the model loaded once, one patch; written only if all edits pass.
 
     Each file's candidates are checked on their own for syntax and change; --test then runs once
@@ -556,7 +567,7 @@ def _fix_many(files: list[str], instruction: str, options, write: bool, check: b
     from cadedit.errors import CheckFailedError
 
     documents = [Document.read(f) for f in dict.fromkeys(files)]
-    loaded = _load(options, quiet, once_for=len(documents))
+    loaded = _load(options, quiet, once_for=len(documents), engine=engine)
     edited, failed = [], []
     for document in documents:
         outcome = _edit_checked(document, instruction, options, replace(plan, test=None), tries, scoping, loaded, quiet)

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from cadedit.settings import BACKENDS, DEFAULT_MODEL, DTYPES
+from cadedit.settings import BACKENDS, DEFAULT_MODEL, DTYPES, ENGINE_TIMEOUT
 
 err = Console(stderr=True, soft_wrap=True, highlight=False)
 
@@ -70,6 +70,29 @@ _Backend = Annotated[Optional[str], typer.Option(
          "in .cadedit.toml, then auto: a GGUF runs on whichever backend measured faster on this CPU (once, cached).")]
 _MaxNew = Annotated[Optional[int], typer.Option(
     "--max-new-tokens", min=1, show_default=False, help="Budget of new tokens (default: twice the file's + 256; a scoped edit: 1.5x its regions' + 128).")]
+
+
+_Engine = Annotated[Optional[str], typer.Option(
+    "--engine", metavar="URL", show_default=False,
+    help="A shared OpenAI-compatible inference engine (vLLM, SGLang, llama-server, Ollama) that does the model "
+         "work, e.g. http://gpu-box:8000/v1; cadedit keeps the prompt, checks and diffs. Default: CADEDIT_ENGINE, "
+         "then `engine` in .cadedit.toml; none: the local model. The API key comes from CADEDIT_ENGINE_KEY or "
+         "OPENAI_API_KEY. With --engine, --model names the engine's model (default: the first it serves).")]
+_EngineTimeout = Annotated[Optional[float], typer.Option(
+    "--engine-timeout", min=0.1, show_default=False,
+    help=f"Seconds one engine request may take (default: `engine_timeout` in .cadedit.toml, else {ENGINE_TIMEOUT:g}).")]
+
+
+def _engine_for(engine: str | None, timeout: float | None, model: str | None, cwd=None):
+    """The shared engine's client when --engine, CADEDIT_ENGINE or the settings name one, else None."""
+    from cadedit.settings import choose_engine, choose_engine_timeout
+
+    url = choose_engine(engine, cwd)
+    if url is None:
+        return None
+    from cadedit.engine import EngineClient
+
+    return EngineClient(url, choose_engine_timeout(timeout, cwd), model)
 
 
 def _server_for(options):

@@ -42,6 +42,10 @@ class BudgetError(CadeditError):
     """Decoding ran out of its token budget before the program was complete."""
 
 
+class EngineError(CadeditError):
+    """A shared inference engine (--engine) cannot be reached or used: down, slow, an HTTP error, a bad answer."""
+
+
 class ConfigError(CadeditError):
     """Settings in .cadedit.toml / pyproject.toml / the environment are missing or wrong."""
 

@@ -11,7 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cadedit.cli_common import _Dtype, _files, _MaxNew, _Model, _server_for, _Threads, err, say
+from cadedit.cli_common import _Dtype, _Engine, _engine_for, _EngineTimeout, _files, _MaxNew, _Model, _server_for
+from cadedit.cli_common import _Threads, err, say
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
 
@@ -51,7 +52,8 @@ def hook_uninstall() -> None:
 
 @app.command("run")
 def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = None, threads: _Threads = None,
-             dtype: _Dtype = "auto", max_new_tokens: _MaxNew = None) -> None:
+             dtype: _Dtype = "auto", max_new_tokens: _MaxNew = None, engine: _Engine = None,
+             engine_timeout: _EngineTimeout = None) -> None:
     """Apply each rule's instruction to the staged files it matches; print the diffs, exit 1 if any would change.
 
     --fix writes the edits to the working tree instead. The model loads once, only if a staged file matches a rule.
@@ -75,7 +77,8 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
         if not targets:
             say("cadedit hook: no staged file matches a rule; nothing to do")
             return
-        edit = _hook_editor(model, root, len(targets), threads, dtype, max_new_tokens, settings)
+        remote = _engine_for(engine, engine_timeout, model, root)
+        edit = _hook_editor(model, root, len(targets), threads, dtype, max_new_tokens, settings, remote)
         counts = _hook_report(R.run(repository, targets, edit, fix))
     except CadeditError as exc:
         exc.hint = (exc.hint + "\n" if exc.hint else "") + "to commit once without the hook: git commit --no-verify"
@@ -90,14 +93,15 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
         raise typer.Exit(1)
 
 
-def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: str, max_new_tokens, settings=None):
-    """Load the model once; an edit(document, rule) -> new text that reuses it for every file.
+def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: str, max_new_tokens, settings=None,
+                 remote=None):
+    """Load the model once (or use the shared engine `remote`); an edit(document, rule) -> new text that
+    reuses it for every file.
 
     Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
     candidate in the working tree, restored afterwards); no change is a valid answer here."""
     from cadedit.settings import choose_model
     from cadedit.errors import CheckFailedError, ModelError
-    from cadedit.model import load_model
     from cadedit.options import EditOptions
     from cadedit.settings import DEFAULT_TRIES
     from cadedit.scope import plan_edit
@@ -107,10 +111,14 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES
     options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens,
                           mode=mode)
-    loaded = _server_for(options)
-    if loaded is not None:
+    loaded = remote or _server_for(options)
+    if remote is not None:
+        say(f"cadedit hook: {remote.name}: using the engine")
+    elif loaded is not None:
         say(f"cadedit hook: {loaded.name}: using the cadedit server (pid {loaded.pid})")
     else:
+        from cadedit.model import load_model
+
         try:
             with err.status(f"cadedit hook: loading {options.model} ..."):
                 loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)

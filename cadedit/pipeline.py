@@ -20,20 +20,14 @@ from cadedit.results import EditResult, result_json  # noqa: F401 - re-exported
 from cadedit.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import ModelError
-from cadedit.fence import FenceCursor, fence_for, output_text
+from cadedit.fence import FenceCursor
 from cadedit.model import LoadedModel, chat_prompt, encode, eos_ids, language_model, load_model, token_bytes
 from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
-from cadedit.oracle import oracle
-from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, region_header, rewrite_messages
-from cadedit.prompt import scoped_messages
-from cadedit.regions import context_spans, region_indents, scoped_source, scoped_tail, scoped_text
-from cadedit.resolve import resolve, to_document_program
+from cadedit.request import PROGRAM_ROOM, build_request, default_budget, parse_mode, read_answer, scoped_regions
+from cadedit.resolve import resolve
 from cadedit.verify import VerifyDrafter
 
-# Room for the program's own tokens (op literals, line numbers) beyond the file itself, and for the
-# drafted tokens a forward may hold before the rejected ones are cropped.
-PROGRAM_ROOM = 64
 
 
 @dataclass(frozen=True)
@@ -56,60 +50,27 @@ class Prepared:
 
 
 def prepare(loaded: LoadedModel, document: Document, instruction: str, options: EditOptions) -> Prepared:
-    """Tokenise the prompt; refuse a file that cannot fit (prompt + the edited file + room)."""
-    try:
-        mode = Mode(options.mode)
-    except ValueError:
-        raise ModelError(f"unknown mode {options.mode!r}", hint=f"use one of {', '.join(m.value for m in Mode)}") from None
-    if options.layout not in LAYOUTS:
-        raise ModelError(f"unknown prompt layout {options.layout!r}", hint=f"use one of {', '.join(LAYOUTS)}")
-    fence = source = draft_tail = ""
-    regions = tuple(options.regions) if mode is not Mode.PROGRAM and options.regions != ((1, document.n_lines),) else ()
-    _refuse_by_size(loaded, document, whole=not regions or options.context is None)
-    headers: tuple[str, ...] = ()
-    if mode is Mode.PROGRAM:
-        if options.variant not in VARIANTS:
-            raise ModelError(f"unknown prompt variant {options.variant!r}", hint=f"use one of {', '.join(VARIANTS)}")
-        prompt, prompt_ids = chat_prompt(loaded.tokenizer, build_messages(document, instruction, VARIANTS[options.variant]))
-        answer = document.display_text(1, document.n_lines) if document.lines else ""
-        room_needed, hint = PROGRAM_ROOM, "edit a smaller file, or split it first"
-    elif regions:
-        fence = fence_for(document.text)
-        context = context_spans(document.n_lines, regions, options.context)
-        messages = scoped_messages(document, instruction, fence, regions, options.referenced, options.feedback,
-                                   options.layout, context)
-        indents = region_indents(document, regions)
-        prompt, prompt_ids = chat_prompt(loaded.tokenizer, messages,
-                                         region_header(*regions[0], fence, document.path, indents[0]))
-        headers = tuple(region_header(a, b, fence, document.path, indent)
-                        for (a, b), indent in zip(regions[1:], indents[1:]))
-        answer = source = scoped_source(document, fence, regions, headers)
-        draft_tail = scoped_tail(document, regions[-1], indents[-1])
-        room_needed, hint = 0, "edit a smaller file, or split it first"
-    else:
-        fence = fence_for(document.text)
-        messages = rewrite_messages(document, instruction, fence, options.feedback, options.layout)
-        prompt, prompt_ids = chat_prompt(loaded.tokenizer, messages, fence + language_tag(document.path) + "\n")
-        answer = source = fenced_source(document, fence)
-        room_needed, hint = 0, "edit a smaller file, or use --mode program"
+    """Tokenise the prompt (request.build_request's); refuse a file that cannot fit (prompt + the edited file + room)."""
+    mode = parse_mode(options)
+    _refuse_by_size(loaded, document, whole=not scoped_regions(document, options, mode) or options.context is None)
+    request = build_request(document, instruction, options)
+    prompt, prompt_ids = chat_prompt(loaded.tokenizer, list(request.messages), request.opening)
     prompt_ids = tuple(prompt_ids)
-    file_tokens = len(encode(loaded.tokenizer, answer)) if answer else 0
-    room = loaded.context_limit - len(prompt_ids) - file_tokens - room_needed
+    file_tokens = len(encode(loaded.tokenizer, request.answer)) if request.answer else 0
+    room = loaded.context_limit - len(prompt_ids) - file_tokens - request.room_needed
     if room < 0:
         raise ModelError(
             f"{document.path}: too large for {loaded.name}: {document.n_lines} lines, a {len(prompt_ids)}-token prompt "
             f"plus {file_tokens} tokens for the edited file, but the context limit is {loaded.context_limit} tokens",
-            hint=hint,
+            hint=request.hint,
         )
-    # A whole file may be retyped with room to grow; a scoped answer is about its region's size, and
-    # a small model that loses its place there retypes other parts of the file until the budget ends.
-    budget = options.max_new_tokens or (file_tokens + file_tokens // 2 + 128 if regions else 2 * file_tokens + 256)
-    limit = room + PROGRAM_ROOM - DRAFT_LIMIT if mode is Mode.PROGRAM else room + file_tokens
+    budget = options.max_new_tokens or default_budget(file_tokens, bool(request.regions))
+    limit = room + PROGRAM_ROOM - DRAFT_LIMIT if request.mode is Mode.PROGRAM else room + file_tokens
     reuse_at = 0
-    if mode is not Mode.PROGRAM and options.layout != "both":
-        reuse_at = _instruction_free(loaded, prompt, prompt_ids, f"Instruction: {instruction.strip()}")
-    return Prepared(mode, prompt_ids, file_tokens, min(budget, limit), fence, source, regions, headers, reuse_at,
-                    draft_tail)
+    if request.mode is not Mode.PROGRAM and options.layout != "both":
+        reuse_at = _instruction_free(loaded, prompt, prompt_ids, request.task)
+    return Prepared(request.mode, prompt_ids, file_tokens, min(budget, limit), request.fence, request.source,
+                    request.regions, request.headers, reuse_at, request.draft_tail)
 
 
 # No token of Qwen's vocabulary spans more bytes than this on average over a file: a file this many
@@ -215,16 +176,8 @@ def prefix_store() -> PrefixStore | None:
 
 
 def answer_program(document: Document, prepared: Prepared, decoded: Decoded) -> P.Program:
-    """The answer as a copy/gen program in the file's own newlines (CRLF, BOM, missing final newline).
-    A fenced answer is aligned with the file by the oracle: lines retyped unchanged become copies."""
-    if prepared.mode is Mode.PROGRAM:
-        return to_document_program(P.parse(decoded.text), document)
-    if prepared.regions:
-        new_display = scoped_text(document, prepared.regions, prepared.headers, prepared.fence, decoded.text)
-    else:
-        new_display = output_text(decoded.text, prepared.fence, document)
-    before = Document.from_text(document.display_text(1, document.n_lines) if document.lines else "")
-    return to_document_program(oracle(before, Document.from_text(new_display)), document)
+    """The answer as a copy/gen program in the file's own newlines (request.read_answer)."""
+    return read_answer(document, prepared.mode, decoded.text, prepared.fence, prepared.regions, prepared.headers)
 
 
 def edit_file(document: Document, instruction: str, options: EditOptions = EditOptions(), *,

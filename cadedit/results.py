@@ -85,6 +85,7 @@ class EditResult:
     stats: DecodeStats
     model: str
     prompt_tokens: int
+    engine: dict | None = None  # what a shared engine reported (cadedit.engine.Usage), None for a local edit
 
     @property
     def changed(self) -> bool:
@@ -106,4 +107,5 @@ def result_json(result: EditResult, diff_text: str) -> dict:
         "diff": diff_text,
         "prompt_tokens": result.prompt_tokens,
         "statistics": stats,
+        **({"engine": result.engine} if result.engine is not None else {}),
     }

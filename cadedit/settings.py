@@ -59,6 +59,8 @@ DEFAULT_TRIES = 3  # candidates until one passes its checks (fix, the hook)
 MAX_TRIES = 20
 TEST_TIMEOUT = 120.0  # seconds a --test command (or a hook rule's test) may run
 IDLE_TIMEOUT = 30 * 60.0  # seconds the warm server waits for a request before it exits
+ENGINE_TIMEOUT = 300.0  # seconds one request to a shared engine may take (it may queue other clients' first)
+ENGINE_ENV = "CADEDIT_ENGINE"
 CONTEXT_LINES = 60  # scoped edits: lines shown on each side of the regions (README, Scoped edits)
 MODES = tuple(m.value for m in Mode)
 BACKENDS = tuple(b.value for b in Backend)
@@ -66,7 +68,7 @@ LAYOUTS = tuple(layout.value for layout in Layout)
 
 SETTINGS_FILE = ".cadedit.toml"
 # What a settings file may set: the model and how it runs, and the hook's [[rules]] (cadedit.repo).
-FILE_KEYS = ("model", "backend", "mode", "tries", "rules")
+FILE_KEYS = ("model", "backend", "mode", "tries", "engine", "engine_timeout", "rules")
 
 
 def read_toml(path: Path) -> dict:
@@ -150,14 +152,20 @@ def settings_files(cwd: Path | None = None, untrusted: list[Path] | None = None)
                 yield SettingsFile(path, tool)
 
 
-def configured(key: str, cwd: Path | None = None) -> str | None:
-    """A string setting from the nearest trusted settings file that has it (see the module docstring)."""
+def configured(key: str, cwd: Path | None = None, kind: type = str):
+    """A setting (a string, or a positive number with kind=float) from the nearest trusted settings
+    file that has it (see the module docstring)."""
     for found in settings_files(cwd):
         value = found.table.get(key)
-        if value is not None:
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"{found.path}: `{key}` must be a non-empty string")
-            return value
+        if value is None:
+            continue
+        if kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ConfigError(f"{found.path}: `{key}` must be a positive number")
+            return float(value)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{found.path}: `{key}` must be a non-empty string")
+        return value
     return None
 
 
@@ -172,6 +180,21 @@ def choose_backend(cli_value: str | None = None, cwd: Path | None = None) -> str
     if value not in BACKENDS:
         raise ConfigError(f"unknown backend {value!r} (use {', '.join(BACKENDS)})")
     return value
+
+
+def choose_engine(cli_value: str | None = None, cwd: Path | None = None) -> str | None:
+    """The shared inference engine's URL, if any: --engine, then CADEDIT_ENGINE, then `engine` in the
+    project's settings (an empty --engine or CADEDIT_ENGINE means none: edit locally)."""
+    if cli_value is not None:
+        return cli_value or None
+    if ENGINE_ENV in os.environ:
+        return os.environ[ENGINE_ENV] or None
+    return configured("engine", cwd)
+
+
+def choose_engine_timeout(cli_value: float | None = None, cwd: Path | None = None) -> float:
+    """Seconds one engine request may take: --engine-timeout, then `engine_timeout` in settings, then ENGINE_TIMEOUT."""
+    return cli_value or configured("engine_timeout", cwd, kind=float) or ENGINE_TIMEOUT
 
 
 def choose_model(cli_value: str | None = None, cwd: Path | None = None) -> str:

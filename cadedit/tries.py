@@ -68,6 +68,7 @@ class Try:
     error: str | None = None
     hint: str | None = None  # the decode error's hint (e.g. raise --max-new-tokens)
     regions: tuple[tuple[int, int], ...] = ()  # the line ranges this try retyped (empty: the whole file)
+    engine: dict | None = None  # what a shared engine reported for a try that failed there (out of budget)
 
     @property
     def passed(self) -> bool:
@@ -99,6 +100,7 @@ class Try:
             "tokens_copied": stats.tokens_copied if stats else None,
             "tokens_prompt_fed": stats.tokens_prompt if stats else None,
             "tokens_prompt_reused": stats.tokens_reused if stats else None,
+            **({"engine": engine} if (engine := self.result.engine if self.result else self.engine) else {}),
         }
 
 
@@ -196,7 +198,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
             result = edit(document, instruction, current, on_step, picks(number) if picks else None)
         except BudgetError as exc:
             attempt = Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
-                          regions)
+                          regions, getattr(exc, "engine", None))
             told = "Your previous answer was too long and did not finish: reply with the edited code only."
         else:
             checks = check_candidate(document, result.new_text, plan,

@@ -872,7 +872,6 @@ def longfile(
 
     Example: cadedit bench longfile --model MODEL -n 30 --scoping both --json longfile.json
     """
-    import importlib.util
     import time
 
     from cadedit.bench import longfile as lf
@@ -884,12 +883,7 @@ def longfile(
     from cadedit.errors import CadeditError
     from cadedit.tries import CheckPlan, edit_verified
 
-    roots = []
-    for name in (p.strip() for p in packages.split(",") if p.strip()):
-        spec = importlib.util.find_spec(name)
-        if spec is None or not spec.submodule_search_locations:
-            raise typer.BadParameter(f"{name} is not an installed package", param_hint="--packages")
-        roots.append(list(spec.submodule_search_locations)[0])
+    roots = longfile_roots(packages)
     from cadedit.cli import context_lines
 
     around = context_lines(context)
@@ -951,6 +945,19 @@ def longfile(
         out.print(f"{key}: {summary}")
 
 
+def longfile_roots(packages: str) -> list[str]:
+    """The folders of the installed packages (comma-separated names) whose modules are the long files."""
+    import importlib.util
+
+    roots = []
+    for name in (p.strip() for p in packages.split(",") if p.strip()):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise typer.BadParameter(f"{name} is not an installed package", param_hint="--packages")
+        roots.append(list(spec.submodule_search_locations)[0])
+    return roots
+
+
 def _longfile_summary(rows: list[dict]) -> dict:
     groups: dict[str, list[dict]] = {}
     for row in rows:
@@ -974,3 +981,7 @@ def _longfile_summary(rows: list[dict]) -> dict:
 from cadedit.bench.overhead import overhead as _overhead  # noqa: E402 - its own module; imports no torch
 
 app.command("overhead")(_overhead)
+
+from cadedit.bench.engine import engine as _engine  # noqa: E402 - its own module; imports no torch
+
+app.command("engine")(_engine)

@@ -1,0 +1,126 @@
+"""What an edit asks of a model and how its answer is read, with no model: the pure halves of pipeline.
+
+Contract: build_request(document, instruction, options) gives the chat messages, the assistant's
+prefilled opening (the fence header; none in program mode), the fence, the regions and what an
+unchanged answer prints; read_answer(document, request, text) turns the model's answer text into a
+copy/gen program in the file's own newlines. pipeline.prepare tokenises a Request for a local model;
+cadedit.engine renders it as ChatML text (render_chatml) for an inference engine. Both read the
+answer here, so a local edit and an engine's edit of the same text are the same edit.
+Pure: no torch, no tokenizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cadedit import program as P
+from cadedit.document import Document
+from cadedit.errors import ModelError
+from cadedit.fence import fence_for, output_text
+from cadedit.options import EditOptions, Mode
+from cadedit.oracle import oracle
+from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, region_header, rewrite_messages
+from cadedit.prompt import scoped_messages
+from cadedit.regions import context_spans, region_indents, scoped_source, scoped_tail, scoped_text
+from cadedit.resolve import to_document_program
+
+
+@dataclass(frozen=True)
+class Request:
+    """One edit's prompt before any tokenizer: messages, the answer's forced opening, and for the
+    fenced modes the fence and the text an unchanged answer would print."""
+
+    mode: Mode
+    messages: tuple[dict[str, str], ...]
+    opening: str  # the assistant's answer starts with this (the fence header); the model writes on from it
+    answer: str  # what an unchanged answer spells (sizes the budget: the file, or its regions)
+    room_needed: int  # context room beyond the prompt and the answer
+    hint: str  # what to do when the file does not fit
+    fence: str = ""
+    source: str = ""
+    regions: tuple[tuple[int, int], ...] = ()  # scoped: the ranges retyped, in file order
+    headers: tuple[str, ...] = ()  # scoped: the forced text before each region after the first
+    draft_tail: str = ""  # scoped: the file's lines after the last region (the verify drafter's)
+    task: str = ""  # the instruction as the prompt states it (where the instruction-free prefix ends)
+
+
+# Room for the program's own tokens (op literals, line numbers) beyond the file itself, and for the
+# drafted tokens a forward may hold before the rejected ones are cropped.
+PROGRAM_ROOM = 64
+
+
+def default_budget(file_tokens: int, scoped: bool) -> int:
+    """New tokens an answer may take. A whole file may be retyped with room to grow; a scoped answer
+    is about its region's size, and a small model that loses its place there retypes other parts of
+    the file until the budget ends."""
+    return file_tokens + file_tokens // 2 + 128 if scoped else 2 * file_tokens + 256
+
+
+def parse_mode(options: EditOptions) -> Mode:
+    try:
+        return Mode(options.mode)
+    except ValueError:
+        raise ModelError(f"unknown mode {options.mode!r}", hint=f"use one of {', '.join(m.value for m in Mode)}") from None
+
+
+def scoped_regions(document: Document, options: EditOptions, mode: Mode) -> tuple[tuple[int, int], ...]:
+    """The regions a fenced edit retypes; empty for the whole file (or program mode)."""
+    whole = ((1, document.n_lines),)
+    return tuple(options.regions) if mode is not Mode.PROGRAM and options.regions != whole else ()
+
+
+def build_request(document: Document, instruction: str, options: EditOptions) -> Request:
+    """The prompt of one edit in the options' mode and layout (see the module docstring)."""
+    mode = parse_mode(options)
+    if options.layout not in LAYOUTS:
+        raise ModelError(f"unknown prompt layout {options.layout!r}", hint=f"use one of {', '.join(LAYOUTS)}")
+    regions = scoped_regions(document, options, mode)
+    task = f"Instruction: {instruction.strip()}"
+    if mode is Mode.PROGRAM:
+        if options.variant not in VARIANTS:
+            raise ModelError(f"unknown prompt variant {options.variant!r}", hint=f"use one of {', '.join(VARIANTS)}")
+        messages = build_messages(document, instruction, VARIANTS[options.variant])
+        answer = document.display_text(1, document.n_lines) if document.lines else ""
+        return Request(mode, tuple(messages), "", answer, PROGRAM_ROOM, "edit a smaller file, or split it first")
+    fence = fence_for(document.text)
+    if regions:
+        context = context_spans(document.n_lines, regions, options.context)
+        messages = scoped_messages(document, instruction, fence, regions, options.referenced, options.feedback,
+                                   options.layout, context)
+        indents = region_indents(document, regions)
+        headers = tuple(region_header(a, b, fence, document.path, indent)
+                        for (a, b), indent in zip(regions[1:], indents[1:]))
+        source = scoped_source(document, fence, regions, headers)
+        return Request(mode, tuple(messages), region_header(*regions[0], fence, document.path, indents[0]), source, 0,
+                       "edit a smaller file, or split it first", fence, source, regions, headers,
+                       scoped_tail(document, regions[-1], indents[-1]), task)
+    messages = rewrite_messages(document, instruction, fence, options.feedback, options.layout)
+    source = fenced_source(document, fence)
+    return Request(mode, tuple(messages), fence + language_tag(document.path) + "\n", source, 0,
+                   "edit a smaller file, or use --mode program", fence, source, task=task)
+
+
+def read_answer(document: Document, mode: Mode, text: str, fence: str = "", regions=(), headers=()) -> P.Program:
+    """The answer as a copy/gen program in the file's own newlines (CRLF, BOM, missing final newline).
+    A fenced answer is aligned with the file by the oracle: lines retyped unchanged become copies."""
+    if mode is Mode.PROGRAM:
+        return to_document_program(P.parse(text), document)
+    if regions:
+        new_display = scoped_text(document, regions, headers, fence, text)
+    else:
+        new_display = output_text(text, fence, document)
+    before = Document.from_text(document.display_text(1, document.n_lines) if document.lines else "")
+    return to_document_program(oracle(before, Document.from_text(new_display)), document)
+
+
+# -- ChatML: the chat format of the Qwen2 family, rendered as Qwen's own template renders it ----------
+
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+SPECIAL_TEXTS = (IM_START, IM_END, "<|endoftext|>")
+
+
+def render_chatml(messages, opening: str = "") -> str:
+    """The prompt text Qwen2's chat template writes for messages that start with a system message,
+    with the assistant's turn opened and `opening` prefilled (tests/test_engine.py compares the two)."""
+    turns = "".join(f"{IM_START}{m['role']}\n{m['content']}{IM_END}\n" for m in messages)
+    return f"{turns}{IM_START}assistant\n{opening}"

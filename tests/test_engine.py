@@ -1,0 +1,352 @@
+"""cadedit on a shared inference engine (--engine URL), against a scripted OpenAI-compatible server in
+this process: the prompt it gets (byte-equal to the local template's rendering), the answers read as
+local answers are, scoped and program-mode requests, the usage in --json, and every way an engine
+fails (down, slow, garbage, a connection closed mid-answer, HTTP errors) as a one-line error with the
+user's file untouched. The real engine (llama-cpp-python's server) is tests/test_engine_llama.py's."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from cadedit.document import Document
+from cadedit.engine import EngineClient, number_range, program_gbnf
+from cadedit.errors import BudgetError
+from cadedit.options import EditOptions, Mode
+from cadedit.request import build_request, render_chatml
+from cadedit.tokenizer import Tokenizer
+from tests.conftest import console_script
+
+QWEN_TEMPLATE = (Path(__file__).parent / "data" / "qwen2.5-chat-template.jinja").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Script:
+    """What the fake engine answers: (text, finish_reason) per completion, or a failure by name."""
+
+    def __init__(self, answers=(), owner="llamacpp", fail: str | None = None, sleep: float = 0.0):
+        self.answers, self.owner, self.fail, self.sleep = list(answers), owner, fail, sleep
+        self.requests: list[dict] = []
+        self.headers: list[dict] = []
+
+
+def _handler(script: Script):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _json(self, code: int, data) -> None:
+            body = json.dumps(data).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.path != "/v1/models":
+                return self._json(404, {"error": {"message": "not found"}})
+            self._json(200, {"object": "list", "data": [{"id": "tiny-qwen", "owned_by": script.owner}]})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            script.requests.append(body)
+            script.headers.append(dict(self.headers))
+            if script.sleep:
+                time.sleep(script.sleep)
+            if script.fail == "garbage":
+                self.send_response(200)
+                self.send_header("Content-Length", "12")
+                self.end_headers()
+                self.wfile.write(b"<html>hi</ht")
+                return
+            if script.fail == "close":
+                self.send_response(200)
+                self.send_header("Content-Length", "400")
+                self.end_headers()
+                self.wfile.write(b'{"choices": [{"te')
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            if script.fail == "500":
+                return self._json(500, {"error": {"message": "CUDA out of memory", "type": "server_error"}})
+            if script.fail == "401":
+                return self._json(401, {"error": {"message": "Invalid API key"}})
+            if script.fail == "nochoices":
+                return self._json(200, {"id": "x", "object": "text_completion"})
+            text, reason = script.answers.pop(0) if script.answers else ("", "stop")
+            self._json(200, {"choices": [{"text": text, "finish_reason": reason, "index": 0}],
+                             "usage": {"prompt_tokens": len(body["prompt"]) // 4, "completion_tokens": len(text) // 4 + 1,
+                                       "total_tokens": 0}})
+
+    return Handler
+
+
+@pytest.fixture
+def engine():
+    """start(script) -> the fake engine's base URL; stopped after the test."""
+    servers = []
+
+    def start(script: Script) -> str:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def no_keys(monkeypatch):
+    for name in ("OPENAI_API_KEY", "http_proxy", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def colors(tmp_path):
+    (tmp_path / "colors.txt").write_bytes(b"red:\r\nteal;\r\nblue)\r\n")
+    return tmp_path
+
+
+def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+# -- the prompt ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_the_chatml_prompt_is_byte_equal_to_qwens_template(mode):
+    tokenizer = Tokenizer.from_folder(_tokenizer_folder())
+    tokenizer.chat_template = QWEN_TEMPLATE
+    document = Document.from_text("def f(x):\n    return x + 1\n\n\ndef g():\n    pass\n", "src/m.py")
+    options = EditOptions(mode=mode, regions=((2, 2), (6, 6)) if mode is not Mode.PROGRAM else ())
+    request = build_request(document, "Fix f; g returns 1.", options)
+    local = tokenizer.apply_chat_template(list(request.messages), tokenize=False, add_generation_prompt=True)
+    assert render_chatml(request.messages, request.opening) == local + request.opening
+
+
+def _tokenizer_folder() -> Path:
+    from tests.tinytok import make_tokenizer
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp())
+    make_tokenizer().save_pretrained(str(folder))
+    return folder
+
+
+def test_number_range_is_exactly_the_numbers_between():
+    def regex(gbnf: str) -> str:
+        return re.sub(r'"(\d)"', r"\1", gbnf).replace(" ", "")
+
+    for low, high in ((1, 1), (1, 9), (7, 123), (1, 1000), (95, 1204), (10, 19)):
+        pattern = re.compile(regex(number_range(low, high)))
+        inside = {str(k) for k in range(1, 2000) if pattern.fullmatch(str(k))}
+        assert inside == {str(k) for k in range(low, high + 1)}
+        assert not pattern.fullmatch("0" + str(low))
+
+
+def test_the_program_grammar_bounds_copies_by_the_file():
+    grammar = program_gbnf(12, low=5, has_op=True)
+    assert 'copy ::= "<copy lines=\\"" ([5-9] | "1" ([0-2])) "-" ([1-9] | "1" ([0-2])) "\\"/>\\n"' in grammar
+    assert grammar.startswith("root ::= op* close")
+    assert "copy" not in program_gbnf(12, low=13, has_op=True)  # past the last line: only gens may follow
+    assert program_gbnf(3).startswith("root ::= op op* close")  # at least one op
+    assert program_gbnf(3, in_body=True).startswith('root ::= body "</gen>\\n" op* close')
+
+
+# -- edits through the engine ------------------------------------------------------------------------
+
+
+def test_fix_through_the_engine_writes_the_engines_edit(engine, colors):
+    script = Script([("red:\ngreen;\nblue)", "stop")])
+    url = engine(script)
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", url, "--json", "-q", cwd=colors)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["passed"] and "-teal;\r\n+green;\r\n" in data["diff"] and data["backend"] == "engine"
+    assert data["model"] == f"tiny-qwen at {url}"
+    assert data["engine"]["requests"] == 1 and data["engine"]["completion_tokens"] > 0
+    assert data["tries"][0]["engine"]["prompt_tokens"] == data["engine"]["prompt_tokens"]
+    sent = script.requests[0]
+    request = build_request(Document.read(colors / "colors.txt"), "Rename teal to green.", EditOptions())
+    assert sent["prompt"] == render_chatml(request.messages, request.opening)
+    assert sent["prompt"].endswith("<|im_start|>assistant\n```\n") and sent["stop"][0] == "\n```\n"
+    assert sent["model"] == "tiny-qwen" and sent["temperature"] == 0.0 and "grammar" not in sent
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"  # a diff, nothing written
+    written = cli("fix", "colors.txt", "Rename teal to green.", "--write", "-q", cwd=colors,
+                  env={"CADEDIT_ENGINE": engine(Script([("red:\ngreen;\nblue)", "stop")]))})
+    assert written.returncode == 0, written.stderr
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
+
+
+def test_the_engine_and_its_timeout_come_from_settings_and_the_key_from_the_environment(engine, colors):
+    script = Script([("red:\ngreen;\nblue)", "stop")], sleep=0.0)
+    (colors / ".cadedit.toml").write_text(f'engine = "{engine(script)}"\nengine_timeout = 30\n')
+    done = cli("fix", "colors.txt", "Rename teal to green.", "-q", cwd=colors, env={"CADEDIT_ENGINE_KEY": "s3cret"})
+    assert done.returncode == 0, done.stderr
+    assert "-teal;" in done.stdout and script.headers[0]["Authorization"] == "Bearer s3cret"
+    bad = cli("fix", "colors.txt", "Rename.", "-q", cwd=colors, env={"CADEDIT_ENGINE": "gpu-box:8000"})
+    assert bad.returncode == 1 and "engine 'gpu-box:8000': not an http:// or https:// URL" in bad.stderr
+    (colors / ".cadedit.toml").write_text(f'engine = "{engine(script)}"\nengine_timeout = "soon"\n')
+    wrong = cli("fix", "colors.txt", "Rename.", "-q", cwd=colors)
+    assert wrong.returncode == 1 and "`engine_timeout` must be a positive number" in wrong.stderr
+
+
+def test_tries_feed_back_through_the_engine(engine, colors):
+    script = Script([("red:\nteal;\nblue)", "stop"), ("red:\ngreen;\nblue)", "stop")])
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--json", "-q",
+               "--test", "grep -q green colors.txt", cwd=colors)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert [t["passed"] for t in data["tries"]] == [False, True] and data["answer_try"] == 2
+    assert "Try again." in script.requests[1]["prompt"] and "Try again." not in script.requests[0]["prompt"]
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+def test_a_scoped_edit_sends_one_request_per_region_with_the_next_header(engine, tmp_path):
+    text = "".join(f"line{k} = {k}\n" for k in range(1, 201))
+    (tmp_path / "long.py").write_text(text)
+    script = Script([("line3 = 30", "stop"), ("line150 = 1500", "stop")])
+    done = cli("fix", "long.py", "Multiply by ten.", "--lines", "3-3", "--lines", "150-150", "--engine", engine(script),
+               "--json", "-q", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert "-line3 = 3\n+line3 = 30\n" in data["diff"] and "-line150 = 150\n+line150 = 1500\n" in data["diff"]
+    first, second = (r["prompt"] for r in script.requests)
+    assert first.endswith("<|im_start|>assistant\nLines 3-3:\n```python\n")
+    assert second == first + "line3 = 30\n```\nLines 150-150:\n```python\n"
+    assert "line75 = 75" not in first  # only the regions' context is sent, not the whole file
+
+
+def test_program_mode_sends_the_files_grammar_and_splices_copies(engine, colors):
+    script = Script([('<copy lines="1-1', "stop"), ('<gen>\ngreen;\n</gen>\n<copy lines="3-3', "stop"),
+                     ("</program>", "stop")])
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--mode", "program", "--engine", engine(script), "--json",
+               "-q", cwd=colors)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert "-teal;\r\n+green;\r\n" in data["diff"] and data["engine"]["requests"] == 3
+    first, second, third = script.requests
+    assert first["prompt"].endswith("<|im_start|>assistant\n<program>\n")
+    assert second["prompt"] == first["prompt"] + '<copy lines="1-1"/>\nred:\n'  # the copied line, as spliced locally
+    assert 'copy ::= "<copy lines=\\"" ([1-3]) "-" ([1-3])' in first["grammar"]
+    assert 'copy ::= "<copy lines=\\"" ([2-3])' in second["grammar"] and "copy ::=" not in third["grammar"]
+    assert first["stop"] == ['"/>\n']
+
+
+def test_program_mode_on_an_engine_without_grammars_is_a_one_line_error(engine, colors):
+    done = cli("fix", "colors.txt", "Rename.", "--mode", "program", "--engine", engine(Script(owner="vllm")), "-q",
+               "--model", "Qwen/Qwen2.5-Coder-1.5B-Instruct", cwd=colors)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1
+    assert "--mode program needs an engine that takes a GBNF grammar per request" in done.stderr and "(vllm)" in done.stderr
+
+
+def test_an_answer_out_of_budget_is_a_failed_try(engine, colors):
+    script = Script([("red:\ngre", "length")] * 3)
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--max-new-tokens", "3",
+               "-q", cwd=colors)
+    assert done.returncode == 3 and "budget of 3 new tokens" in done.stderr
+    assert script.requests[0]["max_tokens"] == 3
+    data = json.loads(cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(Script([("red:\ngre", "length")] * 3)),
+                          "--max-new-tokens", "3", "--tries", "1", "--json", "-q", cwd=colors).stdout)
+    assert data["tries"][0]["error"].startswith("the engine used the budget") and data["tries"][0]["engine"]["requests"] == 1
+
+
+@pytest.mark.parametrize("where", ["option", "settings"])
+def test_the_hook_runs_through_the_engine(engine, tmp_path, where):
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "colors.py").write_text("red = 1\nteal = 2\n")
+    script = Script([("red = 1\ngreen = 2", "stop")])
+    url = engine(script)
+    settings = f'engine = "{url}"\nengine_timeout = 60\n' if where == "settings" else ""
+    (tmp_path / ".cadedit.toml").write_text(settings + '[[rules]]\nfiles = "*.py"\ninstruction = "Rename teal to green."\n')
+    subprocess.run(["git", "add", "colors.py"], cwd=tmp_path, check=True)
+    done = cli("hook", "run", *(["--engine", url] if where == "option" else []), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr  # would change: the diff is shown
+    assert "-teal = 2\n+green = 2\n" in done.stdout and "using the engine" in done.stderr
+    assert (tmp_path / "colors.py").read_text() == "red = 1\nteal = 2\n"
+
+
+def test_the_client_imports_no_torch(engine, tmp_path):
+    url = engine(Script([("x = 2", "stop")]))
+    code = ("import sys; from cadedit.engine import EngineClient; from cadedit.document import Document; "
+            f"r = EngineClient({url!r}).edit(Document.from_text('x = 1\\n', 'a.py'), 'Set x to 2.'); "
+            "print(repr(r.new_text), 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.stdout == "'x = 2\\n' False\n", done.stderr
+
+
+def test_a_file_holding_control_token_text_is_refused(engine, tmp_path):
+    (tmp_path / "chat.md").write_text("say <|im_end|> here\n")
+    done = cli("fix", "chat.md", "Fix.", "--engine", engine(Script()), "-q", cwd=tmp_path)
+    assert done.returncode == 1 and "contains the text <|im_end|>" in done.stderr
+
+
+# -- an engine that fails ----------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("fail, message", [
+    ("down", "no engine answers at http://127.0.0.1:"),
+    ("slow", "did not answer within 1 s"),
+    ("garbage", "answered /completions with something that is not JSON (<html>hi</ht)"),
+    ("close", "closed the connection mid-answer"),
+    ("500", "answered HTTP 500 (CUDA out of memory)"),
+    ("401", "answered HTTP 401 (Invalid API key)"),
+    ("nochoices", "answered something that is not a completion"),
+])
+def test_an_engine_that_fails_is_a_one_line_error_and_the_file_is_untouched(engine, colors, fail, message):
+    url = f"http://127.0.0.1:{_free_port()}/v1" if fail == "down" else engine(
+        Script(fail=None if fail == "slow" else fail, sleep=3.0 if fail == "slow" else 0.0))
+    started = time.monotonic()
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", url, "--engine-timeout", "1", "--write",
+               "--test", "true", cwd=colors)
+    assert done.returncode == 1, done.stderr
+    assert message in done.stderr and done.stderr.count("error:") == 1
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+    assert time.monotonic() - started < 30
+
+
+def test_the_client_raises_budget_errors(engine):
+    client = EngineClient(engine(Script([("a", "length")])))
+    with pytest.raises(BudgetError):
+        client.edit(Document.from_text("x\n", "a.txt"), "Change it.", EditOptions(max_new_tokens=5))
+
+
+def test_bench_engine_runs_concurrent_clients_and_reports_throughput(engine, tmp_path):
+    script = Script([("", "stop")] * 50)
+    done = cli("bench", "engine", "--engine", engine(script), "-n", "3", "--clients", "1,3", "--no-local",
+               "--packages", "click", "--json", str(tmp_path / "engine.json"), cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "engine, 1 client: 3 edits in" in done.stdout and "engine, 3 clients: 3 edits in" in done.stdout
+    data = json.loads((tmp_path / "engine.json").read_text())
+    assert [r["clients"] for r in data["runs"]] == [1, 3] and data["tasks"] == 3
+    run = data["runs"][1]
+    assert run["edits"] == 3 and run["exact"] == 0 and run["edits_per_minute"] > 0 and run["p95_seconds"] >= run["p50_seconds"]
+    assert len(script.requests) == 6 and run["prompt_tokens_per_edit"] > 0  # one try each, every edit through the engine
+    missing = cli("bench", "engine", "--engine", engine(script), "-n", "1", cwd=tmp_path)
+    assert missing.returncode == 2 and "--model" in missing.stderr
