@@ -25,7 +25,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING, Any
 
-from cadedit.checks import Candidate, Check, change_check, feedback, run_test, syntax_check
+from cadedit.checks import Candidate, Check, Edited, change_check, feedback, run_test, syntax_check
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Sampling
@@ -240,4 +240,5 @@ def _one_try(document: Document, instruction: str, current: EditOptions, plan: C
     checks = check_candidate(document, result.new_text, plan,
                              None if on_test is None else lambda: on_test(number), instruction)
     attempt = Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=regions)
-    return attempt, feedback(checks)
+    cwd = str(plan.cwd) if plan.cwd is not None else None
+    return attempt, feedback(checks, Edited(document.path, document.text, result.new_text, regions, cwd))
