@@ -15,6 +15,7 @@ No torch, no transformers.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import re
@@ -231,8 +232,22 @@ def change_check(before: str, after: str, allow_no_change: bool, instruction: st
 # -- feedback ----------------------------------------------------------------------------------
 
 
-def feedback(checks: Sequence[Check]) -> str:
-    """What the next try's prompt says about this try's failed checks ("" when none failed)."""
+@dataclass(frozen=True)
+class Edited:
+    """The candidate a test ran with, so that its failure can be pointed at the code: the file's path,
+    its text before and with the candidate, the regions the candidate retyped (lines of the file
+    before; empty: the whole file) and the folder the test ran in (relative paths in its output)."""
+
+    path: str
+    before: str
+    after: str
+    regions: tuple[tuple[int, int], ...] = ()
+    cwd: str | None = None
+
+
+def feedback(checks: Sequence[Check], edited: Edited | None = None) -> str:
+    """What the next try's prompt says about this try's failed checks ("" when none failed); a failed
+    test's output is followed by its failing assertion and the frame in the edited file (test_pointer)."""
     parts = []
     for check in checks:
         if check.passed:
@@ -247,10 +262,100 @@ def feedback(checks: Sequence[Check]) -> str:
         elif check.name == "test":
             tail = check.output_tail.rstrip()
             said = f":\n{tail}" if tail else ", without output."
-            parts.append(f"The tests failed ({check.detail}){said}")
+            pointer = test_pointer(tail, edited) if edited is not None else ""
+            parts.append(f"The tests failed ({check.detail}){said}" + (f"\n\n{pointer}" if pointer else ""))
         else:
             parts.append(f"The {check.name} check failed: {check.detail}")
     return "\n\n".join(parts)
+
+
+# Frames of a traceback: Python's `File "a.py", line 12`, node's `at f (/x/a.js:12:5)` / `at /x/a.js:12:5`,
+# pytest's `a.py:12: in f` / `a.py:12: AssertionError`.
+_PY_FRAME = re.compile(r'^\s*File "(?P<path>[^"\n]+)", line (?P<line>\d+)', re.M)
+_NODE_FRAME = re.compile(r"^\s*at (?:.*?\()?(?:file://)?(?P<path>[^\s()]+?):(?P<line>\d+):\d+\)?\s*$", re.M)
+_PYTEST_FRAME = re.compile(r"^(?P<path>[^\s:\"'()]+):(?P<line>\d+): ", re.M)
+_PYTEST_E = re.compile(r"^E\s+(?P<text>\S.*)$", re.M)
+_PYTEST_AT = re.compile(r"^>\s+(?P<text>\S.*)$", re.M)
+_RAISED = re.compile(r"^\s*(?P<text>(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception|Failure)\b(?: \[\w+\])?(?::.*)?)$", re.M)
+_POINTER_CHARS = 300
+
+
+def test_pointer(output: str, edited: Edited) -> str:
+    """The failing assertion and the innermost frame of the test's output in the edited file (by its
+    path, resolved against the test's folder, or failing that by its name: a test may import the file
+    under another path), that frame's line mapped to the lines the candidate retyped; "" if neither."""
+    parts = []
+    if failed := _failing_assertion(output):
+        parts.append(f"The failing check: {failed}")
+    frame = _edited_frame(output, edited)
+    if frame is not None:
+        parts.append(_frame_line(frame, edited))
+    return "\n".join(parts)
+
+
+def _failing_assertion(output: str) -> str:
+    """pytest's `>` statement and its `E` lines, else the last exception line (Python, node)."""
+    errors = _PYTEST_E.findall(output)
+    if errors:
+        first_e = _PYTEST_E.search(output).start()
+        statement = _PYTEST_AT.search(output, 0, first_e)  # the first: the test's own statement
+        said = " ".join(e.strip() for e in errors[:3])
+        text = (_inline_code(statement.group("text")) + ": " if statement else "") + _inline_code(said)
+    else:
+        raised = _RAISED.findall(output)
+        if not raised:
+            return ""
+        text = _inline_code(raised[-1].strip())
+    return text if len(text) <= _POINTER_CHARS else text[:_POINTER_CHARS] + "…"
+
+
+def _edited_frame(output: str, edited: Edited) -> int | None:
+    """The line of the innermost frame in the edited file: Python and pytest list frames outermost
+    first, node innermost first."""
+    ours = lambda m: _same_file(m.group("path"), edited)  # noqa: E731
+    python = sorted((m.start(), int(m.group("line"))) for frames in (_PY_FRAME, _PYTEST_FRAME)
+                    for m in frames.finditer(output) if ours(m))
+    if python:
+        return python[-1][1]
+    node = [int(m.group("line")) for m in _NODE_FRAME.finditer(output) if ours(m)]
+    return node[0] if node else None
+
+
+def _same_file(path: str, edited: Edited) -> bool:
+    here = os.path.realpath(edited.path)
+    there = os.path.realpath(os.path.join(edited.cwd or os.getcwd(), path))
+    return here == there or os.path.basename(path) == os.path.basename(edited.path)
+
+
+def _frame_line(line: int, edited: Edited) -> str:
+    """Where a frame's line (of the file with the candidate in place) is: in the lines the candidate
+    retyped (which of them), or outside them; with the line's text."""
+    after = split_lines(edited.after)
+    body = line_body(after[line - 1]).strip() if 0 < line <= len(after) else None
+    shown = _inline_code(body[:_SOURCE_CHARS]) if body else "(an empty line)" if body == "" else "(no such line)"
+    name = os.path.basename(edited.path)
+    for (a, b), (a2, b2) in _retyped_spans(edited):
+        if a2 <= line <= b2:
+            return (f"The error was raised in your answer for lines {a}-{b}, at its line {line - a2 + 1} "
+                    f"(line {line} of {name}): {shown}")
+    return f"The error was raised at line {line} of {name}, outside the lines you rewrote: {shown}"
+
+
+def _retyped_spans(edited: Edited) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Each retyped region (lines before) with the lines it became in the candidate."""
+    before, after = split_lines(edited.before), split_lines(edited.after)
+    regions = edited.regions or ((1, max(len(before), 1)),)
+    new_of: dict[int, int] = {}
+    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    for tag, i1, i2, j1, _ in matcher.get_opcodes():
+        if tag == "equal":
+            new_of.update((i1 + k + 1, j1 + k + 1) for k in range(i2 - i1))
+    spans = []
+    for a, b in regions:
+        start = new_of[a - 1] + 1 if a - 1 in new_of else a
+        end = new_of[b + 1] - 1 if b + 1 in new_of else len(after) if b >= len(before) else b
+        spans.append(((a, b), (start, max(start, end))))
+    return spans
 
 
 def _inline_code(text: str) -> str:

@@ -369,6 +369,7 @@ class _Outcome:
         data["seconds_to_first_forward"] = self.first_forward
         data["dtype"] = self.dtype
         data["backend"] = self.backend
+        data["where"] = self.verified.where.to_json() if self.verified.where is not None else None
         data["tries"] = [t.to_json() for t in self.verified.tries]
         return data
 
@@ -421,7 +422,7 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
         stats = attempt.result.stats if attempt.result else None
         numbers = f" ({progress.summary(stats)})" if stats else ""
         widened = ""
-        if attempt.regions in options.wider and attempt.regions != previous.get("regions", options.regions):
+        if attempt.regions != previous.get("regions", options.regions):  # the levels only grow
             widened = " [scope widened to " + ", ".join(f"lines {a}-{b}" for a, b in attempt.regions) + "]"
         previous["regions"] = attempt.regions
         say(f"{document.path}: try {attempt.number} of {tries}{widened}: {attempt.summary()}{numbers}")
@@ -437,9 +438,20 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
     def on_test(number: int) -> None:
         progress.update_text(f"{document.path}: try {number}: running the test ...")
 
+    def on_where(where) -> None:
+        previous["regions"] = where.levels[0]
+        progress.stop()
+        if not quiet:
+            say(f"{document.path}: {where.describe()}")
+            if verbose:
+                say(f"  where: prompt {where.tokens_prompt} tokens fed, answer {where.answer!r}; the tries' scopes: "
+                    + "; ".join(", ".join(f"{a}-{b}" for a, b in level) for level in where.levels))
+
     with progress:
+        if options.locate:
+            progress.update_text(f"{document.path}: asking the model which line to change ...")
         verified = edit_verified(document, instruction, options, plan, tries, loaded=loaded, on_try=on_try,
-                                 on_step=progress.update, on_test=on_test)
+                                 on_step=progress.update, on_test=on_test, on_where=on_where)
     model_module = sys.modules.get("cadedit.model")  # not imported: every forward ran in a server
     first = model_module.FIRST_FORWARD[0] if model_module and model_module.FIRST_FORWARD else None
     if verbose and first is not None:

@@ -37,6 +37,9 @@ class EditOptions:
     # Wider scopes for later tries, each holding the one before (cadedit.scope: for a line
     # reference, its statement, then its function; cadedit.tries). Empty: no widening.
     wider: tuple[tuple[tuple[int, int], ...], ...] = ()
+    # The regions are long definitions the instruction names without a line: the tries first ask the
+    # model where (cadedit.where) and retype from that line up (cadedit.scope.located_levels).
+    locate: bool = False
     referenced: tuple[int, ...] = ()  # lines the instruction names by number, quoted in the prompt
     # Scoped edits: how many lines on each side of the regions the prompt shows (with the file's
     # first lines); None: the whole file. Measured in README (Scoped edits): on long files the

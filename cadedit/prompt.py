@@ -247,3 +247,23 @@ def scoped_messages(document: Document, instruction: str, fence: str, regions: S
             + f"{task}\nReply with lines {ranges} of the file ({count} line{'s' if count != 1 else ''}), with the instruction applied, "
             "one code block per range, each opened by its line range.")
     return [{"role": "system", "content": SCOPED_SYSTEM}, {"role": "user", "content": user + _after(feedback)}]
+
+
+# -- the where-step's prompt: which line of a long definition to change (cadedit.where) ----------
+
+WHERE_SYSTEM = """\
+You find where a file must change. You receive lines of a file, each after its line number, and an instruction.
+Reply with the number of the line that must change, and nothing else."""
+WHERE_ANSWER = "Line "  # the answer's forced start; the line numbers follow (where.LineNumberCursor)
+
+
+def where_messages(document: Document, instruction: str, regions: Sequence[tuple[int, int]]) -> list[dict[str, str]]:
+    """The regions' lines, numbered as in the file, then the instruction and the question."""
+    name = PurePath(document.path).name if not document.path.startswith("<") else "the file"
+    bodies = document.display_lines()
+    width = len(str(max(b for _, b in regions)))
+    shown = "".join(f"Lines {a}-{b} of {name}:\n" + "".join(f"{k:>{width}} | {bodies[k - 1]}\n" for k in range(a, b + 1))
+                    + "\n" for a, b in regions)
+    user = (f"{shown}Instruction: {instruction.strip()}\n"
+            "Which line must change to do this? Reply with its line number only.")
+    return [{"role": "system", "content": WHERE_SYSTEM}, {"role": "user", "content": user}]

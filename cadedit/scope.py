@@ -48,6 +48,9 @@ class Scope:
     # statement the line is on, the block around it, then the function. A try whose candidate did
     # not parse or failed the test retypes the next one (cadedit.tries). Empty: nothing wider.
     wider: tuple[tuple[Region, ...], ...] = ()
+    # The regions are definitions the instruction names, one longer than the ladder's block level,
+    # and no line is named: ask the model where first (cadedit.where), then climb from that line.
+    locate: bool = False
 
     @property
     def whole_file(self) -> bool:
@@ -111,7 +114,8 @@ def resolve_scope(
     regions = [Region(d.start, d.end, d.describe()) for d in mentioned_definitions(instruction, found)]
     if not regions:
         return Scope(note="the instruction names no line or definition of this file")
-    return Scope(merge_regions(regions))
+    merged = merge_regions(regions)
+    return Scope(merged, locate=any(r.end - r.start + 1 > MAX_BLOCK_LINES for r in merged))
 
 
 def referenced_lines(instruction: str, path: str = "<text>", most: int = 20) -> tuple[int, ...]:
@@ -316,7 +320,30 @@ def scoped_options(options: EditOptions, scope: Scope, instruction: str, path: s
     wider scopes of later tries and the lines the instruction names (the whole file: unchanged)."""
     if scope.whole_file:
         return options
-    return replace(options, regions=scope.ranges, wider=scope.wider_ranges, referenced=referenced_lines(instruction, path))
+    return replace(options, regions=scope.ranges, wider=scope.wider_ranges, referenced=referenced_lines(instruction, path),
+                   locate=scope.locate)
+
+
+def located_levels(document: Document, lines: Sequence[int], regions: Sequence[tuple[int, int]],
+                   language: str | None = None) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """The tries' scopes after the where-step named `lines` inside `regions` (cadedit.where), narrowest
+    first: the statements those lines are on, the functions around them, then `regions` themselves;
+    each level holds the one before, and a level equal to the one before drops out. The block level
+    of a line reference's ladder is left out: a wrong line costs one try before the function."""
+    whole = tuple((a, b) for a, b in regions)
+    found = outline(document, language or parser_of(document.path))
+    inside = [k for k in lines if any(a <= k <= b for a, b in whole)]
+    if not found.known or not inside:
+        return (whole,)
+    ladders = [_ladder(LineRef(k, k, f"line {k}"), found) for k in inside]
+    levels: list[tuple[tuple[int, int], ...]] = []
+    for candidates in ([ladder[1] for ladder in ladders], [ladder[3] for ladder in ladders],
+                       [Region(a, b, "") for a, b in whole]):
+        held = [Region(a, b, "") for a, b in (levels[-1] if levels else ())]
+        level = tuple((r.start, r.end) for r in merge_regions([*candidates, *held]))
+        if not levels or level != levels[-1]:
+            levels.append(level)
+    return tuple(levels)
 
 
 def _ladder(ref: LineRef, found: Outline) -> tuple[Region, Region, Region, Region]:

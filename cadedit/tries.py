@@ -9,7 +9,11 @@ later tries sample (TRY_TEMPERATURE, seeded by the try number) with the latest f
 prompt. The feedback goes last in the prompt, so every try shares the prompt prefix whose KV cache
 the model keeps (model.CachedLM.reuse). A scoped edit with wider scopes (options.wider: a
 line reference's statement, block, function) climbs one after a candidate that did not parse or
-failed the test, and drops the region's quote after one that changed nothing. Nothing is written here.
+failed the test, and drops the region's quote after one that changed nothing. A scoped edit of a
+long definition whose instruction names no line (options.locate) first asks the model where
+(cadedit.where, a few tokens) and climbs from the line it names: the statement there, the function,
+the definition; there a candidate that changed nothing widens too (the line named was not the one).
+Nothing is written here.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING, Any
 
-from cadedit.checks import Candidate, Check, change_check, feedback, run_test, syntax_check
+from cadedit.checks import Candidate, Check, Edited, change_check, feedback, run_test, syntax_check
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Sampling
@@ -107,6 +111,7 @@ class Try:
 @dataclass(frozen=True)
 class Verified:
     tries: tuple[Try, ...]
+    where: Any = None  # the where-step's cadedit.where.Where, when one ran
 
     @property
     def answer(self) -> Try | None:
@@ -167,10 +172,11 @@ def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test:
 def edit_verified(document: Document, instruction: str, options: EditOptions, plan: CheckPlan,
                   tries: int = DEFAULT_TRIES, *, loaded: Any, picks: Callable[[int], Picker | None] | None = None,
                   on_try: Callable[[Try], None] | None = None, on_step=None,
-                  on_test: Callable[[int], None] | None = None) -> Verified:
+                  on_test: Callable[[int], None] | None = None, on_where: Callable[[Any], None] | None = None) -> Verified:
     """Up to `tries` candidates until one passes its checks; see the module docstring.
     loaded: a model.LoadedModel, or a server.ServerClient (its edit() runs edit_file in the warm
-    server). picks(k) may give try k's picker (tests script candidates with it; local models only)."""
+    server; no where-step then). picks(k) may give try k's picker, picks(0) the where-step's (tests
+    script candidates with it; local models only)."""
     if hasattr(loaded, "edit"):
         def edit(document, instruction, options, on_step, pick):
             return loaded.edit(document, instruction, options, on_step=on_step)
@@ -179,35 +185,62 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
 
         def edit(document, instruction, options, on_step, pick):
             return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick=pick)
+    where = _where(document, instruction, options, loaded, picks(0) if picks else None)
+    if where is not None and on_where is not None:
+        on_where(where)
     done: list[Try] = []
     told = ""
-    levels = (options.regions, *options.wider)
+    levels = where.levels if where is not None else (options.regions, *options.wider)
+    widen_after = set(WIDEN_AFTER) | ({UNQUOTED_AFTER} if where is not None else set())
     level = 0
     layout = options.layout
     for number in range(1, tries + 1):
         sampling = sampling_for(number, options.sampling)
         failed = {c.name for c in done[-1].failed_checks} if done else set()
-        if failed & set(WIDEN_AFTER):
-            level = min(level + 1, len(levels) - 1)
-        if UNQUOTED_AFTER in failed:
+        widened = bool(failed & widen_after) and level < len(levels) - 1
+        level += widened
+        if UNQUOTED_AFTER in failed and not widened:  # copied where it was: ask without the quote
             layout = unquoted(layout)
         regions = levels[level]
-        current = replace(options, sampling=sampling, feedback=told, regions=regions, wider=(), layout=layout)
-        start = time.perf_counter()
-        try:
-            result = edit(document, instruction, current, on_step, picks(number) if picks else None)
-        except BudgetError as exc:
-            attempt = Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
-                          regions, getattr(exc, "engine", None))
-            told = "Your previous answer was too long and did not finish: reply with the edited code only."
-        else:
-            checks = check_candidate(document, result.new_text, plan,
-                                     None if on_test is None else lambda: on_test(number), instruction)
-            attempt = Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=regions)
-            told = feedback(checks)
+        current = replace(options, sampling=sampling, feedback=told, regions=regions, wider=(), layout=layout,
+                          locate=False)
+        attempt, told = _one_try(document, instruction, current, plan, number, edit, on_step,
+                                 picks(number) if picks else None, on_test)
         done.append(attempt)
         if on_try is not None:
             on_try(attempt)
         if attempt.passed:
             break
-    return Verified(tuple(done))
+    return Verified(tuple(done), where)
+
+
+def _where(document: Document, instruction: str, options: EditOptions, loaded: Any, pick) -> Any:
+    """The where-step's answer, or None when it does not apply (or the model could not answer)."""
+    if not (options.locate and options.regions) or hasattr(loaded, "edit"):
+        return None
+    from cadedit.errors import CadeditError
+    from cadedit.where import locate
+
+    try:
+        where = locate(loaded, document, instruction, options.regions, pick)
+    except CadeditError:  # e.g. out of its few tokens: the tries retype the definitions, as without it
+        return None
+    return where if where.lines else None
+
+
+def _one_try(document: Document, instruction: str, current: EditOptions, plan: CheckPlan, number: int, edit,
+             on_step, pick, on_test) -> tuple[Try, str]:
+    """One candidate and its checks, and what the next try is told."""
+    sampling, regions = current.sampling, current.regions
+    start = time.perf_counter()
+    try:
+        result = edit(document, instruction, current, on_step, pick)
+    except BudgetError as exc:
+        attempt = Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
+                      regions, getattr(exc, "engine", None))
+        return attempt, "Your previous answer was too long and did not finish: reply with the edited code only."
+    checks = check_candidate(document, result.new_text, plan,
+                             None if on_test is None else lambda: on_test(number), instruction)
+    attempt = Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=regions)
+    cwd = str(plan.cwd) if plan.cwd is not None else None
+    return attempt, feedback(checks, Edited(document.path, document.text, result.new_text, regions, cwd))

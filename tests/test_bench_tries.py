@@ -113,3 +113,38 @@ def test_longfile_scores_a_scoped_fix_of_a_real_module(tmp_path, monkeypatch, lo
     assert start <= task["bug_line"] <= end and end - start < row["lines"]  # the function, not the file
     assert row["verified"] == {"exact": True, "lines_changed_outside": 0, "lines_changed_inside": 1}  # vs the buggy file
     assert data["summary"]["explicit/scoped"]["exact_verified"] == 1
+
+
+def test_longfile_vague_asks_where_first_and_compares_with_the_whole_function(tmp_path, monkeypatch, long_context_dir):
+    import cadedit.where as where_module
+    from cadedit.bench import longfile
+
+    tasks = longfile.build_tasks([__import__("rich").__path__[0]], 12, seed=0)
+    task = next(t for t in tasks if t["function_end"] - t["function_start"] + 1 > 40)  # longer than the block level
+    tasks_file = tmp_path / "tasks.jsonl"
+    longfile.write_tasks([task], tasks_file)
+    answers(monkeypatch, task["after"])
+    monkeypatch.setattr(where_module, "where_picker",
+                        lambda loaded: script_picker(f"{task['bug_line']}\n", token_bytes(loaded)))
+    out = tmp_path / "l.json"
+    result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
+                                      str(tasks_file), "-n", "1", "--instructions", "vague", "--where", "both",
+                                      "--tries", "2", "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    located, whole = data["rows"]
+    assert located["located"] and not whole["located"]
+    assert located["where"]["lines"] == [task["bug_line"]] and located["where_named_bug_line"]
+    assert located["tries_regions"] == [located["where"]["levels"][0]]  # the statement there, not the function
+    start, end = located["tries_regions"][0][0]
+    assert start <= task["bug_line"] <= end and end - start < 20
+    assert whole["where"] is None and whole["tries_regions"] == [[[task["function_start"], task["function_end"]]]]
+    assert located["verified"]["exact"] and whole["verified"]["exact"]
+    summary = data["summary"]
+    assert summary["vague/scoped"]["where_named_bug_line"] == 1 and summary["vague/scoped/no-where"]["exact_verified"] == 1
+    assert "vague/scoped: " in result.stdout and "vague/scoped/no-where: " in result.stdout
+
+
+def test_longfile_rejects_an_unknown_where(tmp_path, long_context_dir):
+    result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--where", "maybe"])
+    assert result.exit_code == 2 and "--where" in result.output

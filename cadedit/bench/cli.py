@@ -856,6 +856,8 @@ def longfile(
     max_lines: Annotated[int, typer.Option(help="Longest file.")] = 1000,
     instructions: Annotated[str, typer.Option(help="explicit, vague or both.")] = "both",
     scoping: Annotated[str, typer.Option("--scoping", help="on, off or both (scoped vs whole-file verify edits).")] = "on",
+    where: Annotated[str, typer.Option("--where", help="Vague instructions, scoped: on (ask the model which line "
+                                       "first), off (retype the whole function) or both.")] = "on",
     max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = 3,
     dtype: _Dtype = DEFAULT_DTYPE,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
@@ -873,6 +875,7 @@ def longfile(
     Example: cadedit bench longfile --model MODEL -n 30 --scoping both --json longfile.json
     """
     import time
+    from dataclasses import replace
 
     from cadedit.bench import longfile as lf
     from cadedit.bench.report import ResultsFile
@@ -894,13 +897,15 @@ def longfile(
         tasks = lf.build_tasks(roots, first + n, seed, min_lines, max_lines)[first:]
     if save_tasks:
         lf.write_tasks(tasks, save_tasks)
-    kinds = {"explicit": ("explicit",), "vague": ("vague",), "both": ("explicit", "vague")}[instructions]
-    scopes = {"on": (True,), "off": (False,), "both": (True, False)}[scoping]
+    kinds = _choice(instructions, "--instructions", {"explicit": ("explicit",), "vague": ("vague",),
+                                                     "both": ("explicit", "vague")})
+    scopes = _choice(scoping, "--scoping", {"on": (True,), "off": (False,), "both": (True, False)})
+    wheres = _choice(where, "--where", {"on": (True,), "off": (False,), "both": (True, False)})
     with err.status("loading the model ..."):
         loaded = load_model(model, "auto", dtype, threads, backend)
     meta = {"command": "longfile", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
             "threads": loaded.threads, "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
-            "first": first, "context": context}
+            "first": first, "context": context, "where": where}
     rows: list[dict] = []
     results = ResultsFile(json_path)
 
@@ -908,37 +913,45 @@ def longfile(
         results.write({**meta, "summary": _longfile_summary(rows), "rows": rows}, partial=partial, force=force)
 
     def step(item) -> None:
-        task, kind, scoped = item
+        task, kind, scoped, located = item
         instruction = task["instruction"] if kind == "explicit" else task["instruction_vague"]
         document = Document.from_text(task["before"], task["path"])
         options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=around)
         options, _ = plan_edit(document, instruction, options, scoping=scoped)  # as `cadedit fix` scopes an edit
+        options = replace(options, locate=options.locate and located)  # the where-step too, unless --where off
         regions = options.regions
         start = time.perf_counter()
         try:
             verified = edit_verified(document, instruction, options, CheckPlan(), max_tries, loaded=loaded)
         except CadeditError as exc:  # e.g. a file too large for the model: that task fails, the rest go on
             rows.append({"id": task["id"], "path": task["path"], "lines": len(task["before"].splitlines()),
-                         "kind": kind, "scoped": scoped, "regions": regions, "seconds": time.perf_counter() - start,
+                         "kind": kind, "scoped": scoped, "located": located, "regions": regions, "seconds": time.perf_counter() - start,
                          "tries": 0, "first_seconds": 0.0, "answered": False, "first": None, "verified": None,
                          "error": exc.message})
             err.print(f"{task['path']}: {exc.message}")
             return
         seconds = time.perf_counter() - start
         first, answer = verified.tries[0], verified.answer
+        asked = verified.where
         row = {"id": task["id"], "path": task["path"], "lines": len(task["before"].splitlines()), "kind": kind,
-               "scoped": scoped, "regions": regions, "seconds": seconds, "tries": len(verified.tries),
+               "scoped": scoped, "located": located, "regions": regions, "seconds": seconds, "tries": len(verified.tries),
+               "where": asked.to_json() if asked is not None else None,
+               "where_named_bug_line": task["bug_line"] in asked.lines if asked is not None else None,
+               "tries_regions": [list(map(list, t.regions)) for t in verified.tries],
                "first_seconds": first.seconds, "answered": answer is not None,
                "first": lf.score(task, first.result.new_text) if first.result else None,
                "verified": lf.score(task, answer.result.new_text) if answer else None,
                "forward_passes": sum(t.result.stats.forward_passes for t in verified.tries if t.result)}
         rows.append(row)
         v = row["verified"] or {}
-        err.print(f"{task['path']} ({row['lines']} lines) {kind} {'scoped' if scoped else 'whole'}: "
+        said = f", where {','.join(map(str, asked.lines))} (bug {task['bug_line']})" if asked is not None else ""
+        err.print(f"{task['path']} ({row['lines']} lines) {_longfile_key(row)}: "
                   f"exact {bool(v.get('exact'))}, outside {v.get('lines_changed_outside', '-')}, "
-                  f"{seconds:.1f} s, {row['forward_passes']} fwd, {row['tries']} tries")
+                  f"{seconds:.1f} s, {row['forward_passes']} fwd, {row['tries']} tries{said}")
 
-    work = [(task, kind, scoped) for task in tasks for kind in kinds for scoped in scopes]
+    # The where-step applies to scoped vague instructions only: the rest run once, with it on.
+    work = [(task, kind, scoped, located) for task in tasks for kind in kinds for scoped in scopes
+            for located in (wheres if kind == "vague" and scoped else (True,))]
     run_cases(work, len(work), "longfile", step, save)
     save(False)
     for key, summary in _longfile_summary(rows).items():
@@ -958,10 +971,21 @@ def longfile_roots(packages: str) -> list[str]:
     return roots
 
 
+def _choice(value: str, option: str, choices: dict[str, T]) -> T:
+    if value not in choices:
+        raise typer.BadParameter(f"{value!r}: expected one of {', '.join(choices)}", param_hint=option)
+    return choices[value]
+
+
+def _longfile_key(row: dict) -> str:
+    """explicit/scoped, vague/scoped (with the where-step), vague/scoped/no-where, .../whole."""
+    return f"{row['kind']}/{'scoped' if row['scoped'] else 'whole'}" + ("" if row.get("located", True) else "/no-where")
+
+
 def _longfile_summary(rows: list[dict]) -> dict:
     groups: dict[str, list[dict]] = {}
     for row in rows:
-        groups.setdefault(f"{row['kind']}/{'scoped' if row['scoped'] else 'whole'}", []).append(row)
+        groups.setdefault(_longfile_key(row), []).append(row)
     summary = {}
     for key, group in sorted(groups.items()):
         verified = [r["verified"] for r in group]
@@ -974,6 +998,8 @@ def _longfile_summary(rows: list[dict]) -> dict:
             "seconds_total": round(sum(r["seconds"] for r in group), 1),
             "first_try_seconds_total": round(sum(r["first_seconds"] for r in group), 1),
             "forward_passes_total": sum(r.get("forward_passes", 0) for r in group),
+            "where_named_bug_line": sum(bool(r.get("where_named_bug_line")) for r in group),
+            "where_asked": sum(r.get("where") is not None for r in group),
         }
     return summary
 
