@@ -217,14 +217,22 @@ def prefix_store() -> PrefixStore | None:
 def answer_program(document: Document, prepared: Prepared, decoded: Decoded) -> P.Program:
     """The answer as a copy/gen program in the file's own newlines (CRLF, BOM, missing final newline).
     A fenced answer is aligned with the file by the oracle: lines retyped unchanged become copies."""
+    return placed_program(document, prepared, decoded)[0]
+
+
+def placed_program(document: Document, prepared: Prepared, decoded: Decoded) -> tuple[P.Program, str]:
+    """answer_program, and why a scoped answer could not be placed in its regions exactly ("" when it
+    could, or the answer is not scoped): regions.scoped_text."""
     if prepared.mode is Mode.PROGRAM:
-        return to_document_program(P.parse(decoded.text), document)
+        return to_document_program(P.parse(decoded.text), document), ""
+    problem = ""
     if prepared.regions:
-        new_display = scoped_text(document, prepared.regions, prepared.headers, prepared.fence, decoded.text)
+        placed = scoped_text(document, prepared.regions, prepared.headers, prepared.fence, decoded.text)
+        new_display, problem = placed.text, placed.problem
     else:
         new_display = output_text(decoded.text, prepared.fence, document)
     before = Document.from_text(document.display_text(1, document.n_lines) if document.lines else "")
-    return to_document_program(oracle(before, Document.from_text(new_display)), document)
+    return to_document_program(oracle(before, Document.from_text(new_display)), document), problem
 
 
 def edit_file(document: Document, instruction: str, options: EditOptions = EditOptions(), *,
@@ -242,6 +250,6 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
     decoded = run_decode(loaded, document, prepared, pick or sampling_picker(options.sampling), on_step,
                          draft=options.draft)
     # 4. The answer as a program in the file's own newlines, resolved strictly against the file.
-    program = answer_program(document, prepared, decoded)
+    program, problem = placed_program(document, prepared, decoded)
     return EditResult(document, prepared.mode, program, decoded.text, resolve(program, document), decoded.stats,
-                      loaded.name, len(prepared.prompt_ids))
+                      loaded.name, len(prepared.prompt_ids), problem)
