@@ -54,6 +54,9 @@ class CheckPlan:
     # The file on disk must still hold the document's bytes when a test starts (`cadedit fix`); the
     # hook edits the staged content, so the working-tree file may differ (it is restored all the same).
     expect_document_on_disk: bool = True
+    # The file a test puts candidates into, when the document's path only names it (the hook names a
+    # file with undecodable bytes as text for the prompt); None: the document's path.
+    target: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,7 @@ def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test:
         if on_test is not None:
             on_test()
         expected = document.to_bytes() if plan.expect_document_on_disk else None
-        candidate = Candidate.read(document.path, new_text.encode("utf-8"), expected=expected)
+        candidate = Candidate.read(plan.target or document.path, new_text.encode("utf-8"), expected=expected)
         checks += (run_test(candidate, plan.test, plan.test_timeout, plan.cwd),)
     return checks
 
