@@ -227,6 +227,8 @@ def _parse_rule(rule: object, where: str) -> Rule:
     test = rule.get("test")
     if test is not None and (not isinstance(test, str) or not test.strip()):
         raise ConfigError(f"{where}: `test` must be a non-empty shell command")
+    if test is not None and "\0" in test:  # no command line can hold one (the shell would never start)
+        raise ConfigError(f"{where}: `test` has a NUL character (\\u0000), which no shell command can hold")
     return Rule(patterns, instruction, test)
 
 

@@ -529,3 +529,19 @@ def test_a_rules_test_puts_the_candidate_into_the_file_whose_name_is_not_utf8_no
     after = (root / decoy).stat()
     assert (root / decoy).read_bytes() == b"decoy, not staged\n"
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_a_nul_in_a_rules_test_is_a_one_line_error_naming_the_rule(tmp_path, monkeypatch, tiny_dir, loads):
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
+    (root / ".cadedit.toml").write_text((root / ".cadedit.toml").read_text().replace(
+        'instruction = "Rename old to new."', 'instruction = "Rename old to new."\ntest = "true\\u0000"'))
+    write(root, {"a.py": b"a\nold\n"})
+    git(root, "add", "-A")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: .cadedit.toml: rule 1: `test` has a NUL character (\\u0000), which no shell command "
+                      "can hold"], result.stderr
+    assert "internal error" not in result.stderr and not loads
+    assert (root / "a.py").read_bytes() == b"a\nold\n"
