@@ -590,6 +590,15 @@ def new_cache(loaded: LoadedModel):
     return loaded.model.new_cache()
 
 
+def check_ids(ids: Sequence[int], vocab_size: int) -> None:
+    """Token ids a model can take: a tokenizer whose ids run past the weights' rows (not one of this
+    model's) is a one-line error, not an index error deep in a lookup or the forward."""
+    if ids and not 0 <= min(ids) <= max(ids) < vocab_size:
+        bad = next(i for i in ids if not 0 <= i < vocab_size)
+        raise ModelError(f"token id {bad} is outside the model's vocabulary of {vocab_size} (config.json vocab_size)",
+                         hint="the tokenizer does not belong to these weights: download the model again")
+
+
 class CachedLM:
     """The language-model interface of the decode loop: one KV cache that one feeds ids (getting
     the logits of the last `keep` positions) and crops back.
@@ -608,10 +617,7 @@ class CachedLM:
     @torch.inference_mode()
     def feed(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
         ids = list(ids)
-        if ids and not 0 <= min(ids) <= max(ids) < self.model.config.vocab_size:
-            bad = next(i for i in ids if not 0 <= i < self.model.config.vocab_size)
-            raise ModelError(f"token id {bad} is outside the model's vocabulary of {self.model.config.vocab_size}",
-                             hint="the tokenizer does not belong to these weights: download the model again")
+        check_ids(ids, self.model.config.vocab_size)
         input_ids = torch.tensor(ids, dtype=torch.long, device=self.model.device)  # [T]
         if not FIRST_FORWARD:
             FIRST_FORWARD.append(process_seconds() or 0.0)

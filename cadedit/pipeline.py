@@ -22,7 +22,7 @@ from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import ModelError
 from cadedit.fence import FenceCursor, fence_for, output_text
 from cadedit.model import PREFIX_MIN_TOKENS, LoadedModel, PrefixStore, encode, eos_ids, language_model, load_model
-from cadedit.model import chat_prompt, model_identity, token_bytes
+from cadedit.model import chat_prompt, check_ids, model_identity, token_bytes
 from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
 from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, region_header, rewrite_messages
@@ -93,6 +93,7 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
         answer = source = fenced_source(document, fence)
         room_needed, hint = 0, "edit a smaller file, or use --mode program"
     prompt_ids = tuple(prompt_ids)
+    check_ids(prompt_ids, loaded.model.config.vocab_size)  # a tokenizer of other weights: before any lookup
     file_tokens = len(encode(loaded.tokenizer, answer)) if answer else 0
     room = loaded.context_limit - len(prompt_ids) - file_tokens - room_needed
     if room < 0:

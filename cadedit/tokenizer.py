@@ -100,11 +100,15 @@ class Tokenizer:
                 return self._template.render(messages=messages, tools=None, documents=None,
                                              add_generation_prompt=add_generation_prompt, **specials)
         except _TooMuchWork:
-            raise ModelError(f"the model's chat template did not finish within {TEMPLATE_STEPS:,} steps (a loop in it?)",
+            raise ModelError(f"{self.template_source}: the chat template did not finish within {TEMPLATE_STEPS:,} "
+                             "steps (a loop in it?)",
                              hint="use an Instruct model with a plain chat template") from None
         except jinja2.exceptions.TemplateError as exc:  # raise_exception() in the template, or its sandbox
-            raise ModelError(f"the model's chat template refused the prompt ({exc})",
+            raise ModelError(f"{self.template_source}: the chat template refused the prompt ({exc})",
                              hint="use an Instruct model whose template takes a system and a user message") from None
+        except Exception as exc:  # noqa: BLE001 - the template is the model folder's code: 1/0, None + 1 ...
+            raise ModelError(f"{self.template_source}: the chat template failed ({type(exc).__name__}: "
+                             f"{str(exc)[:120]})", hint="use an Instruct model with a plain chat template") from None
 
 
 TEMPLATE_STEPS = 2_000_000  # lines of the compiled template a chat may run (Qwen's runs a few hundred)

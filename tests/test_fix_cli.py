@@ -365,7 +365,7 @@ def test_a_hub_id_loads_from_the_local_cache_and_one_not_there_is_a_one_line_err
 
 @pytest.mark.parametrize(("template", "message"), [
     ("{{ raise_exception('System role not supported') }}",
-     "the model's chat template refused the prompt (System role not supported)"),
+     "chat_template.jinja: the chat template refused the prompt (System role not supported)"),
     (b"\xff\xfe not utf-8", "chat_template.jinja: cannot read the chat template"),
     ("{% for %}", "chat_template.jinja: the chat template does not compile"),
     ("{% include 'x.j2' %}", "chat_template.jinja: the chat template uses {% include %}, which would load another"),

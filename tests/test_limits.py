@@ -118,7 +118,7 @@ def test_a_chat_template_that_never_ends_is_stopped(tmp_path, tiny_dir):
     (folder / "chat_template.jinja").unlink(missing_ok=True)
     (tmp_path / "a.py").write_text("x = 1\n")
     line = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", str(folder), cwd=tmp_path, timeout=60))
-    assert "chat template did not finish" in line
+    assert "tokenizer_config.json chat_template: the chat template did not finish" in line
 
 
 def _copy(tiny_dir: Path, folder: Path) -> Path:
