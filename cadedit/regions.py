@@ -218,8 +218,8 @@ def _shift(new: list[str], old: list[str], indent: str, span: tuple[int, int]) -
     region's first line and that has a line out of the region's block (were it the file's) is written
     as shown; else its region lines say which when they agree, and an answer they do not place that
     fits both readings (or neither) cannot be placed exactly."""
-    if not indent:
-        return "", ""
+    if not indent or not any(line.strip() for line in new):
+        return "", ""  # a region as the file has it, or an answer without a line to indent (the region deleted)
     once = {text: line for text, line in ((line.strip(), line) for line in old) if text}
     counts = Counter(line.strip() for line in old)
     said = {}  # per answer line that is a region line: "kept", "shown" or "" (neither)

@@ -62,8 +62,11 @@ def case(draw):
                                                                 for rel, text in body[at : end + 1]]
             plain = False
     assume(not body or (body[0][1] and body[-1][1]))  # the ends of the answer are lines, as the region's are
-    plain = plain and any(line in body for line in region if line[1])
+    plain = (plain and any(line in body for line in region if line[1])) or not body  # deleted whole: plain too
     as_shown = draw(st.booleans())  # the answer without the region's indentation, as the prompt shows it
+    # Written as shown, an answer has a line at the region's own indentation or a line of the region to
+    # tell it by; one with neither, every line indented further, reads as written with the file's.
+    assume(not as_shown or any(text and (not rel or (rel, text) in region) for rel, text in body) or not body)
     shown = (lambda line: dedent(line, indent)) if as_shown else (lambda line: line)
     retyped_before = before[len(before) - draw(st.integers(0, len(before))) :]
     retyped_after = after[: draw(st.integers(0, len(after)))]
@@ -133,5 +136,7 @@ def test_the_reported_answers_place_exactly_or_fail():
                                "cannot be placed in them exactly")
     nested = place((2, 4), "    def setup():\n    connect()\n    load_config()\n    start_workers()\n")
     assert "retypes line 1 (def setup():)" in nested.problem
+    emptied = place((3, 3), "")  # an answer with no line: the region deleted, nothing to indent
+    assert (emptied.text, emptied.problem) == ("def setup():\n    connect()\n    start_workers()\n", "")
     repeated = Document.from_text("def f():\n    x = 1\n    x = 1\n    y = 2\n", "a.py")
     assert scoped_text(repeated, ((3, 3),), (), FENCE, "x = 1\n" + FENCE + "\n").text == repeated.text

@@ -644,3 +644,11 @@ def test_an_answer_that_retypes_the_def_line_in_other_indentation_is_not_written
     (check,) = [c for c in json.loads(result.stdout)["tries"][0]["checks"] if c["name"] == "placement"]
     assert check["passed"] is False and "retypes line 1 (def setup():)" in check["detail"]
     assert (work / "a.py").read_bytes() == make(SETUP)
+
+
+def test_an_empty_answer_deletes_the_region(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(SETUP))
+    scripted(verbatim(""))
+    result = fix(tiny_dir, "Remove the load_config() call.", "--lines", "3", "--write")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_bytes() == make(SETUP[:2] + SETUP[3:])
