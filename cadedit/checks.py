@@ -50,7 +50,7 @@ _EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 @dataclass(frozen=True)
 class Check:
-    """One check on a candidate: "syntax", "change" or "test".
+    """One check on a candidate: "syntax", "change" or "test" ("placement" only when it failed).
 
     detail is one line ("line 3: invalid syntax", "exit 1", "node not on PATH: ..."); output_tail
     is the offending source line for a syntax check, the end of the output for a test.
@@ -229,6 +229,15 @@ def change_check(before: str, after: str, allow_no_change: bool, instruction: st
     return Check("change", False, detail="the edit changed nothing")
 
 
+# -- placement ---------------------------------------------------------------------------------
+
+
+def placement_check(problem: str) -> Check:
+    """A scoped answer that cannot be placed in its region exactly fails (problem: why, one line): a
+    guess would nest or duplicate code that every other check may pass."""
+    return Check("placement", False, detail=problem)
+
+
 # -- feedback ----------------------------------------------------------------------------------
 
 
@@ -255,6 +264,9 @@ def feedback(checks: Sequence[Check], edited: Edited | None = None) -> str:
         if check.name == "syntax":
             quoted = f" ({_inline_code(check.output_tail)})" if check.output_tail.strip() else ""
             parts.append(f"Your previous answer did not parse: {check.detail}{quoted}.")
+        elif check.name == "placement":
+            parts.append(f"Your previous answer could not be put in place ({check.detail}). Write each line "
+                         "of the asked-for lines exactly once, and no line from before or after them.")
         elif check.name == "change" and "empties" in check.detail:
             parts.append("Your previous answer deleted everything although the instruction does not ask for that.")
         elif check.name == "change":

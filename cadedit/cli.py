@@ -528,6 +528,7 @@ def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str],
     files, instruction = _split_fix_arguments(args, instruction)
     if not instruction.strip():
         raise typer.BadParameter("the instruction is empty: say what to change", param_hint="INSTRUCTION")
+    _text_instruction(instruction)
     context = get_current_context(silent=True)
     if not (context and context.params.get("write")):
         for file in files if files != ["-"] else ():
@@ -552,6 +553,19 @@ def _split_fix_arguments(args: list[str], instruction: str | None) -> tuple[list
     if "-" in args and len(args) > 1:
         raise typer.BadParameter("- (stdin) edits one input; give files or -, not both", param_hint="FILE")
     return args, instruction
+
+
+def _text_instruction(instruction: str) -> None:
+    """An instruction with bytes that are not UTF-8 (the shell passed them through; Python keeps them as
+    lone surrogates) cannot be put in the prompt: a one-line error saying where the first one is."""
+    from cadedit.errors import DocumentError
+
+    bad = next((k for k, ch in enumerate(instruction) if 0xD800 <= ord(ch) <= 0xDFFF), None)
+    if bad is not None:
+        ch = ord(instruction[bad])
+        what = f"the byte 0x{ch - 0xDC00:02x}" if 0xDC80 <= ch <= 0xDCFF else f"U+{ch:04X}"
+        raise DocumentError(f"INSTRUCTION: not UTF-8 text ({what} at character {bad + 1})",
+                            hint="give the instruction as UTF-8 text (check the terminal's encoding)")
 
 
 def _text_names(files: list[str]) -> None:

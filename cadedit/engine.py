@@ -193,9 +193,9 @@ class EngineClient:
         except BudgetError as exc:
             exc.engine = usage.to_json()  # the try's JSON still says what the engine did
             raise
-        program = read_answer(document, request.mode, text, request.fence, request.regions, request.headers)
+        program, problem = read_answer(document, request.mode, text, request.fence, request.regions, request.headers)
         return EditResult(document, request.mode, program, text, resolve(program, document), usage.stats(),
-                          self.name, usage.first_prompt_tokens, engine=usage.to_json())
+                          self.name, usage.first_prompt_tokens, problem, engine=usage.to_json())
 
     def _fenced(self, request: Request, prompt: str, budget: int, options: EditOptions, usage: Usage) -> str:
         """The fenced answer, one completion per region; the text as the local cursor spells it."""

@@ -177,7 +177,8 @@ def gguf_tokenizer(path: Path, meta: dict):
         if isinstance(tid, int) and 0 <= tid < len(tokens):
             config[{"padding": "pad_token", "unknown": "unk_token"}.get(name, f"{name}_token")] = tokens[tid]
     template = meta.get("tokenizer.chat_template")
-    return Tokenizer(backend, config, template if isinstance(template, str) else None)
+    return Tokenizer(backend, config, template if isinstance(template, str) else None,
+                     f"{path} tokenizer.chat_template")
 
 
 def eos_ids(meta: dict) -> tuple[int, ...]:

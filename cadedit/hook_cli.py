@@ -127,13 +127,15 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
             raise
         say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(n_files)})")
 
-    def edit(document, rule) -> str:
+    def edit(document, rule, path: str) -> str:
         from cadedit.document import Document
+        from cadedit.repo import shown
 
-        on_disk = Document(document.lines, str(root / document.path))  # for the test: the working-tree file
+        on_disk = Document(document.lines, str(root / document.path))  # named as the prompt shows it
+        target = root / path  # the working-tree file the test puts candidates into: its exact name
         if rule.test:
-            _testable(root, root / document.path, document.path)
-        plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False)
+            _testable(root, target, shown(path))
+        plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False, target=target)
         scoped, _ = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
         verified = edit_verified(on_disk, rule.instruction, scoped, plan, tries, loaded=loaded)
         if verified.answer is None:

@@ -83,8 +83,13 @@ def convert_gguf(path: Path) -> Path:
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
+    except OSError as exc:  # the cache path is a file, or not writable
+        raise ModelError(f"{path}: cannot convert it into the cache folder {target.parent} ({exc.strerror or exc}; "
+                         f"XDG_CACHE_HOME is {os.environ.get('XDG_CACHE_HOME') or 'not set'})",
+                         hint="point XDG_CACHE_HOME at a folder of yours, or use --backend llama") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.bfloat16)
@@ -184,6 +189,16 @@ def _round_trips(tokenizer, folder: Path):
     return tokenizer
 
 
+def _tokenizer_fits(tokenizer, vocab_size: int, folder: Path) -> None:
+    """A tokenizer with more tokens than the weights have rows is a one-line error naming both files
+    (its ids would index past the embedding); CachedLM.feed refuses any id past it all the same."""
+    n = len(tokenizer)
+    if n > vocab_size:
+        raise ModelError(f"{folder / 'tokenizer.json'}: {n} tokens, more than the vocab_size of {vocab_size} in "
+                         f"{folder / 'config.json'}", hint="the tokenizer does not belong to these weights: download "
+                         "the model again")
+
+
 def _offline() -> bool:
     return any(os.environ.get(v, "") not in ("", "0") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
@@ -261,6 +276,7 @@ def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, 
 
     model = load_qwen2(folder, torch_dtype, device)
     t = phase("weights", t)
+    _tokenizer_fits(tokenizer, model.config.vocab_size, folder)
     if tokenizer.chat_template is None:
         raise ModelError(f"model {spec} has no chat template", hint="use an Instruct model")
     int8 = dtype == "bf16-int8"
@@ -282,6 +298,15 @@ def new_cache(loaded: LoadedModel):
     return loaded.model.new_cache()
 
 
+def check_ids(ids: Sequence[int], vocab_size: int) -> None:
+    """Token ids a model can take: a tokenizer whose ids run past the weights' rows (not one of this
+    model's) is a one-line error, not an index error deep in a lookup or the forward."""
+    if ids and not 0 <= min(ids) <= max(ids) < vocab_size:
+        bad = next(i for i in ids if not 0 <= i < vocab_size)
+        raise ModelError(f"token id {bad} is outside the model's vocabulary of {vocab_size} (config.json vocab_size)",
+                         hint="the tokenizer does not belong to these weights: download the model again")
+
+
 class CachedLM:
     """The language-model interface of the decode loop: one KV cache that one feeds ids (getting
     the logits of the last `keep` positions) and crops back.
@@ -299,7 +324,9 @@ class CachedLM:
 
     @torch.inference_mode()
     def feed(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
-        input_ids = torch.tensor(list(ids), dtype=torch.long, device=self.model.device)  # [T]
+        ids = list(ids)
+        check_ids(ids, self.model.config.vocab_size)
+        input_ids = torch.tensor(ids, dtype=torch.long, device=self.model.device)  # [T]
         if not FIRST_FORWARD:
             FIRST_FORWARD.append(process_seconds() or 0.0)
         try:

@@ -21,7 +21,7 @@ from cadedit.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import ModelError
 from cadedit.fence import FenceCursor
-from cadedit.model import LoadedModel, chat_prompt, encode, eos_ids, language_model, load_model, token_bytes
+from cadedit.model import LoadedModel, chat_prompt, check_ids, encode, eos_ids, language_model, load_model, token_bytes
 from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
 from cadedit.request import PROGRAM_ROOM, build_request, default_budget, parse_mode, read_answer, scoped_regions
@@ -56,6 +56,7 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
     request = build_request(document, instruction, options)
     prompt, prompt_ids = chat_prompt(loaded.tokenizer, list(request.messages), request.opening)
     prompt_ids = tuple(prompt_ids)
+    check_ids(prompt_ids, loaded.model.config.vocab_size)  # a tokenizer of other weights: before any lookup
     file_tokens = len(encode(loaded.tokenizer, request.answer)) if request.answer else 0
     room = loaded.context_limit - len(prompt_ids) - file_tokens - request.room_needed
     if room < 0:
@@ -177,6 +178,12 @@ def prefix_store() -> PrefixStore | None:
 
 def answer_program(document: Document, prepared: Prepared, decoded: Decoded) -> P.Program:
     """The answer as a copy/gen program in the file's own newlines (request.read_answer)."""
+    return placed_program(document, prepared, decoded)[0]
+
+
+def placed_program(document: Document, prepared: Prepared, decoded: Decoded) -> tuple[P.Program, str]:
+    """answer_program, and why a scoped answer could not be placed in its regions exactly ("" when it
+    could, or the answer is not scoped): request.read_answer."""
     return read_answer(document, prepared.mode, decoded.text, prepared.fence, prepared.regions, prepared.headers)
 
 
@@ -195,6 +202,6 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
     decoded = run_decode(loaded, document, prepared, pick or sampling_picker(options.sampling), on_step,
                          draft=options.draft)
     # 4. The answer as a program in the file's own newlines, resolved strictly against the file.
-    program = answer_program(document, prepared, decoded)
+    program, problem = placed_program(document, prepared, decoded)
     return EditResult(document, prepared.mode, program, decoded.text, resolve(program, document), decoded.stats,
-                      loaded.name, len(prepared.prompt_ids))
+                      loaded.name, len(prepared.prompt_ids), problem)

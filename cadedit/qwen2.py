@@ -45,6 +45,8 @@ class Config:
     max_position_embeddings: int = 32768
     head_dim: int = 0  # 0: hidden_size // num_attention_heads
 
+    _REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+
     @property
     def dim(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
@@ -63,23 +65,30 @@ class Config:
         if rope.get("rope_type", rope.get("type", "default")) != "default":
             raise ModelError(f"{where}: rope scaling {rope.get('rope_type', rope.get('type'))!r} is not supported",
                              hint="use a Qwen2 or Qwen2.5 model without rope_scaling")
-        try:
-            config = cls(
-                vocab_size=int(raw["vocab_size"]),
-                hidden_size=int(raw["hidden_size"]),
-                intermediate_size=int(raw["intermediate_size"]),
-                num_hidden_layers=int(raw["num_hidden_layers"]),
-                num_attention_heads=int(raw["num_attention_heads"]),
-                num_key_value_heads=int(raw.get("num_key_value_heads") or raw["num_attention_heads"]),
-                rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
-                rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 1_000_000.0))),
-                tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-                max_position_embeddings=int(raw.get("max_position_embeddings") or 32768),
-                head_dim=int(raw.get("head_dim") or 0),
-            )
-        except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            raise ModelError(f"{where}: not a usable Qwen2 config ({type(exc).__name__}: {exc})",
-                             hint="check the model folder's config.json") from None
+        def field(name: str, convert, value):
+            try:
+                return convert(value)
+            except (TypeError, ValueError, OverflowError):
+                raise ModelError(f"{where}: {name} is {json.dumps(value)[:40]}, not a usable number",
+                                 hint="check the model folder's config.json") from None
+
+        missing = next((name for name in cls._REQUIRED if name not in raw), None)
+        if missing is not None:
+            raise ModelError(f"{where}: {missing} is missing", hint="check the model folder's config.json")
+        config = cls(
+            vocab_size=field("vocab_size", int, raw["vocab_size"]),
+            hidden_size=field("hidden_size", int, raw["hidden_size"]),
+            intermediate_size=field("intermediate_size", int, raw["intermediate_size"]),
+            num_hidden_layers=field("num_hidden_layers", int, raw["num_hidden_layers"]),
+            num_attention_heads=field("num_attention_heads", int, raw["num_attention_heads"]),
+            num_key_value_heads=field("num_key_value_heads", int,
+                                      raw.get("num_key_value_heads") or raw["num_attention_heads"]),
+            rms_norm_eps=field("rms_norm_eps", float, raw.get("rms_norm_eps", 1e-6)),
+            rope_theta=field("rope_theta", float, rope.get("rope_theta", raw.get("rope_theta", 1_000_000.0))),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            max_position_embeddings=field("max_position_embeddings", int, raw.get("max_position_embeddings") or 32768),
+            head_dim=field("head_dim", int, raw.get("head_dim") or 0),
+        )
         config.check(where)
         return config
 
@@ -340,14 +349,12 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
             (header_len,) = struct.unpack("<Q", f.read(8))
             if header_len > size - 8:
                 raise ValueError("header longer than the file")
-            header = json.loads(f.read(header_len))
+            header = _safetensors_header(path, json.loads(f.read(header_len)))
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # private: nothing written reaches the file
         data = torch.frombuffer(mapped, dtype=torch.uint8)
         base = 8 + header_len
         tensors = {}
         for name, info in header.items():
-            if name == "__metadata__":
-                continue
             begin, end = info["data_offsets"]
             dtype = _DTYPES[info["dtype"]]
             if base + end > size or end < begin:
@@ -360,6 +367,38 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, struct.error) as exc:
         raise ModelError(f"cannot load the weights in {path} ({type(exc).__name__}: {str(exc)[:160]})",
                          hint="the .safetensors file is damaged or incomplete: download it again") from None
+
+
+def _safetensors_header(path: Path, header: object) -> dict[str, dict]:
+    """The header's tensor entries, each checked for the fields read_safetensors reads: one ModelError
+    naming the file and the entry's field when the header is not what the format says."""
+    if not isinstance(header, dict):
+        raise ModelError(f"{path}: the safetensors header is a JSON {_json_kind(header)}, not an object of tensors",
+                         hint="the .safetensors file is damaged or not a safetensors file: download it again")
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        problem = None
+        if not isinstance(info, dict):
+            problem = f"is a JSON {_json_kind(info)}, not an object"
+        elif info.get("dtype") not in _DTYPES:
+            problem = f"dtype is {str(info.get('dtype'))[:40]!r}, not one of {', '.join(_DTYPES)}"
+        elif not _ints(info.get("shape")):
+            problem = "shape is not a list of whole numbers from 0"
+        elif not _ints(info.get("data_offsets")) or len(info["data_offsets"]) != 2:
+            problem = "data_offsets is not two whole numbers from 0"
+        if problem:
+            raise ModelError(f"{path}: tensor {name[:80]!r} in the safetensors header: {problem}",
+                             hint="the .safetensors file is damaged: download it again")
+    return {name: info for name, info in header.items() if name != "__metadata__"}
+
+
+def _ints(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+
+
+def _json_kind(value: object) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(type(value), "null")
 
 
 def weight_files(folder: Path) -> list[Path]:

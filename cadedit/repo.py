@@ -25,7 +25,10 @@ from cadedit.settings import settings_files
 from cadedit.document import Document
 from cadedit.errors import CadeditError, ConfigError
 
-EditFn = Callable[[Document, "Rule"], str]  # (staged document, the rule) -> the edited text
+# (the staged document, named for the prompt; the rule; the file's repository path, exact) -> the edited text.
+# Repository paths are str that os.fsencode turns back into git's bytes exactly (os.fsdecode of git's
+# output): an undecodable byte stays itself, never U+FFFD, so every file opened is the staged one.
+EditFn = Callable[[Document, "Rule", str], str]
 
 HOOK_MARKER = "# cadedit-pre-commit-hook"
 BACKUP_SUFFIX = ".cadedit-backup"
@@ -218,6 +221,8 @@ def _parse_rule(rule: object, where: str) -> Rule:
     test = rule.get("test")
     if test is not None and (not isinstance(test, str) or not test.strip()):
         raise ConfigError(f"{where}: `test` must be a non-empty shell command")
+    if test is not None and "\0" in test:  # no command line can hold one (the shell would never start)
+        raise ConfigError(f"{where}: `test` has a NUL character (\\u0000), which no shell command can hold")
     return Rule(patterns, instruction, test)
 
 
@@ -259,10 +264,11 @@ def _first_line(stderr: object) -> str:
 def index_entries(repo) -> dict[str, Staged]:
     """Every stage-0 file in the index (GIT_INDEX_FILE honoured), keyed by repository path."""
     entries: dict[str, Staged] = {}
-    for record in _git(repo, "ls-files", "-s", "-z").decode("utf-8", "surrogateescape").split("\0"):
+    for record in _git(repo, "ls-files", "-s", "-z").split(b"\0"):
         if not record:
             continue
-        meta, path = record.split("\t", 1)
+        meta, raw = record.split(b"\t", 1)
+        meta, path = meta.decode("ascii"), os.fsdecode(raw)
         mode, sha, stage = meta.split()
         if stage == "0" and mode not in _SYMLINK_OR_SUBMODULE:
             entries[path] = Staged(path, sha, mode)
@@ -272,7 +278,7 @@ def index_entries(repo) -> dict[str, Staged]:
 def staged_changes(repo) -> list[str]:
     """Paths added, copied, modified or renamed in the index relative to HEAD (all, before a first commit)."""
     out = _git(repo, "diff", "--cached", "--name-only", "--diff-filter=ACMR", "-z", "--no-renames")
-    return [p for p in out.decode("utf-8", "surrogateescape").split("\0") if p]
+    return [os.fsdecode(p) for p in out.split(b"\0") if p]
 
 
 def plan(repo, settings: Settings, files: Sequence[str] | None = None) -> list[Staged]:
@@ -334,13 +340,13 @@ def edit_staged(staged: Staged, data: bytes, edit: EditFn) -> tuple[Document, st
     document = Document.from_bytes(data, name)
     text = document.text
     for rule in staged.rules:
-        text = edit(Document.from_text(text, name), rule)
+        text = edit(Document.from_text(text, name), rule, staged.path)
     return document, text
 
 
 def printable(path: str) -> str:
-    """A path whose undecodable bytes (surrogateescape) are shown as U+FFFD, for prompts and messages."""
-    return path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    """A path whose undecodable bytes are shown as U+FFFD, for prompts (never to open a file by)."""
+    return os.fsencode(path).decode("utf-8", "replace")
 
 
 _ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}

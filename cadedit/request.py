@@ -100,17 +100,22 @@ def build_request(document: Document, instruction: str, options: EditOptions) ->
                    "edit a smaller file, or use --mode program", fence, source, task=task)
 
 
-def read_answer(document: Document, mode: Mode, text: str, fence: str = "", regions=(), headers=()) -> P.Program:
-    """The answer as a copy/gen program in the file's own newlines (CRLF, BOM, missing final newline).
-    A fenced answer is aligned with the file by the oracle: lines retyped unchanged become copies."""
+def read_answer(document: Document, mode: Mode, text: str, fence: str = "", regions=(),
+                headers=()) -> tuple[P.Program, str]:
+    """The answer as a copy/gen program in the file's own newlines (CRLF, BOM, missing final newline),
+    and why a scoped answer could not be placed in its regions exactly ("" when it could, or when the
+    answer is not scoped: regions.scoped_text). A fenced answer is aligned with the file by the
+    oracle: lines retyped unchanged become copies."""
     if mode is Mode.PROGRAM:
-        return to_document_program(P.parse(text), document)
+        return to_document_program(P.parse(text), document), ""
+    problem = ""
     if regions:
-        new_display = scoped_text(document, regions, headers, fence, text)
+        placed = scoped_text(document, regions, headers, fence, text)
+        new_display, problem = placed.text, placed.problem
     else:
         new_display = output_text(text, fence, document)
     before = Document.from_text(document.display_text(1, document.n_lines) if document.lines else "")
-    return to_document_program(oracle(before, Document.from_text(new_display)), document)
+    return to_document_program(oracle(before, Document.from_text(new_display)), document), problem
 
 
 # -- ChatML: the chat format of the Qwen2 family, rendered as Qwen's own template renders it ----------

@@ -85,6 +85,9 @@ class EditResult:
     stats: DecodeStats
     model: str
     prompt_tokens: int
+    # A scoped answer a repair could not place in its regions exactly (regions.scoped_text): why, and
+    # new_text is the answer placed without that repair; "" when it was placed exactly.
+    placement: str = ""
     engine: dict | None = None  # what a shared engine reported (cadedit.engine.Usage), None for a local edit
 
     @property

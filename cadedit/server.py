@@ -138,7 +138,7 @@ def result_to_wire(result) -> dict:
 
     return {"mode": result.mode.value, "program": format_program(result.program), "program_text": result.program_text,
             "new_text": result.new_text, "stats": dataclasses.asdict(result.stats), "model": result.model,
-            "prompt_tokens": result.prompt_tokens}
+            "prompt_tokens": result.prompt_tokens, "placement": result.placement}
 
 
 def result_from_wire(data: dict, document):
@@ -147,7 +147,7 @@ def result_from_wire(data: dict, document):
     from cadedit.results import DecodeStats, EditResult
 
     return EditResult(document, Mode(data["mode"]), parse(data["program"]), data["program_text"], data["new_text"],
-                      DecodeStats(**data["stats"]), data["model"], data["prompt_tokens"])
+                      DecodeStats(**data["stats"]), data["model"], data["prompt_tokens"], data.get("placement", ""))
 
 
 def error_to_wire(exc: CadeditError) -> dict:

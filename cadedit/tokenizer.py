@@ -19,9 +19,10 @@ from cadedit.errors import ModelError
 
 
 class Tokenizer:
-    def __init__(self, backend, config: dict, chat_template: str | None):
+    def __init__(self, backend, config: dict, chat_template: str | None, template_source: str = "the model"):
         self.backend_tokenizer = backend
         self.chat_template = chat_template
+        self.template_source = template_source  # where the template came from (a file, a field), for errors
         self.added_tokens_decoder = backend.get_added_tokens_decoder()
         self._specials = {name: _content(config.get(name)) for name in ("bos_token", "eos_token", "pad_token", "unk_token")}
         self._template = None
@@ -43,9 +44,11 @@ class Tokenizer:
         except (OSError, UnicodeDecodeError) as exc:
             raise ModelError(f"{template}: cannot read the chat template ({exc})",
                              hint="copy the model's tokenizer files again") from None
+        source = str(template) if template.is_file() else f"{folder / 'tokenizer_config.json'} chat_template"
         if isinstance(chat_template, list):  # the named-templates form: the default one
-            chat_template = next((t.get("template") for t in chat_template if t.get("name") == "default"), None)
-        return cls(backend, config, chat_template)
+            chat_template = next((t.get("template") for t in chat_template
+                                  if isinstance(t, dict) and t.get("name") == "default"), None)
+        return cls(backend, config, chat_template if isinstance(chat_template, str) else None, source)
 
     def __len__(self) -> int:
         return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
@@ -88,7 +91,7 @@ class Tokenizer:
         if self.chat_template is None:
             raise ModelError("the model has no chat template", hint="use an Instruct model")
         if self._template is None:
-            self._template = _compile(self.chat_template)
+            self._template = _compile(self.chat_template, self.template_source)
         import jinja2
 
         specials = {name: token for name, token in self._specials.items() if token is not None}
@@ -97,11 +100,15 @@ class Tokenizer:
                 return self._template.render(messages=messages, tools=None, documents=None,
                                              add_generation_prompt=add_generation_prompt, **specials)
         except _TooMuchWork:
-            raise ModelError(f"the model's chat template did not finish within {TEMPLATE_STEPS:,} steps (a loop in it?)",
+            raise ModelError(f"{self.template_source}: the chat template did not finish within {TEMPLATE_STEPS:,} "
+                             "steps (a loop in it?)",
                              hint="use an Instruct model with a plain chat template") from None
         except jinja2.exceptions.TemplateError as exc:  # raise_exception() in the template, or its sandbox
-            raise ModelError(f"the model's chat template refused the prompt ({exc})",
+            raise ModelError(f"{self.template_source}: the chat template refused the prompt ({exc})",
                              hint="use an Instruct model whose template takes a system and a user message") from None
+        except Exception as exc:  # noqa: BLE001 - the template is the model folder's code: 1/0, None + 1 ...
+            raise ModelError(f"{self.template_source}: the chat template failed ({type(exc).__name__}: "
+                             f"{str(exc)[:120]})", hint="use an Instruct model with a plain chat template") from None
 
 
 TEMPLATE_STEPS = 2_000_000  # lines of the compiled template a chat may run (Qwen's runs a few hundred)
@@ -161,8 +168,14 @@ def _read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _compile(source: str):
-    """The template in the sandbox transformers renders chat templates in, with its helpers."""
+# Jinja statements that load other templates: the sandbox has no loader (nothing outside the template
+# is read), so a template that uses one cannot render.
+_LOADS = {"Include": "include", "Import": "import", "FromImport": "from ... import", "Extends": "extends"}
+
+
+def _compile(source: str, where: str = "the model"):
+    """The template in the sandbox transformers renders chat templates in, with its helpers; one that
+    loads other templates ({% include %}, import, extends) is a one-line error naming where it is."""
     import jinja2
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -178,6 +191,12 @@ def _compile(source: str):
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
-        return env.from_string(source)
+        tree = env.parse(source)
+        loads = next((_LOADS[type(node).__name__] for node in tree.find_all(tuple(getattr(jinja2.nodes, name)
+                                                                                  for name in _LOADS))), None)
+        if loads is None:
+            return env.from_string(tree)
     except jinja2.exceptions.TemplateError as exc:
-        raise ModelError(f"the model's chat template does not compile ({exc})", hint="use an Instruct model") from None
+        raise ModelError(f"{where}: the chat template does not compile ({exc})", hint="use an Instruct model") from None
+    raise ModelError(f"{where}: the chat template uses {{% {loads} %}}, which would load another template; "
+                     "cadedit renders the template alone", hint="use a chat template without it")

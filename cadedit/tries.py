@@ -1,9 +1,9 @@
 """Verified edits: every candidate is checked; a failed try feeds back what failed and tries again.
 
 Contract: edit_verified(document, instruction, options, plan, tries, loaded=...) runs up to `tries`
-edits of one document through pipeline.edit_file and checks each candidate (cadedit.checks: the
-edited file's syntax, that it changed at all, and the user's test command with the candidate in
-place, the user's bytes restored afterwards). It stops at the first candidate that passes. Try 1
+edits of one document through pipeline.edit_file and checks each candidate (cadedit.checks: that a
+scoped answer could be placed exactly, the edited file's syntax, that it changed at all, and the
+user's test command with the candidate in place, the user's bytes restored afterwards). It stops at the first candidate that passes. Try 1
 is the options' own sampling (greedy by default); try 2 is greedy with the failure in the prompt;
 later tries sample (TRY_TEMPERATURE, seeded by the try number) with the latest failure in the
 prompt. The feedback goes last in the prompt, so every try shares the prompt prefix whose KV cache
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING, Any
 
-from cadedit.checks import Candidate, Check, Edited, change_check, feedback, run_test, syntax_check
+from cadedit.checks import Candidate, Check, Edited, change_check, feedback, placement_check, run_test, syntax_check
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Sampling
@@ -58,6 +58,9 @@ class CheckPlan:
     # The file on disk must still hold the document's bytes when a test starts (`cadedit fix`); the
     # hook edits the staged content, so the working-tree file may differ (it is restored all the same).
     expect_document_on_disk: bool = True
+    # The file a test puts candidates into, when the document's path only names it (the hook names a
+    # file with undecodable bytes as text for the prompt); None: the document's path.
+    target: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ class Verified:
         return "raise --tries, narrow the instruction, or --allow-no-change if no change is right"
 
 
-CHECK_ORDER = ("syntax", "change", "test")
+CHECK_ORDER = ("placement", "syntax", "change", "test")
 
 
 def _progress(attempt: Try) -> int:
@@ -156,15 +159,18 @@ def sampling_for(number: int, first: Sampling) -> Sampling:
 
 
 def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test: Callable[[], None] | None = None,
-                    instruction: str = "") -> tuple[Check, ...]:
-    """Syntax and change first; the test command only when both pass (it is the slow one)."""
+                    instruction: str = "", placement: str = "") -> tuple[Check, ...]:
+    """Placement (a scoped answer that could not be placed exactly: `placement` says why), syntax and
+    change first; the test command only when all pass (it is the slow one)."""
     checks = (syntax_check(document.path, document.text, new_text),
               change_check(document.text, new_text, plan.allow_no_change, instruction))
+    if placement:
+        checks = (placement_check(placement), *checks)
     if plan.test and all(c.passed or c.skipped for c in checks):
         if on_test is not None:
             on_test()
         expected = document.to_bytes() if plan.expect_document_on_disk else None
-        candidate = Candidate.read(document.path, new_text.encode("utf-8"), expected=expected)
+        candidate = Candidate.read(plan.target or document.path, new_text.encode("utf-8"), expected=expected)
         checks += (run_test(candidate, plan.test, plan.test_timeout, plan.cwd),)
     return checks
 
@@ -240,7 +246,7 @@ def _one_try(document: Document, instruction: str, current: EditOptions, plan: C
                       regions, getattr(exc, "engine", None))
         return attempt, "Your previous answer was too long and did not finish: reply with the edited code only."
     checks = check_candidate(document, result.new_text, plan,
-                             None if on_test is None else lambda: on_test(number), instruction)
+                             None if on_test is None else lambda: on_test(number), instruction, result.placement)
     attempt = Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=regions)
     cwd = str(plan.cwd) if plan.cwd is not None else None
     return attempt, feedback(checks, Edited(document.path, document.text, result.new_text, regions, cwd))

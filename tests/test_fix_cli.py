@@ -360,10 +360,14 @@ def test_a_hub_id_loads_from_the_local_cache_and_one_not_there_is_a_one_line_err
 
 @pytest.mark.parametrize(("template", "message"), [
     ("{{ raise_exception('System role not supported') }}",
-     "the model's chat template refused the prompt (System role not supported)"),
+     "chat_template.jinja: the chat template refused the prompt (System role not supported)"),
     (b"\xff\xfe not utf-8", "chat_template.jinja: cannot read the chat template"),
-    ("{% for %}", "the model's chat template does not compile"),
-], ids=["raises", "not utf-8", "does not compile"])
+    ("{% for %}", "chat_template.jinja: the chat template does not compile"),
+    ("{% include 'x.j2' %}", "chat_template.jinja: the chat template uses {% include %}, which would load another"),
+    ("{% import 'm.j2' as m %}{{ m.x }}", "chat_template.jinja: the chat template uses {% import %}"),
+    ("{% from 'm.j2' import x %}", "chat_template.jinja: the chat template uses {% from ... import %}"),
+    ("{% extends 'base.j2' %}", "chat_template.jinja: the chat template uses {% extends %}"),
+], ids=["raises", "not utf-8", "does not compile", "include", "import", "from-import", "extends"])
 def test_a_chat_template_that_fails_is_a_one_line_error(work, tiny_dir, tmp_path, template, message):
     import shutil
 

@@ -496,3 +496,47 @@ def test_a_file_name_with_a_newline_stays_on_one_report_line(tmp_path, monkeypat
     result = hook("run")
     assert result.exit_code == 1, result.output
     assert 'cadedit hook: "a\\nb.py": would change' in result.stderr, result.stderr
+
+
+def test_a_rules_test_puts_the_candidate_into_the_file_whose_name_is_not_utf8_not_a_lookalike(
+        tmp_path, monkeypatch, tiny_dir):
+    """A staged b"\\xff.py" is tested in place under its own bytes: the decoy "\\ufffd.py" (the name the
+    prompt shows it by) is never opened, and the real file holds the candidate while the test runs."""
+    script_model(monkeypatch)
+    real, decoy = os.fsdecode(b"\xff.py"), os.fsdecode(b"\xef\xbf\xbd.py")
+    root = make_repo(tmp_path / "w", tiny_dir, {"keep.py": b"0\n"})
+    seen = tmp_path / "seen"
+    (tmp_path / "check.sh").write_text(f"cat \"$(printf '\\377').py\" > {seen}-real\n"
+                                       f"cat \"$(printf '\\357\\277\\275').py\" > {seen}-decoy\n")
+    _rule_with_test(root, f"sh {tmp_path / 'check.sh'}")
+    git(root, "add", ".cadedit.toml")
+    (root / real).write_bytes(b"a\nold\n")
+    git(root, "add", "--", real)
+    (root / decoy).write_bytes(b"decoy, not staged\n")
+    before = (root / decoy).stat()
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1, result.output
+    assert 'cadedit hook: "\\377.py": would change (+1 -1)' in result.stderr, result.stderr
+    assert Path(f"{seen}-real").read_bytes() == b"a\nnew\n"  # the candidate, in the staged file itself
+    assert Path(f"{seen}-decoy").read_bytes() == b"decoy, not staged\n"
+    assert (root / real).read_bytes() == b"a\nold\n"
+    after = (root / decoy).stat()
+    assert (root / decoy).read_bytes() == b"decoy, not staged\n"
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_a_nul_in_a_rules_test_is_a_one_line_error_naming_the_rule(tmp_path, monkeypatch, tiny_dir, loads):
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
+    (root / ".cadedit.toml").write_text((root / ".cadedit.toml").read_text().replace(
+        'instruction = "Rename old to new."', 'instruction = "Rename old to new."\ntest = "true\\u0000"'))
+    write(root, {"a.py": b"a\nold\n"})
+    git(root, "add", "-A")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: .cadedit.toml: rule 1: `test` has a NUL character (\\u0000), which no shell command "
+                      "can hold"], result.stderr
+    assert "internal error" not in result.stderr and not loads
+    assert (root / "a.py").read_bytes() == b"a\nold\n"

@@ -1,5 +1,5 @@
 """Hostile sizes and broken inputs get a one-line error soon, through `cadedit fix` (the issue
-"Reliability round 3", items 21, 22, 24, 26, 29)."""
+"Reliability round 3", items 21, 22, 24, 25, 26, 29)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def test_a_config_with_impossible_sizes_is_a_one_line_error_naming_the_field(tmp
     (folder / "config.json").write_text(text)
     (tmp_path / "a.py").write_text("x = 1\n")
     line = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", str(folder), cwd=tmp_path))
-    assert "config.json" in line and (field in line or "not a usable Qwen2 config" in line), line
+    assert "config.json" in line and field in line, line
     assert "internal error" not in line
 
 
@@ -116,4 +116,81 @@ def test_a_chat_template_that_never_ends_is_stopped(tmp_path, tiny_dir):
     (folder / "chat_template.jinja").unlink(missing_ok=True)
     (tmp_path / "a.py").write_text("x = 1\n")
     line = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", str(folder), cwd=tmp_path, timeout=60))
-    assert "chat template did not finish" in line
+    assert "tokenizer_config.json chat_template: the chat template did not finish" in line
+
+
+def _copy(tiny_dir: Path, folder: Path) -> Path:
+    shutil.copytree(tiny_dir, folder)
+    (folder.parent / "a.py").write_text("x = 1\n")
+    return folder
+
+
+def _safetensors_header(path: Path, header: bytes) -> None:
+    import struct
+
+    data = path.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    path.write_bytes(struct.pack("<Q", len(header)) + header + data[8 + n :])
+
+
+@pytest.mark.parametrize("header, message", [
+    (b"[1, 2]", "model.safetensors: the safetensors header is a JSON list, not an object of tensors"),
+    (b'{"lm_head.weight": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}',
+     "model.safetensors: tensor 'lm_head.weight' in the safetensors header: dtype is 'Q9', not one of"),
+    (b'{"lm_head.weight": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}',
+     "model.safetensors: tensor 'lm_head.weight' in the safetensors header: shape is not a list of whole numbers"),
+    (b'{"lm_head.weight": [0, 8]}', "model.safetensors: tensor 'lm_head.weight' in the safetensors header: is a JSON list"),
+], ids=["list", "dtype", "shape", "entry"])
+def test_a_safetensors_header_of_the_wrong_shape_is_a_one_line_error_naming_the_field(tmp_path, tiny_dir, header,
+                                                                                      message):
+    folder = _copy(tiny_dir, tmp_path / "odd-header")
+    _safetensors_header(folder / "model.safetensors", header)
+    line = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", str(folder), cwd=tmp_path))
+    assert message in line and "internal error" not in line, line
+
+
+@pytest.mark.parametrize("how", ["more-tokens", "one-id-far-out"])
+def test_a_tokenizer_with_ids_past_the_vocabulary_is_a_one_line_error(tmp_path, tiny_dir, how):
+    import json
+
+    folder = _copy(tiny_dir, tmp_path / "big-vocab")
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    top = max(vocab.values()) + 1
+    if how == "more-tokens":
+        vocab.update({f"zz{k}": top + k for k in range(2000)})
+        vocab["Fix"] = top + 2000  # the instruction's first word: an id 2,000 past the embedding's rows
+    else:
+        vocab["F"] = top + 5000  # as many tokens as rows, but the instruction's "F" far past them
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    line = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", str(folder), cwd=tmp_path))
+    if how == "more-tokens":
+        assert "big-vocab/tokenizer.json:" in line and "more than the vocab_size of" in line and "config.json" in line
+    else:
+        assert f"token id {top + 5000} is outside the model's vocabulary of" in line, line
+    assert (tmp_path / "a.py").read_text() == "x = 1\n"
+
+
+def test_a_gguf_while_the_cache_path_is_not_a_folder_is_a_one_line_error(tmp_path):
+    pytest.importorskip("gguf")
+    from tests.tinygguf import save_gguf
+
+    model = save_gguf(tmp_path / "tiny.gguf")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "not-a-folder").write_text("a file where the cache folder would be\n")
+    done = subprocess.run([console_script(), "fix", "a.py", "Fix it.", "--model", str(model), "--backend", "torch"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "not-a-folder")})
+    line = one_line_error(done)
+    assert "tiny.gguf: cannot convert it into the cache folder" in line and "not-a-folder" in line, line
+    assert "XDG_CACHE_HOME is" in line
+    assert (tmp_path / "a.py").read_text() == "x = 1\n"
+
+
+def test_an_instruction_with_bytes_that_are_not_utf8_is_a_one_line_error(tmp_path, tiny_dir):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    done = subprocess.run([console_script().encode(), b"fix", b"a.py", b"Fix \xff\xfe it", b"--model", bytes(tiny_dir)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    line = one_line_error(done)
+    assert line == "error: INSTRUCTION: not UTF-8 text (the byte 0xff at character 5)", line
+    assert (tmp_path / "a.py").read_text() == "x = 1\n"

@@ -13,7 +13,7 @@ import torch
 import cadedit.pipeline as pipeline
 from cadedit.decode import DecodeStats, decode, sampling_picker
 from cadedit.document import Document
-from cadedit.errors import BudgetError
+from cadedit.errors import BudgetError, ModelError
 from cadedit.model import LoadedModel, CachedLM, language_model
 from cadedit.options import EditOptions, Mode
 from tests.test_verify import CORPUS, fenced_run, tiny  # noqa: F401 - tiny is a fixture
@@ -67,8 +67,18 @@ def test_a_reused_prefix_gives_the_logits_of_a_fresh_cache(model):
 def test_a_failed_forward_starts_over_with_an_empty_cache(model):
     lm = fresh(model)
     lm.feed([1, 2, 3])
-    with pytest.raises(IndexError):
-        lm.feed([10_000])  # past the embedding table
+    with pytest.raises(ModelError, match="token id 10000 is outside the model's vocabulary of"):
+        lm.feed([10_000])  # past the embedding table: refused before the forward, the cache as it was
+    assert lm.ids == [1, 2, 3] and lm.cache.length == 3
+
+    def fails(*args):
+        raise RuntimeError("a forward cut short")
+
+    lm.model = type("Failing", (), {"config": model.config, "device": model.device, "__call__": fails,
+                                    "new_cache": lambda self: model.new_cache()})()
+    with pytest.raises(RuntimeError):
+        lm.feed([4])
+    lm.model = model
     assert lm.ids == [] and lm.cache.length == 0
     lm.feed([1, 2])
     assert lm.ids == [1, 2]

@@ -133,7 +133,7 @@ def test_a_folder_missing_weights_is_refused(tmp_path):
 @pytest.mark.parametrize("change, message", [
     ({"model_type": "llama"}, "model_type 'llama' is not qwen2"),
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope scaling 'yarn'"),
-    ({"hidden_size": None}, "not a usable Qwen2 config"),
+    ({"hidden_size": None}, "hidden_size is null, not a usable number"),
     ({"rope_parameters": [1, 2]}, "rope parameters \\[1, 2\\] are not an object"),
 ])
 def test_configs_the_forward_cannot_run_are_refused(change, message):

@@ -46,7 +46,7 @@ def write(root: Path, files: dict[str, bytes]) -> None:
         (root / name).write_bytes(data)
 
 
-def replace_edit(document: Document, rule: r.Rule) -> str:
+def replace_edit(document: Document, rule: r.Rule, path: str = "") -> str:
     """The stand-in model: the rule's instruction "a->b" replaces every a with b."""
     old, new = rule.instruction.split("->")
     return document.text.replace(old, new)
@@ -196,7 +196,7 @@ def test_check_edits_the_staged_blob_not_the_working_tree(tmp_path):
     git(root, "add", "a.py")
     write(root, {"a.py": b"keep\nold staged\nold unstaged\n"})
     seen = []
-    outcomes = hook_run(root, fix=False, edit=lambda d, i: seen.append(d.text) or replace_edit(d, i))
+    outcomes = hook_run(root, fix=False, edit=lambda d, i, p: seen.append(d.text) or replace_edit(d, i))
     assert seen == ["keep\nold staged\n"]
     assert outcomes == [
         r.Outcome("a.py", r.Status.WOULD_CHANGE, outcomes[0].diff),
@@ -231,8 +231,8 @@ def test_a_model_error_fails_that_file_only(tmp_path):
     write(root, {"a.py": b"old\n", "b.py": b"old\n"})
     git(root, "add", "a.py", "b.py")
 
-    def edit(document, instruction):
-        if document.path == "a.py":
+    def edit(document, instruction, path):
+        if path == "a.py":
             raise ModelError("budget spent")
         return replace_edit(document, instruction)
 

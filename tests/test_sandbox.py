@@ -174,3 +174,55 @@ def test_ctrl_c_as_the_test_starts_never_leaves_it_running(work, tiny_dir):
         assert (work / "a.py").read_bytes() == BEFORE
         if marker.exists() and marker.read_text().strip():
             assert gone_soon(int(marker.read_text()), within=5.0)
+
+
+# A test command no other process runs: the fuzz below finds any survivor by it in /proc.
+SURVIVOR = "sleep 37.19"
+
+
+def running(command: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and alive(int(entry.name)):
+            try:
+                if (entry / "cmdline").read_bytes().replace(b"\0", b" ").strip() == command.encode():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_signals_at_random_moments_during_the_test_never_cost_the_file(work, tiny_dir):
+    """SIGINT, SIGTERM, SIGKILL or SIGQUIT at a random moment of a `--test` run (as the candidate goes
+    in, as the test starts, while it runs): afterwards the file holds the original bytes (at once, or
+    after the guard or `cadedit recover` gives them back) and no test process is left. Seeded: the
+    same 6 moments every run, each signal at least once."""
+    import random
+
+    rng = random.Random(19)
+    signals = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL, signal.SIGQUIT, signal.SIGKILL, signal.SIGINT]
+    rng.shuffle(signals)
+    moments = []
+    for signum in signals:
+        anchor = rng.choice(["placed", "started"])  # placed: within 50 ms of the candidate going in
+        moments.append((signum, anchor, rng.uniform(0.0, 0.05 if anchor == "placed" else 0.25)))
+    for signum, anchor, delay in moments:
+        (work / "a.py").write_bytes(BEFORE)
+        (work / "started").unlink(missing_ok=True)
+        proc = start_cadedit(work, tiny_dir, "--test", f"touch started; exec {SURVIVOR}", "--write")
+        if anchor == "placed":  # from the moment the candidate is in the file (the placement, the Popen)
+            assert until(lambda: (work / "a.py").read_bytes() != BEFORE or proc.poll() is not None, 90)
+        else:
+            wait_for(work / "started", proc)
+        time.sleep(delay)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+        moment = (signal.Signals(signum).name, anchor, round(delay, 3), proc.returncode, err.decode()[-600:])
+        assert proc.returncode != 0, moment  # the test never ends by itself
+        if not until(lambda: (work / "a.py").read_bytes() == BEFORE, 10):
+            done = cadedit("recover", cwd=work)
+            assert done.returncode == 0, (moment, done.stderr)
+        assert (work / "a.py").read_bytes() == BEFORE, moment
+        assert until(lambda: not running(SURVIVOR), 10), moment
+        assert until(lambda: not list(journal_dir().glob("*.json")), 10), moment
+        assert b"Traceback" not in err, moment

@@ -587,3 +587,62 @@ def test_every_fenced_mode_gives_the_same_scoped_bytes(work, tiny_dir, scripted,
     assert calls[0].prepared.regions == ((1, 2), (5, 6))
     assert (work / "a.py").read_bytes() == make(bom=True, newline="\r\n", final=False, l2="    return x + 10",
                                                 l6="    return x * 2")
+
+
+# -- answers a repair cannot place exactly ---------------------------------------------------------
+
+SETUP = ["def setup():", "    connect()", "    load_config()", "    start_workers()"]
+
+
+@pytest.mark.parametrize("answer", [
+    "def setup():\n    load_config()\n    connect()\n    start_workers()\n",  # the def line retyped, as the file has it
+    "def setup():\nload_config()\nconnect()\nstart_workers()\n",  # ... and the body as shown
+    "load_config()\nconnect()\nstart_workers()\n",
+], ids=["def-retyped", "def-retyped-body-as-shown", "region-only"])
+def test_an_answer_that_retypes_the_enclosing_def_is_placed_without_nesting(work, tiny_dir, scripted, answer):
+    (work / "a.py").write_bytes(make(SETUP))
+    scripted(verbatim(answer))
+    result = fix(tiny_dir, "Call load_config() before connect().", "--lines", "2-4", "--write")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_bytes() == make(SETUP, l2="    load_config()", l3="    connect()")
+
+
+@pytest.mark.parametrize("answer", ["load_config()\nconnect()\n",
+                                    "def setup():\n    load_config()\n    connect()\n    start_workers()\n"])
+def test_swapped_lines_are_placed_once_each(work, tiny_dir, scripted, answer):
+    (work / "a.py").write_bytes(make(SETUP))
+    scripted(verbatim(answer))
+    result = fix(tiny_dir, "Swap these two lines.", "--lines", "2-3", "--write")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_bytes() == make(SETUP, l2="    load_config()", l3="    connect()")
+
+
+def test_an_answer_that_cannot_be_placed_exactly_fails_its_try_and_the_next_is_told(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(SETUP))
+    # Lines 2-4, answered with line 3 then line 2 and nothing of line 4: line 4 skipped, or deleted?
+    calls = scripted(verbatim("load_config()\nconnect()\n"), verbatim("load_config()\nconnect()\nstart_workers()\n"))
+    result = fix(tiny_dir, "Call load_config() before connect().", "--lines", "2-4", "--write")
+    assert result.exit_code == 0, result.output
+    assert ("a.py: try 1 of 3: failed: placement (lines 2-4: the answer ends with line 2 yet has only some of "
+            "lines 3-4, so it cannot be placed in them exactly)") in result.stderr
+    assert "Your previous answer could not be put in place (lines 2-4: the answer ends with line 2" in calls[1].prompt
+    assert (work / "a.py").read_bytes() == make(SETUP, l2="    load_config()", l3="    connect()")
+
+
+def test_an_answer_that_retypes_the_def_line_in_other_indentation_is_not_written(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(SETUP))
+    scripted(verbatim("    def setup():\n    load_config()\n    connect()\n    start_workers()\n"))
+    result = fix(tiny_dir, "Call load_config() before connect().", "--lines", "2-4", "--write", "--tries", "1",
+                 "--json", "--quiet")
+    assert result.exit_code == 3, result.output
+    (check,) = [c for c in json.loads(result.stdout)["tries"][0]["checks"] if c["name"] == "placement"]
+    assert check["passed"] is False and "retypes line 1 (def setup():)" in check["detail"]
+    assert (work / "a.py").read_bytes() == make(SETUP)
+
+
+def test_an_empty_answer_deletes_the_region(work, tiny_dir, scripted):
+    (work / "a.py").write_bytes(make(SETUP))
+    scripted(verbatim(""))
+    result = fix(tiny_dir, "Remove the load_config() call.", "--lines", "3", "--write")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_bytes() == make(SETUP[:2] + SETUP[3:])
