@@ -14,21 +14,14 @@ import struct
 import tempfile
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from cadedit import cli
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
-from tests.tinymodel import save_model
 
 SOURCE = b"def add(a, b):\n    return a - b\n"
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    return save_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 def fix(folder: Path, model: Path, instruction: str, *args: str):
