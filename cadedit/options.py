@@ -20,6 +20,8 @@ class Mode(str, enum.Enum):
 # to choose spans (README, Benchmarks).
 DEFAULT_MODE = Mode.VERIFY
 CONTEXT_LINES = 60
+# Candidates try 1 decodes side by side (`--candidates`; cadedit.tries): measured in README (Candidates).
+DEFAULT_CANDIDATES = 1
 
 
 @dataclass(frozen=True)

@@ -68,10 +68,12 @@ class Try:
     error: str | None = None
     hint: str | None = None  # the decode error's hint (e.g. raise --max-new-tokens)
     regions: tuple[tuple[int, int], ...] = ()  # the line ranges this try retyped (empty: the whole file)
+    candidate: int = 0  # which of the candidates decoded side by side (1 ..), 0: the try's only one
+    logprob: float | None = None  # the model's summed log-probability of the candidate's picked tokens
 
     @property
     def passed(self) -> bool:
-        return self.result is not None and all(c.passed or c.skipped for c in self.checks)
+        return self.result is not None and self.error is None and all(c.passed or c.skipped for c in self.checks)
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:
@@ -90,7 +92,8 @@ class Try:
     def to_json(self) -> dict:
         stats = self.result.stats if self.result else None
         return {
-            "try": self.number, "temperature": self.temperature, "passed": self.passed, "error": self.error,
+            "try": self.number, "candidate": self.candidate, "logprob": self.logprob,
+            "temperature": self.temperature, "passed": self.passed, "error": self.error,
             "regions": [list(r) for r in self.regions],
             "changed": self.result.changed if self.result else None, "seconds": self.seconds,
             "checks": [{"name": c.name, "passed": c.passed, "skipped": c.skipped, "detail": c.detail,
@@ -118,7 +121,7 @@ class Verified:
         earliest among equals (the greedy ones)."""
         if self.answer is not None:
             return self.answer
-        made = [t for t in self.tries if t.result is not None]
+        made = [t for t in self.tries if t.result is not None and t.error is None]
         return max(made, key=_progress, default=None)
 
     @property
@@ -148,6 +151,14 @@ def sampling_for(number: int, first: Sampling) -> Sampling:
     return Sampling(max(first.temperature, TRY_TEMPERATURE), first.top_p, seed)
 
 
+def candidate_sampling(k: int, first: Sampling) -> Sampling:
+    """Candidate 1 of a batched try: the try's own sampling (greedy by default); the others sampled
+    (TRY_TEMPERATURE at least), each seeded by its number."""
+    if k == 1:
+        return first
+    return Sampling(max(first.temperature, TRY_TEMPERATURE), first.top_p, (first.seed or 0) * 1000 + 500 + k)
+
+
 def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test: Callable[[], None] | None = None,
                     instruction: str = "") -> tuple[Check, ...]:
     """Syntax and change first; the test command only when both pass (it is the slow one)."""
@@ -163,49 +174,108 @@ def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test:
 
 
 def edit_verified(document: Document, instruction: str, options: EditOptions, plan: CheckPlan,
-                  tries: int = DEFAULT_TRIES, *, loaded: Any, picks: Callable[[int], Picker | None] | None = None,
+                  tries: int = DEFAULT_TRIES, *, loaded: Any, picks: Callable[[int], Any] | None = None,
                   on_try: Callable[[Try], None] | None = None, on_step=None,
-                  on_test: Callable[[int], None] | None = None) -> Verified:
-    """Up to `tries` candidates until one passes its checks; see the module docstring.
+                  on_test: Callable[[int], None] | None = None, candidates: int = 1) -> Verified:
+    """Up to `tries` tries until a candidate passes its checks; see the module docstring.
     loaded: a model.LoadedModel, or a server.ServerClient (its edit() runs edit_file in the warm
-    server). picks(k) may give try k's picker (tests script candidates with it; local models only)."""
-    if hasattr(loaded, "edit"):
-        def edit(document, instruction, options, on_step, pick):
-            return loaded.edit(document, instruction, options, on_step=on_step)
-    else:
-        from cadedit.pipeline import edit_file
-
-        def edit(document, instruction, options, on_step, pick):
-            return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick=pick)
+    server). candidates: try 1 decodes this many side by side (local models; a server decodes one).
+    picks(k) may give try k's picker, or try 1's list of pickers (tests script candidates with it)."""
+    edit, edit_many = _editors(loaded)
     done: list[Try] = []
+    last: Try | None = None  # what the next try learns from: the previous try, or its best candidate
     told = ""
     levels = (options.regions, *options.wider)
     level = 0
     layout = options.layout
     for number in range(1, tries + 1):
         sampling = sampling_for(number, options.sampling)
-        failed = {c.name for c in done[-1].failed_checks} if done else set()
+        failed = {c.name for c in last.failed_checks} if last else set()
         if failed & set(WIDEN_AFTER):
             level = min(level + 1, len(levels) - 1)
         if UNQUOTED_AFTER in failed:
             layout = unquoted(layout)
         regions = levels[level]
         current = replace(options, sampling=sampling, feedback=told, regions=regions, wider=(), layout=layout)
-        start = time.perf_counter()
-        try:
-            result = edit(document, instruction, current, on_step, picks(number) if picks else None)
-        except BudgetError as exc:
-            attempt = Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
-                          regions)
-            told = "Your previous answer was too long and did not finish: reply with the edited code only."
+        pick = picks(number) if picks else None
+        test_hook = None if on_test is None else (lambda: on_test(number))
+        if number == 1 and candidates > 1 and edit_many is not None:
+            made = _batched_try(edit_many, document, instruction, current, plan, candidates, pick, on_step, test_hook)
         else:
-            checks = check_candidate(document, result.new_text, plan,
-                                     None if on_test is None else lambda: on_test(number), instruction)
-            attempt = Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=regions)
-            told = feedback(checks)
-        done.append(attempt)
-        if on_try is not None:
-            on_try(attempt)
-        if attempt.passed:
+            made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
+        for attempt in made:
+            done.append(attempt)
+            if on_try is not None:
+                on_try(attempt)
+        last = Verified(tuple(made)).best or made[-1]
+        told = (feedback(last.checks) if last.result is not None else
+                "Your previous answer was too long and did not finish: reply with the edited code only.")
+        if any(attempt.passed for attempt in made):
             break
     return Verified(tuple(done))
+
+
+def _editors(loaded: Any):
+    """edit(document, instruction, options, on_step, pick) -> EditResult, and edit_many(..., picks) for
+    candidates side by side (None for a server client)."""
+    if hasattr(loaded, "edit"):
+        def edit(document, instruction, options, on_step, pick):
+            return loaded.edit(document, instruction, options, on_step=on_step)
+        return edit, None
+    from cadedit.pipeline import edit_candidates, edit_file
+
+    def edit(document, instruction, options, on_step, pick):
+        return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick=pick)
+
+    def edit_many(document, instruction, options, on_step, picks):
+        return edit_candidates(document, instruction, options, picks, loaded=loaded, on_step=on_step)
+
+    return edit, edit_many
+
+
+def _one_try(edit, document: Document, instruction: str, current: EditOptions, plan: CheckPlan, number: int, pick,
+             on_step, on_test) -> Try:
+    start = time.perf_counter()
+    sampling = current.sampling
+    try:
+        result = edit(document, instruction, current, on_step, pick)
+    except BudgetError as exc:
+        return Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
+                   current.regions)
+    checks = check_candidate(document, result.new_text, plan, on_test, instruction)
+    return Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=current.regions)
+
+
+def _batched_try(edit_many, document: Document, instruction: str, current: EditOptions, plan: CheckPlan, k: int,
+                 picks, on_step, on_test) -> list[Try]:
+    """Try 1 as k candidates decoded side by side, checked in the order of the model's log-probability
+    of each (the greedy one first among equals), duplicates once, until one passes: with --test the
+    first that passes its test, without it the highest-scoring that passes syntax and change. Returns
+    every candidate as a Try, in that order (the ones after the winner unchecked)."""
+    from cadedit.decode import sampling_picker
+
+    samplings = [candidate_sampling(i, current.sampling) for i in range(1, k + 1)]
+    pickers = list(picks) if isinstance(picks, (list, tuple)) else [sampling_picker(s) for s in samplings]
+    start = time.perf_counter()
+    found = edit_many(document, instruction, current, on_step, pickers)
+    decode_seconds = time.perf_counter() - start
+    made: list[Try] = []
+    seen: dict[str, int] = {}
+    winner = 0
+    for i in sorted(range(k), key=lambda i: -found[i].logprob):
+        c, t, number = found[i], samplings[i].temperature, i + 1
+        common = dict(regions=current.regions, candidate=number, logprob=c.logprob)
+        if c.result is None:
+            error = getattr(c.error, "message", str(c.error))
+            made.append(Try(1, t, None, (), decode_seconds, error, getattr(c.error, "hint", None), **common))
+        elif winner or c.result.new_text in seen:
+            why = (f"the same as candidate {seen[c.result.new_text]}" if c.result.new_text in seen
+                   else f"not checked: candidate {winner} passed first")
+            made.append(Try(1, t, c.result, (), decode_seconds, why, **common))
+        else:
+            seen[c.result.new_text] = number
+            checked = time.perf_counter()
+            checks = check_candidate(document, c.result.new_text, plan, on_test, instruction)
+            made.append(Try(1, t, c.result, checks, decode_seconds + time.perf_counter() - checked, **common))
+            winner = number if made[-1].passed else 0
+    return made
