@@ -223,3 +223,27 @@ def test_candidates_in_a_scoped_edit(tiny_dir, work, scripted_rows):
     data = json.loads(result.stdout)
     assert data["answer_candidate"] == 2 and data["scope"]
     assert all(t["regions"] == [[2, 2]] for t in data["tries"])
+
+
+# -- the benchmark ---------------------------------------------------------------------------------
+
+
+def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(tmp_path, tiny_dir, scripted_rows):
+    buggy, fixed = "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return a + b\n"
+    scripted_rows(buggy, fixed, "def add(a, b):\n    return a * b\n", buggy)  # the single decode: the last
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "add", "language": "python", "before": buggy, "after": fixed,
+                                  "instruction": "Fix add.", "test": "assert add(2, 3) == 5\n"}) + "\n")
+    out = tmp_path / "c.json"
+    result = CliRunner().invoke(cli.app, ["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
+                                          "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    (row,) = data["corpora"][0]["cases"]
+    assert row["passed"] == [False, True, False, False] and row["pass_k"] and not row["pass_one"]
+    assert row["distinct"] == 3 and row["greedy_same"] and row["k"] == 4
+    assert row["one_seconds"] > 0 and row["k_seconds"] > 0 and row["ratio"] == row["k_seconds"] / row["one_seconds"]
+    assert row["k_forwards"] >= 1 and len(row["logprobs"]) == 4
+    summary = data["corpora"][0]["summary"]
+    assert summary["pass_k"] == 1 and summary["pass_one"] == 0 and summary["n"] == 1
+    assert "any of 4 1/1" in result.stdout
