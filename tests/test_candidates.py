@@ -247,3 +247,23 @@ def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(t
     summary = data["corpora"][0]["summary"]
     assert summary["pass_k"] == 1 and summary["pass_one"] == 0 and summary["n"] == 1
     assert "any of 4 1/1" in result.stdout
+
+
+def test_program_mode_rows_each_spell_their_own_program_with_splices():
+    from cadedit.model import encode
+    from cadedit.oracle import oracle
+    from cadedit.pipeline import grammar_for
+    from cadedit.program import format
+    from cadedit.resolve import to_display_program
+    from tests.tinytok import make_tokenizer
+
+    loaded = LoadedModel(make_model(), make_tokenizer(), "tiny", "cpu", torch.float32, 1, 4096, 0.0)
+    before = Document.from_text("def add(a, b):\n    return a - b\n\n\nprint(add(1, 2))\n", "case.py")
+    afters = [before.text.replace("a - b", "a + b"), before.text.replace("print", "x = 1\nprint"), before.text]
+    picks = []
+    for after in afters:
+        target = format(to_display_program(oracle(before, Document.from_text(after, "case.py")), before))
+        picks.append(script_picker(target, grammar_for(loaded).vocab.tokens, lambda t: encode(loaded.tokenizer, t)))
+    found = edit_candidates(before, "Edit.", EditOptions(mode=Mode.PROGRAM), picks, loaded=loaded)
+    assert [c.result.new_text for c in found] == afters
+    assert all(c.result.stats.copies >= 1 for c in found)  # copied lines were spliced into each row
