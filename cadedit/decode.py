@@ -52,13 +52,15 @@ class LM(Protocol):
     """One KV cache over a causal LM (cadedit.model.CachedLM). Candidates decoded side by side also
     need rows: fork(k) copies the cache into k rows (row 0 is the cache itself; fork(1) drops the
     others), feed_rows feeds each listed row its own ids in one forward ([keep_i, V] logits each),
-    crop_row(i, n) forgets row i's last n positions."""
+    crop_row(i, n) forgets row i's last n positions, copy_row(j, i) gives row i (a prefix of
+    row j) the rest of row j's positions."""
 
     def feed(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor: ...  # [keep, V]
     def crop(self, n: int) -> None: ...
     def fork(self, k: int) -> None: ...
     def feed_rows(self, rows: Sequence[int], ids: Sequence[Sequence[int]], keeps: Sequence[int]) -> list[torch.Tensor]: ...
     def crop_row(self, row: int, n: int) -> None: ...
+    def copy_row(self, source: int, row: int) -> None: ...
 
 
 # (logits [V], mask or None, ids so far, drafted guess or None) -> the chosen id
@@ -288,7 +290,7 @@ def decode_rows(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids
             feeds = [rows[k].pending.ids + draft for k, draft in zip(active, drafts)]
             keeps = [len(draft) + 1 for draft in drafts]  # the last fed position, then each drafted one
             if forked:
-                logits = lm.feed_rows(active, feeds, keeps)
+                logits = _feed_distinct(lm, rows, active, feeds, keeps)
             else:  # the rows are all alike until they pick: one feed serves every row
                 logits = [lm.feed(feeds[0], keeps[0])] * len(active)
                 if len(rows) > 1:
@@ -301,6 +303,24 @@ def decode_rows(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids
     finally:
         if forked:
             lm.fork(1)  # row 0 stays the cache (its prefix is reused by the next decode)
+
+
+def _feed_distinct(lm: LM, rows: Sequence[Row], active: list[int], feeds: list[list[int]],
+                   keeps: list[int]) -> list[torch.Tensor]:
+    """One forward for the active rows, each distinct row once: rows that took the same tokens (so
+    far, sampled rows often agree with the greedy one) and feed the same ones hold the same cache, so
+    the first of them is fed and the others take its new positions and its logits (lm.copy_row)."""
+    first: dict[tuple, int] = {}
+    leader = {}
+    for k, feed in zip(active, feeds):
+        leader[k] = first.setdefault((tuple(rows[k].ids), tuple(feed)), k)
+    fed = [k for k in active if leader[k] == k]
+    at = {k: i for i, k in enumerate(active)}
+    out = dict(zip(fed, lm.feed_rows(fed, [feeds[at[k]] for k in fed], [keeps[at[k]] for k in fed])))
+    for k in active:
+        if leader[k] != k:
+            lm.copy_row(leader[k], k)
+    return [out[leader[k]] for k in active]
 
 
 def _row_step(lm: LM, row: Row, index: int | None, logits: torch.Tensor, draft: list[int], span_ids: SpanIds | None,

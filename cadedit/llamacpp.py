@@ -122,6 +122,13 @@ class LlamaCache:
         self.model.rows.append(row)
         return row
 
+    def extend_from(self, other: "LlamaCache") -> None:
+        """Take the positions `other` (a row of the same context) holds past this one's: their cells are shared."""
+        start = len(self.ids)
+        if len(other.ids) > start:
+            self.model.lib.llama_memory_seq_cp(self.model._memory, other.seq, self.seq, start, -1)
+        self.ids = list(other.ids)
+
     def drop(self) -> None:
         """A row's sequence is freed (its cells stay while another sequence holds them)."""
         if self.base is not None and self in self.model.rows:

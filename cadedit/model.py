@@ -625,6 +625,12 @@ class CachedLM:
         while len(self.rows) < k - 1:
             self.rows.append((self.cache.copy(), list(self.ids)))
 
+    def copy_row(self, source: int, row: int) -> None:
+        """Row `row`, which holds a prefix of row `source`'s positions, takes the rest of them (no forward)."""
+        (from_cache, from_ids), (cache, ids) = self._row(source), self._row(row)
+        cache.extend_from(from_cache)
+        ids.extend(from_ids[len(ids) :])
+
     def crop(self, n: int) -> None:
         """Forget the last n positions (drafted tokens that were not kept)."""
         self.crop_row(0, n)

@@ -146,6 +146,14 @@ class KVCache:
             other.load([(k[:, : self.length], v[:, : self.length]) for k, v in zip(self.keys, self.values)])
         return other
 
+    def extend_from(self, other: "KVCache") -> None:
+        """Take the positions `other` holds past this cache's own (this one holds a prefix of other's)."""
+        start = self.length
+        if other.length > start:
+            for index, (k, v) in enumerate(zip(other.keys, other.values)):
+                self.write(index, k[:, start : other.length], v[:, start : other.length])
+        self.length = other.length
+
     def layers(self, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Copies of the first n positions of every layer ([kv_heads, n, dim] each)."""
         return [(k[:, :n].clone(), v[:, :n].clone()) for k, v in zip(self.keys, self.values)]

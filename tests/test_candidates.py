@@ -267,3 +267,30 @@ def test_program_mode_rows_each_spell_their_own_program_with_splices():
     found = edit_candidates(before, "Edit.", EditOptions(mode=Mode.PROGRAM), picks, loaded=loaded)
     assert [c.result.new_text for c in found] == afters
     assert all(c.result.stats.copies >= 1 for c in found)  # copied lines were spliced into each row
+
+
+class Counting(CachedLM):
+    """A CachedLM that counts the tokens its forwards compute."""
+
+    def __init__(self, model, cache):
+        super().__init__(model, cache)
+        self.computed = 0
+
+    def feed_rows(self, rows, ids, keeps):
+        self.computed += sum(map(len, ids))
+        return super().feed_rows(rows, ids, keeps)
+
+
+def test_rows_that_agree_are_computed_once(tiny):
+    from dataclasses import replace
+
+    document = Document.from_text("".join(random.Random(3).sample(CORPUS, 8)), "x.py")
+    prepared = replace(prepared_for(tiny, document, 90), mode=Mode.VERIFY)
+    alone_lm, rows_lm = Counting(tiny.model, new_cache(tiny)), Counting(tiny.model, new_cache(tiny))
+    alone = run_rows(alone_lm, rows_for(tiny, prepared, [Sampling()], Mode.VERIFY), prepared)[0]
+    same = run_rows(rows_lm, rows_for(tiny, prepared, [Sampling()] * 3, Mode.VERIFY), prepared)
+    assert all(row.ids == alone.ids for row in same)
+    assert rows_lm.computed == alone_lm.computed  # three greedy rows cost one
+    mixed_lm = Counting(tiny.model, new_cache(tiny))
+    run_rows(mixed_lm, rows_for(tiny, prepared, [Sampling(), Sampling(), Sampling(1.0, 1.0, 5)], Mode.VERIFY), prepared)
+    assert alone_lm.computed < mixed_lm.computed < 3 * alone_lm.computed
