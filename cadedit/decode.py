@@ -243,6 +243,14 @@ def _check_budget(ids: list[int], budget: int, cursor: Cursor) -> None:
         )
 
 
+# Candidates side by side stop at ROW_FORWARDS times candidate 1's forwards plus ROW_SLACK, once it is
+# done: a row that runs far past it (a sample that lost its place in the file, one token a forward)
+# would set the batch's wall, and is rarely the answer. The slack lets a sample that changed a line
+# find its place again (a miss restarts the drafts small).
+ROW_FORWARDS = 2.0
+ROW_SLACK = 4
+
+
 class Row:
     """One candidate of a batched decode: its own cursor, picker, drafter, ids, what it feeds next,
     the model's log-probability of the tokens it picked, and a budget error if it ran out."""
@@ -283,8 +291,15 @@ def decode_rows(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids
         row.pending = _Pending(ids=list(prompt_ids[reused:]), prompt=len(prompt_ids) - reused)
         _follow(row.cursor, row.pending, row.ids, span_ids)  # e.g. "<program>\n" rides along with the prompt prefill
     forked = False
+    forwards, limit = 0, None
     try:
         while active := [k for k, row in enumerate(rows) if row.running]:
+            if limit is None and not rows[0].running and len(rows) > 1:
+                limit = int(ROW_FORWARDS * forwards + 0.5) + ROW_SLACK
+            if limit is not None and forwards >= limit:
+                _stop_rows([rows[k] for k in active], forwards)
+                break
+            forwards += 1
             drafts = [rows[k].drafter(rows[k].cursor, rows[k].ids) if rows[k].drafter is not None else [] for k in active]
             start = time.perf_counter()
             feeds = [rows[k].pending.ids + draft for k, draft in zip(active, drafts)]
@@ -336,6 +351,12 @@ def _row_step(lm: LM, row: Row, index: int | None, logits: torch.Tensor, draft: 
                 len(draft), chosen_kept, forward, time.perf_counter() - start_pick, row.ids[-1])
     row.produced = len(row.ids)
     return step
+
+
+def _stop_rows(rows: Sequence[Row], forwards: int) -> None:
+    for row in rows:
+        row.error = BudgetError(f"stopped after {forwards} forwards, far past candidate 1's, before finishing its answer "
+                                f"(last text: {row.cursor.text()[-60:]!r})", hint="use fewer --candidates")
 
 
 def _row_budget(row: Row, budget: int, alone: bool) -> None:

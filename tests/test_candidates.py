@@ -110,9 +110,12 @@ def test_one_candidate_is_the_plain_edit_and_rows_share_one_prompt_prefill():
     three = edit_candidates(document, "Rename teal to green.", options,
                             [sampling_picker(s) for s in SAMPLINGS[:3]], loaded=loaded)
     assert three[0].result.new_text == plain.new_text == "red:\ngreen;\nblue)\n"
+    prompt = pipeline.prepare(loaded, document, "Rename teal to green.", options).prompt_ids
     for c in three:  # the prompt was fed once: every row counts the same prefill forward
-        assert c.result.stats.tokens_prompt == len(pipeline.prepare(loaded, document, "Rename teal to green.",
-                                                                    options).prompt_ids)
+        if c.result is not None:
+            assert c.result.stats.tokens_prompt == len(prompt)
+        else:  # a sample that ran on far past candidate 1's forwards was stopped
+            assert c.error.message.startswith("stopped after") and "far past candidate 1's" in c.error.message
     assert all(c.logprob < 0 for c in three)
 
 
@@ -294,3 +297,19 @@ def test_rows_that_agree_are_computed_once(tiny):
     mixed_lm = Counting(tiny.model, new_cache(tiny))
     run_rows(mixed_lm, rows_for(tiny, prepared, [Sampling(), Sampling(), Sampling(1.0, 1.0, 5)], Mode.VERIFY), prepared)
     assert alone_lm.computed < mixed_lm.computed < 3 * alone_lm.computed
+
+
+def test_a_row_that_runs_far_past_candidate_1_is_stopped(tiny_dir):
+    from cadedit import decode
+    from cadedit.model import load_model
+
+    loaded = load_model(str(tiny_dir), dtype="fp32", threads=1)
+    document = Document.from_text("def add(a, b):\n    return a - b\n", "solution.py")
+    prepared = pipeline.prepare(loaded, document, "Fix add.", EditOptions())
+    texts = [document.text, "".join(f"x{k} = {k}\n" for k in range(40))]  # the second is never drafted
+    picks = [script_picker(t + prepared.fence + "\n", token_bytes(loaded)) for t in texts]
+    first, second = pipeline.run_candidates(loaded, document, prepared, picks)
+    assert first.decoded is not None and first.decoded.text.startswith(document.text)
+    forwards = first.decoded.stats.forward_passes
+    assert second.decoded is None and second.error.message.startswith(
+        f"stopped after {int(decode.ROW_FORWARDS * forwards + 0.5) + decode.ROW_SLACK} forwards")
