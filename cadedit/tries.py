@@ -81,8 +81,8 @@ class Try:
 
     def summary(self) -> str:
         """One line: what this try's checks said."""
-        if self.error:
-            return f"failed: {self.error}"
+        if self.error:  # with a result: a candidate not checked (a duplicate, or one after the winner)
+            return self.error if self.result is not None else f"failed: {self.error}"
         passed = [c.name for c in self.checks if c.passed and not c.skipped]
         failed = [f"{c.name} ({c.detail})" if c.detail else c.name for c in self.failed_checks]
         skipped = [f"{c.name} skipped ({c.detail})" if c.detail else f"{c.name} skipped" for c in self.checks if c.skipped]
