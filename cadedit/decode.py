@@ -16,6 +16,10 @@ accepted token). The modes (cadedit.pipeline builds them):
 | verify  | fenced text                              | the source, aligned (verify.py)       |
 | lookup  | fenced text                              | n-grams of prompt + output (draft.py) |
 
+Candidates side by side (`--candidates`) are rows of the same loop (decode_rows; decode is its one-row
+case): each row has its own cursor, picker, drafter, ids and crop; the prompt is fed once and the
+cache forked into rows, and each forward carries every unfinished row's tokens and draft.
+
 Greedy picking keeps exactly the tokens one-token-at-a-time decoding would pick; sampling keeps the
 plain sampling distribution (a drafted token is accepted with the model's probability of it, the
 speculative-sampling rule for a deterministic draft).
