@@ -211,7 +211,7 @@ _Candidates = Annotated[int, typer.Option(
     help="Try 1 decodes K candidates side by side in one batched decode (the prompt read once): candidate 1 as "
          "try 1 always is, the others sampled. They are checked in the order of the model's own log-probability "
          "of each, and the first that passes wins (without --test: the most likely that parses and changes the "
-         "file). Later tries are one candidate each, with the feedback. Local models only.")]
+         "file). Later tries are one candidate each, with the feedback.")]
 _Test = Annotated[Optional[str], typer.Option(
     "--test", metavar="CMD", show_default=False,
     help="A shell command run with each candidate in place (tests, a linter, a type checker); exit 0 passes. "
@@ -420,9 +420,6 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
         options = scoped_options(options, scope, instruction, document.path)
         if not quiet:
             say(f"{document.path}: {scope.describe()}")
-    if candidates > 1 and hasattr(loaded, "edit") and not quiet:
-        say(f"{document.path}: the cadedit server decodes one candidate a try; --candidates {candidates} needs a "
-            "local model (`cadedit serve stop`)")
     progress = _Progress(document.path, quiet)
     previous: dict = {}
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from cadedit import program as P
 from cadedit.decode import Candidate, Decoded, DecodeStats, Picker, Row, Step, decode, decode_candidates
 from cadedit.decode import sampling_picker
-from cadedit.results import EditResult, result_json  # noqa: F401 - re-exported
+from cadedit.results import EditCandidate, EditResult, result_json  # noqa: F401 - re-exported
 from cadedit.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import CadeditError, ModelError
@@ -271,19 +271,10 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
                       loaded.name, len(prepared.prompt_ids))
 
 
-@dataclass(frozen=True)
-class EditCandidate:
-    """One of several candidates decoded side by side: its edit (None: it ran out of budget, `error`
-    says so) and the model's summed log-probability of the tokens it picked."""
-
-    result: EditResult | None
-    logprob: float
-    error: Exception | None = None
-
-
 def edit_candidates(document: Document, instruction: str, options: EditOptions, picks: Sequence[Picker], *,
                     loaded: LoadedModel, on_step: Callable[[DecodeStats, Step], None] | None = None) -> list[EditCandidate]:
-    """edit_file for len(picks) candidates at once: one prompt, one batched decode, one edit each."""
+    """edit_file for len(picks) candidates at once: one prompt, one batched decode, one edit each
+    (tries.candidate_pickers gives `--candidates`' pickers)."""
     prepared = prepare(loaded, document, instruction, options)
     out = []
     for found in run_candidates(loaded, document, prepared, picks, on_step, draft=options.draft):

@@ -179,7 +179,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
                   on_test: Callable[[int], None] | None = None, candidates: int = 1) -> Verified:
     """Up to `tries` tries until a candidate passes its checks; see the module docstring.
     loaded: a model.LoadedModel, or a server.ServerClient (its edit() runs edit_file in the warm
-    server). candidates: try 1 decodes this many side by side (local models; a server decodes one).
+    server). candidates: try 1 decodes this many side by side.
     picks(k) may give try k's picker, or try 1's list of pickers (tests script candidates with it)."""
     edit, edit_many = _editors(loaded)
     done: list[Try] = []
@@ -199,7 +199,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         current = replace(options, sampling=sampling, feedback=told, regions=regions, wider=(), layout=layout)
         pick = picks(number) if picks else None
         test_hook = None if on_test is None else (lambda: on_test(number))
-        if number == 1 and candidates > 1 and edit_many is not None:
+        if number == 1 and candidates > 1:
             made = _batched_try(edit_many, document, instruction, current, plan, candidates, pick, on_step, test_hook)
         else:
             made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
@@ -216,21 +216,32 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
 
 
 def _editors(loaded: Any):
-    """edit(document, instruction, options, on_step, pick) -> EditResult, and edit_many(..., picks) for
-    candidates side by side (None for a server client)."""
+    """edit(document, instruction, options, on_step, pick) -> EditResult, and edit_many(..., k, picks)
+    -> k EditCandidates decoded side by side (picks None: candidate_pickers), locally or in the server."""
     if hasattr(loaded, "edit"):
         def edit(document, instruction, options, on_step, pick):
             return loaded.edit(document, instruction, options, on_step=on_step)
-        return edit, None
+
+        def edit_remote(document, instruction, options, on_step, k, picks):
+            return loaded.edit_candidates(document, instruction, options, k, on_step=on_step)
+        return edit, edit_remote
     from cadedit.pipeline import edit_candidates, edit_file
 
     def edit(document, instruction, options, on_step, pick):
         return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick=pick)
 
-    def edit_many(document, instruction, options, on_step, picks):
+    def edit_many(document, instruction, options, on_step, k, picks):
+        picks = picks or candidate_pickers(k, options.sampling)
         return edit_candidates(document, instruction, options, picks, loaded=loaded, on_step=on_step)
 
     return edit, edit_many
+
+
+def candidate_pickers(k: int, first: Sampling) -> list:
+    """The pickers of `--candidates k` (candidate_sampling each); imports the model code."""
+    from cadedit.decode import sampling_picker
+
+    return [sampling_picker(candidate_sampling(i, first)) for i in range(1, k + 1)]
 
 
 def _one_try(edit, document: Document, instruction: str, current: EditOptions, plan: CheckPlan, number: int, pick,
@@ -252,12 +263,9 @@ def _batched_try(edit_many, document: Document, instruction: str, current: EditO
     of each (the greedy one first among equals), duplicates once, until one passes: with --test the
     first that passes its test, without it the highest-scoring that passes syntax and change. Returns
     every candidate as a Try, in that order (the ones after the winner unchecked)."""
-    from cadedit.decode import sampling_picker
-
     samplings = [candidate_sampling(i, current.sampling) for i in range(1, k + 1)]
-    pickers = list(picks) if isinstance(picks, (list, tuple)) else [sampling_picker(s) for s in samplings]
     start = time.perf_counter()
-    found = edit_many(document, instruction, current, on_step, pickers)
+    found = edit_many(document, instruction, current, on_step, k, list(picks) if isinstance(picks, (list, tuple)) else None)
     decode_seconds = time.perf_counter() - start
     made: list[Try] = []
     seen: dict[str, int] = {}
