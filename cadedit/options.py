@@ -20,7 +20,7 @@ class Mode(str, enum.Enum):
 # to choose spans (README, Benchmarks).
 DEFAULT_MODE = Mode.VERIFY
 CONTEXT_LINES = 60
-# Candidates try 1 decodes side by side (`--candidates`; cadedit.tries): measured in README (Candidates).
+# Candidates try 1 decodes side by side (`--candidates`; cadedit.tries): README, "Candidates side by side, measured".
 DEFAULT_CANDIDATES = 1
 
 
