@@ -98,11 +98,12 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     from cadedit.config import choose_model
     from cadedit.errors import CheckFailedError, ModelError
     from cadedit.model import load_model
-    from cadedit.options import EditOptions
+    from cadedit.options import DEFAULT_CANDIDATES, EditOptions
     from cadedit.tries import DEFAULT_TRIES, CheckPlan, edit_verified
 
     mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE
     tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES
+    candidates = settings.candidates if settings is not None and settings.candidates else DEFAULT_CANDIDATES
     options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens,
                           mode=mode)
     loaded = _server_for(options)
@@ -124,7 +125,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
         if rule.test:
             _testable(root, root / document.path, document.path)
         plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False)
-        verified = edit_verified(on_disk, rule.instruction, options, plan, tries, loaded=loaded)
+        verified = edit_verified(on_disk, rule.instruction, options, plan, tries, loaded=loaded, candidates=candidates)
         if verified.answer is None:
             best = verified.best
             raise CheckFailedError(f"no try of {len(verified.tries)} passed its checks"

@@ -38,7 +38,7 @@ instruction = "Add a docstring to every public function that lacks one."
 test = "python -m pytest -q"                 # optional: run with each candidate in place; exit 0 passes
 """
 _RULE_KEYS = {"files", "instruction", "test"}
-_TOP_KEYS = {"model", "rules", "mode", "tries"}
+_TOP_KEYS = {"model", "rules", "mode", "tries", "candidates"}
 MODES = ("program", "rewrite", "lookup", "verify")  # options.Mode's values (kept here: repo.py imports no torch)
 _SYMLINK_OR_SUBMODULE = ("120000", "160000")
 
@@ -131,6 +131,7 @@ class Settings:
     source: str
     mode: str | None = None
     tries: int | None = None
+    candidates: int | None = None  # try 1's candidates side by side (`cadedit fix --candidates`)
 
 
 def glob_match(pattern: str, path: str) -> bool:
@@ -198,12 +199,16 @@ def _parse_settings(table: dict, source: str) -> Settings:
         raise ConfigError(f"{source}: `mode` must be one of {', '.join(MODES)}")
     if tries is not None and (isinstance(tries, bool) or not isinstance(tries, int) or not 1 <= tries <= 20):
         raise ConfigError(f"{source}: `tries` must be a whole number from 1 to 20")
+    candidates = table.get("candidates")
+    if candidates is not None and (isinstance(candidates, bool) or not isinstance(candidates, int)
+                                   or not 1 <= candidates <= 8):
+        raise ConfigError(f"{source}: `candidates` must be a whole number from 1 to 8")
     rules = table.get("rules")
     if not isinstance(rules, list) or not rules:
         raise ConfigError(f"{source}: no [[rules]]",
                           hint=f"add at least one rule, for example:\n{EXAMPLE_SETTINGS.rstrip()}")
     parsed = tuple(_parse_rule(rule, f"{source}: rule {k}") for k, rule in enumerate(rules, 1))
-    return Settings(model, parsed, source, mode, tries)
+    return Settings(model, parsed, source, mode, tries, candidates)
 
 
 def _parse_rule(rule: object, where: str) -> Rule:
