@@ -22,7 +22,7 @@ from cadedit.errors import CadeditError
 from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
 from cadedit.cli_common import _Engine, _engine_for, _EngineTimeout
 from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
-from cadedit.settings import CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, TEST_TIMEOUT, Mode
+from cadedit.settings import CONTEXT_LINES, DEFAULT_CANDIDATES, DEFAULT_MODE, DEFAULT_TRIES, TEST_TIMEOUT, Mode
 
 def _debug(ctx: typer.Context) -> bool:
     return (bool(ctx.params.get("debug")) or ctx.meta.get("cadedit.debug", False)
@@ -206,6 +206,12 @@ _Mode = Annotated[Mode, typer.Option(
 _Tries = Annotated[int, typer.Option(
     "--tries", min=1, help="Candidates to try until one passes its checks (syntax, a change, --test); try 1 is "
     "greedy, try 2 greedy with the failure in the prompt, later ones sampled.")]
+_Candidates = Annotated[int, typer.Option(
+    "--candidates", "-k", min=1, max=8, metavar="K",
+    help="Try 1 decodes K candidates side by side in one batched decode (the prompt read once): candidate 1 as "
+         "try 1 always is, the others sampled. They are checked in the order of the model's own log-probability "
+         "of each, and the first that passes wins (without --test: the most likely that parses and changes the "
+         "file). Later tries are one candidate each, with the feedback.")]
 _Test = Annotated[Optional[str], typer.Option(
     "--test", metavar="CMD", show_default=False,
     help="A shell command run with each candidate in place (tests, a linter, a type checker); exit 0 passes. "
@@ -245,7 +251,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         test: _Test = None, test_timeout: _TestTimeout = TEST_TIMEOUT, allow_no_change: _AllowNoChange = False,
         lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
         context: _Context = str(CONTEXT_LINES), backend: _Backend = None, engine: _Engine = None,
-        engine_timeout: _EngineTimeout = None) -> None:
+        engine_timeout: _EngineTimeout = None, candidates: _Candidates = DEFAULT_CANDIDATES) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
     Every candidate is checked before it is shown or written: the edited file must parse, must differ
@@ -293,7 +299,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         if as_json or show_program:
             raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
         return _fix_many(files, instruction, options, write, check, quiet, plan, tries, scoping,
-                         (engine, engine_timeout))
+                         (engine, engine_timeout), candidates)
     file = files[0]
     stdin = file == "-"
     if stdin and write:
@@ -302,7 +308,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         raise typer.BadParameter("--test runs against a file; give a file, not stdin", param_hint="--test")
     document = Document.read_stream(sys.stdin.buffer) if stdin else Document.read(file)
     loaded = _load(options, quiet, verbose, engine=(engine, engine_timeout))
-    outcome = _edit_checked(document, instruction, options, plan, tries, scoping, loaded, quiet, verbose)
+    outcome = _edit_checked(document, instruction, options, plan, tries, scoping, loaded, quiet, verbose, candidates)
     answer = outcome.verified.answer
     best = outcome.verified.best
     shown = answer or best
@@ -362,6 +368,7 @@ class _Outcome:
             "file": self.document.path, "model": self.model, "changed": False, "diff": ""}
         data["passed"] = self.verified.answer is not None
         data["answer_try"] = self.verified.answer.number if self.verified.answer is not None else None
+        data["answer_candidate"] = self.verified.answer.candidate if self.verified.answer is not None else None
         data["best_try"] = shown.number if shown is not None else None  # the diff shown: the answer, or the best failing
         data["scope"] = self.scope.as_json() if self.scope is not None else []
         data["load_seconds"] = self.load_seconds
@@ -404,7 +411,7 @@ def _load(options, quiet: bool, verbose: bool = False, once_for: int = 1, engine
 
 
 def _edit_checked(document, instruction: str, options, plan, tries: int, scoping: _Scoping, loaded, quiet: bool,
-                  verbose: bool = False) -> _Outcome:
+                  verbose: bool = False, candidates: int = 1) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
     from cadedit.scope import plan_edit
     from cadedit.tries import edit_verified
@@ -425,7 +432,8 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
         if attempt.regions != previous.get("regions", options.regions):  # the levels only grow
             widened = " [scope widened to " + ", ".join(f"lines {a}-{b}" for a, b in attempt.regions) + "]"
         previous["regions"] = attempt.regions
-        say(f"{document.path}: try {attempt.number} of {tries}{widened}: {attempt.summary()}{numbers}")
+        which = f", candidate {attempt.candidate} of {candidates}" if attempt.candidate else ""
+        say(f"{document.path}: try {attempt.number} of {tries}{which}{widened}: {attempt.summary()}{numbers}")
         if verbose and stats:
             say(f"  decode: prompt {stats.tokens_prompt} tokens fed ({stats.tokens_reused} reused) in "
                 f"{stats.seconds_prefill:.2f} s, steps {stats.seconds_steps:.2f} s, pick {stats.seconds_pick:.2f} s, "
@@ -451,7 +459,7 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
         if options.locate:
             progress.update_text(f"{document.path}: asking the model which line to change ...")
         verified = edit_verified(document, instruction, options, plan, tries, loaded=loaded, on_try=on_try,
-                                 on_step=progress.update, on_test=on_test, on_where=on_where)
+                                 on_step=progress.update, on_test=on_test, on_where=on_where, candidates=candidates)
     model_module = sys.modules.get("cadedit.model")  # not imported: every forward ran in a server
     first = model_module.FIRST_FORWARD[0] if model_module and model_module.FIRST_FORWARD else None
     if verbose and first is not None:
@@ -580,7 +588,7 @@ def _text_names(files: list[str]) -> None:
 
 
 def _fix_many(files: list[str], instruction: str, options, write: bool, check: bool, quiet: bool, plan, tries: int,
-              scoping: _Scoping, engine: tuple = (None, None)) -> None:
+              scoping: _Scoping, engine: tuple = (None, None), candidates: int = 1) -> None:
     """Several files: every file read first, the model loaded once, one patch; written only if all edits pass.
 
     Each file's candidates are checked on their own for syntax and change; --test then runs once
@@ -596,7 +604,8 @@ def _fix_many(files: list[str], instruction: str, options, write: bool, check: b
     loaded = _load(options, quiet, once_for=len(documents), engine=engine)
     edited, failed = [], []
     for document in documents:
-        outcome = _edit_checked(document, instruction, options, replace(plan, test=None), tries, scoping, loaded, quiet)
+        outcome = _edit_checked(document, instruction, options, replace(plan, test=None), tries, scoping, loaded, quiet,
+                                candidates=candidates)
         answer = outcome.verified.answer
         if answer is None:
             failed.append(document.path)

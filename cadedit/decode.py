@@ -16,6 +16,10 @@ accepted token). The modes (cadedit.pipeline builds them):
 | verify  | fenced text                              | the source, aligned (verify.py)       |
 | lookup  | fenced text                              | n-grams of prompt + output (draft.py) |
 
+Candidates side by side (`--candidates`) are rows of the same loop (decode_rows; decode is its one-row
+case): each row has its own cursor, picker, drafter, ids and crop; the prompt is fed once and the
+cache forked into rows, and each forward carries every unfinished row's tokens and draft.
+
 Greedy picking keeps exactly the tokens one-token-at-a-time decoding would pick; sampling keeps the
 plain sampling distribution (a drafted token is accepted with the model's probability of it, the
 speculative-sampling rule for a deterministic draft).
@@ -49,10 +53,18 @@ class Cursor(Protocol):
 
 
 class LM(Protocol):
-    """One KV cache over a causal LM (cadedit.model.CachedLM)."""
+    """One KV cache over a causal LM (cadedit.model.CachedLM). Candidates decoded side by side also
+    need rows: fork(k) copies the cache into k rows (row 0 is the cache itself; fork(1) drops the
+    others), feed_rows feeds each listed row its own ids in one forward ([keep_i, V] logits each),
+    crop_row(i, n) forgets row i's last n positions, copy_row(j, i) gives row i (a prefix of
+    row j) the rest of row j's positions."""
 
     def feed(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor: ...  # [keep, V]
     def crop(self, n: int) -> None: ...
+    def fork(self, k: int) -> None: ...
+    def feed_rows(self, rows: Sequence[int], ids: Sequence[Sequence[int]], keeps: Sequence[int]) -> list[torch.Tensor]: ...
+    def crop_row(self, row: int, n: int) -> None: ...
+    def copy_row(self, source: int, row: int) -> None: ...
 
 
 # (logits [V], mask or None, ids so far, drafted guess or None) -> the chosen id
@@ -235,27 +247,139 @@ def _check_budget(ids: list[int], budget: int, cursor: Cursor) -> None:
         )
 
 
+# Candidates side by side stop at ROW_FORWARDS times candidate 1's forwards plus ROW_SLACK, once it is
+# done: a row that runs far past it (a sample that lost its place in the file, one token a forward)
+# would set the batch's wall, and is rarely the answer. The slack lets a sample that changed a line
+# find its place again (a miss restarts the drafts small).
+ROW_FORWARDS = 2.0
+ROW_SLACK = 4
+
+
+class Row:
+    """One candidate of a batched decode: its own cursor, picker, drafter, ids, what it feeds next,
+    the model's log-probability of the tokens it picked, and a budget error if it ran out."""
+
+    def __init__(self, cursor: Cursor, pick: Picker, drafter: Drafter | None = None, score: bool = False):
+        self.cursor, self.drafter = cursor, drafter
+        self.pick = _scored(pick, self) if score else pick
+        self.ids: list[int] = []
+        self.pending = _Pending()
+        self.produced = 0
+        self.logprob = 0.0
+        self.error: BudgetError | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.error is None and not self.cursor.is_done()
+
+
+def _scored(pick: Picker, row: Row) -> Picker:
+    """The picker, adding the model's log-probability of each token it picks to row.logprob."""
+    def scored(logits: torch.Tensor, mask: np.ndarray | None, ids: Sequence[int], guess: int | None = None) -> int:
+        token = pick(logits, mask, ids, guess)
+        row.logprob += float(logits[token].float() - torch.logsumexp(logits.float(), -1))
+        return token
+
+    return scored
+
+
+def decode_rows(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids: SpanIds | None, budget: int,
+                reused: int = 0) -> Iterator[tuple[int, Step]]:
+    """The loop as a generator: (row index, Step) for each row in each forward pass, until every row's
+    cursor is done. One row is the plain decode (lm.feed, lm.crop); several are candidates decoded side
+    by side: the prompt (past the `reused` tokens already in the cache) is fed once, with what the
+    cursors force first and the first draft, then the cache is forked into one row per candidate
+    (lm.fork) and each forward carries every unfinished row's pending tokens and draft (lm.feed_rows).
+    A row that runs out of budget stops (row.error) while the others go on; alone, it raises."""
+    for row in rows:
+        row.pending = _Pending(ids=list(prompt_ids[reused:]), prompt=len(prompt_ids) - reused)
+        _follow(row.cursor, row.pending, row.ids, span_ids)  # e.g. "<program>\n" rides along with the prompt prefill
+    forked = False
+    forwards, limit = 0, None
+    try:
+        while active := [k for k, row in enumerate(rows) if row.running]:
+            if limit is None and not rows[0].running and len(rows) > 1:
+                limit = int(ROW_FORWARDS * forwards + 0.5) + ROW_SLACK
+            if limit is not None and forwards >= limit:
+                _stop_rows([rows[k] for k in active], forwards)
+                break
+            forwards += 1
+            drafts = [rows[k].drafter(rows[k].cursor, rows[k].ids) if rows[k].drafter is not None else [] for k in active]
+            start = time.perf_counter()
+            feeds = [rows[k].pending.ids + draft for k, draft in zip(active, drafts)]
+            keeps = [len(draft) + 1 for draft in drafts]  # the last fed position, then each drafted one
+            if forked:
+                logits = _feed_distinct(lm, rows, active, feeds, keeps)
+            else:  # the rows are all alike until they pick: one feed serves every row
+                logits = [lm.feed(feeds[0], keeps[0])] * len(active)
+                if len(rows) > 1:
+                    lm.fork(len(rows))
+                    forked = True
+            forward = time.perf_counter() - start
+            for k, draft, row_logits in zip(active, drafts, logits):
+                yield k, _row_step(lm, rows[k], k if forked else None, row_logits, draft, span_ids, forward)
+                _row_budget(rows[k], budget, alone=len(rows) == 1)
+    finally:
+        if forked:
+            lm.fork(1)  # row 0 stays the cache (its prefix is reused by the next decode)
+
+
+def _feed_distinct(lm: LM, rows: Sequence[Row], active: list[int], feeds: list[list[int]],
+                   keeps: list[int]) -> list[torch.Tensor]:
+    """One forward for the active rows, each distinct row once: rows that took the same tokens (so
+    far, sampled rows often agree with the greedy one) and feed the same ones hold the same cache, so
+    the first of them is fed and the others take its new positions and its logits (lm.copy_row)."""
+    first: dict[tuple, int] = {}
+    leader = {}
+    for k, feed in zip(active, feeds):
+        leader[k] = first.setdefault((tuple(rows[k].ids), tuple(feed)), k)
+    fed = [k for k in active if leader[k] == k]
+    at = {k: i for i, k in enumerate(active)}
+    out = dict(zip(fed, lm.feed_rows(fed, [feeds[at[k]] for k in fed], [keeps[at[k]] for k in fed])))
+    for k in active:
+        if leader[k] != k:
+            lm.copy_row(leader[k], k)
+    return [out[leader[k]] for k in active]
+
+
+def _row_step(lm: LM, row: Row, index: int | None, logits: torch.Tensor, draft: list[int], span_ids: SpanIds | None,
+              forward: float) -> Step:
+    """One row after a forward: keep what its picker agrees with, crop the rest from its cache."""
+    fed, start_pick = row.pending, time.perf_counter()
+    row.pending, kept, chosen_kept, picked = _accept(row.cursor, logits, draft, row.pick, row.ids, span_ids)
+    if index is None:
+        lm.crop(len(draft) - kept)  # the cache forgets drafted tokens that were not kept
+    else:
+        lm.crop_row(index, len(draft) - kept)
+    step = Step(fed.phase, fed.prompt, picked, len(row.ids) - row.produced - picked, fed.spliced, fed.copies,
+                len(draft), chosen_kept, forward, time.perf_counter() - start_pick, row.ids[-1])
+    row.produced = len(row.ids)
+    return step
+
+
+def _stop_rows(rows: Sequence[Row], forwards: int) -> None:
+    for row in rows:
+        row.error = BudgetError(f"stopped after {forwards} forwards, far past candidate 1's, before finishing its answer "
+                                f"(last text: {row.cursor.text()[-60:]!r})", hint="use fewer --candidates")
+
+
+def _row_budget(row: Row, budget: int, alone: bool) -> None:
+    try:
+        _check_budget(row.ids, budget, row.cursor)
+    except BudgetError as exc:
+        if alone:
+            raise
+        row.error = exc
+
+
 def decode_steps(lm: LM, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds | None, pick: Picker,
                  budget: int, ids: list[int], drafter: Drafter | None = None, reused: int = 0) -> Iterator[Step]:
-    """The loop as a generator: one Step per forward pass, until the cursor is done.
-
-    The first forward feeds the prompt (past the `reused` tokens already in the cache) with what
-    the cursor forces first and the first draft; ids collects the tokens as they come.
-    """
-    pending = _Pending(ids=list(prompt_ids[reused:]), prompt=len(prompt_ids) - reused)
-    _follow(cursor, pending, ids, span_ids)  # e.g. "<program>\n" rides along with the prompt prefill
-    produced = 0
-    while not cursor.is_done():
-        draft = drafter(cursor, ids) if drafter is not None else []
-        start = time.perf_counter()
-        logits = lm.feed(pending.ids + draft, len(draft) + 1)  # [k+1, V]: last fed position, then each drafted one
-        fed, start_pick = pending, time.perf_counter()
-        pending, kept, chosen_kept, picked = _accept(cursor, logits, draft, pick, ids, span_ids)
-        lm.crop(len(draft) - kept)  # the cache forgets drafted tokens that were not kept
-        yield Step(fed.phase, fed.prompt, picked, len(ids) - produced - picked, fed.spliced, fed.copies,
-                   len(draft), chosen_kept, start_pick - start, time.perf_counter() - start_pick, ids[-1])
-        produced = len(ids)
-        _check_budget(ids, budget, cursor)
+    """The loop for one row: one Step per forward pass, until the cursor is done; ids collects the
+    tokens as they come."""
+    row = Row(cursor, pick, drafter)
+    row.ids = ids
+    for _, step in decode_rows(lm, [row], prompt_ids, span_ids, budget, reused):
+        yield step
 
 
 def add_step(stats: DecodeStats, step: Step) -> DecodeStats:
@@ -291,3 +415,29 @@ def decode(lm: LM, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds 
             on_step(stats, step)
     stats = DecodeStats(**{**stats.__dict__, "seconds_total": time.perf_counter() - start})
     return Decoded(cursor.text(), tuple(ids), stats)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One row of a batched decode: what it wrote (None: it ran out of budget, `error` says so) and
+    the model's summed log-probability of the tokens it picked."""
+
+    decoded: Decoded | None
+    logprob: float
+    error: BudgetError | None = None
+
+
+def decode_candidates(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids: SpanIds | None, budget: int,
+                      on_step: Callable[[DecodeStats, Step], None] | None = None, reused: int = 0) -> list[Candidate]:
+    """Run the loop over several rows at once; each row's statistics count every forward it was in
+    (a forward's seconds are the whole batch's). on_step sees row 0's running statistics."""
+    start = time.perf_counter()
+    stats = [DecodeStats(tokens_reused=reused) for _ in rows]
+    for k, step in decode_rows(lm, rows, prompt_ids, span_ids, budget, reused):
+        stats[k] = add_step(stats[k], step)
+        if on_step is not None and k == 0:
+            on_step(stats[0], step)
+    total = time.perf_counter() - start
+    return [Candidate(None if row.error else Decoded(row.cursor.text(), tuple(row.ids),
+                                                     DecodeStats(**{**s.__dict__, "seconds_total": total})),
+                      row.logprob, row.error) for row, s in zip(rows, stats)]

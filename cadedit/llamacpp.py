@@ -8,8 +8,11 @@ and the cache crops (llama_memory_seq_rm) and exports/restores a prefix (llama_s
 on-disk prefix store. So the decode loop, every mode, grammar masks, forced literals, splices and
 drafts are the same code on both backends. The tokenizer is the GGUF's own (cadedit.gguf_file).
 
-One llama.cpp context holds one sequence; several caches of one model take turns (a cache that is
-not the context's current one is fed again from its ids when next used).
+One llama.cpp context holds one decode; several caches of one model take turns (a cache that is
+not the context's current one is fed again from its ids when next used). Candidates decoded side by
+side are sequence ids of that context (at most MAX_ROWS, one unified KV cache, so the prompt's
+cells are shared, never copied): copy() makes one with llama_memory_seq_cp, and one llama_batch
+carries every row's tokens, each with its own sequence id and positions.
 
 Build: llama-cpp-python is an optional extra built from source (`pip install 'cadedit[llama]'`,
 setup.sh does it). A native build on CPUs with AMX crashes in ggml's AMX matmul at the first
@@ -19,6 +22,7 @@ decode, so setup.sh and CI build without AMX (BUILD_FLAGS).
 from __future__ import annotations
 
 import ctypes
+import itertools
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,7 +35,9 @@ EXTRA = "llama"  # pyproject's optional-dependencies entry
 BUILD_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 N_BATCH = 512  # tokens per llama_decode call; a longer feed is split
 N_CTX = 16384  # the context llama.cpp allocates (KV cache); at most the model's trained context
-MAX_OUTPUTS = 64  # logits rows one llama_decode call returns at most (llama.cpp keeps a buffer of this x vocab)
+MAX_OUTPUTS = 64  # logits rows one llama_decode call of one sequence returns at most (a buffer of this x vocab)
+MAX_ROWS = 8  # sequences the context holds: candidates decoded side by side (cadedit.decode.decode_rows)
+ROW_OUTPUTS = 128  # logits rows one llama_decode call of several sequences returns at most
 
 _FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
                12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
@@ -84,10 +90,10 @@ def weights_name(meta: dict) -> str:
 
 class LlamaCache:
     """The positions one decode has fed; llama.cpp's context holds their keys and values while this
-    cache is the model's current one."""
+    cache (or, for a row made by copy(), the cache it was copied from) is the model's current one."""
 
-    def __init__(self, model: "LlamaModel"):
-        self.model = model
+    def __init__(self, model: "LlamaModel", seq: int = 0, base: "LlamaCache | None" = None):
+        self.model, self.seq, self.base = model, seq, base
         self.ids: list[int] = []
 
     @property
@@ -96,9 +102,39 @@ class LlamaCache:
 
     def crop(self, n: int) -> None:
         n = max(0, min(n, len(self.ids)))
-        if self.model.current is self and n < len(self.ids):
-            self.model.remove_after(n)
+        if self.model.current is (self.base or self) and n < len(self.ids):
+            self.model.remove_after(n, self.seq)
         del self.ids[n:]
+
+    def copy(self) -> "LlamaCache":
+        """Another row holding the same positions: a sequence id of the same context (llama_memory_seq_cp
+        shares the cells), valid until drop() or until another cache takes the context."""
+        base = self.base or self
+        self.model.take(base)
+        used = {row.seq for row in self.model.rows}
+        seq = next((s for s in range(1, MAX_ROWS) if s not in used), None)
+        if seq is None:
+            raise ModelError(f"llama.cpp's context holds at most {MAX_ROWS} candidates", hint=f"use --candidates {MAX_ROWS} or fewer")
+        self.model.lib.llama_memory_seq_rm(self.model._memory, seq, 0, -1)
+        self.model.lib.llama_memory_seq_cp(self.model._memory, self.seq, seq, 0, -1)
+        row = LlamaCache(self.model, seq, base)
+        row.ids = list(self.ids)
+        self.model.rows.append(row)
+        return row
+
+    def extend_from(self, other: "LlamaCache") -> None:
+        """Take the positions `other` (a row of the same context) holds past this one's: their cells are shared."""
+        start = len(self.ids)
+        if len(other.ids) > start:
+            self.model.lib.llama_memory_seq_cp(self.model._memory, other.seq, self.seq, start, -1)
+        self.ids = list(other.ids)
+
+    def drop(self) -> None:
+        """A row's sequence is freed (its cells stay while another sequence holds them)."""
+        if self.base is not None and self in self.model.rows:
+            self.model.rows.remove(self)
+            if self.model.current is self.base:
+                self.model.lib.llama_memory_seq_rm(self.model._memory, self.seq, 0, -1)
 
     def export(self, n: int) -> torch.Tensor:
         """The state of this cache as bytes (a uint8 tensor) for a prefix of its first n positions:
@@ -144,8 +180,9 @@ class LlamaModel:
         context = lib.llama_context_default_params()
         context.n_ctx = min(n_ctx, trained)
         context.n_batch = context.n_ubatch = N_BATCH
-        context.n_seq_max = 1
-        context.n_outputs_max = MAX_OUTPUTS
+        context.n_seq_max = MAX_ROWS
+        context.kv_unified = True  # the rows share the prompt's cells
+        context.n_outputs_max = max(MAX_OUTPUTS, ROW_OUTPUTS)
         context.n_threads = context.n_threads_batch = threads
         context.no_perf = True
         context.flash_attn_type = {None: -1, False: 0, True: 1}[flash]  # None: llama.cpp decides
@@ -164,6 +201,7 @@ class LlamaModel:
         self.eos_token_ids = eos_ids(meta)
         self.threads = threads
         self.current: LlamaCache | None = None  # the cache whose positions the context holds
+        self.rows: list[LlamaCache] = []  # rows copied from the current cache (other sequence ids)
 
     def __del__(self):
         lib = getattr(self, "lib", None)
@@ -186,9 +224,10 @@ class LlamaModel:
 
     def clear(self) -> None:
         self.lib.llama_memory_clear(self._memory, True)
+        self.rows = []
 
-    def remove_after(self, n: int) -> None:
-        self.lib.llama_memory_seq_rm(self._memory, 0, n, -1)
+    def remove_after(self, n: int, seq: int = 0) -> None:
+        self.lib.llama_memory_seq_rm(self._memory, seq, n, -1)
 
     def positions(self) -> int:
         """How many positions the context's sequence holds."""
@@ -217,59 +256,83 @@ class LlamaModel:
     # -- forward --
 
     def __call__(self, ids: torch.Tensor, cache: LlamaCache, keep: int = 1) -> torch.Tensor:
-        tokens = [int(t) for t in ids.tolist()]
-        self.take(cache)
-        start = len(cache.ids)
+        return self.forward_rows([ids], [cache], [keep])[0]
+
+    def forward_rows(self, ids: list[torch.Tensor], caches: list[LlamaCache], keeps: list[int]) -> list[torch.Tensor]:
+        """Row i feeds ids[i] after caches[i]'s positions, all rows in the same llama_decode calls;
+        the [keeps[i], V] logits of each row's last positions."""
+        tokens = [[int(t) for t in row.tolist()] for row in ids]
+        self.take(caches[0].base or caches[0])
+        feeds = [(row, len(cache.ids), cache.seq, keep) for row, cache, keep in zip(tokens, caches, keeps)]
         try:
-            logits = self._decode(tokens, start, keep)
+            logits = self._decode_rows(feeds)
         except BaseException:
-            self.remove_after(start)  # a decode cut short: the cache is what it was before it
+            for row, start, seq, _ in feeds:
+                self.remove_after(start, seq)  # a decode cut short: each cache is what it was before it
             raise
-        cache.ids += tokens
-        return torch.from_numpy(logits)
+        for row, cache in zip(tokens, caches):
+            cache.ids += row
+        return [torch.from_numpy(rows) for rows in logits]
 
     def _decode(self, tokens: list[int], start: int, keep: int) -> np.ndarray:
-        """Feed tokens at positions start.., in batches of N_BATCH; the logits of the last `keep`."""
-        if start + len(tokens) > self.n_ctx:
-            raise ModelError(f"llama.cpp's context of {self.n_ctx} tokens is full ({start} held, {len(tokens)} more)",
-                             hint="edit a smaller region, or use --backend torch")
-        rows = []
-        first_kept = len(tokens) - keep
+        return self._decode_rows([(tokens, start, 0, keep)])[0]
+
+    def _decode_rows(self, feeds: list[tuple[list[int], int, int, int]]) -> list[np.ndarray]:
+        """Feed each (tokens, start, sequence, keep) at positions start.. of its sequence, in llama_decode
+        calls of at most N_BATCH tokens and MAX_OUTPUTS kept rows (ROW_OUTPUTS for several sequences);
+        the logits of each feed's last `keep` tokens."""
+        for tokens, start, _, _ in feeds:
+            if start + len(tokens) > self.n_ctx:
+                raise ModelError(f"llama.cpp's context of {self.n_ctx} tokens is full ({start} held, {len(tokens)} "
+                                 "more)", hint="edit a smaller region, or use --backend torch")
+        items = [(token, start + i, seq, k, i >= len(tokens) - keep)
+                 for k, (tokens, start, seq, keep) in enumerate(feeds) for i, token in enumerate(tokens)]
+        most = MAX_OUTPUTS if len(feeds) == 1 else ROW_OUTPUTS
+        rows: list[list[np.ndarray]] = [[] for _ in feeds]
+        for chunk in _chunks(items, most):
+            logits, at = self._decode_batch(chunk), 0
+            for k, group in itertools.groupby(item[3] for item in chunk if item[4]):  # a feed's rows are contiguous
+                n = len(list(group))
+                rows[k].append(logits[at : at + n])
+                at += n
+        return [r[0] if len(r) == 1 else np.concatenate(r) if r else np.empty((0, self.n_vocab), np.float32)
+                for r in rows]
+
+    def _decode_batch(self, chunk: list[tuple[int, int, int, int, bool]]) -> np.ndarray:
+        """One llama_decode call: (token, position, sequence, feed, wanted) each; the wanted rows' logits."""
         batch = self._batch
-        for at, stop in _chunks(len(tokens), first_kept):
-            chunk = tokens[at:stop]
-            outputs = 0
-            for i, token in enumerate(chunk):
-                batch.token[i] = token
-                batch.pos[i] = start + at + i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                wanted = at + i >= first_kept
-                batch.logits[i] = wanted
-                outputs += wanted
-            batch.n_tokens = len(chunk)
-            status = self.lib.llama_decode(self._ctx, batch)
-            if status != 0:
-                raise ModelError(f"llama.cpp could not run a forward of {len(chunk)} tokens (llama_decode returned "
-                                 f"{status})", hint="free some memory, or use --backend torch")
-            if outputs:
-                pointer = self.lib.llama_get_logits(self._ctx)
-                rows.append(np.ctypeslib.as_array(pointer, shape=(outputs, self.n_vocab)).copy())
-        if not rows:
+        outputs = 0
+        for i, (token, pos, seq, _, wanted) in enumerate(chunk):
+            batch.token[i] = token
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = wanted
+            outputs += wanted
+        batch.n_tokens = len(chunk)
+        status = self.lib.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise ModelError(f"llama.cpp could not run a forward of {len(chunk)} tokens (llama_decode returned "
+                             f"{status})", hint="free some memory, or use --backend torch")
+        if not outputs:
             return np.empty((0, self.n_vocab), np.float32)
-        return rows[0] if len(rows) == 1 else np.concatenate(rows)
+        pointer = self.lib.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(pointer, shape=(outputs, self.n_vocab)).copy()
 
 
-def _chunks(n: int, first_kept: int):
-    """(start, stop) of each llama_decode call for n tokens whose logits are kept from first_kept on:
-    at most N_BATCH tokens a call, and at most MAX_OUTPUTS kept rows."""
-    at = 0
-    while at < n:
-        stop = min(n, at + N_BATCH)
-        if stop > first_kept:
-            stop = min(stop, max(first_kept, at) + MAX_OUTPUTS)
-        yield at, stop
-        at = stop
+def _chunks(items: list, most: int):
+    """The llama_decode calls for these tokens: at most N_BATCH tokens a call, and at most `most` of
+    them whose logits are kept (item[4])."""
+    chunk: list = []
+    outputs = 0
+    for item in items:
+        chunk.append(item)
+        outputs += item[4]
+        if len(chunk) == N_BATCH or outputs == most:
+            yield chunk
+            chunk, outputs = [], 0
+    if chunk:
+        yield chunk
 
 
 # The configurations the backend probe compares: name -> (repack, flash attention). Flash attention

@@ -321,27 +321,61 @@ class CachedLM:
     def __init__(self, model, cache):
         self.model, self.cache = model, cache
         self.ids: list[int] = []
+        self.rows: list[tuple[Any, list[int]]] = []  # after fork(k): (cache, ids) of rows 1 .. k-1
 
     @torch.inference_mode()
     def feed(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
-        ids = list(ids)
-        check_ids(ids, self.model.config.vocab_size)
-        input_ids = torch.tensor(ids, dtype=torch.long, device=self.model.device)  # [T]
+        return self.feed_rows([0], [ids], [keep])[0]  # [keep, V]
+
+    @torch.inference_mode()
+    def feed_rows(self, rows: Sequence[int], ids: Sequence[Sequence[int]], keeps: Sequence[int]) -> list[torch.Tensor]:
+        """Feed row i (0: the cache itself, then the rows fork made) its ids, all in one forward;
+        the logits of each row's last keeps[i] positions ([keep, V] each)."""
+        ids = [list(row_ids) for row_ids in ids]
+        for row_ids in ids:
+            check_ids(row_ids, self.model.config.vocab_size)
+        tensors = [torch.tensor(row_ids, dtype=torch.long, device=self.model.device) for row_ids in ids]  # [T_i]
         if not FIRST_FORWARD:
             FIRST_FORWARD.append(process_seconds() or 0.0)
+        caches = [self._row(r)[0] for r in rows]
         try:
-            logits = self.model(input_ids, self.cache, keep)
+            if len(rows) == 1:
+                logits = [self.model(tensors[0], caches[0], keeps[0])]
+            else:
+                logits = self.model.forward_rows(tensors, caches, list(keeps))
         except BaseException:
             self.reset()  # a forward cut short leaves the cache in an unknown state
             raise
-        self.ids += ids
-        return logits  # [keep, V]
+        for r, row_ids in zip(rows, ids):
+            self._row(r)[1].extend(row_ids)
+        return logits
+
+    def _row(self, r: int) -> tuple[Any, list[int]]:
+        return (self.cache, self.ids) if r == 0 else self.rows[r - 1]
+
+    def fork(self, k: int) -> None:
+        """k rows: row 0 is the cache, rows 1 .. k-1 start as copies of it; fork(1) drops them."""
+        for cache, _ in self.rows[k - 1 :]:
+            getattr(cache, "drop", lambda: None)()
+        del self.rows[k - 1 :]
+        while len(self.rows) < k - 1:
+            self.rows.append((self.cache.copy(), list(self.ids)))
+
+    def copy_row(self, source: int, row: int) -> None:
+        """Row `row`, which holds a prefix of row `source`'s positions, takes the rest of them (no forward)."""
+        (from_cache, from_ids), (cache, ids) = self._row(source), self._row(row)
+        cache.extend_from(from_cache)
+        ids.extend(from_ids[len(ids) :])
 
     def crop(self, n: int) -> None:
         """Forget the last n positions (drafted tokens that were not kept)."""
+        self.crop_row(0, n)
+
+    def crop_row(self, r: int, n: int) -> None:
         if n:
-            self.cache.crop(self.cache.length - n)
-            del self.ids[-n:]
+            cache, ids = self._row(r)
+            cache.crop(cache.length - n)
+            del ids[-n:]
 
     def reuse(self, prompt_ids: Sequence[int]) -> int:
         """Keep the cache of the longest common prefix with prompt_ids (at least one id left to feed)."""
@@ -353,6 +387,7 @@ class CachedLM:
         return common
 
     def reset(self) -> None:
+        self.fork(1)
         self.cache = self.model.new_cache()
         self.ids = []
 

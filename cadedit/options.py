@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE, DEFAULT_LAYOUT, DEFAULT_MODE, Mode
+from cadedit.settings import CONTEXT_LINES, DEFAULT_CANDIDATES, DEFAULT_DTYPE, DEFAULT_LAYOUT, DEFAULT_MODE, Mode
 
-__all__ = ["CONTEXT_LINES", "DEFAULT_MODE", "EditOptions", "Mode", "Sampling"]
+__all__ = ["CONTEXT_LINES", "DEFAULT_CANDIDATES", "DEFAULT_MODE", "EditOptions", "Mode", "Sampling"]
 
 
 @dataclass(frozen=True)

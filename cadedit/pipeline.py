@@ -10,16 +10,18 @@ code path.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cadedit import program as P
-from cadedit.decode import Decoded, DecodeStats, Picker, Step, decode, sampling_picker
-from cadedit.results import EditResult, result_json  # noqa: F401 - re-exported
+from cadedit.decode import Candidate, Decoded, DecodeStats, Picker, Row, Step, decode, decode_candidates
+from cadedit.decode import sampling_picker
+from cadedit.results import EditCandidate, EditResult, result_json  # noqa: F401 - re-exported
 from cadedit.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
-from cadedit.errors import ModelError
+from cadedit.errors import CadeditError, ModelError
 from cadedit.fence import FenceCursor
 from cadedit.model import LoadedModel, chat_prompt, check_ids, encode, eos_ids, language_model, load_model, token_bytes
 from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
@@ -154,10 +156,33 @@ def _fenced_parts(loaded: LoadedModel, prepared: Prepared):
 def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick: Picker,
                on_step: Callable[[DecodeStats, Step], None] | None = None, draft: bool = True) -> Decoded:
     """One decode for `document` in the prepared mode, reusing the cached prompt prefix."""
+    cursor, span_ids, drafter = _parts(loaded, document, prepared, draft)
+    with _prompt_cache(loaded, prepared) as (lm, reused):
+        return decode(lm, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step, drafter, reused)
+
+
+def run_candidates(loaded: LoadedModel, document: Document, prepared: Prepared, picks: Sequence[Picker],
+                   on_step: Callable[[DecodeStats, Step], None] | None = None, draft: bool = True) -> list[Candidate]:
+    """len(picks) candidates decoded side by side (decode.decode_rows): the prompt fed once, each row
+    with its own cursor, drafter and picker; each with the model's log-probability of its picks."""
+    rows, span_ids = [], None
+    for pick in picks:
+        cursor, span_ids, drafter = _parts(loaded, document, prepared, draft)
+        rows.append(Row(cursor, pick, drafter, score=True))
+    with _prompt_cache(loaded, prepared) as (lm, reused):
+        return decode_candidates(lm, rows, prepared.prompt_ids, span_ids, prepared.budget, on_step, reused)
+
+
+def _parts(loaded: LoadedModel, document: Document, prepared: Prepared, draft: bool):
+    """The mode's cursor, span ids and drafter (cadedit.decode's table)."""
     if prepared.mode is Mode.PROGRAM:
-        cursor, span_ids, drafter = _program_parts(loaded, document, draft)
-    else:
-        cursor, span_ids, drafter = _fenced_parts(loaded, prepared)
+        return _program_parts(loaded, document, draft)
+    return _fenced_parts(loaded, prepared)
+
+
+@contextlib.contextmanager
+def _prompt_cache(loaded: LoadedModel, prepared: Prepared):
+    """The model's cache holding as much of the prompt as memory or the on-disk store has: (lm, reused)."""
     lm = language_model(loaded)
     reused = lm.reuse(prepared.prompt_ids)
     # The instruction-free prefix (the file) from disk when memory had less of it; stored after if still missing.
@@ -165,10 +190,9 @@ def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick
     identity = model_identity(loaded) if store is not None else ""
     if store is not None and store.load(lm, identity, prepared.prompt_ids[: prepared.reuse_at]):
         reused, store = prepared.reuse_at, None
-    decoded = decode(lm, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step, drafter, reused)
+    yield lm, reused
     if store is not None:
         store.save(lm, identity, prepared.reuse_at)
-    return decoded
 
 
 def prefix_store() -> PrefixStore | None:
@@ -205,3 +229,24 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
     program, problem = placed_program(document, prepared, decoded)
     return EditResult(document, prepared.mode, program, decoded.text, resolve(program, document), decoded.stats,
                       loaded.name, len(prepared.prompt_ids), problem)
+
+
+def edit_candidates(document: Document, instruction: str, options: EditOptions, picks: Sequence[Picker], *,
+                    loaded: LoadedModel, on_step: Callable[[DecodeStats, Step], None] | None = None) -> list[EditCandidate]:
+    """edit_file for len(picks) candidates at once: one prompt, one batched decode, one edit each
+    (tries.candidate_pickers gives `--candidates`' pickers)."""
+    prepared = prepare(loaded, document, instruction, options)
+    out = []
+    for found in run_candidates(loaded, document, prepared, picks, on_step, draft=options.draft):
+        if found.decoded is None:
+            out.append(EditCandidate(None, found.logprob, found.error))
+            continue
+        try:
+            program, problem = placed_program(document, prepared, found.decoded)
+            result = EditResult(document, prepared.mode, program, found.decoded.text, resolve(program, document),
+                                found.decoded.stats, loaded.name, len(prepared.prompt_ids), problem)
+        except CadeditError as exc:  # an answer that does not resolve against the file: that candidate fails
+            out.append(EditCandidate(None, found.logprob, exc))
+        else:
+            out.append(EditCandidate(result, found.logprob))
+    return out

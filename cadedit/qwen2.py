@@ -148,6 +148,21 @@ class KVCache:
     def crop(self, n: int) -> None:
         self.length = max(0, min(n, self.length))
 
+    def copy(self) -> "KVCache":
+        """Another cache holding the same positions (a row of candidates decoded side by side)."""
+        other = KVCache(len(self.keys), self.kv_heads, self.dim)
+        if self.length:
+            other.load([(k[:, : self.length], v[:, : self.length]) for k, v in zip(self.keys, self.values)])
+        return other
+
+    def extend_from(self, other: "KVCache") -> None:
+        """Take the positions `other` holds past this cache's own (this one holds a prefix of other's)."""
+        start = self.length
+        if other.length > start:
+            for index, (k, v) in enumerate(zip(other.keys, other.values)):
+                self.write(index, k[:, start : other.length], v[:, start : other.length])
+        self.length = other.length
+
     def layers(self, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Copies of the first n positions of every layer ([kv_heads, n, dim] each)."""
         return [(k[:, :n].clone(), v[:, :n].clone()) for k, v in zip(self.keys, self.values)]
@@ -212,14 +227,23 @@ class Attention(nn.Module):
         self.o_proj = Linear(heads * dim, config.hidden_size, bias=False)
         self.eager = False  # True: softmax(q k^T) v written out (the paper's eager attention), for bench kernel
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache, index: int,
-                mask: torch.Tensor | None) -> torch.Tensor:
-        n = x.shape[0]
-        q = self.q_proj(x).view(n, self.heads, self.dim).transpose(0, 1)  # [H, T, D]
-        k = self.k_proj(x).view(n, self.kv_heads, self.dim).transpose(0, 1)  # [KV, T, D]
-        v = self.v_proj(x).view(n, self.kv_heads, self.dim).transpose(0, 1)
+    def forward(self, x: torch.Tensor, rows: "list[_RowFeed]", index: int) -> torch.Tensor:
+        """x: [N, hidden], the rows' tokens one after another; each row attends to its own cache."""
+        q_all, k_all, v_all = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        outs, at = [], 0
+        for row in rows:
+            n = row.n
+            outs.append(self._attend(q_all[at : at + n], k_all[at : at + n], v_all[at : at + n], row, index))
+            at += n
+        return self.o_proj(outs[0] if len(outs) == 1 else torch.cat(outs))
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, row: "_RowFeed", index: int) -> torch.Tensor:
+        n, cos, sin, mask = row.n, row.cos, row.sin, row.mask
+        q = q.view(n, self.heads, self.dim).transpose(0, 1)  # [H, T, D]
+        k = k.view(n, self.kv_heads, self.dim).transpose(0, 1)  # [KV, T, D]
+        v = v.view(n, self.kv_heads, self.dim).transpose(0, 1)
         q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
-        keys, values = cache.write(index, k, v)
+        keys, values = row.cache.write(index, k, v)
         if self.eager:
             group = self.heads // self.kv_heads
             keys, values = keys.repeat_interleave(group, 0), values.repeat_interleave(group, 0)
@@ -236,8 +260,18 @@ class Attention(nn.Module):
         else:
             out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
                                                  enable_gqa=True)[0]
-        out = out.view(self.heads, n, self.dim).transpose(0, 1).reshape(n, self.heads * self.dim)
-        return self.o_proj(out)
+        return out.view(self.heads, n, self.dim).transpose(0, 1).reshape(n, self.heads * self.dim)
+
+
+@dataclass
+class _RowFeed:
+    """One row of a forward: its cache, how many tokens it feeds, their rotary angles and causal mask."""
+
+    cache: "KVCache"
+    n: int
+    cos: torch.Tensor
+    sin: torch.Tensor
+    mask: torch.Tensor | None
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -263,8 +297,8 @@ class Layer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, cos, sin, cache, index, mask):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, index, mask)
+    def forward(self, x, rows, index):
+        x = x + self.self_attn(self.input_layernorm(x), rows, index)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -315,20 +349,34 @@ class Qwen2(nn.Module):
 
     def forward(self, ids: torch.Tensor, cache: KVCache, keep: int = 1) -> torch.Tensor:
         """ids: [T] token ids; returns [keep, vocab] logits (in the model's dtype); cache grows by T."""
+        return self.forward_rows([ids], [cache], [keep])[0]
+
+    def forward_rows(self, ids: list[torch.Tensor], caches: list[KVCache], keeps: list[int]) -> list[torch.Tensor]:
+        """Several rows in one forward: row i feeds ids[i] ([T_i]) after caches[i]'s positions and gets
+        the [keeps[i], vocab] logits of its last positions. The rows' tokens go through the linear
+        layers together (the weights are read once for all of them); each row attends to its own cache."""
+        x = self.model.embed_tokens(ids[0] if len(ids) == 1 else torch.cat(ids))
+        rows = [self._row(row_ids, cache, x.dtype) for row_ids, cache in zip(ids, caches)]
+        for index, layer in enumerate(self.model.layers):
+            x = layer(x, rows, index)
+        outs, at = [], 0
+        for row, keep in zip(rows, keeps):
+            row.cache.length += row.n  # only now: a forward cut short leaves the caches' lengths where they were
+            outs.append(x[at + row.n - keep : at + row.n])
+            at += row.n
+        last = self.lm_head(self.model.norm(outs[0] if len(outs) == 1 else torch.cat(outs)))
+        return list(last.split(list(keeps))) if len(outs) > 1 else [last]
+
+    def _row(self, ids: torch.Tensor, cache: KVCache, dtype: torch.dtype) -> _RowFeed:
         n, start = ids.shape[0], cache.length
         positions = torch.arange(start, start + n, device=ids.device, dtype=torch.float32)
         freqs = positions[:, None] * self.inv_freq.float()[None, :]
         angles = torch.cat((freqs, freqs), dim=-1)  # [T, D]
-        x = self.model.embed_tokens(ids)
-        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         mask = None
         if n > 1:  # position start + t sees keys 0 .. start + t
             mask = (torch.arange(start + n, device=ids.device)[None, :]
                     <= torch.arange(start, start + n, device=ids.device)[:, None])
-        for index, layer in enumerate(self.model.layers):
-            x = layer(x, cos, sin, cache, index, mask)
-        cache.length = start + n  # only now: a forward cut short leaves the cache's length where it was
-        return self.lm_head(self.model.norm(x[n - keep :]))
+        return _RowFeed(cache, n, angles.cos().to(dtype), angles.sin().to(dtype), mask)
 
 
 # -- weights from safetensors ----------------------------------------------------------------

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from cadedit.settings import DEFAULT_MODE, DEFAULT_MODEL, DEFAULT_TRIES, FILE_KEYS, MAX_TRIES, MODES, SETTINGS_FILE
+from cadedit.settings import DEFAULT_MODE, DEFAULT_MODEL, DEFAULT_TRIES, FILE_KEYS, MAX_CANDIDATES, MAX_TRIES, MODES
+from cadedit.settings import SETTINGS_FILE
 from cadedit.settings import settings_files
 from cadedit.document import Document
 from cadedit.errors import CadeditError, ConfigError
@@ -133,6 +134,7 @@ class Settings:
     source: str
     mode: str | None = None
     tries: int | None = None
+    candidates: int | None = None  # try 1's candidates side by side (`cadedit fix --candidates`)
 
 
 def glob_match(pattern: str, path: str) -> bool:
@@ -195,12 +197,16 @@ def _parse_settings(table: dict, source: str) -> Settings:
         raise ConfigError(f"{source}: `mode` must be one of {', '.join(MODES)}")
     if tries is not None and (isinstance(tries, bool) or not isinstance(tries, int) or not 1 <= tries <= MAX_TRIES):
         raise ConfigError(f"{source}: `tries` must be a whole number from 1 to {MAX_TRIES}")
+    candidates = table.get("candidates")
+    if candidates is not None and (isinstance(candidates, bool) or not isinstance(candidates, int)
+                                   or not 1 <= candidates <= MAX_CANDIDATES):
+        raise ConfigError(f"{source}: `candidates` must be a whole number from 1 to {MAX_CANDIDATES}")
     rules = table.get("rules")
     if not isinstance(rules, list) or not rules:
         raise ConfigError(f"{source}: no [[rules]]",
                           hint=f"add at least one rule, for example:\n{EXAMPLE_SETTINGS.rstrip()}")
     parsed = tuple(_parse_rule(rule, f"{source}: rule {k}") for k, rule in enumerate(rules, 1))
-    return Settings(model, parsed, source, mode, tries)
+    return Settings(model, parsed, source, mode, tries, candidates)
 
 
 def _parse_rule(rule: object, where: str) -> Rule:

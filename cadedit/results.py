@@ -95,6 +95,16 @@ class EditResult:
         return self.new_text != self.document.text
 
 
+@dataclass(frozen=True)
+class EditCandidate:
+    """One of several candidates decoded side by side: its edit (None: it did not finish, `error` says
+    why) and the model's summed log-probability of the tokens it picked."""
+
+    result: EditResult | None
+    logprob: float
+    error: Exception | None = None
+
+
 def result_json(result: EditResult, diff_text: str) -> dict:
     """The machine-readable form of an edit (`cadedit fix --json`)."""
     stats = asdict(result.stats)

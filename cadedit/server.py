@@ -195,6 +195,20 @@ class ServerClient:
 
     def edit(self, document, instruction: str, options=None, on_step: Callable | None = None):
         """edit_file(document, instruction, options) run by the server; the same EditResult, or its error."""
+        return result_from_wire(self._edit(document, instruction, options, on_step, 1), document)
+
+    def edit_candidates(self, document, instruction: str, options=None, k: int = 2, on_step: Callable | None = None):
+        """pipeline.edit_candidates with `--candidates k`'s pickers, run by the server: k EditCandidates."""
+        from cadedit.results import EditCandidate
+
+        answer = self._edit(document, instruction, options, on_step, k)
+        if "candidates" not in answer:
+            raise ServerError("the cadedit server does not decode candidates side by side",
+                              hint="it runs older code: cadedit serve stop, then start it again")
+        return [EditCandidate(result_from_wire(c["result"], document) if c["result"] else None, c["logprob"],
+                              error_from_wire(c["error"]) if c["error"] else None) for c in answer["candidates"]]
+
+    def _edit(self, document, instruction: str, options, on_step: Callable | None, k: int) -> dict:
         from cadedit.options import EditOptions
 
         from cadedit.settings import choose_model
@@ -203,14 +217,15 @@ class ServerClient:
         # The model resolved here, where the user's cwd and settings are; the server refuses another one.
         options = dataclasses.replace(options, model=resolve_spec(choose_model(options.model)))
         request = {"op": "edit", "path": document.path, "document": base64.b64encode(document.to_bytes()).decode(),
-                   "instruction": instruction, "options": options_to_wire(options), "progress": on_step is not None}
+                   "instruction": instruction, "options": options_to_wire(options), "progress": on_step is not None,
+                   "candidates": k}
         for message in _exchange(self.socket_path, request, None):
             if "progress" in message and on_step is not None:
                 from cadedit.results import DecodeStats, Step
 
                 on_step(DecodeStats(**message["progress"]["stats"]), Step(**message["progress"]["step"]))
             elif "result" in message:
-                return result_from_wire(message["result"], document)
+                return message["result"]
         raise ServerError(f"the cadedit server (pid {self.pid}) closed the connection during the edit",
                           hint=f"see its log, {log_file(self.socket_path)}; then retry")
 
@@ -433,7 +448,8 @@ class _Server:
 
     def edit(self, request: dict, stream) -> dict:
         from cadedit.document import Document
-        from cadedit.pipeline import edit_file
+        from cadedit.pipeline import edit_candidates, edit_file
+        from cadedit.tries import candidate_pickers
 
         options = options_from_wire(request["options"])
         if options.model is not None and resolve_spec(options.model) != resolve_spec(self.loaded.name):
@@ -441,16 +457,26 @@ class _Server:
                               hint="load the model locally, or restart the server: cadedit serve start --model ...")
         document = Document.from_bytes(base64.b64decode(request["document"]), request["path"])
         on_step = self.progress(stream) if request.get("progress") else None
+        k = int(request.get("candidates") or 1)
         with self.edit_lock:
             start = time.perf_counter()
             try:
-                result = edit_file(document, request["instruction"], options, loaded=self.loaded, on_step=on_step)
+                if k > 1:
+                    found = edit_candidates(document, request["instruction"], options,
+                                            candidate_pickers(k, options.sampling), loaded=self.loaded, on_step=on_step)
+                else:
+                    result = edit_file(document, request["instruction"], options, loaded=self.loaded, on_step=on_step)
             finally:
                 self.requests += 1
                 self.last_request = time.monotonic()
                 self.bound_memory()
-        _log(f"edit {document.path}: {result.stats.forward_passes} forwards, "
+        _log(f"edit {document.path}: {k} candidates, {time.perf_counter() - start:.2f} s" if k > 1 else
+             f"edit {document.path}: {result.stats.forward_passes} forwards, "
              f"{result.stats.tokens_reused} prompt tokens reused, {time.perf_counter() - start:.2f} s")
+        if k > 1:
+            return {"candidates": [{"result": result_to_wire(c.result) if c.result else None, "logprob": c.logprob,
+                                    "error": error_to_wire(c.error) if isinstance(c.error, CadeditError) else None}
+                                   for c in found]}
         return result_to_wire(result)
 
     def progress(self, stream) -> Callable:

@@ -57,6 +57,9 @@ DEFAULT_DTYPE = "auto"
 DEFAULT_LAYOUT = Layout.AUTO
 DEFAULT_TRIES = 3  # candidates until one passes its checks (fix, the hook)
 MAX_TRIES = 20
+# Candidates try 1 decodes side by side (`--candidates`; cadedit.tries): README, "Candidates side by side, measured".
+DEFAULT_CANDIDATES = 1
+MAX_CANDIDATES = 8
 TEST_TIMEOUT = 120.0  # seconds a --test command (or a hook rule's test) may run
 IDLE_TIMEOUT = 30 * 60.0  # seconds the warm server waits for a request before it exits
 ENGINE_TIMEOUT = 300.0  # seconds one request to a shared engine may take (it may queue other clients' first)
@@ -68,7 +71,7 @@ LAYOUTS = tuple(layout.value for layout in Layout)
 
 SETTINGS_FILE = ".cadedit.toml"
 # What a settings file may set: the model and how it runs, and the hook's [[rules]] (cadedit.repo).
-FILE_KEYS = ("model", "backend", "mode", "tries", "engine", "engine_timeout", "rules")
+FILE_KEYS = ("model", "backend", "mode", "tries", "candidates", "engine", "engine_timeout", "rules")
 
 
 def read_toml(path: Path) -> dict:

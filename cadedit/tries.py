@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cadedit.checks import Candidate, Check, Edited, change_check, feedback, placement_check, run_test, syntax_check
 from cadedit.document import Document
@@ -33,8 +33,6 @@ from cadedit.prompt import unquoted
 from cadedit.results import EditResult
 from cadedit.settings import DEFAULT_TRIES, TEST_TIMEOUT
 
-if TYPE_CHECKING:  # the model code imports torch; a client of the warm server never needs it
-    from cadedit.decode import Picker
 
 TRY_TEMPERATURE = 0.7
 # A failed check that more room may cure: the candidate did not parse (a statement cut short) or
@@ -76,10 +74,12 @@ class Try:
     hint: str | None = None  # the decode error's hint (e.g. raise --max-new-tokens)
     regions: tuple[tuple[int, int], ...] = ()  # the line ranges this try retyped (empty: the whole file)
     engine: dict | None = None  # what a shared engine reported for a try that failed there (out of budget)
+    candidate: int = 0  # which of the candidates decoded side by side (1 ..), 0: the try's only one
+    logprob: float | None = None  # the model's summed log-probability of the candidate's picked tokens
 
     @property
     def passed(self) -> bool:
-        return self.result is not None and all(c.passed or c.skipped for c in self.checks)
+        return self.result is not None and self.error is None and all(c.passed or c.skipped for c in self.checks)
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:
@@ -87,8 +87,8 @@ class Try:
 
     def summary(self) -> str:
         """One line: what this try's checks said."""
-        if self.error:
-            return f"failed: {self.error}"
+        if self.error:  # with a result: a candidate not checked (a duplicate, or one after the winner)
+            return self.error if self.result is not None else f"failed: {self.error}"
         passed = [c.name for c in self.checks if c.passed and not c.skipped]
         failed = [f"{c.name} ({c.detail})" if c.detail else c.name for c in self.failed_checks]
         skipped = [f"{c.name} skipped ({c.detail})" if c.detail else f"{c.name} skipped" for c in self.checks if c.skipped]
@@ -98,7 +98,8 @@ class Try:
     def to_json(self) -> dict:
         stats = self.result.stats if self.result else None
         return {
-            "try": self.number, "temperature": self.temperature, "passed": self.passed, "error": self.error,
+            "try": self.number, "candidate": self.candidate, "logprob": self.logprob,
+            "temperature": self.temperature, "passed": self.passed, "error": self.error,
             "regions": [list(r) for r in self.regions],
             "changed": self.result.changed if self.result else None, "seconds": self.seconds,
             "checks": [{"name": c.name, "passed": c.passed, "skipped": c.skipped, "detail": c.detail,
@@ -128,7 +129,7 @@ class Verified:
         earliest among equals (the greedy ones)."""
         if self.answer is not None:
             return self.answer
-        made = [t for t in self.tries if t.result is not None]
+        made = [t for t in self.tries if t.result is not None and t.error is None]
         return max(made, key=_progress, default=None)
 
     @property
@@ -158,6 +159,14 @@ def sampling_for(number: int, first: Sampling) -> Sampling:
     return Sampling(max(first.temperature, TRY_TEMPERATURE), first.top_p, seed)
 
 
+def candidate_sampling(k: int, first: Sampling) -> Sampling:
+    """Candidate 1 of a batched try: the try's own sampling (greedy by default); the others sampled
+    (TRY_TEMPERATURE at least), each seeded by its number."""
+    if k == 1:
+        return first
+    return Sampling(max(first.temperature, TRY_TEMPERATURE), first.top_p, (first.seed or 0) * 1000 + 500 + k)
+
+
 def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test: Callable[[], None] | None = None,
                     instruction: str = "", placement: str = "") -> tuple[Check, ...]:
     """Placement (a scoped answer that could not be placed exactly: `placement` says why), syntax and
@@ -176,48 +185,58 @@ def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test:
 
 
 def edit_verified(document: Document, instruction: str, options: EditOptions, plan: CheckPlan,
-                  tries: int = DEFAULT_TRIES, *, loaded: Any, picks: Callable[[int], Picker | None] | None = None,
+                  tries: int = DEFAULT_TRIES, *, loaded: Any, picks: Callable[[int], Any] | None = None,
                   on_try: Callable[[Try], None] | None = None, on_step=None,
-                  on_test: Callable[[int], None] | None = None, on_where: Callable[[Any], None] | None = None) -> Verified:
-    """Up to `tries` candidates until one passes its checks; see the module docstring.
-    loaded: a model.LoadedModel, or a server.ServerClient (its edit() runs edit_file in the warm
-    server; no where-step then). picks(k) may give try k's picker, picks(0) the where-step's (tests
-    script candidates with it; local models only)."""
-    if hasattr(loaded, "edit"):
-        def edit(document, instruction, options, on_step, pick):
-            return loaded.edit(document, instruction, options, on_step=on_step)
-    else:
-        from cadedit.pipeline import edit_file
-
-        def edit(document, instruction, options, on_step, pick):
-            return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick=pick)
+                  on_test: Callable[[int], None] | None = None, on_where: Callable[[Any], None] | None = None,
+                  candidates: int = 1) -> Verified:
+    """Up to `tries` tries until a candidate passes its checks; see the module docstring.
+    loaded: a model.LoadedModel, or an editor with edit() (server.ServerClient: edit_file in the warm
+    server; engine.EngineClient: a shared engine; no where-step then). candidates: try 1 decodes this
+    many side by side. picks(k) may give try k's picker (or try 1's list of pickers), picks(0) the
+    where-step's (tests script candidates with it; local models only)."""
+    edit, edit_many = _editors(loaded)
     where = _where(document, instruction, options, loaded, picks(0) if picks else None)
     if where is not None and on_where is not None:
         on_where(where)
     done: list[Try] = []
+    last: Try | None = None  # what the next try learns from: the previous try, or its best candidate
     told = ""
     levels = where.levels if where is not None else (options.regions, *options.wider)
     widen_after = set(WIDEN_AFTER) | ({UNQUOTED_AFTER} if where is not None else set())
     level = 0
     layout = options.layout
     for number in range(1, tries + 1):
-        sampling = sampling_for(number, options.sampling)
-        failed = {c.name for c in done[-1].failed_checks} if done else set()
+        failed = {c.name for c in last.failed_checks} if last else set()
         widened = bool(failed & widen_after) and level < len(levels) - 1
         level += widened
         if UNQUOTED_AFTER in failed and not widened:  # copied where it was: ask without the quote
             layout = unquoted(layout)
-        regions = levels[level]
-        current = replace(options, sampling=sampling, feedback=told, regions=regions, wider=(), layout=layout,
-                          locate=False)
-        attempt, told = _one_try(document, instruction, current, plan, number, edit, on_step,
-                                 picks(number) if picks else None, on_test)
-        done.append(attempt)
-        if on_try is not None:
-            on_try(attempt)
-        if attempt.passed:
+        current = replace(options, sampling=sampling_for(number, options.sampling), feedback=told,
+                          regions=levels[level], wider=(), layout=layout, locate=False)
+        pick = picks(number) if picks else None
+        test_hook = None if on_test is None else (lambda: on_test(number))
+        if number == 1 and candidates > 1:
+            made = _batched_try(edit_many, document, instruction, current, plan, candidates, pick, on_step, test_hook)
+        else:
+            made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
+        for attempt in made:
+            done.append(attempt)
+            if on_try is not None:
+                on_try(attempt)
+        last = Verified(tuple(made)).best or made[-1]
+        told = _told(document, plan, last)
+        if any(attempt.passed for attempt in made):
             break
     return Verified(tuple(done), where)
+
+
+def _told(document: Document, plan: CheckPlan, last: Try) -> str:
+    """What the next try is told of the last one: its failed checks, the test's frame in the edited
+    file mapped to the retyped lines (checks.feedback), or that it ran out of budget."""
+    if last.result is None:
+        return "Your previous answer was too long and did not finish: reply with the edited code only."
+    cwd = str(plan.cwd) if plan.cwd is not None else None
+    return feedback(last.checks, Edited(document.path, document.text, last.result.new_text, last.regions, cwd))
 
 
 def _where(document: Document, instruction: str, options: EditOptions, loaded: Any, pick) -> Any:
@@ -234,19 +253,76 @@ def _where(document: Document, instruction: str, options: EditOptions, loaded: A
     return where if where.lines else None
 
 
-def _one_try(document: Document, instruction: str, current: EditOptions, plan: CheckPlan, number: int, edit,
-             on_step, pick, on_test) -> tuple[Try, str]:
-    """One candidate and its checks, and what the next try is told."""
-    sampling, regions = current.sampling, current.regions
+def _editors(loaded: Any):
+    """edit(document, instruction, options, on_step, pick) -> EditResult, and edit_many(..., k, picks)
+    -> k EditCandidates decoded side by side (picks None: candidate_pickers), locally or in the server."""
+    if hasattr(loaded, "edit"):
+        def edit(document, instruction, options, on_step, pick):
+            return loaded.edit(document, instruction, options, on_step=on_step)
+
+        def edit_remote(document, instruction, options, on_step, k, picks):
+            return loaded.edit_candidates(document, instruction, options, k, on_step=on_step)
+        return edit, edit_remote
+    from cadedit.pipeline import edit_candidates, edit_file
+
+    def edit(document, instruction, options, on_step, pick):
+        return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick=pick)
+
+    def edit_many(document, instruction, options, on_step, k, picks):
+        picks = picks or candidate_pickers(k, options.sampling)
+        return edit_candidates(document, instruction, options, picks, loaded=loaded, on_step=on_step)
+
+    return edit, edit_many
+
+
+def candidate_pickers(k: int, first: Sampling) -> list:
+    """The pickers of `--candidates k` (candidate_sampling each); imports the model code."""
+    from cadedit.decode import sampling_picker
+
+    return [sampling_picker(candidate_sampling(i, first)) for i in range(1, k + 1)]
+
+
+def _one_try(edit, document: Document, instruction: str, current: EditOptions, plan: CheckPlan, number: int, pick,
+             on_step, on_test) -> Try:
+    """One candidate and its checks."""
     start = time.perf_counter()
+    sampling = current.sampling
     try:
         result = edit(document, instruction, current, on_step, pick)
     except BudgetError as exc:
-        attempt = Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
-                      regions, getattr(exc, "engine", None))
-        return attempt, "Your previous answer was too long and did not finish: reply with the edited code only."
-    checks = check_candidate(document, result.new_text, plan,
-                             None if on_test is None else lambda: on_test(number), instruction, result.placement)
-    attempt = Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=regions)
-    cwd = str(plan.cwd) if plan.cwd is not None else None
-    return attempt, feedback(checks, Edited(document.path, document.text, result.new_text, regions, cwd))
+        return Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
+                   current.regions, getattr(exc, "engine", None))
+    checks = check_candidate(document, result.new_text, plan, on_test, instruction, result.placement)
+    return Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=current.regions)
+
+
+def _batched_try(edit_many, document: Document, instruction: str, current: EditOptions, plan: CheckPlan, k: int,
+                 picks, on_step, on_test) -> list[Try]:
+    """Try 1 as k candidates decoded side by side, checked in the order of the model's log-probability
+    of each (the greedy one first among equals), duplicates once, until one passes: with --test the
+    first that passes its test, without it the highest-scoring that passes syntax and change. Returns
+    every candidate as a Try, in that order (the ones after the winner unchecked)."""
+    samplings = [candidate_sampling(i, current.sampling) for i in range(1, k + 1)]
+    start = time.perf_counter()
+    found = edit_many(document, instruction, current, on_step, k, list(picks) if isinstance(picks, (list, tuple)) else None)
+    decode_seconds = time.perf_counter() - start
+    made: list[Try] = []
+    seen: dict[str, int] = {}
+    winner = 0
+    for i in sorted(range(k), key=lambda i: -found[i].logprob):
+        c, t, number = found[i], samplings[i].temperature, i + 1
+        common = dict(regions=current.regions, candidate=number, logprob=c.logprob)
+        if c.result is None:
+            error = getattr(c.error, "message", str(c.error))
+            made.append(Try(1, t, None, (), decode_seconds, error, getattr(c.error, "hint", None), **common))
+        elif winner or c.result.new_text in seen:
+            why = (f"the same as candidate {seen[c.result.new_text]}" if c.result.new_text in seen
+                   else f"not checked: candidate {winner} passed first")
+            made.append(Try(1, t, c.result, (), decode_seconds, why, **common))
+        else:
+            seen[c.result.new_text] = number
+            checked = time.perf_counter()
+            checks = check_candidate(document, c.result.new_text, plan, on_test, instruction, c.result.placement)
+            made.append(Try(1, t, c.result, checks, decode_seconds + time.perf_counter() - checked, **common))
+            winner = number if made[-1].passed else 0
+    return made

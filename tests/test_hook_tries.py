@@ -93,3 +93,38 @@ def test_a_test_sees_the_candidate_and_unstaged_work_survives(tmp_path, monkeypa
     assert result.exit_code == 1, result.output
     assert (root / "seen.txt").read_bytes() == b"x = 'NEW'\n"  # the staged content, edited
     assert (root / "a.py").read_bytes() == b"x = 'old'\n# unstaged\n"
+
+
+def test_candidates_come_from_the_settings_and_the_first_that_passes_wins(tmp_path, monkeypatch, tiny_dir):
+    import cadedit.pipeline as pipeline
+    from cadedit.document import Document
+    from tests.test_pipes import scripted_picker
+
+    real_rows = pipeline.run_candidates
+    seen = []
+
+    def run_candidates(loaded, document, prepared, picks, on_step=None, draft=True):
+        seen.append(len(picks))
+        answers = [b"wrong", b"NEW", b"other"]
+        picks = [scripted_picker(loaded, document, prepared, Document.from_bytes(document.to_bytes().replace(b"old", a)))
+                 for a in answers[: len(picks)]]
+        return real_rows(loaded, document, prepared, picks, on_step, draft)
+
+    monkeypatch.setattr(pipeline, "run_candidates", run_candidates)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n"})
+    stage(root, {"a.py": b"x = 'old'\n"})
+    settings(root, "candidates = 3", "tries = 1", 'test = "grep -q NEW a.py"')
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1, result.output  # check mode: the file would change
+    assert seen == [3] and "+x = 'NEW'" in result.stdout
+    assert (root / "a.py").read_bytes() == b"x = 'old'\n"
+
+
+def test_candidates_out_of_range_in_the_settings_is_a_one_line_error(tmp_path, monkeypatch, tiny_dir):
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n"})
+    stage(root, {"a.py": b"x = 'old'\n"})
+    settings(root, "candidates = 9")
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1 and "`candidates` must be a whole number from 1 to 8" in result.stderr

@@ -421,3 +421,21 @@ def test_an_idle_client_cannot_keep_the_server_from_stopping(held, sock, monkeyp
             assert idle.recv(1) == b""  # the server closed the silent connection
         finally:
             idle.close()
+
+
+def test_candidates_side_by_side_through_the_server_are_the_local_ones(held, local, tiny_dir, sock):
+    from cadedit.tries import candidate_pickers
+
+    document = Document.from_bytes(BEFORE, "a.py")
+    chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
+    with serving(held, sock):
+        remote = server.connect(str(tiny_dir)).edit_candidates(document, "Fix add.", chosen, 3)
+    mine = pipeline.edit_candidates(document, "Fix add.", chosen, candidate_pickers(3, chosen.sampling), loaded=local)
+    assert len(remote) == len(mine) == 3
+    for theirs, ours in zip(remote, mine):
+        assert (theirs.result is None) == (ours.result is None)
+        if ours.result is not None:
+            assert theirs.result.new_text == ours.result.new_text
+        else:  # the random model runs out of budget: the error crosses the wire with its class and message
+            assert type(theirs.error) is type(ours.error) and theirs.error.message == ours.error.message
+        assert theirs.logprob == pytest.approx(ours.logprob, rel=1e-6)

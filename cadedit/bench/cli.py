@@ -1,5 +1,5 @@
 """`cadedit bench`: the paper's measurements as commands (ceiling, roundtrip, perturb, formats, kernel, e2e,
-decode), and cadedit's own as users get them (tries, longfile).
+decode), and cadedit's own as users get them (candidates, tries, longfile).
 
 Wiring only: options, loops with a progress bar, tables on stdout, results with --json PATH
 (rewritten atomically while a command runs, so Ctrl-C leaves readable partial results marked
@@ -772,6 +772,73 @@ def _print_decode(done: dict[str, list], curve, model: str, draft: bool) -> None
     out.table(f"Oracle programs through the loop ({'drafted program tokens' if draft else 'no drafts'}), {_short(model)}, "
               f"vs regeneration; eq. (3) bound with s(N) {curve.source}",
               ["corpus", "n", "regen s", "loop s", "pooled speedup", "eq. (3) bound", "of bound", "fwd per case"], rows)
+
+
+# -- candidates --------------------------------------------------------------------------------
+
+
+@app.command()
+def candidates(
+    corpus: CorpusOpt,
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    k: Annotated[int, typer.Option("--candidates", "-k", min=2, max=8, help="Candidates decoded side by side.")] = 4,
+    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
+    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
+    context: Annotated[str, typer.Option(help="HumanEvalPack records: docs, nodocs or body (as bench tries).")] = "docs",
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """K candidates decoded side by side (`cadedit fix --candidates K`'s try 1) against one candidate's decode,
+    the same edit in the same run, both from an empty cache: walls, their ratio, the decode steps alone,
+    and with the corpus's tests pass@1 against pass@K.
+
+    Example: cadedit bench candidates -c humanevalfix_python.jsonl --model MODEL --limit 10 -k 4 --json cand.json
+    """
+    import os
+
+    from cadedit.bench import candidates as bc
+    from cadedit.bench.e2e import warm_up
+    from cadedit.bench.report import ResultsFile
+    from cadedit.model import load_model
+
+    os.environ["CADEDIT_PREFIX_CACHE"] = "0"  # every decode feeds its whole prompt
+    corpora = load_corpora(corpus, limit, context)
+    with err.status("loading the model ..."):
+        loaded = load_model(model, "auto", dtype, threads, backend)
+        warm_up(loaded)
+    meta = {"command": "candidates", "model": loaded.name, "backend": loaded.backend,
+            "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads, "k": k, "context": context}
+    done: dict[str, list] = {name: [] for name in corpora}
+    results = ResultsFile(json_path)
+
+    def save(partial: bool, force: bool = True) -> None:
+        entries = [{"name": name, "summary": bc.summarize(rows), "cases": rows} for name, rows in done.items()]
+        results.write({**meta, "corpora": entries}, partial=partial, force=force)
+
+    def step(item) -> None:
+        name, case = item
+        row = bc.measure_case(loaded, case, k, order=sum(map(len, done.values())))
+        done[name].append(row)
+        err.print(f"{case.id}: one {row['one_seconds']:.2f} s, {k} candidates {row['k_seconds']:.2f} s "
+                  f"({row['ratio']:.2f}x), {row['distinct']} distinct, greedy same {row['greedy_same']}"
+                  + (f", tests {sum(row['passed'])}/{k} (greedy {row['pass_one']})" if "passed" in row else ""),
+                  highlight=False, markup=False)
+
+    work = [(name, case) for name, cases in corpora.items() for case in cases]
+    run_cases(work, len(work), "candidates", step, save)
+    save(False)
+    for name, rows in done.items():
+        s = bc.summarize(rows)
+        if not s["n"]:
+            continue
+        out.print(f"{name}: {s['n']} cases, {_short(loaded.name)} ({loaded.backend}, {loaded.threads} threads): "
+                  f"one candidate median {s['one_seconds_median']:.2f} s, {k} side by side {s['k_seconds_median']:.2f} s; "
+                  f"ratio median {s['ratio_median']:.2f}x, pooled {s['ratio_pooled']:.2f}x"
+                  + (f", steps alone {s['steps_ratio_median']:.2f}x" if s["steps_ratio_median"] is not None else "")
+                  + f"; greedy row = single decode in {s['greedy_same']}/{s['n']}, {s['distinct_mean']:.1f} distinct"
+                  + (f"; tests: greedy {s['pass_one']}/{s['tested']}, likeliest {s['pass_likeliest']}/{s['tested']}, "
+                     f"any of {k} {s['pass_k']}/{s['tested']}" if s["tested"] else ""))
 
 
 # -- tries -------------------------------------------------------------------------------------

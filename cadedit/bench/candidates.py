@@ -1,0 +1,91 @@
+"""Candidates side by side against one candidate (`cadedit bench candidates`), on the same edit in the same run.
+
+Contract: measure_case(loaded, case, k) edits the case's input twice in verify mode from an empty KV
+cache (no prompt reused; the caller turns the prefix store off): once as `cadedit fix` does today (one greedy candidate,
+pipeline.edit_file) and once as `--candidates k` does on try 1 (pipeline.edit_candidates: candidate
+1 greedy, the others sampled as cadedit.tries.candidate_sampling seeds them), in alternating order
+from case to case. It reports both walls (prompt included) and their decode steps alone (the
+prompt's prefill taken out), whether candidate 1 wrote what the single decode wrote, how many
+distinct answers the k rows gave, and, when the case has a test (bench/harness.py), which of them
+pass it (pass@1 against pass@k).
+"""
+
+from __future__ import annotations
+
+import time
+
+from cadedit import pipeline
+from cadedit.bench.corpus import Case
+from cadedit.bench.e2e import document_for
+from cadedit.bench.harness import run_test, runner_for
+from cadedit.bench.report import median
+from cadedit.decode import sampling_picker
+from cadedit.errors import BudgetError
+from cadedit.model import LoadedModel, language_model
+from cadedit.options import EditOptions, Mode, Sampling
+from cadedit.tries import candidate_sampling
+
+
+def _single(loaded: LoadedModel, case: Case, options: EditOptions) -> dict:
+    language_model(loaded).reset()
+    start = time.perf_counter()
+    try:
+        result = pipeline.edit_file(document_for(case), case.instruction, options, loaded=loaded)
+    except BudgetError:
+        return {"seconds": time.perf_counter() - start, "prefill": None, "text": None, "forwards": None}
+    return {"seconds": time.perf_counter() - start, "prefill": result.stats.seconds_prefill, "text": result.new_text,
+            "forwards": result.stats.forward_passes}
+
+
+def _batched(loaded: LoadedModel, case: Case, options: EditOptions, k: int) -> dict:
+    language_model(loaded).reset()
+    picks = [sampling_picker(candidate_sampling(i, Sampling())) for i in range(1, k + 1)]
+    start = time.perf_counter()
+    found = pipeline.edit_candidates(document_for(case), case.instruction, options, picks, loaded=loaded)
+    seconds = time.perf_counter() - start
+    stats = [c.result.stats for c in found if c.result is not None]
+    return {"seconds": seconds, "prefill": stats[0].seconds_prefill if stats else None,
+            "texts": [c.result.new_text if c.result else None for c in found],
+            "logprobs": [c.logprob for c in found], "forwards": max((s.forward_passes for s in stats), default=None)}
+
+
+def measure_case(loaded: LoadedModel, case: Case, k: int, order: int = 0, test_timeout: float = 10.0) -> dict:
+    """One case: the single decode and the k-row decode (which first: `order` even, the single one)."""
+    options = EditOptions(model=loaded.name, mode=Mode.VERIFY)
+    if order % 2 == 0:
+        one, many = _single(loaded, case, options), _batched(loaded, case, options, k)
+    else:
+        many, one = _batched(loaded, case, options, k), _single(loaded, case, options)
+    row = {"id": case.id, "k": k, "one_seconds": one["seconds"], "k_seconds": many["seconds"],
+           "ratio": many["seconds"] / one["seconds"], "one_forwards": one["forwards"], "k_forwards": many["forwards"],
+           "greedy_same": one["text"] is not None and many["texts"][0] == one["text"],
+           "distinct": len({t for t in many["texts"] if t is not None}), "logprobs": many["logprobs"]}
+    if one["prefill"] is not None and many["prefill"] is not None:
+        steps_one, steps_k = one["seconds"] - one["prefill"], many["seconds"] - many["prefill"]
+        row.update(one_steps=steps_one, k_steps=steps_k, steps_ratio=steps_k / steps_one if steps_one > 0 else None)
+    if case.test and runner_for(case.language):
+        judged = [bool(t is not None and run_test(case, t, test_timeout).passed) for t in many["texts"]]
+        best = max(range(k), key=lambda i: many["logprobs"][i] if many["texts"][i] is not None else float("-inf"))
+        row.update(passed=judged, pass_one=judged[0], pass_k=any(judged), pass_likeliest=judged[best])
+    return row
+
+
+def summarize(rows: list[dict]) -> dict:
+    if not rows:
+        return {"n": 0}
+    steps = [r["steps_ratio"] for r in rows if r.get("steps_ratio") is not None]
+    tested = [r for r in rows if "passed" in r]
+    return {
+        "n": len(rows),
+        "one_seconds_median": median([r["one_seconds"] for r in rows]),
+        "k_seconds_median": median([r["k_seconds"] for r in rows]),
+        "ratio_median": median([r["ratio"] for r in rows]),
+        "ratio_pooled": sum(r["k_seconds"] for r in rows) / sum(r["one_seconds"] for r in rows),
+        "steps_ratio_median": median(steps) if steps else None,
+        "greedy_same": sum(r["greedy_same"] for r in rows),
+        "distinct_mean": sum(r["distinct"] for r in rows) / len(rows),
+        "tested": len(tested),
+        "pass_one": sum(r["pass_one"] for r in tested),
+        "pass_k": sum(r["pass_k"] for r in tested),
+        "pass_likeliest": sum(r["pass_likeliest"] for r in tested),
+    }

@@ -1,0 +1,315 @@
+"""Candidates decoded side by side (`--candidates K`) on the torch backend: the rows of one batched
+decode write exactly what separate decodes with the same pickers write (greedy and seeded samples),
+the batched KV cache equals separate feeds, one candidate is today's decode, and `cadedit fix
+--candidates 3 --test ...` checks the candidates in the order of their log-probability and takes the
+first that passes (scripted candidates through the real batched loop, real model, real checks)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import cadedit.pipeline as pipeline
+from cadedit import cli
+from cadedit.decode import Row, decode_rows, sampling_picker, script_picker
+from cadedit.document import Document
+from cadedit.errors import BudgetError
+from cadedit.model import CachedLM, LoadedModel, new_cache, token_bytes
+from cadedit.options import EditOptions, Mode, Sampling
+from cadedit.pipeline import edit_candidates, edit_file
+from tests.test_rewrite import BEFORE as COLORS, editing_model
+from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, load_once, _models  # noqa: F401 - fixtures
+from tests.test_verify import CORPUS, TOK, prepared_for
+from tests.tinymodel import make_model, scaled_model
+
+SAMPLINGS = (Sampling(), Sampling(0.8, 1.0, 11), Sampling(0.8, 0.9, 12), Sampling(1.0, 1.0, 13))
+
+
+@pytest.fixture(scope="module")
+def tiny() -> LoadedModel:
+    """fp64 (batched and separate forwards agree far below any argmax margin), scaled so the random
+    model writes varied text (tests/test_verify.py)."""
+    return LoadedModel(scaled_model(torch.float64), TOK, "tiny", "cpu", torch.float64, 1, 4096, 0.0)
+
+
+def rows_for(loaded: LoadedModel, prepared, samplings, mode: Mode) -> list[Row]:
+    rows = []
+    for sampling in samplings:
+        cursor, _, drafter = pipeline._fenced_parts(loaded, prepared)
+        rows.append(Row(cursor, sampling_picker(sampling), drafter, score=True))
+    return rows
+
+
+def run_rows(lm, rows, prepared) -> list[Row]:
+    try:
+        for _ in decode_rows(lm, rows, prepared.prompt_ids, None, prepared.budget):
+            pass
+    except BudgetError:
+        assert len(rows) == 1  # alone, a row out of budget raises; among others it stops
+    return rows
+
+
+@pytest.mark.parametrize("mode", [Mode.VERIFY, Mode.REWRITE, Mode.LOOKUP])
+@pytest.mark.parametrize("seed", range(2))
+def test_each_row_writes_what_a_separate_decode_with_its_picker_writes(tiny, mode, seed):
+    from dataclasses import replace
+
+    rng = random.Random(seed)
+    document = Document.from_text("".join(rng.sample(CORPUS, 8)), "x.py")
+    prepared = replace(prepared_for(tiny, document, 90), mode=mode)
+    lm = CachedLM(tiny.model, new_cache(tiny))
+    batched = run_rows(lm, rows_for(tiny, prepared, SAMPLINGS, mode), prepared)
+    assert not lm.rows and lm.ids[: len(prepared.prompt_ids)] == list(prepared.prompt_ids)  # row 0 stays the cache
+    for row, sampling in zip(batched, SAMPLINGS):
+        alone = run_rows(CachedLM(tiny.model, new_cache(tiny)), rows_for(tiny, prepared, [sampling], mode), prepared)[0]
+        assert row.ids == alone.ids and row.cursor.text() == alone.cursor.text()
+        assert (row.error is None) == alone.cursor.is_done()
+        assert row.logprob == pytest.approx(alone.logprob, rel=1e-9, abs=1e-9)
+        assert row.logprob < 0
+    assert len({tuple(row.ids) for row in batched}) > 1  # the sampled rows are other candidates
+
+
+def test_rows_of_different_lengths_equal_separate_feeds():
+    model = make_model()
+    batched, alone = CachedLM(model, model.new_cache()), CachedLM(model, model.new_cache())
+    prompt = list(range(5, 60))
+    batched.feed(prompt)
+    batched.fork(3)
+    feeds, keeps = [[7, 8, 9], [10], [11, 12, 13, 14, 15]], [2, 1, 3]
+    out = batched.feed_rows([0, 1, 2], feeds, keeps)
+    for k in range(3):
+        alone.reset()
+        alone.feed(prompt)
+        assert out[k].shape == (keeps[k], model.config.vocab_size)
+        torch.testing.assert_close(out[k], alone.feed(feeds[k], keeps[k]), atol=1e-5, rtol=1e-5)
+    batched.crop_row(2, 2)  # row 2 forgets 14, 15; rows 0 and 1 keep theirs
+    out = batched.feed_rows([2, 0], [[99], [98, 97]], [1, 2])
+    alone.reset()
+    alone.feed(prompt + [11, 12, 13])
+    torch.testing.assert_close(out[0], alone.feed([99]), atol=1e-5, rtol=1e-5)
+    alone.reset()
+    alone.feed(prompt + [7, 8, 9])
+    torch.testing.assert_close(out[1], alone.feed([98, 97], 2), atol=1e-5, rtol=1e-5)
+    batched.fork(1)
+    assert not batched.rows and batched.ids == prompt + [7, 8, 9, 98, 97]
+
+
+def test_one_candidate_is_the_plain_edit_and_rows_share_one_prompt_prefill():
+    document = Document.from_text(COLORS, "colors.txt")
+    loaded = editing_model(document)
+    options = EditOptions(mode=Mode.VERIFY)
+    plain = edit_file(document, "Rename teal to green.", options, loaded=loaded)
+    one = edit_candidates(document, "Rename teal to green.", options, [sampling_picker()], loaded=loaded)
+    assert [c.result.new_text for c in one] == [plain.new_text] and one[0].error is None
+    pipeline.language_model(loaded).reset()
+    three = edit_candidates(document, "Rename teal to green.", options,
+                            [sampling_picker(s) for s in SAMPLINGS[:3]], loaded=loaded)
+    assert three[0].result.new_text == plain.new_text == "red:\ngreen;\nblue)\n"
+    prompt = pipeline.prepare(loaded, document, "Rename teal to green.", options).prompt_ids
+    for c in three:  # the prompt was fed once: every row counts the same prefill forward
+        if c.result is not None:
+            assert c.result.stats.tokens_prompt == len(prompt)
+        else:  # a sample that ran on far past candidate 1's forwards was stopped
+            assert c.error.message.startswith("stopped after") and "far past candidate 1's" in c.error.message
+    assert all(c.logprob < 0 for c in three)
+
+
+# -- through the CLI ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    folder = tmp_path / "work"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    (folder / "a.py").write_bytes(BEFORE)
+    return folder
+
+
+@pytest.fixture
+def scripted_rows(monkeypatch):
+    """scripted_rows(*answers): the batched try's candidate k spells answers[k - 1] through the real batched
+    loop; a later (single) try spells the last answer. Records the pickers' count per batched call."""
+    calls: list[int] = []
+
+    def script(*answers):
+        real_rows, real_one = pipeline.run_candidates, pipeline.run_decode
+
+        def spell(loaded, prepared, answer):
+            return script_picker(answer + prepared.fence + "\n", token_bytes(loaded))
+
+        def run_candidates(loaded, document, prepared, picks, on_step=None, draft=True):
+            calls.append(len(picks))
+            picks = [spell(loaded, prepared, answers[k]) for k in range(len(picks))]
+            return real_rows(loaded, document, prepared, picks, on_step, draft)
+
+        def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
+            return real_one(loaded, document, prepared, spell(loaded, prepared, answers[-1]), on_step, draft)
+
+        monkeypatch.setattr(pipeline, "run_candidates", run_candidates)
+        monkeypatch.setattr(pipeline, "run_decode", run_decode)
+        return calls
+
+    return script
+
+
+def fix(tiny_dir, *args: str):
+    return CliRunner().invoke(cli.app, ["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
+                                        "--threads", "1", *args])
+
+
+def test_fix_with_candidates_takes_the_first_that_passes_its_test(tiny_dir, work, scripted_rows):
+    calls = scripted_rows(WRONG, GOOD, WRONG, BEFORE.decode())
+    result = fix(tiny_dir, "--candidates", "4", "--test", GREP_TEST, "--json", "--write")
+    assert result.exit_code == 0, result.output
+    assert calls == [4]  # one batched decode of 4 rows, no second try
+    assert (work / "a.py").read_text() == GOOD
+    data = json.loads(result.stdout)
+    assert data["passed"] and data["answer_try"] == 1 and data["answer_candidate"] == 2
+    tries = data["tries"]
+    assert sorted(t["candidate"] for t in tries) == [1, 2, 3, 4] and {t["try"] for t in tries} == {1}
+    logprobs = [t["logprob"] for t in tries]
+    assert logprobs == sorted(logprobs, reverse=True)  # checked in the model's order of likelihood
+    order = [t["candidate"] for t in tries]
+    winner = order.index(2)
+    for t in tries[:winner]:  # every candidate more likely than the winner was checked and failed, or a duplicate
+        assert not t["passed"]
+        assert (t["error"] or "").startswith("the same as candidate") or any(not c["passed"] for c in t["checks"])
+    for t in tries[winner + 1 :]:  # the rest were not tested
+        assert t["checks"] == [] and not t["passed"]
+        assert t["error"] in ("not checked: candidate 2 passed first", "the same as candidate 1",
+                              "the same as candidate 3")
+    assert [c["name"] for c in tries[winner]["checks"]] == ["syntax", "change", "test"]
+    assert [t for t in tries if t["candidate"] == 4][0]["changed"] is False
+    wrong = [t for t in tries if t["candidate"] in (1, 3)]  # the same text twice: checked at most once
+    assert sum(1 for t in wrong if t["checks"]) <= 1
+
+
+def test_fix_with_candidates_without_test_takes_the_likeliest_that_changes_the_file(tiny_dir, work, scripted_rows):
+    scripted_rows(GOOD, WRONG, BEFORE.decode())
+    result = fix(tiny_dir, "--candidates", "3", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    changing = [t for t in data["tries"] if t["candidate"] in (1, 2)]
+    likeliest = max(changing, key=lambda t: t["logprob"])
+    assert data["answer_candidate"] == likeliest["candidate"]
+    assert (work / "a.py").read_bytes() == BEFORE  # no --write: nothing written
+    assert data["diff"] and ("a + b" in data["diff"]) == (likeliest["candidate"] == 1)
+
+
+def test_when_no_candidate_passes_the_next_try_is_one_candidate_with_the_feedback(tiny_dir, work, scripted_rows):
+    calls = scripted_rows(WRONG, WRONG, GOOD)  # the single try 2 spells GOOD
+    result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
+                                          "--threads", "1", "--candidates", "2", "--test", GREP_TEST])
+    assert result.exit_code == 0, result.output
+    assert calls == [2]
+    lines = [line for line in result.stderr.splitlines() if ": try " in line]
+    assert len(lines) == 3 and "candidate 1 of 2" in "".join(lines[:2]) and "candidate 2 of 2" in "".join(lines[:2])
+    assert lines[2].startswith("a.py: try 2 of 3: passed")
+
+
+def test_candidates_out_of_range_is_a_usage_error(tiny_dir, work):
+    result = fix(tiny_dir, "--candidates", "0")
+    assert result.exit_code == 2 and "--candidates" in result.output
+    assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_candidates_in_a_scoped_edit(tiny_dir, work, scripted_rows):
+    scripted_rows("    return a * b\n", "    return a + b\n")  # the region's lines only
+    result = fix(tiny_dir, "--candidates", "2", "--test", GREP_TEST, "--lines", "2", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["answer_candidate"] == 2 and data["scope"]
+    assert all(t["regions"] == [[2, 2]] for t in data["tries"])
+
+
+# -- the benchmark ---------------------------------------------------------------------------------
+
+
+def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(tmp_path, tiny_dir, scripted_rows):
+    buggy, fixed = "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return a + b\n"
+    scripted_rows(buggy, fixed, "def add(a, b):\n    return a * b\n", buggy)  # the single decode: the last
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "add", "language": "python", "before": buggy, "after": fixed,
+                                  "instruction": "Fix add.", "test": "assert add(2, 3) == 5\n"}) + "\n")
+    out = tmp_path / "c.json"
+    result = CliRunner().invoke(cli.app, ["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
+                                          "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    (row,) = data["corpora"][0]["cases"]
+    assert row["passed"] == [False, True, False, False] and row["pass_k"] and not row["pass_one"]
+    assert row["distinct"] == 3 and row["greedy_same"] and row["k"] == 4
+    assert row["one_seconds"] > 0 and row["k_seconds"] > 0 and row["ratio"] == row["k_seconds"] / row["one_seconds"]
+    assert row["k_forwards"] >= 1 and len(row["logprobs"]) == 4
+    summary = data["corpora"][0]["summary"]
+    assert summary["pass_k"] == 1 and summary["pass_one"] == 0 and summary["n"] == 1
+    assert "any of 4 1/1" in result.stdout
+
+
+def test_program_mode_rows_each_spell_their_own_program_with_splices():
+    from cadedit.model import encode
+    from cadedit.oracle import oracle
+    from cadedit.pipeline import grammar_for
+    from cadedit.program import format
+    from cadedit.resolve import to_display_program
+    from tests.tinytok import make_tokenizer
+
+    loaded = LoadedModel(make_model(), make_tokenizer(), "tiny", "cpu", torch.float32, 1, 4096, 0.0)
+    before = Document.from_text("def add(a, b):\n    return a - b\n\n\nprint(add(1, 2))\n", "case.py")
+    afters = [before.text.replace("a - b", "a + b"), before.text.replace("print", "x = 1\nprint"), before.text]
+    picks = []
+    for after in afters:
+        target = format(to_display_program(oracle(before, Document.from_text(after, "case.py")), before))
+        picks.append(script_picker(target, grammar_for(loaded).vocab.tokens, lambda t: encode(loaded.tokenizer, t)))
+    found = edit_candidates(before, "Edit.", EditOptions(mode=Mode.PROGRAM), picks, loaded=loaded)
+    assert [c.result.new_text for c in found] == afters
+    assert all(c.result.stats.copies >= 1 for c in found)  # copied lines were spliced into each row
+
+
+class Counting(CachedLM):
+    """A CachedLM that counts the tokens its forwards compute."""
+
+    def __init__(self, model, cache):
+        super().__init__(model, cache)
+        self.computed = 0
+
+    def feed_rows(self, rows, ids, keeps):
+        self.computed += sum(map(len, ids))
+        return super().feed_rows(rows, ids, keeps)
+
+
+def test_rows_that_agree_are_computed_once(tiny):
+    from dataclasses import replace
+
+    document = Document.from_text("".join(random.Random(3).sample(CORPUS, 8)), "x.py")
+    prepared = replace(prepared_for(tiny, document, 90), mode=Mode.VERIFY)
+    alone_lm, rows_lm = Counting(tiny.model, new_cache(tiny)), Counting(tiny.model, new_cache(tiny))
+    alone = run_rows(alone_lm, rows_for(tiny, prepared, [Sampling()], Mode.VERIFY), prepared)[0]
+    same = run_rows(rows_lm, rows_for(tiny, prepared, [Sampling()] * 3, Mode.VERIFY), prepared)
+    assert all(row.ids == alone.ids for row in same)
+    assert rows_lm.computed == alone_lm.computed  # three greedy rows cost one
+    mixed_lm = Counting(tiny.model, new_cache(tiny))
+    run_rows(mixed_lm, rows_for(tiny, prepared, [Sampling(), Sampling(), Sampling(1.0, 1.0, 5)], Mode.VERIFY), prepared)
+    assert alone_lm.computed < mixed_lm.computed < 3 * alone_lm.computed
+
+
+def test_a_row_that_runs_far_past_candidate_1_is_stopped(tiny_dir):
+    from cadedit import decode
+    from cadedit.model import load_model
+
+    loaded = load_model(str(tiny_dir), dtype="fp32", threads=1)
+    document = Document.from_text("def add(a, b):\n    return a - b\n", "solution.py")
+    prepared = pipeline.prepare(loaded, document, "Fix add.", EditOptions())
+    texts = [document.text, "".join(f"x{k} = {k}\n" for k in range(40))]  # the second is never drafted
+    picks = [script_picker(t + prepared.fence + "\n", token_bytes(loaded)) for t in texts]
+    first, second = pipeline.run_candidates(loaded, document, prepared, picks)
+    assert first.decoded is not None and first.decoded.text.startswith(document.text)
+    forwards = first.decoded.stats.forward_passes
+    assert second.decoded is None and second.error.message.startswith(
+        f"stopped after {int(decode.ROW_FORWARDS * forwards + 0.5) + decode.ROW_SLACK} forwards")

@@ -1,0 +1,104 @@
+"""Candidates side by side on the llama.cpp backend: rows are sequence ids of one context (the prompt's
+cells shared through llama_memory_seq_cp), fed together in one llama_batch. Rows equal separate feeds
+within llama.cpp's own noise (tests/test_llama.py: 1e-3), each row writes what a separate decode with
+its picker writes (on the scaled model, whose argmaxes stand far above that noise), and `cadedit fix
+--candidates` runs on the backend through the console script.
+
+Without llama-cpp-python these tests skip, unless CADEDIT_REQUIRE_LLAMA=1 (CI sets it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+
+if os.environ.get("CADEDIT_REQUIRE_LLAMA") != "1":
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'cadedit[llama]')")
+
+from cadedit import llamacpp
+from cadedit.document import Document
+from cadedit.model import CachedLM, new_cache
+from cadedit.options import Mode, Sampling
+from tests.test_candidates import SAMPLINGS, rows_for, run_rows
+from tests.test_llama import (SAME, TOK, cli, colors, editing_gguf, llama_scaled, llama_tiny, scaled_gguf,  # noqa: F401
+                              tiny_gguf)
+from tests.test_verify import CORPUS, prepared_for
+
+
+def test_rows_are_sequences_fed_together_and_equal_separate_feeds(llama_tiny):
+    prompt = TOK.encode("def add(a, b):\n    return a + b\n" * 3)
+    feeds = [TOK.encode("x = 1\n"), TOK.encode("y"), TOK.encode("class Z:\n    pass\n")]
+    keeps = [2, 1, 3]
+    lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    lm.feed(prompt)
+    lm.fork(3)
+    assert [row.seq for row, _ in lm.rows] == [1, 2]
+    batched = lm.feed_rows([0, 1, 2], feeds, keeps)
+    lm.crop_row(2, 2)
+    after_crop = lm.feed_rows([2], [TOK.encode("z")], [1])[0]
+    lm.fork(1)
+    assert not lm.rows and not llama_tiny.model.rows and lm.ids == prompt + feeds[0]
+    for feed, keep, got in zip(feeds, keeps, batched):
+        alone = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+        alone.feed(prompt)
+        assert got.shape == (keep, 768)
+        assert torch.allclose(got, alone.feed(feed, keep), atol=SAME), float((got - alone.feed(feed, keep)).abs().max())
+    alone = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    alone.feed(prompt + feeds[2][:-2])
+    assert torch.allclose(after_crop, alone.feed(TOK.encode("z")), atol=SAME)
+
+
+def test_many_rows_with_long_feeds_split_into_calls_and_keep_their_rows(llama_tiny):
+    prompt = TOK.encode("import os\n" * 4)
+    feeds = [TOK.encode("for i in range(10):\n    print(i)\n" * 6)[: 60 + 7 * k] for k in range(4)]
+    keeps = [len(f) for f in feeds]  # more kept rows than one call returns
+    assert sum(keeps) > llamacpp.ROW_OUTPUTS
+    lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    lm.feed(prompt)
+    lm.fork(4)
+    batched = lm.feed_rows([0, 1, 2, 3], feeds, keeps)
+    lm.fork(1)
+    for feed, got in zip(feeds, batched):
+        alone = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+        alone.feed(prompt)
+        assert torch.allclose(got, alone.feed(feed, len(feed)), atol=SAME)
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("mode", [Mode.VERIFY, Mode.LOOKUP])
+def test_each_row_writes_what_a_separate_decode_with_its_picker_writes(llama_scaled, seed, mode):
+    rng = random.Random(seed)
+    document = Document.from_text("".join(rng.sample(CORPUS, 8)), "x.py")
+    prepared = replace(prepared_for(llama_scaled, document, 90), mode=mode)
+    samplings = (Sampling(), Sampling(0.8, 1.0, 11), Sampling(1.0, 1.0, 13))
+    batched = run_rows(CachedLM(llama_scaled.model, new_cache(llama_scaled)),
+                       rows_for(llama_scaled, prepared, samplings, mode), prepared)
+    for row, sampling in zip(batched, samplings):
+        alone = run_rows(CachedLM(llama_scaled.model, new_cache(llama_scaled)),
+                         rows_for(llama_scaled, prepared, [sampling], mode), prepared)[0]
+        assert row.ids == alone.ids
+        assert row.logprob == pytest.approx(alone.logprob, rel=1e-2, abs=1e-2)
+    assert len({tuple(row.ids) for row in batched}) > 1
+
+
+def test_fix_with_candidates_on_the_llama_backend(colors, editing_gguf):  # noqa: F811
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
+               "--candidates", "3", "--threads", "1", "--json", "-q", "--write", cwd=colors)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["backend"] == "llama" and data["passed"] and data["answer_candidate"] is not None
+    assert sorted(t["candidate"] for t in data["tries"]) == [1, 2, 3]
+    assert all(t["logprob"] is not None for t in data["tries"])
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
+
+
+def test_more_candidates_than_the_context_holds_is_a_usage_error(colors, editing_gguf):  # noqa: F811
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
+               "--candidates", str(llamacpp.MAX_ROWS + 1), cwd=colors)
+    assert done.returncode == 2 and "--candidates" in done.stderr
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
