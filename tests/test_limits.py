@@ -77,6 +77,8 @@ def test_ctrl_c_while_cadedit_starts_exits_130_without_a_traceback(tmp_path, tin
         _, err = proc.communicate(timeout=60)
         if proc.returncode == 0:  # it finished before the signal: nothing to see
             continue
+        if "init_import_site" in err:  # on a busy machine: still in Python's own start, before any of cadedit runs
+            continue
         assert proc.returncode == 130, (delay, proc.returncode, err)
         assert "Traceback" not in err, err
 
