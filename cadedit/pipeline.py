@@ -2,7 +2,7 @@
 
 Contract: edit_file(document, instruction, options) loads the model (or takes a loaded one),
 refuses a file whose prompt cannot fit the model's context before any model work, decodes with the
-mode's cursor and drafter (cadedit.decode's table), and reports the answer as a copy/gen program
+mode's cursor and drafter (the MODES table), and reports the answer as a copy/gen program
 resolved strictly against the document. Nothing is written here: the caller shows or applies
 EditResult.new_text. The helpers (prepare, run_decode) are public so benchmarks reuse exactly this
 code path.
@@ -140,23 +140,46 @@ def _program_parts(loaded: LoadedModel, document: Document, draft: bool):
     return cursor, span_ids, drafter
 
 
-def _fenced_parts(loaded: LoadedModel, prepared: Prepared):
+def _fenced_parts(loaded: LoadedModel, document: Document, prepared: Prepared, draft: bool):
     tokens = token_bytes(loaded)
     headers = [encode(loaded.tokenizer, h) for h in prepared.headers]
     cursor = FenceCursor(tokens, eos_ids(loaded), prepared.fence, headers)
-    drafter = None
-    if prepared.mode is Mode.VERIFY:
-        drafter = VerifyDrafter(prepared.source, lambda text: encode(loaded.tokenizer, text), tokens, prepared.budget,
-                                tail=prepared.draft_tail)
-    elif prepared.mode is Mode.LOOKUP:
-        drafter = LookupDrafter(prepared.prompt_ids, prepared.budget)
-    return cursor, None, drafter
+    make_draft = MODES[prepared.mode].drafter
+    return cursor, None, make_draft(loaded, prepared) if make_draft is not None else None
+
+
+def _verify_drafter(loaded: LoadedModel, prepared: Prepared) -> VerifyDrafter:
+    return VerifyDrafter(prepared.source, lambda text: encode(loaded.tokenizer, text), token_bytes(loaded),
+                         prepared.budget, tail=prepared.draft_tail)
+
+
+def _lookup_drafter(loaded: LoadedModel, prepared: Prepared) -> LookupDrafter:
+    return LookupDrafter(prepared.prompt_ids, prepared.budget)
+
+
+@dataclass(frozen=True)
+class ModeRow:
+    """One mode as the decode loop runs it: how its cursor and spans are made (the answer's format:
+    an edit program under the grammar, or the file retyped in a fence) and, for the fenced modes,
+    what drafts the answer (None: nothing, one token per forward)."""
+
+    parts: Callable  # (loaded, document, prepared, draft) -> (cursor, span_ids, drafter)
+    drafter: Callable[[LoadedModel, Prepared], object] | None = None
+
+
+# The mode table (decode.py's docstring shows it as a table for the reader).
+MODES: dict[Mode, ModeRow] = {
+    Mode.PROGRAM: ModeRow(lambda loaded, document, prepared, draft: _program_parts(loaded, document, draft)),
+    Mode.REWRITE: ModeRow(_fenced_parts),
+    Mode.LOOKUP: ModeRow(_fenced_parts, _lookup_drafter),
+    Mode.VERIFY: ModeRow(_fenced_parts, _verify_drafter),
+}
 
 
 def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick: Picker,
                on_step: Callable[[DecodeStats, Step], None] | None = None, draft: bool = True) -> Decoded:
     """One decode for `document` in the prepared mode, reusing the cached prompt prefix."""
-    cursor, span_ids, drafter = _parts(loaded, document, prepared, draft)
+    cursor, span_ids, drafter = mode_parts(loaded, document, prepared, draft)
     with _prompt_cache(loaded, prepared) as (lm, reused):
         return decode(lm, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step, drafter, reused)
 
@@ -167,17 +190,15 @@ def run_candidates(loaded: LoadedModel, document: Document, prepared: Prepared, 
     with its own cursor, drafter and picker; each with the model's log-probability of its picks."""
     rows, span_ids = [], None
     for pick in picks:
-        cursor, span_ids, drafter = _parts(loaded, document, prepared, draft)
+        cursor, span_ids, drafter = mode_parts(loaded, document, prepared, draft)
         rows.append(Row(cursor, pick, drafter, score=True))
     with _prompt_cache(loaded, prepared) as (lm, reused):
         return decode_candidates(lm, rows, prepared.prompt_ids, span_ids, prepared.budget, on_step, reused)
 
 
-def _parts(loaded: LoadedModel, document: Document, prepared: Prepared, draft: bool):
-    """The mode's cursor, span ids and drafter (cadedit.decode's table)."""
-    if prepared.mode is Mode.PROGRAM:
-        return _program_parts(loaded, document, draft)
-    return _fenced_parts(loaded, prepared)
+def mode_parts(loaded: LoadedModel, document: Document, prepared: Prepared, draft: bool):
+    """The mode's cursor, span ids and drafter (the MODES table)."""
+    return MODES[prepared.mode].parts(loaded, document, prepared, draft)
 
 
 @contextlib.contextmanager

@@ -40,7 +40,7 @@ def tiny() -> LoadedModel:
 def rows_for(loaded: LoadedModel, prepared, samplings, mode: Mode) -> list[Row]:
     rows = []
     for sampling in samplings:
-        cursor, _, drafter = pipeline._fenced_parts(loaded, prepared)
+        cursor, _, drafter = pipeline.mode_parts(loaded, None, prepared, True)
         rows.append(Row(cursor, sampling_picker(sampling), drafter, score=True))
     return rows
 

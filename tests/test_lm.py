@@ -100,7 +100,7 @@ def run_reusing(loaded, prepared: pipeline.Prepared):
     ids of an answer the budget cut short."""
     lm = language_model(loaded)
     reused = lm.reuse(prepared.prompt_ids)
-    cursor, span_ids, drafter = pipeline._fenced_parts(loaded, prepared)
+    cursor, span_ids, drafter = pipeline.mode_parts(loaded, None, prepared, True)
     seen = [DecodeStats(tokens_reused=reused)]
     try:
         decoded = decode(lm, cursor, prepared.prompt_ids, span_ids, sampling_picker(), prepared.budget,

@@ -278,7 +278,7 @@ def reference_encoder(reference: list[int]):
 def fenced_run(loaded: LoadedModel, prepared: pipeline.Prepared, mode: Mode, lm=None) -> Run:
     """One decode of the prepared fenced answer in `mode` with the pipeline's own cursor and drafter,
     over a fresh KV cache (unless `lm` is given)."""
-    cursor, span_ids, drafter = pipeline._fenced_parts(loaded, replace(prepared, mode=mode))
+    cursor, span_ids, drafter = pipeline.mode_parts(loaded, None, replace(prepared, mode=mode), True)  # fenced: no document needed
     assert span_ids is None
     lm = lm or CachedLM(loaded.model, new_cache(loaded))
     return run_loop(lm, prepared.prompt_ids, prepared.budget, drafter, cursor=cursor)
