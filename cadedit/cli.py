@@ -273,14 +273,28 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
 
               cadedit fix app.py "Fix line 95" --engine http://gpu-box:8000/v1   (a shared engine decodes)
     """
-    import json
-
-    from cadedit.diff import count_changes, show, unified_diff, write_atomic
-    from cadedit.document import Document
     from cadedit.options import EditOptions, Sampling
-    from cadedit.program import format as format_program
     from cadedit.tries import CheckPlan
 
+    _refuse_clashes(check, write, no_scope, lines, scope, mode)
+    files, instruction = _fix_arguments(args, instruction_opt)
+    _recover(files)
+    options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
+                          max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context),
+                          backend=backend)
+    plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
+    run = _Run(tries, _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope), candidates,
+               (engine, engine_timeout), quiet, verbose)
+    shown = _Shown(write, check, show_program, as_json)
+    if len(files) > 1:
+        if as_json or show_program:
+            raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
+        return _fix_many(files, instruction, options, plan, run, shown)
+    _fix_one(files[0], instruction, options, plan, run, shown)
+
+
+def _refuse_clashes(check: bool, write: bool, no_scope: bool, lines, scope, mode) -> None:
+    """Options that contradict each other: usage errors before anything is read."""
     if check and write:
         raise typer.BadParameter("--check writes nothing; drop --write", param_hint="--check")
     if no_scope and (lines or scope):
@@ -288,54 +302,67 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
     if mode == Mode.PROGRAM and (lines or scope):
         raise typer.BadParameter("scoped edits retype a region; use --mode verify, rewrite or lookup",
                                  param_hint="--lines/--scope")
-    files, instruction = _fix_arguments(args, instruction_opt)
-    _recover(files)
-    options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
-                          max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context),
-                          backend=backend)
-    plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
-    scoping = _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope)
-    if len(files) > 1:
-        if as_json or show_program:
-            raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
-        return _fix_many(files, instruction, options, write, check, quiet, plan, tries, scoping,
-                         (engine, engine_timeout), candidates)
-    file = files[0]
+
+
+@dataclass(frozen=True)
+class _Shown:
+    """What `cadedit fix` does with the answer: print the diff (default), write it, only check, print
+    the program, or print JSON."""
+
+    write: bool = False
+    check: bool = False
+    program: bool = False
+    json: bool = False
+
+
+def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Shown) -> None:
+    """One file (or stdin): its tries, then the answer shown, written or reported as failed."""
+    import json
+
+    from cadedit.diff import unified_diff
+    from cadedit.document import Document
+
     stdin = file == "-"
-    if stdin and write:
+    if stdin and shown.write:
         raise typer.BadParameter("--write needs a file, not stdin", param_hint="--write")
-    if stdin and test:
+    if stdin and plan.test:
         raise typer.BadParameter("--test runs against a file; give a file, not stdin", param_hint="--test")
     document = Document.read_stream(sys.stdin.buffer) if stdin else Document.read(file)
-    loaded = _load(options, quiet, verbose, engine=(engine, engine_timeout))
-    outcome = _edit_checked(document, instruction, options, plan, tries, scoping, loaded, quiet, verbose, candidates)
-    answer = outcome.verified.answer
-    best = outcome.verified.best
-    shown = answer or best
-    diff_text = unified_diff(document.text, shown.result.new_text, "-" if stdin else display_path(Path(file))) if (
-        shown is not None) else ""
-    if as_json:
+    loaded = _load(options, run)
+    outcome = _edit_checked(document, instruction, options, plan, run, loaded)
+    best = outcome.verified.answer or outcome.verified.best
+    diff_text = unified_diff(document.text, best.result.new_text, "-" if stdin else display_path(Path(file))) if (
+        best is not None) else ""
+    if shown.json:
         write_stdout(json.dumps(outcome.to_json(diff_text), indent=2, ensure_ascii=False) + "\n")
-    if answer is None:
-        _no_passing_try(outcome, diff_text, quiet or as_json)
+    if outcome.verified.answer is None:
+        _no_passing_try(outcome, diff_text, run.quiet or shown.json)
+    _show_answer(document, file, outcome.verified.answer, diff_text, plan, run, shown)
+
+
+def _show_answer(document, file: str, answer, diff_text: str, plan, run: _Run, shown: _Shown) -> None:
+    """The passing answer: a summary line, then the diff, program or text on stdout, or the file written."""
+    from cadedit.diff import count_changes, show, write_atomic
+    from cadedit.program import format as format_program
+
     result = answer.result
-    if not quiet:
+    if not run.quiet:
         added, removed = count_changes(diff_text)
         say(f"{document.path}: " + (f"+{added} -{removed} lines" if diff_text else "no change")
-            + f" ({answer.summary()}, try {answer.number} of {tries})")
-    if as_json:
+            + f" ({answer.summary()}, try {answer.number} of {run.tries})")
+    if shown.json:
         pass
-    elif show_program:
+    elif shown.program:
         write_stdout(format_program(result.program))
-    elif stdin:
+    elif file == "-":
         write_stdout(result.new_text)
-    elif diff_text and not write:
+    elif diff_text and not shown.write:
         show(diff_text)
-    if write and diff_text:
-        write_atomic(_reread(document) if test else document, result.new_text)
-        if not quiet:
+    if shown.write and diff_text:
+        write_atomic(_reread(document) if plan.test else document, result.new_text)
+        if not run.quiet:
             err.print(f"wrote {file}", highlight=False, markup=False)
-    if check and diff_text:
+    if shown.check and diff_text:
         raise typer.Exit(1)
 
 
@@ -344,6 +371,18 @@ class _Scoping:
     lines: tuple[str, ...]
     names: tuple[str, ...]
     on: bool
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How `cadedit fix` makes its tries, the same for every file of one command."""
+
+    tries: int
+    scoping: _Scoping
+    candidates: int = 1
+    engine: tuple = (None, None)  # --engine, --engine-timeout
+    quiet: bool = False
+    verbose: bool = False
 
 
 @dataclass(frozen=True)
@@ -381,10 +420,11 @@ class _Outcome:
         return data
 
 
-def _load(options, quiet: bool, verbose: bool = False, once_for: int = 1, engine: tuple = (None, None)):
+def _load(options, run: _Run, once_for: int = 1):
     """The model: a shared engine's when one is named, the warm server's when one serves it, else loaded
     here (with its timings)."""
-    remote = _engine_for(engine[0], engine[1], options.model)
+    quiet, verbose = run.quiet, run.verbose
+    remote = _engine_for(run.engine[0], run.engine[1], options.model)
     if remote is not None:
         if not quiet:
             say(f"{remote.name}: using the engine")
@@ -410,16 +450,37 @@ def _load(options, quiet: bool, verbose: bool = False, once_for: int = 1, engine
     return loaded
 
 
-def _edit_checked(document, instruction: str, options, plan, tries: int, scoping: _Scoping, loaded, quiet: bool,
-                  verbose: bool = False, candidates: int = 1) -> _Outcome:
+def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
     from cadedit.scope import plan_edit
     from cadedit.tries import edit_verified
 
+    scoping, quiet = run.scoping, run.quiet
     options, scope = plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on)
     if scope is not None and not quiet:
         say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
+    on_try, on_where = _reporters(document, options, run, progress)
+
+    def on_test(number: int) -> None:
+        progress.update_text(f"{document.path}: try {number}: running the test ...")
+
+    with progress:
+        if options.locate:
+            progress.update_text(f"{document.path}: asking the model which line to change ...")
+        verified = edit_verified(document, instruction, options, plan, run.tries, loaded=loaded, on_try=on_try,
+                                 on_step=progress.update, on_test=on_test, on_where=on_where,
+                                 candidates=run.candidates)
+    first = getattr(loaded, "first_forward", lambda: None)()
+    if run.verbose and first is not None:
+        say(f"  first forward {first:.2f} s after the process started")
+    return _Outcome(document, verified, scope, loaded.name, loaded.load_seconds, getattr(loaded, "phases", ()),
+                    str(getattr(loaded, "dtype", "")).removeprefix("torch."), first, getattr(loaded, "backend", ""))
+
+
+def _reporters(document, options, run: _Run, progress):
+    """on_try and on_where: one line on stderr per try (and for the where-step), more with --verbose."""
+    quiet, verbose, tries, candidates = run.quiet, run.verbose, run.tries, run.candidates
     previous: dict = {}
 
     def on_try(attempt) -> None:
@@ -443,9 +504,6 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
                 if c.output_tail:
                     say(f"  {c.name} output:\n{c.output_tail}")
 
-    def on_test(number: int) -> None:
-        progress.update_text(f"{document.path}: try {number}: running the test ...")
-
     def on_where(where) -> None:
         previous["regions"] = where.levels[0]
         progress.stop()
@@ -455,17 +513,7 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
                 say(f"  where: prompt {where.tokens_prompt} tokens fed, answer {where.answer!r}; the tries' scopes: "
                     + "; ".join(", ".join(f"{a}-{b}" for a, b in level) for level in where.levels))
 
-    with progress:
-        if options.locate:
-            progress.update_text(f"{document.path}: asking the model which line to change ...")
-        verified = edit_verified(document, instruction, options, plan, tries, loaded=loaded, on_try=on_try,
-                                 on_step=progress.update, on_test=on_test, on_where=on_where, candidates=candidates)
-    model_module = sys.modules.get("cadedit.model")  # not imported: every forward ran in a server
-    first = model_module.FIRST_FORWARD[0] if model_module and model_module.FIRST_FORWARD else None
-    if verbose and first is not None:
-        say(f"  first forward {first:.2f} s after the process started")
-    return _Outcome(document, verified, scope, loaded.name, loaded.load_seconds, getattr(loaded, "phases", ()),
-                    str(getattr(loaded, "dtype", "")).removeprefix("torch."), first, getattr(loaded, "backend", ""))
+    return on_try, on_where
 
 
 def _reread(document):
@@ -587,8 +635,7 @@ def _text_names(files: list[str]) -> None:
                                 hint="rename it (e.g. with convmv), or use `cadedit fix - ...` with the file on stdin")
 
 
-def _fix_many(files: list[str], instruction: str, options, write: bool, check: bool, quiet: bool, plan, tries: int,
-              scoping: _Scoping, engine: tuple = (None, None), candidates: int = 1) -> None:
+def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, shown: _Shown) -> None:
     """Several files: every file read first, the model loaded once, one patch; written only if all edits pass.
 
     Each file's candidates are checked on their own for syntax and change; --test then runs once
@@ -600,12 +647,13 @@ def _fix_many(files: list[str], instruction: str, options, write: bool, check: b
     from cadedit.document import Document
     from cadedit.errors import CheckFailedError
 
+    quiet, write, check = run.quiet, shown.write, shown.check
     documents = [Document.read(f) for f in dict.fromkeys(files)]
-    loaded = _load(options, quiet, once_for=len(documents), engine=engine)
+    loaded = _load(options, replace(run, verbose=False), once_for=len(documents))
     edited, failed = [], []
     for document in documents:
-        outcome = _edit_checked(document, instruction, options, replace(plan, test=None), tries, scoping, loaded, quiet,
-                                candidates=candidates)
+        outcome = _edit_checked(document, instruction, options, replace(plan, test=None), replace(run, verbose=False),
+                                loaded)
         answer = outcome.verified.answer
         if answer is None:
             failed.append(document.path)

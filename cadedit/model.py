@@ -55,6 +55,10 @@ class LoadedModel:
     backend: str = "torch"  # "torch" (cadedit.qwen2) or "llama" (cadedit.llamacpp: the GGUF through llama.cpp)
     backend_reason: str = ""
 
+    def first_forward(self) -> float | None:
+        """Seconds from the process's start to its first forward (None: none has run yet)."""
+        return FIRST_FORWARD[0] if FIRST_FORWARD else None
+
 
 # -- GGUF conversion cache ---------------------------------------------------------------------
 
