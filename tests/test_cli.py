@@ -299,16 +299,18 @@ def test_commands_without_a_model_never_import_torch(tmp_path, args):
     assert done.stderr.decode().endswith("HEAVY=[]"), done.stderr.decode()
 
 
-def test_startup_is_fast(run_cli, tmp_path):
-    """Measured ~0.25 s on the 2-core dev box; the bound leaves room for a loaded machine (torch alone takes >1 s)."""
-    import time
+def test_startup_imports_no_model_code(tmp_path):
+    """`cadedit --version` (and every command that needs no model) starts without importing torch,
+    numpy, transformers or the tokenizer: those take seconds; start-up time itself is a benchmark
+    (`cadedit bench overhead`), not a timed test."""
+    import sys
 
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        assert run_cli("--version", cwd=tmp_path).returncode == 0
-        best = min(best, time.perf_counter() - start)
-    assert best < 1.0
+    code = ("import sys\nfrom cadedit.entry import main\nsys.argv = ['cadedit', '--version']\ntry:\n    main()\n"
+            "except SystemExit:\n    pass\nheavy = ('torch', 'numpy', 'transformers', 'tokenizers', 'jinja2', 'safetensors')\n"
+            "print(sorted(m for m in heavy if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
 
 
 # --- the repository's promises ---------------------------------------------------------------
