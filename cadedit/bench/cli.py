@@ -10,7 +10,6 @@ import them inside their commands.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -941,27 +940,16 @@ def longfile(
 
     Example: cadedit bench longfile --model MODEL -n 30 --scoping both --json longfile.json
     """
-    import time
-    from dataclasses import replace
-
     from cadedit.bench import longfile as lf
-    from cadedit.bench.report import ResultsFile
-    from cadedit.document import Document
     from cadedit.model import load_model
-    from cadedit.options import EditOptions, Mode
-    from cadedit.scope import plan_edit
-    from cadedit.errors import CadeditError
-    from cadedit.tries import CheckPlan, edit_verified
 
-    roots = longfile_roots(packages)
     from cadedit.cli import context_lines
 
     around = context_lines(context)
     if tasks_path is not None:
-        tasks = [json.loads(line) for line in tasks_path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        tasks = tasks[first : first + n]
+        tasks = lf.read_tasks(tasks_path)[first : first + n]
     else:
-        tasks = lf.build_tasks(roots, first + n, seed, min_lines, max_lines)[first:]
+        tasks = lf.build_tasks(longfile_roots(packages), first + n, seed, min_lines, max_lines)[first:]
     if save_tasks:
         lf.write_tasks(tasks, save_tasks)
     kinds = _choice(instructions, "--instructions", {"explicit": ("explicit",), "vague": ("vague",),
@@ -973,55 +961,23 @@ def longfile(
     meta = {"command": "longfile", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
             "threads": loaded.threads, "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
             "first": first, "context": context, "where": where}
-    rows: list[dict] = []
-    results = ResultsFile(json_path)
 
-    def save(partial: bool, force: bool = True) -> None:
-        results.write({**meta, "summary": _longfile_summary(rows), "rows": rows}, partial=partial, force=force)
-
-    def step(item) -> None:
-        task, kind, scoped, located = item
-        instruction = task["instruction"] if kind == "explicit" else task["instruction_vague"]
-        document = Document.from_text(task["before"], task["path"])
-        options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=around)
-        options, _ = plan_edit(document, instruction, options, scoping=scoped)  # as `cadedit fix` scopes an edit
-        options = replace(options, locate=options.locate and located)  # the where-step too, unless --where off
-        regions = options.regions
-        start = time.perf_counter()
-        try:
-            verified = edit_verified(document, instruction, options, CheckPlan(), max_tries, loaded=loaded)
-        except CadeditError as exc:  # e.g. a file too large for the model: that task fails, the rest go on
-            rows.append({"id": task["id"], "path": task["path"], "lines": len(task["before"].splitlines()),
-                         "kind": kind, "scoped": scoped, "located": located, "regions": regions, "seconds": time.perf_counter() - start,
-                         "tries": 0, "first_seconds": 0.0, "answered": False, "first": None, "verified": None,
-                         "error": exc.message})
-            err.print(f"{task['path']}: {exc.message}")
-            return
-        seconds = time.perf_counter() - start
-        first, answer = verified.tries[0], verified.answer
-        asked = verified.where
-        row = {"id": task["id"], "path": task["path"], "lines": len(task["before"].splitlines()), "kind": kind,
-               "scoped": scoped, "located": located, "regions": regions, "seconds": seconds, "tries": len(verified.tries),
-               "where": asked.to_json() if asked is not None else None,
-               "where_named_bug_line": task["bug_line"] in asked.lines if asked is not None else None,
-               "tries_regions": [list(map(list, t.regions)) for t in verified.tries],
-               "first_seconds": first.seconds, "answered": answer is not None,
-               "first": lf.score(task, first.result.new_text) if first.result else None,
-               "verified": lf.score(task, answer.result.new_text) if answer else None,
-               "forward_passes": sum(t.result.stats.forward_passes for t in verified.tries if t.result)}
-        rows.append(row)
-        v = row["verified"] or {}
-        said = f", where {','.join(map(str, asked.lines))} (bug {task['bug_line']})" if asked is not None else ""
-        err.print(f"{task['path']} ({row['lines']} lines) {_longfile_key(row)}: "
-                  f"exact {bool(v.get('exact'))}, outside {v.get('lines_changed_outside', '-')}, "
-                  f"{seconds:.1f} s, {row['forward_passes']} fwd, {row['tries']} tries{said}")
+    def show(row: dict) -> None:
+        v, said = row["verified"] or {}, ""
+        if row.get("where"):
+            said = f", where {','.join(map(str, row['where']['lines']))} (bug {row['bug_line']})"
+        err.print(f"{row['path']}: {row['error']}" if row.get("error") else
+                  f"{row['path']} ({row['lines']} lines) {_longfile_key(row)}: exact {bool(v.get('exact'))}, "
+                  f"outside {v.get('lines_changed_outside', '-')}, {row['seconds']:.1f} s, {row['forward_passes']} fwd, "
+                  f"{row['tries']} tries{said}")
 
     # The where-step applies to scoped vague instructions only: the rest run once, with it on.
-    work = [(task, kind, scoped, located) for task in tasks for kind in kinds for scoped in scopes
+    work = [("tasks", (task, kind, scoped, located)) for task in tasks for kind in kinds for scoped in scopes
             for located in (wheres if kind == "vague" and scoped else (True,))]
-    run_cases(work, len(work), "longfile", step, save)
-    save(False)
-    for key, summary in _longfile_summary(rows).items():
+    done = run_corpora({"tasks": tasks}, "longfile", lambda _, item: lf.run_task(loaded, *item, around, max_tries),
+                       lambda done: {**meta, "summary": _longfile_summary(done["tasks"]), "rows": done["tasks"]},
+                       json_path, show, work)
+    for key, summary in _longfile_summary(done["tasks"]).items():
         out.print(f"{key}: {summary}")
 
 

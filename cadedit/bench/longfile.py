@@ -75,6 +75,46 @@ def build_tasks(
     return tasks
 
 
+def read_tasks(path: str | Path) -> list[dict]:
+    """Tasks written by write_tasks (`bench longfile --save-tasks`), in order."""
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around: int | None, tries: int) -> dict:
+    """One task edited as `cadedit fix` edits it (scope from the instruction unless not `scoped`, the
+    where-step unless not `located`, verify mode, tries with syntax/no-change checks): its row."""
+    import time
+    from dataclasses import replace
+
+    from cadedit.errors import CadeditError
+    from cadedit.options import EditOptions, Mode
+    from cadedit.scope import plan_edit
+    from cadedit.tries import CheckPlan, edit_verified
+
+    instruction = task["instruction"] if kind == "explicit" else task["instruction_vague"]
+    document = Document.from_text(task["before"], task["path"])
+    options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=around)
+    options, _ = plan_edit(document, instruction, options, scoping=scoped)
+    options = replace(options, locate=options.locate and located)
+    row = {"id": task["id"], "path": task["path"], "lines": len(task["before"].splitlines()), "kind": kind,
+           "scoped": scoped, "located": located, "regions": options.regions, "bug_line": task["bug_line"]}
+    start = time.perf_counter()
+    try:
+        verified = edit_verified(document, instruction, options, CheckPlan(), tries, loaded=loaded)
+    except CadeditError as exc:  # e.g. a file too large for the model: that task fails, the rest go on
+        return {**row, "seconds": time.perf_counter() - start, "tries": 0, "first_seconds": 0.0, "answered": False,
+                "first": None, "verified": None, "error": exc.message, "forward_passes": 0}
+    first, answer, asked = verified.tries[0], verified.answer, verified.where
+    return {**row, "seconds": time.perf_counter() - start, "tries": len(verified.tries),
+            "where": asked.to_json() if asked is not None else None,
+            "where_named_bug_line": task["bug_line"] in asked.lines if asked is not None else None,
+            "tries_regions": [list(map(list, t.regions)) for t in verified.tries],
+            "first_seconds": first.seconds, "answered": answer is not None,
+            "first": score(task, first.result.new_text) if first.result else None,
+            "verified": score(task, answer.result.new_text) if answer else None,
+            "forward_passes": sum(t.result.stats.forward_passes for t in verified.tries if t.result)}
+
+
 def write_tasks(tasks: Sequence[dict], path: str | Path) -> None:
     """One JSON record a line; bench/corpus.py load_corpus() reads the file back as cases."""
     with Path(path).open("w", encoding="utf-8") as out:
