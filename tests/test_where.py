@@ -136,3 +136,16 @@ def test_the_cursor_allows_only_the_regions_line_numbers(work, tiny_dir):
     assert cursor.advance(6) and allowed() == {b"1"}
     assert cursor.advance(0) and cursor.advance(3) and allowed() == {b"\n", b""}  # two lines: the most
     assert cursor.advance(8) and cursor.is_done() and cursor.lines() == (12, 10)
+
+
+def test_the_quote_cursor_allows_only_the_regions_lines_text():
+    from cadedit.where import LineTextCursor
+
+    pieces = [b"ret", b"urn", b" x", b" y", b"\n", b"", b"pass", b"return"]
+    cursor = LineTextCursor(pieces, [4, 5], {1: "def f():", 2: "    return x", 3: "    return y", 4: "    return x"})
+    allowed = lambda: {pieces[t] for t in np.flatnonzero(cursor.allowed_mask())}  # noqa: E731
+    assert allowed() == {b"ret", b"return"}  # no "pass": no line reads so
+    assert cursor.advance(7) and allowed() == {b" x", b" y"}
+    assert not cursor.advance(6)
+    assert cursor.advance(2) and allowed() == {b"\n", b""}
+    assert cursor.advance(4) and cursor.is_done() and cursor.lines() == (2, 4)  # both lines read so

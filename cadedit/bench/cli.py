@@ -877,6 +877,8 @@ def longfile(
     scoping: Annotated[str, typer.Option("--scoping", help="on, off or both (scoped vs whole-file verify edits).")] = "on",
     where: Annotated[str, typer.Option("--where", help="Vague instructions, scoped: on (ask the model which line "
                                        "first), off (retype the whole function) or both.")] = "on",
+    where_by: Annotated[str, typer.Option("--where-by", help="How the where-step names the line: number or "
+                                          "quote (its text).")] = "number",
     max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = 3,
     dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
@@ -926,11 +928,12 @@ def longfile(
                                                      "both": ("explicit", "vague")})
     scopes = _choice(scoping, "--scoping", {"on": (True,), "off": (False,), "both": (True, False)})
     wheres = _choice(where, "--where", {"on": (True,), "off": (False,), "both": (True, False)})
+    _choice(where_by, "--where-by", {"number": 0, "quote": 0})
     with err.status("loading the model ..."):
         loaded = load_model(model, "auto", dtype, threads, backend)
     meta = {"command": "longfile", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
             "threads": loaded.threads, "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
-            "first": first, "context": context, "where": where}
+            "first": first, "context": context, "where": where, "where_by": where_by}
     rows: list[dict] = []
     results = ResultsFile(json_path)
 
@@ -944,7 +947,7 @@ def longfile(
         options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=around)
         if scoped:  # as `cadedit fix` scopes an edit (the where-step too, unless --where off)
             options = scoped_options(options, resolve_scope(document, instruction), instruction, document.path)
-            options = replace(options, locate=options.locate and located)
+            options = replace(options, locate=options.locate and located, where_by=where_by)
         regions = options.regions
         start = time.perf_counter()
         try:
