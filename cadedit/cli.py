@@ -221,6 +221,9 @@ _Scope = Annotated[Optional[list[str]], typer.Option(
     help="Only this function, method or class may change (repeatable; Class.method works).")]
 _NoScope = Annotated[bool, typer.Option(
     "--no-scope", help="Let the model retype the whole file even when the instruction names lines or definitions.")]
+_Where = Annotated[bool, typer.Option(
+    "--where", help="A bug report that names a definition over 40 lines but no line: ask the model which line "
+    "first and retype from there up (off by default: measured in README, Scoped edits).")]
 _Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Per-phase timings and every check's output on stderr.")]
 _Context = Annotated[str, typer.Option(
     "--context", metavar="N|all",
@@ -252,7 +255,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = 3,
         test: _Test = None, test_timeout: _TestTimeout = 120.0, allow_no_change: _AllowNoChange = False,
         lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
-        context: _Context = str(CONTEXT_LINES), backend: _Backend = None) -> None:
+        context: _Context = str(CONTEXT_LINES), backend: _Backend = None, where: _Where = False) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
     Every candidate is checked before it is shown or written: the edited file must parse, must differ
@@ -293,7 +296,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
                           max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context),
                           backend=_backend(backend))
     plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
-    scoping = _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope and mode != Mode.PROGRAM)
+    scoping = _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope and mode != Mode.PROGRAM, where)
     if len(files) > 1:
         if as_json or show_program:
             raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
@@ -342,6 +345,7 @@ class _Scoping:
     lines: tuple[str, ...]
     names: tuple[str, ...]
     on: bool
+    where: bool = False  # --where: the where-step for long definitions named without a line
 
 
 @dataclass(frozen=True)
@@ -404,6 +408,8 @@ def _load(options, quiet: bool, verbose: bool = False, once_for: int = 1):
 def _edit_checked(document, instruction: str, options, plan, tries: int, scoping: _Scoping, loaded, quiet: bool,
                   verbose: bool = False) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
+    from dataclasses import replace
+
     from cadedit.scope import resolve_scope, scoped_options
     from cadedit.tries import edit_verified
 
@@ -411,6 +417,7 @@ def _edit_checked(document, instruction: str, options, plan, tries: int, scoping
     if scoping.on:
         scope = resolve_scope(document, instruction, lines=scoping.lines, names=scoping.names)
         options = scoped_options(options, scope, instruction, document.path)
+        options = replace(options, locate=options.locate and scoping.where)
         if not quiet:
             say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
