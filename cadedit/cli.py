@@ -227,6 +227,9 @@ _Scope = Annotated[Optional[list[str]], typer.Option(
     help="Only this function, method or class may change (repeatable; Class.method works).")]
 _NoScope = Annotated[bool, typer.Option(
     "--no-scope", help="Let the model retype the whole file even when the instruction names lines or definitions.")]
+_Where = Annotated[bool, typer.Option(
+    "--where", help="A bug report that names a definition over 40 lines but no line: ask the model which line "
+    "first and retype from there up (off by default: measured in README, Scoped edits).")]
 _Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Per-phase timings and every check's output on stderr.")]
 _Context = Annotated[str, typer.Option(
     "--context", metavar="N|all",
@@ -251,7 +254,8 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         test: _Test = None, test_timeout: _TestTimeout = TEST_TIMEOUT, allow_no_change: _AllowNoChange = False,
         lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
         context: _Context = str(CONTEXT_LINES), backend: _Backend = None, engine: _Engine = None,
-        engine_timeout: _EngineTimeout = None, candidates: _Candidates = DEFAULT_CANDIDATES) -> None:
+        engine_timeout: _EngineTimeout = None, candidates: _Candidates = DEFAULT_CANDIDATES,
+        where: _Where = False) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
     Every candidate is checked before it is shown or written: the edited file must parse, must differ
@@ -283,7 +287,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
                           max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context),
                           backend=backend)
     plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
-    run = _Run(tries, _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope), candidates,
+    run = _Run(tries, _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope, where), candidates,
                (engine, engine_timeout), quiet, verbose)
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1:
@@ -371,6 +375,7 @@ class _Scoping:
     lines: tuple[str, ...]
     names: tuple[str, ...]
     on: bool
+    where: bool = False  # --where: the where-step for long definitions named without a line
 
 
 @dataclass(frozen=True)
@@ -456,7 +461,7 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
     from cadedit.tries import edit_verified
 
     scoping, quiet = run.scoping, run.quiet
-    options, scope = plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on)
+    options, scope = plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on, scoping.where)
     if scope is not None and not quiet:
         say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)

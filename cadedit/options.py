@@ -40,6 +40,7 @@ class EditOptions:
     # The regions are long definitions the instruction names without a line: the tries first ask the
     # model where (cadedit.where) and retype from that line up (cadedit.scope.located_levels).
     locate: bool = False
+    where_by: str = "number"  # how the model names the line: "number" or "quote" (cadedit.where.WHERE_BY)
     referenced: tuple[int, ...] = ()  # lines the instruction names by number, quoted in the prompt
     # Scoped edits: how many lines on each side of the regions the prompt shows (with the file's
     # first lines); None: the whole file. Measured in README (Scoped edits): on long files the

@@ -257,13 +257,28 @@ Reply with the number of the line that must change, and nothing else."""
 WHERE_ANSWER = "Line "  # the answer's forced start; the line numbers follow (where.LineNumberCursor)
 
 
-def where_messages(document: Document, instruction: str, regions: Sequence[tuple[int, int]]) -> list[dict[str, str]]:
-    """The regions' lines, numbered as in the file, then the instruction and the question."""
+WHERE_QUOTE_SYSTEM = """\
+You find where a file must change. You receive lines of a file and an instruction.
+Reply with the one line that must change, copied exactly as it is (without its indentation), and nothing else."""
+
+
+def where_messages(document: Document, instruction: str, regions: Sequence[tuple[int, int]],
+                   quote: bool = False) -> list[dict[str, str]]:
+    """The regions' lines, numbered as in the file (quote: as code, to be quoted back), then the
+    instruction and the question."""
     name = PurePath(document.path).name if not document.path.startswith("<") else "the file"
     bodies = document.display_lines()
     width = len(str(max(b for _, b in regions)))
-    shown = "".join(f"Lines {a}-{b} of {name}:\n" + "".join(f"{k:>{width}} | {bodies[k - 1]}\n" for k in range(a, b + 1))
-                    + "\n" for a, b in regions)
-    user = (f"{shown}Instruction: {instruction.strip()}\n"
-            "Which line must change to do this? Reply with its line number only.")
-    return [{"role": "system", "content": WHERE_SYSTEM}, {"role": "user", "content": user}]
+    if quote:
+        fence = "```"
+        shown = "".join(f"Lines {a}-{b} of {name}:\n{fence}{language_tag(document.path)}\n"
+                        + "".join(f"{bodies[k - 1]}\n" for k in range(a, b + 1)) + f"{fence}\n\n" for a, b in regions)
+        question = "Which line must change to do this? Reply with that line only, copied exactly."
+        system = WHERE_QUOTE_SYSTEM
+    else:
+        shown = "".join(f"Lines {a}-{b} of {name}:\n" + "".join(f"{k:>{width}} | {bodies[k - 1]}\n" for k in range(a, b + 1))
+                        + "\n" for a, b in regions)
+        question = "Which line must change to do this? Reply with its line number only."
+        system = WHERE_SYSTEM
+    user = f"{shown}Instruction: {instruction.strip()}\n{question}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -305,14 +305,17 @@ def _spans(regions: Sequence[Region]) -> list[tuple[int, int]]:
 
 
 def plan_edit(document: Document, instruction: str, options: EditOptions, lines: Sequence[str] = (),
-              names: Sequence[str] = (), scoping: bool = True) -> tuple[EditOptions, Scope | None]:
+              names: Sequence[str] = (), scoping: bool = True, where: bool = False) -> tuple[EditOptions, Scope | None]:
     """What every edit does first (`cadedit fix`, the hook, the server's clients, the benchmarks): the
     scope from --lines/--scope or the instruction, then the options for it. No scope (None) when
-    scoping is off (--no-scope) or the mode writes an edit program, which always sees the whole file."""
+    scoping is off (--no-scope) or the mode writes an edit program, which always sees the whole file.
+    where: ask the model which line first when the scope is a long definition and no line is named
+    (`cadedit fix --where`; off by default: README, "The where-step, measured")."""
     if not scoping or options.mode == Mode.PROGRAM:
         return options, None
     scope = resolve_scope(document, instruction, lines=lines, names=names)
-    return scoped_options(options, scope, instruction, document.path), scope
+    scoped = scoped_options(options, scope, instruction, document.path)
+    return replace(scoped, locate=scoped.locate and where), scope
 
 
 def scoped_options(options: EditOptions, scope: Scope, instruction: str, path: str) -> EditOptions:

@@ -247,7 +247,7 @@ def _where(document: Document, instruction: str, options: EditOptions, loaded: A
     from cadedit.where import locate
 
     try:
-        where = locate(loaded, document, instruction, options.regions, pick)
+        where = locate(loaded, document, instruction, options.regions, pick, options.where_by)
     except CadeditError:  # e.g. out of its few tokens: the tries retype the definitions, as without it
         return None
     return where if where.lines else None

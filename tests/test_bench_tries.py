@@ -148,3 +148,24 @@ def test_longfile_vague_asks_where_first_and_compares_with_the_whole_function(tm
 def test_longfile_rejects_an_unknown_where(tmp_path, long_context_dir):
     result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--where", "maybe"])
     assert result.exit_code == 2 and "--where" in result.output
+
+
+def test_longfile_where_by_quote_takes_the_line_the_model_quotes(tmp_path, monkeypatch, long_context_dir):
+    import cadedit.where as where_module
+    from cadedit.bench import longfile
+
+    tasks = longfile.build_tasks([__import__("rich").__path__[0]], 12, seed=0)
+    task = next(t for t in tasks if t["function_end"] - t["function_start"] + 1 > 40)
+    tasks_file = tmp_path / "tasks.jsonl"
+    longfile.write_tasks([task], tasks_file)
+    answers(monkeypatch, task["after"])
+    quoted = Document.from_text(task["before"]).display_lines()[task["bug_line"] - 1].strip()
+    monkeypatch.setattr(where_module, "where_picker", lambda loaded: script_picker(quoted + "\n", token_bytes(loaded)))
+    out = tmp_path / "l.json"
+    result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
+                                      str(tasks_file), "-n", "1", "--instructions", "vague", "--where-by", "quote",
+                                      "--tries", "1", "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.read_text())["rows"]
+    assert task["bug_line"] in row["where"]["lines"] and row["where"]["answer"] == quoted
+    assert row["verified"]["exact"]

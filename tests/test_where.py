@@ -54,7 +54,7 @@ def unchanged(prepared) -> str:
 
 def run(work, tiny_dir, instruction: str = VAGUE, *args: str):
     (work / "a.py").write_text(BUGGY, encoding="utf-8")
-    result = fix(tiny_dir, instruction, "--json", *args)
+    result = fix(tiny_dir, instruction, "--json", "--where", *args)
     return result, json.loads(result.stdout) if result.stdout.strip().startswith("{") else None
 
 
@@ -107,7 +107,7 @@ def test_a_short_function_is_retyped_whole_without_the_where_step(work, tiny_dir
     asked = where_says("2\n")
     (work / "a.py").write_text("def add(a, b):\n    return a - b\n", encoding="utf-8")
     scripted(retype(("a - b", "a + b")))
-    result = fix(tiny_dir, "There is a bug in `add`, fix it.", "--json")
+    result = fix(tiny_dir, "There is a bug in `add`, fix it.", "--json", "--where")
     data = json.loads(result.stdout)
     assert result.exit_code == 0, result.output
     assert asked == [] and data["where"] is None and data["tries"][0]["regions"] == [[1, 2]]
@@ -136,3 +136,26 @@ def test_the_cursor_allows_only_the_regions_line_numbers(work, tiny_dir):
     assert cursor.advance(6) and allowed() == {b"1"}
     assert cursor.advance(0) and cursor.advance(3) and allowed() == {b"\n", b""}  # two lines: the most
     assert cursor.advance(8) and cursor.is_done() and cursor.lines() == (12, 10)
+
+
+def test_the_quote_cursor_allows_only_the_regions_lines_text():
+    from cadedit.where import LineTextCursor
+
+    pieces = [b"ret", b"urn", b" x", b" y", b"\n", b"", b"pass", b"return"]
+    cursor = LineTextCursor(pieces, [4, 5], {1: "def f():", 2: "    return x", 3: "    return y", 4: "    return x"})
+    allowed = lambda: {pieces[t] for t in np.flatnonzero(cursor.allowed_mask())}  # noqa: E731
+    assert allowed() == {b"ret", b"return"}  # no "pass": no line reads so
+    assert cursor.advance(7) and allowed() == {b" x", b" y"}
+    assert not cursor.advance(6)
+    assert cursor.advance(2) and allowed() == {b"\n", b""}
+    assert cursor.advance(4) and cursor.is_done() and cursor.lines() == (2, 4)  # both lines read so
+
+
+def test_without_where_a_vague_bug_report_retypes_the_function(work, tiny_dir, scripted, where_says):
+    asked = where_says("50\n")
+    scripted(fixed_line)
+    (work / "a.py").write_text(BUGGY, encoding="utf-8")
+    result = fix(tiny_dir, VAGUE, "--json")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0, result.output
+    assert asked == [] and data["where"] is None and data["tries"][0]["regions"] == [[1, 50]]

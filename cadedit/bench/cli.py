@@ -924,6 +924,8 @@ def longfile(
     scoping: Annotated[str, typer.Option("--scoping", help="on, off or both (scoped vs whole-file verify edits).")] = "on",
     where: Annotated[str, typer.Option("--where", help="Vague instructions, scoped: on (ask the model which line "
                                        "first), off (retype the whole function) or both.")] = "on",
+    where_by: Annotated[str, typer.Option("--where-by", help="How the where-step names the line: number or "
+                                          "quote (its text).")] = "number",
     max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = 3,
     dtype: _Dtype = DEFAULT_DTYPE,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
@@ -956,11 +958,12 @@ def longfile(
                                                      "both": ("explicit", "vague")})
     scopes = _choice(scoping, "--scoping", {"on": (True,), "off": (False,), "both": (True, False)})
     wheres = _choice(where, "--where", {"on": (True,), "off": (False,), "both": (True, False)})
+    _choice(where_by, "--where-by", {"number": 0, "quote": 0})
     with err.status("loading the model ..."):
         loaded = load_model(model, "auto", dtype, threads, backend)
     meta = {"command": "longfile", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
             "threads": loaded.threads, "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
-            "first": first, "context": context, "where": where}
+            "first": first, "context": context, "where": where, "where_by": where_by}
 
     def show(row: dict) -> None:
         v, said = row["verified"] or {}, ""
@@ -974,7 +977,7 @@ def longfile(
     # The where-step applies to scoped vague instructions only: the rest run once, with it on.
     work = [("tasks", (task, kind, scoped, located)) for task in tasks for kind in kinds for scoped in scopes
             for located in (wheres if kind == "vague" and scoped else (True,))]
-    done = run_corpora({"tasks": tasks}, "longfile", lambda _, item: lf.run_task(loaded, *item, around, max_tries),
+    done = run_corpora({"tasks": tasks}, "longfile", lambda _, item: lf.run_task(loaded, *item, around, max_tries, where_by),
                        lambda done: {**meta, "summary": _longfile_summary(done["tasks"]), "rows": done["tasks"]},
                        json_path, show, work)
     for key, summary in _longfile_summary(done["tasks"]).items():

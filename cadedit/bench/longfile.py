@@ -80,9 +80,11 @@ def read_tasks(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around: int | None, tries: int) -> dict:
+def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around: int | None, tries: int,
+             where_by: str = "number") -> dict:
     """One task edited as `cadedit fix` edits it (scope from the instruction unless not `scoped`, the
-    where-step unless not `located`, verify mode, tries with syntax/no-change checks): its row."""
+    where-step (naming the line by `where_by`) when `located`, verify mode, tries with syntax/no-change
+    checks): its row."""
     import time
     from dataclasses import replace
 
@@ -94,8 +96,8 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
     instruction = task["instruction"] if kind == "explicit" else task["instruction_vague"]
     document = Document.from_text(task["before"], task["path"])
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=around)
-    options, _ = plan_edit(document, instruction, options, scoping=scoped)
-    options = replace(options, locate=options.locate and located)
+    options, _ = plan_edit(document, instruction, options, scoping=scoped, where=located)
+    options = replace(options, where_by=where_by)
     row = {"id": task["id"], "path": task["path"], "lines": len(task["before"].splitlines()), "kind": kind,
            "scoped": scoped, "located": located, "regions": options.regions, "bug_line": task["bug_line"]}
     start = time.perf_counter()
