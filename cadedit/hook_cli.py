@@ -60,7 +60,7 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
 
     Settings: .cadedit.toml at the repository root (or pyproject.toml \\[tool.cadedit]), for example:
 
-    model = "Qwen/Qwen2.5-Coder-1.5B-Instruct"  (optional; --model and CADEDIT_MODEL come first)
+    model = "..."  (optional; --model and CADEDIT_MODEL come first; default: cadedit fix --help's)
 
     \\[\\[rules]]  files = "*.py"  instruction = "Add a docstring to every public function that lacks one."
     """

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from cadedit.cli_common import _Backend, _Dtype, _Model, err, sub_app
 from cadedit.errors import CadeditError
-from cadedit.settings import DEFAULT_DTYPE
+from cadedit.settings import DEFAULT_DTYPE, DEFAULT_MODE, DEFAULT_TRIES
 
 T = TypeVar("T")
 
@@ -849,9 +849,9 @@ def tries(
     model: ModelOpt = None,
     backend: BackendOpt = None,
     max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with the corpus's test as --test.")] = 5,
-    check_tries: Annotated[int, typer.Option("--check-tries", min=0, help="Tries with syntax/no-change checks only (0: skip that run).")] = 3,
+    check_tries: Annotated[int, typer.Option("--check-tries", min=0, help="Tries with syntax/no-change checks only (0: skip that run).")] = DEFAULT_TRIES,
     test_timeout: Annotated[float, typer.Option("--test-timeout", min=0.1, help="Seconds per test run.")] = 10.0,
-    mode: Annotated[str, typer.Option(help="Decoding mode: program, rewrite, lookup or verify.")] = "verify",
+    mode: Annotated[str, typer.Option(help="Decoding mode: program, rewrite, lookup or verify.")] = DEFAULT_MODE.value,
     layout: Annotated[str | None, typer.Option(help="Prompt layout (prompt.LAYOUTS); default: EditOptions'.")] = None,
     dtype: _Dtype = DEFAULT_DTYPE,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
@@ -926,7 +926,7 @@ def longfile(
                                        "first), off (retype the whole function) or both.")] = "on",
     where_by: Annotated[str, typer.Option("--where-by", help="How the where-step names the line: number or "
                                           "quote (its text).")] = "number",
-    max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = 3,
+    max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = DEFAULT_TRIES,
     dtype: _Dtype = DEFAULT_DTYPE,
     threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
     save_tasks: Annotated[Path | None, typer.Option("--save-tasks", help="Also write the tasks as JSONL.")] = None,
