@@ -39,7 +39,8 @@ def run(tree: str, folder: Path, case, mode: str, args) -> tuple[str, float]:
     wall = time.perf_counter() - start
     try:
         data = json.loads(done.stdout)
-        answer = data.get("diff", "") + f"|passed={data.get('passed')}"
+        # What the model wrote (its raw answer) and what cadedit made of it (the diff, the verdict).
+        answer = f"{data.get('program_as_written', '')}|{data.get('diff', '')}|passed={data.get('passed')}"
     except ValueError:
         answer = f"exit {done.returncode}: {done.stderr.decode()[-300:]}"
     return hashlib.sha256(answer.encode()).hexdigest()[:12], wall
