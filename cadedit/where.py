@@ -53,7 +53,23 @@ class Where:
                 "forward_passes": self.forward_passes, "tokens_prompt": self.tokens_prompt}
 
 
-class LineNumberCursor:
+class _AnswerCursor:
+    """What the where-step's cursors share with the decode loop's Cursor protocol: nothing forced,
+    no copies, done once the answer ended."""
+
+    _done = False
+
+    def forced(self) -> tuple[int, ...]:
+        return ()
+
+    def completed_copy(self):
+        return None
+
+    def is_done(self) -> bool:
+        return self._done
+
+
+class LineNumberCursor(_AnswerCursor):
     """The decode loop's cursor over a list of line numbers: NUMBER (", " NUMBER) ... then the end
     (an end-of-sequence token or a newline), every NUMBER one of `numbers`, at most `most` of them.
 
@@ -108,15 +124,6 @@ class LineNumberCursor:
         self._text += piece
         return True
 
-    def forced(self) -> tuple[int, ...]:
-        return ()
-
-    def completed_copy(self):
-        return None
-
-    def is_done(self) -> bool:
-        return self._done
-
     def text(self) -> str:
         return self._text
 
@@ -129,7 +136,7 @@ def _span(a: int, b: int) -> str:
     return f"line {a}" if a == b else f"lines {a}-{b}"
 
 
-class LineTextCursor:
+class LineTextCursor(_AnswerCursor):
     """The decode loop's cursor over one line of the regions, quoted: the answer must spell one of
     `bodies` (each line's text without its indentation; several lines may share one), then end (an
     end-of-sequence token or a newline). A model that cannot count lines can still quote one."""
@@ -167,15 +174,6 @@ class LineTextCursor:
             return False
         self._text = text
         return True
-
-    def forced(self) -> tuple[int, ...]:
-        return ()
-
-    def completed_copy(self):
-        return None
-
-    def is_done(self) -> bool:
-        return self._done
 
     def text(self) -> str:
         return self._text.decode("utf-8", errors="replace")
