@@ -58,6 +58,29 @@ class _AnswerCursor:
     no copies, done once the answer ended."""
 
     _done = False
+    end_ids: frozenset[int] = frozenset()
+
+    def answered(self) -> bool:
+        """Whether the answer so far is whole (the end may come now)."""
+        raise NotImplementedError
+
+    def extend(self, token: int) -> bool:
+        """Take a token of the answer itself; False (nothing changes) if the answer cannot go on with it."""
+        raise NotImplementedError
+
+    def with_end(self, mask: np.ndarray) -> np.ndarray:
+        """The mask with the end tokens allowed when the answer is whole."""
+        if self.answered():
+            mask[[t for t in self.end_ids if t < len(mask)]] = True
+        return mask
+
+    def advance(self, token: int) -> bool:
+        if self._done:
+            return False
+        if token in self.end_ids:
+            self._done = self.answered()
+            return self._done
+        return self.extend(token)
 
     def forced(self) -> tuple[int, ...]:
         return ()
@@ -108,16 +131,12 @@ class LineNumberCursor(_AnswerCursor):
         for token, piece in self.candidates:
             if self._parts(self._text + piece) is not None:
                 mask[token] = True
-        if self.complete():
-            mask[[t for t in self.end_ids if t < len(mask)]] = True
-        return mask
+        return self.with_end(mask)
 
-    def advance(self, token: int) -> bool:
-        if self._done:
-            return False
-        if token in self.end_ids:
-            self._done = self.complete()
-            return self._done
+    def answered(self) -> bool:
+        return self.complete()
+
+    def extend(self, token: int) -> bool:
         piece = self.token_bytes[token].decode("utf-8", errors="replace")
         if self._parts(self._text + piece) is None:
             return False
@@ -159,16 +178,12 @@ class LineTextCursor(_AnswerCursor):
                 rest = body[len(self._text):]
                 for k in range(1, min(len(rest), self.longest) + 1):
                     mask[self.index.get(rest[:k], [])] = True
-        if self._text in self.bodies:
-            mask[[t for t in self.end_ids if t < len(mask)]] = True
-        return mask
+        return self.with_end(mask)
 
-    def advance(self, token: int) -> bool:
-        if self._done:
-            return False
-        if token in self.end_ids:
-            self._done = self._text in self.bodies
-            return self._done
+    def answered(self) -> bool:
+        return self._text in self.bodies
+
+    def extend(self, token: int) -> bool:
         text = self._text + self.token_bytes[token]
         if not any(body.startswith(text) for body in self.bodies):
             return False
