@@ -23,7 +23,7 @@ from cadedit.model import CachedLM, LoadedModel, new_cache, token_bytes
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.pipeline import edit_candidates, edit_file
 from tests.test_rewrite import BEFORE as COLORS, editing_model
-from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, load_once, _models  # noqa: F401 - fixtures
+from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, load_once, _models, work  # noqa: F401 - fixtures
 from tests.test_verify import CORPUS, TOK, prepared_for
 from tests.tinymodel import make_model, scaled_model
 
@@ -120,15 +120,6 @@ def test_one_candidate_is_the_plain_edit_and_rows_share_one_prompt_prefill():
 
 
 # -- through the CLI ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def work(tmp_path, monkeypatch):
-    folder = tmp_path / "work"
-    folder.mkdir()
-    monkeypatch.chdir(folder)
-    (folder / "a.py").write_bytes(BEFORE)
-    return folder
 
 
 @pytest.fixture
