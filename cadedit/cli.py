@@ -20,7 +20,7 @@ import typer
 from cadedit import __version__
 from cadedit.errors import CadeditError
 from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
-from cadedit.cli_common import _Engine, _engine_for, _EngineTimeout
+from cadedit.cli_common import _Context, _Engine, _engine_for, _EngineTimeout, context_lines
 from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
 from cadedit.settings import CONTEXT_LINES, DEFAULT_CANDIDATES, DEFAULT_MODE, DEFAULT_TRIES, TEST_TIMEOUT, Mode
 
@@ -231,19 +231,6 @@ _Where = Annotated[bool, typer.Option(
     "--where", help="A bug report that names a definition over 40 lines but no line: ask the model which line "
     "first and retype from there up (off by default: measured in README, Scoped edits).")]
 _Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Per-phase timings and every check's output on stderr.")]
-_Context = Annotated[str, typer.Option(
-    "--context", metavar="N|all",
-    help="Scoped edits: lines shown to the model on each side of the lines it retypes (with the file's first "
-         "lines), or all for the whole file.")]
-
-
-def context_lines(value: str) -> int | None:
-    """--context's value: a line count, or None for the whole file."""
-    if value.strip().lower() == "all":
-        return None
-    if not value.strip().isdigit():
-        raise typer.BadParameter(f"{value!r}: expected a number of lines or all", param_hint="--context")
-    return int(value)
 
 
 @app.command()

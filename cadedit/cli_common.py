@@ -1,6 +1,6 @@
-"""What every command line of cadedit shares (cli.py, hook_cli.py, serve_cli.py): the stderr console
-and its one-line messages, the model options, the warm server lookup. A leaf: it imports no other
-command module, so each of them imports on its own."""
+"""What every command line of cadedit shares (cli.py, hook_cli.py, serve_cli.py, bench/): the stderr
+console and its one-line messages, the model options, --context of scoped edits, the warm server
+lookup. A leaf: it imports no other command module, so each of them imports on its own."""
 
 from __future__ import annotations
 
@@ -70,6 +70,20 @@ _Backend = Annotated[Optional[str], typer.Option(
          "in .cadedit.toml, then auto: a GGUF runs on whichever backend measured faster on this CPU (once, cached).")]
 _MaxNew = Annotated[Optional[int], typer.Option(
     "--max-new-tokens", min=1, show_default=False, help="Budget of new tokens (default: twice the file's + 256; a scoped edit: 1.5x its regions' + 128).")]
+
+_Context = Annotated[str, typer.Option(
+    "--context", metavar="N|all",
+    help="Scoped edits: lines shown to the model on each side of the lines it retypes (with the file's first "
+         "lines), or all for the whole file.")]
+
+
+def context_lines(value: str) -> int | None:
+    """--context's value: a line count, or None for the whole file."""
+    if value.strip().lower() == "all":
+        return None
+    if not value.strip().isdigit():
+        raise typer.BadParameter(f"{value!r}: expected a number of lines or all", param_hint="--context")
+    return int(value)
 
 
 _Engine = Annotated[Optional[str], typer.Option(

@@ -61,6 +61,7 @@ MAX_TRIES = 20
 DEFAULT_CANDIDATES = 1
 MAX_CANDIDATES = 8
 TEST_TIMEOUT = 120.0  # seconds a --test command (or a hook rule's test) may run
+BENCH_TEST_TIMEOUT = 10.0  # seconds one run of a benchmark case's test may take (bench e2e, tries, candidates)
 IDLE_TIMEOUT = 30 * 60.0  # seconds the warm server waits for a request before it exits
 ENGINE_TIMEOUT = 300.0  # seconds one request to a shared engine may take (it may queue other clients' first)
 ENGINE_ENV = "CADEDIT_ENGINE"

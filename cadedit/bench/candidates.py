@@ -23,6 +23,7 @@ from cadedit.decode import sampling_picker
 from cadedit.errors import BudgetError
 from cadedit.model import LoadedModel, language_model
 from cadedit.options import EditOptions, Mode, Sampling
+from cadedit.settings import BENCH_TEST_TIMEOUT
 from cadedit.tries import candidate_sampling
 
 
@@ -49,7 +50,7 @@ def _batched(loaded: LoadedModel, case: Case, options: EditOptions, k: int) -> d
             "logprobs": [c.logprob for c in found], "forwards": max((s.forward_passes for s in stats), default=None)}
 
 
-def measure_case(loaded: LoadedModel, case: Case, k: int, order: int = 0, test_timeout: float = 10.0) -> dict:
+def measure_case(loaded: LoadedModel, case: Case, k: int, order: int = 0, test_timeout: float = BENCH_TEST_TIMEOUT) -> dict:
     """One case: the single decode and the k-row decode (which first: `order` even, the single one)."""
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY)
     if order % 2 == 0:

@@ -1,9 +1,9 @@
 """`cadedit bench`: the paper's measurements as commands (ceiling, roundtrip, perturb, formats, kernel, e2e,
 decode), and cadedit's own as users get them (candidates, tries, longfile).
 
-Wiring only: options, loops with a progress bar, tables on stdout, results with --json PATH
-(rewritten atomically while a command runs, so Ctrl-C leaves readable partial results marked
-"partial": true). Work lives in the sibling modules; errors are CadeditErrors that the main
+Wiring only: options (those several commands take are declared once, in bench/options.py), loops
+with a progress bar, tables on stdout, results with --json PATH (rewritten atomically while a
+command runs, so Ctrl-C leaves readable partial results marked "partial": true). Work lives in the sibling modules; errors are CadeditErrors that the main
 cli.py formats. Importing this module imports neither torch nor transformers: `kernel` and `e2e`
 import them inside their commands.
 """
@@ -19,9 +19,13 @@ from typing import Annotated, TypeVar
 import typer
 from rich.console import Console
 
-from cadedit.cli_common import _Backend, _Dtype, _Model, err, sub_app
+from cadedit.bench.options import (PACKAGES, BackendOpt, CaseContextOpt, CorpusOpt, CountingOpt, DeviceOpt, DtypeOpt,
+                                   JsonOpt, KernelOpt, LimitOpt, MaxNewOpt, ModelOpt, PackagesOpt, ScopeContextOpt,
+                                   SpansOpt, TaskSeedOpt, TasksOpt, TestTimeoutOpt, ThreadsOpt, TokenizerOpt, TrialsOpt,
+                                   int_list, longfile_roots, span_lengths)
+from cadedit.cli_common import context_lines, err, say, sub_app
 from cadedit.errors import CadeditError
-from cadedit.settings import DEFAULT_DTYPE, DEFAULT_MODE, DEFAULT_TRIES
+from cadedit.settings import BENCH_TEST_TIMEOUT, CONTEXT_LINES, DEFAULT_DTYPE, DEFAULT_MODE, DEFAULT_TRIES
 
 T = TypeVar("T")
 
@@ -48,26 +52,6 @@ class _Out:
 out = _Out()
 
 app = sub_app("bench", "Reproduce the paper's measurements on any corpus, tokenizer, model and machine.")
-
-CorpusOpt = Annotated[list[Path], typer.Option(
-    "--corpus", "-c", metavar="FILE",
-    help="A JSONL corpus: id, language, before, after, instruction[, test] per line; HumanEvalPack records "
-         "work as they are. Repeat for several corpora (a pooled row is added).", show_default=False)]
-JsonOpt = Annotated[Path | None, typer.Option("--json", metavar="PATH", help="Write the results as JSON here.")]
-LimitOpt = Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Only the first N cases of each corpus.")]
-TokenizerOpt = Annotated[str | None, typer.Option(
-    "--tokenizer", metavar="PATH", help="tokenizer.json, a model folder, a .gguf file or a hub id (default: the model's, see --model).")]
-ModelOpt = _Model
-BackendOpt = _Backend
-
-def int_list(text: str, name: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise typer.BadParameter(f"expected integers separated by commas, got {text!r}", param_hint=name) from None
-    if not values or min(values) < 0:
-        raise typer.BadParameter(f"expected non-negative integers, got {text!r}", param_hint=name)
-    return values
 
 
 def load_corpora(paths: list[Path], limit: int | None, context: str = "body") -> dict[str, list]:
@@ -123,6 +107,28 @@ def run_corpora(corpora: dict[str, list], description: str, run_one: Callable[[s
     return done
 
 
+def _load_model(model: str | None, device: str, dtype: str, threads: int | None, backend: str | None,
+               warm_up: bool = True) -> tuple:
+    """The model loaded under a status line and, with warm_up, warmed up (bench.e2e.warm_up, so the first
+    case's clock holds no one-off costs): (the loaded model, the warm-up seconds)."""
+    from cadedit.model import load_model as load
+
+    with err.status("loading the model ..."):
+        loaded = load(model, device, dtype, threads, backend)
+        if not warm_up:
+            return loaded, 0.0
+        from cadedit.bench.e2e import warm_up as warm
+
+        return loaded, warm(loaded)
+
+
+def _model_meta(command: str, loaded, *fields: str) -> dict:
+    """The head of a model benchmark's --json: the command, the model, the loaded model's `fields`
+    (device, backend), its dtype and threads."""
+    return {"command": command, "model": loaded.name, **{f: getattr(loaded, f) for f in fields},
+            "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads}
+
+
 # -- ceiling -------------------------------------------------------------------------------------
 
 
@@ -131,10 +137,8 @@ def ceiling(
     corpus: CorpusOpt,
     tokenizer: TokenizerOpt = None,
     model: ModelOpt = None,
-    kernel: Annotated[Path | None, typer.Option(
-        "--kernel", metavar="K.json", help="s(N) from `cadedit bench kernel --json`, for the speedup bounds.")] = None,
-    counting: Annotated[str, typer.Option(
-        help="paper: Table 2's exact counting; splice: cadedit's own oracle programs and splices.")] = "paper",
+    kernel: KernelOpt = None,
+    counting: CountingOpt = "paper",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -145,8 +149,6 @@ def ceiling(
     from cadedit.bench import ceiling as ce
     from cadedit.bench.tokens import load_tokenizer, tokenizer_spec
 
-    if counting not in ce.COUNTINGS:
-        raise typer.BadParameter(f"use one of {', '.join(ce.COUNTINGS)}", param_hint="--counting")
     corpora = load_corpora(corpus, limit)
     curve = ce.load_curve(kernel) if kernel else None
     tokens = load_tokenizer(tokenizer_spec(tokenizer, model))
@@ -379,13 +381,13 @@ def _print_reference(points, reference: list[dict]) -> None:
 def kernel(
     model: ModelOpt = None,
     prefix: Annotated[int, typer.Option(min=1, help="Random-context prefix length P (tokens).")] = 1024,
-    spans: Annotated[str, typer.Option(help="Span lengths N.")] = "1,2,4,8,16,32,64,128,256,512",
-    trials: Annotated[int, typer.Option(min=1, help="Timed trials per N (median reported).")] = 5,
+    spans: SpansOpt = "1,2,4,8,16,32,64,128,256,512",
+    trials: TrialsOpt = 5,
     ar_max: Annotated[int, typer.Option(
         help="Time at most this many AR steps per trial and scale per token beyond it (0: time them all).")] = 0,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda[:k].")] = "auto",
-    dtype: _Dtype = DEFAULT_DTYPE,
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
     attn: Annotated[str, typer.Option(
         help="Attention: eager (written out, as the paper measured) or sdpa (torch's fused kernel, what fix uses).")] = "eager",
     all_logits: Annotated[bool, typer.Option(
@@ -406,9 +408,7 @@ def kernel(
     """
     from cadedit.bench import kernel as kn
 
-    settings = kn.KernelSettings(prefix, int_list(spans, "--spans"), trials, ar_max, seed, all_logits)
-    if min(settings.spans) < 1:
-        raise typer.BadParameter("span lengths must be at least 1", param_hint="--spans")
+    settings = kn.KernelSettings(prefix, span_lengths(spans), trials, ar_max, seed, all_logits)
     loaded = kn.load(model, device, dtype, threads, attn, backend)
     meta = {"command": "kernel", "model": loaded.name,
             **kn.environment(kn.torch.device(loaded.device), loaded.dtype, loaded),
@@ -484,39 +484,44 @@ def _short(model: str) -> str:
 # -- e2e ---------------------------------------------------------------------------------------
 
 
+MethodsOpt = Annotated[str, typer.Option(
+    "--methods", help="Methods to run per case, comma-separated: fix (`cadedit fix`'s own edit: the scope from the "
+         "instruction, then the default mode), the modes program, rewrite, lookup, verify, and llama.cpp's "
+         "llama-rewrite, llama-lookup (with --gguf). The first is measured against the second; every method's "
+         "edited file is compared with the first's.")]
+LongOpt = Annotated[int, typer.Option(
+    "--long", min=0, help="Also N long cases per corpus: consecutive gold files joined to 300+ lines, one of "
+         "them left with its one-line bug; its test runs against the whole edited file.")]
+GgufOpt = Annotated[Path | None, typer.Option(
+    "--gguf", metavar="PATH", help="The same model as a .gguf file, for the llama-* methods.")]
+LlamaCtxOpt = Annotated[int | None, typer.Option(
+    "--llama-ctx", min=256, help="llama.cpp's n_ctx (default: the largest prompt + budget of the run).")]
+FloorOpt = Annotated[bool, typer.Option(
+    "--floor", help="Measure the kernel first (T_PP(512)/512 and T_AR(1) after 1,024 tokens) and put each "
+         "method's wall clock over its compute floor: prompt and copied tokens at that prefill rate, "
+         "written tokens one step each.")]
+NoTestsOpt = Annotated[bool, typer.Option("--no-tests", help="Do not run the corpus's tests.")]
+
+
 @app.command()
 def e2e(
     corpus: CorpusOpt,
     model: ModelOpt = None,
     backend: BackendOpt = None,
-    methods: Annotated[str, typer.Option(
-        "--methods", help="Methods to run per case, comma-separated: the modes program, rewrite, lookup, verify, "
-             "and llama.cpp's llama-rewrite, llama-lookup (with --gguf). The first is measured against the second; "
-             "every method's edited file is compared with the first's.")] = "verify,rewrite",
-    long: Annotated[int, typer.Option(
-        "--long", min=0, help="Also N long cases per corpus: consecutive gold files joined to 300+ lines, one of "
-             "them left with its one-line bug; its test runs against the whole edited file.")] = 0,
-    gguf: Annotated[Path | None, typer.Option(
-        "--gguf", metavar="PATH", help="The same model as a .gguf file, for the llama-* methods.")] = None,
-    llama_ctx: Annotated[int | None, typer.Option(
-        "--llama-ctx", min=256, help="llama.cpp's n_ctx (default: the largest prompt + budget of the run).")] = None,
-    kernel: Annotated[Path | None, typer.Option(
-        "--kernel", metavar="K.json", help="s(N) from `cadedit bench kernel --json`, for bnd_exact.")] = None,
-    counting: Annotated[str, typer.Option(help="Span counting for bnd_exact, as in `ceiling`.")] = "paper",
-    floor: Annotated[bool, typer.Option(
-        "--floor", help="Measure the kernel first (T_PP(512)/512 and T_AR(1) after 1,024 tokens) and put each "
-             "method's wall clock over its compute floor: prompt and copied tokens at that prefill rate, "
-             "written tokens one step each.")] = False,
-    test_timeout: Annotated[float, typer.Option(
-        "--test-timeout", min=0.1, help="Seconds each test run may take (python3 / node).")] = 10.0,
-    no_tests: Annotated[bool, typer.Option("--no-tests", help="Do not run the corpus's tests.")] = False,
-    max_new_tokens: Annotated[int | None, typer.Option(
-        "--max-new-tokens", min=1, help="Budget per edit (default: twice the file's tokens + 256).")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda[:k].")] = "auto",
-    dtype: _Dtype = DEFAULT_DTYPE,
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
-    context: Annotated[str, typer.Option(
-        help="HumanEvalPack records: body (the paper's counting), docs (whole files with docstrings) or nodocs.")] = "body",
+    methods: MethodsOpt = "verify,rewrite",
+    long: LongOpt = 0,
+    gguf: GgufOpt = None,
+    llama_ctx: LlamaCtxOpt = None,
+    kernel: KernelOpt = None,
+    counting: CountingOpt = "paper",
+    floor: FloorOpt = False,
+    test_timeout: TestTimeoutOpt = BENCH_TEST_TIMEOUT,
+    no_tests: NoTestsOpt = False,
+    max_new_tokens: MaxNewOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
+    context: CaseContextOpt = "body",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -535,44 +540,52 @@ def e2e(
               cadedit bench e2e -c humanevalfix_python.jsonl --model MODEL --gguf model.gguf --methods verify,llama-rewrite,llama-lookup
               cadedit bench e2e -c long.jsonl --model MODEL --gguf model.gguf --methods fix,llama-lookup --floor --no-tests
     """
-    from cadedit.bench.ceiling import COUNTINGS, load_curve
-
-    if counting not in COUNTINGS:
-        raise typer.BadParameter(f"use one of {', '.join(COUNTINGS)}", param_hint="--counting")
     start = time.perf_counter()
     from cadedit.bench import e2e as ee  # torch and the pipeline: timed for the meta
+    from cadedit.bench.ceiling import load_curve
 
     imports = time.perf_counter() - start
     names, peer_names = _e2e_methods(methods, gguf)
-    baseline = names[1] if len(names) > 1 else ""
-    corpora = load_corpora(corpus, limit, context)
-    if long:
-        full = load_corpora(corpus, None)
-        for name in list(corpora):
-            corpora[f"{name} long"] = ee.long_cases(full[name], long)
+    corpora = _e2e_corpora(corpus, limit, context, long)
     curve = load_curve(kernel) if kernel else None
-    settings = ee.E2ESettings(names, max_new_tokens, test_timeout, not no_tests)
     loaded, warm, least = _e2e_load(model, device, dtype, threads, backend, floor)
-    with err.status("loading the peers ..."):
-        peers_meta, chosen = _e2e_peers(loaded, peer_names, gguf, llama_ctx, corpora, max_new_tokens, names)
-    err.print(f"{_short(loaded.name)}: imports {imports:.1f} s, load {loaded.load_seconds:.1f} s ("
-              + ", ".join(f"{k} {v:.1f} s" for k, v in loaded.phases) + f"), warm-up {warm:.1f} s", highlight=False)
-    bounds = _e2e_bounds(corpora, loaded, counting, curve)
-    meta = {"command": "e2e", "model": loaded.name, "device": loaded.device,
-            "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads, "methods": list(names), "baseline": baseline,
+    peers_meta, chosen = _e2e_peers(loaded, peer_names, gguf, llama_ctx, corpora, max_new_tokens, names)
+    say(f"{_short(loaded.name)}: imports {imports:.1f} s, load {loaded.load_seconds:.1f} s ("
+        + ", ".join(f"{k} {v:.1f} s" for k, v in loaded.phases) + f"), warm-up {warm:.1f} s")
+    meta = {**_model_meta("e2e", loaded, "device"), "methods": list(names), "baseline": names[1] if len(names) > 1 else "",
             "counting": counting, "kernel": str(kernel) if kernel else None, "test_timeout": test_timeout,
             "max_new_tokens": max_new_tokens, "long": long, "imports_seconds": imports,
             "load_seconds": loaded.load_seconds, "load_phases": dict(loaded.phases), "warm_up_seconds": warm,
             "floor": least.to_json() if least else None, **peers_meta}
+    bounds = _e2e_bounds(corpora, loaded, counting, curve)
+    settings = ee.E2ESettings(names, max_new_tokens, test_timeout, not no_tests)
+    done = run_corpora(corpora, "e2e", lambda name, case: ee.run_case(loaded, case, settings, chosen),
+                       _e2e_json(meta, bounds, least), json_path, show=lambda row: say(_e2e_line(row)))
+    _print_e2e(done, bounds, meta["baseline"], loaded.name, least)
+
+
+def _e2e_corpora(paths: list[Path], limit: int | None, context: str, long: int) -> dict[str, list]:
+    """The corpora's cases, and with --long N, N long cases of each (from all its cases) as a corpus of its own."""
+    from cadedit.bench import e2e as ee
+
+    corpora = load_corpora(paths, limit, context)
+    if long:
+        full = load_corpora(paths, None)
+        for name in list(corpora):
+            corpora[f"{name} long"] = ee.long_cases(full[name], long)
+    return corpora
+
+
+def _e2e_json(meta: dict, bounds: dict[str, dict], least) -> Callable[[dict[str, list]], dict]:
+    """The --json of e2e: meta, then per corpus its summary, its bounds and its cases."""
+    from cadedit.bench import e2e as ee
 
     def to_json(done: dict[str, list]) -> dict:
-        return {**meta, "corpora": [{"name": name, "n": len(rows), "summary": ee.summarize(rows, baseline, least),
+        return {**meta, "corpora": [{"name": name, "n": len(rows), "summary": ee.summarize(rows, meta["baseline"], least),
                                      "bounds": bounds.get(name), "cases": [r.to_json() for r in rows]}
                                     for name, rows in done.items()]}
 
-    done = run_corpora(corpora, "e2e", lambda name, case: ee.run_case(loaded, case, settings, chosen), to_json, json_path,
-                       show=lambda row: err.print(_e2e_line(row), highlight=False, markup=False))
-    _print_e2e(done, bounds, baseline, loaded.name, least)
+    return to_json
 
 
 def _e2e_methods(methods: str, gguf: Path | None) -> tuple[tuple[str, ...], list[str]]:
@@ -594,16 +607,13 @@ def _e2e_methods(methods: str, gguf: Path | None) -> tuple[tuple[str, ...], list
 def _e2e_load(model, device: str, dtype: str, threads, backend, floor: bool):
     """The model loaded and warmed up, and (with --floor) the kernel measured for the compute floor."""
     from cadedit.bench import e2e as ee
-    from cadedit.model import load_model
 
-    with err.status("loading the model ..."):
-        loaded = load_model(model, device, dtype, threads, backend)
-        warm = ee.warm_up(loaded)
+    loaded, warm = _load_model(model, device, dtype, threads, backend)
     least = None
     if floor:
         with err.status("measuring the kernel for the compute floor ..."):
             least = ee.measure_floor(loaded)
-        err.print(f"compute floor: prefill {least.prefill_ms:.2f} ms/token, step {least.step_ms:.1f} ms", highlight=False)
+        say(f"compute floor: prefill {least.prefill_ms:.2f} ms/token, step {least.step_ms:.1f} ms")
     return loaded, warm, least
 
 
@@ -616,9 +626,10 @@ def _e2e_peers(loaded, peer_names: list[str], gguf: Path | None, llama_ctx: int 
     if not peer_names:
         return {}, ee.methods(names)
     cases = [case for cases in corpora.values() for case in cases]
-    n_ctx = llama_ctx or pe.context_for(loaded, cases, max_new_tokens)
-    start = time.perf_counter()
-    loaded_peers = pe.load_peers(peer_names, str(gguf), loaded.threads, n_ctx)
+    with err.status("loading the peers ..."):
+        n_ctx = llama_ctx or pe.context_for(loaded, cases, max_new_tokens)
+        start = time.perf_counter()
+        loaded_peers = pe.load_peers(peer_names, str(gguf), loaded.threads, n_ctx)
     meta = {"gguf": str(gguf), "llama_ctx": n_ctx, "llama_cpp": pe.version(),
             "llama_load_seconds": time.perf_counter() - start}
     return meta, ee.methods(names, loaded_peers)
@@ -694,16 +705,14 @@ def decode(
     corpus: CorpusOpt,
     model: ModelOpt = None,
     backend: BackendOpt = None,
-    kernel: Annotated[Path | None, typer.Option(
-        "--kernel", metavar="K.json", help="s(N) from `cadedit bench kernel --json` (default: measured first, "
-             "at the first case's prompt length).")] = None,
-    spans: Annotated[str, typer.Option(help="Span lengths N of the measured s(N).")] = "1,2,4,8,16,32,64,128,256",
-    trials: Annotated[int, typer.Option(min=1, help="Timed trials per N of the measured s(N).")] = 3,
+    kernel: KernelOpt = None,
+    spans: SpansOpt = "1,2,4,8,16,32,64,128,256",
+    trials: TrialsOpt = 3,
     no_draft: Annotated[bool, typer.Option(
         "--no-draft", help="The paper's loop: one forward per decision, no drafted program tokens.")] = False,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda[:k].")] = "auto",
-    dtype: _Dtype = DEFAULT_DTYPE,
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -714,47 +723,46 @@ def decode(
     Example: cadedit bench decode -c humanevalfix_python.jsonl --model MODEL --limit 10 --threads 2 --dtype fp32 [--no-draft]
     """
     from cadedit.bench import decode as dc
-    from cadedit.bench.ceiling import load_curve
-    from cadedit.bench.e2e import warm_up
     from cadedit.bench.tokens import TokenCounter
-    from cadedit.model import load_model
 
-    span_list = int_list(spans, "--spans")
-    if min(span_list) < 1:
-        raise typer.BadParameter("span lengths must be at least 1", param_hint="--spans")
+    span_list = span_lengths(spans)
     corpora = load_corpora(corpus, limit)
-    with err.status("loading the model ..."):
-        loaded = load_model(model, device, dtype, threads, backend)
-        warm_up(loaded)
-    curve = load_curve(kernel) if kernel else None
-    if curve is None:
-        from cadedit import pipeline
-        from cadedit.bench.e2e import document_for
-        from cadedit.options import EditOptions, Mode
-
-        first = next(iter(corpora.values()))[0]
-        prefix = len(pipeline.prepare(loaded, document_for(first), first.instruction,
-                                      EditOptions(model=loaded.name, mode=Mode.PROGRAM)).prompt_ids)
-        with err.status(f"measuring s(N) at P={prefix} ..."):
-            curve = dc.measured_curve(loaded, prefix, trials, span_list)
-    err.print("s(N): " + ", ".join(f"{n}: {s:.2f}" for n, s in zip(curve.n, curve.s)), highlight=False)
+    loaded, _ = _load_model(model, device, dtype, threads, backend)
+    curve = _decode_curve(loaded, corpora, kernel, trials, span_list)
+    say("s(N): " + ", ".join(f"{n}: {s:.2f}" for n, s in zip(curve.n, curve.s)))
     counter = TokenCounter(loaded.tokenizer, loaded.name)
-    meta = {"command": "decode", "model": loaded.name, "device": loaded.device,
-            "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads, "draft": not no_draft,
-            "kernel": curve.source, "curve": {"n": list(curve.n), "s": list(curve.s)}}
+    meta = {**_model_meta("decode", loaded, "device"), "draft": not no_draft, "kernel": curve.source,
+            "curve": {"n": list(curve.n), "s": list(curve.s)}}
 
     def to_json(done: dict[str, list]) -> dict:
         return {**meta, "corpora": [{"name": name, "summary": dc.summarize(rows, curve),
                                      "cases": [r.to_json(curve) for r in rows]} for name, rows in done.items()]}
 
     def show(row) -> None:
-        err.print(f"{row.id}: T={row.ceiling.total}, spans {list(row.ceiling.spans)}, {row.forward_passes} fwd, "
-                  f"loop {row.cad_seconds:.2f} s, regen {row.regen_seconds:.2f} s, {row.ratio:.2f}x, "
-                  f"bound {dc.bound([row], curve):.2f}x", highlight=False, markup=False)
+        say(f"{row.id}: T={row.ceiling.total}, spans {list(row.ceiling.spans)}, {row.forward_passes} fwd, "
+            f"loop {row.cad_seconds:.2f} s, regen {row.regen_seconds:.2f} s, {row.ratio:.2f}x, "
+            f"bound {dc.bound([row], curve):.2f}x")
 
     done = run_corpora(corpora, "decode", lambda name, case: dc.oracle_case(loaded, case, not no_draft, counter), to_json,
                        json_path, show)
     _print_decode(done, curve, loaded.name, not no_draft)
+
+
+def _decode_curve(loaded, corpora: dict[str, list], kernel: Path | None, trials: int, spans: tuple[int, ...]):
+    """s(N) from --kernel, else measured on the loaded model after a prefix as long as the first case's prompt."""
+    from cadedit import pipeline
+    from cadedit.bench import decode as dc
+    from cadedit.bench.ceiling import load_curve
+    from cadedit.bench.e2e import document_for
+    from cadedit.options import EditOptions, Mode
+
+    if kernel:
+        return load_curve(kernel)
+    first = next(iter(corpora.values()))[0]
+    prefix = len(pipeline.prepare(loaded, document_for(first), first.instruction,
+                                  EditOptions(model=loaded.name, mode=Mode.PROGRAM)).prompt_ids)
+    with err.status(f"measuring s(N) at P={prefix} ..."):
+        return dc.measured_curve(loaded, prefix, trials, spans)
 
 
 def _print_decode(done: dict[str, list], curve, model: str, draft: bool) -> None:
@@ -782,9 +790,9 @@ def candidates(
     model: ModelOpt = None,
     backend: BackendOpt = None,
     k: Annotated[int, typer.Option("--candidates", "-k", min=2, max=8, help="Candidates decoded side by side.")] = 4,
-    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
-    context: Annotated[str, typer.Option(help="HumanEvalPack records: docs, nodocs or body (as bench tries).")] = "docs",
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
+    context: CaseContextOpt = "docs",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -797,47 +805,40 @@ def candidates(
     import os
 
     from cadedit.bench import candidates as bc
-    from cadedit.bench.e2e import warm_up
-    from cadedit.bench.report import ResultsFile
-    from cadedit.model import load_model
 
     os.environ["CADEDIT_PREFIX_CACHE"] = "0"  # every decode feeds its whole prompt
     corpora = load_corpora(corpus, limit, context)
-    with err.status("loading the model ..."):
-        loaded = load_model(model, "auto", dtype, threads, backend)
-        warm_up(loaded)
-    meta = {"command": "candidates", "model": loaded.name, "backend": loaded.backend,
-            "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads, "k": k, "context": context}
-    done: dict[str, list] = {name: [] for name in corpora}
-    results = ResultsFile(json_path)
-
-    def save(partial: bool, force: bool = True) -> None:
-        entries = [{"name": name, "summary": bc.summarize(rows), "cases": rows} for name, rows in done.items()]
-        results.write({**meta, "corpora": entries}, partial=partial, force=force)
-
-    def step(item) -> None:
-        name, case = item
-        row = bc.measure_case(loaded, case, k, order=sum(map(len, done.values())))
-        done[name].append(row)
-        err.print(f"{case.id}: one {row['one_seconds']:.2f} s, {k} candidates {row['k_seconds']:.2f} s "
-                  f"({row['ratio']:.2f}x), {row['distinct']} distinct, greedy same {row['greedy_same']}"
-                  + (f", tests {sum(row['passed'])}/{k} (greedy {row['pass_one']})" if "passed" in row else ""),
-                  highlight=False, markup=False)
-
-    work = [(name, case) for name, cases in corpora.items() for case in cases]
-    run_cases(work, len(work), "candidates", step, save)
-    save(False)
+    loaded, _ = _load_model(model, "auto", dtype, threads, backend)
+    meta = {**_model_meta("candidates", loaded, "backend"), "k": k, "context": context}
+    # Which of the two decodes goes first alternates from case to case (measure_case's `order`).
+    cases = [(name, case) for name, cases in corpora.items() for case in cases]
+    work = [(name, (order, case)) for order, (name, case) in enumerate(cases)]
+    done = run_corpora(corpora, "candidates", lambda name, item: bc.measure_case(loaded, item[1], k, order=item[0]),
+                       lambda done: {**meta, "corpora": [{"name": name, "summary": bc.summarize(rows), "cases": rows}
+                                                         for name, rows in done.items()]},
+                       json_path, lambda row: say(_candidates_line(row, k)), work)
     for name, rows in done.items():
-        s = bc.summarize(rows)
-        if not s["n"]:
-            continue
-        out.print(f"{name}: {s['n']} cases, {_short(loaded.name)} ({loaded.backend}, {loaded.threads} threads): "
-                  f"one candidate median {s['one_seconds_median']:.2f} s, {k} side by side {s['k_seconds_median']:.2f} s; "
-                  f"ratio median {s['ratio_median']:.2f}x, pooled {s['ratio_pooled']:.2f}x"
-                  + (f", steps alone {s['steps_ratio_median']:.2f}x" if s["steps_ratio_median"] is not None else "")
-                  + f"; greedy row = single decode in {s['greedy_same']}/{s['n']}, {s['distinct_mean']:.1f} distinct"
-                  + (f"; tests: greedy {s['pass_one']}/{s['tested']}, likeliest {s['pass_likeliest']}/{s['tested']}, "
-                     f"any of {k} {s['pass_k']}/{s['tested']}" if s["tested"] else ""))
+        summary = bc.summarize(rows)
+        if summary["n"]:
+            out.print(f"{name}: {summary['n']} cases, {_short(loaded.name)} ({loaded.backend}, {loaded.threads} threads): "
+                      + _candidates_summary(summary, k))
+
+
+def _candidates_line(row: dict, k: int) -> str:
+    """One case on stderr: both walls, their ratio, how many distinct candidates, the tests."""
+    return (f"{row['id']}: one {row['one_seconds']:.2f} s, {k} candidates {row['k_seconds']:.2f} s "
+            f"({row['ratio']:.2f}x), {row['distinct']} distinct, greedy same {row['greedy_same']}"
+            + (f", tests {sum(row['passed'])}/{k} (greedy {row['pass_one']})" if "passed" in row else ""))
+
+
+def _candidates_summary(s: dict, k: int) -> str:
+    """A corpus's medians and ratios, and with tests pass@1, the likeliest candidate's and pass@K."""
+    return (f"one candidate median {s['one_seconds_median']:.2f} s, {k} side by side {s['k_seconds_median']:.2f} s; "
+            f"ratio median {s['ratio_median']:.2f}x, pooled {s['ratio_pooled']:.2f}x"
+            + (f", steps alone {s['steps_ratio_median']:.2f}x" if s["steps_ratio_median"] is not None else "")
+            + f"; greedy row = single decode in {s['greedy_same']}/{s['n']}, {s['distinct_mean']:.1f} distinct"
+            + (f"; tests: greedy {s['pass_one']}/{s['tested']}, likeliest {s['pass_likeliest']}/{s['tested']}, "
+               f"any of {k} {s['pass_k']}/{s['tested']}" if s["tested"] else ""))
 
 
 # -- tries -------------------------------------------------------------------------------------
@@ -849,16 +850,15 @@ def tries(
     model: ModelOpt = None,
     backend: BackendOpt = None,
     max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with the corpus's test as --test.")] = 5,
-    check_tries: Annotated[int, typer.Option("--check-tries", min=0, help="Tries with syntax/no-change checks only (0: skip that run).")] = DEFAULT_TRIES,
-    test_timeout: Annotated[float, typer.Option("--test-timeout", min=0.1, help="Seconds per test run.")] = 10.0,
+    check_tries: Annotated[int, typer.Option(
+        "--check-tries", min=0, help="Tries with syntax/no-change checks only (0: skip that run).")] = DEFAULT_TRIES,
+    test_timeout: TestTimeoutOpt = BENCH_TEST_TIMEOUT,
     mode: Annotated[str, typer.Option(help="Decoding mode: program, rewrite, lookup or verify.")] = DEFAULT_MODE.value,
     layout: Annotated[str | None, typer.Option(help="Prompt layout (prompt.LAYOUTS); default: EditOptions'.")] = None,
-    dtype: _Dtype = DEFAULT_DTYPE,
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
     skip: Annotated[int, typer.Option(min=0, help="Skip the first N cases of each corpus.")] = 0,
-    context: Annotated[str, typer.Option(
-        help="HumanEvalPack records: docs (the whole file with its docstring, as users hand it over), nodocs, or "
-             "body (the buggy body alone, the declaration as the test's prefix).")] = "docs",
+    context: CaseContextOpt = "docs",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -867,71 +867,89 @@ def tries(
 
     Example: cadedit bench tries -c humanevalfix_python.jsonl --model MODEL --limit 60 --json tries.json
     """
-    from dataclasses import replace
-
     from cadedit.bench import tries as bt
-    from cadedit.model import load_model
-    from cadedit.options import EditOptions, Mode
 
     corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
-    with err.status("loading the model ..."):
-        loaded = load_model(model, "auto", dtype, threads, backend)
-    options = EditOptions(model=loaded.name, mode=Mode(mode))
-    options = replace(options, layout=layout) if layout else options
-    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, options)
-    meta = {"command": "tries", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
-            "threads": loaded.threads, "mode": mode, "layout": options.layout, "context": context, "tries": max_tries, "check_tries": check_tries, "skip": skip}
-    rows = ("single",) + (("checks",) if check_tries else ()) + tuple(dict.fromkeys(
-        f"test{k}" for k in (min(3, max_tries), max_tries) if max_tries > 1))
+    loaded, _ = _load_model(model, "auto", dtype, threads, backend, warm_up=False)
+    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, _tries_options(loaded.name, mode, layout))
+    meta = {**_model_meta("tries", loaded), "mode": mode, "layout": settings.options.layout, "context": context,
+            "tries": max_tries, "check_tries": check_tries, "skip": skip}
+    rows = _tries_rows(max_tries, check_tries)
 
     def to_json(done: dict[str, list]) -> dict:
         return {**meta, "corpora": [{"name": name, "summary": bt.summarize(cases, rows), "cases": cases}
                                     for name, cases in done.items()]}
 
-    def show(row: dict) -> None:
-        if "skipped" in row:
-            err.print(f"{row['id']}: skipped ({row['skipped']})")
-        else:
-            err.print(f"{row['id']}: " + ", ".join(f"{k} {'pass' if row[k]['passed'] else 'fail'} "
-                                                   f"{row[k]['seconds']:.1f}s/{row[k]['tries']}" for k in rows))
-
-    done = run_corpora(corpora, "tries", lambda name, case: bt.run_case(loaded, case, settings), to_json, json_path, show)
+    done = run_corpora(corpora, "tries", lambda name, case: bt.run_case(loaded, case, settings), to_json, json_path,
+                       lambda row: say(_tries_line(row, rows)))
     for name, cases in done.items():
-        summary = bt.summarize(cases, rows)
-        out.print(f"{name}: {summary['n']} cases, {_short(loaded.name)}")
-        for k in rows:
-            if k in summary:
-                s = summary[k]
-                out.print(f"  {k:8s} tests passed {s['passed']}/{summary['n']}, exact {s['exact']}, answered {s['answered']}, "
-                          f"median {s['seconds_median']:.1f} s, mean {s['seconds_mean']:.1f} s")
-        out.print(f"  checks alone turned {summary['checks_turned_fail_into_pass']} failed single tries into passes")
+        _print_tries(name, bt.summarize(cases, rows), rows, loaded.name)
+
+
+def _tries_options(model: str, mode: str, layout: str | None):
+    """The EditOptions of every try: the loaded model, --mode and (when given) --layout."""
+    from dataclasses import replace
+
+    from cadedit.options import EditOptions, Mode
+
+    options = EditOptions(model=model, mode=Mode(mode))
+    return replace(options, layout=layout) if layout else options
+
+
+def _tries_rows(max_tries: int, check_tries: int) -> tuple[str, ...]:
+    """The runs of each case: one try, the checks alone (with --check-tries), the test with 3 and --tries tries."""
+    return ("single",) + (("checks",) if check_tries else ()) + tuple(dict.fromkeys(
+        f"test{k}" for k in (min(3, max_tries), max_tries) if max_tries > 1))
+
+
+def _tries_line(row: dict, rows: tuple[str, ...]) -> str:
+    """One case on stderr: each run's test verdict, seconds and tries, or why the case was skipped."""
+    if "skipped" in row:
+        return f"{row['id']}: skipped ({row['skipped']})"
+    return f"{row['id']}: " + ", ".join(f"{k} {'pass' if row[k]['passed'] else 'fail'} "
+                                        f"{row[k]['seconds']:.1f}s/{row[k]['tries']}" for k in rows)
+
+
+def _print_tries(name: str, summary: dict, rows: tuple[str, ...], model: str) -> None:
+    out.print(f"{name}: {summary['n']} cases, {_short(model)}")
+    for k in rows:
+        if k in summary:
+            s = summary[k]
+            out.print(f"  {k:8s} tests passed {s['passed']}/{summary['n']}, exact {s['exact']}, answered {s['answered']}, "
+                      f"median {s['seconds_median']:.1f} s, mean {s['seconds_mean']:.1f} s")
+    out.print(f"  checks alone turned {summary['checks_turned_fail_into_pass']} failed single tries into passes")
 
 
 # -- long files --------------------------------------------------------------------------------
+
+
+ScopingOpt = Annotated[str, typer.Option("--scoping", help="on, off or both (scoped vs whole-file verify edits).")]
+WhereOpt = Annotated[str, typer.Option(
+    "--where", help="Vague instructions, scoped: on (ask the model which line first), off (retype the whole "
+                    "function) or both.")]
+WhereByOpt = Annotated[str, typer.Option(
+    "--where-by", help="How the where-step names the line: number or quote (its text).")]
 
 
 @app.command()
 def longfile(
     model: ModelOpt = None,
     backend: BackendOpt = None,
-    packages: Annotated[str, typer.Option(
-        help="Installed packages whose modules are the long files (comma-separated).")] = "rich,click,typer,pygments",
-    n: Annotated[int, typer.Option("--tasks", "-n", min=1, help="How many tasks (one per file).")] = 10,
-    seed: Annotated[int, typer.Option(help="Which files and which swaps.")] = 0,
+    packages: PackagesOpt = PACKAGES,
+    n: TasksOpt = 10,
+    seed: TaskSeedOpt = 0,
     min_lines: Annotated[int, typer.Option(help="Shortest file.")] = 200,
     max_lines: Annotated[int, typer.Option(help="Longest file.")] = 1000,
     instructions: Annotated[str, typer.Option(help="explicit, vague or both.")] = "both",
-    scoping: Annotated[str, typer.Option("--scoping", help="on, off or both (scoped vs whole-file verify edits).")] = "on",
-    where: Annotated[str, typer.Option("--where", help="Vague instructions, scoped: on (ask the model which line "
-                                       "first), off (retype the whole function) or both.")] = "on",
-    where_by: Annotated[str, typer.Option("--where-by", help="How the where-step names the line: number or "
-                                          "quote (its text).")] = "number",
+    scoping: ScopingOpt = "on",
+    where: WhereOpt = "on",
+    where_by: WhereByOpt = "number",
     max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = DEFAULT_TRIES,
-    dtype: _Dtype = DEFAULT_DTYPE,
-    threads: Annotated[int | None, typer.Option(min=1, help="CPU threads (default: idle physical cores).")] = None,
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
     save_tasks: Annotated[Path | None, typer.Option("--save-tasks", help="Also write the tasks as JSONL.")] = None,
     tasks_path: Annotated[Path | None, typer.Option("--tasks-file", help="Read the tasks from this JSONL instead.")] = None,
-    context: Annotated[str, typer.Option(help="Scoped edits: lines shown around the regions, or all.")] = "60",
+    context: ScopeContextOpt = str(CONTEXT_LINES),
     first: Annotated[int, typer.Option(min=0, help="Skip this many tasks (a held-out split).")] = 0,
     json_path: JsonOpt = None,
 ) -> None:
@@ -943,9 +961,6 @@ def longfile(
     Example: cadedit bench longfile --model MODEL -n 30 --scoping both --json longfile.json
     """
     from cadedit.bench import longfile as lf
-    from cadedit.model import load_model
-
-    from cadedit.cli import context_lines
 
     around = context_lines(context)
     if tasks_path is not None:
@@ -954,47 +969,41 @@ def longfile(
         tasks = lf.build_tasks(longfile_roots(packages), first + n, seed, min_lines, max_lines)[first:]
     if save_tasks:
         lf.write_tasks(tasks, save_tasks)
-    kinds = _choice(instructions, "--instructions", {"explicit": ("explicit",), "vague": ("vague",),
-                                                     "both": ("explicit", "vague")})
-    scopes = _choice(scoping, "--scoping", {"on": (True,), "off": (False,), "both": (True, False)})
-    wheres = _choice(where, "--where", {"on": (True,), "off": (False,), "both": (True, False)})
-    _choice(where_by, "--where-by", {"number": 0, "quote": 0})
-    with err.status("loading the model ..."):
-        loaded = load_model(model, "auto", dtype, threads, backend)
-    meta = {"command": "longfile", "model": loaded.name, "dtype": str(loaded.dtype).removeprefix("torch."),
-            "threads": loaded.threads, "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
+    work = _longfile_work(tasks, instructions, scoping, where, where_by)
+    loaded, _ = _load_model(model, "auto", dtype, threads, backend, warm_up=False)
+    meta = {**_model_meta("longfile", loaded), "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
             "first": first, "context": context, "where": where, "where_by": where_by}
-
-    def show(row: dict) -> None:
-        v, said = row["verified"] or {}, ""
-        if row.get("where"):
-            said = f", where {','.join(map(str, row['where']['lines']))} (bug {row['bug_line']})"
-        err.print(f"{row['path']}: {row['error']}" if row.get("error") else
-                  f"{row['path']} ({row['lines']} lines) {_longfile_key(row)}: exact {bool(v.get('exact'))}, "
-                  f"outside {v.get('lines_changed_outside', '-')}, {row['seconds']:.1f} s, {row['forward_passes']} fwd, "
-                  f"{row['tries']} tries{said}")
-
-    # The where-step applies to scoped vague instructions only: the rest run once, with it on.
-    work = [("tasks", (task, kind, scoped, located)) for task in tasks for kind in kinds for scoped in scopes
-            for located in (wheres if kind == "vague" and scoped else (True,))]
     done = run_corpora({"tasks": tasks}, "longfile", lambda _, item: lf.run_task(loaded, *item, around, max_tries, where_by),
                        lambda done: {**meta, "summary": _longfile_summary(done["tasks"]), "rows": done["tasks"]},
-                       json_path, show, work)
+                       json_path, lambda row: say(_longfile_line(row)), work)
     for key, summary in _longfile_summary(done["tasks"]).items():
         out.print(f"{key}: {summary}")
 
 
-def longfile_roots(packages: str) -> list[str]:
-    """The folders of the installed packages (comma-separated names) whose modules are the long files."""
-    import importlib.util
+def _longfile_work(tasks: list, instructions: str, scoping: str, where: str, where_by: str) -> list[tuple[str, tuple]]:
+    """Each task under each asked kind of instruction and scoping; the where-step applies to scoped vague
+    instructions only (the rest run once, with it on)."""
+    on_off = {"on": (True,), "off": (False,), "both": (True, False)}
+    kinds = _choice(instructions, "--instructions", {"explicit": ("explicit",), "vague": ("vague",),
+                                                     "both": ("explicit", "vague")})
+    scopes = _choice(scoping, "--scoping", on_off)
+    wheres = _choice(where, "--where", on_off)
+    _choice(where_by, "--where-by", {"number": 0, "quote": 0})
+    return [("tasks", (task, kind, scoped, located)) for task in tasks for kind in kinds for scoped in scopes
+            for located in (wheres if kind == "vague" and scoped else (True,))]
 
-    roots = []
-    for name in (p.strip() for p in packages.split(",") if p.strip()):
-        spec = importlib.util.find_spec(name)
-        if spec is None or not spec.submodule_search_locations:
-            raise typer.BadParameter(f"{name} is not an installed package", param_hint="--packages")
-        roots.append(list(spec.submodule_search_locations)[0])
-    return roots
+
+def _longfile_line(row: dict) -> str:
+    """One task on stderr: its error, or exact, lines changed outside, seconds, forward passes, tries and
+    the line the where-step named."""
+    if row.get("error"):
+        return f"{row['path']}: {row['error']}"
+    v, said = row["verified"] or {}, ""
+    if row.get("where"):
+        said = f", where {','.join(map(str, row['where']['lines']))} (bug {row['bug_line']})"
+    return (f"{row['path']} ({row['lines']} lines) {_longfile_key(row)}: exact {bool(v.get('exact'))}, "
+            f"outside {v.get('lines_changed_outside', '-')}, {row['seconds']:.1f} s, {row['forward_passes']} fwd, "
+            f"{row['tries']} tries{said}")
 
 
 def _choice(value: str, option: str, choices: dict[str, T]) -> T:

@@ -29,6 +29,7 @@ from cadedit.document import Document
 from cadedit.errors import CadeditError
 from cadedit.model import LoadedModel, encode, new_cache
 from cadedit.options import DEFAULT_MODE, EditOptions, Mode
+from cadedit.settings import BENCH_TEST_TIMEOUT
 
 MODES = tuple(m.value for m in Mode)
 FIX = "fix"  # `cadedit fix`'s own edit: the scope from the instruction, then the default mode (one try)
@@ -93,7 +94,7 @@ class CaseResult:
 class E2ESettings:
     methods: tuple[str, ...] = DEFAULT_METHODS
     max_new_tokens: int | None = None
-    test_timeout: float = 10.0
+    test_timeout: float = BENCH_TEST_TIMEOUT
     run_tests: bool = True
 
 

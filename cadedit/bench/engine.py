@@ -25,6 +25,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from cadedit.bench.options import PACKAGES, PackagesOpt, TaskSeedOpt, TasksOpt
+
 
 def _percentile(values: list[float], q: float) -> float:
     if not values:
@@ -89,9 +91,9 @@ def engine(
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="The local model (a .gguf) for the one-at-a-time runs.")] = None,
     backend: Annotated[str, typer.Option(help="The local runs' backend.")] = "llama",
     clients: Annotated[str, typer.Option(help="Concurrent client processes, comma-separated.")] = "1,4,16",
-    n: Annotated[int, typer.Option("--tasks", "-n", min=1, help="How many long-file tasks (one per file).")] = 16,
-    seed: Annotated[int, typer.Option(help="Which files and which swaps (as bench longfile).")] = 0,
-    packages: Annotated[str, typer.Option(help="Installed packages whose modules are the long files.")] = "rich,click,typer,pygments",
+    n: TasksOpt = 16,
+    seed: TaskSeedOpt = 0,
+    packages: PackagesOpt = PACKAGES,
     tries: Annotated[int, typer.Option(min=1, help="--tries of each fix.")] = 1,
     threads: Annotated[Optional[int], typer.Option(min=1, help="--threads of the local runs.")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", min=1, help="Passed to every fix.")] = None,
@@ -105,8 +107,8 @@ def engine(
 
     Example: cadedit bench engine --engine http://127.0.0.1:8080/v1 --model qwen-0.5b.gguf -n 16 --clients 1,4,16
     """
-    from cadedit.bench.cli import int_list, longfile_roots
     from cadedit.bench import longfile as lf
+    from cadedit.bench.options import int_list, longfile_roots
     from cadedit.settings import choose_engine
 
     url = choose_engine(url)

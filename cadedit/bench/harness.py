@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cadedit.bench.corpus import Case
+from cadedit.settings import BENCH_TEST_TIMEOUT
 
 JS_MD5_SHIM = (
     "const crypto = require('crypto');\n"
@@ -71,7 +72,7 @@ def _judge(runner: str, done: subprocess.CompletedProcess) -> tuple[bool, str]:
     return True, ""
 
 
-def run_test(case: Case, text: str, timeout: float = 10.0) -> Verdict:
+def run_test(case: Case, text: str, timeout: float = BENCH_TEST_TIMEOUT) -> Verdict:
     """Run the case's test against `text` (see the module docstring)."""
     runner = runner_for(case.language)
     if not case.test:

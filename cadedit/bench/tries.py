@@ -23,7 +23,7 @@ from cadedit.bench.report import median
 from cadedit.document import Document
 from cadedit.model import LoadedModel
 from cadedit.options import EditOptions
-from cadedit.settings import DEFAULT_TRIES
+from cadedit.settings import BENCH_TEST_TIMEOUT, DEFAULT_TRIES
 from cadedit.tries import CheckPlan, Verified, edit_verified
 
 SUFFIX = {"python": ".py", "node": ".js"}
@@ -33,7 +33,7 @@ SUFFIX = {"python": ".py", "node": ".js"}
 class TriesSettings:
     tries: int = 5  # with --test
     check_tries: int = DEFAULT_TRIES  # syntax + no-change only
-    test_timeout: float = 10.0
+    test_timeout: float = BENCH_TEST_TIMEOUT
     options: EditOptions = EditOptions()
 
 
