@@ -284,6 +284,23 @@ def test_python_dash_m_runs_the_cli(tmp_path):
     assert (done.returncode, done.stdout) == (0, f"cadedit {__version__}\n".encode())
 
 
+def test_python_dash_m_in_a_folder_with_files_named_like_the_standard_library(tmp_path):
+    """`python -m cadedit fix logging.py` where the user's logging.py (or json.py) sits: Python puts
+    the working folder first on the import path for -m; cadedit must import the standard library's."""
+    for name in ("logging", "json", "difflib", "typing", "tempfile"):
+        (tmp_path / f"{name}.py").write_text(f"raise ImportError('the user\\'s own {name}.py was imported')\n")
+    (tmp_path / "a.py").write_bytes(BEFORE)
+    (tmp_path / "b.py").write_bytes(AFTER)
+    done = subprocess.run([sys.executable, "-m", "cadedit", "oracle", "a.py", "b.py"], capture_output=True,
+                          cwd=tmp_path, text=True)
+    assert done.returncode == 0 and "own" not in done.stderr, done.stderr
+    assert "copy" in done.stdout
+    missing = subprocess.run([sys.executable, "-m", "cadedit", "fix", "logging.py", "Fix it.", "--model",
+                              str(tmp_path / "no-model")], capture_output=True, cwd=tmp_path, text=True)
+    assert missing.returncode == 1 and "own logging.py" not in missing.stderr, missing.stderr
+    assert missing.stderr.count("error:") == 1 and "Traceback" not in missing.stderr
+
+
 @pytest.mark.parametrize("args", [["oracle", "a.py", "b.py"], ["apply", "a.py", "p"], ["apply", "--help"], ["--version"]])
 def test_commands_without_a_model_never_import_torch(tmp_path, args):
     (tmp_path / "a.py").write_bytes(BEFORE)
