@@ -109,8 +109,10 @@ class EngineClient:
 
     def _served_model(self, wanted: str | None) -> tuple[str, str]:
         """The model to ask for (`wanted`, else the first the engine serves) and who serves it
-        (GET /models's owned_by: which engine it is); also the check that an engine answers."""
-        answer = self._call("GET", "/models", None, min(self.timeout, 30.0))
+        (GET /models's owned_by: which engine it is); also the check that an engine answers. The
+        full timeout: an engine that serves one request at a time (llama-cpp-python's server) answers
+        /models only after the completions ahead of it."""
+        answer = self._call("GET", "/models", None, self.timeout)
         models = answer.get("data") if isinstance(answer, dict) else None
         models = [m for m in models if isinstance(m, dict) and "id" in m] if isinstance(models, list) else []
         if not models:

@@ -33,8 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 class Script:
     """What the fake engine answers: (text, finish_reason) per completion, or a failure by name."""
 
-    def __init__(self, answers=(), owner="llamacpp", fail: str | None = None, sleep: float = 0.0):
+    def __init__(self, answers=(), owner="llamacpp", fail: str | None = None, sleep: float = 0.0,
+                 models_sleep: float = 0.0):
         self.answers, self.owner, self.fail, self.sleep = list(answers), owner, fail, sleep
+        self.models_sleep = models_sleep
         self.requests: list[dict] = []
         self.headers: list[dict] = []
 
@@ -55,6 +57,7 @@ def _handler(script: Script):
         def do_GET(self):
             if self.path != "/v1/models":
                 return self._json(404, {"error": {"message": "not found"}})
+            time.sleep(script.models_sleep)
             self._json(200, {"object": "list", "data": [{"id": "tiny-qwen", "owned_by": script.owner}]})
 
         def do_POST(self):
@@ -191,6 +194,16 @@ def test_fix_through_the_engine_writes_the_engines_edit(engine, colors):
     written = cli("fix", "colors.txt", "Rename teal to green.", "--write", "-q", cwd=colors,
                   env={"CADEDIT_ENGINE": engine(Script([("red:\ngreen;\nblue)", "stop")]))})
     assert written.returncode == 0, written.stderr
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
+
+
+def test_an_engine_busy_with_other_edits_is_waited_for_up_to_the_timeout_also_for_its_model_list(engine, colors):
+    """An engine that serves one request at a time (llama-cpp-python's server) answers GET /models
+    only after the completions queued ahead of it; the client waits --engine-timeout for it too."""
+    script = Script([("red:\ngreen;\nblue)", "stop")], models_sleep=32.0)
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--engine-timeout", "60",
+               "--write", "-q", cwd=colors, timeout=120)
+    assert done.returncode == 0, done.stderr
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
 
 
