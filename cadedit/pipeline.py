@@ -258,13 +258,14 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
                       loaded.name, len(prepared.prompt_ids), problem)
 
 
-def edit_candidates(document: Document, instruction: str, options: EditOptions, picks: Sequence[Picker], *,
+def edit_candidates(document: Document, instruction: str, options: EditOptions, picks: Sequence[PickFor], *,
                     loaded: LoadedModel, on_step: Callable[[DecodeStats, Step], None] | None = None) -> list[EditCandidate]:
-    """edit_file for len(picks) candidates at once: one prompt, one batched decode, one edit each
-    (tries.candidate_pickers gives `--candidates`' pickers)."""
+    """edit_file for len(picks) candidates at once: one prompt, one batched decode, one edit each;
+    picks: each candidate's picker factory (tries.candidate_picks gives `--candidates`')."""
     prepared = prepare(loaded, document, instruction, options)
+    pickers = [pick_for(loaded, document, prepared) for pick_for in picks]
     out = []
-    for found in run_candidates(loaded, document, prepared, picks, on_step, draft=options.draft):
+    for found in run_candidates(loaded, document, prepared, pickers, on_step, draft=options.draft):
         if found.decoded is None:
             out.append(EditCandidate(None, found.logprob, found.error))
             continue

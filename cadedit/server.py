@@ -449,7 +449,7 @@ class _Server:
     def edit(self, request: dict, stream) -> dict:
         from cadedit.document import Document
         from cadedit.pipeline import edit_candidates, edit_file
-        from cadedit.tries import candidate_pickers
+        from cadedit.tries import candidate_picks
 
         options = options_from_wire(request["options"])
         if options.model is not None and resolve_spec(options.model) != resolve_spec(self.loaded.name):
@@ -463,7 +463,7 @@ class _Server:
             try:
                 if k > 1:
                     found = edit_candidates(document, request["instruction"], options,
-                                            candidate_pickers(k, options.sampling), loaded=self.loaded, on_step=on_step)
+                                            candidate_picks(k, options.sampling), loaded=self.loaded, on_step=on_step)
                 else:
                     result = edit_file(document, request["instruction"], options, loaded=self.loaded, on_step=on_step)
             finally:

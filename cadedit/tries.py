@@ -193,7 +193,8 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     loaded: a model.LoadedModel, or an editor with edit() (server.ServerClient: edit_file in the warm
     server; engine.EngineClient: a shared engine; no where-step then). candidates: try 1 decodes this
     many side by side. picks(k) may give try k's picker factory (pipeline.PickFor: the picker from
-    the prepared request; None: the try's sampling) or try 1's list of pickers, picks(0) the
+    the prepared request; None: the try's sampling) or a batched try 1's list of `candidates`
+    factories, picks(0) the
     where-step's (loaded -> picker, as where.where_picker); tests script answers with it (local
     models only)."""
     edit, edit_many = _editors(loaded)
@@ -259,7 +260,7 @@ def _where(document: Document, instruction: str, options: EditOptions, loaded: A
 
 def _editors(loaded: Any):
     """edit(document, instruction, options, on_step, pick_for) -> EditResult, and edit_many(..., k, picks)
-    -> k EditCandidates decoded side by side (picks None: candidate_pickers), locally or in the server."""
+    -> k EditCandidates decoded side by side (picks None: candidate_picks), locally or in the server."""
     if hasattr(loaded, "edit"):
         def edit(document, instruction, options, on_step, pick_for):
             return loaded.edit(document, instruction, options, on_step=on_step)
@@ -273,17 +274,26 @@ def _editors(loaded: Any):
         return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick_for=pick_for)
 
     def edit_many(document, instruction, options, on_step, k, picks):
-        picks = picks or candidate_pickers(k, options.sampling)
+        picks = picks or candidate_picks(k, options.sampling)
         return edit_candidates(document, instruction, options, picks, loaded=loaded, on_step=on_step)
 
     return edit, edit_many
 
 
-def candidate_pickers(k: int, first: Sampling) -> list:
-    """The pickers of `--candidates k` (candidate_sampling each); imports the model code."""
-    from cadedit.decode import sampling_picker
+def candidate_picks(k: int, first: Sampling) -> list:
+    """The picker factories of `--candidates k` (pipeline.PickFor, candidate_sampling each)."""
+    return [_sampling_for(candidate_sampling(i, first)) for i in range(1, k + 1)]
 
-    return [sampling_picker(candidate_sampling(i, first)) for i in range(1, k + 1)]
+
+def _sampling_for(sampling: Sampling):
+    """A picker factory: the sampling picker (imports the model code when called)."""
+
+    def pick_for(loaded, document, prepared):
+        from cadedit.decode import sampling_picker
+
+        return sampling_picker(sampling)
+
+    return pick_for
 
 
 def _one_try(edit, document: Document, instruction: str, current: EditOptions, plan: CheckPlan, number: int,

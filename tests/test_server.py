@@ -424,13 +424,13 @@ def test_an_idle_client_cannot_keep_the_server_from_stopping(held, sock, monkeyp
 
 
 def test_candidates_side_by_side_through_the_server_are_the_local_ones(held, local, tiny_dir, sock):
-    from cadedit.tries import candidate_pickers
+    from cadedit.tries import candidate_picks
 
     document = Document.from_bytes(BEFORE, "a.py")
     chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
     with serving(held, sock):
         remote = server.connect(str(tiny_dir)).edit_candidates(document, "Fix add.", chosen, 3)
-    mine = pipeline.edit_candidates(document, "Fix add.", chosen, candidate_pickers(3, chosen.sampling), loaded=local)
+    mine = pipeline.edit_candidates(document, "Fix add.", chosen, candidate_picks(3, chosen.sampling), loaded=local)
     assert len(remote) == len(mine) == 3
     for theirs, ours in zip(remote, mine):
         assert (theirs.result is None) == (ours.result is None)
