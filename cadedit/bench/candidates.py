@@ -4,11 +4,10 @@ Contract: measure_case(loaded, case, k) edits the case's input twice in verify m
 cache (no prompt reused; the caller turns the prefix store off): once as `cadedit fix` does today (one greedy candidate,
 pipeline.edit_file) and once as `--candidates k` does on try 1 (pipeline.edit_candidates: candidate
 1 greedy, the others sampled as cadedit.tries.candidate_sampling seeds them; measure_case's picks
-may give other pickers), in alternating order
-from case to case. It reports both walls (prompt included) and their decode steps alone (the
-prompt's prefill taken out), whether candidate 1 wrote what the single decode wrote, how many
-distinct answers the k rows gave, and, when the case has a test (bench/harness.py), which of them
-pass it (pass@1 against pass@k).
+may give other pickers), in alternating order from case to case. It reports both walls (prompt
+included) and their decode steps alone (the prompt's prefill taken out), whether candidate 1 wrote
+what the single decode wrote, how many distinct answers the k rows gave, and, when the case has a
+test (bench/harness.py), which of them pass it (pass@1 against pass@k).
 """
 
 from __future__ import annotations

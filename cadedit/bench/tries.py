@@ -3,11 +3,12 @@
 Contract: run_case(loaded, case, settings, picks=None) writes the case's input as a file in a fresh
 folder and runs cadedit.tries.edit_verified on it twice (with `picks`, its seam for scripted
 answers): with the corpus's own test as the `--test` command (up to settings.tries tries), and
-with the syntax and no-change checks only (settings.check_tries tries). Every candidate of both runs is also judged by the corpus's test (bench/harness.py), so
-one run gives every row of the table: tries = 1 (the first candidate: today's single shot), checks
-only, and `--test` with 3 and 5 tries (a K-try run is the first K tries of a longer one: each try's
-prompt and seed depend only on the tries before it). Wall seconds per row are the seconds of the
-tries that row made, model already loaded.
+with the syntax and no-change checks only (settings.check_tries tries). Every candidate of both
+runs is also judged by the corpus's test (bench/harness.py), so one run gives every row of the
+table: tries = 1 (the first candidate: today's single shot), checks only, and `--test` with 3 and
+5 tries (a K-try run is the first K tries of a longer one: each try's prompt and seed depend only
+on the tries before it). Wall seconds per row are the seconds of the tries that row made, model
+already loaded.
 """
 
 from __future__ import annotations
