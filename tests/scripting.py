@@ -2,10 +2,11 @@
 (real model, real cursor, real drafter), injected through public seams only:
 
 - `cadedit fix` and the hook: tries.edit_verified's `picks=` (picks(k): try k's picker factory,
-  pipeline.PickFor; picks(0): the where-step's, loaded -> picker). inject_picks gives every edit_verified the
-  CLI makes those picks (the CLI looks the function up on cadedit.tries when it runs).
+  pipeline.PickFor; picks(0): the where-step's, loaded -> picker). inject_picks gives every
+  edit_verified the CLI makes those picks (the CLI looks the function up on cadedit.tries when it
+  runs).
 - `cadedit bench`: the runners' own `pick_for=` / `picks=` parameters, the same way (the bench CLI
-  looks them up on their modules when it runs).
+  looks them up on their modules when it runs); the server: serve(pick_for=).
 
 A picker factory gets (loaded, document, prepared) once the request is prepared, so a script can
 use the prepared fence, source and regions, and record what was asked.
