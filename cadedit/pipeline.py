@@ -5,7 +5,8 @@ refuses a file whose prompt cannot fit the model's context before any model work
 mode's cursor and drafter (the MODES table), and reports the answer as a copy/gen program
 resolved strictly against the document. Nothing is written here: the caller shows or applies
 EditResult.new_text. The helpers (prepare, run_decode) are public so benchmarks reuse exactly this
-code path.
+code path. A caller may choose the decode's picker once the request is prepared (pick_for: tests
+and benchmarks spell a known answer, which needs the prepared fence and source).
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class Prepared:
     # Scoped: the file's lines after the last region, which the verify drafter may also propose (a
     # model that runs past its region retypes them; scoped_text trims that run past again).
     draft_tail: str = ""
+
+
+# A decode's picker, chosen from its prepared request (e.g. a scripted answer in the prepared fence).
+PickFor = Callable[[LoadedModel, Document, Prepared], Picker]
 
 
 def prepare(loaded: LoadedModel, document: Document, instruction: str, options: EditOptions) -> Prepared:
@@ -233,10 +238,11 @@ def placed_program(document: Document, prepared: Prepared, decoded: Decoded) -> 
 
 
 def edit_file(document: Document, instruction: str, options: EditOptions = EditOptions(), *,
-              loaded: LoadedModel | None = None, pick: Picker | None = None,
+              loaded: LoadedModel | None = None, pick_for: PickFor | None = None,
               on_step: Callable[[DecodeStats, Step], None] | None = None,
               on_loaded: Callable[[LoadedModel], None] | None = None) -> EditResult:
-    """Edit one document as the instruction says; see the module docstring."""
+    """Edit one document as the instruction says; see the module docstring. pick_for: the decode's
+    picker from the prepared request (None: the options' sampling)."""
     # 1. The model (the caller may pass one already loaded).
     loaded = loaded or load_model(options.model, options.device, options.dtype, options.threads, options.backend)
     if on_loaded is not None:
@@ -244,21 +250,22 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
     # 2. The prompt as token ids; a file that cannot fit is refused here, before any model work.
     prepared = prepare(loaded, document, instruction, options)
     # 3. Decode: one loop, the mode's cursor and drafter.
-    decoded = run_decode(loaded, document, prepared, pick or sampling_picker(options.sampling), on_step,
-                         draft=options.draft)
+    pick = pick_for(loaded, document, prepared) if pick_for is not None else sampling_picker(options.sampling)
+    decoded = run_decode(loaded, document, prepared, pick, on_step, draft=options.draft)
     # 4. The answer as a program in the file's own newlines, resolved strictly against the file.
     program, problem = placed_program(document, prepared, decoded)
     return EditResult(document, prepared.mode, program, decoded.text, resolve(program, document), decoded.stats,
                       loaded.name, len(prepared.prompt_ids), problem)
 
 
-def edit_candidates(document: Document, instruction: str, options: EditOptions, picks: Sequence[Picker], *,
+def edit_candidates(document: Document, instruction: str, options: EditOptions, picks: Sequence[PickFor], *,
                     loaded: LoadedModel, on_step: Callable[[DecodeStats, Step], None] | None = None) -> list[EditCandidate]:
-    """edit_file for len(picks) candidates at once: one prompt, one batched decode, one edit each
-    (tries.candidate_pickers gives `--candidates`' pickers)."""
+    """edit_file for len(picks) candidates at once: one prompt, one batched decode, one edit each;
+    picks: each candidate's picker factory (tries.candidate_picks gives `--candidates`')."""
     prepared = prepare(loaded, document, instruction, options)
+    pickers = [pick_for(loaded, document, prepared) for pick_for in picks]
     out = []
-    for found in run_candidates(loaded, document, prepared, picks, on_step, draft=options.draft):
+    for found in run_candidates(loaded, document, prepared, pickers, on_step, draft=options.draft):
         if found.decoded is None:
             out.append(EditCandidate(None, found.logprob, found.error))
             continue

@@ -381,8 +381,8 @@ class _ClientGone(Exception):
 class _Server:
     """The state of one serve(): the model, one lock for edits, counters for status."""
 
-    def __init__(self, socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int):
-        self.socket_path, self.loaded = socket_path, loaded
+    def __init__(self, socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int, pick_for=None):
+        self.socket_path, self.loaded, self.pick_for = socket_path, loaded, pick_for
         self.idle_timeout, self.max_rss_bytes = idle_timeout, max_rss_bytes
         self.edit_lock = threading.Lock()  # one decode at a time: the model has one KV cache
         self.stopping = threading.Event()
@@ -449,7 +449,7 @@ class _Server:
     def edit(self, request: dict, stream) -> dict:
         from cadedit.document import Document
         from cadedit.pipeline import edit_candidates, edit_file
-        from cadedit.tries import candidate_pickers
+        from cadedit.tries import candidate_picks
 
         options = options_from_wire(request["options"])
         if options.model is not None and resolve_spec(options.model) != resolve_spec(self.loaded.name):
@@ -463,9 +463,10 @@ class _Server:
             try:
                 if k > 1:
                     found = edit_candidates(document, request["instruction"], options,
-                                            candidate_pickers(k, options.sampling), loaded=self.loaded, on_step=on_step)
+                                            candidate_picks(k, options.sampling), loaded=self.loaded, on_step=on_step)
                 else:
-                    result = edit_file(document, request["instruction"], options, loaded=self.loaded, on_step=on_step)
+                    result = edit_file(document, request["instruction"], options, loaded=self.loaded, on_step=on_step,
+                                       pick_for=self.pick_for)
             finally:
                 self.requests += 1
                 self.last_request = time.monotonic()
@@ -517,19 +518,20 @@ def _trim_heap() -> None:
 
 
 def serve(socket_path: Path, loaded, idle_timeout: float = IDLE_TIMEOUT, max_rss_bytes: int | None = None,
-          on_ready: Callable[[dict], None] | None = None) -> None:
+          on_ready: Callable[[dict], None] | None = None, pick_for: Callable | None = None) -> None:
     """Serve `loaded` on socket_path until a stop request, idle_timeout seconds without one (0: never),
-    SIGTERM or Ctrl-C. max_rss_bytes None: the RSS now plus CACHE_ROOM."""
+    SIGTERM or Ctrl-C. max_rss_bytes None: the RSS now plus CACHE_ROOM. pick_for: each single edit's
+    picker factory (pipeline.PickFor; None: the request's sampling; tests script answers with it)."""
     claim(socket_path)
     try:
-        _serve_claimed(socket_path, loaded, idle_timeout, max_rss_bytes, on_ready)
+        _serve_claimed(socket_path, loaded, idle_timeout, max_rss_bytes, on_ready, pick_for)
     finally:
         release(socket_path)
 
 
 def _serve_claimed(socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int | None,
-                   on_ready: Callable[[dict], None] | None) -> None:
-    server = _Server(socket_path, loaded, idle_timeout, max_rss_bytes or rss_bytes() + CACHE_ROOM)
+                   on_ready: Callable[[dict], None] | None, pick_for: Callable | None = None) -> None:
+    server = _Server(socket_path, loaded, idle_timeout, max_rss_bytes or rss_bytes() + CACHE_ROOM, pick_for)
     listener = _listen(socket_path)
     try:
         with _stop_on_sigterm(server.stopping):

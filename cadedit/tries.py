@@ -192,8 +192,11 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     """Up to `tries` tries until a candidate passes its checks; see the module docstring.
     loaded: a model.LoadedModel, or an editor with edit() (server.ServerClient: edit_file in the warm
     server; engine.EngineClient: a shared engine; no where-step then). candidates: try 1 decodes this
-    many side by side. picks(k) may give try k's picker (or try 1's list of pickers), picks(0) the
-    where-step's (tests script candidates with it; local models only)."""
+    many side by side. picks(k) may give try k's picker factory (pipeline.PickFor: the picker from
+    the prepared request; None: the try's sampling) or a batched try 1's list of `candidates`
+    factories, picks(0) the
+    where-step's (loaded -> picker, as where.where_picker); tests script answers with it (local
+    models only)."""
     edit, edit_many = _editors(loaded)
     where = _where(document, instruction, options, loaded, picks(0) if picks else None)
     if where is not None and on_where is not None:
@@ -239,13 +242,15 @@ def _told(document: Document, plan: CheckPlan, last: Try) -> str:
     return feedback(last.checks, Edited(document.path, document.text, last.result.new_text, last.regions, cwd))
 
 
-def _where(document: Document, instruction: str, options: EditOptions, loaded: Any, pick) -> Any:
-    """The where-step's answer, or None when it does not apply (or the model could not answer)."""
+def _where(document: Document, instruction: str, options: EditOptions, loaded: Any, pick_for) -> Any:
+    """The where-step's answer, or None when it does not apply (or the model could not answer);
+    pick_for(loaded) gives its picker (None: where.where_picker)."""
     if not (options.locate and options.regions) or hasattr(loaded, "edit"):
         return None
     from cadedit.errors import CadeditError
     from cadedit.where import locate
 
+    pick = pick_for(loaded) if pick_for is not None else None
     try:
         where = locate(loaded, document, instruction, options.regions, pick, options.where_by)
     except CadeditError:  # e.g. out of its few tokens: the tries retype the definitions, as without it
@@ -254,10 +259,10 @@ def _where(document: Document, instruction: str, options: EditOptions, loaded: A
 
 
 def _editors(loaded: Any):
-    """edit(document, instruction, options, on_step, pick) -> EditResult, and edit_many(..., k, picks)
-    -> k EditCandidates decoded side by side (picks None: candidate_pickers), locally or in the server."""
+    """edit(document, instruction, options, on_step, pick_for) -> EditResult, and edit_many(..., k, picks)
+    -> k EditCandidates decoded side by side (picks None: candidate_picks), locally or in the server."""
     if hasattr(loaded, "edit"):
-        def edit(document, instruction, options, on_step, pick):
+        def edit(document, instruction, options, on_step, pick_for):
             return loaded.edit(document, instruction, options, on_step=on_step)
 
         def edit_remote(document, instruction, options, on_step, k, picks):
@@ -265,30 +270,39 @@ def _editors(loaded: Any):
         return edit, edit_remote
     from cadedit.pipeline import edit_candidates, edit_file
 
-    def edit(document, instruction, options, on_step, pick):
-        return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick=pick)
+    def edit(document, instruction, options, on_step, pick_for):
+        return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick_for=pick_for)
 
     def edit_many(document, instruction, options, on_step, k, picks):
-        picks = picks or candidate_pickers(k, options.sampling)
+        picks = picks or candidate_picks(k, options.sampling)
         return edit_candidates(document, instruction, options, picks, loaded=loaded, on_step=on_step)
 
     return edit, edit_many
 
 
-def candidate_pickers(k: int, first: Sampling) -> list:
-    """The pickers of `--candidates k` (candidate_sampling each); imports the model code."""
-    from cadedit.decode import sampling_picker
-
-    return [sampling_picker(candidate_sampling(i, first)) for i in range(1, k + 1)]
+def candidate_picks(k: int, first: Sampling) -> list:
+    """The picker factories of `--candidates k` (pipeline.PickFor, candidate_sampling each)."""
+    return [_sampling_for(candidate_sampling(i, first)) for i in range(1, k + 1)]
 
 
-def _one_try(edit, document: Document, instruction: str, current: EditOptions, plan: CheckPlan, number: int, pick,
-             on_step, on_test) -> Try:
+def _sampling_for(sampling: Sampling):
+    """A picker factory: the sampling picker (imports the model code when called)."""
+
+    def pick_for(loaded, document, prepared):
+        from cadedit.decode import sampling_picker
+
+        return sampling_picker(sampling)
+
+    return pick_for
+
+
+def _one_try(edit, document: Document, instruction: str, current: EditOptions, plan: CheckPlan, number: int,
+             pick_for, on_step, on_test) -> Try:
     """One candidate and its checks."""
     start = time.perf_counter()
     sampling = current.sampling
     try:
-        result = edit(document, instruction, current, on_step, pick)
+        result = edit(document, instruction, current, on_step, pick_for)
     except BudgetError as exc:
         return Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
                    current.regions, getattr(exc, "engine", None))

@@ -227,7 +227,7 @@ def _answer_tokens(token_bytes: Sequence[bytes]) -> tuple[tuple[int, str], ...]:
 
 
 def where_picker(loaded):
-    """The where-step's picker: the model's greedy choice (tests script it here)."""
+    """The where-step's picker: the model's greedy choice (tries.edit_verified's picks(0) may give another)."""
     from cadedit.decode import sampling_picker
 
     return sampling_picker()

@@ -2,8 +2,9 @@
 test harness on real python3 / node subprocesses, and the speedup arithmetic on hand-made attempts.
 
 The model's choices are scripted through the real decode loop (the oracle program of the gold in
-program mode; the gold and its closing fence in the fenced modes), so exact match and test outcomes
-are known; one test runs the modes unscripted on a budget too small to finish.
+program mode; the gold and its closing fence in the fenced modes; given through bench.e2e.methods'
+pick_for, tests/scripting.py), so exact match and test outcomes are known; one test runs the modes
+unscripted on a budget too small to finish.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-import cadedit.pipeline as pipeline
 from cadedit.bench import e2e as ee
 from cadedit.bench.corpus import Case, case_from_record
 from cadedit.bench.harness import Verdict, run_test, runnable_program
@@ -22,10 +22,8 @@ from cadedit.cli import app
 from cadedit.document import Document
 from cadedit.errors import CadeditError
 from cadedit.options import Mode
-from cadedit.decode import script_picker
-from cadedit.model import token_bytes
 from tests.bench_helpers import record, write_corpus
-from tests.test_pipes import scripted_picker
+from tests.scripting import editing, inject_e2e, spelling
 
 PASSES = record("passes", "def f(a, b):\n    return a - b\n", "def f(a, b):\n    return a + b\n",
                 test="assert f(1, 2) == 3\n")
@@ -42,15 +40,9 @@ def scripted(monkeypatch):
     """Every mode 'chooses' each case's gold through the real loop: the program decoder its oracle
     program, the fenced modes the gold and its closing fence. Returns the modes decoded, in order."""
     golds = {r["before"]: r["after"] for r in (PASSES, FAILS)}
-    real_run = pipeline.run_decode
     modes = []
-
-    def run_decode(loaded, document, prepared, pick, *args, **kwargs):
-        modes.append(prepared.mode)
-        after = Document.from_text(golds[document.text])
-        return real_run(loaded, document, prepared, scripted_picker(loaded, document, prepared, after), *args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+    inject_e2e(monkeypatch, editing(lambda document: Document.from_text(golds[document.text]),
+                                    lambda prepared: modes.append(prepared.mode)))
     return modes
 
 
@@ -298,13 +290,7 @@ def test_e2e_long_cases_and_same_output_column(tmp_path, tiny_dir, monkeypatch):
     corpus = write_corpus(tmp_path / "pack.jsonl", PACK)
     cases = [case_from_record(r, "x") for r in PACK]
     golds = {c.before: c.after for c in cases + ee.long_cases(cases, 1)}
-    real_run = pipeline.run_decode
-
-    def run_decode(loaded, document, prepared, pick, *args, **kwargs):
-        after = Document.from_text(golds[document.text])
-        return real_run(loaded, document, prepared, scripted_picker(loaded, document, prepared, after), *args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+    inject_e2e(monkeypatch, editing(lambda document: Document.from_text(golds[document.text])))
     out = tmp_path / "e2e.json"
     result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
                     "--methods", "verify,rewrite,program", "--long", "1", "--limit", "2", "--json", str(out))
@@ -346,15 +332,13 @@ LONG_BEFORE = "import os\n\n\ndef f(a, b):\n    x = 1\n    return a - b\n" + "".
 def test_e2e_fix_retypes_only_the_line_the_instruction_names(tmp_path, tiny_dir, monkeypatch):
     after = LONG_BEFORE.replace("return a - b", "return a + b")
     corpus = write_corpus(tmp_path / "long.jsonl", [record("long", LONG_BEFORE, after, instruction="Fix line 6.")])
-    real_run = pipeline.run_decode
     seen = []
 
-    def run_decode(loaded, document, prepared, pick, *args, **kwargs):
+    def answer(prepared) -> str:
         seen.append((prepared.mode, prepared.regions))
-        text = prepared.source.replace("a - b", "a + b") if prepared.regions else after + prepared.fence + "\n"
-        return real_run(loaded, document, prepared, script_picker(text, token_bytes(loaded)), *args, **kwargs)
+        return prepared.source.replace("a - b", "a + b") if prepared.regions else after + prepared.fence + "\n"
 
-    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+    inject_e2e(monkeypatch, spelling(answer))
     out = tmp_path / "e2e.json"
     result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
                     "--methods", "fix,verify", "--no-tests", "--json", str(out))

@@ -27,7 +27,7 @@ from cadedit.model import load_model, render_chat
 from cadedit.options import EditOptions, Mode
 from cadedit.prompt import fenced_source, language_tag, rewrite_messages
 from tests.bench_helpers import record, write_corpus
-from tests.test_pipes import scripted_picker
+from tests.scripting import editing, inject_e2e
 
 EOS, ENDOFTEXT, LONG = 256, 257, 258
 SPECIALS = {b"<|im_end|>": EOS, b"<|endoftext|>": ENDOFTEXT}
@@ -226,13 +226,7 @@ def test_e2e_puts_llama_beside_cadedit_in_one_table(fake_llama, tiny_dir, tmp_pa
     rec = record("fix", BEFORE, AFTER, test="assert f(1, 2) == 3\n")
     corpus = write_corpus(tmp_path / "c.jsonl", [rec])
     answering(monkeypatch, fenced_source(Document.from_text(AFTER), "```").encode())
-    real_run = pipeline.run_decode
-
-    def run_decode(loaded, document, prepared, pick, *args, **kwargs):  # verify "chooses" the gold
-        return real_run(loaded, document, prepared,
-                        scripted_picker(loaded, document, prepared, Document.from_text(AFTER)), *args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+    inject_e2e(monkeypatch, editing(lambda document: Document.from_text(AFTER)))  # verify "chooses" the gold
     out = tmp_path / "e2e.json"
     result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
                     "--methods", "verify,llama-rewrite,llama-lookup", "--gguf", str(tmp_path / "m.gguf"),

@@ -4,18 +4,19 @@ table counts, scoped long-file edits scored against the original."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 from typer.testing import CliRunner
 
-from cadedit import pipeline
+from cadedit.bench import tries as bench_tries
 from cadedit.cli import app
 from cadedit.decode import script_picker
 from cadedit.document import Document
 from cadedit.model import encode, token_bytes
 from cadedit.regions import scoped_source
-from tests.test_pipes import scripted_picker
+from tests.scripting import inject_picks, scripted_picker
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
@@ -30,27 +31,31 @@ def long_context_dir(tmp_path_factory):
 
 
 def answers(monkeypatch, *texts: str) -> list:
-    """Try k of each run answers texts[k] (the last one repeats); returns the documents edited."""
-    real_run = pipeline.run_decode
-    seen, first, k_of = [], {}, {}
+    """Try k of each run answers texts[k] (the last one repeats), through tries.edit_verified's picks:
+    bench longfile runs it as `cadedit fix` does, bench tries takes picks itself (run_case's
+    parameter). Returns the prepared requests decoded."""
+    seen = []
 
-    def run_decode(loaded, document, prepared, pick, on_step=None, **kwargs):
-        seen.append(prepared)
-        key = (document.text, prepared.regions)
-        first.setdefault(key, prepared.prompt_ids)
-        # a prompt without feedback starts a run of tries; each try after it has the previous failure
-        k = 1 if prepared.prompt_ids == first[key] else k_of[key] + 1
-        k_of[key] = k
+    def picks(k: int):
         after = Document.from_text(texts[min(k, len(texts)) - 1])
-        if prepared.regions:
-            answer = scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
-            picker = script_picker(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
-        else:
-            picker = scripted_picker(loaded, document, prepared, after)
-        return real_run(loaded, document, prepared, picker, on_step, **kwargs)
 
-    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+        def pick_for(loaded, document, prepared):
+            seen.append(prepared)
+            if prepared.regions:
+                answer = scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
+                return script_picker(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
+            return scripted_picker(loaded, document, prepared, after)
+
+        return pick_for if k else None  # 0: the where-step, scripted by the tests that ask where
+
+    inject_picks(monkeypatch, picks)
+    monkeypatch.setattr(bench_tries, "run_case", functools.partial(bench_tries.run_case, picks=picks))
     return seen
+
+
+def where_says(monkeypatch, answer: str) -> None:
+    """The where-step's picker spells `answer` (tries.edit_verified's picks(0))."""
+    inject_picks(monkeypatch, lambda k: None if k else (lambda loaded: script_picker(answer, token_bytes(loaded))))
 
 
 def corpus(tmp_path, n: int = 1):
@@ -116,7 +121,6 @@ def test_longfile_scores_a_scoped_fix_of_a_real_module(tmp_path, monkeypatch, lo
 
 
 def test_longfile_vague_asks_where_first_and_compares_with_the_whole_function(tmp_path, monkeypatch, long_context_dir):
-    import cadedit.where as where_module
     from cadedit.bench import longfile
 
     tasks = longfile.build_tasks([__import__("rich").__path__[0]], 12, seed=0)
@@ -124,8 +128,7 @@ def test_longfile_vague_asks_where_first_and_compares_with_the_whole_function(tm
     tasks_file = tmp_path / "tasks.jsonl"
     longfile.write_tasks([task], tasks_file)
     answers(monkeypatch, task["after"])
-    monkeypatch.setattr(where_module, "where_picker",
-                        lambda loaded: script_picker(f"{task['bug_line']}\n", token_bytes(loaded)))
+    where_says(monkeypatch, f"{task['bug_line']}\n")
     out = tmp_path / "l.json"
     result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
                                       str(tasks_file), "-n", "1", "--instructions", "vague", "--where", "both",
@@ -151,7 +154,6 @@ def test_longfile_rejects_an_unknown_where(tmp_path, long_context_dir):
 
 
 def test_longfile_where_by_quote_takes_the_line_the_model_quotes(tmp_path, monkeypatch, long_context_dir):
-    import cadedit.where as where_module
     from cadedit.bench import longfile
 
     tasks = longfile.build_tasks([__import__("rich").__path__[0]], 12, seed=0)
@@ -160,7 +162,7 @@ def test_longfile_where_by_quote_takes_the_line_the_model_quotes(tmp_path, monke
     longfile.write_tasks([task], tasks_file)
     answers(monkeypatch, task["after"])
     quoted = Document.from_text(task["before"]).display_lines()[task["bug_line"] - 1].strip()
-    monkeypatch.setattr(where_module, "where_picker", lambda loaded: script_picker(quoted + "\n", token_bytes(loaded)))
+    where_says(monkeypatch, quoted + "\n")
     out = tmp_path / "l.json"
     result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
                                       str(tasks_file), "-n", "1", "--instructions", "vague", "--where-by", "quote",

@@ -6,6 +6,7 @@ first that passes (scripted candidates through the real batched loop, real model
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from pathlib import Path
@@ -16,12 +17,14 @@ from typer.testing import CliRunner
 
 import cadedit.pipeline as pipeline
 from cadedit import cli
+from cadedit.bench import candidates as bench_candidates
 from cadedit.decode import Row, decode_rows, sampling_picker, script_picker
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.model import CachedLM, LoadedModel, new_cache, token_bytes
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.pipeline import edit_candidates, edit_file
+from tests.scripting import given, inject_picks
 from tests.test_rewrite import BEFORE as COLORS, editing_model
 from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, load_once, _models, work  # noqa: F401 - fixtures
 from tests.test_verify import CORPUS, TOK, prepared_for
@@ -104,11 +107,11 @@ def test_one_candidate_is_the_plain_edit_and_rows_share_one_prompt_prefill():
     loaded = editing_model(document)
     options = EditOptions(mode=Mode.VERIFY)
     plain = edit_file(document, "Rename teal to green.", options, loaded=loaded)
-    one = edit_candidates(document, "Rename teal to green.", options, [sampling_picker()], loaded=loaded)
+    one = edit_candidates(document, "Rename teal to green.", options, [given(sampling_picker())], loaded=loaded)
     assert [c.result.new_text for c in one] == [plain.new_text] and one[0].error is None
     pipeline.language_model(loaded).reset()
     three = edit_candidates(document, "Rename teal to green.", options,
-                            [sampling_picker(s) for s in SAMPLINGS[:3]], loaded=loaded)
+                            [given(sampling_picker(s)) for s in SAMPLINGS[:3]], loaded=loaded)
     assert three[0].result.new_text == plain.new_text == "red:\ngreen;\nblue)\n"
     prompt = pipeline.prepare(loaded, document, "Rename teal to green.", options).prompt_ids
     for c in three:  # the prompt was fed once: every row counts the same prefill forward
@@ -124,26 +127,28 @@ def test_one_candidate_is_the_plain_edit_and_rows_share_one_prompt_prefill():
 
 @pytest.fixture
 def scripted_rows(monkeypatch):
-    """scripted_rows(*answers): the batched try's candidate k spells answers[k - 1] through the real batched
-    loop; a later (single) try spells the last answer. Records the pickers' count per batched call."""
+    """scripted_rows(*rows, then=rows[-1]): the batched try's candidate k spells rows[k - 1] through the
+    real batched loop, a later (single) try spells `then`; given as tries.edit_verified's picks
+    (`cadedit fix`) and bench candidates' measure_case picks. Records the rows of each batched decode."""
     calls: list[int] = []
 
-    def script(*answers):
-        real_rows, real_one = pipeline.run_candidates, pipeline.run_decode
+    def script(*rows: str, then: str | None = None):
+        def spell(answer: str, first: bool = False):
+            def pick_for(loaded, document, prepared):
+                if first:  # once per batched decode
+                    calls.append(len(rows))
+                return script_picker(answer + prepared.fence + "\n", token_bytes(loaded))
 
-        def spell(loaded, prepared, answer):
-            return script_picker(answer + prepared.fence + "\n", token_bytes(loaded))
+            return pick_for
 
-        def run_candidates(loaded, document, prepared, picks, on_step=None, draft=True):
-            calls.append(len(picks))
-            picks = [spell(loaded, prepared, answers[k]) for k in range(len(picks))]
-            return real_rows(loaded, document, prepared, picks, on_step, draft)
+        batch = [spell(answer, first=k == 0) for k, answer in enumerate(rows)]
 
-        def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
-            return real_one(loaded, document, prepared, spell(loaded, prepared, answers[-1]), on_step, draft)
+        def picks(k: int):  # 0: the where-step, not scripted here
+            return batch if k == 1 else spell(then or rows[-1]) if k else None
 
-        monkeypatch.setattr(pipeline, "run_candidates", run_candidates)
-        monkeypatch.setattr(pipeline, "run_decode", run_decode)
+        inject_picks(monkeypatch, picks)
+        monkeypatch.setattr(bench_candidates, "measure_case", functools.partial(bench_candidates.measure_case,
+                                                                                 picks=batch))
         return calls
 
     return script
@@ -194,7 +199,7 @@ def test_fix_with_candidates_without_test_takes_the_likeliest_that_changes_the_f
 
 
 def test_when_no_candidate_passes_the_next_try_is_one_candidate_with_the_feedback(tiny_dir, work, scripted_rows):
-    calls = scripted_rows(WRONG, WRONG, GOOD)  # the single try 2 spells GOOD
+    calls = scripted_rows(WRONG, WRONG, then=GOOD)  # the single try 2 spells GOOD
     result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
                                           "--threads", "1", "--candidates", "2", "--test", GREP_TEST])
     assert result.exit_code == 0, result.output
@@ -224,7 +229,7 @@ def test_candidates_in_a_scoped_edit(tiny_dir, work, scripted_rows):
 
 def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(tmp_path, tiny_dir, scripted_rows):
     buggy, fixed = "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return a + b\n"
-    scripted_rows(buggy, fixed, "def add(a, b):\n    return a * b\n", buggy)  # the single decode: the last
+    scripted_rows(buggy, fixed, "def add(a, b):\n    return a * b\n", buggy)  # the single decode: the first
     corpus = tmp_path / "c.jsonl"
     corpus.write_text(json.dumps({"id": "add", "language": "python", "before": buggy, "after": fixed,
                                   "instruction": "Fix add.", "test": "assert add(2, 3) == 5\n"}) + "\n")
@@ -257,7 +262,8 @@ def test_program_mode_rows_each_spell_their_own_program_with_splices():
     picks = []
     for after in afters:
         target = format(to_display_program(oracle(before, Document.from_text(after, "case.py")), before))
-        picks.append(script_picker(target, grammar_for(loaded).vocab.tokens, lambda t: encode(loaded.tokenizer, t)))
+        spelled = script_picker(target, grammar_for(loaded).vocab.tokens, lambda t: encode(loaded.tokenizer, t))
+        picks.append(given(spelled))
     found = edit_candidates(before, "Edit.", EditOptions(mode=Mode.PROGRAM), picks, loaded=loaded)
     assert [c.result.new_text for c in found] == afters
     assert all(c.result.stats.copies >= 1 for c in found)  # copied lines were spliced into each row

@@ -23,6 +23,7 @@ from cadedit.oracle import oracle
 from cadedit.pipeline import edit_file, grammar_for
 from cadedit.program import Copy, Gen, Program, format
 from cadedit.resolve import to_display_program, to_document_program
+from tests.scripting import given
 from tests.tinymodel import make_model
 from tests.tinytok import make_tokenizer
 
@@ -58,7 +59,7 @@ def program_options(**kwargs) -> EditOptions:
 def forced_edit(loaded, before: Document, after: Document, options: EditOptions | None = None, **kwargs):
     target = format(to_display_program(oracle(before, after), before))
     pick = script_picker(target, grammar_for(loaded).vocab.tokens, lambda text: encode(loaded.tokenizer, text))
-    return edit_file(before, "Edit.", options or program_options(), loaded=loaded, pick=pick, **kwargs)
+    return edit_file(before, "Edit.", options or program_options(), loaded=loaded, pick_for=given(pick), **kwargs)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -145,7 +146,7 @@ def test_drafts_do_not_change_what_the_random_model_picks(loaded):
             pick = _biased(sampling_picker(Sampling()), vocab_tokens, seed)
             try:
                 texts.append(edit_file(before, "Edit.", program_options(max_new_tokens=120, draft=draft), loaded=loaded,
-                                       pick=pick).program_text)
+                                       pick_for=given(pick)).program_text)
             except BudgetError as exc:
                 texts.append(str(exc))
         assert texts[0] == texts[1]
@@ -317,7 +318,8 @@ def test_whatever_the_random_model_writes_resolves_and_its_diff_applies(loaded, 
     for seed in range(10):
         pick = _biased(sampling_picker(Sampling(temperature=1.0, seed=seed)), vocab_tokens, seed)
         try:
-            result = edit_file(before, "Do something.", program_options(max_new_tokens=120), loaded=loaded, pick=pick)
+            result = edit_file(before, "Do something.", program_options(max_new_tokens=120), loaded=loaded,
+                               pick_for=given(pick))
         except BudgetError:
             continue
         finished += 1
@@ -333,7 +335,8 @@ def test_same_seed_same_program_greedy_is_deterministic(loaded):
     for seed in (5, 5, 6):
         pick = _biased(sampling_picker(Sampling(temperature=1.0, seed=seed)), vocab_tokens, seed)
         try:
-            runs.append(edit_file(before, "Edit.", program_options(max_new_tokens=60), loaded=loaded, pick=pick).program_text)
+            runs.append(edit_file(before, "Edit.", program_options(max_new_tokens=60), loaded=loaded,
+                                  pick_for=given(pick)).program_text)
         except BudgetError as exc:
             runs.append(str(exc))
     assert runs[0] == runs[1] != runs[2]

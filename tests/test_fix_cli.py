@@ -20,7 +20,7 @@ from cadedit.options import Mode
 from cadedit.program import parse
 from cadedit.resolve import resolve
 from cadedit.decode import script_picker
-from tests.test_pipes import scripted_picker
+from tests.scripting import editing, every_try, inject_picks
 from tests.tinymodel import save_model
 
 BEFORE = b"def add(a, b):\r\n    return a - b\r\n\r\n\r\nprint(add(1, 2))\r\n"
@@ -41,19 +41,14 @@ def work(tmp_path, monkeypatch):
 
 @pytest.fixture
 def scripted(monkeypatch):
-    """Make the model 'choose' the edit that turns the file into `after`, in whatever mode it runs;
-    the modes of the decodes made are in the returned list."""
+    """Make the model 'choose' the edit that turns the file into `after`, in whatever mode it runs
+    (tests/scripting.py: the picks seam of tries.edit_verified); the modes of the decodes made are
+    in the returned list."""
     modes = []
 
     def script(after: bytes) -> list:
-        real_run = pipeline.run_decode
-
-        def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
-            modes.append(prepared.mode)
-            pick = scripted_picker(loaded, document, prepared, Document.from_bytes(after))
-            return real_run(loaded, document, prepared, pick, on_step, draft)
-
-        monkeypatch.setattr(pipeline, "run_decode", run_decode)
+        answer = editing(lambda document: Document.from_bytes(after), lambda prepared: modes.append(prepared.mode))
+        inject_picks(monkeypatch, every_try(answer))
         return modes
 
     return script
@@ -171,7 +166,10 @@ def test_write_with_stdin_and_check_with_write_are_usage_errors(work, tiny_dir):
 
 @pytest.mark.parametrize("mode", ["verify", "program"])
 def test_file_too_large_for_the_context_is_refused_before_any_model_work(work, small_context_dir, monkeypatch, mode):
-    monkeypatch.setattr(pipeline, "language_model", lambda *a: pytest.fail("the model ran"))
+    def no_decode(loaded, document, prepared):
+        pytest.fail("the model ran")
+
+    inject_picks(monkeypatch, every_try(no_decode))  # each decode starts with its picker
     (work / "big.py").write_text("".join(f"value_{k} = {k} * {k}\n" for k in range(200)))
     result = fix("big.py", "Fix.", "--model", str(small_context_dir), "--mode", mode)
     assert result.exit_code == 1, result.output
@@ -259,13 +257,11 @@ def test_several_files_roll_back_when_a_later_write_fails(work, tiny_dir, script
 
 def script_display_program(monkeypatch, text: str) -> None:
     """Make the model write exactly this display-form program (what a model sees and writes)."""
-    real_run = pipeline.run_decode
 
-    def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
-        vocab = pipeline.grammar_for(loaded).vocab.tokens
-        return real_run(loaded, document, prepared, script_picker(text, vocab), on_step, draft)
+    def spell(loaded, document, prepared):
+        return script_picker(text, pipeline.grammar_for(loaded).vocab.tokens)
 
-    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+    inject_picks(monkeypatch, every_try(spell))
 
 
 @pytest.mark.parametrize(("before", "program", "after"), [

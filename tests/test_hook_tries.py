@@ -96,28 +96,27 @@ def test_a_test_sees_the_candidate_and_unstaged_work_survives(tmp_path, monkeypa
 
 
 def test_candidates_come_from_the_settings_and_the_first_that_passes_wins(tmp_path, monkeypatch, tiny_dir):
-    import cadedit.pipeline as pipeline
     from cadedit.document import Document
-    from tests.test_pipes import scripted_picker
+    from tests.scripting import editing, inject_picks
 
-    real_rows = pipeline.run_candidates
-    seen = []
+    seen = []  # each row's prepared request
 
-    def run_candidates(loaded, document, prepared, picks, on_step=None, draft=True):
-        seen.append(len(picks))
-        answers = [b"wrong", b"NEW", b"other"]
-        picks = [scripted_picker(loaded, document, prepared, Document.from_bytes(document.to_bytes().replace(b"old", a)))
-                 for a in answers[: len(picks)]]
-        return real_rows(loaded, document, prepared, picks, on_step, draft)
+    def row(answer: bytes):
+        def after(document: Document) -> Document:
+            return Document.from_bytes(document.to_bytes().replace(b"old", answer))
 
-    monkeypatch.setattr(pipeline, "run_candidates", run_candidates)
+        return editing(after, seen.append)
+
+    rows = [row(b"wrong"), row(b"NEW"), row(b"other")]
+    inject_picks(monkeypatch, lambda k: rows if k == 1 else None)  # try 1's candidates (the rule's tries = 1)
     root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n"})
     stage(root, {"a.py": b"x = 'old'\n"})
     settings(root, "candidates = 3", "tries = 1", 'test = "grep -q NEW a.py"')
     monkeypatch.chdir(root)
     result = hook("run")
     assert result.exit_code == 1, result.output  # check mode: the file would change
-    assert seen == [3] and "+x = 'NEW'" in result.stdout
+    assert len(seen) == 3 and seen[0] is seen[1] is seen[2]  # one batched decode of three rows
+    assert "+x = 'NEW'" in result.stdout
     assert (root / "a.py").read_bytes() == b"x = 'old'\n"
 
 

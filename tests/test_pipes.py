@@ -18,16 +18,10 @@ import pytest
 from typer.testing import CliRunner
 
 import cadedit.model
-import cadedit.pipeline as pipeline
 from cadedit import cli
-from cadedit.decode import Picker, script_picker
 from cadedit.document import Document
-from cadedit.model import encode, token_bytes
 from cadedit.options import Mode
-from cadedit.oracle import oracle
-from cadedit.program import format
-from cadedit.prompt import fenced_source
-from cadedit.resolve import to_display_program
+from tests.scripting import editing, every_try, inject_picks
 
 pytestmark = pytest.mark.skipif(not (shutil.which("patch") and shutil.which("git")), reason="needs patch and git")
 
@@ -38,30 +32,15 @@ def edit_bytes(data: bytes) -> bytes:
     return "".join(line.replace("old", "new") for line in lines if "drop me" not in line).encode()
 
 
-def scripted_picker(loaded, document: Document, prepared: pipeline.Prepared, after: Document) -> Picker:
-    """A picker that makes the model 'choose' `after` in the prepared mode: the oracle program in
-    program mode; in the fenced modes the new file's display text and the closing fence."""
-    if prepared.mode is Mode.PROGRAM:
-        target = format(to_display_program(oracle(document, after), document))
-        return script_picker(target, pipeline.grammar_for(loaded).vocab.tokens)
-    assert not prepared.regions, "a scoped answer has segments; these tests script whole files"
-    answer = fenced_source(after, prepared.fence)
-    return script_picker(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
-
-
 def script_model(monkeypatch, edit: Callable[[bytes], bytes] = edit_bytes) -> list:
-    """Make the model 'choose' `edit` through the real decode loop, in whatever mode it runs;
-    returns the modes of the decodes made."""
-    real_run = pipeline.run_decode
-    modes = []
+    """Make the model 'choose' `edit` through the real decode loop, in whatever mode it runs
+    (tries.edit_verified's picks seam, tests/scripting.py); returns the modes of the decodes made."""
+    modes: list = []
 
-    def run_decode(loaded, document, prepared, pick, on_step=None, **kwargs):
-        modes.append(prepared.mode)
-        after = Document.from_bytes(edit(document.to_bytes()))
-        return real_run(loaded, document, prepared, scripted_picker(loaded, document, prepared, after), on_step,
-                        **kwargs)
+    def after(document: Document) -> Document:
+        return Document.from_bytes(edit(document.to_bytes()))
 
-    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+    inject_picks(monkeypatch, every_try(editing(after, lambda prepared: modes.append(prepared.mode))))
     return modes
 
 

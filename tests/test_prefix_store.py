@@ -16,6 +16,7 @@ from cadedit.document import Document
 from cadedit.model import LoadedModel, language_model, token_bytes
 from cadedit.prefix_store import PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
+from tests.scripting import given
 from tests.tinymodel import make_model
 from tests.tinytok import make_tokenizer
 
@@ -30,7 +31,7 @@ def loaded():
 def edit(loaded, instruction: str, **options):
     answer = DOC.text.replace("f(", "g(") + "```\n"
     return pipeline.edit_file(DOC, instruction, EditOptions(mode=Mode.VERIFY, **options), loaded=loaded,
-                              pick=script_picker(answer, token_bytes(loaded)))
+                              pick_for=given(script_picker(answer, token_bytes(loaded))))
 
 
 def store_files():

@@ -1,10 +1,10 @@
 """Scoped edits through `cadedit fix`: the model retypes only the resolved region(s), the rest of
 the file is copied by construction, byte for byte (CRLF, BOM, no final newline).
 
-The tiny random-weight Qwen2 is loaded by the CLI from a model folder; `pipeline.run_decode` is
-wrapped so that the answer is scripted through the real decode loop: the Prepared's own `source`
-(what an answer that changes nothing would print: each region's lines, its closing fence, the
-forced headers between regions) with a region's text changed.
+The tiny random-weight Qwen2 is loaded by the CLI from a model folder; the answer is scripted
+through the real decode loop by tries.edit_verified's picks seam (tests/scripting.py): the
+Prepared's own `source` (what an answer that changes nothing would print: each region's lines, its
+closing fence, the forced headers between regions) with a region's text changed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import cadedit.pipeline as pipeline
 from cadedit import cli
 from cadedit.decode import script_picker
 from cadedit.model import token_bytes
+from tests.scripting import inject_picks
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
 
 LINES = [
@@ -76,14 +77,16 @@ def scripted(monkeypatch):
     calls: list[Call] = []
 
     def script(*answers):
-        real = pipeline.run_decode
+        def picks(k: int):
+            answer = answers[min(k, len(answers)) - 1]
 
-        def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
-            calls.append(Call(loaded.tokenizer.decode(list(prepared.prompt_ids)), prepared))
-            text = answers[min(len(calls), len(answers)) - 1](prepared)
-            return real(loaded, document, prepared, script_picker(text, token_bytes(loaded)), on_step, draft)
+            def pick_for(loaded, document, prepared):
+                calls.append(Call(loaded.tokenizer.decode(list(prepared.prompt_ids)), prepared))
+                return script_picker(answer(prepared), token_bytes(loaded))
 
-        monkeypatch.setattr(pipeline, "run_decode", run_decode)
+            return pick_for if k else None  # 0: the where-step (tests/test_where.py scripts it)
+
+        inject_picks(monkeypatch, picks)
         return calls
 
     return script

@@ -1,5 +1,5 @@
 """The warm server (cadedit.server) with the tiny random Qwen2: in a thread of this process for the
-protocol (the model's choices scripted as in test_fix_cli, so answers are exact), in a subprocess
+protocol (the model's choices scripted through serve()'s pick_for, so answers are exact), in a subprocess
 for the `cadedit serve` commands. Sockets live in a short folder under /tmp (CADEDIT_RUNTIME_DIR):
 a Unix socket path holds about 100 bytes."""
 
@@ -28,6 +28,7 @@ from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
 from cadedit.program import format
 from cadedit.resolve import to_display_program
+from tests.scripting import every_try, inject_picks
 from tests.tinymodel import save_model
 
 BEFORE = b"def add(a, b):\r\n    return a - b\r\n\r\n\r\nprint(add(1, 2))\r\n"
@@ -67,18 +68,17 @@ def sock(run_dir):
 
 
 @pytest.fixture
-def scripted(monkeypatch):
-    """The model 'chooses' the oracle program of each document's known edit (both sides: one process)."""
+def scripted():
+    """A picker factory (pipeline.PickFor): the model 'chooses' the oracle program of each document's
+    known edit; the server takes it as serve(pick_for=...), a local edit as edit_file's."""
     answers = {BEFORE: AFTER, OTHER_BEFORE: OTHER_AFTER}
-    real_run = pipeline.run_decode
 
-    def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
+    def pick_for(loaded, document, prepared):
         after = Document.from_bytes(answers[document.to_bytes()])
         target = format(to_display_program(oracle(document, after), document))
-        return real_run(loaded, document, prepared, script_picker(target, pipeline.grammar_for(loaded).vocab.tokens),
-                        on_step, draft)
+        return script_picker(target, pipeline.grammar_for(loaded).vocab.tokens)
 
-    monkeypatch.setattr(pipeline, "run_decode", run_decode)
+    return pick_for
 
 
 @contextlib.contextmanager
@@ -136,11 +136,11 @@ def test_the_client_path_imports_neither_torch_nor_transformers(run_dir):
 def test_an_edit_through_the_server_is_the_local_edit(held, local, tiny_dir, sock, scripted):
     document = Document.from_bytes(BEFORE, "a.py")
     steps = []
-    with serving(held, sock):
+    with serving(held, sock, pick_for=scripted):
         client = server.connect(str(tiny_dir))
         assert client is not None and (client.name, client.load_seconds) == (str(tiny_dir), 0.0)
         remote = client.edit(document, "Fix add.", options(tiny_dir), on_step=lambda stats, step: steps.append(stats))
-    mine = pipeline.edit_file(document, "Fix add.", options(tiny_dir), loaded=local)
+    mine = pipeline.edit_file(document, "Fix add.", options(tiny_dir), loaded=local, pick_for=scripted)
     assert remote.new_text == mine.new_text == AFTER.decode()
     assert (remote.program, remote.program_text, remote.mode, remote.prompt_tokens) == (
         mine.program, mine.program_text, mine.mode, mine.prompt_tokens)
@@ -151,7 +151,7 @@ def test_an_edit_through_the_server_is_the_local_edit(held, local, tiny_dir, soc
 
 def test_the_second_edit_reuses_the_cached_prompt(held, tiny_dir, sock, scripted):
     document = Document.from_bytes(BEFORE, "a.py")
-    with serving(held, sock):
+    with serving(held, sock, pick_for=scripted):
         client = server.connect(str(tiny_dir))
         first = client.edit(document, "Fix add.", options(tiny_dir))
         second = client.edit(document, "Fix add.", options(tiny_dir))
@@ -177,23 +177,19 @@ def test_errors_cross_the_wire_with_their_class_and_exit_code(exc):
     assert (type(back), back.message, back.hint, back.exit_code) == (type(exc), exc.message, exc.hint, exc.exit_code)
 
 
-def test_two_clients_at_once_are_served_in_turn(held, local, tiny_dir, sock, scripted, monkeypatch):
+def test_two_clients_at_once_are_served_in_turn(held, local, tiny_dir, sock, scripted):
     active, most = [0], [0]
-    real_edit = pipeline.edit_file
 
-    def watched(*args, **kwargs):  # how many decodes run on the server's one KV cache at a time
+    def watched(loaded, document, prepared):  # how many edits are past their prompt at a time
         active[0] += 1
         most[0] = max(most[0], active[0])
-        time.sleep(0.2)  # without the lock the other client's edit would start here
-        try:
-            return real_edit(*args, **kwargs)
-        finally:
-            active[0] -= 1
+        time.sleep(0.2)  # without the lock the other client's edit would get here too
+        active[0] -= 1
+        return scripted(loaded, document, prepared)
 
     documents = [Document.from_bytes(BEFORE, "a.py"), Document.from_bytes(OTHER_BEFORE, "b.py")]
     results: dict[str, str] = {}
-    with serving(held, sock):
-        monkeypatch.setattr(pipeline, "edit_file", watched)
+    with serving(held, sock, pick_for=watched):
         client = server.connect(str(tiny_dir))
         threads = [threading.Thread(target=lambda d=d: results.__setitem__(
             d.path, client.edit(d, "Fix it.", options(tiny_dir)).new_text)) for d in documents]
@@ -225,7 +221,7 @@ def test_status_then_stop(held, tiny_dir, sock):
 
 def test_above_the_memory_bound_the_cache_is_dropped(held, tiny_dir, sock, scripted):
     document = Document.from_bytes(BEFORE, "a.py")
-    with serving(held, sock, max_rss_bytes=1):
+    with serving(held, sock, max_rss_bytes=1, pick_for=scripted):
         client = server.connect(str(tiny_dir))
         client.edit(document, "Fix add.", options(tiny_dir))
         second = client.edit(document, "Fix add.", options(tiny_dir))
@@ -363,7 +359,7 @@ def test_fix_uses_the_running_server_and_loads_nothing_itself(held, tiny_dir, so
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_bytes(BEFORE)
     monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: pytest.fail("fix loaded the model itself"))
-    with serving(held, sock):
+    with serving(held, sock, pick_for=scripted):
         result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
                                               "--no-scope", "--tries", "1", "--write"])
     assert result.exit_code == 0, result.output
@@ -379,7 +375,8 @@ def test_fix_loads_locally_when_the_server_is_turned_off(held, tiny_dir, sock, s
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CADEDIT_SERVER", "0")
     (tmp_path / "a.py").write_bytes(BEFORE)
-    with serving(held, sock):
+    inject_picks(monkeypatch, every_try(scripted))  # the local edit's answer
+    with serving(held, sock, pick_for=scripted):
         result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
                                               "--no-scope", "--tries", "1", "--dtype", "fp32", "--threads", "1"])
     assert result.exit_code == 0, result.output
@@ -424,13 +421,13 @@ def test_an_idle_client_cannot_keep_the_server_from_stopping(held, sock, monkeyp
 
 
 def test_candidates_side_by_side_through_the_server_are_the_local_ones(held, local, tiny_dir, sock):
-    from cadedit.tries import candidate_pickers
+    from cadedit.tries import candidate_picks
 
     document = Document.from_bytes(BEFORE, "a.py")
     chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
     with serving(held, sock):
         remote = server.connect(str(tiny_dir)).edit_candidates(document, "Fix add.", chosen, 3)
-    mine = pipeline.edit_candidates(document, "Fix add.", chosen, candidate_pickers(3, chosen.sampling), loaded=local)
+    mine = pipeline.edit_candidates(document, "Fix add.", chosen, candidate_picks(3, chosen.sampling), loaded=local)
     assert len(remote) == len(mine) == 3
     for theirs, ours in zip(remote, mine):
         assert (theirs.result is None) == (ours.result is None)

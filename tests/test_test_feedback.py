@@ -4,7 +4,7 @@ its line in the lines the candidate retyped (Python tracebacks, pytest, node sta
 found by its path or, when the test runs a copy, by its name).
 
 The tiny random-weight Qwen2 runs the real decode loop; each try's answer is scripted through
-pipeline.run_decode (tests/test_scoped.py).
+tries.edit_verified's picks seam (tests/test_scoped.py).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """`cadedit fix` with tries and checks, end to end through the CLI, with scripted candidates.
 
 The tiny random-weight Qwen2 (tests/tinymodel.py) is saved as a model folder and loaded by the CLI;
-`pipeline.run_decode` is wrapped so that try k spells a chosen fenced answer through the real
-decode loop (real model, real cursor, real drafter), and every try's prompt is recorded so the
-feedback of a failed try can be found in the next prompt. Exit codes are checked exactly
-(0 passed, 1 error, 2 usage, 3 no try passed, 130 SIGINT, 143 SIGTERM) and the user's file is
-compared byte for byte wherever nothing may be written.
+try k spells a chosen fenced answer through the real decode loop (real model, real cursor, real
+drafter), given through tries.edit_verified's picks seam (tests/scripting.py), and every try's
+prompt is recorded so the feedback of a failed try can be found in the next prompt. Exit codes are
+checked exactly (0 passed, 1 error, 2 usage, 3 no try passed, 130 SIGINT, 143 SIGTERM) and the
+user's file is compared byte for byte wherever nothing may be written.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import cadedit.pipeline as pipeline
 from cadedit import cli
 from cadedit.decode import script_picker
 from cadedit.model import token_bytes
+from tests.scripting import inject_picks
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,15 +88,17 @@ def scripted(monkeypatch):
     calls: list[Call] = []
 
     def script(*answers):
-        real = pipeline.run_decode
+        def picks(k: int):
+            answer = answers[min(k, len(answers)) - 1]
 
-        def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
-            calls.append(Call(loaded.tokenizer.decode(list(prepared.prompt_ids)), prepared))
-            answer = answers[min(len(calls), len(answers)) - 1]
-            text = answer(prepared) if callable(answer) else answer + prepared.fence + "\n"
-            return real(loaded, document, prepared, script_picker(text, token_bytes(loaded)), on_step, draft)
+            def pick_for(loaded, document, prepared):
+                calls.append(Call(loaded.tokenizer.decode(list(prepared.prompt_ids)), prepared))
+                text = answer(prepared) if callable(answer) else answer + prepared.fence + "\n"
+                return script_picker(text, token_bytes(loaded))
 
-        monkeypatch.setattr(pipeline, "run_decode", run_decode)
+            return pick_for if k else None  # 0: the where-step, not scripted here
+
+        inject_picks(monkeypatch, picks)
         return calls
 
     return script
@@ -381,20 +384,18 @@ def test_the_test_is_not_run_for_a_candidate_that_does_not_parse(work, tiny_dir,
 # -- 4. signals while the test runs (a real process) -------------------------------------------
 
 DRIVER = textwrap.dedent("""\
-    import os, sys
-    import cadedit.pipeline as pipeline
+    import functools, os, sys
+    import cadedit.tries as tries
     from cadedit import cli
     from cadedit.decode import script_picker
     from cadedit.model import token_bytes
 
     ANSWER = os.environ["SCRIPTED_ANSWER"]
-    real = pipeline.run_decode
 
-    def run_decode(loaded, document, prepared, pick, on_step=None, draft=True):
-        picker = script_picker(ANSWER + prepared.fence + "\\n", token_bytes(loaded))
-        return real(loaded, document, prepared, picker, on_step, draft)
+    def spell(loaded, document, prepared):
+        return script_picker(ANSWER + prepared.fence + "\\n", token_bytes(loaded))
 
-    pipeline.run_decode = run_decode
+    tries.edit_verified = functools.partial(tries.edit_verified, picks=lambda k: spell if k else None)
     sys.argv[0] = "cadedit"
     cli.main()
 """)
@@ -619,24 +620,20 @@ USER_EDIT = b"# the user's own edit\n" + BEFORE
 
 
 @pytest.fixture
-def user_edits_during_decode(work, monkeypatch):
-    def arm():
-        inner = pipeline.run_decode
+def user_edits_during_decode(work):
+    """An answer for `scripted`: GOOD, and the user saves their own edit of a.py as the decode starts."""
 
-        def run_decode(*args, **kwargs):
-            (work / "a.py").write_bytes(USER_EDIT)
-            return inner(*args, **kwargs)
+    def answer(prepared) -> str:
+        (work / "a.py").write_bytes(USER_EDIT)
+        return GOOD + prepared.fence + "\n"
 
-        monkeypatch.setattr(pipeline, "run_decode", run_decode)
-
-    return arm
+    return answer
 
 
 @pytest.mark.parametrize("args", [["--write"], ["--test", "true"], ["--test", "true", "--write"]])
 def test_a_file_edited_during_the_decode_is_never_overwritten(work, tiny_dir, scripted, user_edits_during_decode,
                                                               args):
-    scripted(GOOD)
-    user_edits_during_decode()
+    scripted(user_edits_during_decode)
     result = fix(tiny_dir, *args)
     assert result.exit_code == 1, result.output
     assert "changed on disk" in result.stderr and "Traceback" not in result.stderr

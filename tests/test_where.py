@@ -2,8 +2,8 @@
 model which line first (a few tokens under a grammar of the function's line numbers), then retypes
 from that line up the scope ladder; a wrong line costs one try, the next widens.
 
-The tiny random-weight Qwen2 runs the real decode loop; the where-step's picker is scripted through
-cadedit.where.where_picker, each try's answer through pipeline.run_decode (tests/test_scoped.py).
+The tiny random-weight Qwen2 runs the real decode loop; the where-step's answer and each try's are
+scripted through tries.edit_verified's picks seam (picks(0) and picks(k), tests/scripting.py).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import json
 import numpy as np
 import pytest
 
-import cadedit.where as where_module
 from cadedit.decode import script_picker
 from cadedit.model import token_bytes
 from cadedit.where import LineNumberCursor
+from tests.scripting import inject_picks
 from tests.test_scoped import fix, retype, scripted, verbatim, work  # noqa: F401 - fixtures
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures
 
@@ -34,11 +34,11 @@ def where_says(monkeypatch):
     calls: list[str] = []
 
     def script(answer: str):
-        def picker(loaded):
+        def picker(loaded):  # called when the where-step runs
             calls.append(answer)
             return script_picker(answer, token_bytes(loaded))
 
-        monkeypatch.setattr(where_module, "where_picker", picker)
+        inject_picks(monkeypatch, lambda k: None if k else picker)
         return calls
 
     return script

@@ -3,11 +3,11 @@
 Contract: measure_case(loaded, case, k) edits the case's input twice in verify mode from an empty KV
 cache (no prompt reused; the caller turns the prefix store off): once as `cadedit fix` does today (one greedy candidate,
 pipeline.edit_file) and once as `--candidates k` does on try 1 (pipeline.edit_candidates: candidate
-1 greedy, the others sampled as cadedit.tries.candidate_sampling seeds them), in alternating order
-from case to case. It reports both walls (prompt included) and their decode steps alone (the
-prompt's prefill taken out), whether candidate 1 wrote what the single decode wrote, how many
-distinct answers the k rows gave, and, when the case has a test (bench/harness.py), which of them
-pass it (pass@1 against pass@k).
+1 greedy, the others sampled as cadedit.tries.candidate_sampling seeds them; measure_case's picks
+may give other pickers), in alternating order from case to case. It reports both walls (prompt
+included) and their decode steps alone (the prompt's prefill taken out), whether candidate 1 wrote
+what the single decode wrote, how many distinct answers the k rows gave, and, when the case has a
+test (bench/harness.py), which of them pass it (pass@1 against pass@k).
 """
 
 from __future__ import annotations
@@ -19,28 +19,26 @@ from cadedit.bench.corpus import Case
 from cadedit.bench.e2e import document_for
 from cadedit.bench.harness import run_test, runner_for
 from cadedit.bench.report import median
-from cadedit.decode import sampling_picker
 from cadedit.errors import BudgetError
 from cadedit.model import LoadedModel, language_model
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.settings import BENCH_TEST_TIMEOUT
-from cadedit.tries import candidate_sampling
+from cadedit.tries import candidate_picks
 
 
-def _single(loaded: LoadedModel, case: Case, options: EditOptions) -> dict:
+def _single(loaded: LoadedModel, case: Case, options: EditOptions, pick_for: pipeline.PickFor) -> dict:
     language_model(loaded).reset()
     start = time.perf_counter()
     try:
-        result = pipeline.edit_file(document_for(case), case.instruction, options, loaded=loaded)
+        result = pipeline.edit_file(document_for(case), case.instruction, options, loaded=loaded, pick_for=pick_for)
     except BudgetError:
         return {"seconds": time.perf_counter() - start, "prefill": None, "text": None, "forwards": None}
     return {"seconds": time.perf_counter() - start, "prefill": result.stats.seconds_prefill, "text": result.new_text,
             "forwards": result.stats.forward_passes}
 
 
-def _batched(loaded: LoadedModel, case: Case, options: EditOptions, k: int) -> dict:
+def _batched(loaded: LoadedModel, case: Case, options: EditOptions, picks: list[pipeline.PickFor]) -> dict:
     language_model(loaded).reset()
-    picks = [sampling_picker(candidate_sampling(i, Sampling())) for i in range(1, k + 1)]
     start = time.perf_counter()
     found = pipeline.edit_candidates(document_for(case), case.instruction, options, picks, loaded=loaded)
     seconds = time.perf_counter() - start
@@ -50,13 +48,17 @@ def _batched(loaded: LoadedModel, case: Case, options: EditOptions, k: int) -> d
             "logprobs": [c.logprob for c in found], "forwards": max((s.forward_passes for s in stats), default=None)}
 
 
-def measure_case(loaded: LoadedModel, case: Case, k: int, order: int = 0, test_timeout: float = BENCH_TEST_TIMEOUT) -> dict:
-    """One case: the single decode and the k-row decode (which first: `order` even, the single one)."""
+def measure_case(loaded: LoadedModel, case: Case, k: int, order: int = 0, test_timeout: float = BENCH_TEST_TIMEOUT,
+                 picks: list[pipeline.PickFor] | None = None) -> dict:
+    """One case: the single decode and the k-row decode (which first: `order` even, the single one).
+    picks: the k rows' picker factories (None: candidate_picks, as `--candidates k`); the single
+    decode takes the first (greedy)."""
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY)
+    picks = picks or candidate_picks(k, Sampling())
     if order % 2 == 0:
-        one, many = _single(loaded, case, options), _batched(loaded, case, options, k)
+        one, many = _single(loaded, case, options, picks[0]), _batched(loaded, case, options, picks)
     else:
-        many, one = _batched(loaded, case, options, k), _single(loaded, case, options)
+        many, one = _batched(loaded, case, options, picks), _single(loaded, case, options, picks[0])
     row = {"id": case.id, "k": k, "one_seconds": one["seconds"], "k_seconds": many["seconds"],
            "ratio": many["seconds"] / one["seconds"], "one_forwards": one["forwards"], "k_forwards": many["forwards"],
            "greedy_same": one["text"] is not None and many["texts"][0] == one["text"],

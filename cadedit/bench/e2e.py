@@ -101,15 +101,16 @@ class E2ESettings:
 # -- the methods: decoding modes of `cadedit fix` ------------------------------------------------
 
 
-def mode_method(mode: Mode, scoped: bool = False) -> Method:
+def mode_method(mode: Mode, scoped: bool = False, pick_for: pipeline.PickFor | None = None) -> Method:
     """One decoding mode, through exactly the code path of `cadedit fix`; scoped: the scope from the
-    instruction first, as `cadedit fix` resolves it (no scope found: the whole file)."""
+    instruction first, as `cadedit fix` resolves it (no scope found: the whole file). pick_for:
+    the decode's picker from the prepared request (None: greedy; tests script answers with it)."""
     from cadedit.scope import plan_edit
 
     def edit(loaded: LoadedModel, document: Document, instruction: str, max_new_tokens: int | None) -> Edited:
         options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, mode=mode)
         options, _ = plan_edit(document, instruction, options, scoping=scoped)
-        result = pipeline.edit_file(document, instruction, options, loaded=loaded)
+        result = pipeline.edit_file(document, instruction, options, loaded=loaded, pick_for=pick_for)
         s = result.stats
         return Edited(result.new_text, result.program_text, s.forward_passes, s.tokens_new, s.tokens_copied,
                       s.seconds_prefill, s.tokens_prompt, s.tokens_new - s.drafts_kept)
@@ -117,9 +118,11 @@ def mode_method(mode: Mode, scoped: bool = False) -> Method:
     return edit
 
 
-def methods(names: Sequence[str], peers: dict[str, Method] | None = None) -> dict[str, Method]:
+def methods(names: Sequence[str], peers: dict[str, Method] | None = None,
+            pick_for: pipeline.PickFor | None = None) -> dict[str, Method]:
     """The methods to run per case, in order: the first is measured, the second is its baseline.
-    A peer (llama-rewrite, llama-lookup) comes built from `peers` (bench/peers.py loads them)."""
+    A peer (llama-rewrite, llama-lookup) comes built from `peers` (bench/peers.py loads them);
+    pick_for goes to every mode's decodes (mode_method)."""
     chosen: dict[str, Method] = {}
     for name in names:
         if name in PEERS:
@@ -128,10 +131,10 @@ def methods(names: Sequence[str], peers: dict[str, Method] | None = None) -> dic
             chosen[name] = peers[name]
             continue
         if name == FIX:  # one try: later tries' wider scopes do not come into it
-            chosen[name] = mode_method(DEFAULT_MODE, scoped=True)
+            chosen[name] = mode_method(DEFAULT_MODE, scoped=True, pick_for=pick_for)
             continue
         try:
-            chosen[name] = mode_method(Mode(name))
+            chosen[name] = mode_method(Mode(name), pick_for=pick_for)
         except ValueError:
             raise CadeditError(f"unknown method {name!r}", hint=f"use some of {', '.join(METHODS)}") from None
     if not chosen:

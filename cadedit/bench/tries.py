@@ -1,21 +1,24 @@
 """Verified edits on a corpus (`cadedit bench tries`): tries and checks measured the way users get them.
 
-Contract: run_case(loaded, case, settings) writes the case's input as a file in a fresh folder and
-runs cadedit.tries.edit_verified on it twice: with the corpus's own test as the `--test` command
-(up to settings.tries tries), and with the syntax and no-change checks only (settings.check_tries
-tries). Every candidate of both runs is also judged by the corpus's test (bench/harness.py), so
-one run gives every row of the table: tries = 1 (the first candidate: today's single shot), checks
-only, and `--test` with 3 and 5 tries (a K-try run is the first K tries of a longer one: each try's
-prompt and seed depend only on the tries before it). Wall seconds per row are the seconds of the
-tries that row made, model already loaded.
+Contract: run_case(loaded, case, settings, picks=None) writes the case's input as a file in a fresh
+folder and runs cadedit.tries.edit_verified on it twice (with `picks`, its seam for scripted
+answers): with the corpus's own test as the `--test` command (up to settings.tries tries), and
+with the syntax and no-change checks only (settings.check_tries tries). Every candidate of both
+runs is also judged by the corpus's test (bench/harness.py), so one run gives every row of the
+table: tries = 1 (the first candidate: today's single shot), checks only, and `--test` with 3 and
+5 tries (a K-try run is the first K tries of a longer one: each try's prompt and seed depend only
+on the tries before it). Wall seconds per row are the seconds of the tries that row made, model
+already loaded.
 """
 
 from __future__ import annotations
 
 import shlex
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cadedit.bench.corpus import Case
 from cadedit.bench.harness import JS_MD5_SHIM, interpreter, run_test, runner_for
@@ -73,7 +76,8 @@ def _row(judged: list[dict], upto: int) -> dict:
             "tries": stop, "seconds": sum(r["seconds"] for r in made[:stop])}
 
 
-def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings) -> dict:
+def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings,
+             picks: Callable[[int], Any] | None = None) -> dict:
     runner = runner_for(case.language)
     if runner is None or not case.test:
         return {"id": case.id, "skipped": "no test or no runner"}
@@ -83,12 +87,13 @@ def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings) -> dict:
         (folder / name).write_text(case.before, encoding="utf-8")
         document = Document.read(folder / name)
         with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
-        tested = edit_verified(document, case.instruction, settings.options, with_test, settings.tries, loaded=loaded)
+        tested = edit_verified(document, case.instruction, settings.options, with_test, settings.tries, loaded=loaded,
+                               picks=picks)
         tested_rows = _judged(tested, case, settings.test_timeout)
         checked_rows = []
         if settings.check_tries:
             checked = edit_verified(document, case.instruction, settings.options, CheckPlan(), settings.check_tries,
-                                    loaded=loaded)
+                                    loaded=loaded, picks=picks)
             checked_rows = _judged(checked, case, settings.test_timeout)
     single = {"passed": tested_rows[0]["test_passed"], "exact": tested_rows[0]["exact"], "answered": True, "tries": 1,
               "seconds": tested_rows[0]["seconds"]}
