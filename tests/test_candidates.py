@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import random
-from pathlib import Path
 
 import pytest
 import torch
