@@ -1,5 +1,5 @@
 """Two cadedit trees, side by side: the same `cadedit fix` runs (one greedy try per mode) on the first
-N HumanEvalFix cases, each run in a fresh process of each tree in turn; prints whether every answer
+N HumanEvalFix cases, each run in a fresh process of each tree in turn (which first alternates); prints whether every answer
 is byte-identical and each tree's median wall clock. A refactor's check that nothing changed.
 
     python benchmarks/same_output.py OLD_TREE NEW_TREE --model M.gguf [--limit 10] [--modes verify,rewrite]
@@ -33,6 +33,8 @@ def run(tree: str, folder: Path, case, mode: str, args) -> tuple[str, float]:
     command = [str(Path(sys.executable).with_name("cadedit")), "fix", str(source), case.instruction, "--mode", mode,
                "--tries", "1", "--allow-no-change", "--json", "--quiet", "--model", args.model, "--backend",
                args.backend, "--dtype", args.dtype, "--threads", str(args.threads)]
+    if args.max_new_tokens:
+        command += ["--max-new-tokens", str(args.max_new_tokens)]
     env = {**os.environ, "PYTHONPATH": tree, "CADEDIT_PREFIX_CACHE": "0", "CADEDIT_SERVER": "0"}
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, env=env, cwd=folder, timeout=600)
@@ -57,15 +59,17 @@ def main() -> None:
     parser.add_argument("--dtype", default="fp32")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--corpus", default=str(CORPUS))
+    parser.add_argument("--max-new-tokens", type=int, default=0, help="a budget per fix (default: cadedit's)")
     args = parser.parse_args()
     cases = load_corpus(args.corpus, args.limit, "docs")
     walls: dict[str, list[float]] = {"old": [], "new": []}
     differ = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for case in cases:
+        for i, case in enumerate(cases):
             for mode in args.modes.split(","):
                 got = {}
-                for name, tree in (("old", args.old), ("new", args.new)):
+                trees = [("old", args.old), ("new", args.new)]
+                for name, tree in trees if i % 2 == 0 else trees[::-1]:  # neither tree always runs first
                     got[name], wall = run(tree, Path(tmp), case, mode, args)
                     walls[name].append(wall)
                 same = got["old"] == got["new"]
