@@ -10,9 +10,9 @@ methods (reading its lines) are not moves unless --accessors. The decode
 loop's per-token traffic (below decode.decode / decode.decode_rows) and the model side (loading, the
 forward, the tokenizer, the grammar's vocabulary) are one step each, not followed: they are the one
 loop and the one model interface by design. --tree runs another checkout of cadedit (a before/after
-comparison). Prints the number of stays (consecutive steps in one module), the modules visited, how many
-times the edit climbed back to a module already on its way down, how many times it came back to a
-module it had left, and each module's count of stays. With --show, the path itself.
+comparison). Prints the number of stays (consecutive steps in one module), the modules visited, how many times
+the document came back to a module it had left (a return from a call included), each module's
+count of stays, and how many times each module was entered by a call. With --show, the path itself.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def opaque(module: str, frame) -> bool:
     return module in OPAQUE or any(qual.startswith(o) for o in OPAQUE)
 
 
-def trace_fix(args) -> list[str]:
+def trace_fix(args) -> tuple[list[str], collections.Counter]:
     from typer.testing import CliRunner
 
     from cadedit import tries
@@ -61,6 +61,7 @@ def trace_fix(args) -> list[str]:
     from tests.tinymodel import save_model
 
     path: list[str] = []
+    entered: collections.Counter = collections.Counter()
     stack: list[tuple[object, str]] = []  # (frame, module) of the calls that carry the document
     state = {"document": None}
 
@@ -86,6 +87,8 @@ def trace_fix(args) -> list[str]:
         if event == "call":
             if any(opaque(m, f) for f, m in stack) or not carries(frame):
                 return
+            if not stack or stack[-1][1] != module:
+                entered[module] += 1
             stack.append((frame, module))
         elif stack and stack[-1][0] is frame:
             stack.pop()
@@ -117,7 +120,7 @@ def trace_fix(args) -> list[str]:
         raise result.exception
     if not path:
         raise SystemExit(f"cadedit fix exited {result.exit_code} before any edit: {result.output[-500:]}")
-    return path
+    return path, entered
 
 
 def summarize(path: list[str]) -> dict:
@@ -141,10 +144,11 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, default=ROOT, help="the cadedit checkout to trace (default: this one)")
     args = parser.parse_args()
     sys.path.insert(0, str(args.tree.resolve()))
-    path = trace_fix(args)
+    path, entered = trace_fix(args)
     found = summarize(path)
     print(f"{found['stays']} stays in {found['modules']} modules, {found['returns']} returns to a module already left")
-    print("  " + ", ".join(f"{m} {n}" for m, n in found["per_module"]))
+    print("  stays: " + ", ".join(f"{m} {n}" for m, n in found["per_module"]))
+    print("  entered by a call: " + ", ".join(f"{m} {n}" for m, n in entered.most_common()))
     if args.show:
         print(" -> ".join(path))
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from cadedit.document import Document, line_terminator
 from cadedit.fence import output_text
+from cadedit.prompt import region_header
 
 
 def common_indent(text: str) -> str:
@@ -85,6 +86,25 @@ def scoped_source(document: Document, fence: str, regions, headers) -> str:
 
 
 TAIL_LINES = 40  # of the file after a scoped region, offered as drafts to a model that runs past it
+
+
+@dataclass(frozen=True)
+class ScopedLayout:
+    """A scoped answer before the model writes it: the header that opens it (forced), the headers
+    between regions, the answer that changes nothing, and the file after the last region."""
+
+    opening: str
+    headers: tuple[str, ...]
+    source: str
+    tail: str
+
+
+def scoped_layout(document: Document, fence: str, regions) -> ScopedLayout:
+    """The layout of a scoped answer over `regions` (each shown without the indentation it shares)."""
+    indents = region_indents(document, regions)
+    headers = tuple(region_header(a, b, fence, document.path, indent) for (a, b), indent in zip(regions, indents))
+    return ScopedLayout(headers[0], headers[1:], scoped_source(document, fence, regions, headers[1:]),
+                        scoped_tail(document, regions[-1], indents[-1]))
 
 
 def scoped_tail(document: Document, region: tuple[int, int], indent: str) -> str:

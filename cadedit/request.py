@@ -19,9 +19,9 @@ from cadedit.errors import ModelError
 from cadedit.fence import fence_for, output_text
 from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
-from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, region_header, rewrite_messages
+from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, rewrite_messages
 from cadedit.prompt import scoped_messages
-from cadedit.regions import context_spans, region_indents, scoped_source, scoped_tail, scoped_text
+from cadedit.regions import context_spans, scoped_layout, scoped_text
 from cadedit.resolve import to_document_program
 
 
@@ -87,13 +87,9 @@ def build_request(document: Document, instruction: str, options: EditOptions) ->
         context = context_spans(document.n_lines, regions, options.context)
         messages = scoped_messages(document, instruction, fence, regions, options.referenced, options.feedback,
                                    options.layout, context)
-        indents = region_indents(document, regions)
-        headers = tuple(region_header(a, b, fence, document.path, indent)
-                        for (a, b), indent in zip(regions[1:], indents[1:]))
-        source = scoped_source(document, fence, regions, headers)
-        return Request(mode, tuple(messages), region_header(*regions[0], fence, document.path, indents[0]), source, 0,
-                       "edit a smaller file, or split it first", fence, source, regions, headers,
-                       scoped_tail(document, regions[-1], indents[-1]), task)
+        layout = scoped_layout(document, fence, regions)
+        return Request(mode, tuple(messages), layout.opening, layout.source, 0, "edit a smaller file, or split it first",
+                       fence, layout.source, regions, layout.headers, layout.tail, task)
     messages = rewrite_messages(document, instruction, fence, options.feedback, options.layout)
     source = fenced_source(document, fence)
     return Request(mode, tuple(messages), fence + language_tag(document.path) + "\n", source, 0,
