@@ -44,9 +44,11 @@ def run_one(task: dict, folder: Path, args: list[str]) -> dict:
     target = folder / Path(task["path"]).name
     target.write_text(task["before"], encoding="utf-8")
     start = time.perf_counter()
+    # No warm server and no saved prompt prefixes: every edit, local or remote, starts as cold as the
+    # engine's first sight of the file.
     done = subprocess.run([sys.executable, "-m", "cadedit", "fix", target.name, task["instruction"], "--write", "--json",
                            "--quiet", *args], cwd=folder, capture_output=True, text=True,
-                          env={**os.environ, "CADEDIT_SERVER": "0"})
+                          env={**os.environ, "CADEDIT_SERVER": "0", "CADEDIT_PREFIX_CACHE": "0"})
     wall = time.perf_counter() - start
     row = {"id": task["id"], "path": task["path"], "seconds": wall, "exit": done.returncode,
            "exact": lf.score(task, target.read_text(encoding="utf-8"))["exact"]}
@@ -101,6 +103,7 @@ def engine(
         "--engine-timeout", min=1.0, help="--engine-timeout of each fix: an engine that serves one request at a time "
         "queues the others, so the last of N waits for N edits.")] = 3600.0,
     local: Annotated[bool, typer.Option("--local/--no-local", help="Also run the edits one at a time locally.")] = True,
+    local_only: Annotated[bool, typer.Option("--local-only", help="Only the local runs (no engine needed).")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", metavar="PATH", help="Write the results here.")] = None,
 ) -> None:
     """N concurrent `cadedit fix` processes against one engine beside the same edits one at a time locally.
@@ -111,13 +114,13 @@ def engine(
     from cadedit.bench.options import int_list, longfile_roots
     from cadedit.settings import choose_engine
 
-    url = choose_engine(url)
-    if url is None:
+    url = None if local_only else choose_engine(url)
+    if url is None and not local_only:
         raise typer.BadParameter("name the engine: --engine URL or CADEDIT_ENGINE", param_hint="--engine")
     if local and model is None:
         raise typer.BadParameter("the local runs need --model (a .gguf), or pass --no-local", param_hint="--model")
-    counts = int_list(clients, "--clients")
-    if min(counts) < 1:
+    counts = [] if local_only else int_list(clients, "--clients")
+    if counts and min(counts) < 1:
         raise typer.BadParameter("each count of clients must be at least 1", param_hint="--clients")
     tasks = lf.build_tasks(longfile_roots(packages), n, seed)
     common = ["--tries", str(tries)] + (["--max-new-tokens", str(max_new_tokens)] if max_new_tokens else [])
@@ -128,7 +131,7 @@ def engine(
                                 count)
             results["runs"].append({"where": "engine", **summary})
             _report(f"engine, {count} client{'s' * (count != 1)}", summary)
-        if local:
+        if local or local_only:
             model = str(Path(model).expanduser().resolve()) if Path(model).expanduser().exists() else model
             args = [*common, "--model", model, "--backend", backend, "--engine", ""]
             summary = run_batch(tasks, Path(tmp) / "local", args + (["--threads", str(threads)] if threads else []), 1)
