@@ -177,10 +177,10 @@ def test_bench_engine_through_the_cli(tmp_path, tiny_engine, tiny_gguf):
     assert "local llama, one at a time: 2 edits" in done.stdout
 
 
-def test_bench_engine_local_only_needs_no_engine_and_starts_each_edit_cold(tmp_path, tiny_gguf):
+def test_bench_engine_local_only_needs_no_engine_and_starts_each_edit_cold(tmp_path, editing_gguf):
     """--local-only: the one-at-a-time local runs alone; each edit without saved prompt prefixes
     (CADEDIT_PREFIX_CACHE=0), as cold as an engine's first sight of the file."""
-    done = cli("bench", "engine", "--local-only", "--model", str(tiny_gguf), "-n", "1", "--max-new-tokens", "8",
+    done = cli("bench", "engine", "--local-only", "--model", str(editing_gguf), "-n", "1", "--max-new-tokens", "64",
                "--threads", "1", "--packages", "click", "--json", str(tmp_path / "b.json"), cwd=tmp_path, timeout=600,
                env={**os.environ, "CADEDIT_ENGINE": "", "XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr
