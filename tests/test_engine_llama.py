@@ -25,7 +25,7 @@ if os.environ.get("CADEDIT_REQUIRE_LLAMA") != "1":
                         "(tools/install-llama.sh)")
 
 from cadedit.document import Document  # noqa: E402
-from tests.conftest import console_script  # noqa: E402
+from tests.test_engine import cli, colors, no_keys  # noqa: E402, F401 - the engine tests' fixtures and runner
 from tests.test_rewrite import BEFORE as COLORS, editing_model  # noqa: E402
 from tests.tinygguf import save_gguf  # noqa: E402
 
@@ -92,23 +92,6 @@ def tiny_engine(tiny_gguf, tmp_path_factory):
                                 "--draft_model", "prompt-lookup-decoding")
     yield url
     _stop(process)
-
-
-@pytest.fixture(autouse=True)
-def no_keys(monkeypatch):
-    for name in ("OPENAI_API_KEY", "http_proxy", "HTTP_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def colors(tmp_path):
-    (tmp_path / "colors.txt").write_bytes(b"red:\r\nteal;\r\nblue)\r\n")
-    return tmp_path
-
-
-def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
 
 
 @pytest.mark.parametrize("mode", ["verify", "rewrite"])
