@@ -73,11 +73,11 @@ def region_indents(document: Document, regions) -> tuple[str, ...]:
     return tuple(common_indent(document.display_text(a, b)) for a, b in regions)
 
 
-def scoped_source(document: Document, fence: str, regions, headers) -> str:
+def scoped_source(document: Document, fence: str, regions, headers, indents: tuple[str, ...] | None = None) -> str:
     """What an answer that changes nothing prints: each region's lines (without the indentation the
-    whole region shares) and closing fence, headers between."""
+    whole region shares: `indents`, else region_indents) and closing fence, headers between."""
     parts = []
-    for k, ((a, b), indent) in enumerate(zip(regions, region_indents(document, regions))):
+    for k, ((a, b), indent) in enumerate(zip(regions, indents or region_indents(document, regions))):
         body = dedent(document.display_text(a, b), indent)
         parts.append(body + ("\n" if body and not body.endswith("\n") else "") + fence + "\n")
         if k + 1 < len(regions):
@@ -103,7 +103,7 @@ def scoped_layout(document: Document, fence: str, regions) -> ScopedLayout:
     """The layout of a scoped answer over `regions` (each shown without the indentation it shares)."""
     indents = region_indents(document, regions)
     headers = tuple(region_header(a, b, fence, document.path, indent) for (a, b), indent in zip(regions, indents))
-    return ScopedLayout(headers[0], headers[1:], scoped_source(document, fence, regions, headers[1:]),
+    return ScopedLayout(headers[0], headers[1:], scoped_source(document, fence, regions, headers[1:], indents),
                         scoped_tail(document, regions[-1], indents[-1]))
 
 
