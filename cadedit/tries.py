@@ -194,9 +194,8 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     server; engine.EngineClient: a shared engine; no where-step then). candidates: try 1 decodes this
     many side by side. picks(k) may give try k's picker factory (pipeline.PickFor: the picker from
     the prepared request; None: the try's sampling) or a batched try 1's list of `candidates`
-    factories, picks(0) the
-    where-step's (loaded -> picker, as where.where_picker); tests script answers with it (local
-    models only)."""
+    factories, picks(0) the where-step's (loaded -> picker, as where.where_picker); tests script
+    answers with it (local models only)."""
     edit, edit_many = _editors(loaded)
     where = _where(document, instruction, options, loaded, picks(0) if picks else None)
     if where is not None and on_where is not None:

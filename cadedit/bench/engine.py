@@ -114,9 +114,10 @@ def engine(
     from cadedit.bench.options import int_list, longfile_roots
     from cadedit.settings import choose_engine
 
-    url = None if local_only else choose_engine(url)
-    if url is None and not local_only:
-        raise typer.BadParameter("name the engine: --engine URL or CADEDIT_ENGINE", param_hint="--engine")
+    if not local_only:
+        url = choose_engine(url)
+        if url is None:
+            raise typer.BadParameter("name the engine: --engine URL or CADEDIT_ENGINE", param_hint="--engine")
     if local and model is None:
         raise typer.BadParameter("the local runs need --model (a .gguf), or pass --no-local", param_hint="--model")
     counts = [] if local_only else int_list(clients, "--clients")
