@@ -62,7 +62,8 @@ _Model = Annotated[Optional[str], typer.Option(
 _Threads = Annotated[Optional[int], typer.Option(
     "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
 _Dtype = Annotated[str, typer.Option(
-    "--dtype", callback=lambda v: _one_of(v, DTYPES, "--dtype"), help="auto, fp32, bf16, fp16 or bf16-int8 (one-token steps through int8 weights). auto: bf16 on CUDA; "
+    "--dtype", callback=lambda v: _one_of(v, DTYPES, "--dtype"), help="auto, fp32, bf16, fp16, bf16-int8 (one-token steps through int8 weights) or bf16-int4 (through a GGUF's "
+    "own 4-bit weights, int8 where it has none). auto: bf16 on CUDA; "
     "on CPU what a probe measured faster on this machine (once, cached).")]
 _Backend = Annotated[Optional[str], typer.Option(
     "--backend", show_default=False, callback=lambda v: _one_of(v, BACKENDS, "--backend"),

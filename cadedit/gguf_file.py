@@ -193,3 +193,84 @@ def context_length(path: Path, meta: dict, arch: str) -> int:
         raise ModelError(f"{path}: GGUF field {arch}.context_length is missing or not a positive integer",
                          hint="use a Qwen2 / Qwen2.5 GGUF")
     return value
+
+
+# -- 4-bit weights as stored ------------------------------------------------------------------
+
+# Block formats whose weights are q * scale + low with q in 0..15 and one scale and low per 32
+# weights: torch's int4 kernel for one-token steps (cadedit.steps) computes with exactly that, so
+# these pass to it as stored instead of being quantised a second time. Bytes per block, weights.
+FOUR_BIT = {"Q4_0": (18, 32), "Q4_1": (20, 32), "Q4_K": (144, 256)}
+
+
+def four_bit_tensors(path: Path) -> tuple[dict, set[str]]:
+    """The GGUF's tensors stored in a 4-bit block format (FOUR_BIT), by name, each as a function that
+    decodes it: (q uint8 [rows, cols] in 0..15, scale, low float32 [rows, cols // 32]), the weight
+    being q * scale + low; and the names of all its tensors. Decoding on demand keeps one tensor's
+    copy in memory at a time."""
+    import gguf
+
+    found, names = {}, set()
+    for tensor in gguf.GGUFReader(str(path)).tensors:
+        names.add(tensor.name)
+        kind = tensor.tensor_type.name
+        if kind in FOUR_BIT and len(tensor.shape) == 2:
+            cols, rows = (int(n) for n in tensor.shape)
+            found[tensor.name] = (lambda data=tensor.data, kind=kind, rows=rows, cols=cols:
+                                  decode_four_bit(np.asarray(data), kind, rows, cols))
+    return found, names
+
+
+# cadedit.qwen2's linear layers (Hugging Face names) and the GGUF tensors llama.cpp's converter
+# writes them as.
+_LINEARS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+            "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+            "mlp.down_proj": "ffn_down"}
+
+
+def four_bit_layers(path: Path) -> dict:
+    """four_bit_tensors by the names of the model's linear layers (model.layers.N.mlp.up_proj,
+    lm_head: the GGUF's output tensor, else its token embedding as a tied head)."""
+    tensors, names = four_bit_tensors(path)
+    found = {}
+    for name, decode in tensors.items():
+        parts = name.split(".")
+        if len(parts) == 4 and parts[0] == "blk" and parts[3] == "weight":
+            layer = next((hf for hf, short in _LINEARS.items() if short == parts[2]), None)
+            if layer:
+                found[f"model.layers.{parts[1]}.{layer}"] = decode
+    head = "output.weight" if "output.weight" in names else "token_embd.weight"
+    if head in tensors:
+        found["lm_head"] = tensors[head]
+    return found
+
+
+def decode_four_bit(data: np.ndarray, kind: str, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One tensor's blocks (FOUR_BIT[kind]) as (q, scale, low) per 32 weights; see four_bit_tensors."""
+    size, _ = FOUR_BIT[kind]
+    blocks = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1, size)
+    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)  # [n, 1]
+    if kind == "Q4_K":
+        dmin = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
+        sc, m = _q4k_scales(blocks[:, 4:16])
+        nibbles = blocks[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+        q = (nibbles & 0x0F).reshape(-1, 8, 32)
+        scale, low = d * sc, -dmin * m  # [n, 8]: one per 32 weights
+    else:
+        start = 2 if kind == "Q4_0" else 4
+        qs = blocks[:, start:start + 16]
+        q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).reshape(-1, 1, 32)
+        scale = d
+        low = -8 * d if kind == "Q4_0" else blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
+    groups = cols // 32
+    return (q.reshape(rows, cols), scale.reshape(rows, groups).astype(np.float32),
+            low.reshape(rows, groups).astype(np.float32))
+
+
+def _q4k_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K's eight 6-bit scales and mins per block from their 12 packed bytes (ggml's get_scale_min_k4)."""
+    packed = packed.astype(np.uint8)
+    low4, high4, rest = packed[:, 0:4], packed[:, 4:8], packed[:, 8:12]
+    sc = np.concatenate([low4 & 63, (rest & 0x0F) | ((low4 >> 6) << 4)], axis=1)
+    m = np.concatenate([high4 & 63, (rest >> 4) | ((high4 >> 6) << 4)], axis=1)
+    return sc.astype(np.float32), m.astype(np.float32)

@@ -73,19 +73,27 @@ def choose_device(device: str = "auto") -> str:
     return device
 
 
-def _time_linear(dtype: torch.dtype, rows: int, reps: int = 9, int8: bool = False,
+def _time_linear(dtype: torch.dtype, rows: int, reps: int = 9, step: str = "",
                  shape: tuple[int, int] = (4864, 896)) -> float:
     """Median seconds for one linear layer (default: a Qwen2.5-0.5B MLP projection) on `rows` tokens
-    (after a warm-up); int8: through the int8 weight kernel of one-token steps (cadedit.steps)."""
+    (after a warm-up); step "int8" or "int4": through that weight kernel of one-token steps (cadedit.steps)."""
     out_features, in_features = shape
     weight = torch.randn(out_features, in_features, dtype=dtype)
     x = torch.randn(rows, in_features, dtype=dtype)
-    if int8:
+    if step == "int8":
         q = torch.randint(-127, 128, (out_features, in_features), dtype=torch.int8)
         scale = torch.rand(out_features, dtype=dtype)
 
         def run():
             torch._weight_int8pack_mm(x, q, scale)
+    elif step == "int4":
+        from cadedit.steps import GROUP, pack_int4
+
+        groups = (out_features, in_features // GROUP)
+        packed, scales = pack_int4(torch.randint(0, 16, shape, dtype=torch.uint8), torch.rand(groups), torch.zeros(groups))
+
+        def run():
+            torch._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales)
     else:
         def run():
             torch.nn.functional.linear(x, weight)
@@ -104,8 +112,13 @@ def _time_linear(dtype: torch.dtype, rows: int, reps: int = 9, int8: bool = Fals
 _WORK = ((128, 2900 / 128), (1, 25))
 
 
+_ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
 def _cpu_identity(threads: int) -> str:
-    """This CPU's model name and feature flags, torch's version and the thread count, as one key."""
+    """This CPU's model name and feature flags, torch's version, the thread count and the variables
+    that cap the instruction sets torch's kernels use (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA ...), as
+    one key: each changes what a measurement would find."""
     import hashlib
     import platform
 
@@ -116,7 +129,8 @@ def _cpu_identity(threads: int) -> str:
         cpu = f"{model.group(1) if model else ''}|{flags.group(1) if flags else ''}"
     except OSError:
         cpu = platform.processor()
-    return hashlib.sha256(f"{cpu}|{torch.__version__}|{threads}".encode()).hexdigest()[:16]
+    caps = ",".join(f"{name}={os.environ[name]}" for name in _ISA_CAPS if os.environ.get(name))
+    return hashlib.sha256(f"{cpu}|{torch.__version__}|{threads}{'|' + caps if caps else ''}".encode()).hexdigest()[:16]
 
 
 def cpu_dtype(threads: int) -> tuple[torch.dtype, str]:
@@ -141,20 +155,26 @@ def cpu_dtype(threads: int) -> tuple[torch.dtype, str]:
                                   else f"measured on this CPU earlier ({path})")
 
 
-def cpu_int8_steps(threads: int) -> tuple[bool, str]:
-    """Whether a bf16 model's one-token steps go faster through int8 weights on this CPU (cadedit.steps),
-    measured once per machine like cpu_dtype: the int8 kernel must take under 0.8x bf16's time."""
+STEPS = ("int4", "int8", "bf16")  # one-token step weights, most compact first (cadedit.steps)
+
+
+def cpu_steps(threads: int) -> tuple[str, str]:
+    """How a bf16 model's one-token steps read their weights on this CPU (cadedit.steps): "int4"
+    (the GGUF's own 4-bit blocks where it has them, int8 for the rest), "int8" or "bf16", measured
+    once per machine like cpu_dtype: int8 where it takes under 0.8x bf16's time, int4 where it
+    also takes under 0.9x int8's (its numbers are the GGUF's own, int8's a second rounding)."""
     measured = ""
 
     def measure() -> str:
         nonlocal measured
-        plain, int8 = _time_linear(torch.bfloat16, 1), _time_linear(torch.bfloat16, 1, int8=True)
-        measured = f"bf16 {1e6 * plain:.0f} us, int8 {1e6 * int8:.0f} us per 4864x896 step"
-        return "int8" if int8 < 0.8 * plain else "bf16"
+        times = {step: _time_linear(torch.bfloat16, 1, step="" if step == "bf16" else step) for step in STEPS}
+        measured = ", ".join(f"{step} {1e6 * t:.0f} us" for step, t in times.items()) + " per 4864x896 step"
+        if times["int8"] >= 0.8 * times["bf16"]:
+            return "bf16"
+        return "int4" if times["int4"] < 0.9 * times["int8"] else "int8"
 
-    name, path = _measured_once(_cpu_identity(threads) + "|steps", ("int8", "bf16"), measure)
-    reason = f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})"
-    return name == "int8", reason
+    name, path = _measured_once(_cpu_identity(threads) + "|steps4", STEPS, measure)
+    return name, (f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})")
 
 
 def _measured_once(key: str, answers: tuple[str, ...], measure) -> tuple[str, Path]:
@@ -180,10 +200,11 @@ def _measured_once(key: str, answers: tuple[str, ...], measure) -> tuple[str, Pa
 def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple[torch.dtype, str]:
     """The dtype to load in, and why."""
     names = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-             "fp16": torch.float16, "float16": torch.float16, "bf16-int8": torch.bfloat16}
+             "fp16": torch.float16, "float16": torch.float16, "bf16-int8": torch.bfloat16,
+             "bf16-int4": torch.bfloat16}
     if dtype != "auto":
         if dtype not in names:
-            raise ModelError(f"unknown dtype {dtype!r}", hint="use auto, fp32, bf16, bf16-int8 or fp16")
+            raise ModelError(f"unknown dtype {dtype!r}", hint="use auto, fp32, bf16, bf16-int8, bf16-int4 or fp16")
         return names[dtype], "--dtype"
     if device.startswith("cuda"):
         return torch.bfloat16, "CUDA"
@@ -262,7 +283,7 @@ def backend_key(gguf: Path, threads: int) -> str:
     from cadedit import llamacpp
 
     st = gguf.stat()
-    return f"{_cpu_identity(threads)}|backend|{gguf.name}:{st.st_size}|{llamacpp.version()}"
+    return f"{_cpu_identity(threads)}|backend|{gguf.name}:{st.st_size}|{llamacpp.build()}"
 
 
 def llama_variant(gguf: Path, threads: int) -> str:
@@ -291,7 +312,7 @@ def _available_memory() -> int | None:
 
 def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     """torch's time for an edit's model work (_WORK) on a model of this GGUF's shape, from its linear
-    layers timed in the dtype torch would load it in (and int8 for steps where chosen), without
+    layers timed in the dtype torch would load it in (and the step kernel where chosen), without
     converting the GGUF; and the bytes its weights would take."""
     arch = meta.get("general.architecture", "")
     hidden, inter = int(meta[f"{arch}.embedding_length"]), int(meta[f"{arch}.feed_forward_length"])
@@ -300,13 +321,14 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     head_dim = hidden // heads
     torch.set_num_threads(threads)
     dtype, _ = cpu_dtype(threads)
-    int8 = dtype == torch.bfloat16 and cpu_int8_steps(threads)[0]
+    step = cpu_steps(threads)[0] if dtype == torch.bfloat16 else "bf16"
     shapes = [(hidden, hidden), (kv * head_dim, hidden), (kv * head_dim, hidden), (hidden, hidden),
               (inter, hidden), (inter, hidden), (hidden, inter)]
     total = 0.0
     for rows, times in _WORK:
-        layer = sum(_time_linear(dtype, rows, reps=3, int8=int8 and rows == 1, shape=shape) for shape in shapes)
-        head = 8 * _time_linear(dtype, 1, reps=3, int8=int8, shape=(vocab // 8, hidden))  # one row through the LM head
+        kernel = step if rows == 1 and step != "bf16" else ""
+        layer = sum(_time_linear(dtype, rows, reps=3, step=kernel, shape=shape) for shape in shapes)
+        head = 8 * _time_linear(dtype, 1, reps=3, step=kernel, shape=(vocab // 8, hidden))  # one row through the LM head
         total += times * (layers * layer + head)
     params = layers * sum(a * b for a, b in shapes) + 2 * vocab * hidden
     return total, params * torch.tensor([], dtype=dtype).element_size()

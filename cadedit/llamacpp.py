@@ -22,6 +22,7 @@ decode, so setup.sh and CI build without AMX (BUILD_FLAGS).
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import itertools
 from pathlib import Path
 from types import SimpleNamespace
@@ -68,6 +69,15 @@ def version() -> str | None:
     except ImportError:
         return None
     return getattr(llama_cpp, "__version__", None)
+
+
+def build() -> str:
+    """llama-cpp-python's version and the CPU features its llama.cpp was built for ("AVX2 = 1 | AVX512
+    = 0 | ..."): a rebuild with other flags runs at another speed, so measurements are keyed by both."""
+    import llama_cpp
+
+    features = llama_cpp.llama_print_system_info().decode(errors="replace")
+    return f"{version()}:{hashlib.sha256(features.encode()).hexdigest()[:12]}"
 
 
 _QUIET = None  # the log callback must outlive every llama.cpp call

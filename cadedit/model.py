@@ -29,7 +29,7 @@ import torch
 
 from cadedit.settings import choose_model, user_cache
 from cadedit.errors import ModelError
-from cadedit.hardware import choose_backend_for, choose_device, choose_dtype, cpu_int8_steps, default_threads
+from cadedit.hardware import choose_backend_for, choose_device, choose_dtype, cpu_steps, default_threads
 from cadedit.hardware import llama_variant
 from cadedit.prefix_store import weights_identity
 
@@ -51,7 +51,7 @@ class LoadedModel:
     load_seconds: float
     phases: tuple[tuple[str, float], ...] = ()  # (phase, seconds) of the load, in order
     dtype_reason: str = ""
-    int8_steps: bool = False  # one-token steps read int8 copies of the weights (cadedit.steps)
+    steps: str = ""  # one-token steps read "int8" or "int4" copies of the weights (cadedit.steps), "": the weights
     backend: str = "torch"  # "torch" (cadedit.qwen2) or "llama" (cadedit.llamacpp: the GGUF through llama.cpp)
     backend_reason: str = ""
 
@@ -283,18 +283,32 @@ def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, 
     _tokenizer_fits(tokenizer, model.config.vocab_size, folder)
     if tokenizer.chat_template is None:
         raise ModelError(f"model {spec} has no chat template", hint="use an Instruct model")
-    int8 = dtype == "bf16-int8"
+    steps = {"bf16-int8": "int8", "bf16-int4": "int4"}.get(dtype, "")
     if dtype == "auto" and device == "cpu" and torch_dtype == torch.bfloat16:
-        int8, step_why = cpu_int8_steps(threads)
-        why += f"; one-token steps {'int8' if int8 else 'bf16'}, {step_why}"
-    if int8:
-        from cadedit.steps import use_int8_steps
-
-        why += f"; int8 step weights {use_int8_steps(model, weights_identity(model, spec, torch_dtype))}"
-        phase("int8 step weights", t)
+        steps, step_why = cpu_steps(threads)
+        why += f"; one-token steps {steps}, {step_why}"
+        steps = "" if steps == "bf16" else steps
+    if steps:
+        why += f"; step weights {_step_weights(model, spec, torch_dtype, steps)}"
+        phase("step weights", t)
     limit = model.config.max_position_embeddings
     return LoadedModel(model, tokenizer, spec, device, torch_dtype, threads, limit, time.perf_counter() - start,
-                       tuple(phases), why, int8)
+                       tuple(phases), why, steps)
+
+
+def _step_weights(model, spec: str, dtype: torch.dtype, steps: str) -> str:
+    """Give the model its copies for one-token steps (cadedit.steps): int4 from a GGUF's own 4-bit
+    tensors where steps is "int4" and the model is one, int8 for every other layer."""
+    from cadedit.model_files import gguf_path
+    from cadedit.steps import use_step_weights
+
+    gguf = gguf_path(spec) if steps == "int4" else None
+    four_bit = {}
+    if gguf is not None:
+        from cadedit.gguf_file import four_bit_layers
+
+        four_bit = four_bit_layers(gguf)
+    return use_step_weights(model, weights_identity(model, spec, dtype), four_bit)
 
 
 def new_cache(loaded: LoadedModel):

@@ -90,14 +90,14 @@ class PrefixStore:
 
 def model_identity(loaded: LoadedModel) -> str:
     """What a stored prefix must match: the backend (and llama.cpp's version), the weight and config
-    files (path, size, mtime), the dtype, int8 steps."""
+    files (path, size, mtime), the dtype, the step weights."""
     backend = loaded.backend
     if backend == "llama":
         from cadedit.llamacpp import version
 
         backend += f"-{version()}"
     return (f"{backend}|{weights_identity(loaded.model, loaded.name, loaded.dtype)}"
-            + ("|int8-steps" if loaded.int8_steps else ""))
+            + (f"|{loaded.steps}-steps" if loaded.steps else ""))
 
 
 def weights_identity(model, name: str, dtype) -> str:

@@ -44,7 +44,7 @@ class Layout(str, enum.Enum):
     AUTO = "auto"
 
 
-DTYPES = ("auto", "fp32", "bf16", "bf16-int8", "fp16")
+DTYPES = ("auto", "fp32", "bf16", "bf16-int8", "bf16-int4", "fp16")
 
 # -- the defaults, each written once ----------------------------------------------------------------
 

@@ -1,18 +1,22 @@
-"""One-token steps in int8: every linear layer keeps a second copy of its weight, quantised to int8
-with one scale per output row, and uses it when it is fed one token.
+"""One-token steps through compact weights: every linear layer keeps a second copy of its weight
+and uses it when it is fed one token. The copy is int4 where the GGUF file stores the layer in a
+4-bit block format (its own 4-bit numbers and per-32 scales, passed as stored), else int8 with one
+scale per output row.
 
 Why: a one-token step reads every weight once and does little arithmetic with it, so its time is
-the bytes read; int8 reads half of bf16's and a quarter of fp32's. A multi-token forward (the
-prompt, a verified draft) is arithmetic-bound and keeps the layer's own weight (AMX bf16 matmul),
-so prefill speed and its numbers are unchanged (README, Model, dtype, speed). The int8 copy of a model is made once and kept under the user cache (written to a temporary
-file and renamed; a file that does not load is made again), since quantising 0.5B weights takes
-seconds. Torch's CPU kernel for it (`_weight_int8pack_mm`) takes bf16 or fp32 activations; with
-fp32 it is slower than fp32's own matmul, so only bf16 models use it (hardware.cpu_dtype).
+the bytes read: int8 reads half of bf16's, the GGUF's 4-bit blocks about a third. A multi-token
+forward (the prompt, a verified draft) is arithmetic-bound and keeps the layer's own weight (AMX
+bf16 matmul), so prefill speed and its numbers are unchanged (README, Model, dtype, speed). The
+copies are made once and kept under the user cache (written to a temporary file and renamed; a
+file that does not load is made again). Torch's CPU kernels for them (`_weight_int8pack_mm`,
+`_weight_int4pack_mm_for_cpu`) take bf16 activations fast; with fp32 they are slower than fp32's
+own matmul, so only bf16 models use them (hardware.cpu_steps).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -20,21 +24,29 @@ import torch
 from cadedit.atomic import replace_file
 from cadedit.settings import user_cache
 
+GROUP = 32  # weights per scale in an int4 copy: the GGUF 4-bit formats' own group
+
 
 class StepLinear(torch.nn.Module):
-    """A linear layer whose one-token inputs go through an int8 copy of its weight."""
+    """A linear layer whose one-token inputs go through an int8 (q, scale) or int4 (packed weights,
+    scales and zeros per GROUP) copy of its weight."""
 
     def __init__(self, linear: torch.nn.Linear, q: torch.Tensor, scale: torch.Tensor):
         super().__init__()
         self.weight, self.bias = linear.weight, linear.bias  # shared, never copied (tied LM heads too)
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.int4 = q.dtype == torch.uint8
         self.register_buffer("q", q, persistent=False)
         self.register_buffer("scale", scale, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.numel() != self.in_features:
             return torch.nn.functional.linear(x, self.weight, self.bias)
-        y = torch._weight_int8pack_mm(x.reshape(1, -1).to(self.scale.dtype), self.q, self.scale)
+        row = x.reshape(1, -1).to(self.scale.dtype)
+        if self.int4:
+            y = torch._weight_int4pack_mm_for_cpu(row, self.q, GROUP, self.scale)
+        else:
+            y = torch._weight_int8pack_mm(row, self.q, self.scale)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
@@ -48,26 +60,70 @@ def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.contiguous(), scale
 
 
-def use_int8_steps(model: torch.nn.Module, identity: str, root: Path | None = None) -> str:
-    """Give every linear layer of `model` its int8 copy for one-token steps; returns where the
-    copy came from ("made now", "from the cache") for --verbose."""
+def pack_int4(q, scale, low) -> tuple[torch.Tensor, torch.Tensor]:
+    """A 4-bit weight (q in 0..15 [out, in], weight = q * scale + low per GROUP; numpy or torch) as
+    torch's int4 kernel takes it: packed nibbles and [in / GROUP, out, 2] scales and zeros, where
+    its weight is (q - 8) * scale + zero."""
+    q, scale, low = (torch.as_tensor(a) for a in (q, scale, low))
+    packed = torch._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 1)
+    zeros = low.float() + 8 * scale.float()
+    return packed, torch.stack([scale.float(), zeros], -1).transpose(0, 1).contiguous().to(torch.bfloat16)
+
+
+def unpack_int4(q, scale, low) -> torch.Tensor:
+    """The weight that pack_int4's copy computes with (its scales and zeros rounded to bf16)."""
+    q, scale, low = (torch.as_tensor(a) for a in (q, scale, low))
+    s = scale.to(torch.bfloat16).float()
+    zero = (low.float() + 8 * scale.float()).to(torch.bfloat16).float()
+    rows, cols = q.shape
+    return ((q.float().reshape(rows, -1, GROUP) - 8) * s[..., None] + zero[..., None]).reshape(rows, cols)
+
+
+def use_step_weights(model: torch.nn.Module, identity: str, four_bit: dict[str, Callable] | None = None,
+                     root: Path | None = None) -> str:
+    """Give every linear layer of `model` its copy for one-token steps: int4 for the layers named in
+    four_bit (layer name -> a function giving (q, scale, low), gguf_file.four_bit_tensors' form) whose
+    4-bit weight is the layer's own (checked), int8 for the others. Returns what was done and where the
+    copies came from, for --verbose."""
     linears = {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
     dtype = next(model.parameters()).dtype
-    path = (root or user_cache("int8")) / f"{hashlib.sha256(identity.encode()).hexdigest()[:32]}.safetensors"
+    four_bit = {name: decode for name, decode in (four_bit or {}).items()
+                if name in linears and _int4_fits(linears[name])}
+    key = identity + ("|int4:" + ",".join(sorted(four_bit)) if four_bit else "")
+    path = (root or user_cache("int8")) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.safetensors"
     tensors = _load(path, linears)
     source = "from the cache"
     if tensors is None:
-        tensors = {}
-        for name, linear in linears.items():
-            tensors[f"{name}.q"], tensors[f"{name}.scale"] = quantize(linear.weight)
+        tensors = {name: _copy(linear, four_bit.get(name)) for name, linear in linears.items()}
+        tensors = {f"{name}.{part}": t for name, (q, scale) in tensors.items() for part, t in (("q", q), ("scale", scale))}
         _save(path, tensors)
         source = "made now"
+    int4 = 0
     for name, linear in linears.items():
         parent_name, _, attribute = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        step = StepLinear(linear, tensors[f"{name}.q"], tensors[f"{name}.scale"].to(dtype))
+        q, scale = tensors[f"{name}.q"], tensors[f"{name}.scale"]
+        step = StepLinear(linear, q, scale if q.dtype == torch.uint8 else scale.to(dtype))
+        int4 += step.int4
         setattr(parent, attribute, step)
-    return source
+    return f"int4 for {int4} of {len(linears)} layers (the rest int8), {source}" if int4 else f"int8, {source}"
+
+
+def _int4_fits(linear: torch.nn.Linear) -> bool:
+    return linear.in_features % GROUP == 0 and linear.out_features % 16 == 0  # the kernel's packing
+
+
+def _copy(linear: torch.nn.Linear, decode: Callable | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer's step copy: its GGUF 4-bit weight packed, if decode gives one that is the layer's
+    own weight (a name mapped wrongly or a transposed tensor would not be), else int8."""
+    if decode is not None:
+        q, scale, low = decode()
+        if tuple(q.shape) == tuple(linear.weight.shape):
+            weight = linear.weight.detach().float()
+            error = (unpack_int4(q, scale, low) - weight).abs().max()
+            if error <= 0.02 * weight.abs().max():  # bf16's rounding of the weight and of the scales
+                return pack_int4(q, scale, low)
+    return quantize(linear.weight)
 
 
 def _load(path: Path, linears: dict) -> dict | None:
@@ -78,7 +134,10 @@ def _load(path: Path, linears: dict) -> dict | None:
 
         tensors = load_file(str(path))
         for name, linear in linears.items():
-            if tensors[f"{name}.q"].shape != linear.weight.shape or tensors[f"{name}.q"].dtype != torch.int8:
+            q = tensors[f"{name}.q"]
+            int8 = q.dtype == torch.int8 and q.shape == linear.weight.shape
+            int4 = q.dtype == torch.uint8 and q.shape == (linear.out_features, linear.in_features // 2)
+            if not (int8 or int4):
                 raise ValueError(name)
         return tensors
     except Exception:  # noqa: BLE001 - a damaged or foreign file, whatever the reason: make it again

@@ -23,7 +23,7 @@ def test_overhead_runs_two_fix_processes_and_times_the_step_in_every_dtype(tiny_
     for run in data["runs"]:
         # The random model's answer may be anything; a run either reports its figures or its error.
         assert run["wall"] > 0 and ("error" in run or run["load_phases"])
-    assert set(data["step_ms"]) == {"fp32", "bf16", "bf16-int8"}
+    assert set(data["step_ms"]) == {"fp32", "bf16", "bf16-int8", "bf16-int4"}
     assert all(ms > 0 for ms in data["step_ms"].values())
     assert "one-token step after a 1,024-token prefix: fp32" in result.output and "bf16-int8" in result.output
     assert source.read_text() == "def f(x):\n    return x\n"  # edits went to a copy

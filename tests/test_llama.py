@@ -251,6 +251,14 @@ def test_auto_measures_the_backends_once_and_says_why(colors, editing_gguf, tmp_
     assert "-teal;" in second.stdout
 
 
+def test_backend_measurements_are_keyed_by_the_llama_builds_cpu_features(editing_gguf):
+    from cadedit import hardware, llamacpp
+
+    version, _, features = llamacpp.build().partition(":")
+    assert version == llamacpp.version() and len(features) == 12
+    assert hardware.backend_key(editing_gguf, 1).endswith(f"|{llamacpp.build()}")
+
+
 def test_the_backend_comes_from_the_environment_and_settings(colors, editing_gguf):
     (colors / ".cadedit.toml").write_text('backend = "llama"\n')
     done = cli("fix", "colors.txt", "Rename.", "--model", str(editing_gguf), "--threads", "1", "--json", "-q", cwd=colors)

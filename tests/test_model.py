@@ -176,6 +176,11 @@ def test_dtype_auto_is_bf16_on_cuda_and_measured_once_per_machine_on_cpu(monkeyp
     assert H.choose_dtype("fp32", "cpu") == (torch.float32, "--dtype")
     with pytest.raises(ModelError, match="unknown dtype"):
         H.choose_dtype("int3", "cpu")
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # torch's kernels capped: another measurement
+    monkeypatch.setattr(H, "_time_linear", lambda dtype, rows, reps=9: {torch.float32: 1.0, torch.bfloat16: 3.0}[dtype])
+    assert H.choose_dtype("auto", "cpu", threads=2)[0] == torch.float32
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert H.choose_dtype("auto", "cpu", threads=2)[0] == torch.bfloat16
 
 
 def test_gguf_is_converted_once_into_the_user_cache_atomically(tmp_path, monkeypatch):

@@ -1,12 +1,26 @@
-"""One-token steps through int8 weight copies (cadedit.steps): numbers, the on-disk copy, the CLI."""
+"""One-token steps through int8 and int4 weight copies (cadedit.steps): numbers, the GGUF's own 4-bit
+blocks, the on-disk copy, the CLI."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+
+import gguf
+import numpy as np
+import pytest
 import torch
 
 import cadedit.hardware as M
-from cadedit.steps import StepLinear, quantize, use_int8_steps
+from cadedit.document import Document
+from cadedit.gguf_file import FOUR_BIT, decode_four_bit, four_bit_layers
+from cadedit.steps import StepLinear, pack_int4, quantize, unpack_int4, use_step_weights
+from tests.conftest import console_script
+from tests.test_rewrite import BEFORE as COLORS
+from tests.test_rewrite import editing_model
 from tests.test_tries_cli import GOOD, _models, fix, load_once, scripted, work  # noqa: F401 - fixtures
+from tests.tinygguf import save_gguf
 from tests.tinymodel import make_model
 
 
@@ -34,7 +48,7 @@ def test_quantize_maps_each_rows_largest_magnitude_to_127():
 def test_a_model_with_int8_steps_prefills_as_before_and_steps_close_to_it(tmp_path):
     plain = make_model().to(torch.bfloat16).eval()
     stepped = make_model().to(torch.bfloat16).eval()
-    assert use_int8_steps(stepped, "tiny", tmp_path) == "made now"
+    assert use_step_weights(stepped, "tiny", root=tmp_path) == "int8, made now"
     assert sum(isinstance(m, StepLinear) for m in stepped.modules()) == 2 * 7 + 1  # 7 per layer + the LM head
     ids = torch.tensor([5, 17, 40, 2, 99, 7])
     with torch.inference_mode():
@@ -43,32 +57,119 @@ def test_a_model_with_int8_steps_prefills_as_before_and_steps_close_to_it(tmp_pa
         a, b = plain(one, plain.new_cache()).float(), stepped(one, stepped.new_cache()).float()
     assert (a - b).abs().max() < 0.1 * a.abs().max()
     again = make_model().to(torch.bfloat16).eval()
-    assert use_int8_steps(again, "tiny", tmp_path) == "from the cache"
+    assert use_step_weights(again, "tiny", root=tmp_path) == "int8, from the cache"
     with torch.inference_mode():
         assert torch.equal(again(one, again.new_cache()), stepped(one, stepped.new_cache()))
 
 
 def test_a_damaged_int8_copy_is_made_again(tmp_path):
-    use_int8_steps(make_model().to(torch.bfloat16).eval(), "tiny", tmp_path)
+    use_step_weights(make_model().to(torch.bfloat16).eval(), "tiny", root=tmp_path)
     (path,) = tmp_path.glob("*.safetensors")
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    assert use_int8_steps(make_model().to(torch.bfloat16).eval(), "tiny", tmp_path) == "made now"
+    assert use_step_weights(make_model().to(torch.bfloat16).eval(), "tiny", root=tmp_path) == "int8, made now"
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
 
 
-def test_auto_uses_int8_steps_only_where_measured_faster(monkeypatch, tmp_path):
+def _kernels(**times):
+    return lambda dtype, rows, reps=9, step="", shape=None: times[step or "bf16"]
+
+
+def test_auto_uses_a_step_kernel_only_where_measured_faster(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(M, "_time_linear", lambda dtype, rows, reps=9, int8=False: 0.3 if int8 else 1.0)
-    assert M.cpu_int8_steps(2)[0] is True
+    monkeypatch.setattr(M, "_time_linear", _kernels(bf16=1.0, int8=0.3, int4=0.2))
+    assert M.cpu_steps(2)[0] == "int4"
     monkeypatch.setattr(M, "_time_linear", lambda *a, **k: (_ for _ in ()).throw(AssertionError("measured again")))
-    assert M.cpu_int8_steps(2) == (True, M.cpu_int8_steps(2)[1]) and "earlier" in M.cpu_int8_steps(2)[1]
-    monkeypatch.setattr(M, "_time_linear", lambda dtype, rows, reps=9, int8=False: 0.9 if int8 else 1.0)
-    assert M.cpu_int8_steps(1)[0] is False  # another thread count: its own measurement
+    assert M.cpu_steps(2)[0] == "int4" and "earlier" in M.cpu_steps(2)[1]
+    monkeypatch.setattr(M, "_time_linear", _kernels(bf16=1.0, int8=0.5, int4=0.48))
+    assert M.cpu_steps(1)[0] == "int8"  # another thread count: its own measurement; int4 not 0.9x int8's
+    monkeypatch.setattr(M, "_time_linear", _kernels(bf16=1.0, int8=0.9, int4=0.1))
+    assert M.cpu_steps(3)[0] == "bf16"
+
+
+def test_the_step_kernels_measure_for_real():
+    assert M._time_linear(torch.bfloat16, 1, reps=1, step="int4", shape=(64, 64)) > 0
+    assert M._time_linear(torch.bfloat16, 1, reps=1, step="int8", shape=(64, 64)) > 0
+
+
+# -- the GGUF's own 4-bit weights --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(FOUR_BIT))
+def test_four_bit_blocks_decode_to_what_the_gguf_package_dequantises(kind):
+    size, per = FOUR_BIT[kind]
+    rows, cols = 16, 512
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 256, (rows, cols // per * size), dtype=np.uint8)
+    blocks = raw.reshape(-1, size)
+    for start in (0, 2) if kind != "Q4_0" else (0,):  # finite fp16 scales (and mins)
+        blocks[:, start:start + 2] = rng.uniform(-0.05, 0.05, (len(blocks), 1)).astype(np.float16).view(np.uint8)
+    want = gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, kind)).reshape(rows, cols)
+    q, scale, low = decode_four_bit(raw, kind, rows, cols)
+    assert q.dtype == np.uint8 and q.max() <= 15 and scale.shape == low.shape == (rows, cols // 32)
+    assert np.array_equal((q.reshape(rows, -1, 32) * scale[..., None] + low[..., None]).reshape(rows, cols), want)
+
+
+def test_an_int4_step_computes_with_the_4_bit_weight_itself():
+    rng = np.random.default_rng(1)
+    q = rng.integers(0, 16, (48, 128), dtype=np.uint8)
+    scale, low = rng.uniform(0.001, 0.02, (48, 4)).astype(np.float32), rng.uniform(-0.1, 0.0, (48, 4)).astype(np.float32)
+    weight = unpack_int4(q, scale, low)
+    linear = torch.nn.Linear(128, 48, bias=True).to(torch.bfloat16)
+    linear.weight.data = weight.to(torch.bfloat16)
+    step = StepLinear(linear, *pack_int4(q, scale, low))
+    assert step.int4
+    one = torch.randn(1, 1, 128, dtype=torch.bfloat16)
+    want = one.float() @ weight.t() + linear.bias.float()
+    assert (step(one).float() - want).abs().max() < 0.02 * want.abs().max()
+    many = torch.randn(1, 3, 128, dtype=torch.bfloat16)
+    assert torch.equal(step(many), linear(many))
+
+
+@pytest.fixture(scope="module")
+def q4_gguf(tmp_path_factory):
+    """test_rewrite's teal -> green model with its linear layers stored as Q4_0."""
+    model = editing_model(Document.from_text(COLORS, "colors.txt")).model
+    return save_gguf(tmp_path_factory.mktemp("q4") / "teal-q4_0.gguf", model=model, quant="Q4_0")
+
+
+def test_the_ggufs_4_bit_tensors_are_found_by_layer_name(q4_gguf):
+    layers = four_bit_layers(q4_gguf)
+    assert len(layers) == 2 * 7 + 1 and "model.layers.1.mlp.down_proj" in layers and "lm_head" in layers
+    q, scale, _ = layers["model.layers.0.self_attn.k_proj"]()
+    assert q.shape == (32, 64) and scale.shape == (32, 2)
+
+
+def test_a_4_bit_layer_that_is_not_the_models_own_weight_gets_int8(tmp_path):
+    model = make_model().to(torch.bfloat16).eval()
+    wrong = np.zeros((64, 64), np.uint8), np.ones((64, 2), np.float32), np.zeros((64, 2), np.float32)
+    said = use_step_weights(model, "tiny", {"model.layers.0.self_attn.q_proj": lambda: wrong}, root=tmp_path)
+    assert said == "int8, made now"
+
+
+def _cli(*args: str, cwd, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
+
+
+def test_fix_with_int4_steps_uses_the_ggufs_own_4_bit_weights_and_edits_as_bf16_does(q4_gguf, tmp_path):
+    (tmp_path / "colors.txt").write_bytes(b"red:\r\nteal;\r\nblue)\r\n")
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    args = ("fix", "colors.txt", "Rename teal to green.", "--model", str(q4_gguf), "--backend", "torch",
+            "--threads", "1", "--tries", "1", "--json")
+    plain = _cli(*args, "--dtype", "bf16", cwd=tmp_path, env=env)
+    assert plain.returncode == 0, plain.stderr
+    stepped = _cli(*args, "--dtype", "bf16-int4", "--verbose", cwd=tmp_path, env=env)
+    assert stepped.returncode == 0, stepped.stderr
+    assert "step weights int4 for 15 of 15 layers (the rest int8), made now" in stepped.stderr
+    assert json.loads(stepped.stdout)["diff"] == json.loads(plain.stdout)["diff"]
+    assert "+green;" in json.loads(stepped.stdout)["diff"]
+    again = _cli(*args, "--dtype", "bf16-int4", "--verbose", cwd=tmp_path, env=env)
+    assert "int4 for 15 of 15 layers (the rest int8), from the cache" in again.stderr
 
 
 def test_fix_with_dtype_bf16_int8_edits_and_says_so(work, tiny_dir, scripted):
     scripted(GOOD)
     result = fix(tiny_dir, "--dtype", "bf16-int8", "--verbose")
     assert result.exit_code == 0, result.output
-    assert "int8 step weights made now" in result.stderr
+    assert "step weights int8, made now" in result.stderr
     assert "+    return a + b" in result.stdout

@@ -38,9 +38,11 @@ def gguf_name(hf_name: str) -> str:
 
 
 def save_gguf(path: Path, seed: int = 0, context: int = 4096, chat_template: str | None = CHAT_TEMPLATE,
-              architecture: str = "qwen2", model=None) -> Path:
+              architecture: str = "qwen2", model=None, quant: str | None = None) -> Path:
     """Write the tiny model (tinymodel.make_hf_model(seed), or `model`: one of cadedit's Qwen2 with the
-    tiny config, e.g. with hand-set weights) and tokenizer as one GGUF file; return its path."""
+    tiny config, e.g. with hand-set weights) and tokenizer as one GGUF file; return its path. quant
+    (e.g. "Q4_0"): its linear layers' weights stored in that block format, as llama.cpp's quantizer
+    would (the embedding and norms stay F32)."""
     import gguf
 
     config = make_config(context)
@@ -82,7 +84,12 @@ def save_gguf(path: Path, seed: int = 0, context: int = 4096, chat_template: str
         writer.add_chat_template(chat_template)
     weights = (model if model is not None else make_hf_model(seed, context)).state_dict()
     for name, tensor in weights.items():
-        writer.add_tensor(gguf_name(name), np.ascontiguousarray(tensor.detach().float().numpy()))
+        data = np.ascontiguousarray(tensor.detach().float().numpy())
+        if quant and data.ndim == 2 and "embed" not in name:
+            kind = getattr(gguf.GGMLQuantizationType, quant)
+            writer.add_tensor(gguf_name(name), gguf.quants.quantize(data, kind), raw_dtype=kind)
+        else:
+            writer.add_tensor(gguf_name(name), data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

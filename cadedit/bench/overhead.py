@@ -68,7 +68,8 @@ def overhead(
     json_path: Annotated[Path | None, typer.Option("--json", metavar="PATH", help="Write the results here.")] = None,
 ) -> None:
     """Process start to answer for `cadedit fix`, what of it is not model work, how much of the
-    prompt a second edit of the same file feeds again, and the one-token step in fp32, bf16 and bf16-int8.
+    prompt a second edit of the same file feeds again, and the one-token step in fp32, bf16, bf16-int8 and
+    bf16-int4 (a GGUF's own 4-bit weights; int8 where it has none).
 
     Example: cadedit bench overhead --model MODEL --file examples/before.py --json overhead.json
     """
@@ -81,7 +82,7 @@ def overhead(
         target = Path(tmp) / file.name
         shutil.copyfile(file, target)
         runs = [run_fix(model, target, instruction, extra) for instruction in INSTRUCTIONS]
-    steps = {name: step_ms(model, name, threads) for name in ("fp32", "bf16", "bf16-int8")}
+    steps = {name: step_ms(model, name, threads) for name in ("fp32", "bf16", "bf16-int8", "bf16-int4")}
     first, second = runs
     result = {"model": model, "file": str(file), "runs": runs, "step_ms": steps}
     if first.get("prompt_fed") and second.get("prompt_fed") is not None:
