@@ -297,8 +297,8 @@ def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, 
 
 
 def _step_weights(model, spec: str, dtype: torch.dtype, steps: str) -> str:
-    """Give the model its copies for one-token steps (cadedit.steps): int4 from a GGUF's own 4-bit
-    tensors where steps is "int4" and the model is one, int8 for every other layer."""
+    """Give the model its copies for one-token steps (cadedit.steps): where steps is "int4", a GGUF's own
+    4-bit tensors and an int4 LM head; int8 for every other layer."""
     from cadedit.model_files import gguf_path
     from cadedit.steps import use_step_weights
 
@@ -308,7 +308,7 @@ def _step_weights(model, spec: str, dtype: torch.dtype, steps: str) -> str:
         from cadedit.gguf_file import four_bit_layers
 
         four_bit = four_bit_layers(gguf)
-    return use_step_weights(model, weights_identity(model, spec, dtype), four_bit)
+    return use_step_weights(model, weights_identity(model, spec, dtype), four_bit, int4_head=steps == "int4")
 
 
 def new_cache(loaded: LoadedModel):

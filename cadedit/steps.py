@@ -25,17 +25,20 @@ from cadedit.atomic import replace_file
 from cadedit.settings import user_cache
 
 GROUP = 32  # weights per scale in an int4 copy: the GGUF 4-bit formats' own group
+EXACT_TOP = 64  # an int4 LM head's highest logits recomputed from the head's own weight
 
 
 class StepLinear(torch.nn.Module):
     """A linear layer whose one-token inputs go through an int8 (q, scale) or int4 (packed weights,
-    scales and zeros per GROUP) copy of its weight."""
+    scales and zeros per GROUP) copy of its weight. exact_top: the output's highest values are then
+    computed again from the layer's own weight (an LM head: the logits that decide are exact)."""
 
-    def __init__(self, linear: torch.nn.Linear, q: torch.Tensor, scale: torch.Tensor):
+    def __init__(self, linear: torch.nn.Linear, q: torch.Tensor, scale: torch.Tensor, exact_top: int = 0):
         super().__init__()
         self.weight, self.bias = linear.weight, linear.bias  # shared, never copied (tied LM heads too)
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.int4 = q.dtype == torch.uint8
+        self.exact_top = min(exact_top, self.out_features)
         self.register_buffer("q", q, persistent=False)
         self.register_buffer("scale", scale, persistent=False)
 
@@ -49,6 +52,11 @@ class StepLinear(torch.nn.Module):
             y = torch._weight_int8pack_mm(row, self.q, self.scale)
         if self.bias is not None:
             y = y + self.bias
+        if self.exact_top:
+            top = y[0].topk(self.exact_top).indices
+            exact = torch.nn.functional.linear(row.to(self.weight.dtype), self.weight[top],
+                                               None if self.bias is None else self.bias[top])
+            y[0, top] = exact[0].to(y.dtype)
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
@@ -58,6 +66,18 @@ def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
     q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
     return q.contiguous(), scale
+
+
+def quantize_int4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """4-bit rows, a scale and a low per GROUP weights (asymmetric: each group's least and largest
+    values map to 0 and 15), in pack_int4's (q, scale, low) form."""
+    w = weight.detach().float()
+    rows, cols = w.shape
+    groups = w.reshape(rows, -1, GROUP)
+    low = groups.amin(-1)
+    scale = ((groups.amax(-1) - low) / 15).clamp(min=1e-12)
+    q = torch.round((groups - low[..., None]) / scale[..., None]).clamp_(0, 15).to(torch.uint8)
+    return q.reshape(rows, cols), scale, low
 
 
 def pack_int4(q, scale, low) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,16 +100,19 @@ def unpack_int4(q, scale, low) -> torch.Tensor:
 
 
 def use_step_weights(model: torch.nn.Module, identity: str, four_bit: dict[str, Callable] | None = None,
-                     root: Path | None = None) -> str:
+                     root: Path | None = None, int4_head: bool = False) -> str:
     """Give every linear layer of `model` its copy for one-token steps: int4 for the layers named in
     four_bit (layer name -> a function giving (q, scale, low), gguf_file.four_bit_tensors' form) whose
-    4-bit weight is the layer's own (checked), int8 for the others. Returns what was done and where the
-    copies came from, for --verbose."""
+    4-bit weight is the layer's own (checked), int8 for the others. int4_head: the LM head (lm_head) is
+    int4 even where it was stored otherwise, its highest EXACT_TOP logits computed again from its own
+    weight. Returns what was done and where the copies came from, for --verbose."""
     linears = {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
     dtype = next(model.parameters()).dtype
     four_bit = {name: decode for name, decode in (four_bit or {}).items()
                 if name in linears and _int4_fits(linears[name])}
-    key = identity + ("|int4:" + ",".join(sorted(four_bit)) if four_bit else "")
+    if int4_head and "lm_head" in linears and "lm_head" not in four_bit and _int4_fits(linears["lm_head"]):
+        four_bit["lm_head"] = lambda: quantize_int4(linears["lm_head"].weight)
+    key = identity + ("|int4:" + ",".join(sorted(four_bit)) if four_bit else "") + ("|int4-head" if int4_head else "")
     path = (root or user_cache("int8")) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.safetensors"
     tensors = _load(path, linears)
     source = "from the cache"
@@ -103,7 +126,9 @@ def use_step_weights(model: torch.nn.Module, identity: str, four_bit: dict[str, 
         parent_name, _, attribute = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         q, scale = tensors[f"{name}.q"], tensors[f"{name}.scale"]
-        step = StepLinear(linear, q, scale if q.dtype == torch.uint8 else scale.to(dtype))
+        int4_here = q.dtype == torch.uint8
+        step = StepLinear(linear, q, scale if int4_here else scale.to(dtype),
+                          exact_top=EXACT_TOP if int4_here and name == "lm_head" else 0)
         int4 += step.int4
         setattr(parent, attribute, step)
     return f"int4 for {int4} of {len(linears)} layers (the rest int8), {source}" if int4 else f"int8, {source}"
@@ -114,14 +139,15 @@ def _int4_fits(linear: torch.nn.Linear) -> bool:
 
 
 def _copy(linear: torch.nn.Linear, decode: Callable | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The layer's step copy: its GGUF 4-bit weight packed, if decode gives one that is the layer's
-    own weight (a name mapped wrongly or a transposed tensor would not be), else int8."""
+    """The layer's step copy: its 4-bit weight packed, if decode gives one that is the layer's own
+    weight to within 4-bit rounding (a name mapped wrongly or a transposed tensor would not be), else int8."""
     if decode is not None:
         q, scale, low = decode()
         if tuple(q.shape) == tuple(linear.weight.shape):
             weight = linear.weight.detach().float()
-            error = (unpack_int4(q, scale, low) - weight).abs().max()
-            if error <= 0.02 * weight.abs().max():  # bf16's rounding of the weight and of the scales
+            error = (unpack_int4(q, scale, low) - weight).abs().amax(1)
+            step = torch.as_tensor(scale).float().abs().amax(1)  # Q4_0 scales may be negative
+            if bool((error <= step / 2 + 0.01 * weight.abs().amax(1)).all()):  # half a step, and bf16's rounding
                 return pack_int4(q, scale, low)
     return quantize(linear.weight)
 

@@ -15,7 +15,7 @@ import torch
 import cadedit.hardware as M
 from cadedit.document import Document
 from cadedit.gguf_file import FOUR_BIT, decode_four_bit, four_bit_layers
-from cadedit.steps import StepLinear, pack_int4, quantize, unpack_int4, use_step_weights
+from cadedit.steps import EXACT_TOP, StepLinear, pack_int4, quantize, quantize_int4, unpack_int4, use_step_weights
 from tests.conftest import console_script
 from tests.test_rewrite import BEFORE as COLORS
 from tests.test_rewrite import editing_model
@@ -125,6 +125,32 @@ def test_an_int4_step_computes_with_the_4_bit_weight_itself():
     assert torch.equal(step(many), linear(many))
 
 
+def test_quantize_int4_rounds_each_weight_to_within_half_a_step():
+    weight = torch.randn(48, 96)
+    q, scale, low = quantize_int4(weight)
+    assert q.dtype == torch.uint8 and int(q.max()) <= 15 and scale.shape == low.shape == (48, 3)
+    error = (q.float().reshape(48, 3, 32) * scale[..., None] + low[..., None]).reshape(48, 96) - weight
+    assert (error.abs().reshape(48, 3, 32).amax(-1) <= scale / 2 + 1e-6).all()
+
+
+def test_an_int4_lm_head_computes_its_highest_logits_from_its_own_weight():
+    torch.manual_seed(3)
+    head = torch.nn.Linear(64, 768, bias=False).to(torch.bfloat16)
+    step = StepLinear(head, *pack_int4(*quantize_int4(head.weight)), exact_top=EXACT_TOP)
+    for _ in range(5):
+        x = torch.randn(1, 1, 64, dtype=torch.bfloat16)
+        got, want = step(x)[0, 0], head(x)[0, 0]
+        best = want.topk(8).indices  # the logits that decide: exact, so the argmax is the layer's own
+        assert torch.equal(got[best], want[best]) and int(got.argmax()) == int(want.argmax())
+        assert not torch.equal(got, want)  # the rest came from the 4-bit copy
+
+
+def test_int4_steps_on_a_model_folder_give_the_lm_head_alone_an_int4_copy(tmp_path):
+    model = make_model().to(torch.bfloat16).eval()
+    assert use_step_weights(model, "tiny", {}, root=tmp_path, int4_head=True) == "int4 for 1 of 15 layers (the rest int8), made now"
+    assert model.lm_head.int4 and model.lm_head.exact_top == EXACT_TOP and not model.model.layers[0].mlp.up_proj.int4
+
+
 @pytest.fixture(scope="module")
 def q4_gguf(tmp_path_factory):
     """test_rewrite's teal -> green model with its linear layers stored as Q4_0."""
@@ -141,7 +167,8 @@ def test_the_ggufs_4_bit_tensors_are_found_by_layer_name(q4_gguf):
 
 def test_a_4_bit_layer_that_is_not_the_models_own_weight_gets_int8(tmp_path):
     model = make_model().to(torch.bfloat16).eval()
-    wrong = np.zeros((64, 64), np.uint8), np.ones((64, 2), np.float32), np.zeros((64, 2), np.float32)
+    rng = np.random.default_rng(2)
+    wrong = rng.integers(0, 16, (64, 64), dtype=np.uint8), np.full((64, 2), 1e-3, np.float32), np.zeros((64, 2), np.float32)
     said = use_step_weights(model, "tiny", {"model.layers.0.self_attn.q_proj": lambda: wrong}, root=tmp_path)
     assert said == "int8, made now"
 
