@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import gguf
 import numpy as np
@@ -200,3 +201,25 @@ def test_fix_with_dtype_bf16_int8_edits_and_says_so(work, tiny_dir, scripted):
     assert result.exit_code == 0, result.output
     assert "step weights int8, made now" in result.stderr
     assert "+    return a + b" in result.stdout
+
+
+# -- tools/as-avx2.sh: cadedit as on an AVX2-only CPU ---------------------------------------------
+
+
+def test_as_avx2_caps_torchs_kernels_and_puts_the_avx2_llama_build_first(tmp_path):
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "tools" / "as-avx2.sh"
+    build = tmp_path / "build"
+    (build / "llama_cpp").mkdir(parents=True)
+    (build / "llama_cpp" / "__init__.py").write_text("BUILD = 'avx2'\n")
+    probe = ("import os, llama_cpp, torch; print(os.environ['ONEDNN_MAX_CPU_ISA'], llama_cpp.BUILD, "
+             "torch.backends.cpu.get_cpu_capability())")
+    done = subprocess.run([str(script), sys.executable, "-c", probe], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "CADEDIT_AVX2_LLAMA": str(build)})
+    assert done.returncode == 0, done.stderr
+    isa, build_name, capability = done.stdout.split()
+    assert (isa, build_name) == ("AVX2", "avx2") and capability in ("AVX2", "DEFAULT")  # never AVX512
+    missing = subprocess.run([str(script), "true"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "CADEDIT_AVX2_LLAMA": str(tmp_path / "none")})
+    assert missing.returncode == 1 and "no AVX2 llama.cpp build" in missing.stderr
