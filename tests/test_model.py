@@ -226,3 +226,22 @@ def test_failed_gguf_conversion_leaves_no_cache_entry(tmp_path, monkeypatch):
     with pytest.raises(ModelError, match="cannot convert GGUF.*bad magic"):
         M.convert_gguf(gguf)
     assert list(M.cache_root().iterdir()) == []
+
+
+@pytest.mark.parametrize("torch_seconds, chosen", [(7.0, "llama"), (6.0, "torch")])
+def test_auto_runs_a_gguf_on_torch_only_where_it_measured_clearly_faster(monkeypatch, tmp_path, torch_seconds, chosen):
+    """llama.cpp's edit work 10 s: torch must do it in under 10 / TORCH_MARGIN (6.67 s) to be chosen."""
+    from cadedit import gguf_file, llamacpp
+    from cadedit.settings import TORCH_MARGIN
+
+    assert TORCH_MARGIN == 1.5
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(llamacpp, "available", lambda: True)
+    monkeypatch.setattr(H, "backend_key", lambda path, threads: f"key-{torch_seconds}")
+    monkeypatch.setattr(H, "probe_llama", lambda path, threads: ("llama", 10.0, "an edit's model work: llama 10.00 s"))
+    monkeypatch.setattr(gguf_file, "read_metadata", lambda path: {})
+    monkeypatch.setattr(H, "_torch_work_seconds", lambda meta, threads: (torch_seconds, 1))
+    backend, why = H.choose_backend_for("auto", gguf, "cpu", "auto", 2)
+    assert backend == chosen and f"torch {torch_seconds:.2f} s" in why
