@@ -14,7 +14,7 @@ from cadedit import pipeline
 from cadedit.decode import script_picker
 from cadedit.document import Document
 from cadedit.model import LoadedModel, language_model, token_bytes
-from cadedit.prefix_store import PrefixStore, model_identity
+from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
 from tests.scripting import given
 from tests.tinymodel import make_model
@@ -54,6 +54,17 @@ def test_a_second_instruction_on_the_same_file_prefills_only_what_follows_the_fi
         del os.environ["CADEDIT_PREFIX_CACHE"]
     assert cold.stats.tokens_reused == 0
     assert cold.program_text == second.program_text and cold.new_text == second.new_text
+
+
+def test_a_short_file_is_stored_too(loaded):
+    """A prefix of tens of tokens loads in milliseconds and prefills in seconds on a CPU without AMX."""
+    short = Document.from_text("def f(x):\n    return x + 1\n", "x.py")
+    answer = short.text.replace("f(", "g(") + "```\n"
+    prepared = pipeline.prepare(loaded, short, "Rename f to g.", EditOptions(mode=Mode.VERIFY))
+    assert PREFIX_MIN_TOKENS <= prepared.reuse_at < 256
+    pipeline.edit_file(short, "Rename f to g.", EditOptions(mode=Mode.VERIFY), loaded=loaded,
+                       pick_for=given(script_picker(answer, token_bytes(loaded))))
+    assert len(store_files()) == 1
 
 
 def test_the_instruction_first_layout_has_nothing_to_store(loaded):
