@@ -16,7 +16,7 @@ import torch
 
 from cadedit.atomic import replace_file
 from cadedit.errors import ModelError
-from cadedit.settings import TORCH_MARGIN, user_cache
+from cadedit.settings import user_cache
 
 
 # -- threads, device, dtype --------------------------------------------------------------------
@@ -216,9 +216,9 @@ def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple[torch.dtype
 
 def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str, threads: int) -> tuple[str, str]:
     """The backend that runs this model, and why. auto: a model folder, CUDA or an explicit --dtype
-    keep torch; a GGUF runs on llama.cpp, at its own size, unless torch does an edit's model work
-    TORCH_MARGIN times faster on this CPU, measured once per machine and model file (both sides in
-    the same process) and cached."""
+    keep torch; a GGUF runs on whichever does an edit's model work faster on this CPU (llama.cpp's
+    load included: repacking is paid by every process), measured once per machine and model file
+    (both sides in the same process) and cached."""
     from cadedit import llamacpp
 
     if setting == "torch":
@@ -253,10 +253,9 @@ def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str,
         if room is not None and need > 0.8 * room:
             measured += f"; torch would need {need / 1e9:.1f} GB of weights, {room / 1e9:.1f} GB free"
             return "llama"
-        return "torch" if TORCH_MARGIN * estimate < cost else "llama"
+        return "llama" if cost <= estimate else "torch"
 
-    key = f"{backend_key(gguf, threads)}|margin {TORCH_MARGIN}"  # another margin: decided again
-    answer, path = _measured_once(key, ("torch", "llama"), measure)
+    answer, path = _measured_once(backend_key(gguf, threads), ("torch", "llama"), measure)
     return answer, (f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})")
 
 

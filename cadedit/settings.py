@@ -54,10 +54,6 @@ DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
 DEFAULT_MODE = Mode.VERIFY
 DEFAULT_BACKEND = Backend.AUTO
 DEFAULT_DTYPE = "auto"
-# backend auto runs a GGUF on torch only where torch measured an edit's model work this many times
-# faster than llama.cpp: torch holds a second copy of the weights (bf16 or fp32: 3-7 GB for the 1.5B
-# against its 1.1 GB GGUF) and converts the file once, so a near tie goes to llama.cpp.
-TORCH_MARGIN = 1.5
 DEFAULT_LAYOUT = Layout.AUTO
 DEFAULT_TRIES = 3  # candidates until one passes its checks (fix, the hook)
 MAX_TRIES = 20

@@ -228,13 +228,11 @@ def test_failed_gguf_conversion_leaves_no_cache_entry(tmp_path, monkeypatch):
     assert list(M.cache_root().iterdir()) == []
 
 
-@pytest.mark.parametrize("torch_seconds, chosen", [(7.0, "llama"), (6.0, "torch")])
-def test_auto_runs_a_gguf_on_torch_only_where_it_measured_clearly_faster(monkeypatch, tmp_path, torch_seconds, chosen):
-    """llama.cpp's edit work 10 s: torch must do it in under 10 / TORCH_MARGIN (6.67 s) to be chosen."""
+@pytest.mark.parametrize("torch_seconds, chosen", [(10.5, "llama"), (9.5, "torch")])
+def test_auto_runs_a_gguf_on_the_backend_that_measured_faster(monkeypatch, tmp_path, torch_seconds, chosen):
+    """llama.cpp's edit work (its load included) 10 s against torch's estimate."""
     from cadedit import gguf_file, llamacpp
-    from cadedit.settings import TORCH_MARGIN
 
-    assert TORCH_MARGIN == 1.5
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF")
