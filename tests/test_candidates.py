@@ -101,7 +101,8 @@ def test_rows_of_different_lengths_equal_separate_feeds():
     assert not batched.rows and batched.ids == prompt + [7, 8, 9, 98, 97]
 
 
-def test_one_candidate_is_the_plain_edit_and_rows_share_one_prompt_prefill():
+def test_one_candidate_is_the_plain_edit_and_rows_share_one_prompt_prefill(monkeypatch):
+    monkeypatch.setenv("CADEDIT_PREFIX_CACHE", "0")  # the prompt from memory or fed, not read back from disk
     document = Document.from_text(COLORS, "colors.txt")
     loaded = editing_model(document)
     options = EditOptions(mode=Mode.VERIFY)
