@@ -76,7 +76,8 @@ def choose_device(device: str = "auto") -> str:
 def _time_linear(dtype: torch.dtype, rows: int, reps: int = 9, step: str = "",
                  shape: tuple[int, int] = (4864, 896)) -> float:
     """Median seconds for one linear layer (default: a Qwen2.5-0.5B MLP projection) on `rows` tokens
-    (after a warm-up); step "int8" or "int4": through that weight kernel of one-token steps (cadedit.steps)."""
+    (after a warm-up); step "int8" or "int4": through that weight kernel of one-token steps (cadedit.steps),
+    anything else: the weight itself."""
     out_features, in_features = shape
     weight = torch.randn(out_features, in_features, dtype=dtype)
     x = torch.randn(rows, in_features, dtype=dtype)
@@ -167,7 +168,7 @@ def cpu_steps(threads: int) -> tuple[str, str]:
 
     def measure() -> str:
         nonlocal measured
-        times = {step: _time_linear(torch.bfloat16, 1, step="" if step == "bf16" else step) for step in STEPS}
+        times = {step: _time_linear(torch.bfloat16, 1, step=step) for step in STEPS}
         measured = ", ".join(f"{step} {1e6 * t:.0f} us" for step, t in times.items()) + " per 4864x896 step"
         if times["int8"] >= 0.8 * times["bf16"]:
             return "bf16"
@@ -327,7 +328,7 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
               (inter, hidden), (inter, hidden), (hidden, inter)]
     total = 0.0
     for rows, times in _WORK:
-        kernel = step if rows == 1 and step != "bf16" else ""
+        kernel = step if rows == 1 else ""  # "" and "bf16": the layer's own weight
         layer = sum(_time_linear(dtype, rows, reps=3, step=kernel, shape=shape) for shape in shapes)
         head = 8 * _time_linear(dtype, 1, reps=3, step=kernel, shape=(vocab // 8, hidden))  # one row through the LM head
         total += times * (layers * layer + head)
