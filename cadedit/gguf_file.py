@@ -33,6 +33,7 @@ _SPLITS = {"qwen2": QWEN2_SPLIT}
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}
 _STRING, _ARRAY = 8, 9
+_LENGTH = struct.Struct("<Q")  # a string's length
 
 # llama.cpp's token types (gguf.TokenType).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -76,7 +77,29 @@ class _Reader:
             array = np.frombuffer(self.data, _NUMPY[inner], n, self.at).copy()
             self.at += n * width
             return array
+        if inner == _STRING:
+            return self.strings(n)
         return [self.value(inner) for _ in range(n)]
+
+    def strings(self, n: int) -> list[str]:
+        """n strings in a row (a vocabulary, its merges): string() unrolled, since a vocabulary has
+        hundreds of thousands and this runs on every cold start."""
+        data, at, end, size_of = self.data, self.at, len(self.data), _LENGTH.unpack_from
+        out: list[str] = []
+        add = out.append
+        for _ in range(n):
+            if at + 8 > end:
+                raise ModelError(f"{self.path}: not a whole GGUF file (its metadata ends early)",
+                                 hint="download the model file again")
+            (size,) = size_of(data, at)
+            at += 8
+            if at + size > end:
+                raise ModelError(f"{self.path}: not a whole GGUF file (a string runs past its end)",
+                                 hint="download the model file again")
+            add(data[at : at + size].decode("utf-8", errors="surrogateescape"))
+            at += size
+        self.at = at
+        return out
 
 
 def read_metadata(path: Path) -> dict:

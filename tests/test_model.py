@@ -243,3 +243,28 @@ def test_auto_runs_a_gguf_on_the_backend_that_measured_faster(monkeypatch, tmp_p
     monkeypatch.setattr(H, "_torch_work_seconds", lambda meta, threads: (torch_seconds, 1))
     backend, why = H.choose_backend_for("auto", gguf, "cpu", "auto", 2)
     assert backend == chosen and f"torch {torch_seconds:.2f} s" in why
+
+
+# -- a GGUF's metadata, read by cadedit's own parser ---------------------------------------------
+
+
+def test_gguf_metadata_reads_as_the_gguf_package_reads_it_and_any_cut_is_a_model_error(tmp_path):
+    gguf = pytest.importorskip("gguf")
+    from cadedit.gguf_file import read_metadata
+    from tests.tinygguf import save_gguf
+
+    path = save_gguf(tmp_path / "tiny.gguf")
+    meta = read_metadata(path)
+    reader = gguf.GGUFReader(path)
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    assert meta["tokenizer.ggml.tokens"] == [bytes(tokens.parts[i]).decode() for i in tokens.data]
+    merges = reader.fields["tokenizer.ggml.merges"]
+    assert meta["tokenizer.ggml.merges"] == [bytes(merges.parts[i]).decode() for i in merges.data]
+    assert meta["general.architecture"] == "qwen2" and isinstance(meta["tokenizer.chat_template"], str)
+    whole = path.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    end = reader.fields["tokenizer.chat_template"].offset  # past the vocabulary and its merges
+    for at in sorted({5, 30, end // 3, end // 2, end - 7, end - 1}):  # in the header, mid-vocabulary, mid-merges
+        cut.write_bytes(whole[:at])
+        with pytest.raises(ModelError, match="not a (whole )?GGUF file"):
+            read_metadata(cut)
