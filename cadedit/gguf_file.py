@@ -179,7 +179,7 @@ def tokenizer_json(path: Path, meta: dict) -> str:
                   "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
                   "vocab": vocab, "merges": merges},
     }
-    return json.dumps(document, ensure_ascii=False)
+    return json.dumps(document)  # ASCII with escapes: the same document, written about twice as fast
 
 
 def gguf_tokenizer(path: Path, meta: dict):
