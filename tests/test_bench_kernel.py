@@ -99,3 +99,25 @@ def test_kernel_command_times_either_attention_and_refuses_others(tmp_path, attn
     assert json.loads((tmp_path / "k.json").read_text())["attn"] == attn
     result = CliRunner().invoke(app, args + ["--attn", "flash"])
     assert result.exit_code == 1 and "attention implementation 'flash' unknown" in result.output
+
+
+def test_several_models_take_turns_trial_by_trial(model):
+    calls = []
+
+    class Logged:
+        def __init__(self, name):
+            self.name, self.config = name, model.config
+
+        def new_cache(self):
+            return model.new_cache()
+
+        def __call__(self, ids, cache, keep=1):
+            calls.append((self.name, ids.shape[0]))
+            return model(ids, cache, keep)
+
+    settings = kn.KernelSettings(prefix=4, spans=(2,), trials=2, ar_max=0, seed=0)
+    seen = []
+    points = kn.sweep_turns([Logged("a"), Logged("b")], torch.device("cpu"), settings, lambda k, p: seen.append((k, p.n)))
+    assert [len(p) for p in points] == [1, 1] and seen == [(0, 2), (1, 2)]
+    timed = [name for name, _ in calls[2 + 4:]]  # after the two prefixes and each model's warm-up (PP, one AR step)
+    assert timed == ["a", "a", "a", "b", "b", "b"] * 2  # per trial: a's AR steps and PP, then b's

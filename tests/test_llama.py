@@ -344,3 +344,19 @@ def test_a_second_decode_of_the_same_prompt_feeds_one_token(editing_gguf):
     again = pipeline.run_decode(loaded, document, prepared, sampling_picker(Sampling()))
     assert again.stats.tokens_prompt == 1 < first.stats.tokens_prompt
     assert again.ids == first.ids and first.text == "red:\ngreen;\nblue)\n"
+
+
+# -- cadedit bench kernel --reference ----------------------------------------------------------------
+
+
+def test_bench_kernel_times_the_backend_and_llama_cpps_own_taking_turns(tiny_gguf, tmp_path):
+    out = tmp_path / "kernel.json"
+    done = cli("bench", "kernel", "--model", str(tiny_gguf), "--backend", "llama", "--reference", "--spans", "1,4",
+               "--trials", "2", "--prefix", "8", "--threads", "1", "--json", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert data["partial"] is False and data["attn"] == "llama.cpp"
+    for points in (data["results"], data["reference"]):
+        assert [p["n"] for p in points] == [1, 4] and all(len(p["ar_trials_ms"]) == 2 for p in points)
+    assert "against llama-cpp-python's own Llama.eval" in done.stdout and "AR own" in done.stdout
+    assert "llama.cpp own N=4" in done.stderr  # its points come as they are measured, after the backend's

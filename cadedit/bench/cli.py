@@ -426,8 +426,9 @@ def kernel(
 
 
 def _kernel_sweeps(loaded, settings, meta: dict, reference: bool, json_path: Path | None) -> list:
-    """The sweep over span lengths (and with `reference`, the same on llama.cpp's own Llama.eval, into
-    meta["reference"]); results rewritten to json_path after each point, kept on Ctrl-C."""
+    """The sweep over span lengths (and with `reference`, llama.cpp's own Llama.eval on the same ids,
+    taking turns with the backend trial by trial, into meta["reference"]); results rewritten to
+    json_path after each point, kept on Ctrl-C."""
     from cadedit.bench import kernel as kn
     from cadedit.bench.report import ProgressBar, ResultsFile
 
@@ -437,22 +438,23 @@ def _kernel_sweeps(loaded, settings, meta: dict, reference: bool, json_path: Pat
     def save(partial: bool) -> None:
         results.write({**meta, "results": [p.to_json() for p in points]}, partial=partial)
 
-    def on_point(point) -> None:
-        points.append(point)
+    own_points: list = []
+
+    def on_point(k: int, point) -> None:
+        (points if k == 0 else own_points).append(point)
+        if reference:
+            meta["reference"] = [p.to_json() for p in own_points]
         save(True)
-        err.print(f"N={point.n}: AR {point.ar_ms:.2f} ms{' (extrapolated)' if point.extrapolated else ''}, "
-                  f"PP {point.pp_ms:.2f} ms, s(N) = {point.speedup:.2f}", highlight=False)
+        err.print(f"{'llama.cpp own ' if k else ''}N={point.n}: AR {point.ar_ms:.2f} ms"
+                  f"{' (extrapolated)' if point.extrapolated else ''}, PP {point.pp_ms:.2f} ms, "
+                  f"s(N) = {point.speedup:.2f}", highlight=False)
 
     try:
-        with ProgressBar(kn.work_units(settings), "kernel", err) as bar:
-            kn.sweep(loaded.model, kn.torch.device(loaded.device), settings, on_point=on_point, advance=bar.advance)
-        if reference:
-            own = kn.LlamaReference(str(loaded.model.folder), loaded.threads, loaded.model.n_ctx)
-            mine, points = points, []
-            with ProgressBar(kn.work_units(settings), "llama.cpp's own", err) as bar:
-                kn.sweep(own, kn.torch.device("cpu"), settings, on_point=on_point, advance=bar.advance)
-            meta["reference"] = [p.to_json() for p in points]
-            points = mine
+        models = [loaded.model]
+        if reference:  # both on the same ids, taking turns trial by trial
+            models.append(kn.LlamaReference(str(loaded.model.folder), loaded.threads, loaded.model.n_ctx))
+        with ProgressBar(kn.work_units(settings, len(models)), "kernel", err) as bar:
+            kn.sweep_turns(models, kn.torch.device(loaded.device), settings, on_point=on_point, advance=bar.advance)
     except KeyboardInterrupt:
         save(True)
         err.print("interrupted: partial results kept", highlight=False)

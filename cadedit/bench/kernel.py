@@ -147,25 +147,29 @@ def ar_steps(n: int, ar_max: int) -> int:
     return min(n, ar_max) if ar_max > 0 else n
 
 
-def measure_point(bench: Bench, ids: torch.Tensor, n: int, settings: KernelSettings,
-                  advance: Callable[[float], None] = lambda _: None) -> KernelPoint:
-    """s(N) for one N: warm-up, then `trials` timed AR and PP runs; medians in ms."""
+def measure_points(benches: Sequence[Bench], ids: torch.Tensor, n: int, settings: KernelSettings,
+                   advance: Callable[[float], None] = lambda _: None) -> list[KernelPoint]:
+    """s(N) for one N on each bench: a warm-up each, then `trials` timed AR and PP runs, the benches
+    taking turns trial by trial (a machine that slows down mid-run slows all of them alike); medians in ms."""
     steps = ar_steps(n, settings.ar_max)
     span = ids[:, :n]
-    bench.time_pp(span)
-    bench.time_ar(span[:, :1])
-    ar, pp = [], []
+    for bench in benches:
+        bench.time_pp(span)
+        bench.time_ar(span[:, :1])
+    ar: list[list[float]] = [[] for _ in benches]
+    pp: list[list[float]] = [[] for _ in benches]
     for _ in range(settings.trials):
-        ar.append(bench.time_ar(span[:, :steps]) * 1000 * n / steps)
-        pp.append(bench.time_pp(span) * 1000)
-        advance(steps + 1)
-    ar_ms, pp_ms = median(ar), median(pp)
-    return KernelPoint(n, ar_ms, pp_ms, ar_ms / pp_ms, tuple(ar), tuple(pp), steps < n, steps)
+        for k, bench in enumerate(benches):
+            ar[k].append(bench.time_ar(span[:, :steps]) * 1000 * n / steps)
+            pp[k].append(bench.time_pp(span) * 1000)
+            advance(steps + 1)
+    return [KernelPoint(n, median(a), median(p), median(a) / median(p), tuple(a), tuple(p), steps < n, steps)
+            for a, p in zip(ar, pp)]
 
 
-def work_units(settings: KernelSettings) -> int:
+def work_units(settings: KernelSettings, models: int = 1) -> int:
     """Progress units of a sweep: AR steps + one PP per trial (a rough proxy for time)."""
-    return sum((ar_steps(n, settings.ar_max) + 1) * settings.trials for n in settings.spans)
+    return models * sum((ar_steps(n, settings.ar_max) + 1) * settings.trials for n in settings.spans)
 
 
 @torch.inference_mode()
@@ -173,15 +177,24 @@ def sweep(model, device: torch.device, settings: KernelSettings,
           on_point: Callable[[KernelPoint], None] = lambda _: None,
           advance: Callable[[float], None] = lambda _: None) -> list[KernelPoint]:
     """Measure every span length in order; on_point gets each result as soon as it exists."""
-    vocab = int(model.config.vocab_size)
+    return sweep_turns([model], device, settings, lambda _, point: on_point(point), advance)[0]
+
+
+@torch.inference_mode()
+def sweep_turns(models: Sequence, device: torch.device, settings: KernelSettings,
+                on_point: Callable[[int, KernelPoint], None] = lambda k, _: None,
+                advance: Callable[[float], None] = lambda _: None) -> list[list[KernelPoint]]:
+    """sweep for several models of one vocabulary (the llama backend and llama.cpp's own) taking turns
+    on the same ids; on_point(k, point) for model k."""
+    vocab = int(models[0].config.vocab_size)
     prefix = random_ids(settings.prefix, vocab, settings.seed).to(device)
     ids = random_ids(max(settings.spans), vocab, settings.seed + 1).to(device)
-    bench = Bench(model, prefix, device, settings.all_logits)
-    points = []
+    benches = [Bench(model, prefix, device, settings.all_logits) for model in models]
+    points: list[list[KernelPoint]] = [[] for _ in models]
     for n in settings.spans:
-        point = measure_point(bench, ids, n, settings, advance)
-        points.append(point)
-        on_point(point)
+        for k, point in enumerate(measure_points(benches, ids, n, settings, advance)):
+            points[k].append(point)
+            on_point(k, point)
     return points
 
 
