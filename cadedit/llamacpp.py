@@ -84,10 +84,17 @@ _QUIET = None  # the log callback must outlive every llama.cpp call
 
 
 def _silence(lib) -> None:
-    """llama.cpp logs every load to stderr; cadedit says what matters itself."""
+    """llama.cpp logs every load to stderr; cadedit says what matters itself.
+
+    The sink is a C function, not a Python callback: llama.cpp logs hundreds of lines while it loads
+    a model, and a Python callback takes the GIL for each one, so the load (one C call that releases
+    the GIL) would stall behind whatever another thread runs meanwhile (cadedit.model builds the
+    tokenizer then). Py_IsInitialized takes no arguments and only reads a flag; the C calling
+    conventions of the platforms llama.cpp runs on (x86-64 System V and Windows, AArch64) leave
+    arguments a callee does not read unread and unharmed."""
     global _QUIET
     if _QUIET is None:
-        _QUIET = lib.llama_log_callback(lambda level, text, data: None)
+        _QUIET = ctypes.cast(ctypes.pythonapi.Py_IsInitialized, lib.llama_log_callback)
         lib.llama_log_set(_QUIET, ctypes.c_void_p(0))
         lib.llama_backend_init()
 

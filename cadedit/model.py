@@ -21,6 +21,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -247,12 +248,26 @@ def _load_llama(spec: str, gguf: Path, threads: int, reason: str, start: float, 
 
     t = time.perf_counter()
     meta = read_metadata(gguf)
-    tokenizer = gguf_tokenizer(gguf, meta)
-    phases.append(("tokenizer", time.perf_counter() - t))
+    phases.append(("metadata", time.perf_counter() - t))
+
+    def tokenizer_timed():
+        since = time.perf_counter()
+        return gguf_tokenizer(gguf, meta), time.perf_counter() - since
+
+    # The tokenizer is built while llama.cpp loads the weights: the load is one C call that releases
+    # the GIL (and logs without Python: llamacpp._silence), so the two take the time of the longer.
     t = time.perf_counter()
     repack, flash = VARIANTS[variant]
-    model = LlamaModel(gguf, meta, threads, repack=repack, flash=flash)
-    phases.append(("weights", time.perf_counter() - t))
+    with ThreadPoolExecutor(1, thread_name_prefix="cadedit-tokenizer") as pool:
+        pending = pool.submit(tokenizer_timed)
+        try:
+            model = LlamaModel(gguf, meta, threads, repack=repack, flash=flash)
+        except BaseException:
+            pending.result()  # a file whose tokenizer is broken says so first, as when it was built first
+            raise
+        weights = time.perf_counter() - t
+        tokenizer, seconds = pending.result()
+    phases += [("tokenizer", seconds), ("weights", weights)]
     if tokenizer.chat_template is None:
         raise ModelError(f"model {spec} has no chat template (tokenizer.chat_template)", hint="use an Instruct model")
     return LoadedModel(model, tokenizer, spec, "cpu", weights_name(meta), threads, model.n_ctx,
