@@ -72,3 +72,13 @@ def test_bad_corpora_fail_with_file_and_line(tmp_path, lines, expected):
 def test_missing_corpus_file(tmp_path):
     with pytest.raises(CorpusError, match="cannot read corpus"):
         load_corpus(tmp_path / "nope.jsonl")
+
+
+def test_polyglot_records_name_plain_files(tmp_path):
+    rec = {"id": "python/bob", "language": "python", "input_code": "", "gold_code": "", "instructions": "Implement hey.",
+           "solution_file": "bob.py", "test_files": {"bob_test.py": "import bob\n"}}
+    (case,) = load_corpus(write_corpus(tmp_path / "p.jsonl", [rec]))
+    assert case.solution_file == "bob.py"
+    for bad in ({"solution_file": "../bob.py"}, {"test_files": {"/tmp/bob_test.py": ""}}, {"test_files": {"b_test.py": 3}}):
+        with pytest.raises(CorpusError, match="plain file names"):
+            load_corpus(write_corpus(tmp_path / "bad.jsonl", [{**rec, **bad}]))

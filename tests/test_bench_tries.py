@@ -171,3 +171,26 @@ def test_longfile_where_by_quote_takes_the_line_the_model_quotes(tmp_path, monke
     (row,) = json.loads(out.read_text())["rows"]
     assert task["bug_line"] in row["where"]["lines"] and row["where"]["answer"] == quoted
     assert row["verified"]["exact"]
+
+
+STUB = "def add(a, b):\n    pass\n"
+POLYGLOT_TEST = ("import unittest\n\nfrom adder import add\n\n\nclass AddTest(unittest.TestCase):\n"
+                 "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n")
+
+
+def test_tries_runs_a_polyglot_cases_test_files_beside_the_file_they_import(tmp_path, monkeypatch, tiny_dir):
+    # An Aider polyglot record: the stub is adder.py, its unittest file imports it by that name.
+    # Try 1 writes something that changes nothing the test wants; try 2 implements it.
+    answers(monkeypatch, "def add(a, b):\n    return a - b\n", FIXED)
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"id": "python/adder", "language": "python", "instructions": "Implement add.",
+                                "input_code": STUB, "gold_code": FIXED, "solution_file": "adder.py",
+                                "test_files": {"adder_test.py": POLYGLOT_TEST}}) + "\n")
+    out = tmp_path / "t.json"
+    result = CliRunner().invoke(app, ["bench", "tries", "-c", str(path), "--model", str(tiny_dir), "--tries", "3",
+                                      "--check-tries", "0", "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(out.read_text())["corpora"][0]["cases"]
+    assert "skipped" not in row and row["single"]["passed"] is False
+    assert [t["test_passed"] for t in row["tries_with_test"]] == [False, True]  # the loop's --test ran them too
+    assert row["test3"]["passed"] is True and row["test3"]["exact"] is True

@@ -17,7 +17,7 @@ import time
 from cadedit import pipeline
 from cadedit.bench.corpus import Case
 from cadedit.bench.e2e import document_for
-from cadedit.bench.harness import run_test, runner_for
+from cadedit.bench.harness import has_test, run_test, runner_for
 from cadedit.bench.report import median
 from cadedit.errors import BudgetError
 from cadedit.model import LoadedModel, language_model
@@ -66,7 +66,7 @@ def measure_case(loaded: LoadedModel, case: Case, k: int, order: int = 0, test_t
     if one["prefill"] is not None and many["prefill"] is not None:
         steps_one, steps_k = one["seconds"] - one["prefill"], many["seconds"] - many["prefill"]
         row.update(one_steps=steps_one, k_steps=steps_k, steps_ratio=steps_k / steps_one if steps_one > 0 else None)
-    if case.test and runner_for(case.language):
+    if has_test(case) and runner_for(case.language):
         judged = [bool(t is not None and run_test(case, t, test_timeout).passed) for t in many["texts"]]
         best = max(range(k), key=lambda i: many["logprobs"][i] if many["texts"][i] is not None else float("-inf"))
         row.update(passed=judged, pass_one=judged[0], pass_k=any(judged), pass_likeliest=judged[best])

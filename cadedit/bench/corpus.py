@@ -39,7 +39,8 @@ class Case:
     instruction: str
     test: str | None = None
     prefix: str = ""
-    test_files: tuple[tuple[str, str], ...] = ()
+    test_files: tuple[tuple[str, str], ...] = ()  # (name, text): unittest files beside the edited file
+    solution_file: str = ""  # the edited file's name, which the test files import (polyglot)
 
     @property
     def before_doc(self) -> Document:
@@ -99,8 +100,13 @@ def case_from_record(record: object, where: str, context: str = "body") -> Case:
     if all(k in record for k in POLYGLOT):
         _require_strings(record, POLYGLOT, where)
         files = record.get("test_files") or {}
+        names = [record.get("solution_file") or "solution.py", *files]
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()) or any(
+                not isinstance(n, str) or Path(n).name != n or n in (".", "..") for n in names):
+            raise CorpusError(f"{where}: solution_file and test_files must be plain file names (with texts)",
+                              hint="a polyglot record names its files, not paths")
         return Case(record["id"], _language(record["id"], record), record["input_code"], record["gold_code"],
-                    record["instructions"], None, "", tuple(sorted(files.items())))
+                    record["instructions"], None, "", tuple(sorted(files.items())), names[0])
     raise CorpusError(
         f"{where}: unknown record shape (keys: {', '.join(sorted(record)[:8])})",
         hint="a record needs id, language, before, after, instruction (or a HumanEvalPack / polyglot record)",

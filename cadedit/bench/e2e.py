@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from cadedit import pipeline
 from cadedit.bench.corpus import Case
 from cadedit.bench.peers import PEERS
-from cadedit.bench.harness import Verdict, run_test
+from cadedit.bench.harness import Verdict, has_test, run_test
 from cadedit.bench.report import median
 from cadedit.document import Document
 from cadedit.errors import CadeditError
@@ -158,7 +158,7 @@ def attempt(name: str, method: Method, loaded: LoadedModel, case: Case, settings
         edited = method(loaded, document_for(case), case.instruction, settings.max_new_tokens)
     except CadeditError as exc:
         seconds = time.perf_counter() - start
-        test = Verdict(False if case.test and settings.run_tests else None, "no edit")
+        test = Verdict(False if has_test(case) and settings.run_tests else None, "no edit")
         return Attempt(name, seconds, None, error=f"{type(exc).__name__}: {exc.message}", test=test)
     seconds = time.perf_counter() - start
     test = run_test(case, edited.text, settings.test_timeout) if settings.run_tests else Verdict(None, "not run")

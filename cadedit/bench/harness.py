@@ -6,7 +6,10 @@ fresh temporary directory and returns a Verdict. Python runs with python3 and pa
 code 0; JavaScript runs with node and passes on exit code 0 with nothing on stderr, because
 `console.assert` only prints "Assertion failed" there (../shared/data/humanevalfix/README.md). The
 temporary directory holds a js-md5 shim (node_modules/js-md5, md5 hex through node's crypto) for
-HumanEvalFix JavaScript/162. A run past the time limit is killed and fails. Pure: no torch.
+HumanEvalFix JavaScript/162. A case with test files instead (the Aider polyglot subset: Exercism's
+`<slug>_test.py` unittest files, which import the edited file by its name) gets the edited text as
+its solution file and the test files beside it, and runs `python3 -m unittest` on the `*_test.py`
+modules. A run past the time limit is killed and fails. Pure: no torch.
 """
 
 from __future__ import annotations
@@ -72,24 +75,45 @@ def _judge(runner: str, done: subprocess.CompletedProcess) -> tuple[bool, str]:
     return True, ""
 
 
+def test_modules(case: Case) -> list[str]:
+    """The unittest modules among a case's test files (Exercism's `<slug>_test.py`)."""
+    return [Path(name).stem for name, _ in case.test_files if name.endswith("_test.py")]
+
+
+def has_test(case: Case) -> bool:
+    return bool(case.test or (test_modules(case) and runner_for(case.language) == "python"))
+
+
+def write_test_files(case: Case, folder: Path) -> list[str]:
+    """Write a test-files case's test files into folder; the arguments after the interpreter that run them."""
+    for name, text in case.test_files:
+        (folder / name).write_text(text, encoding="utf-8")
+    return ["-m", "unittest", *test_modules(case)]
+
+
 def run_test(case: Case, text: str, timeout: float = BENCH_TEST_TIMEOUT) -> Verdict:
     """Run the case's test against `text` (see the module docstring)."""
     runner = runner_for(case.language)
-    if not case.test:
+    if not has_test(case):
         return Verdict(None, "no test")
     exe = interpreter(runner) if runner else None
     if exe is None:
         return Verdict(None, f"no runner for {case.language}" if runner is None else f"{runner} not found")
     with tempfile.TemporaryDirectory(prefix="cadedit-test-") as tmp:
-        script = Path(tmp) / ("program.py" if runner == "python" else "program.js")
-        script.write_text(runnable_program(case, text), encoding="utf-8")
+        if not case.test:  # test files import the edited file by its name
+            (Path(tmp) / case.solution_file).write_text(text, encoding="utf-8")
+            args = write_test_files(case, Path(tmp))
+        else:
+            script = Path(tmp) / ("program.py" if runner == "python" else "program.js")
+            script.write_text(runnable_program(case, text), encoding="utf-8")
+            args = [script.name]
         if runner == "node":
             shim = Path(tmp) / "node_modules" / "js-md5" / "index.js"
             shim.parent.mkdir(parents=True)
             shim.write_text(JS_MD5_SHIM, encoding="utf-8")
         start = time.perf_counter()
         try:
-            done = subprocess.run([exe, script.name], cwd=tmp, capture_output=True, timeout=timeout,
+            done = subprocess.run([exe, *args], cwd=tmp, capture_output=True, timeout=timeout,
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return Verdict(False, f"timeout after {timeout:g} s", time.perf_counter() - start)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cadedit.bench.corpus import Case
-from cadedit.bench.harness import JS_MD5_SHIM, interpreter, run_test, runner_for
+from cadedit.bench.harness import JS_MD5_SHIM, has_test, interpreter, run_test, runner_for, write_test_files
 from cadedit.bench.report import median
 from cadedit.document import Document
 from cadedit.model import LoadedModel
@@ -41,7 +41,11 @@ class TriesSettings:
 
 
 def _test_command(folder: Path, case: Case, runner: str, name: str) -> str:
-    """A shell command that runs prefix + the file on disk + the test, as harness.run_test does."""
+    """A shell command that runs prefix + the file on disk + the test, or the case's test files beside
+    the file on disk, as harness.run_test does."""
+    if not case.test:
+        args = write_test_files(case, folder)
+        return f"cd {shlex.quote(str(folder))} && {shlex.join([interpreter(runner) or runner, *args])}"
     (folder / "prefix.txt").write_text(case.prefix, encoding="utf-8")
     (folder / "test.txt").write_text("\n" + (case.test or ""), encoding="utf-8")
     if runner == "node":
@@ -79,11 +83,11 @@ def _row(judged: list[dict], upto: int) -> dict:
 def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings,
              picks: Callable[[int], Any] | None = None) -> dict:
     runner = runner_for(case.language)
-    if runner is None or not case.test:
+    if runner is None or not has_test(case):
         return {"id": case.id, "skipped": "no test or no runner"}
     with tempfile.TemporaryDirectory(prefix="cadedit-tries-") as tmp:
         folder = Path(tmp)
-        name = "solution" + SUFFIX[runner]
+        name = case.solution_file or "solution" + SUFFIX[runner]
         (folder / name).write_text(case.before, encoding="utf-8")
         document = Document.read(folder / name)
         with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
