@@ -22,6 +22,7 @@ from cadedit.oracle import oracle
 from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, rewrite_messages
 from cadedit.prompt import scoped_messages
 from cadedit.regions import context_spans, scoped_layout, scoped_text
+from cadedit.settings import MIN_ANSWER_TOKENS
 from cadedit.resolve import to_document_program
 
 
@@ -52,8 +53,10 @@ PROGRAM_ROOM = 64
 def default_budget(file_tokens: int, scoped: bool) -> int:
     """New tokens an answer may take. A whole file may be retyped with room to grow; a scoped answer
     is about its region's size, and a small model that loses its place there retypes other parts of
-    the file until the budget ends."""
-    return file_tokens + file_tokens // 2 + 128 if scoped else 2 * file_tokens + 256
+    the file until the budget ends. Either may also grow well past a small file or region (a stub
+    implemented, a method added), so no answer gets fewer than MIN_ANSWER_TOKENS."""
+    grown = file_tokens + file_tokens // 2 + 128 if scoped else 2 * file_tokens + 256
+    return max(grown, MIN_ANSWER_TOKENS)
 
 
 def parse_mode(options: EditOptions) -> Mode:

@@ -65,6 +65,9 @@ BENCH_TEST_TIMEOUT = 10.0  # seconds one run of a benchmark case's test may take
 IDLE_TIMEOUT = 30 * 60.0  # seconds the warm server waits for a request before it exits
 ENGINE_TIMEOUT = 300.0  # seconds one request to a shared engine may take (it may queue other clients' first)
 ENGINE_ENV = "CADEDIT_ENGINE"
+# New tokens any answer may take at least (request.default_budget): the Aider polyglot subset's
+# reference solutions take 79-790 tokens where their stubs take 6-351.
+MIN_ANSWER_TOKENS = 1024
 CONTEXT_LINES = 60  # scoped edits: lines shown on each side of the regions (README, Scoped edits)
 MODES = tuple(m.value for m in Mode)
 BACKENDS = tuple(b.value for b in Backend)

@@ -376,3 +376,20 @@ def test_a_chat_template_that_fails_is_a_one_line_error(work, tiny_dir, tmp_path
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert message in error
     assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_a_small_file_may_grow_far_past_its_size(work, tiny_dir, scripted):
+    # A stub implemented: the answer is many times the file. Budgets scaled by the file alone
+    # (twice it, plus 256) ended such answers before their closing fence.
+    from tests.tinytok import make_tokenizer
+
+    before = b"def table():\n    pass\n"
+    rows = "".join(f"    row{i} = {i} * {i}\n" for i in range(30))
+    after = ("def table():\n" + rows + "    return [" + ", ".join(f"row{i}" for i in range(30)) + "]\n").encode()
+    tokens = make_tokenizer().encode
+    assert 2 * len(tokens(before.decode())) + 256 < len(tokens(after.decode())) < 1000
+    (work / "stub.py").write_bytes(before)
+    scripted(after)
+    result = fix("stub.py", "Implement table.", "--model", str(tiny_dir), "--write")
+    assert result.exit_code == 0, result.output
+    assert (work / "stub.py").read_bytes() == after
