@@ -22,6 +22,7 @@ from cadedit.program import Copy, Gen, Program
 from cadedit.prompt import REWRITE_SYSTEM, fenced_source, language_tag, rewrite_messages
 from cadedit.oracle import oracle
 from cadedit.resolve import resolve, to_document_program
+from cadedit.settings import MIN_ANSWER_TOKENS
 from cadedit.vocab import vocab_from_tokenizer
 from tests.test_verify import fenced_run
 from tests.tinymodel import make_model, save_native
@@ -115,8 +116,8 @@ def test_program_and_rewrite_prompts_differ_and_program_has_no_fence():
     rewrite = prepare(loaded, document, "Fix.", options(Mode.REWRITE))
     assert program.fence == program.source == "" and program.mode is Mode.PROGRAM
     assert "<copy lines=" in TOK.decode(list(program.prompt_ids)) and program.prompt_ids != rewrite.prompt_ids
-    # the budget: twice the answer's tokens + 256 unless given
-    assert rewrite.budget == 2 * rewrite.file_tokens + 256
+    # the budget: twice the answer's tokens + 256, at least MIN_ANSWER_TOKENS, unless given
+    assert rewrite.budget == max(2 * rewrite.file_tokens + 256, MIN_ANSWER_TOKENS) == MIN_ANSWER_TOKENS
     assert prepare(loaded, document, "Fix.", options(Mode.VERIFY, max_new_tokens=7)).budget == 7
 
 
