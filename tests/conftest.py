@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,14 @@ def isolated_env(tmp_path_factory, monkeypatch):
     for var in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
         monkeypatch.setenv(var, "tests@cadedit.invalid")
     return home
+
+
+def as_foreground() -> None:
+    """preexec_fn for a cadedit the tests signal: SIGINT and SIGQUIT at their defaults, as a shell
+    starts a foreground command (a suite started in the background inherits them ignored, and a
+    process started so rightly ignores Ctrl-C)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def console_script(name: str = "cadedit") -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import console_script
+from tests.conftest import as_foreground, console_script
 
 
 def cadedit(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -74,11 +74,8 @@ def _before_cadedits_code(err: str) -> bool:
 def test_ctrl_c_while_cadedit_starts_exits_130_without_a_traceback(tmp_path, tiny_dir):
     (tmp_path / "a.py").write_text("x = 1\n")
     for delay in (0.05, 0.15, 0.3):
-        # SIGINT at its default, as a shell starts a foreground command: a suite started in the
-        # background inherits it ignored, and CPython then leaves it ignored (as it should).
         proc = subprocess.Popen([console_script(), "fix", "a.py", "Fix it.", "--model", str(tiny_dir)], cwd=tmp_path,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground)
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)

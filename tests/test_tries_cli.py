@@ -28,6 +28,7 @@ import cadedit.pipeline as pipeline
 from cadedit import cli
 from cadedit.decode import script_picker
 from cadedit.model import token_bytes
+from tests.conftest import as_foreground
 from tests.scripting import inject_picks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -408,6 +409,7 @@ def start_cadedit(work: Path, tiny_dir: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, str(driver), "fix", "a.py", INSTRUCTION, "--model", str(tiny_dir), "--dtype", "fp32",
          "--threads", "1", *args], cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=as_foreground,
     )  # fmt: skip
 
 
