@@ -53,13 +53,7 @@ class _Reader:
         return value
 
     def string(self) -> str:
-        n = self.take("<Q")
-        if self.at + n > len(self.data):
-            raise ModelError(f"{self.path}: not a whole GGUF file (a string runs past its end)",
-                             hint="download the model file again")
-        raw = bytes(self.data[self.at : self.at + n])
-        self.at += n
-        return raw.decode("utf-8", errors="surrogateescape")
+        return self.strings(1)[0]
 
     def value(self, kind: int):
         if kind in _SCALARS:
@@ -82,8 +76,8 @@ class _Reader:
         return [self.value(inner) for _ in range(n)]
 
     def strings(self, n: int) -> list[str]:
-        """n strings in a row (a vocabulary, its merges): string() unrolled, since a vocabulary has
-        hundreds of thousands and this runs on every cold start."""
+        """n strings in a row (one, or a vocabulary and its merges: hundreds of thousands, on every cold
+        start, so the loop keeps what it reads in locals)."""
         data, at, end, size_of = self.data, self.at, len(self.data), _LENGTH.unpack_from
         out: list[str] = []
         add = out.append

@@ -22,8 +22,8 @@ from cadedit.oracle import oracle
 from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, rewrite_messages
 from cadedit.prompt import scoped_messages
 from cadedit.regions import context_spans, scoped_layout, scoped_text
-from cadedit.settings import MIN_ANSWER_TOKENS
 from cadedit.resolve import to_document_program
+from cadedit.settings import MIN_ANSWER_TOKENS
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,6 @@ def test_polyglot_records_name_plain_files(tmp_path):
            "solution_file": "bob.py", "test_files": {"bob_test.py": "import bob\n"}}
     (case,) = load_corpus(write_corpus(tmp_path / "p.jsonl", [rec]))
     assert case.solution_file == "bob.py"
-    for bad in ({"solution_file": "../bob.py"}, {"test_files": {"/tmp/bob_test.py": ""}}, {"test_files": {"b_test.py": 3}}):
+    for bad in ({"solution_file": "../bob.py"}, {"test_files": {"sub/bob_test.py": ""}}, {"test_files": {"b_test.py": 3}}):
         with pytest.raises(CorpusError, match="plain file names"):
             load_corpus(write_corpus(tmp_path / "bad.jsonl", [{**rec, **bad}]))
