@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-import torch
 
 from cadedit.errors import BudgetError, ModelError, ProgramError
 from cadedit.options import Sampling
@@ -59,69 +58,92 @@ class LM(Protocol):
     crop_row(i, n) forgets row i's last n positions, copy_row(j, i) gives row i (a prefix of
     row j) the rest of row j's positions."""
 
-    def feed(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor: ...  # [keep, V]
+    def feed(self, ids: Sequence[int], keep: int = 1) -> Logits: ...  # [keep, V]
     def crop(self, n: int) -> None: ...
     def fork(self, k: int) -> None: ...
-    def feed_rows(self, rows: Sequence[int], ids: Sequence[Sequence[int]], keeps: Sequence[int]) -> list[torch.Tensor]: ...
+    def feed_rows(self, rows: Sequence[int], ids: Sequence[Sequence[int]], keeps: Sequence[int]) -> list[Logits]: ...
     def crop_row(self, row: int, n: int) -> None: ...
     def copy_row(self, source: int, row: int) -> None: ...
 
 
+class Logits(Protocol):
+    """The logits of a forward's kept positions: logits[i] is position i's float32 row ([V])."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> np.ndarray: ...
+
+
 # (logits [V], mask or None, ids so far, drafted guess or None) -> the chosen id
-Picker = Callable[[torch.Tensor, "np.ndarray | None", Sequence[int], "int | None"], int]
+Picker = Callable[[np.ndarray, "np.ndarray | None", Sequence[int], "int | None"], int]
 SpanIds = Callable[[Copy], Sequence[int]]
 Drafter = Callable[[Cursor, Sequence[int]], list[int]]  # (cursor, ids so far) -> drafted ids
 
 
 # -- picking a token ---------------------------------------------------------------------------
+#
+# Logits reach the pickers as float32 numpy rows ([V] each): llama.cpp hands them over as they are,
+# torch's model converts a row when the loop reads it (cadedit.qwen2.LogitRows). So the loop and
+# its pickers need no torch, and a llama.cpp process never imports it (the largest import of a cold start).
 
 
-def allowed_tensor(mask: np.ndarray, width: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The grammar mask as a bool tensor as wide as the logits (the LM head may be padded past the vocab)."""
-    allowed = torch.zeros(width, dtype=torch.bool)
+def allowed_array(mask: np.ndarray, width: int) -> np.ndarray:
+    """The grammar mask as a bool array as wide as the logits (the LM head may be padded past the vocab)."""
+    allowed = np.zeros(width, dtype=bool)
     n = min(width, mask.shape[0])
-    allowed[:n] = torch.tensor(mask[:n], dtype=torch.bool)  # a copy: the grammar's masks are read-only
-    return allowed.to(device)
+    allowed[:n] = mask[:n]  # a copy: the grammar's masks are read-only
+    return allowed
 
 
-def sample(logits: torch.Tensor, allowed: torch.Tensor | None, sampling: Sampling, generator: torch.Generator | None,
+def log_softmax_at(logits: np.ndarray, token: int) -> float:
+    """log p(token) under softmax(logits), computed stably in float64."""
+    row = np.asarray(logits, dtype=np.float64)
+    top = row.max()
+    return float(row[token] - top - np.log(np.exp(row - top).sum()))
+
+
+def sample(logits: np.ndarray, allowed: np.ndarray | None, sampling: Sampling, rng: np.random.Generator | None,
            guess: int | None = None) -> int:
     """Greedy or sampled choice; with a drafted `guess`, accept it with the model's probability of it
     and otherwise sample from the rest (the result has the plain sampling distribution)."""
-    logits = logits.float()  # [V]
+    logits = np.asarray(logits, dtype=np.float32)  # [V]
     if allowed is not None:
-        logits = logits.masked_fill(~allowed, float("-inf"))
+        logits = np.where(allowed, logits, np.float32(-np.inf))
     if sampling.temperature <= 0:
-        return int(logits.argmax())
-    probs = torch.softmax(logits / sampling.temperature, dim=-1).cpu()  # [V]
+        return int(np.argmax(logits))
+    rng = rng if rng is not None else np.random.default_rng()
+    scaled = logits.astype(np.float64) / sampling.temperature
+    probs = np.exp(scaled - scaled.max())
+    probs /= probs.sum()  # [V]
     if sampling.top_p < 1.0:
-        sorted_probs, order = probs.sort(descending=True)
-        outside = sorted_probs.cumsum(-1) - sorted_probs > sampling.top_p  # keep the smallest nucleus
-        probs = probs.scatter(0, order, sorted_probs.masked_fill(outside, 0.0))
-        probs = probs / probs.sum()
+        order = np.argsort(-probs, kind="stable")
+        ranked = probs[order]
+        ranked[np.cumsum(ranked) - ranked > sampling.top_p] = 0.0  # keep the smallest nucleus
+        probs = np.zeros_like(probs)
+        probs[order] = ranked
     if guess is not None and 0 <= guess < probs.shape[0]:
-        if float(torch.rand(1, generator=generator)) < float(probs[guess]):
+        total = probs.sum()
+        if rng.random() * total < probs[guess]:
             return guess
-        probs = probs.clone()
+        probs = probs.copy()
         probs[guess] = 0.0
-        if float(probs.sum()) <= 0.0:
+        if probs.sum() <= 0.0:
             return guess
-    return int(torch.multinomial(probs, 1, generator=generator))
+    cumulative = np.cumsum(probs)
+    # The first index whose cumulative mass passes a uniform draw: never a zero-probability token.
+    return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), len(probs) - 1))
 
 
 def sampling_picker(sampling: Sampling = Sampling()) -> Picker:
     """The model's own choice among the tokens the cursor allows (greedy unless temperature > 0)."""
-    generator = torch.Generator()
-    if sampling.seed is not None:
-        generator.manual_seed(sampling.seed)
+    rng = np.random.default_rng(sampling.seed)
 
-    def pick(logits: torch.Tensor, mask: np.ndarray | None, ids: Sequence[int], guess: int | None = None) -> int:
+    def pick(logits: np.ndarray, mask: np.ndarray | None, ids: Sequence[int], guess: int | None = None) -> int:
         allowed = None
         if mask is not None:
-            allowed = allowed_tensor(mask, logits.shape[-1], logits.device)
-            if not bool(allowed.any()):
+            allowed = allowed_array(mask, logits.shape[-1])
+            if not allowed.any():
                 raise ModelError(f"decoder: the grammar allows no token after {len(ids)} tokens")
-        return sample(logits, allowed, sampling, generator, guess)
+        return sample(logits, allowed, sampling, rng, guess)
 
     return pick
 
@@ -145,7 +167,7 @@ def script_picker(target: str, tokens: Sequence[bytes], encode: Callable[[str], 
         ok = first is not None and first < len(mask) and mask[first] and rest.startswith(tokens[first])
         return first if ok else None
 
-    def pick(logits: torch.Tensor, mask: np.ndarray | None, ids: Sequence[int], guess: int | None = None) -> int:
+    def pick(logits: np.ndarray, mask: np.ndarray | None, ids: Sequence[int], guess: int | None = None) -> int:
         if mask is None:
             mask = np.ones(len(tokens), dtype=bool)
         rest = goal[sum(len(tokens[t]) for t in ids) :]
@@ -210,7 +232,7 @@ def _follow(cursor: Cursor, pending: _Pending, ids: list[int], span_ids: SpanIds
             _splice_if_complete(cursor, pending, span_ids)
 
 
-def _accept(cursor: Cursor, logits: torch.Tensor, draft: Sequence[int], pick: Picker, ids: list[int],
+def _accept(cursor: Cursor, logits: Logits, draft: Sequence[int], pick: Picker, ids: list[int],
             span_ids: SpanIds | None) -> tuple[_Pending, int, int, int]:
     """Keep the drafted tokens the picker itself chooses, then make the usual step at the first
     position it disagrees (or after the last). Returns what to feed next, how many drafted tokens
@@ -275,9 +297,9 @@ class Row:
 
 def _scored(pick: Picker, row: Row) -> Picker:
     """The picker, adding the model's log-probability of each token it picks to row.logprob."""
-    def scored(logits: torch.Tensor, mask: np.ndarray | None, ids: Sequence[int], guess: int | None = None) -> int:
+    def scored(logits: np.ndarray, mask: np.ndarray | None, ids: Sequence[int], guess: int | None = None) -> int:
         token = pick(logits, mask, ids, guess)
-        row.logprob += float(logits[token].float() - torch.logsumexp(logits.float(), -1))
+        row.logprob += log_softmax_at(logits, token)
         return token
 
     return scored
@@ -325,7 +347,7 @@ def decode_rows(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids
 
 
 def _feed_distinct(lm: LM, rows: Sequence[Row], active: list[int], feeds: list[list[int]],
-                   keeps: list[int]) -> list[torch.Tensor]:
+                   keeps: list[int]) -> list[Logits]:
     """One forward for the active rows, each distinct row once: rows that took the same tokens (so
     far, sampled rows often agree with the greedy one) and feed the same ones hold the same cache, so
     the first of them is fed and the others take its new positions and its logits (lm.copy_row)."""
@@ -342,7 +364,7 @@ def _feed_distinct(lm: LM, rows: Sequence[Row], active: list[int], feeds: list[l
     return [out[leader[k]] for k in active]
 
 
-def _row_step(lm: LM, row: Row, index: int | None, logits: torch.Tensor, draft: list[int], span_ids: SpanIds | None,
+def _row_step(lm: LM, row: Row, index: int | None, logits: Logits, draft: list[int], span_ids: SpanIds | None,
               forward: float) -> Step:
     """One row after a forward: keep what its picker agrees with, crop the rest from its cache."""
     fed, start_pick = row.pending, time.perf_counter()

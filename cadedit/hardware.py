@@ -11,12 +11,14 @@ import os
 import re
 import time
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from cadedit.atomic import replace_file
 from cadedit.errors import ModelError
 from cadedit.settings import user_cache
+
+if TYPE_CHECKING:
+    import torch
 
 
 # -- threads, device, dtype --------------------------------------------------------------------
@@ -66,6 +68,10 @@ def runnable_others(samples: int = 5, gap: float = 0.002) -> int:
 
 
 def choose_device(device: str = "auto") -> str:
+    if device == "cpu" or (device == "auto" and not torch_has_gpu_build()):
+        return "cpu"  # without importing torch: a process on llama.cpp never needs it
+    import torch
+
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -73,11 +79,45 @@ def choose_device(device: str = "auto") -> str:
     return device
 
 
-def _time_linear(dtype: torch.dtype, rows: int, reps: int = 9, step: str = "",
+_GPU_BUILD = re.compile(r"^(?:cuda|hip)\s*(?::[^=]*)?=\s*(?!None\b)\S", re.M)
+
+
+def torch_has_gpu_build() -> bool:
+    """Whether the installed torch was built for CUDA or ROCm, read from its version.py without
+    importing it (importing torch is the largest part of a cold start). Unknown: True (then
+    torch.cuda.is_available() decides)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except OSError:
+        return True
+    return bool(_GPU_BUILD.search(text))
+
+
+def torch_version() -> str:
+    """The installed torch's version, without importing it ("" when torch is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _time_linear(dtype: "torch.dtype", rows: int, reps: int = 9, step: str = "",
                  shape: tuple[int, int] = (4864, 896)) -> float:
     """Median seconds for one linear layer (default: a Qwen2.5-0.5B MLP projection) on `rows` tokens
     (after a warm-up); step "int8" or "int4": through that weight kernel of one-token steps (cadedit.steps),
     anything else: the weight itself."""
+    import torch
+
     out_features, in_features = shape
     weight = torch.randn(out_features, in_features, dtype=dtype)
     x = torch.randn(rows, in_features, dtype=dtype)
@@ -131,10 +171,10 @@ def _cpu_identity(threads: int) -> str:
     except OSError:
         cpu = platform.processor()
     caps = ",".join(f"{name}={os.environ[name]}" for name in _ISA_CAPS if os.environ.get(name))
-    return hashlib.sha256(f"{cpu}|{torch.__version__}|{threads}{'|' + caps if caps else ''}".encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{cpu}|{torch_version()}|{threads}{'|' + caps if caps else ''}".encode()).hexdigest()[:16]
 
 
-def cpu_dtype(threads: int) -> tuple[torch.dtype, str]:
+def cpu_dtype(threads: int) -> tuple["torch.dtype", str]:
     """fp32 or bf16 for this CPU: whichever does an edit's model work faster, measured once per
     machine (CPU model and flags, torch version, threads; about 0.5 s) and cached, so every later
     run chooses the same. Returns the dtype and where the choice came from (shown by --verbose).
@@ -143,6 +183,8 @@ def cpu_dtype(threads: int) -> tuple[torch.dtype, str]:
     one-token step can be slower; without them bf16 can be slower at both. A timing probe on every
     run picked differently from run to run on a busy machine; one careful measurement does not.
     """
+    import torch
+
     measured = ""
 
     def measure() -> str:
@@ -164,6 +206,8 @@ def cpu_steps(threads: int) -> tuple[str, str]:
     (the GGUF's own 4-bit blocks where it has them, int8 for the rest), "int8" or "bf16", measured
     once per machine like cpu_dtype: int8 where it takes under 0.8x bf16's time, int4 where it
     also takes under 0.9x int8's (its numbers are the GGUF's own, int8's a second rounding)."""
+    import torch
+
     measured = ""
 
     def measure() -> str:
@@ -198,8 +242,10 @@ def _measured_once(key: str, answers: tuple[str, ...], measure) -> tuple[str, Pa
     return answer, path
 
 
-def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple[torch.dtype, str]:
+def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple["torch.dtype", str]:
     """The dtype to load in, and why."""
+    import torch
+
     names = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
              "fp16": torch.float16, "float16": torch.float16, "bf16-int8": torch.bfloat16,
              "bf16-int4": torch.bfloat16}
@@ -321,6 +367,8 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     heads, kv = int(meta[f"{arch}.attention.head_count"]), int(meta[f"{arch}.attention.head_count_kv"])
     layers, vocab = int(meta[f"{arch}.block_count"]), len(meta.get("tokenizer.ggml.tokens", ())) or 151936
     head_dim = hidden // heads
+    import torch
+
     torch.set_num_threads(threads)
     dtype, _ = cpu_dtype(threads)
     step = cpu_steps(threads)[0] if dtype == torch.bfloat16 else "bf16"

@@ -3,10 +3,11 @@
 Contract: LlamaModel(path, threads) loads a GGUF through llama-cpp-python's C API (memory-mapped: no
 conversion, no second copy of the weights) and behaves as cadedit.qwen2.Qwen2 does for
 cadedit.model.CachedLM: model(ids, cache, keep) feeds ids after the cache's positions and returns
-the logits of the last `keep` of them ([keep, vocab], float32), new_cache() gives an empty cache,
+the logits of the last `keep` of them ([keep, vocab], a float32 numpy array), new_cache() gives an empty cache,
 and the cache crops (llama_memory_seq_rm) and exports/restores a prefix (llama_state_seq_*) for the
 on-disk prefix store. So the decode loop, every mode, grammar masks, forced literals, splices and
 drafts are the same code on both backends. The tokenizer is the GGUF's own (cadedit.gguf_file).
+Nothing here imports torch: a process on this backend never loads it.
 
 One llama.cpp context holds one decode; several caches of one model take turns (a cache that is
 not the context's current one is fed again from its ids when next used). Candidates decoded side by
@@ -28,7 +29,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import torch
 
 from cadedit.errors import ModelError
 
@@ -153,24 +153,39 @@ class LlamaCache:
             if self.model.current is self.base:
                 self.model.lib.llama_memory_seq_rm(self.model._memory, self.seq, 0, -1)
 
-    def export(self, n: int) -> torch.Tensor:
-        """The state of this cache as bytes (a uint8 tensor) for a prefix of its first n positions:
+    def export(self, n: int) -> np.ndarray:
+        """The state of this cache as bytes (uint8) for a prefix of its first n positions:
         llama.cpp saves a whole sequence, so restore() crops what lies past the prefix."""
         self.model.take(self)
-        return torch.from_numpy(self.model.save_state())
+        return self.model.save_state()
 
-    def restore(self, state: torch.Tensor, ids) -> None:
+    def restore(self, state: np.ndarray, ids) -> None:
         """Load a state made by export() and keep its first len(ids) positions; ValueError if it does not fit."""
-        if state.dtype != torch.uint8 or state.dim() != 1:
+        if not isinstance(state, np.ndarray) or state.dtype != np.uint8 or state.ndim != 1:
             raise ValueError("prefix state")
         self.model.take(self, replay=False)
         self.ids = []
         self.model.clear()
-        if not self.model.load_state(state.numpy()) or self.model.positions() < len(ids):
+        if not self.model.load_state(state) or self.model.positions() < len(ids):
             self.model.clear()
             raise ValueError("llama.cpp refused the stored state")
         self.model.remove_after(len(ids))
         self.ids = list(ids)
+
+    def write_prefix(self, file, n: int) -> None:
+        """export(n) into an open file, after a header that names the format (cadedit.prefix_store)."""
+        file.write(STATE_MAGIC)
+        file.write(self.export(n).tobytes())
+
+    def read_prefix(self, path: Path, ids) -> None:
+        """restore() what write_prefix wrote; ValueError for any other file."""
+        data = path.read_bytes()
+        if not data.startswith(STATE_MAGIC):
+            raise ValueError("not a llama.cpp prefix state")
+        self.restore(np.frombuffer(data, np.uint8, offset=len(STATE_MAGIC)), ids)
+
+
+STATE_MAGIC = b"cadedit llama.cpp sequence state 1\n"  # the head of a prefix-store entry of this backend
 
 
 class LlamaModel:
@@ -213,7 +228,7 @@ class LlamaModel:
         self.n_vocab = lib.llama_vocab_n_tokens(vocab)
         self.n_ctx = lib.llama_n_ctx(self._ctx)
         self.config = SimpleNamespace(vocab_size=self.n_vocab, max_position_embeddings=self.n_ctx)
-        self.device = torch.device("cpu")
+        self.device = "cpu"
         self.folder = path  # the model's identity for the prefix store (cadedit.model)
         self.eos_token_ids = eos_ids(meta)
         self.threads = threads
@@ -272,13 +287,18 @@ class LlamaModel:
 
     # -- forward --
 
-    def __call__(self, ids: torch.Tensor, cache: LlamaCache, keep: int = 1) -> torch.Tensor:
+    def __call__(self, ids, cache: LlamaCache, keep: int = 1) -> np.ndarray:
+        """ids: the token ids to feed (a list, or an array or tensor of them); [keep, V] float32 logits."""
         return self.forward_rows([ids], [cache], [keep])[0]
 
-    def forward_rows(self, ids: list[torch.Tensor], caches: list[LlamaCache], keeps: list[int]) -> list[torch.Tensor]:
+    def forward_logits(self, ids: list[list[int]], caches: list[LlamaCache], keeps: list[int]) -> list[np.ndarray]:
+        """What cadedit.model.CachedLM feeds: the rows' logits are numpy arrays already."""
+        return self.forward_rows(ids, caches, keeps)
+
+    def forward_rows(self, ids: list, caches: list[LlamaCache], keeps: list[int]) -> list[np.ndarray]:
         """Row i feeds ids[i] after caches[i]'s positions, all rows in the same llama_decode calls;
         the [keeps[i], V] logits of each row's last positions."""
-        tokens = [[int(t) for t in row.tolist()] for row in ids]
+        tokens = [[int(t) for t in np.asarray(row).reshape(-1).tolist()] for row in ids]
         self.take(caches[0].base or caches[0])
         feeds = [(row, len(cache.ids), cache.seq, keep) for row, cache, keep in zip(tokens, caches, keeps)]
         try:
@@ -289,7 +309,7 @@ class LlamaModel:
             raise
         for row, cache in zip(tokens, caches):
             cache.ids += row
-        return [torch.from_numpy(rows) for rows in logits]
+        return logits
 
     def _decode(self, tokens: list[int], start: int, keep: int) -> np.ndarray:
         return self._decode_rows([(tokens, start, 0, keep)])[0]
@@ -371,14 +391,14 @@ def edit_work_seconds(path: Path, meta: dict, threads: int, work, repack: bool =
     cache = model.new_cache()
     filler = [int(t) % model.n_vocab for t in range(1000, 1000 + 768)]
     prefix = 512  # an edit's steps follow a prompt of several hundred tokens
-    model(torch.tensor(filler[:prefix]), cache)  # also the warm-up: the first forward touches the mapped weights
+    model(filler[:prefix], cache)  # also the warm-up: the first forward touches the mapped weights
     total = 0.0
     for rows, times in work:
         timings = []
         for _ in range(2 if rows > 1 else 5):
             cache.crop(prefix)
             start = time.perf_counter()
-            model(torch.tensor(filler[prefix : prefix + rows]), cache)
+            model(filler[prefix : prefix + rows], cache)
             timings.append(time.perf_counter() - start)
         total += times * min(timings)
     return load + total

@@ -24,15 +24,16 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from cadedit.settings import choose_model, user_cache
 from cadedit.errors import ModelError
 from cadedit.hardware import choose_backend_for, choose_device, choose_dtype, cpu_steps, default_threads
 from cadedit.hardware import llama_variant
 from cadedit.prefix_store import weights_identity
+
+if TYPE_CHECKING:
+    import torch
 
 HINT = "pass --model PATH (a model folder or a .gguf file) or set CADEDIT_MODEL"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -46,7 +47,7 @@ class LoadedModel:
     tokenizer: Any
     name: str
     device: str
-    dtype: torch.dtype
+    dtype: Any  # a torch.dtype on torch, the GGUF's weight type ("Q4_K_M") on llama.cpp
     threads: int
     context_limit: int
     load_seconds: float
@@ -86,6 +87,7 @@ def convert_gguf(path: Path) -> Path:
     target = gguf_cache_dir(path)
     if _is_complete(target):
         return target
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -277,6 +279,8 @@ def _load_llama(spec: str, gguf: Path, threads: int, reason: str, start: float, 
 
 
 def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, phases: list) -> LoadedModel:
+    import torch
+
     def phase(name: str, since: float) -> float:
         now = time.perf_counter()
         phases.append((name, now - since))
@@ -311,7 +315,7 @@ def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, 
                        tuple(phases), why, steps)
 
 
-def _step_weights(model, spec: str, dtype: torch.dtype, steps: str) -> str:
+def _step_weights(model, spec: str, dtype: "torch.dtype", steps: str) -> str:
     """Give the model its copies for one-token steps (cadedit.steps): where steps is "int4", a GGUF's own
     4-bit tensors and an int4 LM head; int8 for every other layer."""
     from cadedit.model_files import gguf_path
@@ -356,26 +360,21 @@ class CachedLM:
         self.ids: list[int] = []
         self.rows: list[tuple[Any, list[int]]] = []  # after fork(k): (cache, ids) of rows 1 .. k-1
 
-    @torch.inference_mode()
-    def feed(self, ids: Sequence[int], keep: int = 1) -> torch.Tensor:
+    def feed(self, ids: Sequence[int], keep: int = 1):
         return self.feed_rows([0], [ids], [keep])[0]  # [keep, V]
 
-    @torch.inference_mode()
-    def feed_rows(self, rows: Sequence[int], ids: Sequence[Sequence[int]], keeps: Sequence[int]) -> list[torch.Tensor]:
+    def feed_rows(self, rows: Sequence[int], ids: Sequence[Sequence[int]], keeps: Sequence[int]) -> list:
         """Feed row i (0: the cache itself, then the rows fork made) its ids, all in one forward;
-        the logits of each row's last keeps[i] positions ([keep, V] each)."""
-        ids = [list(row_ids) for row_ids in ids]
+        the logits of each row's last keeps[i] positions ([keep, V] each, float32 numpy rows:
+        cadedit.decode.Logits)."""
+        ids = [[int(i) for i in row_ids] for row_ids in ids]
         for row_ids in ids:
             check_ids(row_ids, self.model.config.vocab_size)
-        tensors = [torch.tensor(row_ids, dtype=torch.long, device=self.model.device) for row_ids in ids]  # [T_i]
         if not FIRST_FORWARD:
             FIRST_FORWARD.append(process_seconds() or 0.0)
         caches = [self._row(r)[0] for r in rows]
         try:
-            if len(rows) == 1:
-                logits = [self.model(tensors[0], caches[0], keeps[0])]
-            else:
-                logits = self.model.forward_rows(tensors, caches, list(keeps))
+            logits = self.model.forward_logits(ids, caches, list(keeps))
         except BaseException:
             self.reset()  # a forward cut short leaves the cache in an unknown state
             raise

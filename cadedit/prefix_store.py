@@ -9,8 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from cadedit.atomic import replace_file
 from cadedit.settings import user_cache
 
@@ -27,7 +25,8 @@ PREFIX_MIN_TOKENS = 32  # a prefix this short or longer loads faster than it pre
 class PrefixStore:
     """KV caches of prompt prefixes on disk, shared by every cadedit process of this user.
 
-    An entry is the key and value tensors of every layer for a token prefix, keyed by the model's
+    An entry is the cache's own record of a token prefix (cadedit.qwen2.KVCache: the key and value
+    tensors of every layer; cadedit.llamacpp.LlamaCache: llama.cpp's sequence state), keyed by the model's
     identity (its weight files' paths, sizes and mtimes), the dtype and the prefix ids themselves,
     so a stale entry can never be found. Written to a temporary file and renamed (a reader sees a
     whole entry or none; a file that does not load is deleted and ignored); total size bounded.
@@ -50,7 +49,7 @@ class PrefixStore:
             return False
         lm.reset()
         try:
-            lm.cache.restore(torch.load(path, map_location=lm.model.device, weights_only=True), ids)
+            lm.cache.read_prefix(path, ids)
         except Exception:
             lm.reset()
             with contextlib.suppress(OSError):  # a damaged entry goes; in a read-only store it stays, ignored
@@ -66,9 +65,9 @@ class PrefixStore:
         path = self.path(identity, lm.ids[:n])
         if path.is_file() or n > len(lm.ids):
             return
-        layers = lm.cache.export(n)
+        cache = lm.cache
         try:
-            replace_file(path, lambda f: torch.save(layers, f), make_parent=True)
+            replace_file(path, lambda f: cache.write_prefix(f, n), make_parent=True)
         except OSError:  # a store this user may not write: skipped
             return
         self._evict()

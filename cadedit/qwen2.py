@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -122,11 +123,12 @@ class KVCache:
     `length` positions are live; crop(n) forgets all but the first n (nothing is freed or copied).
     """
 
-    def __init__(self, layers: int, kv_heads: int | None = None, dim: int | None = None):
+    def __init__(self, layers: int, kv_heads: int | None = None, dim: int | None = None, device=None):
         self.keys: list[torch.Tensor | None] = [None] * layers
         self.values: list[torch.Tensor | None] = [None] * layers
         self.length = 0
         self.kv_heads, self.dim = kv_heads, dim  # what a restored prefix must have (None: not checked)
+        self.device = device  # where a restored prefix goes (None: the CPU)
 
     def write(self, index: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store [kv_heads, T, dim] keys/values at positions length.. of layer `index`; return the
@@ -150,7 +152,7 @@ class KVCache:
 
     def copy(self) -> "KVCache":
         """Another cache holding the same positions (a row of candidates decoded side by side)."""
-        other = KVCache(len(self.keys), self.kv_heads, self.dim)
+        other = KVCache(len(self.keys), self.kv_heads, self.dim, self.device)
         if self.length:
             other.load([(k[:, : self.length], v[:, : self.length]) for k, v in zip(self.keys, self.values)])
         return other
@@ -180,6 +182,14 @@ class KVCache:
             raise ValueError("prefix shape")
         self.load(layers)
 
+    def write_prefix(self, file, n: int) -> None:
+        """export(n) into an open file (cadedit.prefix_store): torch's format, read back without pickle."""
+        torch.save(self.export(n), file)
+
+    def read_prefix(self, path: Path, ids) -> None:
+        """restore() what write_prefix wrote; ValueError (or torch's own error) for any other file."""
+        self.restore(torch.load(path, map_location=self.device or "cpu", weights_only=True), ids)
+
     def load(self, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Replace the cache with these per-layer keys and values (all of one length)."""
         self.keys, self.values = [None] * len(layers), [None] * len(layers)
@@ -187,6 +197,28 @@ class KVCache:
         for index, (keys, values) in enumerate(layers):
             self.write(index, keys, values)
         self.length = layers[0][0].shape[1] if layers else 0
+
+
+class LogitRows:
+    """A forward's [keep, V] logits as the decode loop reads them: row i as a float32 numpy array,
+    converted when read (a verified draft keeps up to hundreds of rows; the loop reads those it walks)."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.logits = logits
+
+    def __len__(self) -> int:
+        return self.logits.shape[0]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.logits.shape)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.logits[i].float().cpu().numpy()
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:  # np.asarray(rows): all of them, [keep, V]
+        rows = self.logits.float().cpu().numpy()
+        return rows if dtype is None else rows.astype(dtype)
 
 
 def _unset(*shape: int) -> nn.Parameter:
@@ -343,11 +375,20 @@ class Qwen2(nn.Module):
         return self.lm_head.weight.device
 
     def new_cache(self) -> KVCache:
-        return KVCache(self.config.num_hidden_layers, self.config.num_key_value_heads, self.config.dim)
+        return KVCache(self.config.num_hidden_layers, self.config.num_key_value_heads, self.config.dim, self.device)
 
     def set_eager_attention(self, eager: bool) -> None:
         for layer in self.model.layers:
             layer.self_attn.eager = eager
+
+    @torch.inference_mode()
+    def forward_logits(self, ids: list[list[int]], caches: list[KVCache], keeps: list[int]) -> list["LogitRows"]:
+        """What cadedit.model.CachedLM feeds: forward_rows on token id lists, each row's logits as
+        LogitRows (float32 numpy rows for the decode loop)."""
+        tensors = [torch.tensor(row, dtype=torch.long, device=self.device) for row in ids]  # [T_i]
+        if len(tensors) == 1:
+            return [LogitRows(self(tensors[0], caches[0], keeps[0]))]
+        return [LogitRows(rows) for rows in self.forward_rows(tensors, caches, keeps)]
 
     def forward(self, ids: torch.Tensor, cache: KVCache, keep: int = 1) -> torch.Tensor:
         """ids: [T] token ids; returns [keep, vocab] logits (in the model's dtype); cache grows by T."""

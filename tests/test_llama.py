@@ -20,6 +20,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -44,6 +45,11 @@ TOK = make_tokenizer()
 TOKEN_BYTES = vocab_from_tokenizer(TOK).tokens
 TOLERANCE = 5e-3  # llama.cpp against torch
 SAME = 1e-3  # llama.cpp against itself, the same positions fed in other batches
+
+
+def close(got, expected, atol: float) -> bool:
+    """Logits (numpy arrays, cadedit.qwen2.LogitRows or tensors) equal within atol."""
+    return np.allclose(np.asarray(got, dtype=np.float32), np.asarray(expected, dtype=np.float32), atol=atol)
 
 
 @pytest.fixture(scope="session")
@@ -110,13 +116,13 @@ def test_llama_logits_agree_with_torch_on_the_same_weights(llama_tiny):
         expected = model(torch.tensor(ids), model.new_cache(), keep=len(ids))
     lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
     got = lm.feed(ids, keep=len(ids))
-    assert got.shape == expected.shape == (len(ids), 768) and got.dtype == torch.float32
-    assert torch.allclose(got, expected, atol=TOLERANCE), float((got - expected).abs().max())
+    assert isinstance(got, np.ndarray) and got.shape == tuple(expected.shape) == (len(ids), 768) and got.dtype == np.float32
+    assert close(got, expected, TOLERANCE), float(np.abs(got - expected.numpy()).max())
     step = lm.feed([ids[0]])
     with torch.no_grad():
         cache = model.new_cache()
         model(torch.tensor(ids), cache)
-        assert torch.allclose(step, model(torch.tensor([ids[0]]), cache), atol=TOLERANCE)
+        assert close(step, model(torch.tensor([ids[0]]), cache), TOLERANCE)
 
 
 def test_crop_and_reuse_give_the_logits_of_a_fresh_feed(llama_tiny):
@@ -126,13 +132,13 @@ def test_crop_and_reuse_give_the_logits_of_a_fresh_feed(llama_tiny):
     lm.feed(a + b)
     lm.crop(len(b))
     assert lm.ids == a and lm.cache.length == len(a) == llama_tiny.model.positions()
-    assert torch.allclose(lm.feed(c, keep=len(c)), fresh, atol=SAME)
+    assert close(lm.feed(c, keep=len(c)), fresh, SAME)
     lm.reset()
     lm.feed(a + b)
     common = next(i for i, (x, y) in enumerate(zip(a + b, a + c)) if x != y)
     assert common >= len(a) and lm.reuse(a + c) == common and lm.ids == (a + c)[:common]
     rest = len(a + c) - common
-    assert torch.allclose(lm.feed((a + c)[common:], keep=rest), fresh[-rest:], atol=SAME)
+    assert close(lm.feed((a + c)[common:], keep=rest), fresh[-rest:], SAME)
 
 
 def test_two_caches_of_one_model_take_turns(llama_tiny):
@@ -141,7 +147,7 @@ def test_two_caches_of_one_model_take_turns(llama_tiny):
     first.feed(a)
     second.feed(b)
     alone = CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(a + b[:1])
-    assert torch.allclose(first.feed(b[:1]), alone, atol=SAME)  # fed again from its ids: the context held `second`
+    assert close(first.feed(b[:1]), alone, SAME)  # fed again from its ids: the context held `second`
 
 
 def test_a_long_feed_is_split_into_batches_and_keeps_its_last_rows(llama_tiny):
@@ -153,7 +159,7 @@ def test_a_long_feed_is_split_into_batches_and_keeps_its_last_rows(llama_tiny):
     assert rows.shape[0] == llamacpp.MAX_OUTPUTS + 30 and lm.cache.length == len(ids)
     again = CachedLM(llama_tiny.model, new_cache(llama_tiny))
     again.feed(ids[:-1])
-    assert torch.allclose(again.feed(ids[-1:]), rows[-1:], atol=1e-3)
+    assert close(again.feed(ids[-1:]), rows[-1:], 1e-3)
 
 
 def test_the_prefix_store_gives_back_what_a_fresh_feed_computes(llama_tiny, tmp_path):
@@ -166,7 +172,7 @@ def test_the_prefix_store_gives_back_what_a_fresh_feed_computes(llama_tiny, tmp_
     loaded = CachedLM(llama_tiny.model, new_cache(llama_tiny))
     assert store.load(loaded, identity, ids) and loaded.ids == ids and llama_tiny.model.positions() == len(ids)
     fresh = CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(ids + TOK.encode("    return"), keep=2)
-    assert torch.allclose(loaded.feed(TOK.encode("    return"), keep=2), fresh, atol=SAME)
+    assert close(loaded.feed(TOK.encode("    return"), keep=2), fresh, SAME)
     assert not store.load(loaded, identity, ids[:-1])  # another prefix: not there
     assert "llama" in identity and model_identity(llama_tiny) != identity.replace("llama", "torch")
 
@@ -176,6 +182,10 @@ def test_a_damaged_prefix_entry_is_deleted_and_ignored(llama_tiny, tmp_path):
     store, identity = PrefixStore(tmp_path / "prefixes"), model_identity(llama_tiny)
     torch.save(torch.zeros(10, dtype=torch.uint8), store.path(identity, ids).parent.mkdir(parents=True) or store.path(identity, ids))
     lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    assert not store.load(lm, identity, ids) and not store.path(identity, ids).exists() and lm.ids == []
+    from cadedit.llamacpp import STATE_MAGIC
+
+    store.path(identity, ids).write_bytes(STATE_MAGIC + bytes(4000))  # this backend's header, not its state
     assert not store.load(lm, identity, ids) and not store.path(identity, ids).exists() and lm.ids == []
 
 
@@ -234,6 +244,24 @@ def test_fix_on_the_llama_backend_writes_the_models_edit(colors, editing_gguf, m
                   "--mode", mode, "--threads", "1", "--write", "-q", cwd=colors)
     assert written.returncode == 0, written.stderr
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
+
+
+def test_a_fix_on_the_llama_backend_never_imports_torch(colors, editing_gguf, tmp_path):
+    """The llama.cpp path needs no torch, whose import is the largest part of a cold start: a fix that
+    stores its prompt prefix, then one that loads it back and runs a --test, import no torch module."""
+    import sys
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for run in range(2):
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "cadedit", "fix", "colors.txt",
+                               "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
+                               "--threads", "1", "--test", "true", "-q"],
+                              cwd=colors, capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0 and "+green;" in done.stdout, done.stderr[-2000:]
+        imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+        assert "cadedit.llamacpp" in imported and "cadedit.decode" in imported  # the run is the one meant
+        assert not {name for name in imported if name.split(".")[0] in ("torch", "transformers")}, run
+        assert list((tmp_path / "cache" / "cadedit" / "prefixes").glob("*.kv"))  # stored, then loaded
 
 
 def test_auto_measures_the_backends_once_and_says_why(colors, editing_gguf, tmp_path):

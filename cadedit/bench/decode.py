@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
 from cadedit import pipeline
@@ -68,7 +69,7 @@ def regenerate(loaded: LoadedModel, prompt_ids: Sequence[int], gold_ids: Sequenc
     lm.feed(prompt_ids)
     start = time.perf_counter()
     for token in gold_ids:
-        int(torch.argmax(lm.feed([token])[-1]))  # [V] -> the pick
+        int(np.argmax(lm.feed([token])[-1]))  # [V] -> the pick
     return time.perf_counter() - start
 
 
