@@ -261,11 +261,18 @@ def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple["torch.dtyp
 # -- backend: torch or llama.cpp ---------------------------------------------------------------
 
 
+# torch runs a GGUF only where it measured at least this much faster than llama.cpp: the probe's
+# own run-to-run spread is a few percent (README, "Design measurements"), and within it the GGUF at
+# its own size wins (no conversion, a third of the memory).
+TORCH_MARGIN = 1.1
+PROBE = "forward-probe"  # in the measurement's key: answers of an earlier probe (linear layers alone) are not reused
+
+
 def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str, threads: int) -> tuple[str, str]:
     """The backend that runs this model, and why. auto: a model folder, CUDA or an explicit --dtype
     keep torch; a GGUF runs on whichever does an edit's model work faster on this CPU (llama.cpp's
-    load included: repacking is paid by every process), measured once per machine and model file
-    (both sides in the same process) and cached."""
+    load included: repacking is paid by every process; torch only if TORCH_MARGIN faster), measured
+    once per machine and model file (both sides in the same process) and cached."""
     from cadedit import llamacpp
 
     if setting == "torch":
@@ -300,7 +307,7 @@ def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str,
         if room is not None and need > 0.8 * room:
             measured += f"; torch would need {need / 1e9:.1f} GB of weights, {room / 1e9:.1f} GB free"
             return "llama"
-        return "llama" if cost <= estimate else "torch"
+        return "torch" if estimate * TORCH_MARGIN < cost else "llama"
 
     answer, path = _measured_once(backend_key(gguf, threads), ("torch", "llama"), measure)
     return answer, (f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})")
@@ -331,7 +338,7 @@ def backend_key(gguf: Path, threads: int) -> str:
     from cadedit import llamacpp
 
     st = gguf.stat()
-    return f"{_cpu_identity(threads)}|backend|{gguf.name}:{st.st_size}|{llamacpp.build()}"
+    return f"{_cpu_identity(threads)}|backend|{gguf.name}:{st.st_size}|{llamacpp.build()}|{PROBE}"
 
 
 def llama_variant(gguf: Path, threads: int) -> str:
@@ -359,28 +366,76 @@ def _available_memory() -> int | None:
 
 
 def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
-    """torch's time for an edit's model work (_WORK) on a model of this GGUF's shape, from its linear
-    layers timed in the dtype torch would load it in (and the step kernel where chosen), without
-    converting the GGUF; and the bytes its weights would take."""
-    arch = meta.get("general.architecture", "")
-    hidden, inter = int(meta[f"{arch}.embedding_length"]), int(meta[f"{arch}.feed_forward_length"])
-    heads, kv = int(meta[f"{arch}.attention.head_count"]), int(meta[f"{arch}.attention.head_count_kv"])
-    layers, vocab = int(meta[f"{arch}.block_count"]), len(meta.get("tokenizer.ggml.tokens", ())) or 151936
-    head_dim = hidden // heads
+    """torch's time for an edit's model work (_WORK) on a model of this GGUF's shape, without
+    converting the GGUF; and the bytes its weights would take.
+
+    Timed as llama.cpp's side is, on cadedit's own forward (cadedit.qwen2: attention, norms, rope and
+    the LM head included, with the step copies torch would use) after a 512-token prompt, on weights
+    of the model's shape filled with a constant (real pages, so a step reads real memory). Two
+    models of 1 and 3 layers give the cost of a layer and of the rest, so the whole model is never
+    built. Timing only the linear layers left out the rest of each forward: it made torch look up to
+    1.4x faster than it ran (README, "Design measurements")."""
     import torch
 
+    from cadedit.qwen2 import Config
+
+    arch = meta.get("general.architecture", "")
+    config = Config(
+        vocab_size=len(meta.get("tokenizer.ggml.tokens", ())) or 151936,
+        hidden_size=int(meta[f"{arch}.embedding_length"]), intermediate_size=int(meta[f"{arch}.feed_forward_length"]),
+        num_hidden_layers=int(meta[f"{arch}.block_count"]), num_attention_heads=int(meta[f"{arch}.attention.head_count"]),
+        num_key_value_heads=int(meta[f"{arch}.attention.head_count_kv"]), tie_word_embeddings=True)
     torch.set_num_threads(threads)
     dtype, _ = cpu_dtype(threads)
     step = cpu_steps(threads)[0] if dtype == torch.bfloat16 else "bf16"
-    shapes = [(hidden, hidden), (kv * head_dim, hidden), (kv * head_dim, hidden), (hidden, hidden),
-              (inter, hidden), (inter, hidden), (hidden, inter)]
-    total = 0.0
-    for rows, times in _WORK:
-        kernel = step if rows == 1 else ""  # "" and "bf16": the layer's own weight
-        layer = sum(_time_linear(dtype, rows, reps=3, step=kernel, shape=shape) for shape in shapes)
-        head = 8 * _time_linear(dtype, 1, reps=3, step=kernel, shape=(vocab // 8, hidden))  # one row through the LM head
-        total += times * (layers * layer + head)
-    params = layers * sum(a * b for a, b in shapes) + 2 * vocab * hidden
+    cost = {layers: _forward_work_seconds(config, layers, dtype, step) for layers in (1, 3)}
+    layer = max(0.0, (cost[3] - cost[1]) / 2)
+    total = cost[1] + (config.num_hidden_layers - 1) * layer
+    h, kv = config.hidden_size, config.num_key_value_heads * config.dim
+    params = config.num_hidden_layers * (2 * h * h + 2 * kv * h + 3 * h * config.intermediate_size) \
+        + 2 * config.vocab_size * h  # the embedding and an LM head (an untied one: the larger)
     return total, params * torch.tensor([], dtype=dtype).element_size()
 
 
+def _forward_work_seconds(config, layers: int, dtype: "torch.dtype", step: str) -> float:
+    """_WORK's seconds on cadedit's Qwen2 forward with `layers` layers of this config (see above);
+    the LM head is the embedding (tied), which takes the same time as an untied one."""
+    import dataclasses
+    import tempfile
+
+    import torch
+
+    from cadedit.qwen2 import Qwen2
+
+    config = dataclasses.replace(config, num_hidden_layers=layers)
+    with torch.inference_mode():
+        model = Qwen2(config)
+        for name, param in list(model.named_parameters()):
+            module_name, _, attribute = name.rpartition(".")
+            module = model.get_submodule(module_name)
+            setattr(module, attribute, torch.nn.Parameter(torch.full(param.shape, 0.01, dtype=dtype), requires_grad=False))
+        if config.tie_word_embeddings:
+            model.lm_head.weight = model.model.embed_tokens.weight
+        model.eval()
+        if step in ("int8", "int4"):
+            from cadedit.steps import quantize_int4, use_step_weights
+
+            linears = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+            four_bit = {name: (lambda n=name: quantize_int4(model.get_submodule(n).weight)) for name in linears} \
+                if step == "int4" else {}
+            with tempfile.TemporaryDirectory(prefix="cadedit-probe-") as root:
+                use_step_weights(model, "probe", four_bit, root=Path(root), int4_head=step == "int4")
+        filler = torch.arange(1000, 1000 + 768) % config.vocab_size
+        prefix = 512  # an edit's steps follow a prompt of several hundred tokens (as llama.cpp's side)
+        cache = model.new_cache()
+        model(filler[:prefix], cache)  # the warm-up
+        total = 0.0
+        for rows, times in _WORK:
+            timings = []
+            for _ in range(2 if rows > 1 else 5):
+                cache.crop(prefix)
+                start = time.perf_counter()
+                model(filler[prefix : prefix + rows], cache)
+                timings.append(time.perf_counter() - start)
+            total += times * min(timings)
+    return total

@@ -229,9 +229,10 @@ def test_failed_gguf_conversion_leaves_no_cache_entry(tmp_path, monkeypatch):
     assert list(M.cache_root().iterdir()) == []
 
 
-@pytest.mark.parametrize("torch_seconds, chosen", [(10.5, "llama"), (9.5, "torch")])
+@pytest.mark.parametrize("torch_seconds, chosen", [(10.5, "llama"), (9.5, "llama"), (8.9, "torch")])
 def test_auto_runs_a_gguf_on_the_backend_that_measured_faster(monkeypatch, tmp_path, torch_seconds, chosen):
-    """llama.cpp's edit work (its load included) 10 s against torch's estimate."""
+    """llama.cpp's edit work (its load included) 10 s against torch's estimate: torch only where it is
+    clearly faster (a near tie runs the GGUF at its own size)."""
     from cadedit import gguf_file, llamacpp
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -244,6 +245,37 @@ def test_auto_runs_a_gguf_on_the_backend_that_measured_faster(monkeypatch, tmp_p
     monkeypatch.setattr(H, "_torch_work_seconds", lambda meta, threads: (torch_seconds, 1))
     backend, why = H.choose_backend_for("auto", gguf, "cpu", "auto", 2)
     assert backend == chosen and f"torch {torch_seconds:.2f} s" in why
+
+
+def test_torchs_side_of_the_probe_is_its_real_forward_extrapolated_from_one_and_three_layers(monkeypatch):
+    """torch's estimate is cadedit's whole forward (attention, norms, head) on 1 and 3 layers of the
+    model's shape, extrapolated: a layer is half the difference, the rest what 1 layer costs beyond it."""
+    seen = []
+
+    def timed(config, layers, dtype, step):
+        seen.append((config.hidden_size, config.intermediate_size, config.num_key_value_heads, layers))
+        return {1: 2.0, 3: 3.0}[layers]
+
+    monkeypatch.setattr(H, "_forward_work_seconds", timed)
+    monkeypatch.setattr(H, "cpu_dtype", lambda threads: (torch.bfloat16, ""))
+    monkeypatch.setattr(H, "cpu_steps", lambda threads: ("int8", ""))
+    meta = {"general.architecture": "qwen2", "qwen2.embedding_length": 64, "qwen2.feed_forward_length": 128,
+            "qwen2.block_count": 11, "qwen2.attention.head_count": 4, "qwen2.attention.head_count_kv": 2,
+            "tokenizer.ggml.tokens": ["a"] * 100}
+    seconds, need = H._torch_work_seconds(meta, 1)
+    assert seen == [(64, 128, 2, 1), (64, 128, 2, 3)] and seconds == pytest.approx(2.0 + 10 * 0.5)
+    assert need == 2 * (11 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 64 * 128) + 2 * 100 * 64)  # bf16 bytes
+
+
+@pytest.mark.parametrize("step", ["bf16", "int8", "int4"])
+def test_the_torch_probe_runs_the_real_forward_with_the_step_copies_and_leaves_no_files(monkeypatch, tmp_path, step):
+    from cadedit.qwen2 import Config
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    config = Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=5,
+                    num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    assert H._forward_work_seconds(config, 1, torch.bfloat16, step) > 0
+    assert not list(tmp_path.rglob("*"))  # the step copies went to a temporary folder, not the user cache
 
 
 # -- a GGUF's metadata, read by cadedit's own parser ---------------------------------------------
