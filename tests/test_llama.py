@@ -284,7 +284,7 @@ def test_backend_measurements_are_keyed_by_the_llama_builds_cpu_features(editing
 
     version, _, features = llamacpp.build().partition(":")
     assert version == llamacpp.version() and len(features) == 12
-    assert hardware.backend_key(editing_gguf, 1).endswith(f"|{llamacpp.build()}")
+    assert hardware.backend_key(editing_gguf, 1).endswith(f"|{llamacpp.build()}|{hardware.PROBE}")
 
 
 def test_the_backend_comes_from_the_environment_and_settings(colors, editing_gguf):
