@@ -265,7 +265,7 @@ def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple["torch.dtyp
 # own run-to-run spread is a few percent (README, "Design measurements"), and within it the GGUF at
 # its own size wins (no conversion, a third of the memory).
 TORCH_MARGIN = 1.1
-PROBE = "forward-probe"  # in the measurement's key: answers of an earlier probe (linear layers alone) are not reused
+PROBE = "forward-probe"  # how torch's side is measured, in the measurement's key: another probe's answer is not reused
 
 
 def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str, threads: int) -> tuple[str, str]:
@@ -373,8 +373,8 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     the LM head included, with the step copies torch would use) after a 512-token prompt, on weights
     of the model's shape filled with a constant (real pages, so a step reads real memory). Two
     models of 1 and 3 layers give the cost of a layer and of the rest, so the whole model is never
-    built. Timing only the linear layers left out the rest of each forward: it made torch look up to
-    1.4x faster than it ran (README, "Design measurements")."""
+    built. The linear layers alone leave out the rest of each forward, and with it torch looked up to
+    1.4x faster than the whole model ran (README, "Design measurements")."""
     import torch
 
     from cadedit.qwen2 import Config

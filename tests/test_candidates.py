@@ -247,6 +247,12 @@ def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(t
     summary = data["corpora"][0]["summary"]
     assert summary["pass_k"] == 1 and summary["pass_one"] == 0 and summary["n"] == 1
     assert "any of 4 1/1" in result.stdout
+    assert row["regions"] == [[1, 2]] and data["scoped"]  # "Fix add." scoped as `cadedit fix` scopes it
+    whole = CliRunner().invoke(cli.app, ["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
+                                         "--dtype", "fp32", "--threads", "1", "--scoping", "off", "--json", str(out)])
+    assert whole.exit_code == 0, whole.output
+    data = json.loads(out.read_text())
+    assert data["corpora"][0]["cases"][0]["regions"] == [] and not data["scoped"]
 
 
 def test_program_mode_rows_each_spell_their_own_program_with_splices():

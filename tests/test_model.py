@@ -267,6 +267,23 @@ def test_torchs_side_of_the_probe_is_its_real_forward_extrapolated_from_one_and_
     assert need == 2 * (11 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 64 * 128) + 2 * 100 * 64)  # bf16 bytes
 
 
+@pytest.mark.parametrize("line, gpu", [("cuda: Optional[str] = None\nhip: Optional[str] = None\n", False),
+                                       ("cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\n", True),
+                                       ("cuda = None\nhip = '6.3.42131'\n", True)])
+def test_a_cpu_build_of_torch_is_told_from_its_version_file_without_importing_it(monkeypatch, tmp_path, line, gpu):
+    import importlib.machinery
+    import importlib.util
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "version.py").write_text("from typing import Optional\n" + line)
+    spec = importlib.machinery.ModuleSpec("torch", None, is_package=True)
+    spec.submodule_search_locations = [str(tmp_path / "torch")]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec)
+    assert H.torch_has_gpu_build() is gpu
+    if not gpu:
+        assert H.choose_device("auto") == "cpu"
+
+
 @pytest.mark.parametrize("step", ["bf16", "int8", "int4"])
 def test_the_torch_probe_runs_the_real_forward_with_the_step_copies_and_leaves_no_files(monkeypatch, tmp_path, step):
     from cadedit.qwen2 import Config

@@ -1,6 +1,7 @@
 """Candidates side by side against one candidate (`cadedit bench candidates`), on the same edit in the same run.
 
-Contract: measure_case(loaded, case, k) edits the case's input twice in verify mode from an empty KV
+Contract: measure_case(loaded, case, k) edits the case's input twice in verify mode (scoped as `cadedit
+fix` scopes it, unless scoped=False) from an empty KV
 cache (no prompt reused; the caller turns the prefix store off): once as `cadedit fix` does today (one greedy candidate,
 pipeline.edit_file) and once as `--candidates k` does on try 1 (pipeline.edit_candidates: candidate
 1 greedy, the others sampled as cadedit.tries.candidate_sampling seeds them; measure_case's picks
@@ -49,17 +50,21 @@ def _batched(loaded: LoadedModel, case: Case, options: EditOptions, picks: list[
 
 
 def measure_case(loaded: LoadedModel, case: Case, k: int, order: int = 0, test_timeout: float = BENCH_TEST_TIMEOUT,
-                 picks: list[pipeline.PickFor] | None = None) -> dict:
+                 picks: list[pipeline.PickFor] | None = None, scoped: bool = True) -> dict:
     """One case: the single decode and the k-row decode (which first: `order` even, the single one).
     picks: the k rows' picker factories (None: candidate_picks, as `--candidates k`); the single
-    decode takes the first (greedy)."""
+    decode takes the first (greedy). scoped: the scope from the instruction first, as `cadedit fix`
+    resolves it (else the whole file)."""
+    from cadedit.scope import plan_edit
+
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY)
+    options, _ = plan_edit(document_for(case), case.instruction, options, scoping=scoped)
     picks = picks or candidate_picks(k, Sampling())
     if order % 2 == 0:
         one, many = _single(loaded, case, options, picks[0]), _batched(loaded, case, options, picks)
     else:
         many, one = _batched(loaded, case, options, picks), _single(loaded, case, options, picks[0])
-    row = {"id": case.id, "k": k, "one_seconds": one["seconds"], "k_seconds": many["seconds"],
+    row = {"id": case.id, "k": k, "regions": [list(r) for r in options.regions], "one_seconds": one["seconds"], "k_seconds": many["seconds"],
            "ratio": many["seconds"] / one["seconds"], "one_forwards": one["forwards"], "k_forwards": many["forwards"],
            "greedy_same": one["text"] is not None and many["texts"][0] == one["text"],
            "distinct": len({t for t in many["texts"] if t is not None}), "logprobs": many["logprobs"]}

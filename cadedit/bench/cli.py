@@ -795,6 +795,8 @@ def candidates(
     dtype: DtypeOpt = DEFAULT_DTYPE,
     threads: ThreadsOpt = None,
     context: CaseContextOpt = "docs",
+    scoping: Annotated[str, typer.Option("--scoping", help="on (the scope from the instruction, as `cadedit fix` "
+                                         "resolves it) or off (whole-file verify edits).")] = "on",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -809,13 +811,14 @@ def candidates(
     from cadedit.bench import candidates as bc
 
     os.environ["CADEDIT_PREFIX_CACHE"] = "0"  # every decode feeds its whole prompt
+    scoped = _choice(scoping, "--scoping", {"on": True, "off": False})
     corpora = load_corpora(corpus, limit, context)
     loaded, _ = _load_model(model, "auto", dtype, threads, backend)
-    meta = {**_model_meta("candidates", loaded, "backend"), "k": k, "context": context}
+    meta = {**_model_meta("candidates", loaded, "backend"), "k": k, "context": context, "scoped": scoped}
     # Which of the two decodes goes first alternates from case to case (measure_case's `order`).
     cases = [(name, case) for name, cases in corpora.items() for case in cases]
     work = [(name, (order, case)) for order, (name, case) in enumerate(cases)]
-    done = run_corpora(corpora, "candidates", lambda name, item: bc.measure_case(loaded, item[1], k, order=item[0]),
+    done = run_corpora(corpora, "candidates", lambda name, item: bc.measure_case(loaded, item[1], k, order=item[0], scoped=scoped),
                        lambda done: {**meta, "corpora": [{"name": name, "summary": bc.summarize(rows), "cases": rows}
                                                          for name, rows in done.items()]},
                        json_path, lambda row: say(_candidates_line(row, k)), work)
