@@ -279,17 +279,18 @@ def _load_llama(spec: str, gguf: Path, threads: int, reason: str, start: float, 
 
 
 def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, phases: list) -> LoadedModel:
-    import torch
-
     def phase(name: str, since: float) -> float:
         now = time.perf_counter()
         phases.append((name, now - since))
         return now
 
+    import torch  # here, not at the top: a process on llama.cpp never imports it
+
+    t = phase("import torch", start)
     torch.set_num_threads(threads)
     device = choose_device(device)
     source, hub = _source(spec)
-    t = phase("find", start)
+    t = phase("find", t)
     torch_dtype, why = choose_dtype(dtype, device, threads)
     t = phase("dtype", t)
     folder = _folder(source, hub)
