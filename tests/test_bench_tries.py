@@ -101,6 +101,49 @@ def test_tries_without_the_checks_run(tmp_path, monkeypatch, tiny_dir):
     assert all("checks" not in r and r["tries_checks_only"] == [] for r in rows)
 
 
+@pytest.mark.parametrize("scoping", ["on", "off"])
+def test_tries_with_candidates_scores_try_one_by_its_first_passing_candidate(tmp_path, monkeypatch, tiny_dir, scoping):
+    """--candidates 3: try 1 is one batched decode whose candidates are checked in turn; the case is
+    scoped as `cadedit fix` scopes "Fix add." (the function), or not with --scoping off."""
+    other = "\n\ndef sub(a, b):\n    return a - b\n"  # so that add's lines are a part of the file
+    wrong = "def add(a, b):\n    return a * b\n" + other
+    asked = []
+
+    def spell(text: str):
+        after = Document.from_text(text)
+
+        def pick_for(loaded, document, prepared):
+            asked.append(prepared.regions)
+            if prepared.regions:
+                answer = scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
+                return script_picker(answer, token_bytes(loaded), lambda t: encode(loaded.tokenizer, t))
+            return scripted_picker(loaded, document, prepared, after)
+
+        return pick_for
+
+    def picks(k: int):
+        return [spell(BUGGY + other), spell(wrong), spell(FIXED + other)] if k == 1 else spell(wrong) if k else None
+
+    monkeypatch.setattr(bench_tries, "run_case", functools.partial(bench_tries.run_case, picks=picks))
+    out = tmp_path / "t.json"
+    cases = tmp_path / "c.jsonl"
+    cases.write_text(json.dumps({"id": "case", "language": "python", "before": BUGGY + other, "after": FIXED + other,
+                                 "instruction": "Fix add.", "test": TEST}) + "\n")
+    result = CliRunner().invoke(app, ["bench", "tries", "-c", str(cases), "--model", str(tiny_dir),
+                                      "--tries", "3", "--check-tries", "0", "--candidates", "3", "--scoping", scoping,
+                                      "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    (row,) = data["corpora"][0]["cases"]
+    assert data["candidates"] == 3 and row["regions"] == ([[1, 2]] if scoping == "on" else [])
+    assert set(asked) == ({((1, 2),)} if scoping == "on" else {()})
+    made = row["tries_with_test"]
+    assert {t["try"] for t in made} == {1} and sorted(t["candidate"] for t in made) == [1, 2, 3]
+    assert row["single"]["passed"] and row["single"]["tries"] == 1 and row["test3"] == row["single"]
+    decode = max(t["seconds"] - t["checks_seconds"] for t in made)
+    assert row["single"]["seconds"] == pytest.approx(decode + sum(t["checks_seconds"] for t in made))
+
+
 def test_longfile_scores_a_scoped_fix_of_a_real_module(tmp_path, monkeypatch, long_context_dir):
     from cadedit.bench import longfile
 

@@ -864,6 +864,10 @@ def tries(
     threads: ThreadsOpt = None,
     skip: Annotated[int, typer.Option(min=0, help="Skip the first N cases of each corpus.")] = 0,
     context: CaseContextOpt = "docs",
+    scoping: Annotated[str, typer.Option("--scoping", help="on (the scope from the instruction, as `cadedit fix` "
+                                         "resolves it) or off (whole-file edits).")] = "on",
+    k: Annotated[int, typer.Option("--candidates", "-k", min=1, max=8,
+                                   help="Try 1 decodes this many candidates side by side, as `cadedit fix -k`.")] = 1,
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -876,9 +880,10 @@ def tries(
 
     corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
     loaded, _ = _load_model(model, "auto", dtype, threads, backend, warm_up=False)
-    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, _tries_options(loaded.name, mode, layout))
+    scoped = _choice(scoping, "--scoping", {"on": True, "off": False})
+    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, _tries_options(loaded.name, mode, layout), scoped, k)
     meta = {**_model_meta("tries", loaded), "mode": mode, "layout": settings.options.layout, "context": context,
-            "tries": max_tries, "check_tries": check_tries, "skip": skip}
+            "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped, "candidates": k}
     rows = _tries_rows(max_tries, check_tries)
 
     def to_json(done: dict[str, list]) -> dict:

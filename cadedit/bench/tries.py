@@ -26,6 +26,7 @@ from cadedit.bench.report import median
 from cadedit.document import Document
 from cadedit.model import LoadedModel
 from cadedit.options import EditOptions
+from cadedit.scope import plan_edit
 from cadedit.settings import BENCH_TEST_TIMEOUT, DEFAULT_TRIES
 from cadedit.tries import CheckPlan, Verified, edit_verified
 
@@ -38,6 +39,8 @@ class TriesSettings:
     check_tries: int = DEFAULT_TRIES  # syntax + no-change only
     test_timeout: float = BENCH_TEST_TIMEOUT
     options: EditOptions = EditOptions()
+    scoped: bool = True  # the scope from the instruction first, as `cadedit fix` resolves it
+    candidates: int = 1  # try 1 decodes this many side by side (`cadedit fix --candidates`)
 
 
 def _test_command(folder: Path, case: Case, runner: str, name: str) -> str:
@@ -60,24 +63,41 @@ def _test_command(folder: Path, case: Case, runner: str, name: str) -> str:
 
 
 def _judged(verified: Verified, case: Case, timeout: float) -> list[dict]:
+    """Every candidate of every try, in the order they were checked, judged by the corpus's test."""
     rows = []
     for t in verified.tries:
         passed = bool(t.result is not None and run_test(case, t.result.new_text, timeout).passed)
-        rows.append({"try": t.number, "seconds": t.seconds, "checks_passed": t.passed, "test_passed": passed,
-                     "summary": t.summary(), "changed": t.result.changed if t.result else None,
+        rows.append({"try": t.number, "candidate": t.candidate, "seconds": t.seconds,
+                     "checks_seconds": sum(c.seconds for c in t.checks), "checks_passed": t.passed,
+                     "test_passed": passed, "summary": t.summary(), "changed": t.result.changed if t.result else None,
                      "exact": bool(t.result and t.result.new_text == case.after),
                      "tokens_reused": t.result.stats.tokens_reused if t.result else 0})
     return rows
 
 
 def _row(judged: list[dict], upto: int) -> dict:
-    """What a user with `upto` tries gets: the answer (the first try whose checks passed) or none."""
-    made = judged[:upto]
+    """What a user with `upto` tries gets: the answer (the first candidate whose checks passed) or
+    none; the seconds of the tries made (a batched try: its one decode and every candidate's checks)."""
+    made = [r for r in judged if r["try"] <= upto]
     answer = next((r for r in made if r["checks_passed"]), None)
-    stop = made.index(answer) + 1 if answer else len(made)
+    stop = answer["try"] if answer else max((r["try"] for r in made), default=0)
+    seconds = 0.0
+    for number in range(1, stop + 1):
+        group = [r for r in made if r["try"] == number]
+        checks = sum(r["checks_seconds"] for r in group)
+        seconds += max(r["seconds"] - r["checks_seconds"] for r in group) + checks
     return {"passed": bool(answer and answer["test_passed"]), "exact": bool(answer and answer["exact"]),
-            "answered": answer is not None,
-            "tries": stop, "seconds": sum(r["seconds"] for r in made[:stop])}
+            "answered": answer is not None, "tries": stop, "seconds": seconds}
+
+
+def _single(judged: list[dict]) -> dict:
+    """Try 1 as a single shot shows it: the candidate that passed its checks (with several side by
+    side, the first that did), else the first checked, the likeliest, shown as failing."""
+    row = _row(judged, 1)
+    if not row["answered"]:
+        first = judged[0]
+        row.update(passed=first["test_passed"], exact=first["exact"])
+    return {**row, "answered": True}
 
 
 def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings,
@@ -90,18 +110,18 @@ def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings,
         name = case.solution_file or "solution" + SUFFIX[runner]
         (folder / name).write_text(case.before, encoding="utf-8")
         document = Document.read(folder / name)
+        options, _ = plan_edit(document, case.instruction, settings.options, scoping=settings.scoped)
         with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
-        tested = edit_verified(document, case.instruction, settings.options, with_test, settings.tries, loaded=loaded,
-                               picks=picks)
+        tested = edit_verified(document, case.instruction, options, with_test, settings.tries, loaded=loaded,
+                               picks=picks, candidates=settings.candidates)
         tested_rows = _judged(tested, case, settings.test_timeout)
         checked_rows = []
         if settings.check_tries:
-            checked = edit_verified(document, case.instruction, settings.options, CheckPlan(), settings.check_tries,
-                                    loaded=loaded, picks=picks)
+            checked = edit_verified(document, case.instruction, options, CheckPlan(), settings.check_tries,
+                                    loaded=loaded, picks=picks, candidates=settings.candidates)
             checked_rows = _judged(checked, case, settings.test_timeout)
-    single = {"passed": tested_rows[0]["test_passed"], "exact": tested_rows[0]["exact"], "answered": True, "tries": 1,
-              "seconds": tested_rows[0]["seconds"]}
-    row = {"id": case.id, "language": case.language, "single": single,
+    single = _single(tested_rows)
+    row = {"id": case.id, "language": case.language, "regions": [list(r) for r in options.regions], "single": single,
            "tries_with_test": tested_rows, "tries_checks_only": checked_rows}
     if checked_rows:
         row["checks"] = _row(checked_rows, settings.check_tries)
