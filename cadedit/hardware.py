@@ -425,8 +425,17 @@ def _forward_work_seconds(config, layers: int, dtype: "torch.dtype", step: str) 
                 if step == "int4" else {}
             with tempfile.TemporaryDirectory(prefix="cadedit-probe-") as root:
                 use_step_weights(model, "probe", four_bit, root=Path(root), int4_head=step == "int4")
-        filler = torch.arange(1000, 1000 + 768) % config.vocab_size
-        prefix = 512  # an edit's steps follow a prompt of several hundred tokens (as llama.cpp's side)
+        return torch_work_seconds(model)
+
+
+def torch_work_seconds(model) -> float:
+    """_WORK's seconds on a cadedit.qwen2 model, after a 512-token prompt (an edit's steps follow a
+    prompt of several hundred tokens, as on llama.cpp's side), each forward's best of a few."""
+    import torch
+
+    with torch.inference_mode():
+        filler = torch.arange(1000, 1000 + 768) % model.config.vocab_size
+        prefix = 512
         cache = model.new_cache()
         model(filler[:prefix], cache)  # the warm-up
         total = 0.0

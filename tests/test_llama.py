@@ -279,6 +279,23 @@ def test_auto_measures_the_backends_once_and_says_why(colors, editing_gguf, tmp_
     assert "-teal;" in second.stdout
 
 
+def test_bench_backends_times_both_sides_of_autos_probe_and_says_what_auto_would_pick(editing_gguf, tiny_dir, tmp_path):
+    from cadedit import hardware
+
+    out = tmp_path / "b.json"
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = cli("bench", "backends", "--model", str(editing_gguf), "--rounds", "2", "--whole", "--threads", "1",
+               "--json", str(out), cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert len(data["rounds"]) == 2 and data["margin"] == hardware.TORCH_MARGIN
+    for row in data["rounds"]:
+        assert row["llama"] > 0 and row["torch_estimate"] > 0 and row["torch_whole"] > 0
+        assert row["auto"] == ("torch" if row["torch_estimate"] * hardware.TORCH_MARGIN < row["llama"] else "llama")
+    assert "round 2: llama.cpp" in done.stderr and "auto picks torch below 0.909" in done.stdout
+    _one_line_error(cli("bench", "backends", "--model", str(tiny_dir), cwd=tmp_path, env=env), "GGUF")
+
+
 def test_backend_measurements_are_keyed_by_the_llama_builds_cpu_features(editing_gguf):
     from cadedit import hardware, llamacpp
 

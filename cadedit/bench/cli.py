@@ -1,5 +1,5 @@
 """`cadedit bench`: the paper's measurements as commands (ceiling, roundtrip, perturb, formats, kernel, e2e,
-decode), and cadedit's own as users get them (candidates, tries, longfile).
+decode), and cadedit's own as users get them (candidates, tries, longfile, backends).
 
 Wiring only: options (those several commands take are declared once, in bench/options.py), loops
 with a progress bar, tables on stdout, results with --json PATH (rewritten atomically while a
@@ -1056,3 +1056,7 @@ app.command("overhead")(_overhead)
 from cadedit.bench.engine import engine as _engine  # noqa: E402 - its own module; imports no torch
 
 app.command("engine")(_engine)
+
+from cadedit.bench.backends import backends as _backends  # noqa: E402 - its own module; imports torch when it runs
+
+app.command("backends")(_backends)
