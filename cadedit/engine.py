@@ -31,7 +31,7 @@ from cadedit.errors import BudgetError, EngineError
 from cadedit.options import EditOptions, Mode
 from cadedit.request import SPECIAL_TEXTS, Request, build_request, default_budget, read_answer, render_chatml
 from cadedit.resolve import resolve
-from cadedit.results import DecodeStats, EditResult
+from cadedit.results import DecodeStats, EditCandidate, EditResult
 from cadedit.settings import ENGINE_TIMEOUT
 
 KEY_ENVS = ("CADEDIT_ENGINE_KEY", "OPENAI_API_KEY")  # the API key, from the environment only
@@ -177,6 +177,29 @@ class EngineClient:
         return text, str(reason)
 
     # -- an edit -------------------------------------------------------------------------------
+
+    def edit_candidates(self, document: Document, instruction: str, options: EditOptions | None = None, k: int = 2,
+                        on_step=None) -> list[EditCandidate]:
+        """`--candidates k` through the engine: k requests sent at once (an engine that batches serves
+        them together), candidate 1 with the try's own sampling, the others sampled as
+        tries.candidate_sampling seeds them. The engine's log-probabilities are not asked for, so every
+        candidate scores 0 and they are checked in their order, the try's own first."""
+        from concurrent.futures import ThreadPoolExecutor
+        from dataclasses import replace
+
+        from cadedit.tries import candidate_sampling
+
+        options = options or EditOptions()
+
+        def one(number: int) -> EditCandidate:
+            sampled = replace(options, sampling=candidate_sampling(number, options.sampling))
+            try:
+                return EditCandidate(self.edit(document, instruction, sampled, on_step), 0.0)
+            except BudgetError as exc:
+                return EditCandidate(None, 0.0, exc)
+
+        with ThreadPoolExecutor(k, thread_name_prefix="cadedit-engine") as pool:
+            return list(pool.map(one, range(1, k + 1)))
 
     def edit(self, document: Document, instruction: str, options: EditOptions | None = None, on_step=None) -> EditResult:
         """The edit of `document` the engine's model writes; see the module docstring."""

@@ -34,8 +34,9 @@ class Script:
     """What the fake engine answers: (text, finish_reason) per completion, or a failure by name."""
 
     def __init__(self, answers=(), owner="llamacpp", fail: str | None = None, sleep: float = 0.0,
-                 models_sleep: float = 0.0):
+                 models_sleep: float = 0.0, by_temperature: tuple | None = None):
         self.answers, self.owner, self.fail, self.sleep = list(answers), owner, fail, sleep
+        self.by_temperature = by_temperature  # (greedy answer, sampled answer), instead of answers in turn
         self.models_sleep = models_sleep
         self.requests: list[dict] = []
         self.headers: list[dict] = []
@@ -86,7 +87,10 @@ def _handler(script: Script):
                 return self._json(401, {"error": {"message": "Invalid API key"}})
             if script.fail == "nochoices":
                 return self._json(200, {"id": "x", "object": "text_completion"})
-            text, reason = script.answers.pop(0) if script.answers else ("", "stop")
+            if script.by_temperature is not None:  # concurrent requests: each answered by its sampling
+                text, reason = script.by_temperature[body["temperature"] > 0]
+            else:
+                text, reason = script.answers.pop(0) if script.answers else ("", "stop")
             self._json(200, {"choices": [{"text": text, "finish_reason": reason, "index": 0}],
                              "usage": {"prompt_tokens": len(body["prompt"]) // 4, "completion_tokens": len(text) // 4 + 1,
                                        "total_tokens": 0}})
@@ -228,6 +232,21 @@ def test_tries_feed_back_through_the_engine(engine, colors):
     data = json.loads(done.stdout)
     assert [t["passed"] for t in data["tries"]] == [False, True] and data["answer_try"] == 2
     assert "Try again." in script.requests[1]["prompt"] and "Try again." not in script.requests[0]["prompt"]
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+def test_candidates_through_the_engine_are_requests_sent_together_and_checked_in_turn(engine, colors):
+    """--candidates 3 on an engine: three completions, the first greedy, the others sampled and seeded;
+    the greedy one changes nothing, a sampled one passes the test and is the answer."""
+    script = Script(by_temperature=(("red:\nteal;\nblue)", "stop"), ("red:\ngreen;\nblue)", "stop")))
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--candidates", "3",
+               "--json", "-q", "--test", "grep -q green colors.txt", cwd=colors)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["passed"] and data["answer_try"] == 1 and data["answer_candidate"] == 2
+    assert [t["candidate"] for t in data["tries"]] == [1, 2, 3] and not data["tries"][0]["passed"]
+    assert sorted(r["temperature"] for r in script.requests) == [0.0, 0.7, 0.7]
+    assert len({r.get("seed") for r in script.requests if r["temperature"] > 0}) == 2
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
