@@ -22,7 +22,7 @@ from cadedit.errors import CadeditError
 from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
 from cadedit.cli_common import _Context, _Engine, _engine_for, _EngineTimeout, context_lines
 from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
-from cadedit.settings import CONTEXT_LINES, DEFAULT_CANDIDATES, DEFAULT_MODE, DEFAULT_TRIES, TEST_TIMEOUT, Mode
+from cadedit.settings import CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, TEST_TIMEOUT, Mode, default_candidates
 
 def _debug(ctx: typer.Context) -> bool:
     return (bool(ctx.params.get("debug")) or ctx.meta.get("cadedit.debug", False)
@@ -206,12 +206,13 @@ _Mode = Annotated[Mode, typer.Option(
 _Tries = Annotated[int, typer.Option(
     "--tries", min=1, help="Candidates to try until one passes its checks (syntax, a change, --test); try 1 is "
     "greedy, try 2 greedy with the failure in the prompt, later ones sampled.")]
-_Candidates = Annotated[int, typer.Option(
-    "--candidates", "-k", min=1, max=8, metavar="K",
+_Candidates = Annotated[Optional[int], typer.Option(
+    "--candidates", "-k", min=1, max=8, metavar="K", show_default=False,
     help="Try 1 decodes K candidates side by side in one batched decode (the prompt read once): candidate 1 as "
          "try 1 always is, the others sampled. They are checked in the order of the model's own log-probability "
          "of each, and the first that passes wins (without --test: the most likely that parses and changes the "
-         "file). Later tries are one candidate each, with the feedback.")]
+         "file). Later tries are one candidate each, with the feedback. Default: 4 with --test on a local model "
+         "(measured: README, Candidates side by side), else 1.")]
 _Test = Annotated[Optional[str], typer.Option(
     "--test", metavar="CMD", show_default=False,
     help="A shell command run with each candidate in place (tests, a linter, a type checker); exit 0 passes. "
@@ -241,7 +242,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         test: _Test = None, test_timeout: _TestTimeout = TEST_TIMEOUT, allow_no_change: _AllowNoChange = False,
         lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
         context: _Context = str(CONTEXT_LINES), backend: _Backend = None, engine: _Engine = None,
-        engine_timeout: _EngineTimeout = None, candidates: _Candidates = DEFAULT_CANDIDATES,
+        engine_timeout: _EngineTimeout = None, candidates: _Candidates = None,
         where: _Where = False) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
@@ -371,7 +372,7 @@ class _Run:
 
     tries: int
     scoping: _Scoping
-    candidates: int = 1
+    candidates: int | None = None  # None: settings.default_candidates (by whether a test decides)
     engine: tuple = (None, None)  # --engine, --engine-timeout
     quiet: bool = False
     verbose: bool = False
@@ -442,6 +443,13 @@ def _load(options, run: _Run, once_for: int = 1):
     return loaded
 
 
+def _candidates(run: _Run, plan, loaded) -> int:
+    """--candidates, else the measured default: several where a test decides on a local model."""
+    if run.candidates is not None:
+        return run.candidates
+    return default_candidates(plan.test is not None, engine=getattr(loaded, "backend", "") == "engine")
+
+
 def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
     from cadedit.scope import plan_edit
@@ -452,7 +460,8 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
     if scope is not None and not quiet:
         say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
-    on_try, on_where = _reporters(document, options, run, progress)
+    candidates = _candidates(run, plan, loaded)
+    on_try, on_where = _reporters(document, options, run, progress, candidates)
 
     def on_test(number: int) -> None:
         progress.update_text(f"{document.path}: try {number}: running the test ...")
@@ -462,7 +471,7 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
             progress.update_text(f"{document.path}: asking the model which line to change ...")
         verified = edit_verified(document, instruction, options, plan, run.tries, loaded=loaded, on_try=on_try,
                                  on_step=progress.update, on_test=on_test, on_where=on_where,
-                                 candidates=run.candidates)
+                                 candidates=candidates)
     first = getattr(loaded, "first_forward", lambda: None)()
     if run.verbose and first is not None:
         say(f"  first forward {first:.2f} s after the process started")
@@ -470,9 +479,9 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
                     str(getattr(loaded, "dtype", "")).removeprefix("torch."), first, getattr(loaded, "backend", ""))
 
 
-def _reporters(document, options, run: _Run, progress):
+def _reporters(document, options, run: _Run, progress, candidates: int):
     """on_try and on_where: one line on stderr per try (and for the where-step), more with --verbose."""
-    quiet, verbose, tries, candidates = run.quiet, run.verbose, run.tries, run.candidates
+    quiet, verbose, tries = run.quiet, run.verbose, run.tries
     previous: dict = {}
 
     def on_try(attempt) -> None:
@@ -526,7 +535,7 @@ def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
     from cadedit.errors import CheckFailedError
 
     best = outcome.verified.best
-    n = len(outcome.verified.tries)
+    n = outcome.verified.made
     if best is not None and diff_text and not quiet:
         say(f"the best candidate (try {best.number} of {n}) FAILED its checks; its diff, not applied:")
         err.print(diff_text, highlight=False, markup=False, soft_wrap=True, end="")

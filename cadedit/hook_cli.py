@@ -103,13 +103,13 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     from cadedit.settings import choose_model
     from cadedit.errors import CheckFailedError, ModelError
     from cadedit.options import EditOptions
-    from cadedit.settings import DEFAULT_CANDIDATES, DEFAULT_TRIES
+    from cadedit.settings import DEFAULT_TRIES, default_candidates
     from cadedit.scope import plan_edit
     from cadedit.tries import CheckPlan, edit_verified
 
     mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE
     tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES
-    candidates = settings.candidates if settings is not None and settings.candidates else DEFAULT_CANDIDATES
+    asked = settings.candidates if settings is not None and settings.candidates else None
     options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens,
                           mode=mode)
     loaded = remote or _server_for(options)
@@ -138,10 +138,11 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
             _testable(root, target, shown(path))
         plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False, target=target)
         scoped, _ = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
+        candidates = asked or default_candidates(bool(rule.test), engine=remote is not None)
         verified = edit_verified(on_disk, rule.instruction, scoped, plan, tries, loaded=loaded, candidates=candidates)
         if verified.answer is None:
             best = verified.best
-            raise CheckFailedError(f"no try of {len(verified.tries)} passed its checks"
+            raise CheckFailedError(f"no try of {verified.made} passed its checks"
                                    + (f" ({best.summary()})" if best else ""))
         return verified.answer.result.new_text
 

@@ -57,9 +57,20 @@ DEFAULT_DTYPE = "auto"
 DEFAULT_LAYOUT = Layout.AUTO
 DEFAULT_TRIES = 3  # candidates until one passes its checks (fix, the hook)
 MAX_TRIES = 20
-# Candidates try 1 decodes side by side (`--candidates`; cadedit.tries): README, "Candidates side by side, measured".
+# Candidates try 1 decodes side by side (`--candidates`; cadedit.tries): README, "Candidates side by side,
+# measured". Where a test decides (--test, a hook rule's test), 4 on a local model: more of them pass
+# for a fraction more of the wall; without a test the checks cannot tell the right one, and a shared
+# engine need not batch the requests, so one.
 DEFAULT_CANDIDATES = 1
+TESTED_CANDIDATES = 4
 MAX_CANDIDATES = 8
+
+
+def default_candidates(tested: bool, engine: bool = False) -> int:
+    """--candidates when not given: TESTED_CANDIDATES where a test decides on a local model, else one."""
+    return TESTED_CANDIDATES if tested and not engine else DEFAULT_CANDIDATES
+
+
 TEST_TIMEOUT = 120.0  # seconds a --test command (or a hook rule's test) may run
 BENCH_TEST_TIMEOUT = 10.0  # seconds one run of a benchmark case's test may take (bench e2e, tries, candidates)
 IDLE_TIMEOUT = 30 * 60.0  # seconds the warm server waits for a request before it exits

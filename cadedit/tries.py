@@ -123,6 +123,11 @@ class Verified:
         return next((t for t in self.tries if t.passed), None)
 
     @property
+    def made(self) -> int:
+        """How many tries were made (a batched try 1 is one try of several candidates)."""
+        return len({t.number for t in self.tries})
+
+    @property
     def best(self) -> Try | None:
         """The passing try, else the failing candidate that got furthest: the most checks passed in
         their order (syntax, change, test: one that does not parse never reaches the test), the
@@ -194,8 +199,8 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     server; engine.EngineClient: a shared engine; no where-step then). candidates: try 1 decodes this
     many side by side. picks(k) may give try k's picker factory (pipeline.PickFor: the picker from
     the prepared request; None: the try's sampling) or a batched try 1's list of `candidates`
-    factories, picks(0) the where-step's (loaded -> picker, as where.where_picker); tests script
-    answers with it (local models only)."""
+    factories (one factory there: every candidate's), picks(0) the where-step's (loaded -> picker,
+    as where.where_picker); tests script answers with it (local models only)."""
     edit, edit_many = _editors(loaded)
     where = _where(document, instruction, options, loaded, picks(0) if picks else None)
     if where is not None and on_where is not None:
@@ -317,7 +322,8 @@ def _batched_try(edit_many, document: Document, instruction: str, current: EditO
     every candidate as a Try, in that order (the ones after the winner unchecked)."""
     samplings = [candidate_sampling(i, current.sampling) for i in range(1, k + 1)]
     start = time.perf_counter()
-    found = edit_many(document, instruction, current, on_step, k, list(picks) if isinstance(picks, (list, tuple)) else None)
+    scripted = list(picks) if isinstance(picks, (list, tuple)) else [picks] * k if picks is not None else None
+    found = edit_many(document, instruction, current, on_step, k, scripted)
     decode_seconds = time.perf_counter() - start
     made: list[Try] = []
     seen: dict[str, int] = {}

@@ -144,8 +144,8 @@ def scripted_rows(monkeypatch):
 
         batch = [spell(answer, first=k == 0) for k, answer in enumerate(rows)]
 
-        def picks(k: int):  # 0: the where-step, not scripted here
-            return batch if k == 1 else spell(then or rows[-1]) if k else None
+        def picks(k: int):  # 0: the where-step, not scripted here; one row: try 1 is a single candidate
+            return (batch if len(rows) > 1 else spell(rows[0])) if k == 1 else spell(then or rows[-1]) if k else None
 
         inject_picks(monkeypatch, picks)
         monkeypatch.setattr(bench_candidates, "measure_case", functools.partial(bench_candidates.measure_case,
@@ -158,6 +158,20 @@ def scripted_rows(monkeypatch):
 def fix(tiny_dir, *args: str):
     return CliRunner().invoke(cli.app, ["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
                                         "--threads", "1", *args])
+
+
+def test_with_a_test_and_no_candidates_asked_try_one_decodes_four_and_without_a_test_one(tiny_dir, work, scripted_rows):
+    """The measured default: where --test decides, try 1 is 4 candidates side by side; without one, a
+    single candidate (the checks alone cannot tell the right one)."""
+    calls = scripted_rows(WRONG, GOOD, WRONG, BEFORE.decode())
+    tested = fix(tiny_dir, "--test", GREP_TEST, "--json")
+    assert tested.exit_code == 0, tested.output
+    assert calls == [4] and json.loads(tested.stdout)["answer_candidate"] == 2
+    assert ", candidate 2 of 4: passed" in tested.stderr
+    scripted_rows(GOOD)
+    alone = fix(tiny_dir, "--json")
+    assert alone.exit_code == 0, alone.output
+    assert [t["candidate"] for t in json.loads(alone.stdout)["tries"]] == [0]
 
 
 def test_fix_with_candidates_takes_the_first_that_passes_its_test(tiny_dir, work, scripted_rows):

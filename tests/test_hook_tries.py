@@ -45,7 +45,7 @@ def test_a_rule_test_fails_the_first_candidate_and_passes_the_second(tmp_path, m
     modes = script_model(monkeypatch, edit)
     root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n"})
     stage(root, {"a.py": b"x = 'old'\n"})
-    settings(root, 'test = "grep -q NEW a.py"')
+    settings(root, "candidates = 1", 'test = "grep -q NEW a.py"')
     monkeypatch.chdir(root)
     result = hook("run")
     assert result.exit_code == 1, result.output  # check mode: the file would change
@@ -54,12 +54,28 @@ def test_a_rule_test_fails_the_first_candidate_and_passes_the_second(tmp_path, m
     assert (root / "a.py").read_bytes() == b"x = 'old'\n" and staged(root, "a.py") == b"x = 'old'\n"
 
 
+def test_a_rule_with_a_test_makes_try_one_four_candidates_unless_the_settings_say_otherwise(tmp_path, monkeypatch,
+                                                                                           tiny_dir):
+    edit, calls = candidates(b"NEW")
+    script_model(monkeypatch, edit)
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n"})
+    stage(root, {"a.py": b"x = 'old'\n"})
+    settings(root, 'test = "grep -q NEW a.py"')
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1 and "+x = 'NEW'" in result.stdout, result.output
+    assert len(calls) == 4  # one batched try 1 of four candidates (scripted alike: one is checked)
+    calls.clear()
+    settings(root, "candidates = 2")
+    assert hook("run").exit_code == 1 and len(calls) == 2
+
+
 def test_no_passing_try_fails_the_file_and_leaves_it_alone(tmp_path, monkeypatch, tiny_dir):
     edit, calls = candidates(b"wrong")
     script_model(monkeypatch, edit)
     root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n", "b.py": b"y = 1\n"})
     stage(root, {"a.py": b"x = 'old'\n", "b.py": b"y = 'old'\n"})
-    settings(root, "tries = 2", 'test = "grep -q NEW a.py b.py"')
+    settings(root, "tries = 2", "candidates = 1", 'test = "grep -q NEW a.py b.py"')
     monkeypatch.chdir(root)
     result = hook("run", "--fix")
     assert result.exit_code == 1, result.output

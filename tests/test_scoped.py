@@ -111,8 +111,10 @@ def verbatim(body: str):
 
 
 def fix(tiny_dir, instruction: str, *args: str):
+    """`cadedit fix` with one candidate a try: the answers `scripted` gives are tries (with --test the
+    default would make try 1 several candidates: tests/test_candidates.py)."""
     return CliRunner().invoke(cli.app, ["fix", "a.py", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
-                                        "--threads", "1", *args])
+                                        "--threads", "1", "--candidates", "1", *args])
 
 
 def scope_line(stderr: str) -> str:

@@ -106,8 +106,10 @@ def scripted(monkeypatch):
 
 
 def fix(tiny_dir, *args: str, instruction: str = INSTRUCTION):
+    """`cadedit fix` with one candidate a try (scripted answers are tries; with --test the default would
+    make try 1 several candidates: tests/test_candidates.py)."""
     return CliRunner().invoke(cli.app, ["fix", "a.py", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
-                                        "--threads", "1", *args])
+                                        "--threads", "1", "--candidates", "1", *args])
 
 
 def tries_lines(stderr: str) -> list[str]:
