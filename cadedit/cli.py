@@ -208,10 +208,10 @@ _Tries = Annotated[int, typer.Option(
     "greedy, try 2 greedy with the failure in the prompt, later ones sampled.")]
 _Candidates = Annotated[Optional[int], typer.Option(
     "--candidates", "-k", min=1, max=8, metavar="K", show_default=False,
-    help="Try 1 decodes K candidates side by side in one batched decode (the prompt read once): candidate 1 as "
-         "try 1 always is, the others sampled. They are checked in the order of the model's own log-probability "
-         "of each, and the first that passes wins (without --test: the most likely that parses and changes the "
-         "file). Later tries are one candidate each, with the feedback. Default: 4 with --test on a local model "
+    help="Each try decodes K candidates side by side in one batched decode (the prompt read once): candidate 1 "
+         "as the try would be alone, the others sampled. They are checked in the order of the model's own "
+         "log-probability of each, and the first that passes wins (without --test: the most likely that parses "
+         "and changes the file); the next try gets the feedback. Default: 4 with --test on a local model "
          "(measured: README, Candidates side by side), else 1.")]
 _Test = Annotated[Optional[str], typer.Option(
     "--test", metavar="CMD", show_default=False,

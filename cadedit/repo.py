@@ -134,7 +134,7 @@ class Settings:
     source: str
     mode: str | None = None
     tries: int | None = None
-    candidates: int | None = None  # try 1's candidates side by side (`cadedit fix --candidates`)
+    candidates: int | None = None  # each try's candidates side by side (`cadedit fix --candidates`)
 
 
 def glob_match(pattern: str, path: str) -> bool:

@@ -3,10 +3,12 @@
 Contract: edit_verified(document, instruction, options, plan, tries, loaded=...) runs up to `tries`
 edits of one document through pipeline.edit_file and checks each candidate (cadedit.checks: that a
 scoped answer could be placed exactly, the edited file's syntax, that it changed at all, and the
-user's test command with the candidate in place, the user's bytes restored afterwards). It stops at the first candidate that passes. Try 1
-is the options' own sampling (greedy by default); try 2 is greedy with the failure in the prompt;
-later tries sample (TRY_TEMPERATURE, seeded by the try number) with the latest failure in the
-prompt. The feedback goes last in the prompt, so every try shares the prompt prefix whose KV cache
+user's test command with the candidate in place, the user's bytes restored afterwards). It stops
+at the first candidate that passes. Try 1 is the options' own sampling (greedy by default); try 2
+is greedy with the failure in the prompt; later tries sample (TRY_TEMPERATURE, seeded by the try
+number) with the latest failure in the prompt. With candidates > 1 every try decodes that many
+side by side (pipeline.edit_candidates): candidate 1 as the try would be alone, the others sampled,
+checked in the order of the model's log-probability of each. The feedback goes last in the prompt, so every try shares the prompt prefix whose KV cache
 the model keeps (model.CachedLM.reuse). A scoped edit with wider scopes (options.wider: a
 line reference's statement, block, function) climbs one after a candidate that did not parse or
 failed the test, and drops the region's quote after one that changed nothing. A scoped edit of a
@@ -124,7 +126,7 @@ class Verified:
 
     @property
     def made(self) -> int:
-        """How many tries were made (a batched try 1 is one try of several candidates)."""
+        """How many tries were made (a batched try is one try of several candidates)."""
         return len({t.number for t in self.tries})
 
     @property
@@ -196,9 +198,9 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
                   candidates: int = 1) -> Verified:
     """Up to `tries` tries until a candidate passes its checks; see the module docstring.
     loaded: a model.LoadedModel, or an editor with edit() (server.ServerClient: edit_file in the warm
-    server; engine.EngineClient: a shared engine; no where-step then). candidates: try 1 decodes this
-    many side by side. picks(k) may give try k's picker factory (pipeline.PickFor: the picker from
-    the prepared request; None: the try's sampling) or a batched try 1's list of `candidates`
+    server; engine.EngineClient: a shared engine; no where-step then). candidates: every try decodes
+    this many side by side. picks(k) may give try k's picker factory (pipeline.PickFor: the picker from
+    the prepared request; None: the try's sampling) or a batched try's list of `candidates`
     factories (one factory there: every candidate's), picks(0) the where-step's (loaded -> picker,
     as where.where_picker); tests script answers with it (local models only)."""
     edit, edit_many = _editors(loaded)
@@ -222,8 +224,9 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
                           regions=levels[level], wider=(), layout=layout, locate=False)
         pick = picks(number) if picks else None
         test_hook = None if on_test is None else (lambda: on_test(number))
-        if number == 1 and candidates > 1:
-            made = _batched_try(edit_many, document, instruction, current, plan, candidates, pick, on_step, test_hook)
+        if candidates > 1:
+            made = _batched_try(edit_many, document, instruction, current, plan, number, candidates, pick, on_step,
+                                test_hook)
         else:
             made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
         for attempt in made:
@@ -314,9 +317,9 @@ def _one_try(edit, document: Document, instruction: str, current: EditOptions, p
     return Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=current.regions)
 
 
-def _batched_try(edit_many, document: Document, instruction: str, current: EditOptions, plan: CheckPlan, k: int,
-                 picks, on_step, on_test) -> list[Try]:
-    """Try 1 as k candidates decoded side by side, checked in the order of the model's log-probability
+def _batched_try(edit_many, document: Document, instruction: str, current: EditOptions, plan: CheckPlan,
+                 number: int, k: int, picks, on_step, on_test) -> list[Try]:
+    """Try `number` as k candidates decoded side by side, checked in the order of the model's log-probability
     of each (the greedy one first among equals), duplicates once, until one passes: with --test the
     first that passes its test, without it the highest-scoring that passes syntax and change. Returns
     every candidate as a Try, in that order (the ones after the winner unchecked)."""
@@ -329,19 +332,19 @@ def _batched_try(edit_many, document: Document, instruction: str, current: EditO
     seen: dict[str, int] = {}
     winner = 0
     for i in sorted(range(k), key=lambda i: -found[i].logprob):
-        c, t, number = found[i], samplings[i].temperature, i + 1
-        common = dict(regions=current.regions, candidate=number, logprob=c.logprob)
+        c, t, candidate = found[i], samplings[i].temperature, i + 1
+        common = dict(regions=current.regions, candidate=candidate, logprob=c.logprob)
         if c.result is None:
             error = getattr(c.error, "message", str(c.error))
-            made.append(Try(1, t, None, (), decode_seconds, error, getattr(c.error, "hint", None), **common))
+            made.append(Try(number, t, None, (), decode_seconds, error, getattr(c.error, "hint", None), **common))
         elif winner or c.result.new_text in seen:
             why = (f"the same as candidate {seen[c.result.new_text]}" if c.result.new_text in seen
                    else f"not checked: candidate {winner} passed first")
-            made.append(Try(1, t, c.result, (), decode_seconds, why, **common))
+            made.append(Try(number, t, c.result, (), decode_seconds, why, **common))
         else:
-            seen[c.result.new_text] = number
+            seen[c.result.new_text] = candidate
             checked = time.perf_counter()
             checks = check_candidate(document, c.result.new_text, plan, on_test, instruction, c.result.placement)
-            made.append(Try(1, t, c.result, checks, decode_seconds + time.perf_counter() - checked, **common))
-            winner = number if made[-1].passed else 0
+            made.append(Try(number, t, c.result, checks, decode_seconds + time.perf_counter() - checked, **common))
+            winner = candidate if made[-1].passed else 0
     return made

@@ -213,15 +213,18 @@ def test_fix_with_candidates_without_test_takes_the_likeliest_that_changes_the_f
     assert data["diff"] and ("a + b" in data["diff"]) == (likeliest["candidate"] == 1)
 
 
-def test_when_no_candidate_passes_the_next_try_is_one_candidate_with_the_feedback(tiny_dir, work, scripted_rows):
-    calls = scripted_rows(WRONG, WRONG, then=GOOD)  # the single try 2 spells GOOD
+def test_when_no_candidate_passes_the_next_try_is_k_candidates_again_with_the_feedback(tiny_dir, work, scripted_rows):
+    calls = scripted_rows(WRONG, WRONG, then=GOOD)  # both rows of try 2 spell GOOD
     result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
-                                          "--threads", "1", "--candidates", "2", "--test", GREP_TEST])
+                                          "--threads", "1", "--candidates", "2", "--test", GREP_TEST, "--json"])
     assert result.exit_code == 0, result.output
-    assert calls == [2]
+    assert calls == [2]  # try 1's batch (try 2's rows are scripted alike)
     lines = [line for line in result.stderr.splitlines() if ": try " in line]
-    assert len(lines) == 3 and "candidate 1 of 2" in "".join(lines[:2]) and "candidate 2 of 2" in "".join(lines[:2])
-    assert lines[2].startswith("a.py: try 2 of 3: passed")
+    assert len(lines) == 4 and all(f"try {n} of 3, candidate " in "".join(lines[2 * n - 2:2 * n]) for n in (1, 2))
+    assert "candidate 2 of 2" in "".join(lines[:2]) and "candidate 2 of 2" in "".join(lines[2:])
+    assert "passed" in "".join(lines[2:]) and "the same as candidate 1" in "".join(lines[2:])
+    data = json.loads(result.stdout)
+    assert data["answer_try"] == 2 and sorted(t["candidate"] for t in data["tries"] if t["try"] == 2) == [1, 2]
 
 
 def test_candidates_out_of_range_is_a_usage_error(tiny_dir, work):

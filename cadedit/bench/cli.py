@@ -800,7 +800,7 @@ def candidates(
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
-    """K candidates decoded side by side (`cadedit fix --candidates K`'s try 1) against one candidate's decode,
+    """K candidates decoded side by side (a try of `cadedit fix --candidates K`) against one candidate's decode,
     the same edit in the same run, both from an empty cache: walls, their ratio, the decode steps alone,
     and with the corpus's tests pass@1 against pass@K.
 
@@ -867,7 +867,7 @@ def tries(
     scoping: Annotated[str, typer.Option("--scoping", help="on (the scope from the instruction, as `cadedit fix` "
                                          "resolves it) or off (whole-file edits).")] = "on",
     k: Annotated[int, typer.Option("--candidates", "-k", min=1, max=8,
-                                   help="Try 1 decodes this many candidates side by side, as `cadedit fix -k`.")] = 1,
+                                   help="Each try decodes this many candidates side by side, as `cadedit fix -k`.")] = 1,
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:

@@ -40,7 +40,7 @@ class TriesSettings:
     test_timeout: float = BENCH_TEST_TIMEOUT
     options: EditOptions = EditOptions()
     scoped: bool = True  # the scope from the instruction first, as `cadedit fix` resolves it
-    candidates: int = 1  # try 1 decodes this many side by side (`cadedit fix --candidates`)
+    candidates: int = 1  # each try decodes this many side by side (`cadedit fix --candidates`)
 
 
 def _test_command(folder: Path, case: Case, runner: str, name: str) -> str:
