@@ -72,8 +72,8 @@ def test_tries_counts_the_single_try_checks_only_and_the_test_loop(tmp_path, mon
     answers(monkeypatch, BUGGY, "def add(a, b):\n    return a * b\n", FIXED)
     out = tmp_path / "t.json"
     result = CliRunner().invoke(app, ["bench", "tries", "-c", str(corpus(tmp_path)), "--model", str(tiny_dir),
-                                      "--tries", "5", "--check-tries", "3", "--dtype", "fp32", "--threads", "1",
-                                      "--json", str(out)])
+                                      "--tries", "5", "--check-tries", "3", "--candidates", "1", "--dtype", "fp32",
+                                      "--threads", "1", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (row,) = data["corpora"][0]["cases"]
@@ -99,6 +99,22 @@ def test_tries_without_the_checks_run(tmp_path, monkeypatch, tiny_dir):
     rows = json.loads(out.read_text())["corpora"][0]["cases"]
     assert [r["single"]["passed"] for r in rows] == [True, True]
     assert all("checks" not in r and r["tries_checks_only"] == [] for r in rows)
+
+
+def test_tries_decodes_as_many_candidates_a_try_as_fix_would(tmp_path, monkeypatch, tiny_dir):
+    """No --candidates: the loop with the test makes 4 candidates a try, the checks alone 1 (fix's defaults)."""
+    answers(monkeypatch, BUGGY, FIXED)
+    out = tmp_path / "t.json"
+    result = CliRunner().invoke(app, ["bench", "tries", "-c", str(corpus(tmp_path)), "--model", str(tiny_dir),
+                                      "--tries", "3", "--check-tries", "2", "--dtype", "fp32", "--threads", "1",
+                                      "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["candidates"] == 4 and data["candidates_checks_only"] == 1
+    (row,) = data["corpora"][0]["cases"]
+    assert [(t["try"], t["candidate"]) for t in row["tries_with_test"]] == [(n, k) for n in (1, 2) for k in (1, 2, 3, 4)]
+    assert [(t["try"], t["candidate"]) for t in row["tries_checks_only"]] == [(1, 0), (2, 0)]
+    assert row["test3"]["passed"] is True and row["test3"]["tries"] == 2
 
 
 @pytest.mark.parametrize("scoping", ["on", "off"])
@@ -231,7 +247,8 @@ def test_tries_runs_a_polyglot_cases_test_files_beside_the_file_they_import(tmp_
                                 "test_files": {"adder_test.py": POLYGLOT_TEST}}) + "\n")
     out = tmp_path / "t.json"
     result = CliRunner().invoke(app, ["bench", "tries", "-c", str(path), "--model", str(tiny_dir), "--tries", "3",
-                                      "--check-tries", "0", "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+                                      "--check-tries", "0", "--candidates", "1", "--dtype", "fp32", "--threads", "1",
+                                      "--json", str(out)])
     assert result.exit_code == 0, result.output
     (row,) = json.loads(out.read_text())["corpora"][0]["cases"]
     assert "skipped" not in row and row["single"]["passed"] is False

@@ -866,8 +866,10 @@ def tries(
     context: CaseContextOpt = "docs",
     scoping: Annotated[str, typer.Option("--scoping", help="on (the scope from the instruction, as `cadedit fix` "
                                          "resolves it) or off (whole-file edits).")] = "on",
-    k: Annotated[int, typer.Option("--candidates", "-k", min=1, max=8,
-                                   help="Each try decodes this many candidates side by side, as `cadedit fix -k`.")] = 1,
+    k: Annotated[int | None, typer.Option(
+        "--candidates", "-k", min=1, max=8, show_default=False,
+        help="Each try decodes this many candidates side by side, as `cadedit fix -k` (default: fix's, 4 with "
+             "the test, 1 with the checks alone).")] = None,
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -883,7 +885,8 @@ def tries(
     scoped = _choice(scoping, "--scoping", {"on": True, "off": False})
     settings = bt.TriesSettings(max_tries, check_tries, test_timeout, _tries_options(loaded.name, mode, layout), scoped, k)
     meta = {**_model_meta("tries", loaded), "mode": mode, "layout": settings.options.layout, "context": context,
-            "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped, "candidates": k}
+            "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped,
+            "candidates": settings.with_test, "candidates_checks_only": settings.checks_only}
     rows = _tries_rows(max_tries, check_tries)
 
     def to_json(done: dict[str, list]) -> dict:

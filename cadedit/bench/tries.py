@@ -27,7 +27,7 @@ from cadedit.document import Document
 from cadedit.model import LoadedModel
 from cadedit.options import EditOptions
 from cadedit.scope import plan_edit
-from cadedit.settings import BENCH_TEST_TIMEOUT, DEFAULT_TRIES
+from cadedit.settings import BENCH_TEST_TIMEOUT, DEFAULT_TRIES, default_candidates
 from cadedit.tries import CheckPlan, Verified, edit_verified
 
 SUFFIX = {"python": ".py", "node": ".js"}
@@ -40,7 +40,17 @@ class TriesSettings:
     test_timeout: float = BENCH_TEST_TIMEOUT
     options: EditOptions = EditOptions()
     scoped: bool = True  # the scope from the instruction first, as `cadedit fix` resolves it
-    candidates: int = 1  # each try decodes this many side by side (`cadedit fix --candidates`)
+    candidates: int | None = None  # each try decodes this many side by side; None: `cadedit fix`'s default
+
+    @property
+    def with_test(self) -> int:
+        """Candidates a try with the test decodes (cadedit fix --test's default unless given)."""
+        return self.candidates or default_candidates(True)
+
+    @property
+    def checks_only(self) -> int:
+        """Candidates a try with the checks alone decodes (cadedit fix's default without a test unless given)."""
+        return self.candidates or default_candidates(False)
 
 
 def _test_command(folder: Path, case: Case, runner: str, name: str) -> str:
@@ -113,12 +123,12 @@ def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings,
         options, _ = plan_edit(document, case.instruction, settings.options, scoping=settings.scoped)
         with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
         tested = edit_verified(document, case.instruction, options, with_test, settings.tries, loaded=loaded,
-                               picks=picks, candidates=settings.candidates)
+                               picks=picks, candidates=settings.with_test)
         tested_rows = _judged(tested, case, settings.test_timeout)
         checked_rows = []
         if settings.check_tries:
             checked = edit_verified(document, case.instruction, options, CheckPlan(), settings.check_tries,
-                                    loaded=loaded, picks=picks, candidates=settings.candidates)
+                                    loaded=loaded, picks=picks, candidates=settings.checks_only)
             checked_rows = _judged(checked, case, settings.test_timeout)
     single = _single(tested_rows)
     row = {"id": case.id, "language": case.language, "regions": [list(r) for r in options.regions], "single": single,
