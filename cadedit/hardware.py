@@ -299,7 +299,7 @@ def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str,
 
         meta = read_metadata(gguf)
         if cost is None:  # the variant was measured in an earlier run: its cost again, for the comparison
-            cost = llamacpp.edit_work_seconds(gguf, meta, threads, _WORK, *llamacpp.VARIANTS[variant])
+            cost = llama_work_seconds(gguf, meta, threads, _WORK, *llamacpp.VARIANTS[variant])
             measured = f"an edit's model work: {variant} {cost:.2f} s"
         estimate, need = _torch_work_seconds(meta, threads)
         measured += f", torch {estimate:.2f} s"
@@ -325,7 +325,7 @@ def probe_llama(gguf: Path, threads: int) -> tuple[str, float | None, str]:
     def measure() -> str:
         meta = read_metadata(gguf)
         for name, (repack, flash) in llamacpp.VARIANTS.items():
-            costs[name] = llamacpp.edit_work_seconds(gguf, meta, threads, _WORK, repack, flash)
+            costs[name] = llama_work_seconds(gguf, meta, threads, _WORK, repack, flash)
         return min(costs, key=costs.get)
 
     variant, _ = _measured_once(backend_key(gguf, threads) + "|llama", tuple(llamacpp.VARIANTS), measure)
@@ -429,22 +429,38 @@ def _forward_work_seconds(config, layers: int, dtype: "torch.dtype", step: str) 
 
 
 def torch_work_seconds(model) -> float:
-    """_WORK's seconds on a cadedit.qwen2 model, after a 512-token prompt (an edit's steps follow a
-    prompt of several hundred tokens, as on llama.cpp's side), each forward's best of a few."""
+    """_WORK's seconds on a cadedit.qwen2 model (work_seconds)."""
     import torch
 
     with torch.inference_mode():
-        filler = torch.arange(1000, 1000 + 768) % model.config.vocab_size
-        prefix = 512
-        cache = model.new_cache()
-        model(filler[:prefix], cache)  # the warm-up
-        total = 0.0
-        for rows, times in _WORK:
-            timings = []
-            for _ in range(2 if rows > 1 else 5):
-                cache.crop(prefix)
-                start = time.perf_counter()
-                model(filler[prefix : prefix + rows], cache)
-                timings.append(time.perf_counter() - start)
-            total += times * min(timings)
+        return work_seconds(model, model.new_cache(), torch.arange(1000, 1000 + 768) % model.config.vocab_size)
+
+
+def llama_work_seconds(path: Path, meta: dict, threads: int, work=_WORK, repack: bool = False,
+                       flash: bool | None = False) -> float:
+    """llama.cpp's time for `work` on this GGUF as llamacpp.LlamaModel runs it (work_seconds), plus
+    the model's load (repacking copies every weight: a cost each process pays again)."""
+    from cadedit.llamacpp import LlamaModel
+
+    start = time.perf_counter()
+    model = LlamaModel(path, meta, threads, n_ctx=1024, repack=repack, flash=flash)
+    load = time.perf_counter() - start
+    return load + work_seconds(model, model.new_cache(), [t % model.n_vocab for t in range(1000, 1000 + 768)], work)
+
+
+def work_seconds(model, cache, filler, work=_WORK, prefix: int = 512) -> float:
+    """`work` ((tokens per forward, forwards), ...) timed on a model of either backend after a
+    `prefix`-token prompt of `filler` (an edit's steps follow a prompt of several hundred tokens):
+    each forward's best of a few. The prompt is also the warm-up (the first forward touches the
+    mapped weights)."""
+    model(filler[:prefix], cache)
+    total = 0.0
+    for rows, times in work:
+        timings = []
+        for _ in range(2 if rows > 1 else 5):
+            cache.crop(prefix)
+            start = time.perf_counter()
+            model(filler[prefix : prefix + rows], cache)
+            timings.append(time.perf_counter() - start)
+        total += times * min(timings)
     return total

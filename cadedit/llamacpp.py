@@ -376,29 +376,3 @@ def _chunks(items: list, most: int):
 # stays off (llama-cpp-python's default): on CPUs it made long-prompt steps and drafts slower
 # (README, "llama.cpp backend").
 VARIANTS = {"llama": (False, False), "llama-repack": (True, False)}
-
-
-def edit_work_seconds(path: Path, meta: dict, threads: int, work, repack: bool = False,
-                      flash: bool | None = False) -> float:
-    """llama.cpp's time for an edit's model work on this GGUF: `work` is ((tokens per forward, forwards), ...),
-    each forward timed on the real model after a warm-up (the first touches the mapped weights), plus
-    the model's load (repacking copies every weight: a cost each process pays again)."""
-    import time
-
-    start = time.perf_counter()
-    model = LlamaModel(path, meta, threads, n_ctx=1024, repack=repack, flash=flash)
-    load = time.perf_counter() - start
-    cache = model.new_cache()
-    filler = [int(t) % model.n_vocab for t in range(1000, 1000 + 768)]
-    prefix = 512  # an edit's steps follow a prompt of several hundred tokens
-    model(filler[:prefix], cache)  # also the warm-up: the first forward touches the mapped weights
-    total = 0.0
-    for rows, times in work:
-        timings = []
-        for _ in range(2 if rows > 1 else 5):
-            cache.crop(prefix)
-            start = time.perf_counter()
-            model(filler[prefix : prefix + rows], cache)
-            timings.append(time.perf_counter() - start)
-        total += times * min(timings)
-    return load + total

@@ -1,7 +1,7 @@
 """What `--backend auto` measures, again and again (`cadedit bench backends`).
 
 Contract: backends(model, rounds, ...) times, `rounds` times taking turns in one process, the two
-sides of auto's probe for a GGUF (cadedit.hardware): llama.cpp's edit work (llamacpp.edit_work_seconds,
+sides of auto's probe for a GGUF (cadedit.hardware): llama.cpp's edit work (hardware.llama_work_seconds,
 as stored; its load included) and torch's estimate of the same work (hardware._torch_work_seconds:
 cadedit's forward on 1 and 3 layers of the model's shape, extrapolated). With --whole, also the whole
 model on torch (the GGUF converted once, as `--backend torch` does) doing the same work, so the
@@ -28,9 +28,9 @@ def whole_torch_seconds(gguf: Path, threads: int) -> float:
 
 
 def measure_round(gguf: Path, meta: dict, threads: int, whole: bool) -> dict:
-    from cadedit import hardware, llamacpp
+    from cadedit import hardware
 
-    llama = llamacpp.edit_work_seconds(gguf, meta, threads, hardware._WORK)
+    llama = hardware.llama_work_seconds(gguf, meta, threads)
     torch_estimate, need = hardware._torch_work_seconds(meta, threads)
     row = {"llama": llama, "torch_estimate": torch_estimate, "torch_weight_bytes": need,
            "ratio": torch_estimate / llama,
