@@ -22,7 +22,7 @@ from cadedit.errors import CadeditError
 from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
 from cadedit.cli_common import _Context, _Engine, _engine_for, _EngineTimeout, context_lines
 from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
-from cadedit.settings import CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, TEST_TIMEOUT, Mode, default_candidates
+from cadedit.settings import CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, TEST_TIMEOUT, Mode
 
 def _debug(ctx: typer.Context) -> bool:
     return (bool(ctx.params.get("debug")) or ctx.meta.get("cadedit.debug", False)
@@ -372,7 +372,7 @@ class _Run:
 
     tries: int
     scoping: _Scoping
-    candidates: int | None = None  # None: settings.default_candidates (by whether a test decides)
+    candidates: int | None = None  # None: tries.candidates_for's default (by whether a test decides)
     engine: tuple = (None, None)  # --engine, --engine-timeout
     quiet: bool = False
     verbose: bool = False
@@ -443,24 +443,17 @@ def _load(options, run: _Run, once_for: int = 1):
     return loaded
 
 
-def _candidates(run: _Run, plan, loaded) -> int:
-    """--candidates, else the measured default: several where a test decides on a local model."""
-    if run.candidates is not None:
-        return run.candidates
-    return default_candidates(plan.test is not None, engine=getattr(loaded, "backend", "") == "engine")
-
-
 def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
     from cadedit.scope import plan_edit
-    from cadedit.tries import edit_verified
+    from cadedit.tries import candidates_for, edit_verified
 
     scoping, quiet = run.scoping, run.quiet
     options, scope = plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on, scoping.where)
     if scope is not None and not quiet:
         say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
-    candidates = _candidates(run, plan, loaded)
+    candidates = candidates_for(run.candidates, plan, loaded)
     on_try, on_where = _reporters(document, options, run, progress, candidates)
 
     def on_test(number: int) -> None:

@@ -433,7 +433,7 @@ def torch_work_seconds(model) -> float:
     import torch
 
     with torch.inference_mode():
-        return work_seconds(model, model.new_cache(), torch.arange(1000, 1000 + 768) % model.config.vocab_size)
+        return work_seconds(model, model.new_cache(), torch.tensor(_filler(model.config.vocab_size)))
 
 
 def llama_work_seconds(path: Path, meta: dict, threads: int, work=_WORK, repack: bool = False,
@@ -445,7 +445,12 @@ def llama_work_seconds(path: Path, meta: dict, threads: int, work=_WORK, repack:
     start = time.perf_counter()
     model = LlamaModel(path, meta, threads, n_ctx=1024, repack=repack, flash=flash)
     load = time.perf_counter() - start
-    return load + work_seconds(model, model.new_cache(), [t % model.n_vocab for t in range(1000, 1000 + 768)], work)
+    return load + work_seconds(model, model.new_cache(), _filler(model.n_vocab), work)
+
+
+def _filler(vocab: int) -> list[int]:
+    """The probe's token ids: a 512-token prompt and the forwards after it (work_seconds)."""
+    return [t % vocab for t in range(1000, 1000 + 768)]
 
 
 def work_seconds(model, cache, filler, work=_WORK, prefix: int = 512) -> float:

@@ -103,7 +103,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     from cadedit.settings import choose_model
     from cadedit.errors import CheckFailedError, ModelError
     from cadedit.options import EditOptions
-    from cadedit.settings import DEFAULT_TRIES, default_candidates
+    from cadedit.settings import DEFAULT_TRIES
     from cadedit.scope import plan_edit
     from cadedit.tries import CheckPlan, edit_verified
 
@@ -138,8 +138,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
             _testable(root, target, shown(path))
         plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False, target=target)
         scoped, _ = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
-        candidates = asked or default_candidates(bool(rule.test), engine=remote is not None)
-        verified = edit_verified(on_disk, rule.instruction, scoped, plan, tries, loaded=loaded, candidates=candidates)
+        verified = edit_verified(on_disk, rule.instruction, scoped, plan, tries, loaded=loaded, candidates=asked)
         if verified.answer is None:
             best = verified.best
             raise CheckFailedError(f"no try of {verified.made} passed its checks"

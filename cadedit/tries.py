@@ -8,8 +8,9 @@ at the first candidate that passes. Try 1 is the options' own sampling (greedy b
 is greedy with the failure in the prompt; later tries sample (TRY_TEMPERATURE, seeded by the try
 number) with the latest failure in the prompt. With candidates > 1 every try decodes that many
 side by side (pipeline.edit_candidates): candidate 1 as the try would be alone, the others sampled,
-checked in the order of the model's log-probability of each. The feedback goes last in the prompt, so every try shares the prompt prefix whose KV cache
-the model keeps (model.CachedLM.reuse). A scoped edit with wider scopes (options.wider: a
+checked in the order of the model's log-probability of each (how many when not asked:
+candidates_for). The feedback goes last in the prompt, so every try shares the prompt prefix whose
+KV cache the model keeps (model.CachedLM.reuse). A scoped edit with wider scopes (options.wider: a
 line reference's statement, block, function) climbs one after a candidate that did not parse or
 failed the test, and drops the region's quote after one that changed nothing. A scoped edit of a
 long definition whose instruction names no line (options.locate) first asks the model where
@@ -33,7 +34,7 @@ from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Sampling
 from cadedit.prompt import unquoted
 from cadedit.results import EditResult
-from cadedit.settings import DEFAULT_TRIES, TEST_TIMEOUT
+from cadedit.settings import DEFAULT_TRIES, TEST_TIMEOUT, default_candidates
 
 
 TRY_TEMPERATURE = 0.7
@@ -195,14 +196,16 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
                   tries: int = DEFAULT_TRIES, *, loaded: Any, picks: Callable[[int], Any] | None = None,
                   on_try: Callable[[Try], None] | None = None, on_step=None,
                   on_test: Callable[[int], None] | None = None, on_where: Callable[[Any], None] | None = None,
-                  candidates: int = 1) -> Verified:
+                  candidates: int | None = None) -> Verified:
     """Up to `tries` tries until a candidate passes its checks; see the module docstring.
     loaded: a model.LoadedModel, or an editor with edit() (server.ServerClient: edit_file in the warm
     server; engine.EngineClient: a shared engine; no where-step then). candidates: every try decodes
-    this many side by side. picks(k) may give try k's picker factory (pipeline.PickFor: the picker from
-    the prepared request; None: the try's sampling) or a batched try's list of `candidates`
-    factories (one factory there: every candidate's), picks(0) the where-step's (loaded -> picker,
-    as where.where_picker); tests script answers with it (local models only)."""
+    this many side by side (None: candidates_for's default). picks(k) may give try k's picker
+    factory (pipeline.PickFor: the picker from the prepared request; None: the try's sampling) or a
+    batched try's list of `candidates` factories (one factory there: every candidate's), picks(0)
+    the where-step's (loaded -> picker, as where.where_picker); tests script answers with it (local
+    models only)."""
+    candidates = candidates_for(candidates, plan, loaded)
     edit, edit_many = _editors(loaded)
     where = _where(document, instruction, options, loaded, picks(0) if picks else None)
     if where is not None and on_where is not None:
@@ -238,6 +241,14 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         if any(attempt.passed for attempt in made):
             break
     return Verified(tuple(done), where)
+
+
+def candidates_for(asked: int | None, plan: CheckPlan, loaded: Any) -> int:
+    """The candidates a try decodes: as asked, else settings.default_candidates by whether a test
+    decides and whether `loaded` is a shared engine (engine.EngineClient)."""
+    if asked is not None:
+        return asked
+    return default_candidates(bool(plan.test), engine=getattr(loaded, "backend", "") == "engine")
 
 
 def _told(document: Document, plan: CheckPlan, last: Try) -> str:
@@ -325,8 +336,11 @@ def _batched_try(edit_many, document: Document, instruction: str, current: EditO
     every candidate as a Try, in that order (the ones after the winner unchecked)."""
     samplings = [candidate_sampling(i, current.sampling) for i in range(1, k + 1)]
     start = time.perf_counter()
-    scripted = list(picks) if isinstance(picks, (list, tuple)) else [picks] * k if picks is not None else None
-    found = edit_many(document, instruction, current, on_step, k, scripted)
+    if isinstance(picks, (list, tuple)):
+        picks = list(picks)
+    elif picks is not None:  # one factory: every candidate's
+        picks = [picks] * k
+    found = edit_many(document, instruction, current, on_step, k, picks)
     decode_seconds = time.perf_counter() - start
     made: list[Try] = []
     seen: dict[str, int] = {}
