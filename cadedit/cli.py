@@ -22,7 +22,7 @@ from cadedit.errors import CadeditError
 from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
 from cadedit.cli_common import _Context, _Engine, _engine_for, _EngineTimeout, context_lines
 from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
-from cadedit.settings import CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, TEST_TIMEOUT, Mode
+from cadedit.settings import CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, TEST_TIMEOUT, Mode
 
 def _debug(ctx: typer.Context) -> bool:
     return (bool(ctx.params.get("debug")) or ctx.meta.get("cadedit.debug", False)
@@ -212,7 +212,12 @@ _Candidates = Annotated[Optional[int], typer.Option(
          "as the try would be alone, the others sampled. They are checked in the order of the model's own "
          "log-probability of each, and the first that passes wins (without --test: the most likely that parses "
          "and changes the file); the next try gets the feedback. Default: 4 with --test on a local model "
-         "(measured: README, Candidates side by side), else 1.")]
+         "(measured: README, Candidates side by side), else 1. See --candidates-by.")]
+_CandidatesBy = Annotated[str, typer.Option(
+    "--candidates-by", metavar="WAY",
+    help="How a try's candidates after the first are made: branch (default; a local model, a fenced mode): "
+         "only when candidate 1 fails its checks, each from candidate 1 where the model hesitated most, "
+         "taking its next choice there; sample: all K side by side from the start, sampled.")]
 _Test = Annotated[Optional[str], typer.Option(
     "--test", metavar="CMD", show_default=False,
     help="A shell command run with each candidate in place (tests, a linter, a type checker); exit 0 passes. "
@@ -243,7 +248,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
         context: _Context = str(CONTEXT_LINES), backend: _Backend = None, engine: _Engine = None,
         engine_timeout: _EngineTimeout = None, candidates: _Candidates = None,
-        where: _Where = False) -> None:
+        candidates_by: _CandidatesBy = CANDIDATES_BY, where: _Where = False) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
     Every candidate is checked before it is shown or written: the edited file must parse, must differ
@@ -275,8 +280,11 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
                           max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context),
                           backend=backend)
     plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
+    if candidates_by not in CANDIDATE_WAYS:
+        raise typer.BadParameter(f"{candidates_by!r} is not one of {', '.join(CANDIDATE_WAYS)}",
+                                 param_hint="--candidates-by")
     run = _Run(tries, _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope, where), candidates,
-               (engine, engine_timeout), quiet, verbose)
+               (engine, engine_timeout), quiet, verbose, candidates_by)
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1:
         if as_json or show_program:
@@ -376,6 +384,7 @@ class _Run:
     engine: tuple = (None, None)  # --engine, --engine-timeout
     quiet: bool = False
     verbose: bool = False
+    candidates_by: str = CANDIDATES_BY  # --candidates-by (settings.CANDIDATE_WAYS)
 
 
 @dataclass(frozen=True)
@@ -464,7 +473,7 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
             progress.update_text(f"{document.path}: asking the model which line to change ...")
         verified = edit_verified(document, instruction, options, plan, run.tries, loaded=loaded, on_try=on_try,
                                  on_step=progress.update, on_test=on_test, on_where=on_where,
-                                 candidates=candidates)
+                                 candidates=candidates, candidates_by=run.candidates_by)
     first = getattr(loaded, "first_forward", lambda: None)()
     if run.verbose and first is not None:
         say(f"  first forward {first:.2f} s after the process started")

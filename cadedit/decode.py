@@ -37,7 +37,7 @@ import numpy as np
 from cadedit.errors import BudgetError, ModelError, ProgramError
 from cadedit.options import Sampling
 from cadedit.program import Copy
-from cadedit.results import Decoded, DecodeStats, Step  # noqa: F401 - re-exported
+from cadedit.results import Alternative, Decoded, DecodeStats, Step  # noqa: F401 - re-exported
 
 
 class Cursor(Protocol):
@@ -281,15 +281,19 @@ ROW_SLACK = 32
 
 class Row:
     """One candidate of a batched decode: its own cursor, picker, drafter, ids, what it feeds next,
-    the model's log-probability of the tokens it picked, and a budget error if it ran out."""
+    the model's log-probability of the tokens it picked, and a budget error if it ran out. With
+    `record`, also where it hesitated (Alternative: the next choice at each picked token), for
+    branches of it (decode_branches)."""
 
-    def __init__(self, cursor: Cursor, pick: Picker, drafter: Drafter | None = None, score: bool = False):
+    def __init__(self, cursor: Cursor, pick: Picker, drafter: Drafter | None = None, score: bool = False,
+                 record: bool = False):
         self.cursor, self.drafter = cursor, drafter
-        self.pick = _scored(pick, self) if score else pick
+        self.pick = _scored(pick, self, record) if score or record else pick
         self.ids: list[int] = []
         self.pending = _Pending()
         self.produced = 0
         self.logprob = 0.0
+        self.alternatives: list[Alternative] = []
         self.error: BudgetError | None = None
 
     @property
@@ -297,10 +301,20 @@ class Row:
         return self.error is None and not self.cursor.is_done()
 
 
-def _scored(pick: Picker, row: Row) -> Picker:
-    """The picker, adding the model's log-probability of each token it picks to row.logprob."""
+def _scored(pick: Picker, row: Row, record: bool = False) -> Picker:
+    """The picker, adding the model's log-probability of each token it picks to row.logprob; with
+    `record`, noting the likeliest other token the cursor allowed there in row.alternatives."""
     def scored(logits: np.ndarray, mask: np.ndarray | None, ids: Sequence[int], guess: int | None = None) -> int:
         token = pick(logits, mask, ids, guess)
+        if record:
+            other = np.array(logits, dtype=np.float32)  # [V]
+            if mask is not None:
+                other[~allowed_array(mask, other.shape[-1])] = -np.inf
+            other[token] = -np.inf
+            alt = int(np.argmax(other))
+            if np.isfinite(other[alt]):
+                row.alternatives.append(Alternative(len(ids), alt, float(logits[token]) - float(logits[alt]),
+                                                    row.logprob + log_softmax_at(logits, alt)))
         row.logprob += log_softmax_at(logits, token)
         return token
 
@@ -318,8 +332,15 @@ def decode_rows(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids
     for row in rows:
         row.pending = _Pending(ids=list(prompt_ids[reused:]), prompt=len(prompt_ids) - reused)
         _follow(row.cursor, row.pending, row.ids, span_ids)  # e.g. "<program>\n" rides along with the prompt prefill
-    forked = False
-    forwards, limit = 0, None
+    yield from _loop(lm, rows, span_ids, budget, forked=False)
+
+
+def _loop(lm: LM, rows: Sequence[Row], span_ids: SpanIds | None, budget: int, forked: bool, first: int = 0,
+          limit: int | None = None) -> Iterator[tuple[int, Step]]:
+    """decode_rows' loop over rows whose pending tokens are set: rows[k] is the cache's row first + k
+    once forked (before, one feed serves every row); rows still running after `limit` forwards (by
+    default set once rows[0] is done, from its forwards) stop with a BudgetError each."""
+    forwards = 0
     try:
         while active := [k for k, row in enumerate(rows) if row.running]:
             if limit is None and not rows[0].running and len(rows) > 1:
@@ -333,7 +354,7 @@ def decode_rows(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids
             feeds = [rows[k].pending.ids + draft for k, draft in zip(active, drafts)]
             keeps = [len(draft) + 1 for draft in drafts]  # the last fed position, then each drafted one
             if forked:
-                logits = _feed_distinct(lm, rows, active, feeds, keeps)
+                logits = _feed_distinct(lm, rows, active, feeds, keeps, first)
             else:  # the rows are all alike until they pick: one feed serves every row
                 logits = [lm.feed(feeds[0], keeps[0])] * len(active)
                 if len(rows) > 1:
@@ -341,15 +362,54 @@ def decode_rows(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids
                     forked = True
             forward = time.perf_counter() - start
             for k, draft, row_logits in zip(active, drafts, logits):
-                yield k, _row_step(lm, rows[k], k if forked else None, row_logits, draft, span_ids, forward)
-                _row_budget(rows[k], budget, alone=len(rows) == 1)
+                index = first + k if forked else None
+                yield k, _row_step(lm, rows[k], index, row_logits, draft, span_ids, forward)
+                _row_budget(rows[k], budget, alone=len(rows) == 1 and not first)
     finally:
         if forked:
             lm.fork(1)  # row 0 stays the cache (its prefix is reused by the next decode)
 
 
+def branch(row: Row, ids: Sequence[int], alternative: Alternative) -> None:
+    """Set a fresh row (its cursor at the start of the answer) to a decode's first alternative.at ids,
+    then alternative.token in place of the one it picked: the row's pending token is that one (and
+    what the cursor forces after it). Only for modes without splices (every id is fed, in order)."""
+    for token in ids[: alternative.at]:
+        _take(row.cursor, token, row.ids, "replayed")
+    row.produced = len(row.ids)  # the replayed ids were counted by the decode they came from
+    row.pending = _Pending(ids=[alternative.token])
+    _take(row.cursor, alternative.token, row.ids, "branched")
+    _follow(row.cursor, row.pending, row.ids, None)
+    row.logprob = alternative.logprob
+
+
+def decode_branches(lm: LM, rows: Sequence[Row], held: Sequence[int], prefixes: Sequence[Sequence[int]], budget: int,
+                    limit: int) -> Iterator[tuple[int, Step]]:
+    """Rows made by branch(), decoded side by side from the cache of the decode they branch from:
+    the cache holds `held` (its ids: the prompt, then that decode's fed answer) and rows[i] goes on
+    from prefixes[i] (the prompt and the ids before its branch). Each row is a fork of the cache
+    cropped to what it shares with its prefix (the rest of the prefix is fed first); the cache
+    itself is left as it was. Rows still running after `limit` forwards stop (row.error)."""
+    lm.fork(len(rows) + 1)
+    for r, (row, prefix) in enumerate(zip(rows, prefixes), 1):
+        kept = _common(held, prefix)
+        lm.crop_row(r, len(held) - kept)
+        missing = list(prefix[kept:])
+        row.pending = _Pending(ids=missing + row.pending.ids, prompt=len(missing), forced=row.pending.forced)
+    yield from _loop(lm, rows, None, budget, forked=True, first=1, limit=limit)
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _feed_distinct(lm: LM, rows: Sequence[Row], active: list[int], feeds: list[list[int]],
-                   keeps: list[int]) -> list[Logits]:
+                   keeps: list[int], offset: int = 0) -> list[Logits]:
     """One forward for the active rows, each distinct row once: rows that took the same tokens (so
     far, sampled rows often agree with the greedy one) and feed the same ones hold the same cache, so
     the first of them is fed and the others take its new positions and its logits (lm.copy_row)."""
@@ -359,10 +419,10 @@ def _feed_distinct(lm: LM, rows: Sequence[Row], active: list[int], feeds: list[l
         leader[k] = first.setdefault((tuple(rows[k].ids), tuple(feed)), k)
     fed = [k for k in active if leader[k] == k]
     at = {k: i for i, k in enumerate(active)}
-    out = dict(zip(fed, lm.feed_rows(fed, [feeds[at[k]] for k in fed], [keeps[at[k]] for k in fed])))
+    out = dict(zip(fed, lm.feed_rows([offset + k for k in fed], [feeds[at[k]] for k in fed], [keeps[at[k]] for k in fed])))
     for k in active:
         if leader[k] != k:
-            lm.copy_row(leader[k], k)
+            lm.copy_row(offset + leader[k], offset + k)
     return [out[leader[k]] for k in active]
 
 
@@ -449,19 +509,24 @@ class Candidate:
     decoded: Decoded | None
     logprob: float
     error: BudgetError | None = None
+    alternatives: tuple[Alternative, ...] = ()  # where it hesitated (a row with record=True), even if it ran out
 
 
 def decode_candidates(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids: SpanIds | None, budget: int,
-                      on_step: Callable[[DecodeStats, Step], None] | None = None, reused: int = 0) -> list[Candidate]:
+                      on_step: Callable[[DecodeStats, Step], None] | None = None, reused: int = 0,
+                      steps: Iterator[tuple[int, Step]] | None = None) -> list[Candidate]:
     """Run the loop over several rows at once; each row's statistics count every forward it was in
-    (a forward's seconds are the whole batch's). on_step sees row 0's running statistics."""
+    (a forward's seconds are the whole batch's). on_step sees row 0's running statistics. steps: the
+    loop to run (default decode_rows; decode_branches for branches)."""
     start = time.perf_counter()
     stats = [DecodeStats(tokens_reused=reused) for _ in rows]
-    for k, step in decode_rows(lm, rows, prompt_ids, span_ids, budget, reused):
+    steps = steps if steps is not None else decode_rows(lm, rows, prompt_ids, span_ids, budget, reused)
+    for k, step in steps:
         stats[k] = add_step(stats[k], step)
         if on_step is not None and k == 0:
             on_step(stats[0], step)
     total = time.perf_counter() - start
     return [Candidate(None if row.error else Decoded(row.cursor.text(), tuple(row.ids),
-                                                     DecodeStats(**{**s.__dict__, "seconds_total": total})),
-                      row.logprob, row.error) for row, s in zip(rows, stats)]
+                                                     DecodeStats(**{**s.__dict__, "seconds_total": total}),
+                                                     tuple(row.alternatives)),
+                      row.logprob, row.error, tuple(row.alternatives)) for row, s in zip(rows, stats)]

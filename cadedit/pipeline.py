@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cadedit import program as P
-from cadedit.decode import Candidate, Decoded, DecodeStats, Picker, Row, Step, decode, decode_candidates
-from cadedit.decode import sampling_picker
+from cadedit.decode import ROW_FORWARDS, ROW_SLACK, Candidate, Decoded, DecodeStats, Picker, Row, Step, branch, decode
+from cadedit.decode import decode_branches, decode_candidates, sampling_picker
 from cadedit.results import EditCandidate, EditResult, result_json  # noqa: F401 - re-exported
 from cadedit.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
-from cadedit.errors import CadeditError, ModelError
+from cadedit.errors import BudgetError, CadeditError, ModelError
 from cadedit.fence import FenceCursor
 from cadedit.model import LoadedModel, chat_prompt, check_ids, encode, eos_ids, language_model, load_model, token_bytes
 from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
@@ -264,17 +264,73 @@ def edit_candidates(document: Document, instruction: str, options: EditOptions, 
     picks: each candidate's picker factory (tries.candidate_picks gives `--candidates`')."""
     prepared = prepare(loaded, document, instruction, options)
     pickers = [pick_for(loaded, document, prepared) for pick_for in picks]
-    out = []
-    for found in run_candidates(loaded, document, prepared, pickers, on_step, draft=options.draft):
-        if found.decoded is None:
-            out.append(EditCandidate(None, found.logprob, found.error))
-            continue
+    return [_edit_candidate(loaded, document, prepared, found)
+            for found in run_candidates(loaded, document, prepared, pickers, on_step, draft=options.draft)]
+
+
+def _edit_candidate(loaded: LoadedModel, document: Document, prepared: Prepared, found: Candidate) -> EditCandidate:
+    """One decoded row as an edit; an answer that does not resolve against the file fails on its own."""
+    if found.decoded is None:
+        return EditCandidate(None, found.logprob, found.error)
+    try:
+        program, problem = placed_program(document, prepared, found.decoded)
+        result = EditResult(document, prepared.mode, program, found.decoded.text, resolve(program, document),
+                            found.decoded.stats, loaded.name, len(prepared.prompt_ids), problem)
+    except CadeditError as exc:
+        return EditCandidate(None, found.logprob, exc)
+    return EditCandidate(result, found.logprob)
+
+
+def edit_branches(document: Document, instruction: str, options: EditOptions, picks: Sequence[PickFor],
+                  accept: Callable[[EditCandidate], bool], *, loaded: LoadedModel,
+                  on_step: Callable[[DecodeStats, Step], None] | None = None) -> list[EditCandidate]:
+    """len(picks) candidates, one after the other's hesitations: candidate 1 is the plain decode (picks[0]);
+    if accept(it) is false, the others branch from it where the model hesitated most (branch_points:
+    the smallest margins between its pick and its next choice) and go on with their own pickers,
+    decoded side by side from candidate 1's cache (decode.decode_branches). Returns the candidates
+    decoded: [candidate 1] when it was accepted. Fenced modes only (a program's copies splice spans
+    between its ids, which branch() does not replay)."""
+    prepared = prepare(loaded, document, instruction, options)
+    pickers = [pick_for(loaded, document, prepared) for pick_for in picks]
+    cursor, _, drafter = mode_parts(loaded, document, prepared, options.draft)
+    first_row = Row(cursor, pickers[0], drafter, record=True)
+    with _prompt_cache(loaded, prepared) as (lm, reused):
         try:
-            program, problem = placed_program(document, prepared, found.decoded)
-            result = EditResult(document, prepared.mode, program, found.decoded.text, resolve(program, document),
-                                found.decoded.stats, loaded.name, len(prepared.prompt_ids), problem)
-        except CadeditError as exc:  # an answer that does not resolve against the file: that candidate fails
-            out.append(EditCandidate(None, found.logprob, exc))
-        else:
-            out.append(EditCandidate(result, found.logprob))
-    return out
+            [found] = decode_candidates(lm, [first_row], prepared.prompt_ids, None, prepared.budget, on_step, reused)
+        except BudgetError as exc:  # out of budget: the branches may still finish
+            found = Candidate(None, first_row.logprob, exc, tuple(first_row.alternatives))
+    first = _edit_candidate(loaded, document, prepared, found)
+    if accept(first) or len(picks) == 1:
+        return [first]
+    ids = first_row.ids
+    points = branch_points(found.alternatives, ids, len(picks) - 1, token_bytes(loaded))
+    if not points:
+        return [first]
+    rows, prefixes = [], []
+    for alternative, pick in zip(points, pickers[1:]):
+        cursor, _, drafter = mode_parts(loaded, document, prepared, options.draft)
+        row = Row(cursor, pick, drafter, score=True)
+        branch(row, ids, alternative)
+        rows.append(row)
+        prefixes.append(list(prepared.prompt_ids) + ids[: alternative.at])
+    lm = language_model(loaded)
+    forwards = found.decoded.stats.forward_passes if found.decoded is not None else 0
+    limit = int(ROW_FORWARDS * forwards + 0.5) + ROW_SLACK  # as for samples past candidate 1 (decode.ROW_SLACK)
+    steps = decode_branches(lm, rows, list(lm.ids), prefixes, prepared.budget, limit)
+    branched = decode_candidates(lm, rows, prepared.prompt_ids, None, prepared.budget, steps=steps)
+    return [first, *(_edit_candidate(loaded, document, prepared, c) for c in branched)]
+
+
+def branch_points(alternatives: Sequence, ids: Sequence[int], n: int, tokens: Sequence[bytes]) -> list:
+    """The n alternatives with the smallest margins (one is recorded a position), leaving out those that only
+    split the picked token's text (an alternative that is a prefix of it spells the same answer
+    again in smaller pieces)."""
+    points = []
+    for alternative in sorted(alternatives, key=lambda a: a.margin):
+        picked = tokens[ids[alternative.at]] if alternative.at < len(ids) else b""
+        if tokens[alternative.token] and picked.startswith(tokens[alternative.token]):
+            continue
+        points.append(alternative)
+        if len(points) == n:
+            break
+    return points

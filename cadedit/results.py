@@ -67,10 +67,22 @@ class DecodeStats:
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """Where a decode hesitated: at ids[at] it picked one token and `token` was the model's next choice
+    among the tokens allowed there (a branch of that decode takes it instead)."""
+
+    at: int  # the index in the decode's ids
+    token: int
+    margin: float  # log p(the picked token) - log p(token): the smaller, the nearer a tie
+    logprob: float  # the model's log-probability of ids[:at], then token
+
+
+@dataclass(frozen=True)
 class Decoded:
     text: str  # what the cursor spelled (a program's display form, or the fenced answer)
     ids: tuple[int, ...]
     stats: DecodeStats
+    alternatives: tuple[Alternative, ...] = ()  # recorded for a decode that may branch (decode.Row(record=True))
 
 
 @dataclass(frozen=True)

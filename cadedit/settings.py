@@ -64,6 +64,11 @@ MAX_TRIES = 20
 DEFAULT_CANDIDATES = 1
 TESTED_CANDIDATES = 4
 MAX_CANDIDATES = 8
+# How a try's candidates after the first are made (tries._batched_try): "branch", from candidate 1
+# where it hesitated most and only once it failed its checks, or "sample", all side by side from the
+# start. Measured in README ("Candidates side by side, measured").
+CANDIDATES_BY = "branch"
+CANDIDATE_WAYS = ("branch", "sample")
 
 
 def default_candidates(tested: bool, engine: bool = False) -> int:

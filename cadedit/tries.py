@@ -6,10 +6,12 @@ scoped answer could be placed exactly, the edited file's syntax, that it changed
 user's test command with the candidate in place, the user's bytes restored afterwards). It stops
 at the first candidate that passes. Try 1 is the options' own sampling (greedy by default); try 2
 is greedy with the failure in the prompt; later tries sample (TRY_TEMPERATURE, seeded by the try
-number) with the latest failure in the prompt. With candidates > 1 every try decodes that many
-side by side (pipeline.edit_candidates): candidate 1 as the try would be alone, the others sampled,
-checked in the order of the model's log-probability of each (how many when not asked:
-candidates_for). The feedback goes last in the prompt, so every try shares the prompt prefix whose
+number) with the latest failure in the prompt. With candidates > 1 every try makes up to that many
+(how many when not asked: candidates_for): candidate 1 as the try would be alone, and by default
+(settings.CANDIDATES_BY, "branch") only once it failed its checks the others, each branching from
+it where the model hesitated most (pipeline.edit_branches), or ("sample") all side by side from the
+start, the others sampled (pipeline.edit_candidates); checked in the order of the model's
+log-probability of each. The feedback goes last in the prompt, so every try shares the prompt prefix whose
 KV cache the model keeps (model.CachedLM.reuse). A scoped edit with wider scopes (options.wider: a
 line reference's statement, block, function) climbs one after a candidate that did not parse or
 failed the test, and drops the region's quote after one that changed nothing. A scoped edit of a
@@ -31,10 +33,10 @@ from typing import Any
 from cadedit.checks import Candidate, Check, Edited, change_check, feedback, placement_check, run_test, syntax_check
 from cadedit.document import Document
 from cadedit.errors import BudgetError
-from cadedit.options import EditOptions, Sampling
+from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.prompt import unquoted
 from cadedit.results import EditResult
-from cadedit.settings import DEFAULT_TRIES, TEST_TIMEOUT, default_candidates
+from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, TEST_TIMEOUT, default_candidates
 
 
 TRY_TEMPERATURE = 0.7
@@ -196,17 +198,19 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
                   tries: int = DEFAULT_TRIES, *, loaded: Any, picks: Callable[[int], Any] | None = None,
                   on_try: Callable[[Try], None] | None = None, on_step=None,
                   on_test: Callable[[int], None] | None = None, on_where: Callable[[Any], None] | None = None,
-                  candidates: int | None = None) -> Verified:
+                  candidates: int | None = None, candidates_by: str | None = None) -> Verified:
     """Up to `tries` tries until a candidate passes its checks; see the module docstring.
     loaded: a model.LoadedModel, or an editor with edit() (server.ServerClient: edit_file in the warm
     server; engine.EngineClient: a shared engine; no where-step then). candidates: every try decodes
-    this many side by side (None: candidates_for's default). picks(k) may give try k's picker
+    this many (None: candidates_for's default), made as candidates_by says (settings.CANDIDATE_WAYS;
+    None: settings.CANDIDATES_BY; _batched_try). picks(k) may give try k's picker
     factory (pipeline.PickFor: the picker from the prepared request; None: the try's sampling) or a
     batched try's list of `candidates` factories (one factory there: every candidate's), picks(0)
     the where-step's (loaded -> picker, as where.where_picker); tests script answers with it (local
     models only)."""
     candidates = candidates_for(candidates, plan, loaded)
-    edit, edit_many = _editors(loaded)
+    candidates_by = candidates_by or CANDIDATES_BY
+    edit, editors = _editors(loaded)
     where = _where(document, instruction, options, loaded, picks(0) if picks else None)
     if where is not None and on_where is not None:
         on_where(where)
@@ -228,8 +232,8 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         pick = picks(number) if picks else None
         test_hook = None if on_test is None else (lambda: on_test(number))
         if candidates > 1:
-            made = _batched_try(edit_many, document, instruction, current, plan, number, candidates, pick, on_step,
-                                test_hook)
+            made = _batched_try(editors, document, instruction, current, plan, number, candidates, pick, on_step,
+                                test_hook, candidates_by)
         else:
             made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
         for attempt in made:
@@ -277,16 +281,18 @@ def _where(document: Document, instruction: str, options: EditOptions, loaded: A
 
 
 def _editors(loaded: Any):
-    """edit(document, instruction, options, on_step, pick_for) -> EditResult, and edit_many(..., k, picks)
-    -> k EditCandidates decoded side by side (picks None: candidate_picks), locally or in the server."""
+    """edit(document, instruction, options, on_step, pick_for) -> EditResult, and the batched editors:
+    edit_many(..., k, picks) -> k EditCandidates decoded side by side (picks None: candidate_picks),
+    locally or in the server, and edit_branched(..., k, picks, accept) -> candidate 1, then if
+    accept(it) is false its branches (pipeline.edit_branches; None for a server or an engine)."""
     if hasattr(loaded, "edit"):
         def edit(document, instruction, options, on_step, pick_for):
             return loaded.edit(document, instruction, options, on_step=on_step)
 
         def edit_remote(document, instruction, options, on_step, k, picks):
             return loaded.edit_candidates(document, instruction, options, k, on_step=on_step)
-        return edit, edit_remote
-    from cadedit.pipeline import edit_candidates, edit_file
+        return edit, (edit_remote, None)
+    from cadedit.pipeline import edit_branches, edit_candidates, edit_file
 
     def edit(document, instruction, options, on_step, pick_for):
         return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick_for=pick_for)
@@ -295,7 +301,11 @@ def _editors(loaded: Any):
         picks = picks or candidate_picks(k, options.sampling)
         return edit_candidates(document, instruction, options, picks, loaded=loaded, on_step=on_step)
 
-    return edit, edit_many
+    def edit_branched(document, instruction, options, on_step, k, picks, accept):
+        picks = picks or [_sampling_for(options.sampling)] * k
+        return edit_branches(document, instruction, options, picks, accept, loaded=loaded, on_step=on_step)
+
+    return edit, (edit_many, edit_branched)
 
 
 def candidate_picks(k: int, first: Sampling) -> list:
@@ -328,26 +338,35 @@ def _one_try(edit, document: Document, instruction: str, current: EditOptions, p
     return Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=current.regions)
 
 
-def _batched_try(edit_many, document: Document, instruction: str, current: EditOptions, plan: CheckPlan,
-                 number: int, k: int, picks, on_step, on_test) -> list[Try]:
-    """Try `number` as k candidates decoded side by side, checked in the order of the model's log-probability
-    of each (the greedy one first among equals), duplicates once, until one passes: with --test the
-    first that passes its test, without it the highest-scoring that passes syntax and change. Returns
-    every candidate as a Try, in that order (the ones after the winner unchecked)."""
-    samplings = [candidate_sampling(i, current.sampling) for i in range(1, k + 1)]
+def _batched_try(editors, document: Document, instruction: str, current: EditOptions, plan: CheckPlan,
+                 number: int, k: int, picks, on_step, on_test, by: str = CANDIDATES_BY) -> list[Try]:
+    """Try `number` as k candidates, checked until one passes: with --test the first that passes its test,
+    without it the highest-scoring that passes syntax and change; duplicates are checked once. Returns
+    every candidate as a Try, in the order checked (the ones after the winner unchecked).
+
+    by "sample": all k decoded side by side, candidate 1 the try's own sampling and the others sampled,
+    checked in the order of the model's log-probability of each (the greedy one first among equals).
+    by "branch" (a local model, a fenced mode): candidate 1 is decoded and checked first; only if it
+    fails are the others decoded, each branching from it where it hesitated (pipeline.edit_branches)
+    and going on with the try's own sampling, then checked in the order of their log-probability."""
+    edit_many, edit_branched = editors
+    # A program's copies splice spans between its ids, which a branch cannot replay (fenced modes only).
+    branched = by == "branch" and edit_branched is not None and Mode(current.mode) is not Mode.PROGRAM
+    samplings = [current.sampling if branched else candidate_sampling(i, current.sampling) for i in range(1, k + 1)]
     start = time.perf_counter()
     if isinstance(picks, (list, tuple)):
         picks = list(picks)
     elif picks is not None:  # one factory: every candidate's
         picks = [picks] * k
-    found = edit_many(document, instruction, current, on_step, k, picks)
-    decode_seconds = time.perf_counter() - start
     made: list[Try] = []
     seen: dict[str, int] = {}
-    winner = 0
-    for i in sorted(range(k), key=lambda i: -found[i].logprob):
-        c, t, candidate = found[i], samplings[i].temperature, i + 1
+    checking = [0.0]  # seconds spent in checks so far (not decode time)
+
+    def check(i: int, c, decode_seconds: float) -> bool:
+        """Candidate i+1's Try into `made`; whether it passed."""
+        t, candidate = samplings[i].temperature, i + 1
         common = dict(regions=current.regions, candidate=candidate, logprob=c.logprob)
+        winner = next((m.candidate for m in made if m.passed), 0)
         if c.result is None:
             error = getattr(c.error, "message", str(c.error))
             made.append(Try(number, t, None, (), decode_seconds, error, getattr(c.error, "hint", None), **common))
@@ -359,6 +378,18 @@ def _batched_try(edit_many, document: Document, instruction: str, current: EditO
             seen[c.result.new_text] = candidate
             checked = time.perf_counter()
             checks = check_candidate(document, c.result.new_text, plan, on_test, instruction, c.result.placement)
+            checking[0] += time.perf_counter() - checked
             made.append(Try(number, t, c.result, checks, decode_seconds + time.perf_counter() - checked, **common))
-            winner = candidate if made[-1].passed else 0
+        return made[-1].passed
+
+    if branched:
+        found = edit_branched(document, instruction, current, on_step, k, picks,
+                              lambda first: check(0, first, time.perf_counter() - start))
+        rest = range(1, len(found))
+    else:
+        found = edit_many(document, instruction, current, on_step, k, picks)
+        rest = range(k)
+    decode_seconds = time.perf_counter() - start - checking[0]  # candidate 1's checks are its own
+    for i in sorted(rest, key=lambda i: -found[i].logprob):
+        check(i, found[i], decode_seconds)
     return made

@@ -87,3 +87,17 @@ def editing(edit: Callable[[Document], Document],
 def every_try(pick_for: pipeline.PickFor) -> Callable[[int], Any]:
     """picks for edit_verified: the same factory for every try, the where-step unscripted."""
     return lambda k: pick_for if k else None
+
+
+def inject_branches(monkeypatch, old: bytes, new: bytes) -> None:
+    """Branches (pipeline.edit_branches) start where candidate 1's ids first spell `old` and take the
+    token that spells `new` there, wherever the random model hesitated: the branch rows' own pickers
+    then spell the rest (a script continues by the bytes spelled so far)."""
+    from cadedit.results import Alternative
+
+    def points(alternatives, ids, n, tokens):
+        index = {piece: token for token, piece in enumerate(tokens) if piece}
+        at = next((i for i, token in enumerate(ids) if tokens[token] == old), None)
+        return [] if at is None else [Alternative(at, index[new], 0.0, -1.0)] * n
+
+    monkeypatch.setattr(pipeline, "branch_points", points)

@@ -112,14 +112,19 @@ def test_tries_decodes_as_many_candidates_a_try_as_fix_would(tmp_path, monkeypat
     data = json.loads(out.read_text())
     assert data["candidates"] == 4 and data["candidates_checks_only"] == 1
     (row,) = data["corpora"][0]["cases"]
-    assert [(t["try"], t["candidate"]) for t in row["tries_with_test"]] == [(n, k) for n in (1, 2) for k in (1, 2, 3, 4)]
+    # Candidate 1 of try 1 fails the test, so 3 branches of it follow; try 2's candidate 1 passes: no branches.
+    assert sorted((t["try"], t["candidate"]) for t in row["tries_with_test"]) == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1)]
     assert [(t["try"], t["candidate"]) for t in row["tries_checks_only"]] == [(1, 0), (2, 0)]
     assert row["test3"]["passed"] is True and row["test3"]["tries"] == 2
+    summary = data["corpora"][0]["summary"]
+    assert summary["greedy"]["passed"] == 0 and summary["try1_with_more"] == 1
+    assert summary["loop_over_greedy_median"] > 1 and summary["try1_decode_over_first_median"] > 1
+    assert "try 1 made more candidates in 1 cases" in result.output
 
 
 @pytest.mark.parametrize("scoping", ["on", "off"])
 def test_tries_with_candidates_scores_try_one_by_its_first_passing_candidate(tmp_path, monkeypatch, tiny_dir, scoping):
-    """--candidates 3: try 1 is one batched decode whose candidates are checked in turn; the case is
+    """--candidates 3 --candidates-by sample: try 1 is one batched decode whose candidates are checked in turn; the case is
     scoped as `cadedit fix` scopes "Fix add." (the function), or not with --scoping off."""
     other = "\n\ndef sub(a, b):\n    return a - b\n"  # so that add's lines are a part of the file
     wrong = "def add(a, b):\n    return a * b\n" + other
@@ -147,6 +152,7 @@ def test_tries_with_candidates_scores_try_one_by_its_first_passing_candidate(tmp
                                  "instruction": "Fix add.", "test": TEST}) + "\n")
     result = CliRunner().invoke(app, ["bench", "tries", "-c", str(cases), "--model", str(tiny_dir),
                                       "--tries", "3", "--check-tries", "0", "--candidates", "3", "--scoping", scoping,
+                                      "--candidates-by", "sample",
                                       "--dtype", "fp32", "--threads", "1", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())

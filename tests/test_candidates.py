@@ -24,7 +24,7 @@ from cadedit.errors import BudgetError
 from cadedit.model import CachedLM, LoadedModel, new_cache, token_bytes
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.pipeline import edit_candidates, edit_file
-from tests.scripting import given, inject_picks
+from tests.scripting import given, inject_branches, inject_picks
 from tests.test_rewrite import BEFORE as COLORS, editing_model
 from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, load_once, _models, work  # noqa: F401 - fixtures
 from tests.test_verify import CORPUS, TOK, prepared_for
@@ -160,23 +160,51 @@ def fix(tiny_dir, *args: str):
                                         "--threads", "1", *args])
 
 
-def test_with_a_test_and_no_candidates_asked_try_one_decodes_four_and_without_a_test_one(tiny_dir, work, scripted_rows):
-    """The measured default: where --test decides, try 1 is 4 candidates side by side; without one, a
-    single candidate (the checks alone cannot tell the right one)."""
-    calls = scripted_rows(WRONG, GOOD, WRONG, BEFORE.decode())
+def test_with_a_test_and_no_candidates_asked_a_failing_try_makes_four_and_without_a_test_one(tiny_dir, work, scripted_rows, monkeypatch):
+    """The measured default: where --test decides, a try makes up to 4 candidates, the others branching
+    from candidate 1 once it failed (here it changes nothing; the branches spell "+" for its "-"); without
+    a test, a single candidate (the checks alone cannot tell the right one)."""
+    calls = scripted_rows(BEFORE.decode(), GOOD, WRONG, BEFORE.decode())
+    inject_branches(monkeypatch, b" -", b" +")
     tested = fix(tiny_dir, "--test", GREP_TEST, "--json")
     assert tested.exit_code == 0, tested.output
-    assert calls == [4] and json.loads(tested.stdout)["answer_candidate"] == 2
-    assert ", candidate 2 of 4: passed" in tested.stderr
+    data = json.loads(tested.stdout)
+    assert calls == [4] and data["answer_try"] == 1 and data["answer_candidate"] in (2, 3, 4)
+    assert sorted(t["candidate"] for t in data["tries"]) == [1, 2, 3, 4]
+    assert data["tries"][0]["candidate"] == 1 and [c["name"] for c in data["tries"][0]["checks"]] == ["syntax", "change"]
+    assert ", candidate 1 of 4: failed: change" in tested.stderr and " of 4: passed" in tested.stderr
     scripted_rows(GOOD)
     alone = fix(tiny_dir, "--json")
     assert alone.exit_code == 0, alone.output
     assert [t["candidate"] for t in json.loads(alone.stdout)["tries"]] == [0]
 
 
+def test_a_first_candidate_that_passes_makes_no_branches(tiny_dir, work, scripted_rows, monkeypatch):
+    """Branches are decoded only after candidate 1 failed: one that passes is the whole try, one line."""
+    scripted_rows(GOOD, WRONG, WRONG, WRONG)
+    inject_branches(monkeypatch, b" +", b" *")
+    result = fix(tiny_dir, "--test", GREP_TEST, "--json", "--write")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [(t["try"], t["candidate"], t["passed"]) for t in data["tries"]] == [(1, 1, True)]
+    assert [line for line in result.stderr.splitlines() if ": try " in line] == [
+        line for line in result.stderr.splitlines() if "try 1 of 3, candidate 1 of 4: passed" in line]
+    assert (work / "a.py").read_text() == GOOD
+
+
+def test_candidates_by_sample_decodes_every_candidate_from_the_start(tiny_dir, work, scripted_rows):
+    """--candidates-by sample: all four decoded side by side from the start, checked in order."""
+    calls = scripted_rows(WRONG, GOOD, WRONG, BEFORE.decode())
+    result = fix(tiny_dir, "--test", GREP_TEST, "--json", "--candidates-by", "sample")
+    assert result.exit_code == 0, result.output
+    assert calls == [4] and json.loads(result.stdout)["answer_candidate"] == 2
+    bad = fix(tiny_dir, "--candidates-by", "beam")
+    assert bad.exit_code == 2 and "--candidates-by" in bad.output and (work / "a.py").read_bytes() == BEFORE
+
+
 def test_fix_with_candidates_takes_the_first_that_passes_its_test(tiny_dir, work, scripted_rows):
     calls = scripted_rows(WRONG, GOOD, WRONG, BEFORE.decode())
-    result = fix(tiny_dir, "--candidates", "4", "--test", GREP_TEST, "--json", "--write")
+    result = fix(tiny_dir, "--candidates", "4", "--candidates-by", "sample", "--test", GREP_TEST, "--json", "--write")
     assert result.exit_code == 0, result.output
     assert calls == [4]  # one batched decode of 4 rows, no second try
     assert (work / "a.py").read_text() == GOOD
@@ -203,7 +231,7 @@ def test_fix_with_candidates_takes_the_first_that_passes_its_test(tiny_dir, work
 
 def test_fix_with_candidates_without_test_takes_the_likeliest_that_changes_the_file(tiny_dir, work, scripted_rows):
     scripted_rows(GOOD, WRONG, BEFORE.decode())
-    result = fix(tiny_dir, "--candidates", "3", "--json")
+    result = fix(tiny_dir, "--candidates", "3", "--candidates-by", "sample", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     changing = [t for t in data["tries"] if t["candidate"] in (1, 2)]
@@ -216,7 +244,8 @@ def test_fix_with_candidates_without_test_takes_the_likeliest_that_changes_the_f
 def test_when_no_candidate_passes_the_next_try_is_k_candidates_again_with_the_feedback(tiny_dir, work, scripted_rows):
     calls = scripted_rows(WRONG, WRONG, then=GOOD)  # both rows of try 2 spell GOOD
     result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
-                                          "--threads", "1", "--candidates", "2", "--test", GREP_TEST, "--json"])
+                                          "--threads", "1", "--candidates", "2", "--candidates-by", "sample",
+                                          "--test", GREP_TEST, "--json"])
     assert result.exit_code == 0, result.output
     assert calls == [2]  # try 1's batch (try 2's rows are scripted alike)
     lines = [line for line in result.stderr.splitlines() if ": try " in line]
@@ -233,8 +262,9 @@ def test_candidates_out_of_range_is_a_usage_error(tiny_dir, work):
     assert (work / "a.py").read_bytes() == BEFORE
 
 
-def test_candidates_in_a_scoped_edit(tiny_dir, work, scripted_rows):
+def test_candidates_in_a_scoped_edit(tiny_dir, work, scripted_rows, monkeypatch):
     scripted_rows("    return a * b\n", "    return a + b\n")  # the region's lines only
+    inject_branches(monkeypatch, b" *", b" +")  # candidate 2 branches from candidate 1 in the region
     result = fix(tiny_dir, "--candidates", "2", "--test", GREP_TEST, "--lines", "2", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -334,3 +364,73 @@ def test_a_row_that_runs_far_past_candidate_1_is_stopped(tiny_dir):
     forwards = first.decoded.stats.forward_passes
     assert second.decoded is None and second.error.message.startswith(
         f"stopped after {int(decode.ROW_FORWARDS * forwards + 0.5) + decode.ROW_SLACK} forwards")
+
+
+# -- branches ------------------------------------------------------------------------------------
+
+
+def forcing_picker(at: int, token: int):
+    """Greedy, except that the pick at ids index `at` is `token` (a branch's reference decode)."""
+    greedy = sampling_picker()
+
+    def pick(logits, mask, ids, guess=None):
+        return token if len(ids) == at else greedy(logits, mask, ids, guess)
+
+    return pick
+
+
+def branches_against_forced_decodes(loaded: LoadedModel, prepared, n: int = 3, rel: float = 1e-9):
+    """Decode greedily with the hesitations recorded, branch n rows from it (decode_branches, from that
+    decode's cache) and check each row against a fresh decode that forces its alternative: the same
+    ids, text and log-probability, the cache it branched from left as it was. Returns the rows."""
+    from cadedit.decode import branch, decode_branches
+    from cadedit.pipeline import branch_points
+
+    lm = CachedLM(loaded.model, new_cache(loaded))
+    cursor, _, drafter = pipeline.mode_parts(loaded, None, prepared, True)
+    first = Row(cursor, sampling_picker(), drafter, record=True)
+    run_rows(lm, [first], prepared)
+    assert len(first.alternatives) >= n and all(a.margin >= 0 for a in first.alternatives)
+    points = branch_points(first.alternatives, first.ids, n, token_bytes(loaded))
+    held = list(lm.ids)
+    rows, prefixes = [], []
+    for alternative in points:
+        cursor, _, drafter = pipeline.mode_parts(loaded, None, prepared, True)
+        row = Row(cursor, sampling_picker(), drafter, score=True)
+        branch(row, first.ids, alternative)
+        rows.append(row)
+        prefixes.append(list(prepared.prompt_ids) + first.ids[: alternative.at])
+    for _ in decode_branches(lm, rows, held, prefixes, prepared.budget, limit=10**6):
+        pass
+    assert lm.ids == held and not lm.rows  # the cache it branched from is untouched, the rows dropped
+    for row, alternative in zip(rows, points):
+        cursor, _, drafter = pipeline.mode_parts(loaded, None, prepared, True)
+        reference = Row(cursor, forcing_picker(alternative.at, alternative.token), drafter, score=True)
+        run_rows(CachedLM(loaded.model, new_cache(loaded)), [reference], prepared)
+        assert row.ids[: alternative.at] == first.ids[: alternative.at] and row.ids[alternative.at] == alternative.token
+        assert row.ids == reference.ids and row.cursor.text() == reference.cursor.text()
+        assert (row.error is None) == reference.cursor.is_done()
+        assert row.logprob == pytest.approx(reference.logprob, rel=rel, abs=rel)
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_branch_writes_what_a_fresh_decode_forced_to_its_alternative_writes(tiny, seed):
+    from dataclasses import replace
+
+    document = Document.from_text("".join(random.Random(seed).sample(CORPUS, 8)), "x.py")
+    prepared = replace(prepared_for(tiny, document, 90), mode=Mode.VERIFY)
+    rows = branches_against_forced_decodes(tiny, prepared)
+    assert len({tuple(row.ids) for row in rows}) == len(rows)  # each branch is another candidate
+
+
+def test_branch_points_take_the_nearest_ties_and_leave_out_splits_of_the_picked_token():
+    from cadedit.pipeline import branch_points
+    from cadedit.results import Alternative
+
+    tokens = [b"", b"ab", b"a", b"x", b"b", b"y"]
+    ids = [1, 4, 4]  # "ab", "b", "b"
+    alternatives = [Alternative(0, 2, 0.1, -1.0),  # "a" only splits "ab": left out
+                    Alternative(1, 3, 0.5, -2.0), Alternative(2, 5, 0.2, -3.0)]
+    assert [(a.at, a.token) for a in branch_points(alternatives, ids, 2, tokens)] == [(2, 5), (1, 3)]
+    assert [(a.at, a.token) for a in branch_points(alternatives, ids, 1, tokens)] == [(2, 5)]

@@ -113,7 +113,7 @@ def test_a_test_sees_the_candidate_and_unstaged_work_survives(tmp_path, monkeypa
 
 def test_candidates_come_from_the_settings_and_the_first_that_passes_wins(tmp_path, monkeypatch, tiny_dir):
     from cadedit.document import Document
-    from tests.scripting import editing, inject_picks
+    from tests.scripting import editing, inject_branches, inject_picks
 
     seen = []  # each row's prepared request
 
@@ -125,13 +125,14 @@ def test_candidates_come_from_the_settings_and_the_first_that_passes_wins(tmp_pa
 
     rows = [row(b"wrong"), row(b"NEW"), row(b"other")]
     inject_picks(monkeypatch, lambda k: rows if k == 1 else None)  # try 1's candidates (the rule's tries = 1)
+    inject_branches(monkeypatch, b"w", b"N")  # candidate 1 fails; its branches spell 'N' for its 'w', then their rows
     root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n"})
     stage(root, {"a.py": b"x = 'old'\n"})
     settings(root, "candidates = 3", "tries = 1", 'test = "grep -q NEW a.py"')
     monkeypatch.chdir(root)
     result = hook("run")
     assert result.exit_code == 1, result.output  # check mode: the file would change
-    assert len(seen) == 3 and seen[0] is seen[1] is seen[2]  # one batched decode of three rows
+    assert len(seen) == 3 and seen[0] is seen[1] is seen[2]  # one prompt for the three candidates
     assert "+x = 'NEW'" in result.stdout
     assert (root / "a.py").read_bytes() == b"x = 'old'\n"
 

@@ -24,7 +24,7 @@ from cadedit import llamacpp
 from cadedit.document import Document
 from cadedit.model import CachedLM, new_cache
 from cadedit.options import Mode, Sampling
-from tests.test_candidates import SAMPLINGS, rows_for, run_rows
+from tests.test_candidates import SAMPLINGS, branches_against_forced_decodes, rows_for, run_rows
 from tests.test_llama import (SAME, TOK, cli, colors, editing_gguf, llama_scaled, llama_tiny, scaled_gguf,  # noqa: F401
                               tiny_gguf)
 from tests.test_verify import CORPUS, prepared_for
@@ -88,7 +88,7 @@ def test_each_row_writes_what_a_separate_decode_with_its_picker_writes(llama_sca
 
 def test_fix_with_candidates_on_the_llama_backend(colors, editing_gguf):  # noqa: F811
     done = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
-               "--candidates", "3", "--threads", "1", "--json", "-q", "--write", cwd=colors)
+               "--candidates", "3", "--candidates-by", "sample", "--threads", "1", "--json", "-q", "--write", cwd=colors)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["backend"] == "llama" and data["passed"] and data["answer_candidate"] is not None
@@ -97,8 +97,35 @@ def test_fix_with_candidates_on_the_llama_backend(colors, editing_gguf):  # noqa
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
 
 
+def test_fix_branches_from_a_failing_first_candidate_on_the_llama_backend(colors, editing_gguf):  # noqa: F811
+    """A test that fails once: candidate 1 (the bigram model's teal -> green) fails it, so its branches
+    are decoded on llama.cpp sequences; off the text it knows, this model never closes the fence, so
+    each branch is stopped past candidate 1's forwards, reported, and nothing is written (exit 3)."""
+    once = "[ -e seen ] || { touch seen; exit 1; }"
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
+               "--candidates", "3", "--test", once, "--tries", "1", "--threads", "1", "--json", "--write",
+               cwd=colors)
+    assert done.returncode == 3, done.stderr
+    data = json.loads(done.stdout)
+    first, *branches = data["tries"]
+    assert first["candidate"] == 1 and first["changed"] and [c["passed"] for c in first["checks"]] == [True, True, False]
+    assert sorted(t["candidate"] for t in branches) == [2, 3]
+    assert all(t["error"].startswith("stopped after") and t["logprob"] < first["logprob"] for t in branches)
+    assert "candidate 3 of 3: failed: stopped after" in done.stderr
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
 def test_more_candidates_than_the_context_holds_is_a_usage_error(colors, editing_gguf):  # noqa: F811
     done = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
                "--candidates", str(llamacpp.MAX_ROWS + 1), cwd=colors)
     assert done.returncode == 2 and "--candidates" in done.stderr
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_branch_writes_what_a_fresh_decode_forced_to_its_alternative_writes(llama_scaled, seed):
+    """Branches are sequence ids forked from the decode's own sequence and cropped to their start."""
+    document = Document.from_text("".join(random.Random(seed).sample(CORPUS, 8)), "x.py")
+    prepared = replace(prepared_for(llama_scaled, document, 90), mode=Mode.VERIFY)
+    rows = branches_against_forced_decodes(llama_scaled, prepared, rel=1e-2)
+    assert len({tuple(row.ids) for row in rows}) == len(rows)

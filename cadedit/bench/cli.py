@@ -25,7 +25,8 @@ from cadedit.bench.options import (PACKAGES, BackendOpt, CaseContextOpt, CorpusO
                                    int_list, longfile_roots, span_lengths)
 from cadedit.cli_common import context_lines, err, say, sub_app
 from cadedit.errors import CadeditError
-from cadedit.settings import BENCH_TEST_TIMEOUT, CONTEXT_LINES, DEFAULT_DTYPE, DEFAULT_MODE, DEFAULT_TRIES
+from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_DTYPE, DEFAULT_MODE
+from cadedit.settings import DEFAULT_TRIES
 
 T = TypeVar("T")
 
@@ -870,6 +871,9 @@ def tries(
         "--candidates", "-k", min=1, max=8, show_default=False,
         help="Each try decodes this many candidates side by side, as `cadedit fix -k` (default: fix's, 4 with "
              "the test, 1 with the checks alone).")] = None,
+    candidates_by: Annotated[str, typer.Option(
+        "--candidates-by", help="How a try's candidates after the first are made, as `cadedit fix --candidates-by`: "
+                                "branch or sample.")] = CANDIDATES_BY,
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -883,10 +887,12 @@ def tries(
     corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
     loaded, _ = _load_model(model, "auto", dtype, threads, backend, warm_up=False)
     scoped = _choice(scoping, "--scoping", {"on": True, "off": False})
-    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, _tries_options(loaded.name, mode, layout), scoped, k)
+    by = _choice(candidates_by, "--candidates-by", {way: way for way in CANDIDATE_WAYS})
+    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, _tries_options(loaded.name, mode, layout), scoped, k,
+                                by)
     meta = {**_model_meta("tries", loaded), "mode": mode, "layout": settings.options.layout, "context": context,
             "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped,
-            "candidates": settings.with_test, "candidates_checks_only": settings.checks_only}
+            "candidates": settings.with_test, "candidates_checks_only": settings.checks_only, "candidates_by": by}
     rows = _tries_rows(max_tries, check_tries)
 
     def to_json(done: dict[str, list]) -> dict:
@@ -923,6 +929,10 @@ def _tries_line(row: dict, rows: tuple[str, ...]) -> str:
                                         f"{row[k]['seconds']:.1f}s/{row[k]['tries']}" for k in rows)
 
 
+def _times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
 def _print_tries(name: str, summary: dict, rows: tuple[str, ...], model: str) -> None:
     out.print(f"{name}: {summary['n']} cases, {_short(model)}")
     for k in rows:
@@ -931,6 +941,14 @@ def _print_tries(name: str, summary: dict, rows: tuple[str, ...], model: str) ->
             out.print(f"  {k:8s} tests passed {s['passed']}/{summary['n']}, exact {s['exact']}, answered {s['answered']}, "
                       f"median {s['seconds_median']:.1f} s, mean {s['seconds_mean']:.1f} s")
     out.print(f"  checks alone turned {summary['checks_turned_fail_into_pass']} failed single tries into passes")
+    if "greedy" in summary:
+        g = summary["greedy"]
+        out.print(f"  candidate 1 of try 1 alone (a greedy try): tests passed {g['passed']}/{summary['n']}, "
+                  f"median {g['seconds_median']:.1f} s; the loop over it, median case "
+                  f"{_times(summary['loop_over_greedy_median'])}")
+    if summary.get("try1_with_more"):
+        out.print(f"  try 1 made more candidates in {summary['try1_with_more']} cases: its decode over candidate 1's, "
+                  f"median {_times(summary['try1_decode_over_first_median'])}")
 
 
 # -- long files --------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from cadedit.document import Document
 from cadedit.model import LoadedModel
 from cadedit.options import EditOptions
 from cadedit.scope import plan_edit
-from cadedit.settings import BENCH_TEST_TIMEOUT, DEFAULT_TRIES, default_candidates
+from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATES_BY, DEFAULT_TRIES, default_candidates
 from cadedit.tries import CheckPlan, Verified, edit_verified
 
 SUFFIX = {"python": ".py", "node": ".js"}
@@ -41,6 +41,7 @@ class TriesSettings:
     options: EditOptions = EditOptions()
     scoped: bool = True  # the scope from the instruction first, as `cadedit fix` resolves it
     candidates: int | None = None  # each try decodes this many side by side; None: `cadedit fix`'s default
+    candidates_by: str = CANDIDATES_BY  # how (settings.CANDIDATE_WAYS, `cadedit fix --candidates-by`)
 
     @property
     def with_test(self) -> int:
@@ -123,12 +124,13 @@ def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings,
         options, _ = plan_edit(document, case.instruction, settings.options, scoping=settings.scoped)
         with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
         tested = edit_verified(document, case.instruction, options, with_test, settings.tries, loaded=loaded,
-                               picks=picks, candidates=settings.with_test)
+                               picks=picks, candidates=settings.with_test, candidates_by=settings.candidates_by)
         tested_rows = _judged(tested, case, settings.test_timeout)
         checked_rows = []
         if settings.check_tries:
             checked = edit_verified(document, case.instruction, options, CheckPlan(), settings.check_tries,
-                                    loaded=loaded, picks=picks, candidates=settings.checks_only)
+                                    loaded=loaded, picks=picks, candidates=settings.checks_only,
+                                    candidates_by=settings.candidates_by)
             checked_rows = _judged(checked, case, settings.test_timeout)
     single = _single(tested_rows)
     row = {"id": case.id, "language": case.language, "regions": [list(r) for r in options.regions], "single": single,
@@ -160,4 +162,29 @@ def summarize(results: list[dict], rows=ROWS) -> dict:
         out["test_cost_over_single_median"] = median(ratios) if ratios else None
     saved = [r for r in done if "checks" in r and not r["single"]["passed"] and r["checks"]["passed"]]
     out["checks_turned_fail_into_pass"] = len(saved)
+    out.update(_against_greedy(done, last))
     return out
+
+
+def _against_greedy(done: list[dict], last: str) -> dict:
+    """Try 1's candidate 1 as one greedy try alone would be (its decode, its checks): how many it passed,
+    the median case's wall of the loop (`last`) over it, and where try 1 made more candidates, the
+    median of try 1's whole decode over candidate 1's decode (what the other candidates cost)."""
+    firsts, loop, extra = [], [], []
+    for r in done:
+        tried = [t for t in r["tries_with_test"] if t["try"] == 1]
+        first = next((t for t in tried if t["candidate"] in (0, 1)), None)
+        if first is None or not first["seconds"]:
+            continue
+        firsts.append(first)
+        if last in r:
+            loop.append(r[last]["seconds"] / first["seconds"])
+        own = first["seconds"] - first["checks_seconds"]
+        if len(tried) > 1 and own > 0:
+            extra.append(max(t["seconds"] - t["checks_seconds"] for t in tried) / own)
+    if not firsts:
+        return {}
+    return {"greedy": {"passed": sum(t["checks_passed"] and t["test_passed"] for t in firsts),
+                       "seconds_median": median([t["seconds"] for t in firsts])},
+            "loop_over_greedy_median": median(loop) if loop else None,
+            "try1_decode_over_first_median": median(extra) if extra else None, "try1_with_more": len(extra)}
