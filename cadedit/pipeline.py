@@ -6,7 +6,9 @@ mode's cursor and drafter (the MODES table), and reports the answer as a copy/ge
 resolved strictly against the document. Nothing is written here: the caller shows or applies
 EditResult.new_text. The helpers (prepare, run_decode) are public so benchmarks reuse exactly this
 code path. A caller may choose the decode's picker once the request is prepared (pick_for: tests
-and benchmarks spell a known answer, which needs the prepared fence and source).
+and benchmarks spell a known answer, which needs the prepared fence and source). edit_candidates
+decodes several candidates side by side; edit_branches decodes one, and only if the caller
+rejects it, branches of it from its own cache.
 """
 
 from __future__ import annotations
