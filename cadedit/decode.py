@@ -527,6 +527,5 @@ def decode_candidates(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], sp
             on_step(stats[0], step)
     total = time.perf_counter() - start
     return [Candidate(None if row.error else Decoded(row.cursor.text(), tuple(row.ids),
-                                                     DecodeStats(**{**s.__dict__, "seconds_total": total}),
-                                                     tuple(row.alternatives)),
+                                                     DecodeStats(**{**s.__dict__, "seconds_total": total})),
                       row.logprob, row.error, tuple(row.alternatives)) for row, s in zip(rows, stats)]

@@ -82,7 +82,6 @@ class Decoded:
     text: str  # what the cursor spelled (a program's display form, or the fenced answer)
     ids: tuple[int, ...]
     stats: DecodeStats
-    alternatives: tuple[Alternative, ...] = ()  # recorded for a decode that may branch (decode.Row(record=True))
 
 
 @dataclass(frozen=True)

@@ -354,10 +354,7 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
     branched = by == "branch" and edit_branched is not None and Mode(current.mode) is not Mode.PROGRAM
     samplings = [current.sampling if branched else candidate_sampling(i, current.sampling) for i in range(1, k + 1)]
     start = time.perf_counter()
-    if isinstance(picks, (list, tuple)):
-        picks = list(picks)
-    elif picks is not None:  # one factory: every candidate's
-        picks = [picks] * k
+    scripted = list(picks) if isinstance(picks, (list, tuple)) else [picks] * k if picks is not None else None
     made: list[Try] = []
     seen: dict[str, int] = {}
     checking = [0.0]  # seconds spent in checks so far (not decode time)
@@ -383,11 +380,11 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
         return made[-1].passed
 
     if branched:
-        found = edit_branched(document, instruction, current, on_step, k, picks,
+        found = edit_branched(document, instruction, current, on_step, k, scripted,
                               lambda first: check(0, first, time.perf_counter() - start))
         rest = range(1, len(found))
     else:
-        found = edit_many(document, instruction, current, on_step, k, picks)
+        found = edit_many(document, instruction, current, on_step, k, scripted)
         rest = range(k)
     decode_seconds = time.perf_counter() - start - checking[0]  # candidate 1's checks are its own
     for i in sorted(rest, key=lambda i: -found[i].logprob):
