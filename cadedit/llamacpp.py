@@ -232,6 +232,7 @@ class LlamaModel:
         self.folder = path  # the model's identity for the prefix store (cadedit.model)
         self.eos_token_ids = eos_ids(meta)
         self.threads = threads
+        self.repack = repack
         self.current: LlamaCache | None = None  # the cache whose positions the context holds
         self.rows: list[LlamaCache] = []  # rows copied from the current cache (other sequence ids)
 

@@ -394,6 +394,28 @@ def test_a_second_decode_of_the_same_prompt_feeds_one_token(editing_gguf):
 # -- cadedit bench kernel --reference ----------------------------------------------------------------
 
 
+def test_the_kernel_reference_loads_its_weights_repacked_or_not_as_asked(tiny_gguf):
+    import llama_cpp
+
+    from cadedit.bench.kernel import LlamaReference
+
+    for repack in (False, True):
+        assert LlamaReference(str(tiny_gguf), 1, 64, repack).llm.model_params.use_extra_bufts is repack
+    defaults = llama_cpp.llama_model_default_params().use_extra_bufts
+    assert LlamaReference(str(tiny_gguf), 1, 64).llm.model_params.use_extra_bufts is defaults
+
+
+def test_bench_kernel_reference_weights_as_llamas_defaults_or_a_one_line_error(tiny_gguf, tmp_path):
+    out = tmp_path / "kernel.json"
+    args = ("bench", "kernel", "--model", str(tiny_gguf), "--backend", "llama", "--reference", "--spans", "1",
+            "--trials", "1", "--prefix", "8", "--threads", "1", "--json", str(out))
+    done = cli(*args, "--reference-weights", "defaults", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["reference_weights"] == "Llama's defaults"
+    bad = cli(*args, "--reference-weights", "mine", cwd=tmp_path)
+    assert bad.returncode == 2 and "'mine' is not same or defaults" in bad.stderr
+
+
 def test_bench_kernel_times_the_backend_and_llama_cpps_own_taking_turns(tiny_gguf, tmp_path):
     out = tmp_path / "kernel.json"
     done = cli("bench", "kernel", "--model", str(tiny_gguf), "--backend", "llama", "--reference", "--spans", "1,4",
@@ -404,4 +426,5 @@ def test_bench_kernel_times_the_backend_and_llama_cpps_own_taking_turns(tiny_ggu
     for points in (data["results"], data["reference"]):
         assert [p["n"] for p in points] == [1, 4] and all(len(p["ar_trials_ms"]) == 2 for p in points)
     assert "against llama-cpp-python's own Llama.eval" in done.stdout and "AR own" in done.stdout
+    assert data["reference_weights"] == "as stored" and "its weights as stored" in done.stdout  # as the backend's
     assert "llama.cpp own N=4" in done.stderr  # its points come as they are measured, after the backend's

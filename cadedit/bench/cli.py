@@ -368,13 +368,14 @@ def _print_formats(done: dict[str, list], tokenizer: str) -> None:
 # -- kernel ------------------------------------------------------------------------------------
 
 
-def _print_reference(points, reference: list[dict]) -> None:
+def _print_reference(points, reference: list[dict], weights: str) -> None:
     from cadedit.bench.report import fmt_float, table
 
     rows = [[str(p.n), fmt_float(p.ar_ms, 2), fmt_float(own["ar_ms"], 2), fmt_float(p.ar_ms / own["ar_ms"], 2, "x"),
              fmt_float(p.pp_ms, 2), fmt_float(own["pp_ms"], 2), fmt_float(p.pp_ms / own["pp_ms"], 2, "x")]
             for p, own in zip(points, reference)]
-    out.print("The llama backend against llama-cpp-python's own Llama.eval, same GGUF and threads (median ms):")
+    out.print(f"The llama backend against llama-cpp-python's own Llama.eval, same GGUF and threads, its weights "
+              f"{weights} (median ms):")
     out.print(table(["N", "AR backend", "AR own", "ratio", "PP backend", "PP own", "ratio"], rows))
 
 
@@ -399,6 +400,9 @@ def kernel(
     backend: BackendOpt = None,
     reference: Annotated[bool, typer.Option(
         "--reference", help="llama backend: also time llama-cpp-python's own Llama.eval on the same GGUF and threads.")] = False,
+    reference_weights: Annotated[str, typer.Option(
+        metavar="same|defaults", help="The reference's weights: repacked or not as the backend's are (same: "
+                                      "the backend's own overhead), or as Llama's defaults leave them.")] = "same",
 ) -> None:
     """Per-span kernel speedup s(N) = T_AR(N) / T_PP(N) (§3, Figure 3).
 
@@ -409,6 +413,8 @@ def kernel(
     """
     from cadedit.bench import kernel as kn
 
+    if reference_weights not in ("same", "defaults"):
+        raise typer.BadParameter(f"{reference_weights!r} is not same or defaults", param_hint="--reference-weights")
     settings = kn.KernelSettings(prefix, span_lengths(spans), trials, ar_max, seed, all_logits)
     loaded = kn.load(model, device, dtype, threads, attn, backend)
     meta = {"command": "kernel", "model": loaded.name,
@@ -417,19 +423,19 @@ def kernel(
             "ar_max": ar_max, "seed": seed, "logits": "all" if all_logits else "last"}
     if reference and loaded.backend != "llama":
         raise typer.BadParameter("the reference is llama.cpp's own: use it with --backend llama", param_hint="--reference")
-    points = _kernel_sweeps(loaded, settings, meta, reference, json_path)
+    points = _kernel_sweeps(loaded, settings, meta, reference and reference_weights, json_path)
     _print_kernel(points, meta)
     if reference:
-        _print_reference(points, meta["reference"])
+        _print_reference(points, meta["reference"], meta["reference_weights"])
     title = f"{_short(loaded.name)}, {meta['device_name']}, {meta['dtype']}, {meta['threads']} threads, P={prefix}"
     if plot_path and not kn.plot(points, plot_path, title):
         err.print("matplotlib not installed: no plot (pip install 'cadedit[plot]')")
 
 
-def _kernel_sweeps(loaded, settings, meta: dict, reference: bool, json_path: Path | None) -> list:
-    """The sweep over span lengths (and with `reference`, llama.cpp's own Llama.eval on the same ids,
-    taking turns with the backend trial by trial, into meta["reference"]); results rewritten to
-    json_path after each point, kept on Ctrl-C."""
+def _kernel_sweeps(loaded, settings, meta: dict, reference: str | bool, json_path: Path | None) -> list:
+    """The sweep over span lengths (and with `reference`, "same" or "defaults" as its weights,
+    llama.cpp's own Llama.eval on the same ids, taking turns with the backend trial by trial, into
+    meta["reference"]); results rewritten to json_path after each point, kept on Ctrl-C."""
     from cadedit.bench import kernel as kn
     from cadedit.bench.report import ProgressBar, ResultsFile
 
@@ -453,7 +459,9 @@ def _kernel_sweeps(loaded, settings, meta: dict, reference: bool, json_path: Pat
     try:
         models = [loaded.model]
         if reference:  # both on the same ids, taking turns trial by trial
-            models.append(kn.LlamaReference(str(loaded.model.folder), loaded.threads, loaded.model.n_ctx))
+            repack = {"same": loaded.model.repack, "defaults": None}[reference]
+            meta["reference_weights"] = {None: "Llama's defaults", True: "repacked", False: "as stored"}[repack]
+            models.append(kn.LlamaReference(str(loaded.model.folder), loaded.threads, loaded.model.n_ctx, repack))
         with ProgressBar(kn.work_units(settings, len(models)), "kernel", err) as bar:
             kn.sweep_turns(models, kn.torch.device(loaded.device), settings, on_point=on_point, advance=bar.advance)
     except KeyboardInterrupt:

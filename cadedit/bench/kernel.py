@@ -72,13 +72,28 @@ def load(spec: str | None, device: str = "auto", dtype: str = "auto", threads: i
 
 class LlamaReference:
     """llama.cpp through llama-cpp-python's own Llama.eval on the same GGUF and threads (what a user
-    of llama-cpp-python gets), called as the sweep calls a model: the reference for the llama backend."""
+    of llama-cpp-python gets), called as the sweep calls a model: the reference for the llama backend.
+    `repack`: its weights repacked or as stored, as the backend's are (a like-for-like measure of the
+    backend's own overhead); None keeps Llama's defaults (repacked where llama.cpp can)."""
 
-    def __init__(self, path: str, threads: int, n_ctx: int):
+    def __init__(self, path: str, threads: int, n_ctx: int, repack: bool | None = None):
         import llama_cpp
+        from llama_cpp import llama_cpp as api  # the module Llama reads its defaults from
 
-        self.llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
-                                   n_threads_batch=threads, verbose=False)
+        defaults = api.llama_model_default_params
+
+        def model_params():  # Llama takes no repack argument: it reads these defaults once, in __init__
+            params = defaults()
+            if repack is not None:
+                params.use_extra_bufts = repack
+            return params
+
+        api.llama_model_default_params = model_params
+        try:
+            self.llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
+                                       n_threads_batch=threads, verbose=False)
+        finally:
+            api.llama_model_default_params = defaults
         self.config = type("Config", (), {"vocab_size": self.llm.n_vocab()})()
 
     def new_cache(self):
