@@ -27,6 +27,7 @@ speculative-sampling rule for a deterministic draft).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -392,20 +393,11 @@ def decode_branches(lm: LM, rows: Sequence[Row], held: Sequence[int], prefixes: 
     itself is left as it was. Rows still running after `limit` forwards stop (row.error)."""
     lm.fork(len(rows) + 1)
     for r, (row, prefix) in enumerate(zip(rows, prefixes), 1):
-        kept = _common(held, prefix)
+        kept = len(os.path.commonprefix([list(held), list(prefix)]))
         lm.crop_row(r, len(held) - kept)
         missing = list(prefix[kept:])
         row.pending = _Pending(ids=missing + row.pending.ids, prompt=len(missing), forced=row.pending.forced)
     yield from _loop(lm, rows, None, budget, forked=True, first=1, limit=limit)
-
-
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _feed_distinct(lm: LM, rows: Sequence[Row], active: list[int], feeds: list[list[int]],

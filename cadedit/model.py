@@ -412,10 +412,7 @@ class CachedLM:
 
     def reuse(self, prompt_ids: Sequence[int]) -> int:
         """Keep the cache of the longest common prefix with prompt_ids (at least one id left to feed)."""
-        common = 0
-        limit = min(len(self.ids), len(prompt_ids) - 1)
-        while common < limit and self.ids[common] == prompt_ids[common]:
-            common += 1
+        common = len(os.path.commonprefix([list(self.ids), list(prompt_ids[:-1])]))
         self.crop(len(self.ids) - common)
         return common
 
