@@ -392,8 +392,9 @@ def decode_branches(lm: LM, rows: Sequence[Row], held: Sequence[int], prefixes: 
     cropped to what it shares with its prefix (the rest of the prefix is fed first); the cache
     itself is left as it was. Rows still running after `limit` forwards stop (row.error)."""
     lm.fork(len(rows) + 1)
+    held = list(held)
     for r, (row, prefix) in enumerate(zip(rows, prefixes), 1):
-        kept = len(os.path.commonprefix([list(held), list(prefix)]))
+        kept = len(os.path.commonprefix([held, list(prefix)]))
         lm.crop_row(r, len(held) - kept)
         missing = list(prefix[kept:])
         row.pending = _Pending(ids=missing + row.pending.ids, prompt=len(missing), forced=row.pending.forced)

@@ -423,7 +423,7 @@ def kernel(
             "ar_max": ar_max, "seed": seed, "logits": "all" if all_logits else "last"}
     if reference and loaded.backend != "llama":
         raise typer.BadParameter("the reference is llama.cpp's own: use it with --backend llama", param_hint="--reference")
-    points = _kernel_sweeps(loaded, settings, meta, reference and reference_weights, json_path)
+    points = _kernel_sweeps(loaded, settings, meta, reference_weights if reference else None, json_path)
     _print_kernel(points, meta)
     if reference:
         _print_reference(points, meta["reference"], meta["reference_weights"])
@@ -432,7 +432,7 @@ def kernel(
         err.print("matplotlib not installed: no plot (pip install 'cadedit[plot]')")
 
 
-def _kernel_sweeps(loaded, settings, meta: dict, reference: str | bool, json_path: Path | None) -> list:
+def _kernel_sweeps(loaded, settings, meta: dict, reference: str | None, json_path: Path | None) -> list:
     """The sweep over span lengths (and with `reference`, "same" or "defaults" as its weights,
     llama.cpp's own Llama.eval on the same ids, taking turns with the backend trial by trial, into
     meta["reference"]); results rewritten to json_path after each point, kept on Ctrl-C."""
