@@ -2,7 +2,8 @@
 
 Contract: serve(socket_path, loaded, idle_timeout, max_rss_bytes) answers newline-delimited JSON on a
 Unix socket (mode 0600, a pid file beside it), one edit at a time so two clients never share the
-one KV cache mid-decode; connect(model_spec) returns a ServerClient whose edit() gives the EditResult
+one KV cache mid-decode (a branched request holds it while its client checks candidate 1, then its
+branches come from the same cache); connect(model_spec) returns a ServerClient whose edit() gives the EditResult
 edit_file would (device, dtype and threads are the server's), and raises the server's CadeditError as
 the same class, message, hint and exit code; None when no server holds that model. Importing this
 module imports neither torch nor transformers (serve() and run_server() import them).
@@ -141,6 +142,19 @@ def result_to_wire(result) -> dict:
             "prompt_tokens": result.prompt_tokens, "placement": result.placement}
 
 
+def candidate_to_wire(candidate) -> dict:
+    """An EditCandidate: its edit or its error, and its log-probability."""
+    return {"result": result_to_wire(candidate.result) if candidate.result else None, "logprob": candidate.logprob,
+            "error": error_to_wire(candidate.error) if isinstance(candidate.error, CadeditError) else None}
+
+
+def candidate_from_wire(data: dict, document):
+    from cadedit.results import EditCandidate
+
+    return EditCandidate(result_from_wire(data["result"], document) if data["result"] else None, data["logprob"],
+                         error_from_wire(data["error"]) if data["error"] else None)
+
+
 def result_from_wire(data: dict, document):
     from cadedit.options import Mode
     from cadedit.program import parse
@@ -199,16 +213,34 @@ class ServerClient:
 
     def edit_candidates(self, document, instruction: str, options=None, k: int = 2, on_step: Callable | None = None):
         """pipeline.edit_candidates with `--candidates k`'s pickers, run by the server: k EditCandidates."""
-        from cadedit.results import EditCandidate
-
         answer = self._edit(document, instruction, options, on_step, k)
         if "candidates" not in answer:
             raise ServerError("the cadedit server does not decode candidates side by side",
                               hint="it runs older code: cadedit serve stop, then start it again")
-        return [EditCandidate(result_from_wire(c["result"], document) if c["result"] else None, c["logprob"],
-                              error_from_wire(c["error"]) if c["error"] else None) for c in answer["candidates"]]
+        return [candidate_from_wire(c, document) for c in answer["candidates"]]
 
-    def _edit(self, document, instruction: str, options, on_step: Callable | None, k: int) -> dict:
+    def edit_branches(self, document, instruction: str, options, k: int, accept: Callable,
+                      on_step: Callable | None = None):
+        """pipeline.edit_branches run by the server: it sends candidate 1, accept(candidate 1) is asked
+        here (where the user's test runs) and answered; if false, the server decodes the k-1 branches
+        from its own cache. Returns the candidates decoded, as edit_branches does."""
+        asked = []
+
+        def reply(message: dict) -> dict:
+            asked.append(candidate_from_wire(message["first"], document))
+            return {"accept": bool(accept(asked[0]))}
+
+        answer = self._edit(document, instruction, options, on_step, k, by="branch", reply=reply)
+        if "candidates" not in answer:
+            raise ServerError("the cadedit server does not decode candidates side by side",
+                              hint="it runs older code: cadedit serve stop, then start it again")
+        found = [candidate_from_wire(c, document) for c in answer["candidates"]]
+        if not asked and found:  # a server that samples its candidates instead: candidate 1 is checked first still
+            accept(found[0])
+        return found
+
+    def _edit(self, document, instruction: str, options, on_step: Callable | None, k: int, by: str = "sample",
+              reply: Callable | None = None) -> dict:
         from cadedit.options import EditOptions
 
         from cadedit.settings import choose_model
@@ -218,8 +250,8 @@ class ServerClient:
         options = dataclasses.replace(options, model=resolve_spec(choose_model(options.model)))
         request = {"op": "edit", "path": document.path, "document": base64.b64encode(document.to_bytes()).decode(),
                    "instruction": instruction, "options": options_to_wire(options), "progress": on_step is not None,
-                   "candidates": k}
-        for message in _exchange(self.socket_path, request, None):
+                   "candidates": k, "by": by}
+        for message in _exchange(self.socket_path, request, None, reply):
             if "progress" in message and on_step is not None:
                 from cadedit.results import DecodeStats, Step
 
@@ -250,8 +282,9 @@ def _ask(path: Path, request: dict, timeout: float | None) -> dict:
                       hint=f"see its log, {log_file(path)}")
 
 
-def _exchange(path: Path, request: dict, timeout: float | None) -> Iterator[dict]:
-    """Send a request; yield the answers (progress, then a result); an error answer is raised."""
+def _exchange(path: Path, request: dict, timeout: float | None, reply: Callable | None = None) -> Iterator[dict]:
+    """Send a request; yield the answers (progress, then a result); an error answer is raised. A question
+    from the server (a "first" candidate to accept or not) is answered with reply(message)."""
     own_folder(path.parent, create=False)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -267,6 +300,12 @@ def _exchange(path: Path, request: dict, timeout: float | None) -> Iterator[dict
         while (message := _receive(stream)) is not None:
             if "error" in message:
                 raise error_from_wire(message["error"])
+            if "first" in message:
+                if reply is None:
+                    raise ServerError("the cadedit server asked a question this request did not expect",
+                                      hint="use a client of the same cadedit version")
+                _send(stream, reply(message))
+                continue
             yield message
             if "progress" not in message:
                 return
@@ -448,8 +487,8 @@ class _Server:
 
     def edit(self, request: dict, stream) -> dict:
         from cadedit.document import Document
-        from cadedit.pipeline import edit_candidates, edit_file
-        from cadedit.tries import candidate_picks
+        from cadedit.pipeline import edit_branches, edit_candidates, edit_file
+        from cadedit.tries import branch_picks, candidate_picks
 
         options = options_from_wire(request["options"])
         if options.model is not None and resolve_spec(options.model) != resolve_spec(self.loaded.name):
@@ -461,7 +500,10 @@ class _Server:
         with self.edit_lock:
             start = time.perf_counter()
             try:
-                if k > 1:
+                if k > 1 and request.get("by") == "branch":
+                    found = edit_branches(document, request["instruction"], options, branch_picks(k, options.sampling),
+                                          self.asker(stream), loaded=self.loaded, on_step=on_step)
+                elif k > 1:
                     found = edit_candidates(document, request["instruction"], options,
                                             candidate_picks(k, options.sampling), loaded=self.loaded, on_step=on_step)
                 else:
@@ -471,14 +513,27 @@ class _Server:
                 self.requests += 1
                 self.last_request = time.monotonic()
                 self.bound_memory()
-        _log(f"edit {document.path}: {k} candidates, {time.perf_counter() - start:.2f} s" if k > 1 else
+        _log(f"edit {document.path}: {len(found)} of {k} candidates, {time.perf_counter() - start:.2f} s" if k > 1 else
              f"edit {document.path}: {result.stats.forward_passes} forwards, "
              f"{result.stats.tokens_reused} prompt tokens reused, {time.perf_counter() - start:.2f} s")
         if k > 1:
-            return {"candidates": [{"result": result_to_wire(c.result) if c.result else None, "logprob": c.logprob,
-                                    "error": error_to_wire(c.error) if isinstance(c.error, CadeditError) else None}
-                                   for c in found]}
+            return {"candidates": [candidate_to_wire(c) for c in found]}
         return result_to_wire(result)
+
+    def asker(self, stream) -> Callable:
+        """edit_branches' accept: candidate 1 goes to the client, whose checks say whether to branch."""
+
+        def accept(first) -> bool:
+            try:
+                _send(stream, {"first": candidate_to_wire(first)})
+                answer = _receive(stream)
+            except OSError:
+                raise _ClientGone from None
+            if answer is None:
+                raise _ClientGone
+            return bool(answer.get("accept"))
+
+        return accept
 
     def progress(self, stream) -> Callable:
         last = [0.0]

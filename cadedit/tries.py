@@ -284,14 +284,17 @@ def _editors(loaded: Any):
     """edit(document, instruction, options, on_step, pick_for) -> EditResult, and the batched editors:
     edit_many(..., k, picks) -> k EditCandidates decoded side by side (picks None: candidate_picks),
     locally or in the server, and edit_branched(..., k, picks, accept) -> candidate 1, then if
-    accept(it) is false its branches (pipeline.edit_branches; None for a server or an engine)."""
+    accept(it) is false its branches (pipeline.edit_branches, locally or in the server; None for an engine)."""
     if hasattr(loaded, "edit"):
         def edit(document, instruction, options, on_step, pick_for):
             return loaded.edit(document, instruction, options, on_step=on_step)
 
         def edit_remote(document, instruction, options, on_step, k, picks):
             return loaded.edit_candidates(document, instruction, options, k, on_step=on_step)
-        return edit, (edit_remote, None)
+
+        def branch_remote(document, instruction, options, on_step, k, picks, accept):
+            return loaded.edit_branches(document, instruction, options, k, accept, on_step=on_step)
+        return edit, (edit_remote, branch_remote if hasattr(loaded, "edit_branches") else None)
     from cadedit.pipeline import edit_branches, edit_candidates, edit_file
 
     def edit(document, instruction, options, on_step, pick_for):
@@ -302,7 +305,7 @@ def _editors(loaded: Any):
         return edit_candidates(document, instruction, options, picks, loaded=loaded, on_step=on_step)
 
     def edit_branched(document, instruction, options, on_step, k, picks, accept):
-        picks = picks or [_sampling_for(options.sampling)] * k
+        picks = picks or branch_picks(k, options.sampling)
         return edit_branches(document, instruction, options, picks, accept, loaded=loaded, on_step=on_step)
 
     return edit, (edit_many, edit_branched)
@@ -311,6 +314,11 @@ def _editors(loaded: Any):
 def candidate_picks(k: int, first: Sampling) -> list:
     """The picker factories of `--candidates k` (pipeline.PickFor, candidate_sampling each)."""
     return [_sampling_for(candidate_sampling(i, first)) for i in range(1, k + 1)]
+
+
+def branch_picks(k: int, sampling: Sampling) -> list:
+    """The picker factories of k branched candidates: each goes on with the try's own sampling."""
+    return [_sampling_for(sampling)] * k
 
 
 def _sampling_for(sampling: Sampling):

@@ -436,3 +436,75 @@ def test_candidates_side_by_side_through_the_server_are_the_local_ones(held, loc
         else:  # the random model runs out of budget: the error crosses the wire with its class and message
             assert type(theirs.error) is type(ours.error) and theirs.error.message == ours.error.message
         assert theirs.logprob == pytest.approx(ours.logprob, rel=1e-6)
+
+
+@pytest.mark.parametrize("passes", [False, True])
+def test_branches_through_the_server_are_the_local_ones_and_candidate_1_is_checked_here(held, local, tiny_dir, sock,
+                                                                                          passes):
+    """The server sends candidate 1, the client's accept decides; a rejected one is followed by the
+    branches the server decodes from its own cache, as a local edit_branches decodes them."""
+    from cadedit.tries import branch_picks
+
+    document = Document.from_bytes(BEFORE, "a.py")
+    chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
+    asked, mine_asked = [], []
+    with serving(held, sock):
+        remote = server.connect(str(tiny_dir)).edit_branches(
+            document, "Fix add.", chosen, 3, lambda first: asked.append(first) or passes)
+    mine = pipeline.edit_branches(document, "Fix add.", chosen, branch_picks(3, chosen.sampling),
+                                  lambda first: mine_asked.append(first) or passes, loaded=local)
+    assert len(asked) == len(mine_asked) == 1 and len(remote) == len(mine) == (1 if passes else 3)
+    for theirs, ours in zip([*asked, *remote], [*mine_asked, *mine]):
+        assert (theirs.result is None) == (ours.result is None)
+        if ours.result is not None:
+            assert theirs.result.new_text == ours.result.new_text
+        else:
+            assert type(theirs.error) is type(ours.error) and theirs.error.message == ours.error.message
+        assert theirs.logprob == pytest.approx(ours.logprob, rel=1e-6)
+    assert len({c.logprob for c in mine}) == len(mine)  # the branches are other candidates
+
+
+def test_a_client_that_hangs_up_while_checking_candidate_1_leaves_the_server_serving(held, tiny_dir, sock):
+    document = Document.from_bytes(BEFORE, "a.py")
+    chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
+
+    class Gone(Exception):
+        pass
+
+    def accept(first):
+        raise Gone  # the client dies mid-check: its socket closes
+
+    with serving(held, sock):
+        client = server.connect(str(tiny_dir))
+        with pytest.raises(Gone):
+            client.edit_branches(document, "Fix add.", chosen, 3, accept)
+        assert len(client.edit_branches(document, "Fix add.", chosen, 2, lambda first: True)) == 1
+        assert client.status()["requests"] == 2
+
+
+def test_fix_with_a_test_branches_through_the_server_as_it_does_locally(held, tiny_dir, sock, tmp_path, monkeypatch):
+    """`cadedit fix --test` on a running server: try 1's candidate 1 checked first, then its branches, the
+    same candidates as the local default (`CADEDIT_SERVER=0`)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cadedit import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_bytes(BEFORE)
+    args = ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "verify", "--no-scope", "--tries", "1",
+            "--max-new-tokens", "40", "--test", "false", "--json", "--dtype", "fp32", "--threads", "1"]
+    with serving(held, sock):
+        remote = CliRunner().invoke(cli.app, args)
+    monkeypatch.setenv("CADEDIT_SERVER", "0")
+    mine = CliRunner().invoke(cli.app, args)
+    assert "using the cadedit server" in remote.stderr and "using the cadedit server" not in mine.stderr
+    assert remote.exit_code == mine.exit_code != 0, remote.output
+
+    def candidates(result):
+        return [(t["candidate"], round(t["logprob"], 4), t["error"], t["changed"])
+                for t in json.loads(result.stdout)["tries"]]
+
+    assert candidates(remote) == candidates(mine) and len(candidates(mine)) == 4
+    assert candidates(mine)[0][0] == 1
