@@ -215,7 +215,8 @@ _Candidates = Annotated[Optional[int], typer.Option(
          "(measured: README, Candidates side by side), else 1. See --candidates-by.")]
 _CandidatesBy = Annotated[str, typer.Option(
     "--candidates-by", metavar="WAY",
-    help="How a try's candidates after the first are made: branch (default; a local model, a fenced mode): "
+    help="How a try's candidates after the first are made: branch (default; a fenced mode; an engine that "
+         "gives log-probabilities): "
          "only when candidate 1 fails its checks, each from candidate 1 where the model hesitated most, "
          "taking its next choice there; sample: all K side by side from the start, sampled.")]
 _Test = Annotated[Optional[str], typer.Option(

@@ -40,6 +40,9 @@ BYTES_PER_TOKEN = 3  # the budget without a tokenizer: code runs ~3-4 bytes a to
 # and llama-cpp-python's server. vLLM and SGLang take other grammar forms (Lark, EBNF) that cadedit
 # does not send yet.
 GRAMMAR_OWNERS = ("llamacpp", "me")
+# The top log-probabilities asked a token of a branched try's candidate 1: its next choice is the best
+# of them that is text (an engine lists control tokens' text as ""). vLLM allows up to 20 by default.
+TOP_LOGPROBS = 5
 
 
 @dataclass
@@ -152,8 +155,10 @@ class EngineClient:
                               hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
 
     def complete(self, prompt: str, max_tokens: int, options: EditOptions, usage: Usage, stop=(),
-                 grammar: str | None = None) -> tuple[str, str]:
-        """One completion: (text, finish_reason); the engine's usage added to `usage`."""
+                 grammar: str | None = None, logprobs: int | None = None) -> tuple[str, str, list | None]:
+        """One completion: (text, finish_reason, its tokens); the engine's usage added to `usage`. With
+        `logprobs` (the top ones asked for a token) the tokens are (text, log-probability, {text:
+        log-probability} of the top ones) as the engine gave them (token_logprobs), else None."""
         sampling = options.sampling
         body = {"model": self.model, "prompt": prompt, "max_tokens": max(1, max_tokens), "stream": False,
                 "temperature": sampling.temperature, "top_p": sampling.top_p, "stop": list(stop)}
@@ -161,6 +166,8 @@ class EngineClient:
             body["seed"] = sampling.seed
         if grammar is not None:
             body["grammar"] = grammar
+        if logprobs is not None:
+            body["logprobs"] = logprobs
         start = time.perf_counter()
         answer = self._call("POST", "/completions", body, self.timeout)
         usage.add(answer if isinstance(answer, dict) else {}, time.perf_counter() - start)
@@ -174,17 +181,17 @@ class EngineClient:
                               f"({_short(answer)})", hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
         if choice.get("stop_reason") is not None and isinstance(choice.get("stop_reason"), str):
             reason = "stop:" + choice["stop_reason"]  # vLLM and SGLang name the stop string that matched
-        return text, str(reason)
+        return text, str(reason), token_logprobs(choice) if logprobs is not None else None
 
     # -- an edit -------------------------------------------------------------------------------
 
     def edit_candidates(self, document: Document, instruction: str, options: EditOptions | None = None, k: int = 2,
-                        on_step=None) -> list[EditCandidate]:
+                        on_step=None, numbers: range | None = None) -> list[EditCandidate]:
         """`--candidates k` through the engine: k requests sent at once (an engine that batches serves
         them together), candidate 1 with the try's own sampling, the others sampled as
-        tries.candidate_sampling seeds them. The engine's log-probabilities are not asked for, so every
-        candidate scores 0 and they are checked in their order, the try's own first."""
-        from concurrent.futures import ThreadPoolExecutor
+        tries.candidate_sampling seeds them (`numbers`: which of them; default 1..k). The engine's
+        log-probabilities are not asked for, so every candidate scores 0 and they are checked in their
+        order, the try's own first."""
         from dataclasses import replace
 
         from cadedit.tries import candidate_sampling
@@ -198,12 +205,46 @@ class EngineClient:
             except BudgetError as exc:
                 return EditCandidate(None, 0.0, exc)
 
-        with ThreadPoolExecutor(k, thread_name_prefix="cadedit-engine") as pool:
-            return list(pool.map(one, range(1, k + 1)))
+        return _together(one, numbers or range(1, k + 1))
+
+    def edit_branches(self, document: Document, instruction: str, options: EditOptions | None, k: int, accept,
+                      on_step=None) -> list[EditCandidate]:
+        """pipeline.edit_branches through the engine: candidate 1 is the plain completion, asked with the
+        top log-probabilities of each token (TOP_LOGPROBS); if accept(it) is false, k-1 branches are sent at once,
+        each the answer up to one of the tokens where the model hesitated most (the smallest margins
+        between its pick and its next choice) with the next choice in its place, completed with the
+        try's own sampling. Each scores the engine's log-probability of its tokens, as locally. An
+        engine that gives no log-probabilities gets sampled candidates 2..k instead (edit_candidates).
+        Fenced modes only. Returns the candidates decoded: [candidate 1] when it was accepted."""
+        options = options or EditOptions()
+        trace: list[Hesitation] = []
+        first = self._candidate(document, instruction, options, trace=trace)
+        if accept(first) or k == 1:
+            return [first]
+        if not trace:  # no log-probabilities from this engine
+            return [first, *self.edit_candidates(document, instruction, options, k, on_step, range(2, k + 1))]
+        points = hesitations(trace, k - 1)
+        return [first, *_together(lambda point: self._candidate(document, instruction, options, forced=point), points)]
+
+    def _candidate(self, document: Document, instruction: str, options: EditOptions, forced: Hesitation | None = None,
+                   trace: list | None = None) -> EditCandidate:
+        """One candidate with its log-probability: the plain answer (its tokens' hesitations into `trace`),
+        or the branch `forced` completed."""
+        logprob = [forced.logprob if forced else 0.0]
+        try:
+            result = self._edit(document, instruction, options, forced, trace, logprob)
+        except BudgetError as exc:
+            return EditCandidate(None, logprob[0], exc)
+        return EditCandidate(result, logprob[0])
 
     def edit(self, document: Document, instruction: str, options: EditOptions | None = None, on_step=None) -> EditResult:
         """The edit of `document` the engine's model writes; see the module docstring."""
-        options = options or EditOptions()
+        return self._edit(document, instruction, options or EditOptions())
+
+    def _edit(self, document: Document, instruction: str, options: EditOptions, forced: Hesitation | None = None,
+              trace: list | None = None, logprob: list | None = None) -> EditResult:
+        """edit(); a fenced answer may start as `forced` spells it, and with `trace` or `logprob` its
+        tokens' log-probabilities are asked for: hesitations added to trace, their sum to logprob[0]."""
         request = build_request(document, instruction, options)
         refuse_special_text(document, request)
         prompt = render_chatml(request.messages, request.opening)
@@ -214,7 +255,7 @@ class EngineClient:
             if request.mode is Mode.PROGRAM:
                 text = self._program(document, prompt, budget, options, usage)
             else:
-                text = self._fenced(request, prompt, budget, options, usage)
+                text = self._fenced(request, prompt, budget, options, usage, forced, trace, logprob)
         except BudgetError as exc:
             exc.engine = usage.to_json()  # the try's JSON still says what the engine did
             raise
@@ -222,17 +263,30 @@ class EngineClient:
         return EditResult(document, request.mode, program, text, resolve(program, document), usage.stats(),
                           self.name, usage.first_prompt_tokens, problem, engine=usage.to_json())
 
-    def _fenced(self, request: Request, prompt: str, budget: int, options: EditOptions, usage: Usage) -> str:
-        """The fenced answer, one completion per region; the text as the local cursor spells it."""
+    def _fenced(self, request: Request, prompt: str, budget: int, options: EditOptions, usage: Usage,
+                forced: Hesitation | None = None, trace: list | None = None, logprob: list | None = None) -> str:
+        """The fenced answer, one completion per region; the text as the local cursor spells it. A branch
+        (`forced`) starts from its text, in the region that text ends in, its tokens counted."""
         end = "\n" + request.fence + "\n"
-        text = ""
-        for k in range(max(1, len(request.regions))):
-            if k:
+        text = forced.text if forced else ""
+        spent = forced.tokens if forced else 0
+        start = text.count(end)
+        ask = TOP_LOGPROBS if trace is not None else 1 if logprob is not None else None
+        for k in range(start, max(1, len(request.regions))):
+            if k > start:
                 text += request.headers[k - 1]  # forced, as the local cursor forces it
-            left = budget - usage.completion_tokens
+            left = budget - spent - usage.completion_tokens
             if left <= 0:
                 raise _budget(budget)
-            piece, reason = self.complete(prompt + text, left, options, usage, stop=(end, "<|im_end|>"))
+            before = spent + usage.completion_tokens
+            piece, reason, tokens = self.complete(prompt + text, left, options, usage, stop=(end, "<|im_end|>"),
+                                                  logprobs=ask)
+            if tokens is not None:
+                kept = _kept(tokens, piece)
+                if trace is not None:
+                    trace += _hesitations(kept, text, before, logprob[0] if logprob else 0.0)
+                if logprob is not None:
+                    logprob[0] += sum(lp for _, lp, _ in kept)
             if reason == "length":
                 raise _budget(budget)
             if not _stopped_at_fence(piece, reason, end):
@@ -254,7 +308,7 @@ class EngineClient:
             if left <= 0:
                 raise _budget(budget)
             grammar = program_gbnf(document.n_lines, low, has_op, in_body)
-            piece, reason = self.complete(shown, left, options, usage, stop=(P.COPY_CLOSE,), grammar=grammar)
+            piece, reason, _ = self.complete(shown, left, options, usage, stop=(P.COPY_CLOSE,), grammar=grammar)
             if reason == "length":
                 raise _budget(budget)
             written, shown = written + piece, shown + piece
@@ -266,6 +320,86 @@ class EngineClient:
                 start, end = copy
                 shown += document.display_text(start, min(end, document.n_lines))
                 low, has_op = end + 1, True
+
+
+@dataclass(frozen=True)
+class Hesitation:
+    """Where an engine's answer hesitated: its text up to a token with the model's next choice in that
+    token's place (a branch starts from it)."""
+
+    text: str  # the answer up to the token, then the next choice
+    tokens: int  # the answer's tokens through the next choice
+    margin: float  # log p(the picked token) - log p(the next choice): the smaller, the nearer a tie
+    logprob: float  # the log-probability of the answer up to the token, then of the next choice
+
+
+def token_logprobs(choice: dict) -> list | None:
+    """A completion's tokens as (text, log-probability, {text: log-probability} of the top ones), from
+    the legacy completions form (tokens, token_logprobs, top_logprobs: llama-cpp-python, vLLM) or the
+    chat form (content: token, logprob, top_logprobs: llama-server); None where the engine gave none."""
+    found = choice.get("logprobs")
+    try:
+        if isinstance(found, dict) and isinstance(found.get("tokens"), list):
+            tops = found.get("top_logprobs") or [None] * len(found["tokens"])
+            return [(str(text), float(lp), {str(t): float(v) for t, v in (top or {}).items()})
+                    for text, lp, top in zip(found["tokens"], found["token_logprobs"], tops)]
+        if isinstance(found, dict) and isinstance(found.get("content"), list):
+            return [(str(c["token"]), float(c["logprob"]),
+                     {str(a["token"]): float(a["logprob"]) for a in c.get("top_logprobs") or ()})
+                    for c in found["content"]]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return None
+
+
+def _kept(tokens: list, piece: str) -> list:
+    """The tokens that spell the completion's text (an engine may list the stop string's tokens after
+    it), up to the first whose text does not follow on (a character split between tokens)."""
+    kept, at = [], 0
+    for token in tokens:
+        text = token[0]
+        if not text or at >= len(piece) or not piece.startswith(text, at):
+            break
+        kept.append(token)
+        at += len(text)
+    return kept
+
+
+def _hesitations(tokens: list, text: str, before: int, logprob: float) -> list:
+    """Each token's next choice as a Hesitation of the answer `text` the tokens follow (`before`
+    tokens and `logprob` in). A next choice that only splits the picked token's text, or that is
+    control-token text, is left out."""
+    found = []
+    for i, (picked, lp, top) in enumerate(tokens):
+        others = [(v, t) for t, v in top.items() if t and t != picked and not picked.startswith(t) and "<|" not in t]
+        if others:
+            value, choice = max(others)
+            found.append(Hesitation(text + choice, before + i + 1, lp - value, logprob + value))
+        text, logprob = text + picked, logprob + lp
+    return found
+
+
+def hesitations(trace: list, n: int) -> list:
+    """The n hesitations with the smallest margins, one a branch's text."""
+    points, seen = [], set()
+    for point in sorted(trace, key=lambda h: h.margin):
+        if point.text not in seen:
+            seen.add(point.text)
+            points.append(point)
+        if len(points) == n:
+            break
+    return points
+
+
+def _together(one, items) -> list:
+    """one(item) for every item, the requests sent at once (an engine that batches serves them together)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    items = list(items)
+    if not items:
+        return []
+    with ThreadPoolExecutor(len(items), thread_name_prefix="cadedit-engine") as pool:
+        return list(pool.map(one, items))
 
 
 def refuse_special_text(document: Document, request: Request) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from cadedit.document import Document
+from cadedit import engine as engine_module
 from cadedit.engine import EngineClient, number_range, program_gbnf
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Mode
@@ -34,10 +35,11 @@ class Script:
     """What the fake engine answers: (text, finish_reason) per completion, or a failure by name."""
 
     def __init__(self, answers=(), owner="llamacpp", fail: str | None = None, sleep: float = 0.0,
-                 models_sleep: float = 0.0, by_temperature: tuple | None = None):
+                 models_sleep: float = 0.0, by_temperature: tuple | None = None, respond=None):
         self.answers, self.owner, self.fail, self.sleep = list(answers), owner, fail, sleep
         self.by_temperature = by_temperature  # (greedy answer, sampled answer), instead of answers in turn
         self.models_sleep = models_sleep
+        self.respond = respond  # body -> (text, finish_reason, logprobs or None), instead of the above
         self.requests: list[dict] = []
         self.headers: list[dict] = []
 
@@ -87,11 +89,14 @@ def _handler(script: Script):
                 return self._json(401, {"error": {"message": "Invalid API key"}})
             if script.fail == "nochoices":
                 return self._json(200, {"id": "x", "object": "text_completion"})
-            if script.by_temperature is not None:  # concurrent requests: each answered by its sampling
+            logprobs = None
+            if script.respond is not None:
+                text, reason, logprobs = script.respond(body)
+            elif script.by_temperature is not None:  # concurrent requests: each answered by its sampling
                 text, reason = script.by_temperature[body["temperature"] > 0]
             else:
                 text, reason = script.answers.pop(0) if script.answers else ("", "stop")
-            self._json(200, {"choices": [{"text": text, "finish_reason": reason, "index": 0}],
+            self._json(200, {"choices": [{"text": text, "finish_reason": reason, "index": 0, "logprobs": logprobs}],
                              "usage": {"prompt_tokens": len(body["prompt"]) // 4, "completion_tokens": len(text) // 4 + 1,
                                        "total_tokens": 0}})
 
@@ -235,9 +240,10 @@ def test_tries_feed_back_through_the_engine(engine, colors):
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
-def test_candidates_through_the_engine_are_requests_sent_together_and_checked_in_turn(engine, colors):
-    """--candidates 3 on an engine: three completions, the first greedy, the others sampled and seeded;
-    the greedy one changes nothing, a sampled one passes the test and is the answer."""
+def test_candidates_through_an_engine_without_logprobs_are_sampled_and_checked_in_turn(engine, colors):
+    """--candidates 3 on an engine that gives no log-probabilities (nothing to branch from): the greedy
+    candidate 1, then two sampled and seeded completions sent together; the greedy one changes nothing,
+    a sampled one passes the test and is the answer."""
     script = Script(by_temperature=(("red:\nteal;\nblue)", "stop"), ("red:\ngreen;\nblue)", "stop")))
     done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--candidates", "3",
                "--json", "-q", "--test", "grep -q green colors.txt", cwd=colors)
@@ -248,6 +254,73 @@ def test_candidates_through_the_engine_are_requests_sent_together_and_checked_in
     assert sorted(r["temperature"] for r in script.requests) == [0.0, 0.7, 0.7]
     assert len({r.get("seed") for r in script.requests if r["temperature"] > 0}) == 2
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+def legacy_logprobs(tokens) -> dict:
+    """The completions API's logprobs of (text, logprob, {alternative: logprob}) tokens, picked one included."""
+    return {"tokens": [t for t, _, _ in tokens], "token_logprobs": [lp for _, lp, _ in tokens],
+            "top_logprobs": [{t: lp, **others} for t, lp, others in tokens], "text_offset": [0] * len(tokens)}
+
+
+def branching_engine(colors_answer: str = "red:\nteal;\nblue)"):
+    """A fake engine whose answer to the plain prompt keeps colors.txt (with a stop string's token after
+    it), hesitating at "teal" (next choice "green"), "blue" ("navy") and "red" ("pink"); a prompt that
+    ends in a next choice is completed as that branch."""
+    plain = [("red", -0.1, {"pink": -3.1}), (":\n", -0.01, {}), ("teal", -0.5, {"green": -0.9, "te": -0.6}),
+             (";\n", -0.01, {}), ("blue", -0.2, {"navy": -2.2}), (")", -0.01, {}), ("\n```", -0.01, {})]
+    branches = {"green": ";\nblue)", "navy": ")", "pink": ":\nteal;\nblue)"}
+
+    def respond(body):
+        prompt = body["prompt"]
+        for choice, rest in branches.items():
+            if prompt.endswith(choice):
+                return rest, "stop", legacy_logprobs([(rest, -0.05, {})]) if "logprobs" in body else None
+        return colors_answer, "stop", legacy_logprobs(plain) if "logprobs" in body else None
+
+    return Script(respond=respond)
+
+
+def test_a_failing_candidate_1_branches_through_the_engine_where_it_hesitated(engine, colors):
+    """--candidates 4 with --test on an engine that gives log-probabilities: candidate 1 (greedy, its top
+    ones asked) changes nothing; three branches are sent, each the answer up to a hesitation with the
+    next choice, completed greedily; checked likeliest first, "green" passes."""
+    script = branching_engine()
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--json", "-q",
+               "--test", "grep -q green colors.txt", "--candidates", "4", "--write", cwd=colors)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["answer_try"] == 1 and [t["candidate"] for t in data["tries"]][0] == 1
+    winner = next(t for t in data["tries"] if t["passed"])
+    assert winner["candidate"] > 1 and winner["logprob"] == pytest.approx(-0.1 - 0.01 - 0.9 - 0.05)
+    assert data["tries"][0]["logprob"] == pytest.approx(-0.1 - 0.01 - 0.5 - 0.01 - 0.2 - 0.01)  # the stop's token left out
+    first, *branched = script.requests
+    assert first["logprobs"] == engine_module.TOP_LOGPROBS and len(branched) == 3
+    assert sorted(r["prompt"][len(first["prompt"]):] for r in branched) == [
+        "pink", "red:\ngreen", "red:\nteal;\nnavy"]  # "te" only splits "teal": left out
+    assert all(r["temperature"] == 0.0 for r in branched)
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
+
+
+def test_a_passing_candidate_1_sends_no_branches_to_the_engine(engine, colors):
+    script = branching_engine("red:\ngreen;\nblue)")
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--json", "-q",
+               "--test", "grep -q green colors.txt", "--candidates", "4", cwd=colors)
+    assert done.returncode == 0, done.stderr
+    assert [t["candidate"] for t in json.loads(done.stdout)["tries"]] == [1] and len(script.requests) == 1
+
+
+def test_token_logprobs_read_both_forms_and_the_kept_tokens_spell_the_text():
+    from cadedit.engine import _kept, token_logprobs
+
+    legacy = {"logprobs": legacy_logprobs([("a", -0.1, {"b": -2.0}), ("c", -0.2, {})])}
+    chat = {"logprobs": {"content": [{"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "b", "logprob": -2.0},
+                                                                                       {"token": "a", "logprob": -0.1}]},
+                                     {"token": "c", "logprob": -0.2, "top_logprobs": []}]}}
+    assert token_logprobs(legacy) == token_logprobs(chat)[:1] + [("c", -0.2, {"c": -0.2})]
+    assert token_logprobs(chat)[0] == ("a", -0.1, {"b": -2.0, "a": -0.1})
+    assert token_logprobs({"logprobs": None}) is None and token_logprobs({"logprobs": {"tokens": [1]}}) is None
+    tokens = [("ab", 0, {}), ("c", 0, {}), ("\n```", 0, {})]
+    assert _kept(tokens, "abc") == tokens[:2] and _kept(tokens, "abx") == tokens[:1]
 
 
 def test_a_scoped_edit_sends_one_request_per_region_with_the_next_header(engine, tmp_path):

@@ -127,6 +127,19 @@ def test_test_tries_run_through_the_engine(colors, editing_engine):
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
 
 
+def test_a_failing_candidate_1_branches_through_the_real_engine(colors, editing_engine):
+    """llama-cpp-python's server gives the tokens' log-probabilities the branches start from: candidate 1
+    (teal -> green) fails `false`; the branches are other answers, each scored by the engine's numbers."""
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", editing_engine, "--test", "false",
+               "--candidates", "3", "--tries", "1", "--json", "-q", cwd=colors)
+    assert done.returncode == 3, done.stderr
+    tries = json.loads(done.stdout)["tries"]
+    assert [t["candidate"] for t in tries][0] == 1 and sorted(t["candidate"] for t in tries) == [1, 2, 3]
+    assert all(t["logprob"] < 0 for t in tries)  # scored: the engine's log-probabilities were read
+    assert len({t["logprob"] for t in tries}) == 3 and all(t["temperature"] == 0.0 for t in tries)
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
 def test_the_hook_runs_through_the_engine(tmp_path, editing_engine):
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "colors.txt").write_text(COLORS)
