@@ -319,7 +319,7 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, pi
     forwards = found.decoded.stats.forward_passes if found.decoded is not None else 0
     limit = int(ROW_FORWARDS * forwards + 0.5) + ROW_SLACK  # as for samples past candidate 1 (decode.ROW_SLACK)
     steps = decode_branches(lm, rows, list(lm.ids), prefixes, prepared.budget, limit)
-    branched = decode_candidates(lm, rows, prepared.prompt_ids, None, prepared.budget, steps=steps)
+    branched = decode_candidates(lm, rows, prepared.prompt_ids, None, prepared.budget, on_step, steps=steps)
     return [first, *(_edit_candidate(loaded, document, prepared, c) for c in branched)]
 
 

@@ -434,3 +434,17 @@ def test_branch_points_take_the_nearest_ties_and_leave_out_splits_of_the_picked_
                     Alternative(1, 3, 0.5, -2.0), Alternative(2, 5, 0.2, -3.0)]
     assert [(a.at, a.token) for a in branch_points(alternatives, ids, 2, tokens)] == [(2, 5), (1, 3)]
     assert [(a.at, a.token) for a in branch_points(alternatives, ids, 1, tokens)] == [(2, 5)]
+
+
+def test_the_branches_report_their_progress_after_candidate_1(tiny):
+    """on_step follows candidate 1's decode, then the branches' (a status line keeps moving)."""
+    from cadedit.tries import branch_picks
+
+    document = Document.from_bytes(BEFORE, "a.py")
+    options = EditOptions(mode=Mode.VERIFY, max_new_tokens=40)
+    steps, at_check = [], []
+    found = pipeline.edit_branches(document, "Fix the bug.", options, branch_picks(3, options.sampling),
+                                   lambda first: at_check.append(len(steps)) or False, loaded=tiny,
+                                   on_step=lambda stats, step: steps.append(stats.forward_passes))
+    assert len(found) == 3 and at_check[0] > 0 and len(steps) > at_check[0]
+    assert steps[at_check[0]] == 1  # the branches' count starts again
