@@ -270,7 +270,7 @@ class EngineClient:
         end = "\n" + request.fence + "\n"
         text = forced.text if forced else ""
         spent = forced.tokens if forced else 0
-        start = text.count(end)
+        start = forced.region if forced else 0
         ask = TOP_LOGPROBS if trace is not None else 1 if logprob is not None else None
         for k in range(start, max(1, len(request.regions))):
             if k > start:
@@ -284,7 +284,7 @@ class EngineClient:
             if tokens is not None:
                 kept = _kept(tokens, piece)
                 if trace is not None:
-                    trace += _hesitations(kept, text, before, logprob[0] if logprob else 0.0)
+                    trace += _hesitations(kept, text, k, before, logprob[0] if logprob else 0.0)
                 if logprob is not None:
                     logprob[0] += sum(lp for _, lp, _ in kept)
             if reason == "length":
@@ -328,6 +328,7 @@ class Hesitation:
     token's place (a branch starts from it)."""
 
     text: str  # the answer up to the token, then the next choice
+    region: int  # the scoped region (0 unscoped) whose completion the token is in
     tokens: int  # the answer's tokens through the next choice
     margin: float  # log p(the picked token) - log p(the next choice): the smaller, the nearer a tie
     logprob: float  # the log-probability of the answer up to the token, then of the next choice
@@ -365,16 +366,16 @@ def _kept(tokens: list, piece: str) -> list:
     return kept
 
 
-def _hesitations(tokens: list, text: str, before: int, logprob: float) -> list:
-    """Each token's next choice as a Hesitation of the answer `text` the tokens follow (`before`
-    tokens and `logprob` in). A next choice that only splits the picked token's text, or that is
+def _hesitations(tokens: list, text: str, region: int, before: int, logprob: float) -> list:
+    """Each token's next choice as a Hesitation of the answer `text` the tokens follow in `region`
+    (`before` tokens and `logprob` in). A next choice that only splits the picked token's text, or that is
     control-token text, is left out."""
     found = []
     for i, (picked, lp, top) in enumerate(tokens):
         others = [(v, t) for t, v in top.items() if t and t != picked and not picked.startswith(t) and "<|" not in t]
         if others:
             value, choice = max(others)
-            found.append(Hesitation(text + choice, before + i + 1, lp - value, logprob + value))
+            found.append(Hesitation(text + choice, region, before + i + 1, lp - value, logprob + value))
         text, logprob = text + picked, logprob + lp
     return found
 

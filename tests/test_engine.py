@@ -309,6 +309,29 @@ def test_a_passing_candidate_1_sends_no_branches_to_the_engine(engine, colors):
     assert [t["candidate"] for t in json.loads(done.stdout)["tries"]] == [1] and len(script.requests) == 1
 
 
+def test_a_branch_in_a_later_region_is_sent_from_that_region(engine, tmp_path):
+    """Scoped to two regions of a file without a language tag (its headers hold a bare fence): the
+    branch at region 2's hesitation is one request, from region 2 with region 1's answer kept."""
+    (tmp_path / "long.txt").write_text("".join(f"line{k} = {k}\n" for k in range(1, 201)))
+
+    def respond(body):
+        prompt = body["prompt"]
+        if prompt.endswith("1500"):
+            return "", "stop", legacy_logprobs([])
+        if prompt.endswith("Lines 150-150:\n```\n"):
+            return "line150 = 150", "stop", legacy_logprobs([("line150 = ", -0.1, {}), ("150", -0.3, {"1500": -0.4})])
+        return "line3 = 3", "stop", legacy_logprobs([("line3 = 3", -0.1, {})])
+
+    script = Script(respond=respond)
+    done = cli("fix", "long.txt", "Multiply line 150 by ten.", "--lines", "3-3", "--lines", "150-150", "--engine",
+               engine(script), "--json", "-q", "--candidates", "2", "--test", "grep -q 'line150 = 1500' long.txt",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["answer_candidate"] == 2
+    first, second, branch = (r["prompt"] for r in script.requests)
+    assert branch == second + "line150 = 1500" and second.endswith("line3 = 3\n```\nLines 150-150:\n```\n")
+
+
 def test_token_logprobs_read_both_forms_and_the_kept_tokens_spell_the_text():
     from cadedit.engine import _kept, token_logprobs
 
