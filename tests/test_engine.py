@@ -332,6 +332,35 @@ def test_a_branch_in_a_later_region_is_sent_from_that_region(engine, tmp_path):
     assert branch == second + "line150 = 1500" and second.endswith("line3 = 3\n```\nLines 150-150:\n```\n")
 
 
+def test_bench_tries_measures_edits_through_an_engine_as_fix_sends_them(engine, tmp_path):
+    """`bench tries --engine`: each case's tries go through the engine (here candidate 1 keeps the bug,
+    its branch at " -" passes); without --candidates, fix --engine's default."""
+    before, after = "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return a + b\n"
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(json.dumps({"id": "add", "language": "python", "before": before, "after": after,
+                                  "instruction": "Fix add.", "test": "assert add(2, 3) == 5\n"}) + "\n")
+
+    def respond(body):
+        if body["prompt"].endswith("return a +"):
+            return " b", "stop", legacy_logprobs([(" b", -0.01, {})])
+        return before.rstrip("\n"), "stop", legacy_logprobs(
+            [("def add(a, b):\n    return a", -0.1, {}), (" -", -0.2, {" +": -0.3}), (" b", -0.01, {})])
+
+    script = Script(respond=respond)
+    out = tmp_path / "t.json"
+    done = cli("bench", "tries", "-c", str(corpus), "--engine", engine(script), "--tries", "1", "--check-tries", "0",
+               "--candidates", "2", "--json", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    (row,) = data["corpora"][0]["cases"]
+    assert [(t["candidate"], t["test_passed"]) for t in row["tries_with_test"]] == [(1, False), (2, True)]
+    assert row["single"]["passed"] is True and data["model"].startswith("tiny-qwen at http://127.0.0.1:")
+    default = cli("bench", "tries", "-c", str(corpus), "--engine", engine(script), "--tries", "1", "--check-tries", "0",
+                  "--json", str(out), cwd=tmp_path)
+    assert default.returncode == 0, default.stderr
+    assert json.loads(out.read_text())["candidates"] == 1  # fix --engine's default
+
+
 def test_token_logprobs_read_both_forms_and_the_kept_tokens_spell_the_text():
     from cadedit.engine import _kept, token_logprobs
 

@@ -23,7 +23,7 @@ from cadedit.bench.options import (PACKAGES, BackendOpt, CaseContextOpt, CorpusO
                                    JsonOpt, KernelOpt, LimitOpt, MaxNewOpt, ModelOpt, PackagesOpt, ScopeContextOpt,
                                    SpansOpt, TaskSeedOpt, TasksOpt, TestTimeoutOpt, ThreadsOpt, TokenizerOpt, TrialsOpt,
                                    int_list, longfile_roots, span_lengths)
-from cadedit.cli_common import context_lines, err, say, sub_app
+from cadedit.cli_common import _Engine, _EngineTimeout, context_lines, err, say, sub_app
 from cadedit.errors import CadeditError
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_DTYPE, DEFAULT_MODE
 from cadedit.settings import DEFAULT_TRIES
@@ -882,22 +882,31 @@ def tries(
     candidates_by: Annotated[str, typer.Option(
         "--candidates-by", help="How a try's candidates after the first are made, as `cadedit fix --candidates-by`: "
                                 "branch or sample.")] = CANDIDATES_BY,
+    engine: _Engine = None,
+    engine_timeout: _EngineTimeout = None,
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
     """Verified edits measured as users get them: per case, tests passed and wall seconds for one try,
     syntax/no-change checks with --check-tries, and the corpus's test as --test with 3 and --tries tries.
+    With --engine the edits go through that engine as `cadedit fix --engine` sends them (only when given).
 
     Example: cadedit bench tries -c humanevalfix_python.jsonl --model MODEL --limit 60 --json tries.json
     """
     from cadedit.bench import tries as bt
+    from cadedit.settings import ENGINE_TIMEOUT
 
     corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
-    loaded, _ = _load_model(model, "auto", dtype, threads, backend, warm_up=False)
+    if engine is not None:
+        from cadedit.engine import EngineClient
+
+        loaded = EngineClient(engine, engine_timeout or ENGINE_TIMEOUT, model)
+    else:
+        loaded, _ = _load_model(model, "auto", dtype, threads, backend, warm_up=False)
     scoped = _choice(scoping, "--scoping", {"on": True, "off": False})
     by = _choice(candidates_by, "--candidates-by", {way: way for way in CANDIDATE_WAYS})
-    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, _tries_options(loaded.name, mode, layout), scoped, k,
-                                by)
+    options = _tries_options(None if engine else loaded.name, mode, layout)
+    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, options, scoped, k, by, engine is not None)
     meta = {**_model_meta("tries", loaded), "mode": mode, "layout": settings.options.layout, "context": context,
             "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped,
             "candidates": settings.with_test, "candidates_checks_only": settings.checks_only, "candidates_by": by}
@@ -913,7 +922,7 @@ def tries(
         _print_tries(name, bt.summarize(cases, rows), rows, loaded.name)
 
 
-def _tries_options(model: str, mode: str, layout: str | None):
+def _tries_options(model: str | None, mode: str, layout: str | None):
     """The EditOptions of every try: the loaded model, --mode and (when given) --layout."""
     from dataclasses import replace
 

@@ -42,16 +42,17 @@ class TriesSettings:
     scoped: bool = True  # the scope from the instruction first, as `cadedit fix` resolves it
     candidates: int | None = None  # each try decodes this many side by side; None: `cadedit fix`'s default
     candidates_by: str = CANDIDATES_BY  # how (settings.CANDIDATE_WAYS, `cadedit fix --candidates-by`)
+    engine: bool = False  # the edits go through a shared engine (its defaults are fix --engine's)
 
     @property
     def with_test(self) -> int:
         """Candidates a try with the test decodes (cadedit fix --test's default unless given)."""
-        return self.candidates or default_candidates(True)
+        return self.candidates or default_candidates(True, self.engine)
 
     @property
     def checks_only(self) -> int:
         """Candidates a try with the checks alone decodes (cadedit fix's default without a test unless given)."""
-        return self.candidates or default_candidates(False)
+        return self.candidates or default_candidates(False, self.engine)
 
 
 def _test_command(folder: Path, case: Case, runner: str, name: str) -> str:
