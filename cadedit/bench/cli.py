@@ -894,15 +894,9 @@ def tries(
     Example: cadedit bench tries -c humanevalfix_python.jsonl --model MODEL --limit 60 --json tries.json
     """
     from cadedit.bench import tries as bt
-    from cadedit.settings import ENGINE_TIMEOUT
 
     corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
-    if engine is not None:
-        from cadedit.engine import EngineClient
-
-        loaded = EngineClient(engine, engine_timeout or ENGINE_TIMEOUT, model)
-    else:
-        loaded, _ = _load_model(model, "auto", dtype, threads, backend, warm_up=False)
+    loaded = _tries_model(model, dtype, threads, backend, engine, engine_timeout)
     scoped = _choice(scoping, "--scoping", {"on": True, "off": False})
     by = _choice(candidates_by, "--candidates-by", {way: way for way in CANDIDATE_WAYS})
     options = _tries_options(None if engine else loaded.name, mode, layout)
@@ -920,6 +914,17 @@ def tries(
                        lambda row: say(_tries_line(row, rows)))
     for name, cases in done.items():
         _print_tries(name, bt.summarize(cases, rows), rows, loaded.name)
+
+
+def _tries_model(model: str | None, dtype: str, threads: int | None, backend: str | None, engine: str | None,
+                 engine_timeout: float | None):
+    """The model the tries run on: the engine's client where --engine is given, else the local model."""
+    if engine is None:
+        return _load_model(model, "auto", dtype, threads, backend, warm_up=False)[0]
+    from cadedit.engine import EngineClient
+    from cadedit.settings import ENGINE_TIMEOUT
+
+    return EngineClient(engine, engine_timeout or ENGINE_TIMEOUT, model)
 
 
 def _tries_options(model: str | None, mode: str, layout: str | None):
