@@ -7,6 +7,7 @@ cache (cpu-dtype.json), so every later run decides in microseconds. `--verbose` 
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -148,9 +149,13 @@ def _time_linear(dtype: "torch.dtype", rows: int, reps: int = 9, step: str = "",
     return sorted(times)[reps // 2]
 
 
-# An edit's model work, as the verify loop spends it on a 185-line file: ~2,900 tokens in
-# multi-token forwards (prompt and accepted drafts) and ~25 one-token steps.
-_WORK = ((128, 2900 / 128), (1, 25))
+# An edit's model work as `cadedit fix` spends it on a scoped verify edit (README, "Design
+# measurements": the main job and ten long files): its prompt (a window of the file and the
+# instruction: ~1,000 tokens in 512-token forwards), forwards of drafted source lines (16 tokens,
+# the verify drafter's first length: in a scoped region most drafts stay short) and the tokens it
+# writes one a forward. (tokens per forward, forwards). A mix of long forwards alone weighed
+# torch's fp32 prompt and left out its drafts and steps, which on AVX2 CPUs are llama.cpp's many times over.
+_WORK = ((512, 2), (16, 12), (1, 8))
 
 
 _ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
@@ -262,10 +267,12 @@ def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple["torch.dtyp
 
 
 # torch runs a GGUF only where it measured at least this much faster than llama.cpp: the probe's
-# own run-to-run spread is a few percent (README, "Design measurements"), and within it the GGUF at
-# its own size wins (no conversion, a third of the memory).
-TORCH_MARGIN = 1.1
-PROBE = "forward-probe"  # how torch's side is measured, in the measurement's key: another probe's answer is not reused
+# own run-to-run spread (wide on a busy 2-core machine: README, "Design measurements") must not
+# decide, and within it the GGUF at its own size wins (no conversion, a quarter to a half of the
+# memory). Where torch has won, it won by far more than this on every CPU measured.
+TORCH_MARGIN = 1.25
+PROBE = "edit-probe"  # how both sides are measured, in the measurement's key: another probe's answer is not reused
+_PROBE_LAYERS = (2, 6)  # the layers of the two models torch's side times (_torch_work_seconds)
 
 
 def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str, threads: int) -> tuple[str, str]:
@@ -370,13 +377,14 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     converting the GGUF; and the bytes its weights would take.
 
     Timed as llama.cpp's side is, on cadedit's own forward (cadedit.qwen2: attention, norms, rope and
-    the LM head included, with the step copies torch would use) after a 512-token prompt, on weights
-    of the model's shape filled with a constant (real pages, so a step reads real memory). Two
-    models of 1 and 3 layers give the cost of a layer and of the rest, so the whole model is never
-    built. The linear layers alone leave out the rest of each forward, and with it torch looked up to
-    1.4x faster than the whole model ran (README, "Design measurements")."""
-    import torch
-
+    the LM head included, with the step copies torch would use) after a prompt, on weights of the
+    model's shape filled with a constant (real pages, so a step reads real memory). Two models of
+    _PROBE_LAYERS layers give the cost of a layer and of the rest, so the whole model is never
+    built; the layer is their difference over the layers between, so its noise is multiplied by the
+    model's layers over that span: 2 and 6 layers (and each timed twice, the best kept) pass on less of
+    it than 1 and 3 did (README, "Design measurements"). The linear layers alone leave out the rest of
+    each forward, and with it torch looked faster than the whole model ran."""
+    torch = _import_torch()
     from cadedit.qwen2 import Config
 
     arch = meta.get("general.architecture", "")
@@ -388,13 +396,50 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     torch.set_num_threads(threads)
     dtype, _ = cpu_dtype(threads)
     step = cpu_steps(threads)[0] if dtype == torch.bfloat16 else "bf16"
-    cost = {layers: _forward_work_seconds(config, layers, dtype, step) for layers in (1, 3)}
-    layer = max(0.0, (cost[3] - cost[1]) / 2)
-    total = cost[1] + (config.num_hidden_layers - 1) * layer
+    few, many = (min(n, config.num_hidden_layers) for n in _PROBE_LAYERS)
+    cost = {few: math.inf, many: math.inf}
+    for _ in range(2):  # taking turns, the best of each: the layer is a difference that noise in either would skew
+        for layers in cost:
+            cost[layers] = min(cost[layers], _forward_work_seconds(config, layers, dtype, step))
+    layer = max(0.0, (cost[many] - cost[few]) / (many - few)) if many > few else 0.0
+    total = cost[few] + (config.num_hidden_layers - few) * layer
     h, kv = config.hidden_size, config.num_key_value_heads * config.dim
     params = config.num_hidden_layers * (2 * h * h + 2 * kv * h + 3 * h * config.intermediate_size) \
         + 2 * config.vocab_size * h  # the embedding and an LM head (an untied one: the larger)
-    return total, params * torch.tensor([], dtype=dtype).element_size()
+    return total + torch_load_seconds(params, dtype), params * torch.tensor([], dtype=dtype).element_size()
+
+
+_TORCH_IMPORT: list[float] = []  # seconds this process took to import torch, where it was imported here
+
+
+def _import_torch():
+    """torch, its import timed where this process had not imported it yet (torch_load_seconds)."""
+    import sys
+
+    start, fresh = time.perf_counter(), "torch" not in sys.modules
+    import torch
+
+    if fresh and not _TORCH_IMPORT:
+        _TORCH_IMPORT.append(time.perf_counter() - start)
+    return torch
+
+
+def torch_load_seconds(params: int, dtype: "torch.dtype") -> float:
+    """What every process on torch pays before its first forward that llama.cpp's load (counted on its
+    side of the probe) does not: importing torch, and where torch runs fp32, widening each of the
+    converted model's bf16 weights (cadedit.model's cache) to fp32, timed on a sample and scaled to
+    `params`. Left out, fp32 edits on an AVX2 CPU looked as fast as llama.cpp's and ran twice as
+    long, most of the difference the load (README, "Design measurements")."""
+    torch = _import_torch()
+    seconds = _TORCH_IMPORT[0] if _TORCH_IMPORT else 0.0
+    if dtype == torch.float32:
+        sample, widened, timings = torch.ones(1 << 24, dtype=torch.bfloat16), [], []
+        for _ in range(3):  # each kept: a load writes fresh pages, never a block the allocator hands back
+            start = time.perf_counter()
+            widened.append(sample.to(torch.float32))
+            timings.append(time.perf_counter() - start)
+        seconds += min(timings) * params / sample.numel()
+    return seconds
 
 
 def _forward_work_seconds(config, layers: int, dtype: "torch.dtype", step: str) -> float:
@@ -429,11 +474,12 @@ def _forward_work_seconds(config, layers: int, dtype: "torch.dtype", step: str) 
 
 
 def torch_work_seconds(model) -> float:
-    """_WORK's seconds on a cadedit.qwen2 model (work_seconds)."""
+    """_WORK's seconds on a cadedit.qwen2 model (work_seconds; its prompt-sized forward the best of 3:
+    on a model of a few layers it takes a fraction of a second, and its noise is extrapolated)."""
     import torch
 
     with torch.inference_mode():
-        return work_seconds(model, model.new_cache(), torch.tensor(_filler(model.config.vocab_size)))
+        return work_seconds(model, model.new_cache(), torch.tensor(_filler(model.config.vocab_size)), long_reps=3)
 
 
 def llama_work_seconds(path: Path, meta: dict, threads: int, work=_WORK, repack: bool = False,
@@ -443,29 +489,39 @@ def llama_work_seconds(path: Path, meta: dict, threads: int, work=_WORK, repack:
     from cadedit.llamacpp import LlamaModel
 
     start = time.perf_counter()
-    model = LlamaModel(path, meta, threads, n_ctx=1024, repack=repack, flash=flash)
+    model = LlamaModel(path, meta, threads, n_ctx=2 * len(_filler(1)), repack=repack, flash=flash)
     load = time.perf_counter() - start
     return load + work_seconds(model, model.new_cache(), _filler(model.n_vocab), work)
 
 
+_WARM_UP = 16  # tokens of the untimed first forward: it touches every weight (a mapped file's pages too)
+_PROMPT = 256  # a forward of at least this many tokens is a prompt: timed from the start, the rest after it
+
+
 def _filler(vocab: int) -> list[int]:
-    """The probe's token ids: a 512-token prompt and the forwards after it (work_seconds)."""
-    return [t % vocab for t in range(1000, 1000 + 768)]
+    """The probe's token ids: the warm-up, the longest prompt-sized forward, and the longest forward after it."""
+    prompts = [rows for rows, _ in _WORK if rows >= _PROMPT] or [0]
+    return [t % vocab for t in range(1000, 1000 + _WARM_UP + max(prompts) + max(rows for rows, _ in _WORK))]
 
 
-def work_seconds(model, cache, filler, work=_WORK, prefix: int = 512) -> float:
-    """`work` ((tokens per forward, forwards), ...) timed on a model of either backend after a
-    `prefix`-token prompt of `filler` (an edit's steps follow a prompt of several hundred tokens):
-    each forward's best of a few. The prompt is also the warm-up (the first forward touches the
-    mapped weights)."""
-    model(filler[:prefix], cache)
+def work_seconds(model, cache, filler, work=_WORK, long_reps: int = 1) -> float:
+    """`work` ((tokens per forward, forwards), ...) timed on a model of either backend: each forward's
+    best of a few (of `long_reps` for a prompt-sized forward, which on a whole model is long enough to
+    time once). Prompt-sized forwards are timed after the warm-up, the others after the longest of
+    them, as an edit's drafts and steps follow its prompt."""
+    model(filler[:_WARM_UP], cache)
+    prompts = sorted((item for item in work if item[0] >= _PROMPT), reverse=True)
+    after = _WARM_UP + (prompts[0][0] if prompts else 0)
     total = 0.0
-    for rows, times in work:
+    for rows, times in prompts + [item for item in work if item[0] < _PROMPT]:
+        at = _WARM_UP if rows >= _PROMPT else after
         timings = []
-        for _ in range(2 if rows > 1 else 5):
-            cache.crop(prefix)
+        for _ in range(long_reps if rows >= _PROMPT else 3 if rows > 1 else 5):
+            if cache.length < at:
+                model(filler[cache.length : at], cache)  # the prompt the drafts and steps follow
+            cache.crop(at)
             start = time.perf_counter()
-            model(filler[prefix : prefix + rows], cache)
+            model(filler[at : at + rows], cache)
             timings.append(time.perf_counter() - start)
         total += times * min(timings)
     return total

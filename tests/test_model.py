@@ -229,7 +229,7 @@ def test_failed_gguf_conversion_leaves_no_cache_entry(tmp_path, monkeypatch):
     assert list(M.cache_root().iterdir()) == []
 
 
-@pytest.mark.parametrize("torch_seconds, chosen", [(10.5, "llama"), (9.5, "llama"), (8.9, "torch")])
+@pytest.mark.parametrize("torch_seconds, chosen", [(10.5, "llama"), (8.5, "llama"), (7.9, "torch")])
 def test_auto_runs_a_gguf_on_the_backend_that_measured_faster(monkeypatch, tmp_path, torch_seconds, chosen):
     """llama.cpp's edit work (its load included) 10 s against torch's estimate: torch only where it is
     clearly faster (a near tie runs the GGUF at its own size)."""
@@ -247,14 +247,17 @@ def test_auto_runs_a_gguf_on_the_backend_that_measured_faster(monkeypatch, tmp_p
     assert backend == chosen and f"torch {torch_seconds:.2f} s" in why
 
 
-def test_torchs_side_of_the_probe_is_its_real_forward_extrapolated_from_one_and_three_layers(monkeypatch):
-    """torch's estimate is cadedit's whole forward (attention, norms, head) on 1 and 3 layers of the
-    model's shape, extrapolated: a layer is half the difference, the rest what 1 layer costs beyond it."""
+def test_torchs_side_of_the_probe_is_its_real_forward_extrapolated_from_two_and_six_layers(monkeypatch):
+    """torch's estimate is cadedit's whole forward (attention, norms, head) on 2 and 6 layers of the
+    model's shape, extrapolated: a layer is a quarter of the difference, the rest what 2 layers cost
+    beyond them. Each is timed twice, taking turns, and the best kept: a slow 2-layer run would shrink
+    the layer (and the estimate, times the model's layers) as much as a fast 6-layer one."""
     seen = []
+    timings = iter([2.6, 4.0, 2.0, 4.4])  # 2 layers slow in the first turn, 6 layers in the second
 
     def timed(config, layers, dtype, step):
         seen.append((config.hidden_size, config.intermediate_size, config.num_key_value_heads, layers))
-        return {1: 2.0, 3: 3.0}[layers]
+        return next(timings)
 
     monkeypatch.setattr(H, "_forward_work_seconds", timed)
     monkeypatch.setattr(H, "cpu_dtype", lambda threads: (torch.bfloat16, ""))
@@ -263,8 +266,36 @@ def test_torchs_side_of_the_probe_is_its_real_forward_extrapolated_from_one_and_
             "qwen2.block_count": 11, "qwen2.attention.head_count": 4, "qwen2.attention.head_count_kv": 2,
             "tokenizer.ggml.tokens": ["a"] * 100}
     seconds, need = H._torch_work_seconds(meta, 1)
-    assert seen == [(64, 128, 2, 1), (64, 128, 2, 3)] and seconds == pytest.approx(2.0 + 10 * 0.5)
+    assert seen == [(64, 128, 2, 2), (64, 128, 2, 6)] * 2 and seconds == pytest.approx(2.0 + 9 * 0.5)
     assert need == 2 * (11 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 64 * 128) + 2 * 100 * 64)  # bf16 bytes
+
+
+def test_the_probes_work_is_a_prompt_then_drafts_then_steps_each_timed_after_the_prompt(monkeypatch):
+    """Both backends' sides time the same forwards: an untimed warm-up, the prompt-sized forward from
+    there, then each smaller forward size after that prompt, the best of a few (of long_reps for the
+    prompt), times its count."""
+    fed, crops = [], []
+
+    class Cache:
+        length = 0
+
+        def crop(self, n):
+            crops.append(n)
+            self.length = min(self.length, n)
+
+    class Model:
+        def __call__(self, ids, cache):
+            fed.append(len(ids))
+            cache.length += len(ids)
+
+    clock = iter(range(0, 10_000, 1))  # every forward takes 1 s
+    monkeypatch.setattr(H.time, "perf_counter", lambda: next(clock))
+    filler = H._filler(1000)
+    seconds = H.work_seconds(Model(), Cache(), filler, long_reps=2)
+    assert {rows for rows, _ in H._WORK} == {512, 16, 1}  # the prompt, drafts, steps (README, "Design measurements")
+    assert fed == [H._WARM_UP, 512, 512, 16, 16, 16, 1, 1, 1, 1, 1] and len(filler) >= H._WARM_UP + 512 + 512
+    assert crops == [H._WARM_UP] * 2 + [H._WARM_UP + 512] * 8
+    assert seconds == pytest.approx(sum(times for _, times in H._WORK))
 
 
 @pytest.mark.parametrize("line, gpu", [("cuda: Optional[str] = None\nhip: Optional[str] = None\n", False),

@@ -3,10 +3,10 @@
 Contract: backends(model, rounds, ...) times, `rounds` times taking turns in one process, the two
 sides of auto's probe for a GGUF (cadedit.hardware): llama.cpp's edit work (hardware.llama_work_seconds,
 as stored; its load included) and torch's estimate of the same work (hardware._torch_work_seconds:
-cadedit's forward on 1 and 3 layers of the model's shape, extrapolated). With --whole, also the whole
-model on torch (the GGUF converted once, as `--backend torch` does) doing the same work, so the
-estimate can be checked against what it estimates. Prints each round, the torch/llama.cpp ratio and
-the answer auto would give (hardware.TORCH_MARGIN). Measures; caches nothing.
+cadedit's forward on 2 and 6 layers of the model's shape, extrapolated, and its load). With --whole,
+also the whole model on torch (the GGUF converted once, as `--backend torch` does) loaded and doing
+the same work, so the estimate can be checked against what it estimates. Prints each round, the
+torch/llama.cpp ratio and the answer auto would give (hardware.TORCH_MARGIN). Measures; caches nothing.
 """
 
 from __future__ import annotations
@@ -20,11 +20,14 @@ from cadedit.bench.options import JsonOpt, ModelOpt, ThreadsOpt
 
 
 def whole_torch_seconds(gguf: Path, threads: int) -> float:
-    """The converted model's own time for the probe's work (hardware.torch_work_seconds)."""
+    """The converted model's own time for the probe's work (hardware.torch_work_seconds), its load
+    included as the estimate includes it (the import of torch as this process timed it)."""
     from cadedit import hardware
     from cadedit.model import load_model
 
-    return hardware.torch_work_seconds(load_model(str(gguf), threads=threads, backend="torch").model)
+    loaded = load_model(str(gguf), threads=threads, backend="torch")
+    load = sum(seconds for name, seconds in loaded.phases if name in ("dtype", "weights"))
+    return (hardware._TORCH_IMPORT[0] if hardware._TORCH_IMPORT else 0.0) + load + hardware.torch_work_seconds(loaded.model)
 
 
 def measure_round(gguf: Path, meta: dict, threads: int, whole: bool) -> dict:
