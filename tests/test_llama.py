@@ -292,7 +292,7 @@ def test_bench_backends_times_both_sides_of_autos_probe_and_says_what_auto_would
     for row in data["rounds"]:
         assert row["llama"] > 0 and row["torch_estimate"] > 0 and row["torch_whole"] > 0
         assert row["auto"] == ("torch" if row["torch_estimate"] * hardware.TORCH_MARGIN < row["llama"] else "llama")
-    assert "round 2: llama.cpp" in done.stderr and "auto picks torch below 0.909" in done.stdout
+    assert "round 2: llama.cpp" in done.stderr and f"auto picks torch below {1 / hardware.TORCH_MARGIN:.3f}" in done.stdout
     _one_line_error(cli("bench", "backends", "--model", str(tiny_dir), cwd=tmp_path, env=env), "GGUF")
 
 
