@@ -424,6 +424,11 @@ def _import_torch():
     return torch
 
 
+def torch_import_seconds() -> float:
+    """How long this process took to import torch, where it was imported through _import_torch; else 0."""
+    return _TORCH_IMPORT[0] if _TORCH_IMPORT else 0.0
+
+
 def torch_load_seconds(params: int, dtype: "torch.dtype") -> float:
     """What every process on torch pays before its first forward that llama.cpp's load (counted on its
     side of the probe) does not: importing torch, and where torch runs fp32, widening each of the
@@ -431,7 +436,7 @@ def torch_load_seconds(params: int, dtype: "torch.dtype") -> float:
     `params`. Left out, fp32 edits on an AVX2 CPU looked as fast as llama.cpp's and ran twice as
     long, most of the difference the load (README, "Design measurements")."""
     torch = _import_torch()
-    seconds = _TORCH_IMPORT[0] if _TORCH_IMPORT else 0.0
+    seconds = torch_import_seconds()
     if dtype == torch.float32:
         sample, widened, timings = torch.ones(1 << 24, dtype=torch.bfloat16), [], []
         for _ in range(3):  # each kept: a load writes fresh pages, never a block the allocator hands back
@@ -498,10 +503,14 @@ _WARM_UP = 16  # tokens of the untimed first forward: it touches every weight (a
 _PROMPT = 256  # a forward of at least this many tokens is a prompt: timed from the start, the rest after it
 
 
+def _prompt_end(work=_WORK) -> int:
+    """Where the probe's drafts and steps are timed from: the warm-up and the longest prompt-sized forward."""
+    return _WARM_UP + max((rows for rows, _ in work if rows >= _PROMPT), default=0)
+
+
 def _filler(vocab: int) -> list[int]:
     """The probe's token ids: the warm-up, the longest prompt-sized forward, and the longest forward after it."""
-    prompts = [rows for rows, _ in _WORK if rows >= _PROMPT] or [0]
-    return [t % vocab for t in range(1000, 1000 + _WARM_UP + max(prompts) + max(rows for rows, _ in _WORK))]
+    return [t % vocab for t in range(1000, 1000 + _prompt_end() + max(rows for rows, _ in _WORK))]
 
 
 def work_seconds(model, cache, filler, work=_WORK, long_reps: int = 1) -> float:
@@ -510,10 +519,9 @@ def work_seconds(model, cache, filler, work=_WORK, long_reps: int = 1) -> float:
     time once). Prompt-sized forwards are timed after the warm-up, the others after the longest of
     them, as an edit's drafts and steps follow its prompt."""
     model(filler[:_WARM_UP], cache)
-    prompts = sorted((item for item in work if item[0] >= _PROMPT), reverse=True)
-    after = _WARM_UP + (prompts[0][0] if prompts else 0)
+    after = _prompt_end(work)
     total = 0.0
-    for rows, times in prompts + [item for item in work if item[0] < _PROMPT]:
+    for rows, times in sorted(work, reverse=True):  # the prompt first: the drafts and steps follow it
         at = _WARM_UP if rows >= _PROMPT else after
         timings = []
         for _ in range(long_reps if rows >= _PROMPT else 3 if rows > 1 else 5):

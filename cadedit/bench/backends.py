@@ -27,7 +27,7 @@ def whole_torch_seconds(gguf: Path, threads: int) -> float:
 
     loaded = load_model(str(gguf), threads=threads, backend="torch")
     load = sum(seconds for name, seconds in loaded.phases if name in ("dtype", "weights"))
-    return (hardware._TORCH_IMPORT[0] if hardware._TORCH_IMPORT else 0.0) + load + hardware.torch_work_seconds(loaded.model)
+    return hardware.torch_import_seconds() + load + hardware.torch_work_seconds(loaded.model)
 
 
 def measure_round(gguf: Path, meta: dict, threads: int, whole: bool) -> dict:
