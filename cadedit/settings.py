@@ -84,7 +84,9 @@ ENGINE_ENV = "CADEDIT_ENGINE"
 # New tokens any answer may take at least (request.default_budget): the Aider polyglot subset's
 # reference solutions take 79-790 tokens where their stubs take 6-351.
 MIN_ANSWER_TOKENS = 1024
-CONTEXT_LINES = 60  # scoped edits: lines shown on each side of the regions (README, Scoped edits)
+# Scoped edits: lines shown on each side of the regions. The prompt is most of a long-file edit's
+# wall; 30 kept the held-out long-file tasks' exact answers of 60 (README, Scoped edits).
+CONTEXT_LINES = 30
 MODES = tuple(m.value for m in Mode)
 BACKENDS = tuple(b.value for b in Backend)
 LAYOUTS = tuple(layout.value for layout in Layout)
