@@ -28,10 +28,12 @@ AHEAD = 4  # source lines after the last aligned one where a new output line may
 class Schedule:
     """Draft lengths in tokens: `start` after a miss, times `grow` after a full accept, at most `most`.
 
-    Why these numbers: on CPUs a forward of up to ~16 tokens costs about two one-token steps, so a
-    16-token draft that fails costs about one extra step and one that is accepted saves about 14;
-    past ~256 tokens a forward costs nearly linear time, so longer drafts save little and a miss
-    wastes seconds (README, "Design measurements").
+    Why these numbers: with torch on an AVX-512 CPU a forward of up to ~16 tokens costs about two
+    one-token steps, so a 16-token draft that fails costs about one extra step and one that is
+    accepted saves about 14; past ~256 tokens a forward costs nearly linear time, so longer drafts
+    save little and a miss wastes seconds. Where a 16-token forward costs 6-8 steps (llama.cpp on
+    AVX2), shorter starts were tried and only added forwards: a retype's drafts are mostly kept
+    whole (README, "Design measurements").
     """
 
     start: int = 16
