@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
@@ -463,8 +464,8 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
     if scope is not None and not quiet:
         say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
-    candidates = candidates_for(run.candidates, plan, loaded)
-    on_try, on_where = _reporters(document, options, run, progress, candidates)
+    on_try, on_where = _reporters(document, options, run, progress,
+                                  lambda number: candidates_for(run.candidates, plan, loaded, number))
 
     def on_test(number: int) -> None:
         progress.update_text(f"{document.path}: try {number}: running the test ...")
@@ -474,7 +475,7 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
             progress.update_text(f"{document.path}: asking the model which line to change ...")
         verified = edit_verified(document, instruction, options, plan, run.tries, loaded=loaded, on_try=on_try,
                                  on_step=progress.update, on_test=on_test, on_where=on_where,
-                                 candidates=candidates, candidates_by=run.candidates_by)
+                                 candidates=run.candidates, candidates_by=run.candidates_by)
     first = getattr(loaded, "first_forward", lambda: None)()
     if run.verbose and first is not None:
         say(f"  first forward {first:.2f} s after the process started")
@@ -482,8 +483,9 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
                     str(getattr(loaded, "dtype", "")).removeprefix("torch."), first, getattr(loaded, "backend", ""))
 
 
-def _reporters(document, options, run: _Run, progress, candidates: int):
-    """on_try and on_where: one line on stderr per try (and for the where-step), more with --verbose."""
+def _reporters(document, options, run: _Run, progress, candidates: Callable[[int], int]):
+    """on_try and on_where: one line on stderr per try (and for the where-step), more with --verbose;
+    candidates(n): how many candidates try n decodes."""
     quiet, verbose, tries = run.quiet, run.verbose, run.tries
     previous: dict = {}
 
@@ -497,7 +499,7 @@ def _reporters(document, options, run: _Run, progress, candidates: int):
         if attempt.regions != previous.get("regions", options.regions):  # the levels only grow
             widened = " [scope widened to " + ", ".join(f"lines {a}-{b}" for a, b in attempt.regions) + "]"
         previous["regions"] = attempt.regions
-        which = f", candidate {attempt.candidate} of {candidates}" if attempt.candidate else ""
+        which = f", candidate {attempt.candidate} of {candidates(attempt.number)}" if attempt.candidate else ""
         say(f"{document.path}: try {attempt.number} of {tries}{which}{widened}: {attempt.summary()}{numbers}")
         if verbose and stats:
             say(f"  decode: prompt {stats.tokens_prompt} tokens fed ({stats.tokens_reused} reused) in "

@@ -63,6 +63,10 @@ MAX_TRIES = 20
 # engine need not batch the requests, so one.
 DEFAULT_CANDIDATES = 1
 TESTED_CANDIDATES = 4
+# Tries after the first where a test decides: an edit that gets there has failed four candidates and
+# its wall is past the common case's already, so its later tries branch twice as wide (README,
+# "Candidates side by side, measured").
+LATER_TESTED_CANDIDATES = 8
 MAX_CANDIDATES = 8
 # How a try's candidates after the first are made (tries._batched_try): "branch", from candidate 1
 # where it hesitated most and only once it failed its checks, or "sample", all side by side from the
@@ -71,9 +75,12 @@ CANDIDATES_BY = "branch"
 CANDIDATE_WAYS = ("branch", "sample")
 
 
-def default_candidates(tested: bool, engine: bool = False) -> int:
-    """--candidates when not given: TESTED_CANDIDATES where a test decides on a local model, else one."""
-    return TESTED_CANDIDATES if tested and not engine else DEFAULT_CANDIDATES
+def default_candidates(tested: bool, engine: bool = False, number: int = 1) -> int:
+    """--candidates when not given, for try `number`: where a test decides on a local model
+    TESTED_CANDIDATES in try 1 and LATER_TESTED_CANDIDATES after it, else one."""
+    if not tested or engine:
+        return DEFAULT_CANDIDATES
+    return TESTED_CANDIDATES if number == 1 else LATER_TESTED_CANDIDATES
 
 
 TEST_TIMEOUT = 120.0  # seconds a --test command (or a hook rule's test) may run

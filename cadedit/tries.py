@@ -11,8 +11,9 @@ number) with the latest failure in the prompt. With candidates > 1 every try mak
 (settings.CANDIDATES_BY, "branch") only once it failed its checks the others, each branching from
 it where the model hesitated most (pipeline.edit_branches), or ("sample") all side by side from the
 start, the others sampled (pipeline.edit_candidates); checked in the order of the model's
-log-probability of each. The feedback goes last in the prompt, so every try shares the prompt prefix whose
-KV cache the model keeps (model.CachedLM.reuse). A scoped edit with wider scopes (options.wider: a
+log-probability of each, a copy of a candidate an earlier try checked taking that one's checks.
+The feedback goes last in the prompt, so every try shares the prompt prefix whose KV cache the
+model keeps (model.CachedLM.reuse). A scoped edit with wider scopes (options.wider: a
 line reference's statement, block, function) climbs one after a candidate that did not parse or
 failed the test, and drops the region's quote after one that changed nothing. A scoped edit of a
 long definition whose instruction names no line (options.locate) first asks the model where
@@ -208,7 +209,6 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     batched try's list of `candidates` factories (one factory there: every candidate's), picks(0)
     the where-step's (loaded -> picker, as where.where_picker); tests script answers with it (local
     models only)."""
-    candidates = candidates_for(candidates, plan, loaded)
     candidates_by = candidates_by or CANDIDATES_BY
     edit, editors = _editors(loaded)
     where = _where(document, instruction, options, loaded, picks(0) if picks else None)
@@ -221,6 +221,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     widen_after = set(WIDEN_AFTER) | ({UNQUOTED_AFTER} if where is not None else set())
     level = 0
     layout = options.layout
+    checked: dict[str, Try] = {}  # every candidate text checked so far: a later try's copy is not checked again
     for number in range(1, tries + 1):
         failed = {c.name for c in last.failed_checks} if last else set()
         widened = bool(failed & widen_after) and level < len(levels) - 1
@@ -231,9 +232,10 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
                           regions=levels[level], wider=(), layout=layout, locate=False)
         pick = picks(number) if picks else None
         test_hook = None if on_test is None else (lambda: on_test(number))
-        if candidates > 1:
-            made = _batched_try(editors, document, instruction, current, plan, number, candidates, pick, on_step,
-                                test_hook, candidates_by)
+        k = candidates_for(candidates, plan, loaded, number)
+        if k > 1:
+            made = _batched_try(editors, document, instruction, current, plan, number, k, pick, on_step,
+                                test_hook, candidates_by, checked)
         else:
             made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
         for attempt in made:
@@ -247,12 +249,12 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     return Verified(tuple(done), where)
 
 
-def candidates_for(asked: int | None, plan: CheckPlan, loaded: Any) -> int:
-    """The candidates a try decodes: as asked, else settings.default_candidates by whether a test
-    decides and whether `loaded` is a shared engine (engine.EngineClient)."""
+def candidates_for(asked: int | None, plan: CheckPlan, loaded: Any, number: int = 1) -> int:
+    """The candidates try `number` decodes: as asked, else settings.default_candidates by whether a
+    test decides, whether `loaded` is a shared engine (engine.EngineClient) and the try's number."""
     if asked is not None:
         return asked
-    return default_candidates(bool(plan.test), engine=getattr(loaded, "backend", "") == "engine")
+    return default_candidates(bool(plan.test), getattr(loaded, "backend", "") == "engine", number)
 
 
 def _told(document: Document, plan: CheckPlan, last: Try) -> str:
@@ -347,10 +349,13 @@ def _one_try(edit, document: Document, instruction: str, current: EditOptions, p
 
 
 def _batched_try(editors, document: Document, instruction: str, current: EditOptions, plan: CheckPlan,
-                 number: int, k: int, picks, on_step, on_test, by: str = CANDIDATES_BY) -> list[Try]:
+                 number: int, k: int, picks, on_step, on_test, by: str = CANDIDATES_BY,
+                 checked: dict[str, Try] | None = None) -> list[Try]:
     """Try `number` as k candidates, checked until one passes: with --test the first that passes its test,
-    without it the highest-scoring that passes syntax and change; duplicates are checked once. Returns
-    every candidate as a Try, in the order checked (the ones after the winner unchecked).
+    without it the highest-scoring that passes syntax and change; duplicates are checked once, and a
+    copy of a candidate an earlier try checked (`checked`, by text, updated here) carries its checks
+    without running them again. Returns every candidate as a Try, in the order checked (the ones after
+    the winner unchecked).
 
     by "sample": all k decoded side by side, candidate 1 the try's own sampling and the others sampled,
     checked in the order of the model's log-probability of each (the greedy one first among equals).
@@ -365,6 +370,7 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
     scripted = list(picks) if isinstance(picks, (list, tuple)) else [picks] * k if picks is not None else None
     made: list[Try] = []
     seen: dict[str, int] = {}
+    checked = {} if checked is None else checked
     checking = [0.0]  # seconds spent in checks so far (not decode time)
 
     def check(i: int, c, decode_seconds: float) -> bool:
@@ -379,12 +385,18 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
             why = (f"the same as candidate {seen[c.result.new_text]}" if c.result.new_text in seen
                    else f"not checked: candidate {winner} passed first")
             made.append(Try(number, t, c.result, (), decode_seconds, why, **common))
+        elif (earlier := checked.get(c.result.new_text)) is not None:  # failed in an earlier try: its checks stand
+            seen[c.result.new_text] = candidate
+            which = f"try {earlier.number}" + (f"'s candidate {earlier.candidate}" if earlier.candidate else "")
+            carried = tuple(replace(check, seconds=0.0) for check in earlier.checks)  # not run this time
+            made.append(Try(number, t, c.result, carried, decode_seconds, f"the same as {which}", **common))
         else:
             seen[c.result.new_text] = candidate
-            checked = time.perf_counter()
+            began = time.perf_counter()
             checks = check_candidate(document, c.result.new_text, plan, on_test, instruction, c.result.placement)
-            checking[0] += time.perf_counter() - checked
-            made.append(Try(number, t, c.result, checks, decode_seconds + time.perf_counter() - checked, **common))
+            checking[0] += time.perf_counter() - began
+            made.append(Try(number, t, c.result, checks, decode_seconds + time.perf_counter() - began, **common))
+            checked[c.result.new_text] = made[-1]
         return made[-1].passed
 
     if branched:

@@ -110,7 +110,7 @@ def test_tries_decodes_as_many_candidates_a_try_as_fix_would(tmp_path, monkeypat
                                       "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
-    assert data["candidates"] == 4 and data["candidates_checks_only"] == 1
+    assert data["candidates"] == [4, 8] and data["candidates_checks_only"] == 1
     (row,) = data["corpora"][0]["cases"]
     # Candidate 1 of try 1 fails the test, so 3 branches of it follow; try 2's candidate 1 passes: no branches.
     assert sorted((t["try"], t["candidate"]) for t in row["tries_with_test"]) == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1)]
@@ -157,7 +157,7 @@ def test_tries_with_candidates_scores_try_one_by_its_first_passing_candidate(tmp
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (row,) = data["corpora"][0]["cases"]
-    assert data["candidates"] == 3 and row["regions"] == ([[1, 2]] if scoping == "on" else [])
+    assert data["candidates"] == [3, 3] and row["regions"] == ([[1, 2]] if scoping == "on" else [])
     assert set(asked) == ({((1, 2),)} if scoping == "on" else {()})
     made = row["tries_with_test"]
     assert {t["try"] for t in made} == {1} and sorted(t["candidate"] for t in made) == [1, 2, 3]

@@ -179,6 +179,32 @@ def test_with_a_test_and_no_candidates_asked_a_failing_try_makes_four_and_withou
     assert [t["candidate"] for t in json.loads(alone.stdout)["tries"]] == [0]
 
 
+def test_later_tries_make_eight_and_a_copy_of_an_earlier_try_is_not_tested_again(tiny_dir, work, scripted_rows,
+                                                                                  monkeypatch, tmp_path):
+    """The default after try 1 where a test decides: 8 candidates a try (settings.LATER_TESTED_CANDIDATES).
+    A candidate that spells what an earlier try already checked carries that one's checks: the test
+    runs once for it in all (here try 2 repeats try 1's answers; nothing passes, nothing is written)."""
+    calls = scripted_rows("def add(a, b):\n    return a * b\n\n\nprint(add(1, 2))\n", BEFORE.decode(), BEFORE.decode(),
+                          BEFORE.decode(), then=WRONG)
+    inject_branches(monkeypatch, b" *", b" -")  # every branch spells the input again: no change
+    runs = tmp_path / "runs"
+    result = fix(tiny_dir, "--tries", "2", "--test", f"echo run >> {runs}; {GREP_TEST}", "--json")
+    assert result.exit_code == 3, result.output  # no try passed its checks
+    assert (work / "a.py").read_bytes() == BEFORE
+    assert calls == [4] and runs.read_text() == "run\n"  # try 1's candidate 1 alone reached the test
+    data = json.loads(result.stdout)
+    assert sorted(t["candidate"] for t in data["tries"] if t["try"] == 1) == [1, 2, 3, 4]
+    later = [t for t in data["tries"] if t["try"] == 2]
+    assert sorted(t["candidate"] for t in later) == list(range(1, 9))
+    first = next(t for t in later if t["candidate"] == 1)
+    assert first["error"] == "the same as try 1's candidate 1" and [c["name"] for c in first["checks"]] == [
+        "syntax", "change", "test"] and not first["checks"][2]["passed"]  # its checks, carried, not run again
+    assert all(c["seconds"] == 0.0 for c in first["checks"])
+    assert all((t["error"] or "").startswith("the same as ") for t in later)
+    assert "try 2 of 2, candidate 1 of 8: the same as try 1's candidate 1" in result.stderr
+    assert "try 1 of 2, candidate 1 of 4: failed: test" in result.stderr
+
+
 def test_a_first_candidate_that_passes_makes_no_branches(tiny_dir, work, scripted_rows, monkeypatch):
     """Branches are decoded only after candidate 1 failed: one that passes is the whole try, one line."""
     scripted_rows(GOOD, WRONG, WRONG, WRONG)

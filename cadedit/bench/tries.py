@@ -45,9 +45,9 @@ class TriesSettings:
     engine: bool = False  # the edits go through a shared engine (its defaults are fix --engine's)
 
     @property
-    def with_test(self) -> int:
-        """Candidates a try with the test decodes (cadedit fix --test's default unless given)."""
-        return self.candidates or default_candidates(True, self.engine)
+    def with_test(self) -> list[int]:
+        """Candidates tries 1 and 2 (and later) with the test decode (cadedit fix --test's default unless given)."""
+        return [self.candidates or default_candidates(True, self.engine, n) for n in (1, 2)]
 
     @property
     def checks_only(self) -> int:
@@ -125,7 +125,7 @@ def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings,
         options, _ = plan_edit(document, case.instruction, settings.options, scoping=settings.scoped)
         with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
         tested = edit_verified(document, case.instruction, options, with_test, settings.tries, loaded=loaded,
-                               picks=picks, candidates=settings.with_test, candidates_by=settings.candidates_by)
+                               picks=picks, candidates=settings.candidates, candidates_by=settings.candidates_by)
         tested_rows = _judged(tested, case, settings.test_timeout)
         checked_rows = []
         if settings.check_tries:
