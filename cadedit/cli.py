@@ -212,8 +212,8 @@ _Candidates = Annotated[Optional[int], typer.Option(
     help="Each try decodes K candidates side by side in one batched decode (the prompt read once): candidate 1 "
          "as the try would be alone, the others sampled. They are checked in the order of the model's own "
          "log-probability of each, and the first that passes wins (without --test: the most likely that parses "
-         "and changes the file); the next try gets the feedback. Default: 4 with --test on a local model "
-         "(measured: README, Candidates side by side), else 1. See --candidates-by.")]
+         "and changes the file); the next try gets the feedback. Default: with --test on a local model 4 in "
+         "try 1 and 8 in later tries (measured: README, Candidates side by side), else 1. See --candidates-by.")]
 _CandidatesBy = Annotated[str, typer.Option(
     "--candidates-by", metavar="WAY",
     help="How a try's candidates after the first are made: branch (default; a fenced mode; an engine that "

@@ -235,7 +235,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         k = candidates_for(candidates, plan, loaded, number)
         if k > 1:
             made = _batched_try(editors, document, instruction, current, plan, number, k, pick, on_step,
-                                test_hook, candidates_by, checked)
+                                test_hook, checked, candidates_by)
         else:
             made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
         for attempt in made:
@@ -349,13 +349,12 @@ def _one_try(edit, document: Document, instruction: str, current: EditOptions, p
 
 
 def _batched_try(editors, document: Document, instruction: str, current: EditOptions, plan: CheckPlan,
-                 number: int, k: int, picks, on_step, on_test, by: str = CANDIDATES_BY,
-                 checked: dict[str, Try] | None = None) -> list[Try]:
+                 number: int, k: int, picks, on_step, on_test, checked: dict[str, Try],
+                 by: str = CANDIDATES_BY) -> list[Try]:
     """Try `number` as k candidates, checked until one passes: with --test the first that passes its test,
-    without it the highest-scoring that passes syntax and change; duplicates are checked once, and a
-    copy of a candidate an earlier try checked (`checked`, by text, updated here) carries its checks
-    without running them again. Returns every candidate as a Try, in the order checked (the ones after
-    the winner unchecked).
+    without it the highest-scoring that passes syntax and change; duplicates are checked once, and a copy
+    of a candidate an earlier try checked (`checked`, by text; updated here) takes its checks, not run again.
+    Returns every candidate as a Try, in the order checked (the ones after the winner unchecked).
 
     by "sample": all k decoded side by side, candidate 1 the try's own sampling and the others sampled,
     checked in the order of the model's log-probability of each (the greedy one first among equals).
@@ -370,7 +369,6 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
     scripted = list(picks) if isinstance(picks, (list, tuple)) else [picks] * k if picks is not None else None
     made: list[Try] = []
     seen: dict[str, int] = {}
-    checked = {} if checked is None else checked
     checking = [0.0]  # seconds spent in checks so far (not decode time)
 
     def check(i: int, c, decode_seconds: float) -> bool:
