@@ -275,9 +275,23 @@ def _check_budget(ids: list[int], budget: int, cursor: Cursor) -> None:
 # would set the batch's wall, and is rarely the answer. The slack lets a sample that changed a line
 # find its place again (a miss restarts the drafts small): a candidate 1 that copies its region
 # unchanged is done in a few forwards, and a smaller slack stopped the samples that fixed it (README,
-# "Candidates side by side, measured").
+# "Candidates side by side, measured"). A branch may also take one forward per token candidate 1
+# wrote after the branch point, plus the slack (branch_limit): where candidate 1 was drafted in a few
+# forwards, a branch that changed a line early retypes the rest with short drafts, and a cap by
+# forwards alone stopped such branches with their answer all but written.
 ROW_FORWARDS = 2.0
 ROW_SLACK = 32
+
+
+def row_limit(forwards: int) -> int:
+    """The forwards a row decoded beside candidate 1 may take, candidate 1 having taken `forwards`."""
+    return int(ROW_FORWARDS * forwards + 0.5) + ROW_SLACK
+
+
+def branch_limit(forwards: int, tokens: int, at: int) -> int:
+    """The forwards a branch at ids index `at` of candidate 1 (`tokens` ids in `forwards` forwards) may
+    take: row_limit, or one forward per token candidate 1 wrote after `at`, plus ROW_SLACK."""
+    return max(row_limit(forwards), tokens - at + ROW_SLACK)
 
 
 class Row:
@@ -337,17 +351,18 @@ def decode_rows(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids
 
 
 def _loop(lm: LM, rows: Sequence[Row], span_ids: SpanIds | None, budget: int, forked: bool, first: int = 0,
-          limit: int | None = None) -> Iterator[tuple[int, Step]]:
+          limits: Sequence[int] | None = None) -> Iterator[tuple[int, Step]]:
     """decode_rows' loop over rows whose pending tokens are set: rows[k] is the cache's row first + k
-    once forked (before, one feed serves every row); rows still running after `limit` forwards (by
-    default set once rows[0] is done, from its forwards) stop with a BudgetError each."""
+    once forked (before, one feed serves every row); rows[k] still running after limits[k] forwards
+    (by default row_limit of rows[0]'s forwards, once it is done) stops with a BudgetError."""
     forwards = 0
     try:
-        while active := [k for k, row in enumerate(rows) if row.running]:
-            if limit is None and not rows[0].running and len(rows) > 1:
-                limit = int(ROW_FORWARDS * forwards + 0.5) + ROW_SLACK
-            if limit is not None and forwards >= limit:
-                _stop_rows([rows[k] for k in active], forwards)
+        while True:
+            if limits is None and not rows[0].running and len(rows) > 1:
+                limits = [row_limit(forwards)] * len(rows)
+            if limits is not None:
+                _stop_rows([row for row, limit in zip(rows, limits) if row.running and forwards >= limit], forwards)
+            if not (active := [k for k, row in enumerate(rows) if row.running]):
                 break
             forwards += 1
             drafts = [rows[k].drafter(rows[k].cursor, rows[k].ids) if rows[k].drafter is not None else [] for k in active]
@@ -385,12 +400,12 @@ def branch(row: Row, ids: Sequence[int], alternative: Alternative) -> None:
 
 
 def decode_branches(lm: LM, rows: Sequence[Row], held: Sequence[int], prefixes: Sequence[Sequence[int]], budget: int,
-                    limit: int) -> Iterator[tuple[int, Step]]:
+                    limits: Sequence[int]) -> Iterator[tuple[int, Step]]:
     """Rows made by branch(), decoded side by side from the cache of the decode they branch from:
     the cache holds `held` (its ids: the prompt, then that decode's fed answer) and rows[i] goes on
     from prefixes[i] (the prompt and the ids before its branch). Each row is a fork of the cache
     cropped to what it shares with its prefix (the rest of the prefix is fed first); the cache
-    itself is left as it was. Rows still running after `limit` forwards stop (row.error)."""
+    itself is left as it was. rows[i] still running after limits[i] forwards stops (row.error)."""
     lm.fork(len(rows) + 1)
     held = list(held)
     for r, (row, prefix) in enumerate(zip(rows, prefixes), 1):
@@ -398,7 +413,7 @@ def decode_branches(lm: LM, rows: Sequence[Row], held: Sequence[int], prefixes: 
         lm.crop_row(r, len(held) - kept)
         missing = list(prefix[kept:])
         row.pending = _Pending(ids=missing + row.pending.ids, prompt=len(missing), forced=row.pending.forced)
-    yield from _loop(lm, rows, None, budget, forked=True, first=1, limit=limit)
+    yield from _loop(lm, rows, None, budget, forked=True, first=1, limits=limits)
 
 
 def _feed_distinct(lm: LM, rows: Sequence[Row], active: list[int], feeds: list[list[int]],

@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cadedit import program as P
-from cadedit.decode import ROW_FORWARDS, ROW_SLACK, Candidate, Decoded, DecodeStats, Picker, Row, Step, branch, decode
-from cadedit.decode import decode_branches, decode_candidates, sampling_picker
+from cadedit.decode import Candidate, Decoded, DecodeStats, Picker, Row, Step, branch, decode
+from cadedit.decode import branch_limit, decode_branches, decode_candidates, sampling_picker
 from cadedit.results import EditCandidate, EditResult, result_json  # noqa: F401 - re-exported
 from cadedit.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
@@ -317,8 +317,8 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, pi
         prefixes.append(list(prepared.prompt_ids) + ids[: alternative.at])
     lm = language_model(loaded)
     forwards = found.decoded.stats.forward_passes if found.decoded is not None else 0
-    limit = int(ROW_FORWARDS * forwards + 0.5) + ROW_SLACK  # as for samples past candidate 1 (decode.ROW_SLACK)
-    steps = decode_branches(lm, rows, list(lm.ids), prefixes, prepared.budget, limit)
+    limits = [branch_limit(forwards, len(ids), alternative.at) for alternative in points]
+    steps = decode_branches(lm, rows, list(lm.ids), prefixes, prepared.budget, limits)
     branched = decode_candidates(lm, rows, prepared.prompt_ids, None, prepared.budget, on_step, steps=steps)
     return [first, *(_edit_candidate(loaded, document, prepared, c) for c in branched)]
 

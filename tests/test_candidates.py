@@ -389,7 +389,7 @@ def test_a_row_that_runs_far_past_candidate_1_is_stopped(tiny_dir):
     assert first.decoded is not None and first.decoded.text.startswith(document.text)
     forwards = first.decoded.stats.forward_passes
     assert second.decoded is None and second.error.message.startswith(
-        f"stopped after {int(decode.ROW_FORWARDS * forwards + 0.5) + decode.ROW_SLACK} forwards")
+        f"stopped after {decode.row_limit(forwards)} forwards")
 
 
 # -- branches ------------------------------------------------------------------------------------
@@ -426,7 +426,7 @@ def branches_against_forced_decodes(loaded: LoadedModel, prepared, n: int = 3, r
         branch(row, first.ids, alternative)
         rows.append(row)
         prefixes.append(list(prepared.prompt_ids) + first.ids[: alternative.at])
-    for _ in decode_branches(lm, rows, held, prefixes, prepared.budget, limit=10**6):
+    for _ in decode_branches(lm, rows, held, prefixes, prepared.budget, [10**6] * len(rows)):
         pass
     assert lm.ids == held and not lm.rows  # the cache it branched from is untouched, the rows dropped
     for row, alternative in zip(rows, points):
@@ -474,3 +474,29 @@ def test_the_branches_report_their_progress_after_candidate_1(tiny):
                                    on_step=lambda stats, step: steps.append(stats.forward_passes))
     assert len(found) == 3 and at_check[0] > 0 and len(steps) > at_check[0]
     assert steps[at_check[0]] == 1  # the branches' count starts again
+
+
+def test_a_branch_that_writes_what_the_file_lacks_may_take_a_forward_per_token_of_candidate_1(tiny_dir, work,
+                                                                                              scripted_rows, monkeypatch):
+    """Candidate 1 copies a long file in a few drafted forwards; the branches fix line 2 and then write
+    lines the file lacks, one token a forward (no draft to take). They may take a forward per token
+    candidate 1 wrote after the branch point (decode.branch_limit), where twice candidate 1's forwards
+    plus the slack would stop them before the end: the fix passes."""
+    from cadedit import decode
+
+    tail = "".join(f"x{k} = {k}\n" for k in range(30))
+    (work / "a.py").write_text(BEFORE.decode() + tail)
+    fixed = GOOD + "".join(f"y{k} = [{k}]\n" for k in range(30))
+    scripted_rows(BEFORE.decode() + tail, fixed, fixed, fixed)
+    inject_branches(monkeypatch, b" -", b" +")
+    result = fix(tiny_dir, "--test", GREP_TEST, "--json", "--write")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_text() == fixed
+    data = json.loads(result.stdout)
+    first, branched = data["tries"][0], data["tries"][data["answer_candidate"] - 1]
+    assert first["candidate"] == 1 and not first["changed"] and data["answer_try"] == 1
+    assert "candidate 1 of 4: failed: change (the edit changed nothing)" in result.stderr
+    forwards = [int(line.split(" forward passes")[0].rsplit(" ", 1)[1]) for line in result.stderr.splitlines()
+                if "forward passes" in line and "try 1 of 3" in line]
+    assert forwards[data["answer_candidate"] - 1] > decode.row_limit(forwards[0])  # past the cap by forwards alone
+    assert branched["tokens_new"] <= first["tokens_new"] + decode.ROW_SLACK
