@@ -467,7 +467,9 @@ def test_a_second_ctrl_c_while_the_test_is_ended_still_restores_the_file(work, t
     except subprocess.TimeoutExpired:
         proc.kill()
         raise
-    assert proc.returncode == 130, err.decode()
+    # 130 from the first Ctrl-C; on a loaded machine the second may land after the original is back and
+    # the exit is under way, where Python ends by SIGINT itself (-2 here; a shell reports both as 130).
+    assert proc.returncode in (130, -signal.SIGINT), err.decode()
     assert (work / "a.py").read_bytes() == BEFORE
     assert left_in(work) == {"a.py", "started"}
 
