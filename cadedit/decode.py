@@ -277,8 +277,8 @@ def _check_budget(ids: list[int], budget: int, cursor: Cursor) -> None:
 # unchanged is done in a few forwards, and a smaller slack stopped the samples that fixed it (README,
 # "Candidates side by side, measured"). A branch may also take one forward per token candidate 1
 # wrote after the branch point, plus the slack (branch_limit): where candidate 1 was drafted in a few
-# forwards, a branch that changed a line early retypes the rest with short drafts, and a cap by
-# forwards alone stopped such branches with their answer all but written.
+# forwards, a branch that changed a line early retypes the rest with short drafts, which a cap by
+# forwards alone would stop with its answer all but written.
 ROW_FORWARDS = 2.0
 ROW_SLACK = 32
 
