@@ -27,10 +27,11 @@ speculative-sampling rule for a deterministic draft).
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -294,11 +295,43 @@ def branch_limit(forwards: int, tokens: int, at: int) -> int:
     return max(row_limit(forwards), tokens - at + ROW_SLACK)
 
 
+# A branch that has found candidate 1's text again -- its last REJOIN_TOKENS ids, all written after the
+# branch point, are a stretch candidate 1 wrote after it -- takes the rest of candidate 1's answer as
+# its own instead of verifying it: each row's forward carries its own drafts, so a branch that verified
+# candidate 1's rest would cost about what candidate 1 did, for the same tokens. 12 tokens are a line
+# or more of code; nothing was tuned on it (README, "Candidates side by side, measured").
+REJOIN_TOKENS = 12
+
+
+@dataclass(frozen=True)
+class Rejoin:
+    """Candidate 1's answer for a branch of it at ids index `at`: its ids, the model's log-probability
+    of ids[:i] at each i after a picked token (`through`), and where each stretch of REJOIN_TOKENS ids
+    starting at or after `at` first ends (`ends`)."""
+
+    ids: tuple[int, ...]
+    through: tuple[tuple[int, float], ...]
+    ends: dict[tuple[int, ...], int]
+
+    @classmethod
+    def of(cls, ids: Sequence[int], through: Sequence[tuple[int, float]], at: int) -> Rejoin:
+        ends: dict[tuple[int, ...], int] = {}
+        for end in range(at + REJOIN_TOKENS, len(ids) + 1):
+            ends.setdefault(tuple(ids[end - REJOIN_TOKENS:end]), end)
+        return cls(tuple(ids), tuple(through), ends)
+
+    def logprob(self, end: int) -> float:
+        """The model's log-probability of ids[:end] (tokens it did not pick, forced ones, add nothing)."""
+        index = bisect.bisect_right([i for i, _ in self.through], end) - 1
+        return self.through[index][1] if index >= 0 else 0.0
+
+
 class Row:
     """One candidate of a batched decode: its own cursor, picker, drafter, ids, what it feeds next,
     the model's log-probability of the tokens it picked, and a budget error if it ran out. With
-    `record`, also where it hesitated (Alternative: the next choice at each picked token), for
-    branches of it (decode_branches)."""
+    `record`, also where it hesitated (Alternative: the next choice at each picked token) and the
+    log-probability so far after each picked token (`through`), for branches of it (decode_branches).
+    A branch's `rejoin` is the answer it branched from (None: it decodes to its end)."""
 
     def __init__(self, cursor: Cursor, pick: Picker, drafter: Drafter | None = None, score: bool = False,
                  record: bool = False):
@@ -309,6 +342,9 @@ class Row:
         self.produced = 0
         self.logprob = 0.0
         self.alternatives: list[Alternative] = []
+        self.through: list[tuple[int, float]] = []
+        self.rejoin: Rejoin | None = None
+        self.branched_at = 0
         self.error: BudgetError | None = None
 
     @property
@@ -331,6 +367,8 @@ def _scored(pick: Picker, row: Row, record: bool = False) -> Picker:
                 row.alternatives.append(Alternative(len(ids), alt, float(logits[token]) - float(logits[alt]),
                                                     row.logprob + log_softmax_at(logits, alt)))
         row.logprob += log_softmax_at(logits, token)
+        if record:
+            row.through.append((len(ids) + 1, row.logprob))
         return token
 
     return scored
@@ -379,17 +417,22 @@ def _loop(lm: LM, rows: Sequence[Row], span_ids: SpanIds | None, budget: int, fo
             forward = time.perf_counter() - start
             for k, draft, row_logits in zip(active, drafts, logits):
                 index = first + k if forked else None
-                yield k, _row_step(lm, rows[k], index, row_logits, draft, span_ids, forward)
+                step = _row_step(lm, rows[k], index, row_logits, draft, span_ids, forward)
+                if rows[k].rejoin is not None and (taken := _rejoin(rows[k])):
+                    step = replace(step, spliced=step.spliced + taken, token=rows[k].ids[-1])
+                yield k, step
                 _row_budget(rows[k], budget, alone=len(rows) == 1 and not first)
     finally:
         if forked:
             lm.fork(1)  # row 0 stays the cache (its prefix is reused by the next decode)
 
 
-def branch(row: Row, ids: Sequence[int], alternative: Alternative) -> None:
+def branch(row: Row, ids: Sequence[int], alternative: Alternative, through: Sequence[tuple[int, float]] | None = None) -> None:
     """Set a fresh row (its cursor at the start of the answer) to a decode's first alternative.at ids,
     then alternative.token in place of the one it picked: the row's pending token is that one (and
-    what the cursor forces after it). Only for modes without splices (every id is fed, in order)."""
+    what the cursor forces after it). Only for modes without splices (every id is fed, in order).
+    With `through` (the decode's Row.through; ids its whole answer), the row takes the rest of that
+    answer once it writes a stretch of it again (REJOIN_TOKENS)."""
     for token in ids[: alternative.at]:
         _take(row.cursor, token, row.ids, "replayed")
     row.produced = len(row.ids)  # the replayed ids were counted by the decode they came from
@@ -397,6 +440,32 @@ def branch(row: Row, ids: Sequence[int], alternative: Alternative) -> None:
     _take(row.cursor, alternative.token, row.ids, "branched")
     _follow(row.cursor, row.pending, row.ids, None)
     row.logprob = alternative.logprob
+    if through is not None:
+        row.rejoin, row.branched_at = Rejoin.of(ids, through, alternative.at), alternative.at
+
+
+def _rejoin(row: Row) -> int:
+    """A branch whose last REJOIN_TOKENS ids (all after its branch point) are a stretch of the answer it
+    branched from takes that answer's rest, once: into its ids and cursor, and queued to be fed should
+    the cursor want more (a forced token it refuses ends the rest there); its log-probability adds the
+    answer's for those tokens. Returns how many ids it added (its statistics count them as spliced)."""
+    if not row.running or len(row.ids) - REJOIN_TOKENS <= row.branched_at:
+        return 0
+    rejoin = row.rejoin
+    end = rejoin.ends.get(tuple(row.ids[-REJOIN_TOKENS:]))
+    if end is None:
+        return 0
+    row.rejoin, taken, start = None, 0, len(row.ids)
+    for token in rejoin.ids[end:]:
+        if row.cursor.is_done() or not row.cursor.advance(token):
+            break
+        row.ids.append(token)
+        row.pending.ids.append(token)
+        taken += 1
+    row.logprob += rejoin.logprob(end + taken) - rejoin.logprob(end)
+    _follow(row.cursor, row.pending, row.ids, None)
+    row.produced = len(row.ids)  # counted here, not by the next forward's step
+    return len(row.ids) - start
 
 
 def decode_branches(lm: LM, rows: Sequence[Row], held: Sequence[int], prefixes: Sequence[Sequence[int]], budget: int,
