@@ -312,13 +312,14 @@ class Rejoin:
     ids: tuple[int, ...]
     through: tuple[tuple[int, float], ...]
     ends: dict[tuple[int, ...], int]
+    at: int
 
     @classmethod
     def of(cls, ids: Sequence[int], through: Sequence[tuple[int, float]], at: int) -> Rejoin:
         ends: dict[tuple[int, ...], int] = {}
         for end in range(at + REJOIN_TOKENS, len(ids) + 1):
             ends.setdefault(tuple(ids[end - REJOIN_TOKENS:end]), end)
-        return cls(tuple(ids), tuple(through), ends)
+        return cls(tuple(ids), tuple(through), ends, at)
 
     def logprob(self, end: int) -> float:
         """The model's log-probability of ids[:end] (tokens it did not pick, forced ones, add nothing)."""
@@ -344,7 +345,6 @@ class Row:
         self.alternatives: list[Alternative] = []
         self.through: list[tuple[int, float]] = []
         self.rejoin: Rejoin | None = None
-        self.branched_at = 0
         self.error: BudgetError | None = None
 
     @property
@@ -427,7 +427,8 @@ def _loop(lm: LM, rows: Sequence[Row], span_ids: SpanIds | None, budget: int, fo
             lm.fork(1)  # row 0 stays the cache (its prefix is reused by the next decode)
 
 
-def branch(row: Row, ids: Sequence[int], alternative: Alternative, through: Sequence[tuple[int, float]] | None = None) -> None:
+def branch(row: Row, ids: Sequence[int], alternative: Alternative,
+           through: Sequence[tuple[int, float]] | None = None) -> None:
     """Set a fresh row (its cursor at the start of the answer) to a decode's first alternative.at ids,
     then alternative.token in place of the one it picked: the row's pending token is that one (and
     what the cursor forces after it). Only for modes without splices (every id is fed, in order).
@@ -441,7 +442,7 @@ def branch(row: Row, ids: Sequence[int], alternative: Alternative, through: Sequ
     _follow(row.cursor, row.pending, row.ids, None)
     row.logprob = alternative.logprob
     if through is not None:
-        row.rejoin, row.branched_at = Rejoin.of(ids, through, alternative.at), alternative.at
+        row.rejoin = Rejoin.of(ids, through, alternative.at)
 
 
 def _rejoin(row: Row) -> int:
@@ -449,9 +450,9 @@ def _rejoin(row: Row) -> int:
     branched from takes that answer's rest, once: into its ids and cursor, and queued to be fed should
     the cursor want more (a forced token it refuses ends the rest there); its log-probability adds the
     answer's for those tokens. Returns how many ids it added (its statistics count them as spliced)."""
-    if not row.running or len(row.ids) - REJOIN_TOKENS <= row.branched_at:
-        return 0
     rejoin = row.rejoin
+    if not row.running or len(row.ids) - REJOIN_TOKENS <= rejoin.at:
+        return 0
     end = rejoin.ends.get(tuple(row.ids[-REJOIN_TOKENS:]))
     if end is None:
         return 0

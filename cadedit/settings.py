@@ -73,6 +73,12 @@ MAX_CANDIDATES = 8
 # start. Measured in README ("Candidates side by side, measured").
 CANDIDATES_BY = "branch"
 CANDIDATE_WAYS = ("branch", "sample")
+# The tries whose branches take candidate 1's rest once they write a stretch of it again
+# (decode.REJOIN_TOKENS): try 1, where a failing candidate 1 is the common case and the branches'
+# price is the edit's. Later tries decode their branches to the end: an edit there has failed
+# four candidates already, and a branch that changes a second line after agreeing for a while is
+# one more answer to test (README, "Branches that take candidate 1's rest").
+REJOIN_TRIES = 1
 
 
 def default_candidates(tested: bool, engine: bool = False, number: int = 1) -> int:

@@ -37,7 +37,7 @@ from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.prompt import unquoted
 from cadedit.results import EditResult
-from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, TEST_TIMEOUT, default_candidates
+from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, REJOIN_TRIES, TEST_TIMEOUT, default_candidates
 
 
 TRY_TEMPERATURE = 0.7
@@ -285,7 +285,7 @@ def _where(document: Document, instruction: str, options: EditOptions, loaded: A
 def _editors(loaded: Any):
     """edit(document, instruction, options, on_step, pick_for) -> EditResult, and the batched editors:
     edit_many(..., k, picks) -> k EditCandidates decoded side by side (picks None: candidate_picks),
-    locally or in the server, and edit_branched(..., k, picks, accept) -> candidate 1, then if
+    locally or in the server, and edit_branched(..., k, picks, accept, rejoin) -> candidate 1, then if
     accept(it) is false its branches (pipeline.edit_branches, locally or in the server; None for an engine)."""
     if hasattr(loaded, "edit"):
         def edit(document, instruction, options, on_step, pick_for):
@@ -294,8 +294,8 @@ def _editors(loaded: Any):
         def edit_remote(document, instruction, options, on_step, k, picks):
             return loaded.edit_candidates(document, instruction, options, k, on_step=on_step)
 
-        def branch_remote(document, instruction, options, on_step, k, picks, accept):
-            return loaded.edit_branches(document, instruction, options, k, accept, on_step=on_step)
+        def branch_remote(document, instruction, options, on_step, k, picks, accept, rejoin):
+            return loaded.edit_branches(document, instruction, options, k, accept, on_step=on_step, rejoin=rejoin)
         return edit, (edit_remote, branch_remote if hasattr(loaded, "edit_branches") else None)
     from cadedit.pipeline import edit_branches, edit_candidates, edit_file
 
@@ -306,9 +306,10 @@ def _editors(loaded: Any):
         picks = picks or candidate_picks(k, options.sampling)
         return edit_candidates(document, instruction, options, picks, loaded=loaded, on_step=on_step)
 
-    def edit_branched(document, instruction, options, on_step, k, picks, accept):
+    def edit_branched(document, instruction, options, on_step, k, picks, accept, rejoin):
         picks = picks or branch_picks(k, options.sampling)
-        return edit_branches(document, instruction, options, picks, accept, loaded=loaded, on_step=on_step)
+        return edit_branches(document, instruction, options, picks, accept, loaded=loaded, on_step=on_step,
+                             rejoin=rejoin)
 
     return edit, (edit_many, edit_branched)
 
@@ -360,7 +361,8 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
     checked in the order of the model's log-probability of each (the greedy one first among equals).
     by "branch" (a local model, a fenced mode): candidate 1 is decoded and checked first; only if it
     fails are the others decoded, each branching from it where it hesitated (pipeline.edit_branches)
-    and going on with the try's own sampling, then checked in the order of their log-probability."""
+    and going on with the try's own sampling (in the first REJOIN_TRIES tries, taking candidate 1's
+    rest once they write it again), then checked in the order of their log-probability."""
     edit_many, edit_branched = editors
     # A program's copies splice spans between its ids, which a branch cannot replay (fenced modes only).
     branched = by == "branch" and edit_branched is not None and Mode(current.mode) is not Mode.PROGRAM
@@ -399,7 +401,7 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
 
     if branched:
         found = edit_branched(document, instruction, current, on_step, k, scripted,
-                              lambda first: check(0, first, time.perf_counter() - start))
+                              lambda first: check(0, first, time.perf_counter() - start), number <= REJOIN_TRIES)
         rest = range(1, len(found))
     else:
         found = edit_many(document, instruction, current, on_step, k, scripted)

@@ -500,3 +500,60 @@ def test_a_branch_that_writes_what_the_file_lacks_may_take_a_forward_per_token_o
                 if "forward passes" in line and "try 1 of 3" in line]
     assert forwards[data["answer_candidate"] - 1] > decode.row_limit(forwards[0])  # past the cap by forwards alone
     assert branched["tokens_new"] <= first["tokens_new"] + decode.ROW_SLACK
+
+
+def test_a_branch_that_writes_candidate_1s_text_again_takes_its_rest_without_decoding_it(tiny_dir, work,
+                                                                                          scripted_rows, monkeypatch):
+    """Candidate 1 copies a 42-line file unchanged; the branches fix line 2 and then spell candidate 1's
+    rest. Once a branch has written REJOIN_TOKENS ids of candidate 1's answer again it takes the rest
+    as its own (decode.REJOIN_TOKENS) instead of verifying it: the fix passes and is written whole,
+    the branch decoded a few tokens past its branch point, and its statistics count the rest as copied."""
+    from cadedit import decode
+
+    tail = "".join(f"x{k} = {k}\n" for k in range(40))
+    (work / "a.py").write_text(BEFORE.decode() + tail)
+    fixed = GOOD + tail
+    scripted_rows(BEFORE.decode() + tail, fixed, fixed, fixed)
+    inject_branches(monkeypatch, b" -", b" +")
+    result = fix(tiny_dir, "--test", GREP_TEST, "--json", "--write")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_text() == fixed
+    data = json.loads(result.stdout)
+    first, branched = data["tries"][0], data["tries"][data["answer_candidate"] - 1]
+    assert data["answer_try"] == 1 and data["answer_candidate"] > 1 and not first["changed"]
+    rest = len(token_ids(tiny_dir, tail))
+    assert first["tokens_new"] > rest  # candidate 1 decoded (drafted and verified) every token
+    assert branched["tokens_new"] < rest // 2  # the branch stopped decoding soon after its fix
+    assert branched["tokens_copied"] >= rest - decode.REJOIN_TOKENS  # and took candidate 1's rest
+
+
+def token_ids(tiny_dir, text: str) -> list[int]:
+    from cadedit.model import load_model
+
+    return load_model(str(tiny_dir), dtype="fp32", threads=1).tokenizer.encode(text)
+
+
+def test_later_tries_decode_their_branches_to_the_end(tiny_dir, work, monkeypatch):
+    """The branches fix line 2, agree with candidate 1 for 39 lines, then change the last line too. In
+    try 1 (settings.REJOIN_TRIES) a branch takes candidate 1's rest once it has written a stretch of it
+    again, so its answer keeps candidate 1's last line and fails the test; try 2 decodes its branches
+    to the end, and the fix passes there."""
+    tail = "".join(f"x{k} = {k}\n" for k in range(40))
+    (work / "a.py").write_text(BEFORE.decode() + tail)
+    fixed = GOOD + tail.replace("x39 = 39", "x39 = 99")
+
+    def spell(answer: str):
+        return lambda loaded, document, prepared: script_picker(answer + prepared.fence + "\n", token_bytes(loaded))
+
+    inject_picks(monkeypatch, lambda k: [spell(BEFORE.decode() + tail)] + [spell(fixed)] * (3 if k == 1 else 7) if k else None)
+    inject_branches(monkeypatch, b" -", b" +")
+    test = "grep -q 'a + b' a.py && grep -q 'x39 = 99' a.py || { echo 'expected the fix'; exit 1; }"
+    result = fix(tiny_dir, "--test", test, "--json", "--write", "--tries", "2")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_text() == fixed
+    data = json.loads(result.stdout)
+    first_try = [t for t in data["tries"] if t["try"] == 1]
+    assert data["answer_try"] == 2 and data["answer_candidate"] > 1
+    assert [t["checks"][-1]["detail"] for t in first_try if t["candidate"] > 1 and t["checks"]] == ["exit 1"]
+    rest = len(token_ids(tiny_dir, tail))
+    assert first_try[1]["tokens_copied"] >= rest - 12  # try 1's branch took candidate 1's rest
