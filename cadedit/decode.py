@@ -18,7 +18,9 @@ accepted token). The modes (cadedit.pipeline builds them):
 
 Candidates side by side (`--candidates`) are rows of the same loop (decode_rows; decode is its one-row
 case): each row has its own cursor, picker, drafter, ids and crop; the prompt is fed once and the
-cache forked into rows, and each forward carries every unfinished row's tokens and draft.
+cache forked into rows, and each forward carries every unfinished row's tokens and draft. Branches
+(decode_branches) are rows forked from a finished decode's cache where it hesitated; a branch given
+that decode's answer (Rejoin) takes its rest once it writes a stretch of it again.
 
 Greedy picking keeps exactly the tokens one-token-at-a-time decoding would pick; sampling keeps the
 plain sampling distribution (a drafted token is accepted with the model's probability of it, the

@@ -360,9 +360,8 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
     by "sample": all k decoded side by side, candidate 1 the try's own sampling and the others sampled,
     checked in the order of the model's log-probability of each (the greedy one first among equals).
     by "branch" (a local model, a fenced mode): candidate 1 is decoded and checked first; only if it
-    fails are the others decoded, each branching from it where it hesitated (pipeline.edit_branches)
-    and going on with the try's own sampling (in the first REJOIN_TRIES tries, taking candidate 1's
-    rest once they write it again), then checked in the order of their log-probability."""
+    fails are the others decoded, each branching from it where it hesitated (pipeline.edit_branches; in
+    the first REJOIN_TRIES tries taking its rest once they write it again), then checked by log-probability."""
     edit_many, edit_branched = editors
     # A program's copies splice spans between its ids, which a branch cannot replay (fenced modes only).
     branched = by == "branch" and edit_branched is not None and Mode(current.mode) is not Mode.PROGRAM
