@@ -485,16 +485,8 @@ def test_a_branch_that_writes_what_the_file_lacks_may_take_a_forward_per_token_o
     from cadedit import decode
 
     tail = "".join(f"x{k} = {k}\n" for k in range(30))
-    (work / "a.py").write_text(BEFORE.decode() + tail)
     fixed = GOOD + "".join(f"y{k} = [{k}]\n" for k in range(30))
-    scripted_rows(BEFORE.decode() + tail, fixed, fixed, fixed)
-    inject_branches(monkeypatch, b" -", b" +")
-    result = fix(tiny_dir, "--test", GREP_TEST, "--json", "--write")
-    assert result.exit_code == 0, result.output
-    assert (work / "a.py").read_text() == fixed
-    data = json.loads(result.stdout)
-    first, branched = data["tries"][0], data["tries"][data["answer_candidate"] - 1]
-    assert first["candidate"] == 1 and not first["changed"] and data["answer_try"] == 1
+    result, data, first, branched = fixed_by_a_branch(tiny_dir, work, scripted_rows, monkeypatch, tail, fixed)
     assert "candidate 1 of 4: failed: change (the edit changed nothing)" in result.stderr
     forwards = [int(line.split(" forward passes")[0].rsplit(" ", 1)[1]) for line in result.stderr.splitlines()
                 if "forward passes" in line and "try 1 of 3" in line]
@@ -511,8 +503,19 @@ def test_a_branch_that_writes_candidate_1s_text_again_takes_its_rest_without_dec
     from cadedit import decode
 
     tail = "".join(f"x{k} = {k}\n" for k in range(40))
+    _, data, first, branched = fixed_by_a_branch(tiny_dir, work, scripted_rows, monkeypatch, tail, GOOD + tail)
+    assert data["answer_candidate"] > 1
+    rest = len(token_ids(tiny_dir, tail))
+    assert first["tokens_new"] > rest  # candidate 1 decoded (drafted and verified) every token
+    assert branched["tokens_new"] < rest // 2  # the branch stopped decoding soon after its fix
+    assert branched["tokens_copied"] >= rest - decode.REJOIN_TOKENS  # and took candidate 1's rest
+
+
+def fixed_by_a_branch(tiny_dir, work, scripted_rows, monkeypatch, tail: str, fixed: str):
+    """`cadedit fix --test GREP_TEST --json --write` on BEFORE + tail: candidate 1 copies the file, the
+    branches take " +" for line 2's " -" and spell `fixed`, which passes in try 1 and is written.
+    Returns the CLI's result, its JSON, and the JSON of candidate 1 and of the branch that passed."""
     (work / "a.py").write_text(BEFORE.decode() + tail)
-    fixed = GOOD + tail
     scripted_rows(BEFORE.decode() + tail, fixed, fixed, fixed)
     inject_branches(monkeypatch, b" -", b" +")
     result = fix(tiny_dir, "--test", GREP_TEST, "--json", "--write")
@@ -520,11 +523,8 @@ def test_a_branch_that_writes_candidate_1s_text_again_takes_its_rest_without_dec
     assert (work / "a.py").read_text() == fixed
     data = json.loads(result.stdout)
     first, branched = data["tries"][0], data["tries"][data["answer_candidate"] - 1]
-    assert data["answer_try"] == 1 and data["answer_candidate"] > 1 and not first["changed"]
-    rest = len(token_ids(tiny_dir, tail))
-    assert first["tokens_new"] > rest  # candidate 1 decoded (drafted and verified) every token
-    assert branched["tokens_new"] < rest // 2  # the branch stopped decoding soon after its fix
-    assert branched["tokens_copied"] >= rest - decode.REJOIN_TOKENS  # and took candidate 1's rest
+    assert first["candidate"] == 1 and not first["changed"] and data["answer_try"] == 1
+    return result, data, first, branched
 
 
 def token_ids(tiny_dir, text: str) -> list[int]:
@@ -538,6 +538,8 @@ def test_later_tries_decode_their_branches_to_the_end(tiny_dir, work, monkeypatc
     try 1 (settings.REJOIN_TRIES) a branch takes candidate 1's rest once it has written a stretch of it
     again, so its answer keeps candidate 1's last line and fails the test; try 2 decodes its branches
     to the end, and the fix passes there."""
+    from cadedit import decode
+
     tail = "".join(f"x{k} = {k}\n" for k in range(40))
     (work / "a.py").write_text(BEFORE.decode() + tail)
     fixed = GOOD + tail.replace("x39 = 39", "x39 = 99")
@@ -556,4 +558,4 @@ def test_later_tries_decode_their_branches_to_the_end(tiny_dir, work, monkeypatc
     assert data["answer_try"] == 2 and data["answer_candidate"] > 1
     assert [t["checks"][-1]["detail"] for t in first_try if t["candidate"] > 1 and t["checks"]] == ["exit 1"]
     rest = len(token_ids(tiny_dir, tail))
-    assert first_try[1]["tokens_copied"] >= rest - 12  # try 1's branch took candidate 1's rest
+    assert first_try[1]["tokens_copied"] >= rest - decode.REJOIN_TOKENS  # try 1's branch took candidate 1's rest
