@@ -325,7 +325,7 @@ class Rejoin:
 
     def logprob(self, end: int) -> float:
         """The model's log-probability of ids[:end] (tokens it did not pick, forced ones, add nothing)."""
-        index = bisect.bisect_right([i for i, _ in self.through], end) - 1
+        index = bisect.bisect_right(self.through, end, key=lambda mark: mark[0]) - 1
         return self.through[index][1] if index >= 0 else 0.0
 
 

@@ -21,10 +21,10 @@ from cadedit.bench import candidates as bench_candidates
 from cadedit.decode import Row, decode_rows, sampling_picker, script_picker
 from cadedit.document import Document
 from cadedit.errors import BudgetError
-from cadedit.model import CachedLM, LoadedModel, new_cache, token_bytes
+from cadedit.model import CachedLM, LoadedModel, encode, new_cache, token_bytes
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.pipeline import edit_candidates, edit_file
-from tests.scripting import given, inject_branches, inject_picks
+from tests.scripting import given, inject_branches, inject_picks, spelling
 from tests.test_rewrite import BEFORE as COLORS, editing_model
 from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, load_once, _models, work  # noqa: F401 - fixtures
 from tests.test_verify import CORPUS, TOK, prepared_for
@@ -505,7 +505,7 @@ def test_a_branch_that_writes_candidate_1s_text_again_takes_its_rest_without_dec
     tail = "".join(f"x{k} = {k}\n" for k in range(40))
     _, data, first, branched = fixed_by_a_branch(tiny_dir, work, scripted_rows, monkeypatch, tail, GOOD + tail)
     assert data["answer_candidate"] > 1
-    rest = len(token_ids(tiny_dir, tail))
+    rest = len(encode(TOK, tail))
     assert first["tokens_new"] > rest  # candidate 1 decoded (drafted and verified) every token
     assert branched["tokens_new"] < rest // 2  # the branch stopped decoding soon after its fix
     assert branched["tokens_copied"] >= rest - decode.REJOIN_TOKENS  # and took candidate 1's rest
@@ -527,12 +527,6 @@ def fixed_by_a_branch(tiny_dir, work, scripted_rows, monkeypatch, tail: str, fix
     return result, data, first, branched
 
 
-def token_ids(tiny_dir, text: str) -> list[int]:
-    from cadedit.model import load_model
-
-    return load_model(str(tiny_dir), dtype="fp32", threads=1).tokenizer.encode(text)
-
-
 def test_later_tries_decode_their_branches_to_the_end(tiny_dir, work, monkeypatch):
     """The branches fix line 2, agree with candidate 1 for 39 lines, then change the last line too. In
     try 1 (settings.REJOIN_TRIES) a branch takes candidate 1's rest once it has written a stretch of it
@@ -543,11 +537,9 @@ def test_later_tries_decode_their_branches_to_the_end(tiny_dir, work, monkeypatc
     tail = "".join(f"x{k} = {k}\n" for k in range(40))
     (work / "a.py").write_text(BEFORE.decode() + tail)
     fixed = GOOD + tail.replace("x39 = 39", "x39 = 99")
-
-    def spell(answer: str):
-        return lambda loaded, document, prepared: script_picker(answer + prepared.fence + "\n", token_bytes(loaded))
-
-    inject_picks(monkeypatch, lambda k: [spell(BEFORE.decode() + tail)] + [spell(fixed)] * (3 if k == 1 else 7) if k else None)
+    copy, fix_both = (spelling(lambda prepared, answer=answer: answer + prepared.fence + "\n")
+                      for answer in (BEFORE.decode() + tail, fixed))
+    inject_picks(monkeypatch, lambda k: [copy] + [fix_both] * (3 if k == 1 else 7) if k else None)
     inject_branches(monkeypatch, b" -", b" +")
     test = "grep -q 'a + b' a.py && grep -q 'x39 = 99' a.py || { echo 'expected the fix'; exit 1; }"
     result = fix(tiny_dir, "--test", test, "--json", "--write", "--tries", "2")
@@ -557,5 +549,5 @@ def test_later_tries_decode_their_branches_to_the_end(tiny_dir, work, monkeypatc
     first_try = [t for t in data["tries"] if t["try"] == 1]
     assert data["answer_try"] == 2 and data["answer_candidate"] > 1
     assert [t["checks"][-1]["detail"] for t in first_try if t["candidate"] > 1 and t["checks"]] == ["exit 1"]
-    rest = len(token_ids(tiny_dir, tail))
+    rest = len(encode(TOK, tail))
     assert first_try[1]["tokens_copied"] >= rest - decode.REJOIN_TOKENS  # try 1's branch took candidate 1's rest
