@@ -208,15 +208,15 @@ class EngineClient:
         return _together(one, numbers or range(1, k + 1))
 
     def edit_branches(self, document: Document, instruction: str, options: EditOptions | None, k: int, accept,
-                      on_step=None, rejoin: bool = True) -> list[EditCandidate]:
+                      on_step=None) -> list[EditCandidate]:
         """pipeline.edit_branches through the engine: candidate 1 is the plain completion, asked with the
         top log-probabilities of each token (TOP_LOGPROBS); if accept(it) is false, k-1 branches are sent at once,
         each the answer up to one of the tokens where the model hesitated most (the smallest margins
         between its pick and its next choice) with the next choice in its place, completed with the
         try's own sampling. Each scores the engine's log-probability of its tokens, as locally. An
         engine that gives no log-probabilities gets sampled candidates 2..k instead (edit_candidates).
-        Fenced modes only. Returns the candidates decoded: [candidate 1] when it was accepted. `rejoin`
-        is pipeline.edit_branches' and has no effect here: the engine completes each branch itself."""
+        Fenced modes only. Returns the candidates decoded: [candidate 1] when it was accepted. options.rejoin
+        has no effect here: the engine completes each branch itself."""
         options = options or EditOptions()
         trace: list[Hesitation] = []
         first = self._candidate(document, instruction, options, trace=trace)

@@ -47,3 +47,7 @@ class EditOptions:
     # whole file costs most of the time and did not make small models more exact.
     context: int | None = CONTEXT_LINES
     feedback: str = ""  # what failed in the previous try, for the prompt (cadedit.tries)
+    # Branched candidates (pipeline.edit_branches): a branch that writes a stretch of candidate 1's
+    # answer again takes candidate 1's rest instead of decoding it (decode.REJOIN_TOKENS). The tries
+    # set it per try (settings.REJOIN_TRIES).
+    rejoin: bool = True

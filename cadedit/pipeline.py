@@ -285,11 +285,11 @@ def _edit_candidate(loaded: LoadedModel, document: Document, prepared: Prepared,
 
 def edit_branches(document: Document, instruction: str, options: EditOptions, picks: Sequence[PickFor],
                   accept: Callable[[EditCandidate], bool], *, loaded: LoadedModel,
-                  on_step: Callable[[DecodeStats, Step], None] | None = None, rejoin: bool = True) -> list[EditCandidate]:
+                  on_step: Callable[[DecodeStats, Step], None] | None = None) -> list[EditCandidate]:
     """len(picks) candidates, one after the other's hesitations: candidate 1 is the plain decode (picks[0]);
     if accept(it) is false, the others branch from it where the model hesitated most (branch_points:
     the smallest margins between its pick and its next choice) and go on with their own pickers,
-    decoded side by side from candidate 1's cache (decode.decode_branches); with `rejoin`, a branch that
+    decoded side by side from candidate 1's cache (decode.decode_branches); with options.rejoin, a branch that
     writes a stretch of candidate 1's answer again takes its rest (decode.REJOIN_TOKENS). Returns the candidates
     decoded: [candidate 1] when it was accepted. Fenced modes only (a program's copies splice spans
     between its ids, which branch() does not replay)."""
@@ -313,7 +313,7 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, pi
     for alternative, pick in zip(points, pickers[1:]):
         cursor, _, drafter = mode_parts(loaded, document, prepared, options.draft)
         row = Row(cursor, pick, drafter, score=True)
-        branch(row, ids, alternative, first_row.through if rejoin and found.decoded is not None else None)
+        branch(row, ids, alternative, first_row.through if options.rejoin and found.decoded is not None else None)
         rows.append(row)
         prefixes.append(list(prepared.prompt_ids) + ids[: alternative.at])
     lm = language_model(loaded)

@@ -220,7 +220,7 @@ class ServerClient:
         return [candidate_from_wire(c, document) for c in answer["candidates"]]
 
     def edit_branches(self, document, instruction: str, options, k: int, accept: Callable,
-                      on_step: Callable | None = None, rejoin: bool = True):
+                      on_step: Callable | None = None):
         """pipeline.edit_branches run by the server: it sends candidate 1, accept(candidate 1) is asked
         here (where the user's test runs) and answered; if false, the server decodes the k-1 branches
         from its own cache. Returns the candidates decoded, as edit_branches does."""
@@ -230,7 +230,7 @@ class ServerClient:
             asked.append(candidate_from_wire(message["first"], document))
             return {"accept": bool(accept(asked[0]))}
 
-        answer = self._edit(document, instruction, options, on_step, k, by="branch", reply=reply, rejoin=rejoin)
+        answer = self._edit(document, instruction, options, on_step, k, by="branch", reply=reply)
         if "candidates" not in answer:
             raise ServerError("the cadedit server does not decode candidates side by side",
                               hint="it runs older code: cadedit serve stop, then start it again")
@@ -240,7 +240,7 @@ class ServerClient:
         return found
 
     def _edit(self, document, instruction: str, options, on_step: Callable | None, k: int, by: str = "sample",
-              reply: Callable | None = None, rejoin: bool = True) -> dict:
+              reply: Callable | None = None) -> dict:
         from cadedit.options import EditOptions
 
         from cadedit.settings import choose_model
@@ -250,7 +250,7 @@ class ServerClient:
         options = dataclasses.replace(options, model=resolve_spec(choose_model(options.model)))
         request = {"op": "edit", "path": document.path, "document": base64.b64encode(document.to_bytes()).decode(),
                    "instruction": instruction, "options": options_to_wire(options), "progress": on_step is not None,
-                   "candidates": k, "by": by, "rejoin": rejoin}
+                   "candidates": k, "by": by}
         for message in _exchange(self.socket_path, request, None, reply):
             if "progress" in message and on_step is not None:
                 from cadedit.results import DecodeStats, Step
@@ -502,8 +502,7 @@ class _Server:
             try:
                 if k > 1 and request.get("by") == "branch":
                     found = edit_branches(document, request["instruction"], options, branch_picks(k, options.sampling),
-                                          self.asker(stream), loaded=self.loaded, on_step=on_step,
-                                          rejoin=bool(request.get("rejoin", True)))
+                                          self.asker(stream), loaded=self.loaded, on_step=on_step)
                 elif k > 1:
                     found = edit_candidates(document, request["instruction"], options,
                                             candidate_picks(k, options.sampling), loaded=self.loaded, on_step=on_step)

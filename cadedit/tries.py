@@ -285,7 +285,7 @@ def _where(document: Document, instruction: str, options: EditOptions, loaded: A
 def _editors(loaded: Any):
     """edit(document, instruction, options, on_step, pick_for) -> EditResult, and the batched editors:
     edit_many(..., k, picks) -> k EditCandidates decoded side by side (picks None: candidate_picks),
-    locally or in the server, and edit_branched(..., k, picks, accept, rejoin) -> candidate 1, then if
+    locally or in the server, and edit_branched(..., k, picks, accept) -> candidate 1, then if
     accept(it) is false its branches (pipeline.edit_branches, locally or in the server; None for an engine)."""
     if hasattr(loaded, "edit"):
         def edit(document, instruction, options, on_step, pick_for):
@@ -294,8 +294,8 @@ def _editors(loaded: Any):
         def edit_remote(document, instruction, options, on_step, k, picks):
             return loaded.edit_candidates(document, instruction, options, k, on_step=on_step)
 
-        def branch_remote(document, instruction, options, on_step, k, picks, accept, rejoin):
-            return loaded.edit_branches(document, instruction, options, k, accept, on_step=on_step, rejoin=rejoin)
+        def branch_remote(document, instruction, options, on_step, k, picks, accept):
+            return loaded.edit_branches(document, instruction, options, k, accept, on_step=on_step)
         return edit, (edit_remote, branch_remote if hasattr(loaded, "edit_branches") else None)
     from cadedit.pipeline import edit_branches, edit_candidates, edit_file
 
@@ -306,10 +306,9 @@ def _editors(loaded: Any):
         picks = picks or candidate_picks(k, options.sampling)
         return edit_candidates(document, instruction, options, picks, loaded=loaded, on_step=on_step)
 
-    def edit_branched(document, instruction, options, on_step, k, picks, accept, rejoin):
+    def edit_branched(document, instruction, options, on_step, k, picks, accept):
         picks = picks or branch_picks(k, options.sampling)
-        return edit_branches(document, instruction, options, picks, accept, loaded=loaded, on_step=on_step,
-                             rejoin=rejoin)
+        return edit_branches(document, instruction, options, picks, accept, loaded=loaded, on_step=on_step)
 
     return edit, (edit_many, edit_branched)
 
@@ -399,8 +398,8 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
         return made[-1].passed
 
     if branched:
-        found = edit_branched(document, instruction, current, on_step, k, scripted,
-                              lambda first: check(0, first, time.perf_counter() - start), number <= REJOIN_TRIES)
+        found = edit_branched(document, instruction, replace(current, rejoin=number <= REJOIN_TRIES), on_step, k,
+                              scripted, lambda first: check(0, first, time.perf_counter() - start))
         rest = range(1, len(found))
     else:
         found = edit_many(document, instruction, current, on_step, k, scripted)
