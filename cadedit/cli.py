@@ -23,7 +23,8 @@ from cadedit.errors import CadeditError
 from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
 from cadedit.cli_common import _Context, _Engine, _engine_for, _EngineTimeout, context_lines
 from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
-from cadedit.settings import CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, TEST_TIMEOUT, Mode
+from cadedit.settings import (CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, DEFAULT_WHERE_BY,
+                              TEST_TIMEOUT, WHERE_BY, Mode)
 
 def _debug(ctx: typer.Context) -> bool:
     return (bool(ctx.params.get("debug")) or ctx.meta.get("cadedit.debug", False)
@@ -236,8 +237,11 @@ _Scope = Annotated[Optional[list[str]], typer.Option(
 _NoScope = Annotated[bool, typer.Option(
     "--no-scope", help="Let the model retype the whole file even when the instruction names lines or definitions.")]
 _Where = Annotated[bool, typer.Option(
-    "--where", help="A bug report that names a definition over 40 lines but no line: ask the model which line "
-    "first and retype from there up (off by default: measured in README, Scoped edits).")]
+    "--where", help="A bug report that names a definition but no line: find the line first (--where-by) and "
+    "retype from there up, wider after a failed try (off by default: measured in README, Scoped edits).")]
+_WhereBy = Annotated[str, typer.Option(
+    "--where-by", help="How --where finds the line: surprise (where the model, reading the code, least expected "
+    "what is written), number or quote (the model names the line, or quotes it).")]
 _Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Per-phase timings and every check's output on stderr.")]
 
 
@@ -250,7 +254,8 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
         context: _Context = str(CONTEXT_LINES), backend: _Backend = None, engine: _Engine = None,
         engine_timeout: _EngineTimeout = None, candidates: _Candidates = None,
-        candidates_by: _CandidatesBy = CANDIDATES_BY, where: _Where = False) -> None:
+        candidates_by: _CandidatesBy = CANDIDATES_BY, where: _Where = False,
+        where_by: _WhereBy = DEFAULT_WHERE_BY) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
     Every candidate is checked before it is shown or written: the edited file must parse, must differ
@@ -280,11 +285,11 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
     _recover(files)
     options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
                           max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context),
-                          backend=backend)
+                          backend=backend, where_by=where_by)
     plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
-    if candidates_by not in CANDIDATE_WAYS:
-        raise typer.BadParameter(f"{candidates_by!r} is not one of {', '.join(CANDIDATE_WAYS)}",
-                                 param_hint="--candidates-by")
+    for value, ways, hint in ((candidates_by, CANDIDATE_WAYS, "--candidates-by"), (where_by, WHERE_BY, "--where-by")):
+        if value not in ways:
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(ways)}", param_hint=hint)
     run = _Run(tries, _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope, where), candidates,
                (engine, engine_timeout), quiet, verbose, candidates_by)
     shown = _Shown(write, check, show_program, as_json)
@@ -465,7 +470,7 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
         say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
     on_try, on_where = _reporters(document, options, run, progress,
-                                  lambda number: candidates_for(run.candidates, plan, loaded, number))
+                                  lambda number: candidates_for(run.candidates, plan, loaded, number, options.locate))
 
     def on_test(number: int) -> None:
         progress.update_text(f"{document.path}: try {number}: running the test ...")

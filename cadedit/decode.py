@@ -325,8 +325,13 @@ class Rejoin:
 
     def logprob(self, end: int) -> float:
         """The model's log-probability of ids[:end] (tokens it did not pick, forced ones, add nothing)."""
-        index = bisect.bisect_right(self.through, end, key=lambda mark: mark[0]) - 1
-        return self.through[index][1] if index >= 0 else 0.0
+        return logprob_through(self.through, end)
+
+
+def logprob_through(through: Sequence[tuple[int, float]], end: int) -> float:
+    """A decode's log-probability of its ids[:end], from its Row.through."""
+    index = bisect.bisect_right(through, end, key=lambda mark: mark[0]) - 1
+    return through[index][1] if index >= 0 else 0.0
 
 
 class Row:

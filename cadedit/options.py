@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cadedit.settings import CONTEXT_LINES, DEFAULT_CANDIDATES, DEFAULT_DTYPE, DEFAULT_LAYOUT, DEFAULT_MODE, Mode
+from cadedit.settings import (
+    CONTEXT_LINES,
+    DEFAULT_CANDIDATES,
+    DEFAULT_DTYPE,
+    DEFAULT_LAYOUT,
+    DEFAULT_MODE,
+    DEFAULT_WHERE_BY,
+    Mode,
+)
 
 __all__ = ["CONTEXT_LINES", "DEFAULT_CANDIDATES", "DEFAULT_MODE", "EditOptions", "Mode", "Sampling"]
 
@@ -37,10 +45,10 @@ class EditOptions:
     # Wider scopes for later tries, each holding the one before (cadedit.scope: for a line
     # reference, its statement, then its function; cadedit.tries). Empty: no widening.
     wider: tuple[tuple[tuple[int, int], ...], ...] = ()
-    # The regions are long definitions the instruction names without a line: the tries first ask the
-    # model where (cadedit.where) and retype from that line up (cadedit.scope.located_levels).
+    # The regions are definitions the instruction names without a line: the tries first find where
+    # (cadedit.where) and retype from that line up (cadedit.scope.located_levels).
     locate: bool = False
-    where_by: str = "number"  # how the model names the line: "number" or "quote" (cadedit.where.WHERE_BY)
+    where_by: str = DEFAULT_WHERE_BY  # how the where-step finds the line (cadedit.where.WHERE_BY)
     referenced: tuple[int, ...] = ()  # lines the instruction names by number, quoted in the prompt
     # Scoped edits: how many lines on each side of the regions the prompt shows (with the file's
     # first lines); None: the whole file. Measured in README (Scoped edits): on long files the
@@ -51,3 +59,6 @@ class EditOptions:
     # answer again takes candidate 1's rest instead of decoding it (decode.REJOIN_TOKENS). The tries
     # set it per try (settings.REJOIN_TRIES).
     rejoin: bool = True
+    # (line, byte column, token id, log-probability) each: where the where-step's reading expected other
+    # tokens on the line it named, and which (cadedit.where.surprise); a branched try branches there first.
+    expected: tuple = ()

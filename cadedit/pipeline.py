@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from cadedit import program as P
 from cadedit.decode import Candidate, Decoded, DecodeStats, Picker, Row, Step, branch, decode
-from cadedit.decode import branch_limit, decode_branches, decode_candidates, sampling_picker
+from cadedit.decode import Alternative, branch_limit, decode_branches, decode_candidates, logprob_through
+from cadedit.decode import sampling_picker
 from cadedit.results import EditCandidate, EditResult, result_json  # noqa: F401 - re-exported
 from cadedit.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
@@ -305,8 +306,12 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, pi
     first = _edit_candidate(loaded, document, prepared, found)
     if accept(first) or len(picks) == 1:
         return [first]
-    ids = first_row.ids
-    points = branch_points(found.alternatives, ids, len(picks) - 1, token_bytes(loaded))
+    ids, tokens = first_row.ids, token_bytes(loaded)
+    points = branch_points(found.alternatives, ids, len(picks) - 1, tokens)
+    # Where the where-step's reading expected other tokens: those branches first, then the hesitations.
+    expected = [e for e in (expected_point(document, e, ids, first_row.through, tokens) for e in options.expected) if e]
+    taken = {e.at for e in expected}
+    points = [*expected, *(p for p in points if p.at not in taken)][: len(picks) - 1]
     if not points:
         return [first]
     rows, prefixes = [], []
@@ -322,6 +327,25 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, pi
     steps = decode_branches(lm, rows, list(lm.ids), prefixes, prepared.budget, limits)
     branched = decode_candidates(lm, rows, prepared.prompt_ids, None, prepared.budget, on_step, steps=steps)
     return [first, *(_edit_candidate(loaded, document, prepared, c) for c in branched)]
+
+
+def expected_point(document: Document, expected: tuple, ids: Sequence[int], through: Sequence[tuple[int, float]],
+                   tokens: Sequence[bytes]) -> Alternative | None:
+    """One of the where-step's Where.expected (line, byte column, token, its log-probability) as a branch point
+    of candidate 1's answer `ids`: the id that starts at that column of that line's text, which must
+    appear once in the answer, with the expected token in its place; None where it cannot be placed so.
+    Its log-probability: candidate 1's up to there (`through`) plus the reading's of the token."""
+    line, column, token, logprob = expected
+    body = document.display_lines()[line - 1].encode("utf-8")
+    answer = b"".join(tokens[t] for t in ids)
+    if not body.strip() or answer.count(body) != 1:
+        return None
+    target, offset = answer.index(body) + column, 0
+    for at, picked in enumerate(ids):
+        if offset == target:
+            return Alternative(at, token, 0.0, logprob_through(through, at) + logprob) if picked != token else None
+        offset += len(tokens[picked])
+    return None
 
 
 def branch_points(alternatives: Sequence, ids: Sequence[int], n: int, tokens: Sequence[bytes]) -> list:

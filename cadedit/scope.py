@@ -48,8 +48,8 @@ class Scope:
     # statement the line is on, the block around it, then the function. A try whose candidate did
     # not parse or failed the test retypes the next one (cadedit.tries). Empty: nothing wider.
     wider: tuple[tuple[Region, ...], ...] = ()
-    # The regions are definitions the instruction names, one longer than the ladder's block level,
-    # and no line is named: ask the model where first (cadedit.where), then climb from that line.
+    # The regions are definitions the instruction names and no line is named: with --where, find the
+    # line first (cadedit.where), then climb from it.
     locate: bool = False
 
     @property
@@ -115,7 +115,7 @@ def resolve_scope(
     if not regions:
         return Scope(note="the instruction names no line or definition of this file")
     merged = merge_regions(regions)
-    return Scope(merged, locate=any(r.end - r.start + 1 > MAX_BLOCK_LINES for r in merged))
+    return Scope(merged, locate=True)
 
 
 def referenced_lines(instruction: str, path: str = "<text>", most: int = 20) -> tuple[int, ...]:
@@ -309,7 +309,7 @@ def plan_edit(document: Document, instruction: str, options: EditOptions, lines:
     """What every edit does first (`cadedit fix`, the hook, the server's clients, the benchmarks): the
     scope from --lines/--scope or the instruction, then the options for it. No scope (None) when
     scoping is off (--no-scope) or the mode writes an edit program, which always sees the whole file.
-    where: ask the model which line first when the scope is a long definition and no line is named
+    where: find the line first (cadedit.where) when the scope is a definition and no line is named
     (`cadedit fix --where`; off by default: README, "The where-step, measured")."""
     if not scoping or options.mode == Mode.PROGRAM:
         return options, None

@@ -81,10 +81,13 @@ CANDIDATE_WAYS = ("branch", "sample")
 REJOIN_TRIES = 1
 
 
-def default_candidates(tested: bool, engine: bool = False, number: int = 1) -> int:
+def default_candidates(tested: bool, engine: bool = False, number: int = 1, located: bool = False) -> int:
     """--candidates when not given, for try `number`: where a test decides on a local model
-    TESTED_CANDIDATES in try 1 and LATER_TESTED_CANDIDATES after it, else one."""
-    if not tested or engine:
+    TESTED_CANDIDATES in try 1 and LATER_TESTED_CANDIDATES after it, else one. A try that retypes the
+    line the where-step named (`located`) as where a test decides: a candidate 1 that copies it as it is
+    fails its change check, and the branches from it put in the tokens the model expected there
+    (README, "The where-step, measured"); a wider try after it is as without the where-step."""
+    if not (tested or located) or engine:
         return DEFAULT_CANDIDATES
     return TESTED_CANDIDATES if number == 1 else LATER_TESTED_CANDIDATES
 
@@ -100,6 +103,12 @@ MIN_ANSWER_TOKENS = 1024
 # Scoped edits: lines shown on each side of the regions. The prompt is most of a long-file edit's
 # wall; 30 kept the held-out long-file tasks' exact answers of 60 (README, Scoped edits).
 CONTEXT_LINES = 30
+# How the where-step (`--where`, cadedit.where) finds the line: "surprise" (the line whose code the
+# model least expected, read as plain code), "number" (the model names its line number, the lines
+# shown numbered) or "quote" (the model quotes its text). Asked, the 1.5B named a planted bug's
+# line in 0 of 9 by number and 0 of 8 by quote (README, "The where-step, measured").
+WHERE_BY = ("surprise", "number", "quote")
+DEFAULT_WHERE_BY = "surprise"
 MODES = tuple(m.value for m in Mode)
 BACKENDS = tuple(b.value for b in Backend)
 LAYOUTS = tuple(layout.value for layout in Layout)

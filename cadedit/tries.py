@@ -229,10 +229,11 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         if UNQUOTED_AFTER in failed and not widened:  # copied where it was: ask without the quote
             layout = unquoted(layout)
         current = replace(options, sampling=sampling_for(number, options.sampling), feedback=told,
-                          regions=levels[level], wider=(), layout=layout, locate=False)
+                          regions=levels[level], wider=(), layout=layout, locate=False,
+                          expected=where.expected if where is not None and level == 0 else ())
         pick = picks(number) if picks else None
         test_hook = None if on_test is None else (lambda: on_test(number))
-        k = candidates_for(candidates, plan, loaded, number)
+        k = candidates_for(candidates, plan, loaded, number, where is not None and level == 0)
         if k > 1:
             made = _batched_try(editors, document, instruction, current, plan, number, k, pick, on_step,
                                 test_hook, checked, candidates_by)
@@ -249,12 +250,13 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     return Verified(tuple(done), where)
 
 
-def candidates_for(asked: int | None, plan: CheckPlan, loaded: Any, number: int = 1) -> int:
+def candidates_for(asked: int | None, plan: CheckPlan, loaded: Any, number: int = 1, located: bool = False) -> int:
     """The candidates try `number` decodes: as asked, else settings.default_candidates by whether a
-    test decides, whether `loaded` is a shared engine (engine.EngineClient) and the try's number."""
+    test decides, whether `loaded` is a shared engine (engine.EngineClient), the try's number and
+    whether the where-step named its line."""
     if asked is not None:
         return asked
-    return default_candidates(bool(plan.test), getattr(loaded, "backend", "") == "engine", number)
+    return default_candidates(bool(plan.test), getattr(loaded, "backend", "") == "engine", number, located)
 
 
 def _told(document: Document, plan: CheckPlan, last: Try) -> str:

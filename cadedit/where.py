@@ -1,13 +1,17 @@
-"""The where-step: before a scoped edit of a long definition whose instruction names no line, ask the
-model which line to change, then climb the scope ladder from there (cadedit.scope.located_levels).
+"""The where-step: before a scoped edit of a definition whose instruction names no line, find the
+line to change, then climb the scope ladder from there (cadedit.scope.located_levels).
 
-Contract: locate(loaded, document, instruction, regions, pick=None) shows the model the regions'
-lines with their numbers and the instruction, and decodes its answer through the one decode loop
-(cadedit.decode) with a LineNumberCursor: only the regions' line numbers, at most MOST_LINES of
-them separated by commas, then the end of the answer -- a few tokens. It returns a Where: the
-lines named and the scopes the tries retype, narrowest first (the statements on those lines, the
-functions around them, the regions), so a wrong location costs one try, not a retyped function.
-Nothing is written here.
+Contract: locate(loaded, document, instruction, regions, pick=None, by) finds the line one of three
+ways (WHERE_BY). "surprise" (the default, settings.DEFAULT_WHERE_BY) reads the regions' code as plain
+code, in forwards of prompt prefill with no decode, and names the line where the model least
+expected what is written: the largest p(its own next-token choice) - p(the token there)
+(line_scores). "number" shows the model the regions' lines with their numbers and the instruction,
+and decodes its answer through the one decode loop (cadedit.decode) with a LineNumberCursor: only
+the regions' line numbers, at most MOST_LINES of them separated by commas, then the end of the
+answer -- a few tokens. "quote" decodes one line's text instead (LineTextCursor). Each returns a
+Where: the lines named and the scopes the tries retype, narrowest first (the statements on those
+lines, the functions around them, the regions), so a wrong location costs one try, not a retyped
+function. Nothing is written here.
 """
 
 from __future__ import annotations
@@ -19,11 +23,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from cadedit.document import Document
+from cadedit.settings import WHERE_BY
+
+__all__ = ["WHERE_BY", "Where", "LineNumberCursor", "LineTextCursor", "locate", "surprise", "surprise_score"]
 
 # Lines one answer may name ("57" or "57, 63"): more would make the first try's region a function again.
 MOST_LINES = 3
 # Tokens the answer may take: Qwen writes a number a digit a token, so 3 four-digit numbers and commas fit.
 WHERE_BUDGET = 24
+# Tokens of the line named by surprise whose expected token a branched try puts in their place, most surprising first.
+MOST_EXPECTED = 7
+# Tokens a forward of the surprise reading feeds: the logits of every one are kept ([chunk, vocab] floats).
+SURPRISE_CHUNK = 256
 _ANSWER_CHARS = frozenset(b"0123456789, ")
 
 
@@ -31,26 +42,32 @@ _ANSWER_CHARS = frozenset(b"0123456789, ")
 class Where:
     """What the where-step asked and answered, and the scopes of the tries that follow."""
 
-    asked: tuple[tuple[int, int], ...]  # the regions the model chose among
+    asked: tuple[tuple[int, int], ...]  # the regions the line was found in
     lines: tuple[int, ...]  # the lines it named, in the order named
     answer: str  # its answer as written ("57")
     levels: tuple[tuple[tuple[int, int], ...], ...]  # the tries' regions, narrowest first; each holds the one before
     seconds: float
     forward_passes: int
     tokens_prompt: int
+    by: str = "number"  # how the line was found (WHERE_BY)
+    # by surprise: (line, byte column, token id, its log-probability) for the tokens of the named line
+    # the model expected otherwise, most surprising first, and what it expected; a branched try branches there first
+    expected: tuple = ()
 
     def describe(self) -> str:
         """One line for stderr: "where: the model named line 57 of lines 40-120; try 1 retypes line 57"."""
         named = ", ".join(map(str, self.lines))
         asked = ", ".join(_span(a, b) for a, b in self.asked)
         first = ", ".join(_span(a, b) for a, b in self.levels[0])
-        return (f"where: the model named line{'s' if len(self.lines) > 1 else ''} {named} of {asked}; try 1 retypes "
+        said = "least expected" if self.by == "surprise" else "named"
+        return (f"where: the model {said} line{'s' if len(self.lines) > 1 else ''} {named} of {asked}; try 1 retypes "
                 f"{first}, a later try the next wider scope ({self.seconds:.1f} s, {self.forward_passes} forwards)")
 
     def to_json(self) -> dict:
         return {"asked": [list(r) for r in self.asked], "lines": list(self.lines), "answer": self.answer,
                 "levels": [[list(r) for r in level] for level in self.levels], "seconds": self.seconds,
-                "forward_passes": self.forward_passes, "tokens_prompt": self.tokens_prompt}
+                "forward_passes": self.forward_passes, "tokens_prompt": self.tokens_prompt, "by": self.by,
+                "expected": [list(e) for e in self.expected]}
 
 
 class _AnswerCursor:
@@ -233,12 +250,6 @@ def where_picker(loaded):
     return sampling_picker()
 
 
-# How the model names the line: "number" (its line number, the lines shown numbered) or "quote" (its
-# text, the lines shown as code). Measured on bench longfile's tasks with functions over 40 lines
-# (1.5B, vague instructions): by number the model named the bug's line in 0 of 9 (it named lines
-# at or near the function's end), by quote in 0 of 8 (nearer: 143 for 145, 905 for 900); hence
-# `cadedit fix --where` is opt-in (README, Scoped edits).
-WHERE_BY = ("number", "quote")
 
 
 def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple[int, int]], pick=None,
@@ -249,6 +260,8 @@ def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple
     from cadedit.prompt import WHERE_ANSWER, where_messages
     from cadedit.scope import located_levels
 
+    if by == "surprise":
+        return surprise(loaded, document, regions)
     start = time.perf_counter()
     tokens = token_bytes(loaded)
     quote = by == "quote"
@@ -268,3 +281,76 @@ def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple
     lines = cursor.lines()
     return Where(tuple(tuple(r) for r in regions), lines, cursor.text(), located_levels(document, lines, regions),
                  time.perf_counter() - start, decoded.stats.forward_passes, decoded.stats.tokens_prompt)
+
+
+def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]], around: int | None = None) -> Where:
+    """The where-step by reading: each region's code after up to `around` lines before it
+    (settings.CONTEXT_LINES), fed as plain code in forwards of SURPRISE_CHUNK tokens with every
+    position's logits kept; the line named is the one with the most surprising token (surprise_score),
+    and Where.expected says where its surprising tokens are and what the model expected instead."""
+    from cadedit.model import encode, language_model, token_bytes
+    from cadedit.scope import located_levels
+    from cadedit.settings import CONTEXT_LINES
+
+    start = time.perf_counter()
+    around = CONTEXT_LINES if around is None else around
+    tokens, lines = token_bytes(loaded), document.display_lines()
+    lm = language_model(loaded)
+    read_tokens: list[tuple[float, int, int, int, float]] = []  # score, -line, column, expected token, its log-probability
+    fed = forwards = 0
+    for a, b in regions:
+        first = max(1, a - around)
+        text = "".join(line + "\n" for line in lines[first - 1 : b])
+        ids = encode(loaded.tokenizer, text)
+        starts = np.cumsum([0] + [len(tokens[t]) for t in ids]).tolist()
+        read = _Read(ids, starts, text.encode("utf-8"), first)
+        lm.reset()
+        previous = None  # the logits that predict a chunk's first token: the last of the chunk before
+        for k in range(0, len(ids), SURPRISE_CHUNK):
+            chunk = ids[k : k + SURPRISE_CHUNK]
+            logits = lm.feed(chunk, keep=len(chunk))
+            forwards += 1
+            for i in range(len(chunk)):
+                row = logits[i - 1] if i else previous
+                found = read.surprise(row, k + i) if row is not None else None
+                if found is not None and a <= -found[1] <= b:
+                    read_tokens.append(found)
+            previous = np.array(logits[len(chunk) - 1])  # a copy: the next forward may reuse the buffer
+        fed += len(ids)
+    read_tokens.sort(reverse=True)  # the most surprising first; among equals the earlier line
+    named = (-read_tokens[0][1],) if read_tokens else ()
+    expected = tuple((-line, column, token, logprob) for score, line, column, token, logprob in read_tokens
+                     if -line in named and score > 0)[:MOST_EXPECTED]
+    return Where(tuple(tuple(r) for r in regions), named, ", ".join(map(str, named)),
+                 located_levels(document, named, regions), time.perf_counter() - start, forwards, fed, "surprise",
+                 expected)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A text read by the model: its ids, each one's first byte (starts), its bytes, its first line's number."""
+
+    ids: Sequence[int]
+    starts: Sequence[int]
+    text: bytes
+    first: int
+
+    def surprise(self, row: np.ndarray, i: int) -> tuple[float, int, int, int, float]:
+        """Token i read after the ones before it (row: the logits that predicted it): its surprise_score,
+        -its line, the byte column of its first byte, the model's own choice and that choice's log-probability."""
+        row = np.asarray(row, dtype=np.float64)
+        weights = np.exp(row - row.max())
+        total = weights.sum()
+        token = self.ids[i]
+        here = float(weights[token] / total) if token < len(weights) else 0.0
+        start = self.starts[i]
+        line = self.first + self.text.count(b"\n", 0, start)
+        column = start - (self.text.rfind(b"\n", 0, start) + 1)
+        return surprise_score(1.0 / total, here), -line, column, int(row.argmax()), float(-np.log(total))
+
+
+def surprise_score(top: float, here: float) -> float:
+    """How surprising a token was: p(the model's own choice) - p(the token written). A planted bug is
+    a token the model confidently expected otherwise; an unfamiliar name is one it could not have
+    guessed, whose own choice was unsure too, so it scores less. A line scores its most surprising token."""
+    return top - here

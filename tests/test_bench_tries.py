@@ -196,7 +196,7 @@ def test_longfile_vague_asks_where_first_and_compares_with_the_whole_function(tm
     where_says(monkeypatch, f"{task['bug_line']}\n")
     out = tmp_path / "l.json"
     result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
-                                      str(tasks_file), "-n", "1", "--instructions", "vague", "--where", "both",
+                                      str(tasks_file), "-n", "1", "--instructions", "vague", "--where", "both", "--where-by", "number",
                                       "--tries", "2", "--dtype", "fp32", "--threads", "1", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())

@@ -1,9 +1,11 @@
-"""The where-step through `cadedit fix`: a bug report that names a long function but no line asks the
-model which line first (a few tokens under a grammar of the function's line numbers), then retypes
-from that line up the scope ladder; a wrong line costs one try, the next widens.
+"""The where-step through `cadedit fix --where`: a bug report that names a function but no line finds
+the line first -- by default where the model, reading the code, least expected what is written
+(--where-by surprise); or asked, a few tokens under a grammar of the function's line numbers
+(--where-by number) -- then retypes from that line up the scope ladder; a wrong line costs one
+try, the next widens.
 
-The tiny random-weight Qwen2 runs the real decode loop; the where-step's answer and each try's are
-scripted through tries.edit_verified's picks seam (picks(0) and picks(k), tests/scripting.py).
+The tiny random-weight Qwen2 runs the real decode loop; the asked where-step's answer and each try's
+are scripted through tries.edit_verified's picks seam (picks(0) and picks(k), tests/scripting.py).
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import json
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from cadedit import cli
 from cadedit.decode import script_picker
-from cadedit.model import token_bytes
-from cadedit.where import LineNumberCursor
+from cadedit.model import encode, language_model, load_model, token_bytes
+from cadedit.where import LineNumberCursor, surprise_score
 from tests.scripting import inject_picks
 from tests.test_scoped import fix, retype, scripted, verbatim, work  # noqa: F401 - fixtures
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures
@@ -52,9 +56,9 @@ def unchanged(prepared) -> str:
     return prepared.source
 
 
-def run(work, tiny_dir, instruction: str = VAGUE, *args: str):
+def run(work, tiny_dir, instruction: str = VAGUE, *args: str, by: str = "number"):
     (work / "a.py").write_text(BUGGY, encoding="utf-8")
-    result = fix(tiny_dir, instruction, "--json", "--where", *args)
+    result = fix(tiny_dir, instruction, "--json", "--where", "--where-by", by, *args)
     return result, json.loads(result.stdout) if result.stdout.strip().startswith("{") else None
 
 
@@ -103,20 +107,66 @@ def test_an_instruction_with_a_line_skips_the_where_step(work, tiny_dir, scripte
     assert "where:" not in result.stderr
 
 
-def test_a_short_function_is_retyped_whole_without_the_where_step(work, tiny_dir, scripted, where_says):
+def test_a_short_function_gets_the_where_step_too(work, tiny_dir, scripted, where_says):
     asked = where_says("2\n")
     (work / "a.py").write_text("def add(a, b):\n    return a - b\n", encoding="utf-8")
-    scripted(retype(("a - b", "a + b")))
-    result = fix(tiny_dir, "There is a bug in `add`, fix it.", "--json", "--where")
+    calls = scripted(retype(("a - b", "a + b")))
+    result = fix(tiny_dir, "There is a bug in `add`, fix it.", "--json", "--where", "--where-by", "number")
     data = json.loads(result.stdout)
     assert result.exit_code == 0, result.output
-    assert asked == [] and data["where"] is None and data["tries"][0]["regions"] == [[1, 2]]
+    assert asked and data["where"]["lines"] == [2] and data["tries"][0]["regions"] == [[2, 2]]
+    assert calls[0].prepared.regions == ((2, 2),)
+    assert "+    return a + b" in data["diff"]
+
+
+def least_expected_line(tiny_dir, first: int, last: int) -> int:
+    """The line of BUGGY's lines first..last the tiny model least expected, computed here in one forward
+    of the whole text (the where-step feeds it in chunks): the largest p(its choice) - p(the token)."""
+    loaded = load_model(str(tiny_dir), "cpu", "fp32", 1)
+    text = "".join(line + "\n" for line in LINES[:last])
+    ids = encode(loaded.tokenizer, text)
+    lm = language_model(loaded)
+    lm.reset()
+    logits = lm.feed(ids, keep=len(ids))
+    pieces = token_bytes(loaded)
+    best, best_line, line = -1.0, None, 1 + pieces[ids[0]].count(b"\n")
+    for i in range(1, len(ids)):
+        row = np.exp(np.asarray(logits[i - 1], dtype=np.float64))
+        row /= row.sum()
+        if first <= line <= last and row.max() - row[ids[i]] > best:
+            best, best_line = row.max() - row[ids[i]], line
+        line += pieces[ids[i]].count(b"\n")
+    lm.reset()
+    return best_line
+
+
+def test_by_default_the_where_step_names_the_line_the_model_least_expected(work, tiny_dir, scripted):
+    """No answer is decoded: the where-step reads the function as code (in several forwards: it is
+    longer than one) and names the line with the most surprising token; try 1 retypes its statement."""
+    expected = least_expected_line(tiny_dir, 1, 50)
+    calls = scripted(unchanged, fixed_line)
+    (work / "a.py").write_text(BUGGY, encoding="utf-8")
+    result = fix(tiny_dir, VAGUE, "--json", "--where")
+    data = json.loads(result.stdout)
+    assert result.exit_code == 0, result.output
+    where = data["where"]
+    assert where["by"] == "surprise" and where["lines"] == [expected] and where["forward_passes"] > 1
+    assert data["tries"][0]["regions"] == where["levels"][0] == [[expected, expected]]
+    assert calls[0].prepared.regions == ((expected, expected),)
+    assert f"where: the model least expected line {expected} of lines 1-50" in result.stderr
+    assert "+    return v1 + v2" in data["diff"]
+
+
+def test_a_confident_other_guess_outranks_a_name_the_model_could_not_guess():
+    planted = surprise_score(0.99, 0.02)  # it expected `+` (p 0.99) and read `-`
+    unfamiliar = surprise_score(0.30, 0.001)  # a new name: its own guess was unsure, the name unlikely
+    assert planted == pytest.approx(0.97) and unfamiliar == pytest.approx(0.299) and planted > unfamiliar
 
 
 def test_the_model_itself_names_a_line_of_the_function(work, tiny_dir, scripted):
     """Unscripted: the tiny model's greedy answer under the cursor is one of the function's lines."""
     scripted(unchanged, unchanged, fixed_line)
-    result, data = run(work, tiny_dir, VAGUE, "--verbose")
+    result, data = run(work, tiny_dir, VAGUE, "--verbose", by="number")
     assert result.exit_code == 0, result.output
     lines = data["where"]["lines"]
     assert lines and all(1 <= k <= 50 for k in lines)
@@ -159,3 +209,36 @@ def test_without_where_a_vague_bug_report_retypes_the_function(work, tiny_dir, s
     data = json.loads(result.stdout)
     assert result.exit_code == 0, result.output
     assert asked == [] and data["where"] is None and data["tries"][0]["regions"] == [[1, 50]]
+
+
+def test_a_located_try_without_a_test_branches_first_where_the_reading_expected_otherwise(work, tiny_dir, scripted):
+    """No --test, no --candidates: after the where-step the try decodes branched candidates (as where a test
+    decides), so a candidate 1 that copies the line named is not the end; the branches start at the
+    tokens the reading expected otherwise (Where.expected), most surprising first."""
+    scripted(unchanged)
+    (work / "a.py").write_text(BUGGY, encoding="utf-8")
+    result = CliRunner().invoke(cli.app, ["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
+                                          "--threads", "1", "--where", "--json"])
+    data = json.loads(result.stdout)
+    expected = data["where"]["expected"]
+    assert expected and all(line == data["where"]["lines"][0] for line, *_ in expected)
+    first_try = [t for t in data["tries"] if t["try"] == 1]
+    assert first_try[0]["candidate"] == 1 and not first_try[0]["changed"]
+    assert "candidate 1 of 4" in result.stderr and len(first_try) > 1
+
+
+def test_the_expected_token_becomes_a_branch_point_where_candidate_1_has_a_token_at_its_column():
+    from cadedit.document import Document
+    from cadedit.pipeline import expected_point
+
+    tokens = [b"```\n", b"x", b" =", b" a", b" -", b" b", b"\n", b" +", b"```", b" - b"]
+    document = Document.from_text("x = a - b\n", "a.py")
+    ids = [0, 1, 2, 3, 4, 5, 6, 8]  # the fenced answer, candidate 1 copying the line
+    through = [(k + 1, -0.5 * (k + 1)) for k in range(len(ids))]
+    point = expected_point(document, (1, 5, 7, -0.25), ids, through, tokens)  # column 5: " -"
+    assert (point.at, point.token) == (4, 7) and point.logprob == pytest.approx(-2.0 - 0.25)
+    assert expected_point(document, (1, 6, 7, -0.25), ids, through, tokens) is None  # inside " -"
+    merged = [0, 1, 2, 3, 9, 6, 8]  # " - b" as one token: it starts at column 5, so it is replaced whole
+    assert expected_point(document, (1, 5, 7, -0.25), merged, through, tokens).at == 4
+    twice = Document.from_text("x = a - b\nx = a - b\n", "a.py")
+    assert expected_point(twice, (1, 5, 7, -0.25), ids + ids, through, tokens) is None  # the line is there twice

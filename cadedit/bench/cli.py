@@ -26,7 +26,7 @@ from cadedit.bench.options import (PACKAGES, BackendOpt, CaseContextOpt, CorpusO
 from cadedit.cli_common import _Engine, _EngineTimeout, context_lines, err, say, sub_app
 from cadedit.errors import CadeditError
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_DTYPE, DEFAULT_MODE
-from cadedit.settings import DEFAULT_TRIES
+from cadedit.settings import DEFAULT_TRIES, DEFAULT_WHERE_BY, WHERE_BY
 
 T = TypeVar("T")
 
@@ -981,7 +981,8 @@ WhereOpt = Annotated[str, typer.Option(
     "--where", help="Vague instructions, scoped: on (ask the model which line first), off (retype the whole "
                     "function) or both.")]
 WhereByOpt = Annotated[str, typer.Option(
-    "--where-by", help="How the where-step names the line: number or quote (its text).")]
+    "--where-by", help="How the where-step finds the line: surprise (the line the model least expected), "
+                       "number or quote (the model names it, or quotes its text).")]
 
 
 @app.command()
@@ -996,7 +997,7 @@ def longfile(
     instructions: Annotated[str, typer.Option(help="explicit, vague or both.")] = "both",
     scoping: ScopingOpt = "on",
     where: WhereOpt = "on",
-    where_by: WhereByOpt = "number",
+    where_by: WhereByOpt = DEFAULT_WHERE_BY,
     max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = DEFAULT_TRIES,
     dtype: DtypeOpt = DEFAULT_DTYPE,
     threads: ThreadsOpt = None,
@@ -1041,7 +1042,7 @@ def _longfile_work(tasks: list, instructions: str, scoping: str, where: str, whe
                                                      "both": ("explicit", "vague")})
     scopes = _choice(scoping, "--scoping", on_off)
     wheres = _choice(where, "--where", on_off)
-    _choice(where_by, "--where-by", {"number": 0, "quote": 0})
+    _choice(where_by, "--where-by", dict.fromkeys(WHERE_BY, 0))
     return [("tasks", (task, kind, scoped, located)) for task in tasks for kind in kinds for scoped in scopes
             for located in (wheres if kind == "vague" and scoped else (True,))]
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cadedit.document import Document
 from cadedit.outline import PYTHON, outline
+from cadedit.settings import DEFAULT_WHERE_BY
 
 # Each operator and the one it becomes; the text is how it is written between its operands.
 _SWAPS: dict[type, tuple[type, str, str]] = {
@@ -81,7 +82,7 @@ def read_tasks(path: str | Path) -> list[dict]:
 
 
 def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around: int | None, tries: int,
-             where_by: str = "number") -> dict:
+             where_by: str = DEFAULT_WHERE_BY) -> dict:
     """One task edited as `cadedit fix` edits it (scope from the instruction unless not `scoped`, the
     where-step (naming the line by `where_by`) when `located`, verify mode, tries with syntax/no-change
     checks): its row."""
