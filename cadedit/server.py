@@ -131,7 +131,8 @@ def options_from_wire(data: dict):
     return EditOptions(**{**data, "sampling": Sampling(**data["sampling"]), "mode": Mode(data["mode"]),
                           "regions": tuple(tuple(r) for r in data["regions"]),
                           "wider": tuple(tuple(tuple(r) for r in level) for level in data.get("wider", ())),
-                          "referenced": tuple(data["referenced"]), "expected": tuple(tuple(e) for e in data.get("expected", ()))})
+                          "referenced": tuple(data["referenced"]),
+                          "expected": tuple(tuple(e) for e in data.get("expected", ()))})
 
 
 def result_to_wire(result) -> dict:

@@ -86,7 +86,7 @@ def default_candidates(tested: bool, engine: bool = False, number: int = 1, loca
     TESTED_CANDIDATES in try 1 and LATER_TESTED_CANDIDATES after it, else one. A try that retypes the
     line the where-step named (`located`) as where a test decides: a candidate 1 that copies it as it is
     fails its change check, and the branches from it put in the tokens the model expected there
-    (README, "The where-step, measured"); a wider try after it is as without the where-step."""
+    (README, "The where-step by reading"); a wider try after it is as without the where-step."""
     if not (tested or located) or engine:
         return DEFAULT_CANDIDATES
     return TESTED_CANDIDATES if number == 1 else LATER_TESTED_CANDIDATES
@@ -106,7 +106,8 @@ CONTEXT_LINES = 30
 # How the where-step (`--where`, cadedit.where) finds the line: "surprise" (the line whose code the
 # model least expected, read as plain code), "number" (the model names its line number, the lines
 # shown numbered) or "quote" (the model quotes its text). Asked, the 1.5B named a planted bug's
-# line in 0 of 9 by number and 0 of 8 by quote (README, "The where-step, measured").
+# line in 0 of 9 by number and 0 of 8 by quote; by surprise it named 13 of 30 held-out bugs' lines
+# (README, "The where-step by reading").
 WHERE_BY = ("surprise", "number", "quote")
 DEFAULT_WHERE_BY = "surprise"
 MODES = tuple(m.value for m in Mode)
