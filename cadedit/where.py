@@ -5,7 +5,7 @@ Contract: locate(loaded, document, instruction, regions, pick=None, by) finds th
 ways (WHERE_BY). "surprise" (the default, settings.DEFAULT_WHERE_BY) reads the regions' code as plain
 code, in forwards of prompt prefill with no decode, and names the line where the model least
 expected what is written: the largest p(its own next-token choice) - p(the token there)
-(line_scores). "number" shows the model the regions' lines with their numbers and the instruction,
+(surprise_score). "number" shows the model the regions' lines with their numbers and the instruction,
 and decodes its answer through the one decode loop (cadedit.decode) with a LineNumberCursor: only
 the regions' line numbers, at most MOST_LINES of them separated by commas, then the end of the
 answer -- a few tokens. "quote" decodes one line's text instead (LineTextCursor). Each returns a
@@ -31,7 +31,8 @@ __all__ = ["WHERE_BY", "Where", "LineNumberCursor", "LineTextCursor", "locate", 
 MOST_LINES = 3
 # Tokens the answer may take: Qwen writes a number a digit a token, so 3 four-digit numbers and commas fit.
 WHERE_BUDGET = 24
-# Tokens of the line named by surprise whose expected token a branched try puts in their place, most surprising first.
+# Surprising tokens of the line named by surprise that a branched try may replace by the model's own
+# choice, most surprising first: as many as a later try's branches (settings.LATER_TESTED_CANDIDATES - 1).
 MOST_EXPECTED = 7
 # Tokens a forward of the surprise reading feeds: the logits of every one are kept ([chunk, vocab] floats).
 SURPRISE_CHUNK = 256
