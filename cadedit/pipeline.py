@@ -14,6 +14,7 @@ rejects it, branches of it from its own cache.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -309,7 +310,7 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, pi
     ids, tokens = first_row.ids, token_bytes(loaded)
     points = branch_points(found.alternatives, ids, len(picks) - 1, tokens)
     # Where the where-step's reading expected other tokens: those branches first, then the hesitations.
-    expected = [e for e in (expected_point(document, e, ids, first_row.through, tokens) for e in options.expected) if e]
+    expected = expected_points(document, options.expected, ids, first_row.through, tokens)
     taken = {e.at for e in expected}
     points = [*expected, *(p for p in points if p.at not in taken)][: len(picks) - 1]
     if not points:
@@ -329,23 +330,26 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, pi
     return [first, *(_edit_candidate(loaded, document, prepared, c) for c in branched)]
 
 
-def expected_point(document: Document, expected: tuple, ids: Sequence[int], through: Sequence[tuple[int, float]],
-                   tokens: Sequence[bytes]) -> Alternative | None:
-    """One of the where-step's Where.expected (line, byte column, token, its log-probability) as a branch point
-    of candidate 1's answer `ids`: the id that starts at that column of that line's text, which must
-    appear once in the answer, with the expected token in its place; None where it cannot be placed so.
-    Its log-probability: candidate 1's up to there (`through`) plus the reading's of the token."""
-    line, column, token, logprob = expected
-    body = document.display_lines()[line - 1].encode("utf-8")
-    answer = b"".join(tokens[t] for t in ids)
-    if not body.strip() or answer.count(body) != 1:
-        return None
-    target, offset = answer.index(body) + column, 0
-    for at, picked in enumerate(ids):
-        if offset == target:
-            return Alternative(at, token, 0.0, logprob_through(through, at) + logprob) if picked != token else None
-        offset += len(tokens[picked])
-    return None
+def expected_points(document: Document, expected: Sequence[tuple], ids: Sequence[int],
+                    through: Sequence[tuple[int, float]], tokens: Sequence[bytes]) -> list[Alternative]:
+    """The where-step's Where.expected (line, byte column, token, its log-probability each) as branch
+    points of candidate 1's answer `ids`, in their order: the id that starts at that column of that
+    line's text, which must appear once in the answer, with the expected token in its place; one
+    that cannot be placed so is left out. A point's log-probability: candidate 1's up to there
+    (`through`) plus the reading's of the token."""
+    if not expected:
+        return []
+    answer, lines = b"".join(tokens[t] for t in ids), document.display_lines()
+    starts = dict(zip(itertools.accumulate((len(tokens[t]) for t in ids), initial=0), range(len(ids))))
+    points = []
+    for line, column, token, logprob in expected:
+        body = lines[line - 1].encode("utf-8")
+        if not body.strip() or answer.count(body) != 1:
+            continue
+        at = starts.get(answer.index(body) + column)
+        if at is not None and at < len(ids) and ids[at] != token:
+            points.append(Alternative(at, token, 0.0, logprob_through(through, at) + logprob))
+    return points
 
 
 def branch_points(alternatives: Sequence, ids: Sequence[int], n: int, tokens: Sequence[bytes]) -> list:

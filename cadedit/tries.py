@@ -228,12 +228,13 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         level += widened
         if UNQUOTED_AFTER in failed and not widened:  # copied where it was: ask without the quote
             layout = unquoted(layout)
+        located = where is not None and level == 0  # this try retypes the line the where-step named
         current = replace(options, sampling=sampling_for(number, options.sampling), feedback=told,
                           regions=levels[level], wider=(), layout=layout, locate=False,
-                          expected=where.expected if where is not None and level == 0 else ())
+                          expected=where.expected if located else ())
         pick = picks(number) if picks else None
         test_hook = None if on_test is None else (lambda: on_test(number))
-        k = candidates_for(candidates, plan, loaded, number, where is not None and level == 0)
+        k = candidates_for(candidates, plan, loaded, number, located)
         if k > 1:
             made = _batched_try(editors, document, instruction, current, plan, number, k, pick, on_step,
                                 test_hook, checked, candidates_by)

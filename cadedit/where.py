@@ -297,25 +297,25 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]], aro
     around = CONTEXT_LINES if around is None else around
     tokens, lines = token_bytes(loaded), document.display_lines()
     lm = language_model(loaded)
-    read_tokens: list[tuple[float, int, int, int, float]] = []  # score, -line, column, expected token, its log-probability
+    # each token scored: (score, -line, column, the model's own choice, that choice's log-probability)
+    read_tokens: list[tuple[float, int, int, int, float]] = []
     fed = forwards = 0
     for a, b in regions:
         first = max(1, a - around)
-        text = "".join(line + "\n" for line in lines[first - 1 : b])
-        ids = encode(loaded.tokenizer, text)
-        starts = np.cumsum([0] + [len(tokens[t]) for t in ids]).tolist()
-        read = _Read(ids, starts, text.encode("utf-8"), first)
+        ids = encode(loaded.tokenizer, "".join(line + "\n" for line in lines[first - 1 : b]))
+        places = _token_places(ids, tokens, first)
         lm.reset()
         previous = None  # the logits that predict a chunk's first token: the last of the chunk before
         for k in range(0, len(ids), SURPRISE_CHUNK):
             chunk = ids[k : k + SURPRISE_CHUNK]
             logits = lm.feed(chunk, keep=len(chunk))
             forwards += 1
-            for i in range(len(chunk)):
+            for i, token in enumerate(chunk):
+                line, column = places[k + i]
                 row = logits[i - 1] if i else previous
-                found = read.surprise(row, k + i) if row is not None else None
-                if found is not None and a <= -found[1] <= b:
-                    read_tokens.append(found)
+                if row is not None and a <= line <= b:  # the lines before the region are context, not scored
+                    score, top, logprob = _read(row, token)
+                    read_tokens.append((score, -line, column, top, logprob))
             previous = np.array(logits[len(chunk) - 1])  # a copy: the next forward may reuse the buffer
         fed += len(ids)
     read_tokens.sort(reverse=True)  # the most surprising first; among equals the earlier line
@@ -327,27 +327,27 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]], aro
                  expected)
 
 
-@dataclass(frozen=True)
-class _Read:
-    """A text read by the model: its ids, each one's first byte (starts), its bytes, its first line's number."""
+def _token_places(ids: Sequence[int], tokens: Sequence[bytes], first: int) -> list[tuple[int, int]]:
+    """The (line, byte column) of each token's first byte, the text's first line numbered `first`."""
+    places, line, column = [], first, 0
+    for token in ids:
+        places.append((line, column))
+        piece = tokens[token]
+        if b"\n" in piece:
+            line, column = line + piece.count(b"\n"), len(piece) - piece.rfind(b"\n") - 1
+        else:
+            column += len(piece)
+    return places
 
-    ids: Sequence[int]
-    starts: Sequence[int]
-    text: bytes
-    first: int
 
-    def surprise(self, row: np.ndarray, i: int) -> tuple[float, int, int, int, float]:
-        """Token i read after the ones before it (row: the logits that predicted it): its surprise_score,
-        -its line, the byte column of its first byte, the model's own choice and that choice's log-probability."""
-        row = np.asarray(row, dtype=np.float64)
-        weights = np.exp(row - row.max())
-        total = weights.sum()
-        token = self.ids[i]
-        here = float(weights[token] / total) if token < len(weights) else 0.0
-        start = self.starts[i]
-        line = self.first + self.text.count(b"\n", 0, start)
-        column = start - (self.text.rfind(b"\n", 0, start) + 1)
-        return surprise_score(1.0 / total, here), -line, column, int(row.argmax()), float(-np.log(total))
+def _read(row: np.ndarray, token: int) -> tuple[float, int, float]:
+    """A token read after the ones before it (row: the logits that predicted it): its surprise_score, the
+    model's own choice and that choice's log-probability."""
+    row = np.asarray(row, dtype=np.float64)
+    weights = np.exp(row - row.max())
+    total = weights.sum()
+    here = float(weights[token] / total) if token < len(weights) else 0.0
+    return surprise_score(1.0 / total, here), int(row.argmax()), float(-np.log(total))
 
 
 def surprise_score(top: float, here: float) -> float:

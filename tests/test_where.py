@@ -229,16 +229,17 @@ def test_a_located_try_without_a_test_branches_first_where_the_reading_expected_
 
 def test_the_expected_token_becomes_a_branch_point_where_candidate_1_has_a_token_at_its_column():
     from cadedit.document import Document
-    from cadedit.pipeline import expected_point
+    from cadedit.pipeline import expected_points
 
     tokens = [b"```\n", b"x", b" =", b" a", b" -", b" b", b"\n", b" +", b"```", b" - b"]
     document = Document.from_text("x = a - b\n", "a.py")
     ids = [0, 1, 2, 3, 4, 5, 6, 8]  # the fenced answer, candidate 1 copying the line
     through = [(k + 1, -0.5 * (k + 1)) for k in range(len(ids))]
-    point = expected_point(document, (1, 5, 7, -0.25), ids, through, tokens)  # column 5: " -"
+    [point] = expected_points(document, [(1, 5, 7, -0.25)], ids, through, tokens)  # column 5: " -"
     assert (point.at, point.token) == (4, 7) and point.logprob == pytest.approx(-2.0 - 0.25)
-    assert expected_point(document, (1, 6, 7, -0.25), ids, through, tokens) is None  # inside " -"
+    assert expected_points(document, [(1, 6, 7, -0.25)], ids, through, tokens) == []  # inside " -"
     merged = [0, 1, 2, 3, 9, 6, 8]  # " - b" as one token: it starts at column 5, so it is replaced whole
-    assert expected_point(document, (1, 5, 7, -0.25), merged, through, tokens).at == 4
+    placed = expected_points(document, [(1, 5, 7, -0.25), (1, 6, 7, -0.25)], merged, through, tokens)
+    assert [p.at for p in placed] == [4]
     twice = Document.from_text("x = a - b\nx = a - b\n", "a.py")
-    assert expected_point(twice, (1, 5, 7, -0.25), ids + ids, through, tokens) is None  # the line is there twice
+    assert expected_points(twice, [(1, 5, 7, -0.25)], ids + ids, through, tokens) == []  # the line is there twice
