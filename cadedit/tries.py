@@ -279,7 +279,7 @@ def _where(document: Document, instruction: str, options: EditOptions, loaded: A
 
     pick = pick_for(loaded) if pick_for is not None else None
     try:
-        where = locate(loaded, document, instruction, options.regions, pick, options.where_by)
+        where = locate(loaded, document, instruction, options.regions, pick, options.where_by, options.context)
     except CadeditError:  # e.g. out of its few tokens: the tries retype the definitions, as without it
         return None
     return where if where.lines else None

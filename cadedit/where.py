@@ -3,9 +3,11 @@ line to change, then climb the scope ladder from there (cadedit.scope.located_le
 
 Contract: locate(loaded, document, instruction, regions, pick=None, by) finds the line one of three
 ways (WHERE_BY). "surprise" (the default, settings.DEFAULT_WHERE_BY) reads the regions' code as plain
-code, in forwards of prompt prefill with no decode, and names the line where the model least
-expected what is written: the largest p(its own next-token choice) - p(the token there)
-(surprise_score). "number" shows the model the regions' lines with their numbers and the instruction,
+code, in forwards of prompt prefill with no decode, scores each line by the token the model least
+expected there: p(its own next-token choice) - p(the token there) (surprise_score); then corrects
+each of the few lines scoring most (its choice in place of that token) and reads on a few dozen
+tokens (read_on): the line named is the one whose correction makes the code after it read best
+(a bug's correction fits what follows; correcting a deliberate oddity does not). "number" shows the model the regions' lines with their numbers and the instruction,
 and decodes its answer through the one decode loop (cadedit.decode) with a LineNumberCursor: only
 the regions' line numbers, at most MOST_LINES of them separated by commas, then the end of the
 answer -- a few tokens. "quote" decodes one line's text instead (LineTextCursor). Each returns a
@@ -19,11 +21,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from cadedit.document import Document
-from cadedit.settings import WHERE_BY
+from cadedit.settings import CONTEXT_LINES, WHERE_BY
 
 __all__ = ["WHERE_BY", "Where", "LineNumberCursor", "LineTextCursor", "locate", "surprise", "surprise_score"]
 
@@ -36,6 +39,12 @@ WHERE_BUDGET = 24
 MOST_EXPECTED = 7
 # Tokens a forward of the surprise reading feeds: the logits of every one are kept ([chunk, vocab] floats).
 SURPRISE_CHUNK = 256
+# The reading's most surprising lines that are each corrected and read on (read_on), and the tokens
+# read after each correction. Chosen on seed 0's long-file tasks 0-19 (README, "The where-step by
+# reading"): 4 lines held the bug's line 14 of 20 times; 64 tokens picked it as well as the rest of
+# the function did.
+READ_ON_LINES = 4
+READ_ON_TOKENS = 64
 _ANSWER_CHARS = frozenset(b"0123456789, ")
 
 
@@ -54,13 +63,15 @@ class Where:
     # by surprise: (line, byte column, token id, its log-probability) for the tokens of the named line
     # the model expected otherwise, most surprising first, and what it expected; a branched try branches there first
     expected: tuple = ()
+    # by surprise: (line, gain) for each line corrected and read on (read_on), the best first
+    read_on: tuple = ()
 
     def describe(self) -> str:
         """One line for stderr: "where: the model named line 57 of lines 40-120; try 1 retypes line 57"."""
         named = ", ".join(map(str, self.lines))
         asked = ", ".join(_span(a, b) for a, b in self.asked)
         first = ", ".join(_span(a, b) for a, b in self.levels[0])
-        said = "least expected" if self.by == "surprise" else "named"
+        said = "would correct" if self.by == "surprise" else "named"
         return (f"where: the model {said} line{'s' if len(self.lines) > 1 else ''} {named} of {asked}; try 1 retypes "
                 f"{first}, a later try the next wider scope ({self.seconds:.1f} s, {self.forward_passes} forwards)")
 
@@ -68,7 +79,8 @@ class Where:
         return {"asked": [list(r) for r in self.asked], "lines": list(self.lines), "answer": self.answer,
                 "levels": [[list(r) for r in level] for level in self.levels], "seconds": self.seconds,
                 "forward_passes": self.forward_passes, "tokens_prompt": self.tokens_prompt, "by": self.by,
-                "expected": [list(e) for e in self.expected]}
+                "expected": [list(e) for e in self.expected],
+                "read_on": [list(g) for g in self.read_on]}
 
 
 class _AnswerCursor:
@@ -254,7 +266,7 @@ def where_picker(loaded):
 
 
 def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple[int, int]], pick=None,
-           by: str = "number") -> Where:
+           by: str = "number", around: int | None = CONTEXT_LINES) -> Where:
     """Ask the model which line of `regions` the instruction is about; see the module docstring."""
     from cadedit.decode import decode
     from cadedit.model import chat_prompt, eos_ids, language_model, token_bytes
@@ -262,7 +274,7 @@ def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple
     from cadedit.scope import located_levels
 
     if by == "surprise":
-        return surprise(loaded, document, regions)
+        return surprise(loaded, document, regions, around)
     start = time.perf_counter()
     tokens = token_bytes(loaded)
     quote = by == "quote"
@@ -284,47 +296,105 @@ def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple
                  time.perf_counter() - start, decoded.stats.forward_passes, decoded.stats.tokens_prompt)
 
 
-def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]], around: int | None = None) -> Where:
+def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
+             around: int | None = CONTEXT_LINES) -> Where:
     """The where-step by reading: each region's code after up to `around` lines before it
-    (settings.CONTEXT_LINES), fed as plain code in forwards of SURPRISE_CHUNK tokens with every
-    position's logits kept; the line named is the one with the most surprising token (surprise_score),
-    and Where.expected says where its surprising tokens are and what the model expected instead."""
+    (settings.CONTEXT_LINES; None: from the file's first line), fed as plain code in forwards of
+    SURPRISE_CHUNK tokens with every position's logits kept. Each line scores its most surprising
+    token (surprise_score); the READ_ON_LINES lines scoring most are each corrected there (the
+    model's own choice in place of the token) and the READ_ON_TOKENS tokens after it read again
+    (read_on). The line named is the one whose correction makes them read best; Where.expected says
+    where its surprising tokens are and what the model expected instead."""
     from cadedit.model import encode, language_model, token_bytes
     from cadedit.scope import located_levels
-    from cadedit.settings import CONTEXT_LINES
 
     start = time.perf_counter()
-    around = CONTEXT_LINES if around is None else around
     tokens, lines = token_bytes(loaded), document.display_lines()
     lm = language_model(loaded)
-    # each token scored: (score, -line, column, the model's own choice, that choice's log-probability)
-    read_tokens: list[tuple[float, int, int, int, float]] = []
+    read_tokens: list[_Read] = []
+    gains: dict[int, float] = {}  # a corrected line: how much better the tokens after its correction read
     fed = forwards = 0
     for a, b in regions:
-        first = max(1, a - around)
+        first = 1 if around is None else max(1, a - around)
         ids = encode(loaded.tokenizer, "".join(line + "\n" for line in lines[first - 1 : b]))
-        places = _token_places(ids, tokens, first)
         lm.reset()
-        previous = None  # the logits that predict a chunk's first token: the last of the chunk before
-        for k in range(0, len(ids), SURPRISE_CHUNK):
-            chunk = ids[k : k + SURPRISE_CHUNK]
-            logits = lm.feed(chunk, keep=len(chunk))
-            forwards += 1
-            for i, token in enumerate(chunk):
-                line, column = places[k + i]
-                row = logits[i - 1] if i else previous
-                if row is not None and a <= line <= b:  # the lines before the region are context, not scored
-                    score, top, logprob = _read(row, token)
-                    read_tokens.append((score, -line, column, top, logprob))
-            previous = np.array(logits[len(chunk) - 1])  # a copy: the next forward may reuse the buffer
-        fed += len(ids)
+        region_tokens, written, count = _read_region(lm, ids, _token_places(ids, tokens, first), (a, b))
+        read_tokens += region_tokens
+        corrected, read_again = read_on(lm, ids, written, _most_surprising_lines(region_tokens, READ_ON_LINES))
+        gains.update(corrected)
+        fed, forwards = fed + len(ids) + read_again, forwards + count + len(corrected)
     read_tokens.sort(reverse=True)  # the most surprising first; among equals the earlier line
-    named = (-read_tokens[0][1],) if read_tokens else ()
-    expected = tuple((-line, column, token, logprob) for score, line, column, token, logprob in read_tokens
-                     if -line in named and score > 0)[:MOST_EXPECTED]
+    named = (max(gains, key=lambda line: (gains[line], -line)),) if gains else (
+        (-read_tokens[0].line,) if read_tokens else ())
+    expected = tuple((-r.line, r.column, r.top, r.top_logprob) for r in read_tokens
+                     if -r.line in named and r.score > 0)[:MOST_EXPECTED]
     return Where(tuple(tuple(r) for r in regions), named, ", ".join(map(str, named)),
                  located_levels(document, named, regions), time.perf_counter() - start, forwards, fed, "surprise",
-                 expected)
+                 expected, tuple(sorted(gains.items(), key=lambda item: -item[1])))
+
+
+class _Read(NamedTuple):
+    """One token of a region as read: sorts most surprising first, then the earlier line."""
+
+    score: float  # surprise_score
+    line: int  # minus the line's number
+    column: int  # byte column of the token's first byte
+    top: int  # the model's own choice there
+    top_logprob: float  # that choice's log-probability
+    position: int  # the token's index in the ids fed
+
+
+def _read_region(lm, ids: Sequence[int], places: Sequence[tuple[int, int]], region: tuple[int, int]):
+    """Feed ids (a fresh cache) in SURPRISE_CHUNK forwards; each token of the region's lines read
+    (the lines before are context, not scored), the log-probability of every token written there
+    (position: value) and the forwards taken."""
+    reads: list[_Read] = []
+    written: dict[int, float] = {}
+    previous = None  # the logits that predict a chunk's first token: the last of the chunk before
+    forwards = 0
+    for k in range(0, len(ids), SURPRISE_CHUNK):
+        chunk = ids[k : k + SURPRISE_CHUNK]
+        logits = lm.feed(chunk, keep=len(chunk))
+        forwards += 1
+        for i, token in enumerate(chunk):
+            line, column = places[k + i]
+            row = logits[i - 1] if i else previous
+            if row is not None and region[0] <= line <= region[1]:
+                score, top, top_logprob, here = _read(row, token)
+                reads.append(_Read(score, -line, column, top, top_logprob, k + i))
+                written[k + i] = here
+        previous = np.array(logits[len(chunk) - 1])  # a copy: the next forward may reuse the buffer
+    return reads, written, forwards
+
+
+def _most_surprising_lines(reads: Sequence[_Read], most: int) -> list[_Read]:
+    """Each line's most surprising token, for the `most` lines whose scores are highest (and above 0)."""
+    best: dict[int, _Read] = {}
+    for r in reads:
+        if r.score > 0 and (r.line not in best or r > best[r.line]):
+            best[r.line] = r
+    return sorted(best.values(), reverse=True)[:most]
+
+
+def read_on(lm, ids: Sequence[int], written: dict[int, float],
+            corrections: Sequence[_Read]) -> tuple[dict[int, float], int]:
+    """For each correction (the model's own choice in place of a token), the READ_ON_TOKENS tokens
+    after it read again from the corrected text: the sum of their log-probabilities now less the sum
+    as written, by line; and the tokens fed. A planted bug's correction fits the code after it;
+    correcting what was meant (an unusual name, a chosen constant) makes what follows read worse.
+    lm's cache holds all of ids and is left holding a prefix of them; one correction needs no reading."""
+    if len(corrections) < 2:
+        return {}, 0
+    gains: dict[int, float] = {}
+    fed = 0
+    for r in sorted(corrections, key=lambda r: -r.position):  # the latest first: each crops the cache further
+        lm.crop(len(lm.ids) - r.position)
+        after = list(ids[r.position + 1 : r.position + 1 + READ_ON_TOKENS])
+        logits = lm.feed([r.top, *after], keep=len(after) + 1)
+        gains[-r.line] = sum(_logprob(logits[j], token) - written[r.position + 1 + j] for j, token in enumerate(after))
+        lm.crop(len(after) + 1)
+        fed += len(after) + 1
+    return gains, fed
 
 
 def _token_places(ids: Sequence[int], tokens: Sequence[bytes], first: int) -> list[tuple[int, int]]:
@@ -340,14 +410,21 @@ def _token_places(ids: Sequence[int], tokens: Sequence[bytes], first: int) -> li
     return places
 
 
-def _read(row: np.ndarray, token: int) -> tuple[float, int, float]:
+def _read(row: np.ndarray, token: int) -> tuple[float, int, float, float]:
     """A token read after the ones before it (row: the logits that predicted it): its surprise_score, the
-    model's own choice and that choice's log-probability."""
+    model's own choice, that choice's log-probability and the token's."""
     row = np.asarray(row, dtype=np.float64)
     weights = np.exp(row - row.max())
     total = weights.sum()
     here = float(weights[token] / total) if token < len(weights) else 0.0
-    return surprise_score(1.0 / total, here), int(row.argmax()), float(-np.log(total))
+    return surprise_score(1.0 / total, here), int(row.argmax()), float(-np.log(total)), float(np.log(max(here, 1e-300)))
+
+
+def _logprob(row: np.ndarray, token: int) -> float:
+    """log p(token) under the logits row."""
+    row = np.asarray(row, dtype=np.float64)
+    top = row.max()
+    return float(row[token] - top - np.log(np.exp(row - top).sum())) if token < len(row) else -690.0
 
 
 def surprise_score(top: float, here: float) -> float:

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from cadedit import cli
 from cadedit.decode import script_picker
 from cadedit.model import encode, language_model, load_model, token_bytes
-from cadedit.where import LineNumberCursor, surprise_score
+from cadedit.where import READ_ON_LINES, READ_ON_TOKENS, LineNumberCursor, surprise_score
 from tests.scripting import inject_picks
 from tests.test_scoped import fix, retype, scripted, verbatim, work  # noqa: F401 - fixtures
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures
@@ -119,31 +119,47 @@ def test_a_short_function_gets_the_where_step_too(work, tiny_dir, scripted, wher
     assert "+    return a + b" in data["diff"]
 
 
-def least_expected_line(tiny_dir, first: int, last: int) -> int:
-    """The line of BUGGY's lines first..last the tiny model least expected, computed here in one forward
-    of the whole text (the where-step feeds it in chunks): the largest p(its choice) - p(the token)."""
+def corrected_line(tiny_dir, first: int, last: int) -> int:
+    """The line of BUGGY's lines first..last the where-step should name, computed here from whole-text
+    forwards (the where-step reads in chunks and crops one cache): each line scores its most surprising
+    token (p(the model's choice) - p(the token)); the READ_ON_LINES best lines get the model's choice
+    in place of that token, and the one whose READ_ON_TOKENS tokens after it gain the most
+    log-probability is named."""
     loaded = load_model(str(tiny_dir), "cpu", "fp32", 1)
-    text = "".join(line + "\n" for line in LINES[:last])
-    ids = encode(loaded.tokenizer, text)
+    ids = encode(loaded.tokenizer, "".join(line + "\n" for line in LINES[:last]))
     lm = language_model(loaded)
-    lm.reset()
-    logits = lm.feed(ids, keep=len(ids))
-    pieces = token_bytes(loaded)
-    best, best_line, line = -1.0, None, 1 + pieces[ids[0]].count(b"\n")
+
+    def logprobs(fed):
+        lm.reset()
+        rows = np.asarray(lm.feed(fed, keep=len(fed)), dtype=np.float64)
+        rows = rows - rows.max(axis=1, keepdims=True)
+        return rows - np.log(np.exp(rows).sum(axis=1, keepdims=True))
+
+    read, pieces = logprobs(ids), token_bytes(loaded)
+    best: dict[int, tuple[float, int]] = {}  # line: (score, position)
+    line = 1 + pieces[ids[0]].count(b"\n")
     for i in range(1, len(ids)):
-        row = np.exp(np.asarray(logits[i - 1], dtype=np.float64))
-        row /= row.sum()
-        if first <= line <= last and row.max() - row[ids[i]] > best:
-            best, best_line = row.max() - row[ids[i]], line
+        p = np.exp(read[i - 1])
+        score = p.max() - p[ids[i]]
+        if first <= line <= last and score > 0 and score > best.get(line, (-1.0, 0))[0]:
+            best[line] = (score, i)
         line += pieces[ids[i]].count(b"\n")
+    lines = sorted(best, key=lambda k: (-best[k][0], k))[:READ_ON_LINES]
+    gains = {}
+    for k in lines:
+        i = best[k][1]
+        after = ids[i + 1 : i + 1 + READ_ON_TOKENS]
+        again = logprobs([*ids[:i], int(read[i - 1].argmax()), *after])
+        gains[k] = sum(again[i + j][t] - read[i + j][t] for j, t in enumerate(after))
     lm.reset()
-    return best_line
+    return max(lines, key=lambda k: (gains[k], -k)) if len(lines) > 1 else lines[0]
 
 
-def test_by_default_the_where_step_names_the_line_the_model_least_expected(work, tiny_dir, scripted):
+def test_by_default_the_where_step_names_the_line_whose_correction_reads_best(work, tiny_dir, scripted):
     """No answer is decoded: the where-step reads the function as code (in several forwards: it is
-    longer than one) and names the line with the most surprising token; try 1 retypes its statement."""
-    expected = least_expected_line(tiny_dir, 1, 50)
+    longer than one), corrects its most surprising lines and names the one whose correction makes the
+    code after it read best; try 1 retypes its statement."""
+    expected = corrected_line(tiny_dir, 1, 50)
     calls = scripted(unchanged, fixed_line)
     (work / "a.py").write_text(BUGGY, encoding="utf-8")
     result = fix(tiny_dir, VAGUE, "--json", "--where")
@@ -151,9 +167,10 @@ def test_by_default_the_where_step_names_the_line_the_model_least_expected(work,
     assert result.exit_code == 0, result.output
     where = data["where"]
     assert where["by"] == "surprise" and where["lines"] == [expected] and where["forward_passes"] > 1
+    assert len(where["read_on"]) == READ_ON_LINES and where["read_on"][0][0] == expected
     assert data["tries"][0]["regions"] == where["levels"][0] == [[expected, expected]]
     assert calls[0].prepared.regions == ((expected, expected),)
-    assert f"where: the model least expected line {expected} of lines 1-50" in result.stderr
+    assert f"where: the model would correct line {expected} of lines 1-50" in result.stderr
     assert "+    return v1 + v2" in data["diff"]
 
 
@@ -243,3 +260,54 @@ def test_the_expected_token_becomes_a_branch_point_where_candidate_1_has_a_token
     assert [p.at for p in placed] == [4]
     twice = Document.from_text("x = a - b\nx = a - b\n", "a.py")
     assert expected_points(twice, [(1, 5, 7, -0.25)], ids + ids, through, tokens) == []  # the line is there twice
+
+
+class _Bigram:
+    """A language model whose next token depends only on the last one: logits TABLE[last]."""
+
+    TABLE = np.log(np.array([[0.1, 0.8, 0.1],   # after 0: 1 expected
+                             [0.1, 0.1, 0.8],   # after 1: 2 expected
+                             [0.8, 0.1, 0.1]]))  # after 2: 0 expected
+
+    def __init__(self, ids):
+        self.ids = list(ids)
+
+    def feed(self, ids, keep=1):
+        self.ids += ids
+        return [self.TABLE[t] for t in self.ids[-keep:]]
+
+    def crop(self, n):
+        del self.ids[len(self.ids) - n :]
+
+
+def test_reading_on_prefers_the_correction_the_code_after_it_fits():
+    """Two surprising tokens, each corrected to the model's choice: at position 2 the choice (2) makes
+    the token after it (0) read better; at position 5 the choice (1) makes the token after it (0)
+    read worse. The first gains, the second loses, and the cache is left holding a prefix of the text."""
+    from cadedit.where import _Read, read_on
+
+    ids = [0, 1, 0, 0, 1, 2, 0]
+    written = {i: float(_Bigram.TABLE[ids[i - 1]][ids[i]]) for i in range(1, len(ids))}
+    lm = _Bigram(ids)
+    corrections = [_Read(0.7, -1, 0, 2, np.log(0.8), 2), _Read(0.7, -2, 0, 1, np.log(0.8), 5)]
+    gains, fed = read_on(lm, ids, written, corrections)
+    assert READ_ON_TOKENS >= len(ids)  # each reads to the end of the text
+    assert gains[1] == pytest.approx(np.log(0.8) - np.log(0.1))
+    assert gains[2] == pytest.approx(np.log(0.1) - np.log(0.8))
+    assert fed == (len(ids) - 3) + 1 + (len(ids) - 6) + 1 and lm.ids == ids[:2]
+
+
+def test_the_reading_shows_as_many_lines_before_the_function_as_context_says(work, tiny_dir, scripted):
+    """--context N: the reading starts N lines before the function (all: at the file's first line),
+    as the prompt does; the lines before it are read, never named."""
+    preamble = [f"CONSTANT_{k} = {k} * 3" for k in range(60)]
+    (work / "a.py").write_text("\n".join(preamble) + "\n" + BUGGY, encoding="utf-8")
+    read = {}
+    for context in ("0", "all"):
+        scripted(unchanged, fixed_line)
+        result = fix(tiny_dir, VAGUE, "--json", "--where", "--context", context)
+        assert result.exit_code == 0, result.output
+        read[context] = json.loads(result.stdout)["where"]
+        assert all(61 <= line <= 110 for line in read[context]["lines"])
+    # the 60 lines before cost hundreds of tokens more than reading on after 4 corrections can differ by
+    assert read["all"]["tokens_prompt"] - read["0"]["tokens_prompt"] > READ_ON_LINES * (READ_ON_TOKENS + 1)
