@@ -39,12 +39,14 @@ WHERE_BUDGET = 24
 MOST_EXPECTED = 7
 # Tokens a forward of the surprise reading feeds: the logits of every one are kept ([chunk, vocab] floats).
 SURPRISE_CHUNK = 256
-# The reading's most surprising lines that are each corrected and read on (read_on), and the tokens
-# read after each correction. Chosen on seed 0's long-file tasks 0-19 (README, "The where-step by
-# reading"): 4 lines held the bug's line 14 of 20 times; 64 tokens picked it as well as the rest of
-# the function did.
+# The reading's most surprising lines that are corrected and read on (read_on), the tokens of each
+# corrected, and the tokens read after each correction. Chosen on seed 0's long-file tasks 0-19
+# (README, "The where-step by reading"): the bug's line was among the 4 most surprising in 13 of 20,
+# and reading on named it in 12 (the most surprising line alone: 5); a line's second token and
+# longer readings did not name more.
 READ_ON_LINES = 4
-READ_ON_TOKENS = 64
+READ_ON_PER_LINE = 1
+READ_ON_TOKENS = 32
 _ANSWER_CHARS = frozenset(b"0123456789, ")
 
 
@@ -301,10 +303,10 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
     """The where-step by reading: each region's code after up to `around` lines before it
     (settings.CONTEXT_LINES; None: from the file's first line), fed as plain code in forwards of
     SURPRISE_CHUNK tokens with every position's logits kept. Each line scores its most surprising
-    token (surprise_score); the READ_ON_LINES lines scoring most are each corrected there (the
-    model's own choice in place of the token) and the READ_ON_TOKENS tokens after it read again
-    (read_on). The line named is the one whose correction makes them read best; Where.expected says
-    where its surprising tokens are and what the model expected instead."""
+    token (surprise_score); the READ_ON_LINES lines scoring most are corrected at their
+    READ_ON_PER_LINE most surprising tokens and the READ_ON_TOKENS tokens after each correction read
+    again (read_on). The line named is the one whose correction makes them read best; Where.expected
+    says where its surprising tokens are and what the model expected instead."""
     from cadedit.model import encode, language_model, token_bytes
     from cadedit.scope import located_levels
 
@@ -320,9 +322,10 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
         lm.reset()
         region_tokens, written, count = _read_region(lm, ids, _token_places(ids, tokens, first), (a, b))
         read_tokens += region_tokens
-        corrected, read_again = read_on(lm, ids, written, _most_surprising_lines(region_tokens, READ_ON_LINES))
+        corrections = _corrections(region_tokens, READ_ON_LINES, READ_ON_PER_LINE)
+        corrected, read_again, again = read_on(lm, ids, written, corrections)
         gains.update(corrected)
-        fed, forwards = fed + len(ids) + read_again, forwards + count + len(corrected)
+        fed, forwards = fed + len(ids) + read_again, forwards + count + again
     read_tokens.sort(reverse=True)  # the most surprising first; among equals the earlier line
     named = (max(gains, key=lambda line: (gains[line], -line)),) if gains else (
         (-read_tokens[0].line,) if read_tokens else ())
@@ -342,6 +345,7 @@ class _Read(NamedTuple):
     top: int  # the model's own choice there
     top_logprob: float  # that choice's log-probability
     position: int  # the token's index in the ids fed
+    next_logprob: float  # the log-probability of the token after it in its place (were this one deleted)
 
 
 def _read_region(lm, ids: Sequence[int], places: Sequence[tuple[int, int]], region: tuple[int, int]):
@@ -361,40 +365,59 @@ def _read_region(lm, ids: Sequence[int], places: Sequence[tuple[int, int]], regi
             row = logits[i - 1] if i else previous
             if row is not None and region[0] <= line <= region[1]:
                 score, top, top_logprob, here = _read(row, token)
-                reads.append(_Read(score, -line, column, top, top_logprob, k + i))
+                after = _logprob(row, ids[k + i + 1]) if k + i + 1 < len(ids) else 0.0
+                reads.append(_Read(score, -line, column, top, top_logprob, k + i, after))
                 written[k + i] = here
         previous = np.array(logits[len(chunk) - 1])  # a copy: the next forward may reuse the buffer
     return reads, written, forwards
 
 
-def _most_surprising_lines(reads: Sequence[_Read], most: int) -> list[_Read]:
-    """Each line's most surprising token, for the `most` lines whose scores are highest (and above 0)."""
-    best: dict[int, _Read] = {}
-    for r in reads:
-        if r.score > 0 and (r.line not in best or r > best[r.line]):
-            best[r.line] = r
-    return sorted(best.values(), reverse=True)[:most]
+def _corrections(reads: Sequence[_Read], lines: int, per_line: int) -> list[_Read]:
+    """The `per_line` most surprising tokens (scores above 0) of each of the `lines` lines whose most
+    surprising token scores highest."""
+    by_line: dict[int, list[_Read]] = {}
+    for r in sorted(reads, reverse=True):
+        if r.score > 0 and (r.line in by_line or len(by_line) < lines):
+            by_line.setdefault(r.line, []).append(r)
+    return [r for found in by_line.values() for r in found[:per_line]]
 
 
 def read_on(lm, ids: Sequence[int], written: dict[int, float],
-            corrections: Sequence[_Read]) -> tuple[dict[int, float], int]:
-    """For each correction (the model's own choice in place of a token), the READ_ON_TOKENS tokens
-    after it read again from the corrected text: the sum of their log-probabilities now less the sum
-    as written, by line; and the tokens fed. A planted bug's correction fits the code after it;
-    correcting what was meant (an unusual name, a chosen constant) makes what follows read worse.
-    lm's cache holds all of ids and is left holding a prefix of them; one correction needs no reading."""
-    if len(corrections) < 2:
-        return {}, 0
+            corrections: Sequence[_Read]) -> tuple[dict[int, float], int, int]:
+    """Each correction puts the model's own choice in place of a token (or deletes the token, where
+    its choice is the token after it; or inserts its choice before the token, where after its choice
+    it would write that token) and reads the READ_ON_TOKENS tokens after the change again: how much
+    more log-probability they have now than as written, the best of a line's corrections by line;
+    and the tokens and forwards fed. A bug's correction fits the code after it; correcting what was meant (an
+    unusual name, a chosen constant) makes what follows read worse. lm's cache holds all of ids and
+    is left holding a prefix of them; corrections of one line only need no reading."""
+    if len({r.line for r in corrections}) < 2:
+        return {}, 0, 0
     gains: dict[int, float] = {}
-    fed = 0
+    fed = forwards = 0
     for r in sorted(corrections, key=lambda r: -r.position):  # the latest first: each crops the cache further
-        lm.crop(len(lm.ids) - r.position)
-        after = list(ids[r.position + 1 : r.position + 1 + READ_ON_TOKENS])
-        logits = lm.feed([r.top, *after], keep=len(after) + 1)
-        gains[-r.line] = sum(_logprob(logits[j], token) - written[r.position + 1 + j] for j, token in enumerate(after))
-        lm.crop(len(after) + 1)
-        fed += len(after) + 1
-    return gains, fed
+        p, found = r.position, []
+        lm.crop(len(lm.ids) - p)
+        rest = list(ids[p + 1 : p + 1 + READ_ON_TOKENS])
+        logits = lm.feed([r.top, *rest], keep=len(rest) + 1)  # the choice in the token's place
+        found.append(sum(_logprob(logits[j], t) - written[p + 1 + j] for j, t in enumerate(rest)))
+        inserted = int(np.argmax(logits[0])) == ids[p]
+        lm.crop(len(rest) + 1)
+        fed, forwards = fed + len(rest) + 1, forwards + 1
+        if rest and r.top == rest[0]:  # deleted: the token after it, then the rest
+            logits = lm.feed(rest, keep=len(rest))
+            found.append(r.next_logprob - written[p + 1] + sum(
+                _logprob(logits[j], t) - written[p + 2 + j] for j, t in enumerate(rest[1:])))
+            lm.crop(len(rest))
+            fed, forwards = fed + len(rest), forwards + 1
+        if inserted:  # inserted before it: the token itself, then the rest
+            again = [ids[p], *rest[:-1]] if len(rest) == READ_ON_TOKENS else [ids[p], *rest]
+            logits = lm.feed([r.top, *again], keep=len(again) + 1)
+            found.append(sum(_logprob(logits[j], t) - written[p + j] for j, t in enumerate(again)))
+            lm.crop(len(again) + 1)
+            fed, forwards = fed + len(again) + 1, forwards + 1
+        gains[-r.line] = max(gains.get(-r.line, -np.inf), *found)
+    return gains, fed, forwards
 
 
 def _token_places(ids: Sequence[int], tokens: Sequence[bytes], first: int) -> list[tuple[int, int]]:

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from cadedit import cli
 from cadedit.decode import script_picker
 from cadedit.model import encode, language_model, load_model, token_bytes
-from cadedit.where import READ_ON_LINES, READ_ON_TOKENS, LineNumberCursor, surprise_score
+from cadedit.where import READ_ON_LINES, READ_ON_PER_LINE, READ_ON_TOKENS, LineNumberCursor, surprise_score
 from tests.scripting import inject_picks
 from tests.test_scoped import fix, retype, scripted, verbatim, work  # noqa: F401 - fixtures
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures
@@ -121,10 +121,12 @@ def test_a_short_function_gets_the_where_step_too(work, tiny_dir, scripted, wher
 
 def corrected_line(tiny_dir, first: int, last: int) -> int:
     """The line of BUGGY's lines first..last the where-step should name, computed here from whole-text
-    forwards (the where-step reads in chunks and crops one cache): each line scores its most surprising
-    token (p(the model's choice) - p(the token)); the READ_ON_LINES best lines get the model's choice
-    in place of that token, and the one whose READ_ON_TOKENS tokens after it gain the most
-    log-probability is named."""
+    forwards (the where-step reads in chunks and crops one cache): each token scores p(the model's
+    choice) - p(the token); the READ_ON_LINES lines whose best token scores most are corrected at their
+    READ_ON_PER_LINE best tokens -- the choice in the token's place; deleting the token where the
+    choice is the token after it; inserting the choice where the model would then write the token --
+    and the line whose correction gains the READ_ON_TOKENS tokens after it the most log-probability
+    is named."""
     loaded = load_model(str(tiny_dir), "cpu", "fp32", 1)
     ids = encode(loaded.tokenizer, "".join(line + "\n" for line in LINES[:last]))
     lm = language_model(loaded)
@@ -135,22 +137,30 @@ def corrected_line(tiny_dir, first: int, last: int) -> int:
         rows = rows - rows.max(axis=1, keepdims=True)
         return rows - np.log(np.exp(rows).sum(axis=1, keepdims=True))
 
+    def gain(changed, kept_from):  # the log-probability ids[kept_from:] gain, read after `changed`
+        kept = ids[kept_from : kept_from + READ_ON_TOKENS]
+        again = logprobs([*changed, *kept])
+        return sum(again[len(changed) + j - 1][t] - read[kept_from + j - 1][t] for j, t in enumerate(kept))
+
     read, pieces = logprobs(ids), token_bytes(loaded)
-    best: dict[int, tuple[float, int]] = {}  # line: (score, position)
+    scored: dict[int, list[tuple[float, int]]] = {}  # line: (score, position) of its tokens
     line = 1 + pieces[ids[0]].count(b"\n")
     for i in range(1, len(ids)):
         p = np.exp(read[i - 1])
-        score = p.max() - p[ids[i]]
-        if first <= line <= last and score > 0 and score > best.get(line, (-1.0, 0))[0]:
-            best[line] = (score, i)
+        if first <= line <= last and p.max() - p[ids[i]] > 0:
+            scored.setdefault(line, []).append((p.max() - p[ids[i]], i))
         line += pieces[ids[i]].count(b"\n")
-    lines = sorted(best, key=lambda k: (-best[k][0], k))[:READ_ON_LINES]
+    lines = sorted(scored, key=lambda k: (-max(scored[k])[0], k))[:READ_ON_LINES]
     gains = {}
     for k in lines:
-        i = best[k][1]
-        after = ids[i + 1 : i + 1 + READ_ON_TOKENS]
-        again = logprobs([*ids[:i], int(read[i - 1].argmax()), *after])
-        gains[k] = sum(again[i + j][t] - read[i + j][t] for j, t in enumerate(after))
+        for _, i in sorted(scored[k], key=lambda found: (-found[0], -found[1]))[:READ_ON_PER_LINE]:
+            choice = int(read[i - 1].argmax())
+            found = [gain([*ids[:i], choice], i + 1)]
+            if i + 1 < len(ids) and choice == ids[i + 1]:
+                found.append(gain(ids[:i], i + 1))
+            if int(logprobs([*ids[:i], choice])[-1].argmax()) == ids[i]:
+                found.append(gain([*ids[:i], choice], i))
+            gains[k] = max(gains.get(k, -np.inf), *found)
     lm.reset()
     return max(lines, key=lambda k: (gains[k], -k)) if len(lines) > 1 else lines[0]
 
@@ -281,20 +291,35 @@ class _Bigram:
 
 
 def test_reading_on_prefers_the_correction_the_code_after_it_fits():
-    """Two surprising tokens, each corrected to the model's choice: at position 2 the choice (2) makes
-    the token after it (0) read better; at position 5 the choice (1) makes the token after it (0)
-    read worse. The first gains, the second loses, and the cache is left holding a prefix of the text."""
+    """Under a model whose next token depends on the last one (0 -> 1 -> 2 -> 0 expected), three
+    surprising tokens are corrected: the choice in their place, deleted where the choice is the token
+    after, inserted where the model would then write the token. Each line's gain is the best of its
+    corrections' (what the tokens after the change gain), and the cache is left holding a prefix."""
     from cadedit.where import _Read, read_on
 
-    ids = [0, 1, 0, 0, 1, 2, 0]
-    written = {i: float(_Bigram.TABLE[ids[i - 1]][ids[i]]) for i in range(1, len(ids))}
+    table = _Bigram.TABLE
+    ids = [0, 1, 0, 1, 2, 2, 0, 1, 1, 0, 1]
+
+    def logprob(seq, start):  # the log-probability of seq[start:] after seq[:start]
+        return sum(table[seq[k - 1]][seq[k]] for k in range(start, len(seq)))
+
+    written = {i: float(table[ids[i - 1]][ids[i]]) for i in range(1, len(ids))}
+    positions = {1: 2, 2: 5, 3: 8}  # line: the surprising token's position
+    corrections = [_Read(0.7, -line, 0, int(table[ids[p - 1]].argmax()), np.log(0.8), p,
+                         float(table[ids[p - 1]][ids[p + 1]])) for line, p in positions.items()]
     lm = _Bigram(ids)
-    corrections = [_Read(0.7, -1, 0, 2, np.log(0.8), 2), _Read(0.7, -2, 0, 1, np.log(0.8), 5)]
-    gains, fed = read_on(lm, ids, written, corrections)
-    assert READ_ON_TOKENS >= len(ids)  # each reads to the end of the text
-    assert gains[1] == pytest.approx(np.log(0.8) - np.log(0.1))
-    assert gains[2] == pytest.approx(np.log(0.1) - np.log(0.8))
-    assert fed == (len(ids) - 3) + 1 + (len(ids) - 6) + 1 and lm.ids == ids[:2]
+    gains, fed, forwards = read_on(lm, ids, written, corrections)
+    for line, p in positions.items():
+        top = int(table[ids[p - 1]].argmax())
+        found = [logprob([*ids[:p], top, *ids[p + 1 :]], p + 1) - logprob(ids, p + 1)]  # replaced
+        if top == ids[p + 1]:
+            found.append(logprob([*ids[:p], *ids[p + 1 :]], p) - logprob(ids, p + 1))  # deleted
+        if int(table[top].argmax()) == ids[p]:
+            found.append(logprob([*ids[:p], top, *ids[p:]], p + 1) - logprob(ids, p))  # inserted
+        assert gains[line] == pytest.approx(max(found))
+    replaced_only = logprob([*ids[:5], 0, *ids[6:]], 6) - logprob(ids, 6)
+    assert gains[2] > replaced_only  # 2, 2, 0: deleting the second 2 reads better than making it 0
+    assert READ_ON_TOKENS >= len(ids) and forwards >= len(positions) and fed > 0 and lm.ids == ids[:2]
 
 
 def test_the_reading_shows_as_many_lines_before_the_function_as_context_says(work, tiny_dir, scripted):
