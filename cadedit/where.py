@@ -3,11 +3,9 @@ line to change, then climb the scope ladder from there (cadedit.scope.located_le
 
 Contract: locate(loaded, document, instruction, regions, pick=None, by) finds the line one of three
 ways (WHERE_BY). "surprise" (the default, settings.DEFAULT_WHERE_BY) reads the regions' code as plain
-code, in forwards of prompt prefill with no decode, scores each line by the token the model least
-expected there: p(its own next-token choice) - p(the token there) (surprise_score); then corrects
-each of the few lines scoring most (its choice in place of that token) and reads on a few dozen
-tokens (read_on): the line named is the one whose correction makes the code after it read best
-(a bug's correction fits what follows; correcting a deliberate oddity does not). "number" shows the model the regions' lines with their numbers and the instruction,
+code, in forwards of prompt prefill with no decode, and names the line where the model least
+expected what is written: the largest p(its own next-token choice) - p(the token there)
+(surprise_score). "number" shows the model the regions' lines with their numbers and the instruction,
 and decodes its answer through the one decode loop (cadedit.decode) with a LineNumberCursor: only
 the regions' line numbers, at most MOST_LINES of them separated by commas, then the end of the
 answer -- a few tokens. "quote" decodes one line's text instead (LineTextCursor). Each returns a
@@ -21,7 +19,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -39,14 +36,6 @@ WHERE_BUDGET = 24
 MOST_EXPECTED = 7
 # Tokens a forward of the surprise reading feeds: the logits of every one are kept ([chunk, vocab] floats).
 SURPRISE_CHUNK = 256
-# The reading's most surprising lines that are corrected and read on (read_on), the tokens of each
-# corrected, and the tokens read after each correction. Chosen on seed 0's long-file tasks 0-19
-# (README, "The where-step by reading"): the bug's line was among the 4 most surprising in 13 of 20,
-# and reading on named it in 12 (the most surprising line alone: 5); a line's second token and
-# longer readings did not name more.
-READ_ON_LINES = 4
-READ_ON_PER_LINE = 1
-READ_ON_TOKENS = 32
 _ANSWER_CHARS = frozenset(b"0123456789, ")
 
 
@@ -65,15 +54,13 @@ class Where:
     # by surprise: (line, byte column, token id, its log-probability) for the tokens of the named line
     # the model expected otherwise, most surprising first, and what it expected; a branched try branches there first
     expected: tuple = ()
-    # by surprise: (line, gain) for each line corrected and read on (read_on), the best first
-    read_on: tuple = ()
 
     def describe(self) -> str:
         """One line for stderr: "where: the model named line 57 of lines 40-120; try 1 retypes line 57"."""
         named = ", ".join(map(str, self.lines))
         asked = ", ".join(_span(a, b) for a, b in self.asked)
         first = ", ".join(_span(a, b) for a, b in self.levels[0])
-        said = "would correct" if self.by == "surprise" else "named"
+        said = "least expected" if self.by == "surprise" else "named"
         return (f"where: the model {said} line{'s' if len(self.lines) > 1 else ''} {named} of {asked}; try 1 retypes "
                 f"{first}, a later try the next wider scope ({self.seconds:.1f} s, {self.forward_passes} forwards)")
 
@@ -81,8 +68,7 @@ class Where:
         return {"asked": [list(r) for r in self.asked], "lines": list(self.lines), "answer": self.answer,
                 "levels": [[list(r) for r in level] for level in self.levels], "seconds": self.seconds,
                 "forward_passes": self.forward_passes, "tokens_prompt": self.tokens_prompt, "by": self.by,
-                "expected": [list(e) for e in self.expected],
-                "read_on": [list(g) for g in self.read_on]}
+                "expected": [list(e) for e in self.expected]}
 
 
 class _AnswerCursor:
@@ -300,124 +286,44 @@ def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple
 
 def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
              around: int | None = CONTEXT_LINES) -> Where:
-    """The where-step by reading: each region's code after up to `around` lines before it
-    (settings.CONTEXT_LINES; None: from the file's first line), fed as plain code in forwards of
-    SURPRISE_CHUNK tokens with every position's logits kept. Each line scores its most surprising
-    token (surprise_score); the READ_ON_LINES lines scoring most are corrected at their
-    READ_ON_PER_LINE most surprising tokens and the READ_ON_TOKENS tokens after each correction read
-    again (read_on). The line named is the one whose correction makes them read best; Where.expected
-    says where its surprising tokens are and what the model expected instead."""
+    """The where-step by reading: each region's code after up to `around` lines before it (the
+    prompt's context, settings.CONTEXT_LINES by default; None: from the file's first line), fed as
+    plain code in forwards of SURPRISE_CHUNK tokens with every position's logits kept; the line named is the one with the most surprising token (surprise_score),
+    and Where.expected says where its surprising tokens are and what the model expected instead."""
     from cadedit.model import encode, language_model, token_bytes
     from cadedit.scope import located_levels
 
     start = time.perf_counter()
     tokens, lines = token_bytes(loaded), document.display_lines()
     lm = language_model(loaded)
-    read_tokens: list[_Read] = []
-    gains: dict[int, float] = {}  # a corrected line: how much better the tokens after its correction read
+    # each token scored: (score, -line, column, the model's own choice, that choice's log-probability)
+    read_tokens: list[tuple[float, int, int, int, float]] = []
     fed = forwards = 0
     for a, b in regions:
         first = 1 if around is None else max(1, a - around)
         ids = encode(loaded.tokenizer, "".join(line + "\n" for line in lines[first - 1 : b]))
+        places = _token_places(ids, tokens, first)
         lm.reset()
-        region_tokens, written, count = _read_region(lm, ids, _token_places(ids, tokens, first), (a, b))
-        read_tokens += region_tokens
-        corrections = _corrections(region_tokens, READ_ON_LINES, READ_ON_PER_LINE)
-        corrected, read_again, again = read_on(lm, ids, written, corrections)
-        gains.update(corrected)
-        fed, forwards = fed + len(ids) + read_again, forwards + count + again
+        previous = None  # the logits that predict a chunk's first token: the last of the chunk before
+        for k in range(0, len(ids), SURPRISE_CHUNK):
+            chunk = ids[k : k + SURPRISE_CHUNK]
+            logits = lm.feed(chunk, keep=len(chunk))
+            forwards += 1
+            for i, token in enumerate(chunk):
+                line, column = places[k + i]
+                row = logits[i - 1] if i else previous
+                if row is not None and a <= line <= b:  # the lines before the region are context, not scored
+                    score, top, logprob = _read(row, token)
+                    read_tokens.append((score, -line, column, top, logprob))
+            previous = np.array(logits[len(chunk) - 1])  # a copy: the next forward may reuse the buffer
+        fed += len(ids)
     read_tokens.sort(reverse=True)  # the most surprising first; among equals the earlier line
-    named = (max(gains, key=lambda line: (gains[line], -line)),) if gains else (
-        (-read_tokens[0].line,) if read_tokens else ())
-    expected = tuple((-r.line, r.column, r.top, r.top_logprob) for r in read_tokens
-                     if -r.line in named and r.score > 0)[:MOST_EXPECTED]
+    named = (-read_tokens[0][1],) if read_tokens else ()
+    expected = tuple((-line, column, token, logprob) for score, line, column, token, logprob in read_tokens
+                     if -line in named and score > 0)[:MOST_EXPECTED]
     return Where(tuple(tuple(r) for r in regions), named, ", ".join(map(str, named)),
                  located_levels(document, named, regions), time.perf_counter() - start, forwards, fed, "surprise",
-                 expected, tuple(sorted(gains.items(), key=lambda item: -item[1])))
-
-
-class _Read(NamedTuple):
-    """One token of a region as read: sorts most surprising first, then the earlier line."""
-
-    score: float  # surprise_score
-    line: int  # minus the line's number
-    column: int  # byte column of the token's first byte
-    top: int  # the model's own choice there
-    top_logprob: float  # that choice's log-probability
-    position: int  # the token's index in the ids fed
-    next_logprob: float  # the log-probability of the token after it in its place (were this one deleted)
-
-
-def _read_region(lm, ids: Sequence[int], places: Sequence[tuple[int, int]], region: tuple[int, int]):
-    """Feed ids (a fresh cache) in SURPRISE_CHUNK forwards; each token of the region's lines read
-    (the lines before are context, not scored), the log-probability of every token written there
-    (position: value) and the forwards taken."""
-    reads: list[_Read] = []
-    written: dict[int, float] = {}
-    previous = None  # the logits that predict a chunk's first token: the last of the chunk before
-    forwards = 0
-    for k in range(0, len(ids), SURPRISE_CHUNK):
-        chunk = ids[k : k + SURPRISE_CHUNK]
-        logits = lm.feed(chunk, keep=len(chunk))
-        forwards += 1
-        for i, token in enumerate(chunk):
-            line, column = places[k + i]
-            row = logits[i - 1] if i else previous
-            if row is not None and region[0] <= line <= region[1]:
-                score, top, top_logprob, here = _read(row, token)
-                after = _logprob(row, ids[k + i + 1]) if k + i + 1 < len(ids) else 0.0
-                reads.append(_Read(score, -line, column, top, top_logprob, k + i, after))
-                written[k + i] = here
-        previous = np.array(logits[len(chunk) - 1])  # a copy: the next forward may reuse the buffer
-    return reads, written, forwards
-
-
-def _corrections(reads: Sequence[_Read], lines: int, per_line: int) -> list[_Read]:
-    """The `per_line` most surprising tokens (scores above 0) of each of the `lines` lines whose most
-    surprising token scores highest."""
-    by_line: dict[int, list[_Read]] = {}
-    for r in sorted(reads, reverse=True):
-        if r.score > 0 and (r.line in by_line or len(by_line) < lines):
-            by_line.setdefault(r.line, []).append(r)
-    return [r for found in by_line.values() for r in found[:per_line]]
-
-
-def read_on(lm, ids: Sequence[int], written: dict[int, float],
-            corrections: Sequence[_Read]) -> tuple[dict[int, float], int, int]:
-    """Each correction puts the model's own choice in place of a token (or deletes the token, where
-    its choice is the token after it; or inserts its choice before the token, where after its choice
-    it would write that token) and reads the READ_ON_TOKENS tokens after the change again: how much
-    more log-probability they have now than as written, the best of a line's corrections by line;
-    and the tokens and forwards fed. A bug's correction fits the code after it; correcting what was meant (an
-    unusual name, a chosen constant) makes what follows read worse. lm's cache holds all of ids and
-    is left holding a prefix of them; corrections of one line only need no reading."""
-    if len({r.line for r in corrections}) < 2:
-        return {}, 0, 0
-    gains: dict[int, float] = {}
-    fed = forwards = 0
-    for r in sorted(corrections, key=lambda r: -r.position):  # the latest first: each crops the cache further
-        p, found = r.position, []
-        lm.crop(len(lm.ids) - p)
-        rest = list(ids[p + 1 : p + 1 + READ_ON_TOKENS])
-        logits = lm.feed([r.top, *rest], keep=len(rest) + 1)  # the choice in the token's place
-        found.append(sum(_logprob(logits[j], t) - written[p + 1 + j] for j, t in enumerate(rest)))
-        inserted = int(np.argmax(logits[0])) == ids[p]
-        lm.crop(len(rest) + 1)
-        fed, forwards = fed + len(rest) + 1, forwards + 1
-        if rest and r.top == rest[0]:  # deleted: the token after it, then the rest
-            logits = lm.feed(rest, keep=len(rest))
-            found.append(r.next_logprob - written[p + 1] + sum(
-                _logprob(logits[j], t) - written[p + 2 + j] for j, t in enumerate(rest[1:])))
-            lm.crop(len(rest))
-            fed, forwards = fed + len(rest), forwards + 1
-        if inserted:  # inserted before it: the token itself, then the rest
-            again = [ids[p], *rest[:-1]] if len(rest) == READ_ON_TOKENS else [ids[p], *rest]
-            logits = lm.feed([r.top, *again], keep=len(again) + 1)
-            found.append(sum(_logprob(logits[j], t) - written[p + j] for j, t in enumerate(again)))
-            lm.crop(len(again) + 1)
-            fed, forwards = fed + len(again) + 1, forwards + 1
-        gains[-r.line] = max(gains.get(-r.line, -np.inf), *found)
-    return gains, fed, forwards
+                 expected)
 
 
 def _token_places(ids: Sequence[int], tokens: Sequence[bytes], first: int) -> list[tuple[int, int]]:
@@ -433,21 +339,14 @@ def _token_places(ids: Sequence[int], tokens: Sequence[bytes], first: int) -> li
     return places
 
 
-def _read(row: np.ndarray, token: int) -> tuple[float, int, float, float]:
+def _read(row: np.ndarray, token: int) -> tuple[float, int, float]:
     """A token read after the ones before it (row: the logits that predicted it): its surprise_score, the
-    model's own choice, that choice's log-probability and the token's."""
+    model's own choice and that choice's log-probability."""
     row = np.asarray(row, dtype=np.float64)
     weights = np.exp(row - row.max())
     total = weights.sum()
     here = float(weights[token] / total) if token < len(weights) else 0.0
-    return surprise_score(1.0 / total, here), int(row.argmax()), float(-np.log(total)), float(np.log(max(here, 1e-300)))
-
-
-def _logprob(row: np.ndarray, token: int) -> float:
-    """log p(token) under the logits row."""
-    row = np.asarray(row, dtype=np.float64)
-    top = row.max()
-    return float(row[token] - top - np.log(np.exp(row - top).sum())) if token < len(row) else -690.0
+    return surprise_score(1.0 / total, here), int(row.argmax()), float(-np.log(total))
 
 
 def surprise_score(top: float, here: float) -> float:

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from cadedit import cli
 from cadedit.decode import script_picker
 from cadedit.model import encode, language_model, load_model, token_bytes
-from cadedit.where import READ_ON_LINES, READ_ON_PER_LINE, READ_ON_TOKENS, LineNumberCursor, surprise_score
+from cadedit.where import LineNumberCursor, surprise_score
 from tests.scripting import inject_picks
 from tests.test_scoped import fix, retype, scripted, verbatim, work  # noqa: F401 - fixtures
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures
@@ -119,57 +119,31 @@ def test_a_short_function_gets_the_where_step_too(work, tiny_dir, scripted, wher
     assert "+    return a + b" in data["diff"]
 
 
-def corrected_line(tiny_dir, first: int, last: int) -> int:
-    """The line of BUGGY's lines first..last the where-step should name, computed here from whole-text
-    forwards (the where-step reads in chunks and crops one cache): each token scores p(the model's
-    choice) - p(the token); the READ_ON_LINES lines whose best token scores most are corrected at their
-    READ_ON_PER_LINE best tokens -- the choice in the token's place; deleting the token where the
-    choice is the token after it; inserting the choice where the model would then write the token --
-    and the line whose correction gains the READ_ON_TOKENS tokens after it the most log-probability
-    is named."""
+def least_expected_line(tiny_dir, first: int, last: int) -> int:
+    """The line of BUGGY's lines first..last the tiny model least expected, computed here in one forward
+    of the whole text (the where-step feeds it in chunks): the largest p(its choice) - p(the token)."""
     loaded = load_model(str(tiny_dir), "cpu", "fp32", 1)
-    ids = encode(loaded.tokenizer, "".join(line + "\n" for line in LINES[:last]))
+    text = "".join(line + "\n" for line in LINES[:last])
+    ids = encode(loaded.tokenizer, text)
     lm = language_model(loaded)
-
-    def logprobs(fed):
-        lm.reset()
-        rows = np.asarray(lm.feed(fed, keep=len(fed)), dtype=np.float64)
-        rows = rows - rows.max(axis=1, keepdims=True)
-        return rows - np.log(np.exp(rows).sum(axis=1, keepdims=True))
-
-    def gain(changed, kept_from):  # the log-probability ids[kept_from:] gain, read after `changed`
-        kept = ids[kept_from : kept_from + READ_ON_TOKENS]
-        again = logprobs([*changed, *kept])
-        return sum(again[len(changed) + j - 1][t] - read[kept_from + j - 1][t] for j, t in enumerate(kept))
-
-    read, pieces = logprobs(ids), token_bytes(loaded)
-    scored: dict[int, list[tuple[float, int]]] = {}  # line: (score, position) of its tokens
-    line = 1 + pieces[ids[0]].count(b"\n")
-    for i in range(1, len(ids)):
-        p = np.exp(read[i - 1])
-        if first <= line <= last and p.max() - p[ids[i]] > 0:
-            scored.setdefault(line, []).append((p.max() - p[ids[i]], i))
-        line += pieces[ids[i]].count(b"\n")
-    lines = sorted(scored, key=lambda k: (-max(scored[k])[0], k))[:READ_ON_LINES]
-    gains = {}
-    for k in lines:
-        for _, i in sorted(scored[k], key=lambda found: (-found[0], -found[1]))[:READ_ON_PER_LINE]:
-            choice = int(read[i - 1].argmax())
-            found = [gain([*ids[:i], choice], i + 1)]
-            if i + 1 < len(ids) and choice == ids[i + 1]:
-                found.append(gain(ids[:i], i + 1))
-            if int(logprobs([*ids[:i], choice])[-1].argmax()) == ids[i]:
-                found.append(gain([*ids[:i], choice], i))
-            gains[k] = max(gains.get(k, -np.inf), *found)
     lm.reset()
-    return max(lines, key=lambda k: (gains[k], -k)) if len(lines) > 1 else lines[0]
+    logits = lm.feed(ids, keep=len(ids))
+    pieces = token_bytes(loaded)
+    best, best_line, line = -1.0, None, 1 + pieces[ids[0]].count(b"\n")
+    for i in range(1, len(ids)):
+        row = np.exp(np.asarray(logits[i - 1], dtype=np.float64))
+        row /= row.sum()
+        if first <= line <= last and row.max() - row[ids[i]] > best:
+            best, best_line = row.max() - row[ids[i]], line
+        line += pieces[ids[i]].count(b"\n")
+    lm.reset()
+    return best_line
 
 
-def test_by_default_the_where_step_names_the_line_whose_correction_reads_best(work, tiny_dir, scripted):
+def test_by_default_the_where_step_names_the_line_the_model_least_expected(work, tiny_dir, scripted):
     """No answer is decoded: the where-step reads the function as code (in several forwards: it is
-    longer than one), corrects its most surprising lines and names the one whose correction makes the
-    code after it read best; try 1 retypes its statement."""
-    expected = corrected_line(tiny_dir, 1, 50)
+    longer than one) and names the line with the most surprising token; try 1 retypes its statement."""
+    expected = least_expected_line(tiny_dir, 1, 50)
     calls = scripted(unchanged, fixed_line)
     (work / "a.py").write_text(BUGGY, encoding="utf-8")
     result = fix(tiny_dir, VAGUE, "--json", "--where")
@@ -177,10 +151,9 @@ def test_by_default_the_where_step_names_the_line_whose_correction_reads_best(wo
     assert result.exit_code == 0, result.output
     where = data["where"]
     assert where["by"] == "surprise" and where["lines"] == [expected] and where["forward_passes"] > 1
-    assert len(where["read_on"]) == READ_ON_LINES and where["read_on"][0][0] == expected
     assert data["tries"][0]["regions"] == where["levels"][0] == [[expected, expected]]
     assert calls[0].prepared.regions == ((expected, expected),)
-    assert f"where: the model would correct line {expected} of lines 1-50" in result.stderr
+    assert f"where: the model least expected line {expected} of lines 1-50" in result.stderr
     assert "+    return v1 + v2" in data["diff"]
 
 
@@ -272,67 +245,18 @@ def test_the_expected_token_becomes_a_branch_point_where_candidate_1_has_a_token
     assert expected_points(twice, [(1, 5, 7, -0.25)], ids + ids, through, tokens) == []  # the line is there twice
 
 
-class _Bigram:
-    """A language model whose next token depends only on the last one: logits TABLE[last]."""
-
-    TABLE = np.log(np.array([[0.1, 0.8, 0.1],   # after 0: 1 expected
-                             [0.1, 0.1, 0.8],   # after 1: 2 expected
-                             [0.8, 0.1, 0.1]]))  # after 2: 0 expected
-
-    def __init__(self, ids):
-        self.ids = list(ids)
-
-    def feed(self, ids, keep=1):
-        self.ids += ids
-        return [self.TABLE[t] for t in self.ids[-keep:]]
-
-    def crop(self, n):
-        del self.ids[len(self.ids) - n :]
-
-
-def test_reading_on_prefers_the_correction_the_code_after_it_fits():
-    """Under a model whose next token depends on the last one (0 -> 1 -> 2 -> 0 expected), three
-    surprising tokens are corrected: the choice in their place, deleted where the choice is the token
-    after, inserted where the model would then write the token. Each line's gain is the best of its
-    corrections' (what the tokens after the change gain), and the cache is left holding a prefix."""
-    from cadedit.where import _Read, read_on
-
-    table = _Bigram.TABLE
-    ids = [0, 1, 0, 1, 2, 2, 0, 1, 1, 0, 1]
-
-    def logprob(seq, start):  # the log-probability of seq[start:] after seq[:start]
-        return sum(table[seq[k - 1]][seq[k]] for k in range(start, len(seq)))
-
-    written = {i: float(table[ids[i - 1]][ids[i]]) for i in range(1, len(ids))}
-    positions = {1: 2, 2: 5, 3: 8}  # line: the surprising token's position
-    corrections = [_Read(0.7, -line, 0, int(table[ids[p - 1]].argmax()), np.log(0.8), p,
-                         float(table[ids[p - 1]][ids[p + 1]])) for line, p in positions.items()]
-    lm = _Bigram(ids)
-    gains, fed, forwards = read_on(lm, ids, written, corrections)
-    for line, p in positions.items():
-        top = int(table[ids[p - 1]].argmax())
-        found = [logprob([*ids[:p], top, *ids[p + 1 :]], p + 1) - logprob(ids, p + 1)]  # replaced
-        if top == ids[p + 1]:
-            found.append(logprob([*ids[:p], *ids[p + 1 :]], p) - logprob(ids, p + 1))  # deleted
-        if int(table[top].argmax()) == ids[p]:
-            found.append(logprob([*ids[:p], top, *ids[p:]], p + 1) - logprob(ids, p))  # inserted
-        assert gains[line] == pytest.approx(max(found))
-    replaced_only = logprob([*ids[:5], 0, *ids[6:]], 6) - logprob(ids, 6)
-    assert gains[2] > replaced_only  # 2, 2, 0: deleting the second 2 reads better than making it 0
-    assert READ_ON_TOKENS >= len(ids) and forwards >= len(positions) and fed > 0 and lm.ids == ids[:2]
-
-
 def test_the_reading_shows_as_many_lines_before_the_function_as_context_says(work, tiny_dir, scripted):
     """--context N: the reading starts N lines before the function (all: at the file's first line),
     as the prompt does; the lines before it are read, never named."""
     preamble = [f"CONSTANT_{k} = {k} * 3" for k in range(60)]
-    (work / "a.py").write_text("\n".join(preamble) + "\n" + BUGGY, encoding="utf-8")
-    read = {}
-    for context in ("0", "all"):
+    lines = preamble + LINES
+    (work / "a.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    tokenizer = load_model(str(tiny_dir), "cpu", "fp32", 1).tokenizer
+    for context, first in (("0", 61), ("5", 56), ("all", 1)):
         scripted(unchanged, fixed_line)
         result = fix(tiny_dir, VAGUE, "--json", "--where", "--context", context)
         assert result.exit_code == 0, result.output
-        read[context] = json.loads(result.stdout)["where"]
-        assert all(61 <= line <= 110 for line in read[context]["lines"])
-    # the 60 lines before cost hundreds of tokens more than reading on after 4 corrections can differ by
-    assert read["all"]["tokens_prompt"] - read["0"]["tokens_prompt"] > READ_ON_LINES * (READ_ON_TOKENS + 1)
+        where = json.loads(result.stdout)["where"]
+        assert where["asked"] == [[61, 110]] and all(61 <= line <= 110 for line in where["lines"])
+        read = encode(tokenizer, "".join(line + "\n" for line in lines[first - 1 : 110]))
+        assert where["tokens_prompt"] == len(read), context
