@@ -288,8 +288,9 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
              around: int | None = CONTEXT_LINES) -> Where:
     """The where-step by reading: each region's code after up to `around` lines before it (the
     prompt's context, settings.CONTEXT_LINES by default; None: from the file's first line), fed as
-    plain code in forwards of SURPRISE_CHUNK tokens with every position's logits kept; the line named is the one with the most surprising token (surprise_score),
-    and Where.expected says where its surprising tokens are and what the model expected instead."""
+    plain code in forwards of SURPRISE_CHUNK tokens with every position's logits kept; the line
+    named is the one with the most surprising token (surprise_score), and Where.expected says where
+    its surprising tokens are and what the model expected instead."""
     from cadedit.model import encode, language_model, token_bytes
     from cadedit.scope import located_levels
 
