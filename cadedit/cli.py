@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
@@ -462,15 +461,14 @@ def _load(options, run: _Run, once_for: int = 1):
 def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
     from cadedit.scope import plan_edit
-    from cadedit.tries import candidates_for, edit_verified
+    from cadedit.tries import edit_verified
 
     scoping, quiet = run.scoping, run.quiet
     options, scope = plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on, scoping.where)
     if scope is not None and not quiet:
         say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
-    on_try, on_where = _reporters(document, options, run, progress,
-                                  lambda number: candidates_for(run.candidates, plan, loaded, number, options.locate))
+    on_try, on_where = _reporters(document, options, run, progress)
 
     def on_test(number: int) -> None:
         progress.update_text(f"{document.path}: try {number}: running the test ...")
@@ -488,9 +486,8 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
                     str(getattr(loaded, "dtype", "")).removeprefix("torch."), first, getattr(loaded, "backend", ""))
 
 
-def _reporters(document, options, run: _Run, progress, candidates: Callable[[int], int]):
-    """on_try and on_where: one line on stderr per try (and for the where-step), more with --verbose;
-    candidates(n): how many candidates try n decodes."""
+def _reporters(document, options, run: _Run, progress):
+    """on_try and on_where: one line on stderr per try (and for the where-step), more with --verbose."""
     quiet, verbose, tries = run.quiet, run.verbose, run.tries
     previous: dict = {}
 
@@ -504,7 +501,7 @@ def _reporters(document, options, run: _Run, progress, candidates: Callable[[int
         if attempt.regions != previous.get("regions", options.regions):  # the levels only grow
             widened = " [scope widened to " + ", ".join(f"lines {a}-{b}" for a, b in attempt.regions) + "]"
         previous["regions"] = attempt.regions
-        which = f", candidate {attempt.candidate} of {candidates(attempt.number)}" if attempt.candidate else ""
+        which = f", candidate {attempt.candidate} of {attempt.of}" if attempt.candidate else ""
         say(f"{document.path}: try {attempt.number} of {tries}{which}{widened}: {attempt.summary()}{numbers}")
         if verbose and stats:
             say(f"  decode: prompt {stats.tokens_prompt} tokens fed ({stats.tokens_reused} reused) in "

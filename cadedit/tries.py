@@ -81,6 +81,7 @@ class Try:
     regions: tuple[tuple[int, int], ...] = ()  # the line ranges this try retyped (empty: the whole file)
     engine: dict | None = None  # what a shared engine reported for a try that failed there (out of budget)
     candidate: int = 0  # which of the candidates decoded side by side (1 ..), 0: the try's only one
+    of: int = 0  # how many candidates the try decoded (0: one)
     logprob: float | None = None  # the model's summed log-probability of the candidate's picked tokens
 
     @property
@@ -377,7 +378,7 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
     def check(i: int, c, decode_seconds: float) -> bool:
         """Candidate i+1's Try into `made`; whether it passed."""
         t, candidate = samplings[i].temperature, i + 1
-        common = dict(regions=current.regions, candidate=candidate, logprob=c.logprob)
+        common = dict(regions=current.regions, candidate=candidate, of=k, logprob=c.logprob)
         winner = next((m.candidate for m in made if m.passed), 0)
         if c.result is None:
             error = getattr(c.error, "message", str(c.error))

@@ -251,8 +251,6 @@ def where_picker(loaded):
     return sampling_picker()
 
 
-
-
 def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple[int, int]], pick=None,
            by: str = "number", around: int | None = CONTEXT_LINES) -> Where:
     """Ask the model which line of `regions` the instruction is about; see the module docstring."""
