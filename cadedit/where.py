@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cadedit.document import Document
-from cadedit.settings import CONTEXT_LINES, WHERE_BY
+from cadedit.settings import CONTEXT_LINES, DEFAULT_WHERE_BY, WHERE_BY
 
 __all__ = ["WHERE_BY", "Where", "LineNumberCursor", "LineTextCursor", "locate", "surprise", "surprise_score"]
 
@@ -50,7 +50,7 @@ class Where:
     seconds: float
     forward_passes: int
     tokens_prompt: int
-    by: str = "number"  # how the line was found (WHERE_BY)
+    by: str  # how the line was found (WHERE_BY)
     # by surprise: (line, byte column, token id, its log-probability) for the tokens of the named line
     # the model expected otherwise, most surprising first, and what it expected; a branched try branches there first
     expected: tuple = ()
@@ -252,7 +252,7 @@ def where_picker(loaded):
 
 
 def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple[int, int]], pick=None,
-           by: str = "number", around: int | None = CONTEXT_LINES) -> Where:
+           by: str = DEFAULT_WHERE_BY, around: int | None = CONTEXT_LINES) -> Where:
     """Ask the model which line of `regions` the instruction is about; see the module docstring."""
     from cadedit.decode import decode
     from cadedit.model import chat_prompt, eos_ids, language_model, token_bytes
@@ -279,7 +279,7 @@ def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple
                      lm.reuse(prompt_ids))
     lines = cursor.lines()
     return Where(tuple(tuple(r) for r in regions), lines, cursor.text(), located_levels(document, lines, regions),
-                 time.perf_counter() - start, decoded.stats.forward_passes, decoded.stats.tokens_prompt)
+                 time.perf_counter() - start, decoded.stats.forward_passes, decoded.stats.tokens_prompt, by)
 
 
 def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],

@@ -260,3 +260,11 @@ def test_the_reading_shows_as_many_lines_before_the_function_as_context_says(wor
         assert where["asked"] == [[61, 110]] and all(61 <= line <= 110 for line in where["lines"])
         read = encode(tokenizer, "".join(line + "\n" for line in lines[first - 1 : 110]))
         assert where["tokens_prompt"] == len(read), context
+
+
+def test_a_quoted_line_says_it_was_found_by_quote(work, tiny_dir, scripted):
+    """--where-by quote: the model's greedy quote names a line of the function, and --json says how."""
+    scripted(unchanged, unchanged, fixed_line)
+    result, data = run(work, tiny_dir, VAGUE, by="quote")
+    assert result.exit_code == 0, result.output
+    assert data["where"]["by"] == "quote" and all(1 <= k <= 50 for k in data["where"]["lines"])
