@@ -150,6 +150,11 @@ def merge_regions(regions: Iterable[Region]) -> tuple[Region, ...]:
     return tuple(merged)
 
 
+def merge_spans(spans: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """(start, end) line spans sorted, the ones that overlap or touch merged (as merge_regions)."""
+    return tuple((r.start, r.end) for r in merge_regions(Region(a, b, "") for a, b in spans))
+
+
 def _option_region(spec: str, document: Document) -> Region:
     start, end = parse_line_ranges(spec)
     label = f"--lines {start}" if start == end else f"--lines {start}-{end}"
@@ -342,8 +347,7 @@ def located_levels(document: Document, lines: Sequence[int], regions: Sequence[t
     levels: list[tuple[tuple[int, int], ...]] = []
     for candidates in ([ladder[1] for ladder in ladders], [ladder[3] for ladder in ladders],
                        [Region(a, b, "") for a, b in whole]):
-        held = [Region(a, b, "") for a, b in (levels[-1] if levels else ())]
-        level = tuple((r.start, r.end) for r in merge_regions([*candidates, *held]))
+        level = merge_spans([*((r.start, r.end) for r in candidates), *(levels[-1] if levels else ())])
         if not levels or level != levels[-1]:
             levels.append(level)
     return tuple(levels)
