@@ -499,7 +499,8 @@ def _reporters(document, options, run: _Run, progress):
         numbers = f" ({progress.summary(stats)})" if stats else ""
         widened = ""
         if attempt.regions != previous.get("regions", options.regions):  # the levels only grow
-            widened = " [scope widened to " + ", ".join(f"lines {a}-{b}" for a, b in attempt.regions) + "]"
+            spans = (f"line {a}" if a == b else f"lines {a}-{b}" for a, b in attempt.regions)
+            widened = " [scope widened to " + ", ".join(spans) + "]"
         previous["regions"] = attempt.regions
         which = f", candidate {attempt.candidate} of {attempt.of}" if attempt.candidate else ""
         say(f"{document.path}: try {attempt.number} of {tries}{which}{widened}: {attempt.summary()}{numbers}")

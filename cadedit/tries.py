@@ -19,6 +19,8 @@ failed the test, and drops the region's quote after one that changed nothing. A 
 long definition whose instruction names no line (options.locate) first asks the model where
 (cadedit.where, a few tokens) and climbs from the line it names: the statement there, the function,
 the definition; there a candidate that changed nothing widens too (the line named was not the one).
+Where a test decides, a try at the statements of the next most surprising lines comes before the
+function (_ladder).
 Nothing is written here.
 """
 
@@ -218,7 +220,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     done: list[Try] = []
     last: Try | None = None  # what the next try learns from: the previous try, or its best candidate
     told = ""
-    levels = where.levels if where is not None else (options.regions, *options.wider)
+    levels, expected = _ladder(document, options, plan, where)
     widen_after = set(WIDEN_AFTER) | ({UNQUOTED_AFTER} if where is not None else set())
     level = 0
     layout = options.layout
@@ -231,8 +233,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
             layout = unquoted(layout)
         located = where is not None and level == 0  # this try retypes the line the where-step named
         current = replace(options, sampling=sampling_for(number, options.sampling), feedback=told,
-                          regions=levels[level], wider=(), layout=layout, locate=False,
-                          expected=where.expected if located else ())
+                          regions=levels[level], wider=(), layout=layout, locate=False, expected=expected[level])
         pick = picks(number) if picks else None
         test_hook = None if on_test is None else (lambda: on_test(number))
         k = candidates_for(candidates, plan, loaded, number, located)
@@ -250,6 +251,27 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         if any(attempt.passed for attempt in made):
             break
     return Verified(tuple(done), where)
+
+
+def _ladder(document: Document, options: EditOptions, plan: CheckPlan, where: Any) -> tuple[tuple, tuple]:
+    """The tries' scopes, narrowest first, and the tokens each one's branches put in first (where.Where.expected).
+    Without the where-step: the options' regions, then options.wider. After it: Where.levels, the named
+    line's expected tokens at the first; where a test decides (so a wrong line's change fails) and the
+    reading found runners-up, a try that retypes the statements of the named line and of those comes
+    before the function, its branches spread over their surprising tokens (Where.spread)."""
+    if where is None:
+        levels = (options.regions, *options.wider)
+        return levels, ((),) * len(levels)
+    levels, expected = list(where.levels), [where.expected] + [()] * (len(where.levels) - 1)
+    if plan.test and where.runners_up and len(levels) > 1:
+        from cadedit.scope import located_levels, merge_spans
+
+        lines = (*where.lines, *where.runners_up)
+        spread = merge_spans([*located_levels(document, lines, where.asked)[0], *levels[0]])
+        if spread not in levels:
+            later = [merge_spans([*level, *spread]) for level in levels[1:]]
+            levels, expected = [levels[0], spread, *later], [where.expected, where.spread, *expected[1:]]
+    return tuple(levels), tuple(expected)
 
 
 def candidates_for(asked: int | None, plan: CheckPlan, loaded: Any, number: int = 1, located: bool = False) -> int:

@@ -34,6 +34,10 @@ WHERE_BUDGET = 24
 # Surprising tokens of the line named by surprise that a branched try may replace by the model's own
 # choice, most surprising first: as many as a later try's branches (settings.LATER_TESTED_CANDIDATES - 1).
 MOST_EXPECTED = 7
+# Lines after the most surprising one whose statements a tested try retypes before the function: the
+# bug's line was among the 4 most surprising lines of 20 of 30 held-out long-file tasks, and the first
+# of them in 13 (README, "The where-step by reading").
+RUNNERS_UP = 3
 # Tokens a forward of the surprise reading feeds: the logits of every one are kept ([chunk, vocab] floats).
 SURPRISE_CHUNK = 256
 _ANSWER_CHARS = frozenset(b"0123456789, ")
@@ -54,6 +58,11 @@ class Where:
     # by surprise: (line, byte column, token id, its log-probability) for the tokens of the named line
     # the model expected otherwise, most surprising first, and what it expected; a branched try branches there first
     expected: tuple = ()
+    # by surprise: the lines with the next most surprising tokens (at most RUNNERS_UP), most surprising
+    # first, and `spread`: Where.expected's points taken in turn from the named line and each of them
+    # (at most MOST_EXPECTED). Where a test decides, a try retypes all their statements before the function.
+    runners_up: tuple[int, ...] = ()
+    spread: tuple = ()
 
     def describe(self) -> str:
         """One line for stderr: "where: the model named line 57 of lines 40-120; try 1 retypes line 57"."""
@@ -68,7 +77,8 @@ class Where:
         return {"asked": [list(r) for r in self.asked], "lines": list(self.lines), "answer": self.answer,
                 "levels": [[list(r) for r in level] for level in self.levels], "seconds": self.seconds,
                 "forward_passes": self.forward_passes, "tokens_prompt": self.tokens_prompt, "by": self.by,
-                "expected": [list(e) for e in self.expected]}
+                "expected": [list(e) for e in self.expected], "runners_up": list(self.runners_up),
+                "spread": [list(e) for e in self.spread]}
 
 
 class _AnswerCursor:
@@ -318,11 +328,23 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
         fed += len(ids)
     read_tokens.sort(reverse=True)  # the most surprising first; among equals the earlier line
     named = (-read_tokens[0][1],) if read_tokens else ()
-    expected = tuple((-line, column, token, logprob) for score, line, column, token, logprob in read_tokens
-                     if -line in named and score > 0)[:MOST_EXPECTED]
+    by_line: dict[int, list[tuple]] = {}  # each line's surprising tokens as points, most surprising first
+    for score, line, column, token, logprob in read_tokens:
+        if score > 0 and (-line in by_line or len(by_line) <= RUNNERS_UP):
+            by_line.setdefault(-line, []).append((-line, column, token, logprob))
+    expected = tuple(by_line.get(named[0], ()) if named else ())[:MOST_EXPECTED]
+    runners_up = tuple(line for line in by_line if line not in named)[:RUNNERS_UP]
     return Where(tuple(tuple(r) for r in regions), named, ", ".join(map(str, named)),
                  located_levels(document, named, regions), time.perf_counter() - start, forwards, fed, "surprise",
-                 expected)
+                 expected, runners_up, _in_turn([by_line[line] for line in (*named, *runners_up) if line in by_line]))
+
+
+def _in_turn(points: Sequence[Sequence[tuple]], most: int = MOST_EXPECTED) -> tuple:
+    """Each line's first point, then each line's second, ..., at most `most` in all: every line gets a branch."""
+    spread = []
+    for depth in range(max(map(len, points), default=0)):
+        spread += [line_points[depth] for line_points in points if depth < len(line_points)]
+    return tuple(spread[:most])
 
 
 def _token_places(ids: Sequence[int], tokens: Sequence[bytes], first: int) -> list[tuple[int, int]]:

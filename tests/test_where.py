@@ -268,3 +268,30 @@ def test_a_quoted_line_says_it_was_found_by_quote(work, tiny_dir, scripted):
     result, data = run(work, tiny_dir, VAGUE, by="quote")
     assert result.exit_code == 0, result.output
     assert data["where"]["by"] == "quote" and all(1 <= k <= 50 for k in data["where"]["lines"])
+
+
+def test_where_a_test_decides_the_next_try_retypes_the_next_surprising_lines_before_the_function(
+        work, tiny_dir, scripted):
+    """--where (by surprise) with --test: a try whose line was wrong is followed by one that retypes the
+    statements of the named line and of the next most surprising lines (where.RUNNERS_UP), its branches
+    put in what the reading expected on each of them in turn (Where.spread); then the function. Without
+    a test nothing tells a wrong line's change from the fix, so the next try is the function, as before."""
+    from cadedit.scope import merge_spans
+
+    for args, answers in ((("--test", "grep -q 'return v1 + v2' a.py"), (unchanged, unchanged)), ((), (unchanged,))):
+        scripted(*answers, fixed_line)
+        (work / "a.py").write_text(BUGGY, encoding="utf-8")
+        result = fix(tiny_dir, VAGUE, "--json", "--where", *args)
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        where, regions = data["where"], [t["regions"] for t in data["tries"]]
+        [named], runners_up = where["lines"], where["runners_up"]
+        assert len(runners_up) == 3 and named not in runners_up and where["levels"] == [[[named, named]], [[1, 50]]]
+        assert [line for line, *_ in where["spread"][:4]] == [named, *runners_up]  # each line's first, in turn
+        assert data["tries"][-1]["passed"] and "+    return v1 + v2" in data["diff"]
+        if args:  # each of BODY's lines is a statement of its own
+            spread = [list(span) for span in merge_spans((k, k) for k in (named, *runners_up))]
+            assert regions == [[[named, named]], spread, [[1, 50]]]
+            assert f"try 2 of 3 [scope widened to line {min(named, *runners_up)}, " in result.stderr
+        else:
+            assert regions == [[[named, named]], [[1, 50]]]
