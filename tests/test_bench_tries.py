@@ -213,6 +213,39 @@ def test_longfile_vague_asks_where_first_and_compares_with_the_whole_function(tm
     assert "vague/scoped: " in result.stdout and "vague/scoped/no-where: " in result.stdout
 
 
+def test_longfile_with_the_oracle_test_a_wrong_lines_change_fails_and_the_next_try_widens(
+        tmp_path, monkeypatch, long_context_dir):
+    """--oracle-test: each edit is checked by a test that passes the original file only, as `fix --test`
+    with a test that finds the bug; without it a change on a wrong line passes the checks and is the answer."""
+    import ast
+
+    from cadedit.bench import longfile
+
+    tasks = longfile.build_tasks([__import__("rich").__path__[0]], 12, seed=0)
+    task = next(t for t in tasks if t["function_end"] - t["function_start"] + 1 > 40)
+    wrong = next(node.lineno for node in ast.walk(ast.parse(task["before"]))
+                 if isinstance(node, (ast.Assign, ast.Return)) and node.lineno == node.end_lineno
+                 and task["function_start"] < node.lineno <= task["function_end"] and node.lineno != task["bug_line"])
+    lines = task["before"].splitlines(keepends=True)
+    lines[wrong - 1] = lines[wrong - 1].rstrip("\n") + "  # changed\n"
+    tasks_file = tmp_path / "tasks.jsonl"
+    longfile.write_tasks([task], tasks_file)
+    for flags, widened in ((["--oracle-test"], True), ([], False)):
+        answers(monkeypatch, "".join(lines), task["after"])
+        where_says(monkeypatch, f"{wrong}\n")
+        out = tmp_path / "l.json"
+        result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
+                                          str(tasks_file), "-n", "1", "--instructions", "vague", "--where-by", "number",
+                                          "--tries", "2", *flags, "--dtype", "fp32", "--threads", "1",
+                                          "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        data = json.loads(out.read_text())
+        (row,) = data["rows"]
+        assert row["tested"] is widened and data["oracle_test"] is widened
+        assert row["where"]["lines"] == [wrong] and (row["tries_regions"][-1] != row["tries_regions"][0]) is widened
+        assert row["verified"]["exact"] is widened and row["first"]["exact"] is False
+
+
 def test_longfile_rejects_an_unknown_where(tmp_path, long_context_dir):
     result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--where", "maybe"])
     assert result.exit_code == 2 and "--where" in result.output

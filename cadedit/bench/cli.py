@@ -999,6 +999,8 @@ def longfile(
     where: WhereOpt = "on",
     where_by: WhereByOpt = DEFAULT_WHERE_BY,
     max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = DEFAULT_TRIES,
+    tested: Annotated[bool, typer.Option("--oracle-test", help="Also check each edit with a test that passes the "
+                                         "original file only, as `fix --test` would with a test that finds the bug.")] = False,
     dtype: DtypeOpt = DEFAULT_DTYPE,
     threads: ThreadsOpt = None,
     save_tasks: Annotated[Path | None, typer.Option("--save-tasks", help="Also write the tasks as JSONL.")] = None,
@@ -1026,8 +1028,9 @@ def longfile(
     work = _longfile_work(tasks, instructions, scoping, where, where_by)
     loaded, _ = _load_model(model, "auto", dtype, threads, backend, warm_up=False)
     meta = {**_model_meta("longfile", loaded), "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
-            "first": first, "context": context, "where": where, "where_by": where_by}
-    done = run_corpora({"tasks": tasks}, "longfile", lambda _, item: lf.run_task(loaded, *item, around, max_tries, where_by),
+            "first": first, "context": context, "where": where, "where_by": where_by, "oracle_test": tested}
+    done = run_corpora({"tasks": tasks}, "longfile",
+                       lambda _, item: lf.run_task(loaded, *item, around, max_tries, where_by, tested),
                        lambda done: {**meta, "summary": _longfile_summary(done["tasks"]), "rows": done["tasks"]},
                        json_path, lambda row: say(_longfile_line(row)), work)
     for key, summary in _longfile_summary(done["tasks"]).items():

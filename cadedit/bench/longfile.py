@@ -82,10 +82,11 @@ def read_tasks(path: str | Path) -> list[dict]:
 
 
 def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around: int | None, tries: int,
-             where_by: str = DEFAULT_WHERE_BY) -> dict:
+             where_by: str = DEFAULT_WHERE_BY, tested: bool = False) -> dict:
     """One task edited as `cadedit fix` edits it (scope from the instruction unless not `scoped`, the
     where-step (naming the line by `where_by`) when `located`, verify mode, tries with syntax/no-change
-    checks): its row."""
+    checks, and when `tested` a test that passes the original file only, as `--test`): its row."""
+    import tempfile
     import time
     from dataclasses import replace
 
@@ -100,10 +101,13 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
     options, _ = plan_edit(document, instruction, options, scoping=scoped, where=located)
     options = replace(options, where_by=where_by)
     row = {"id": task["id"], "path": task["path"], "lines": len(task["before"].splitlines()), "kind": kind,
-           "scoped": scoped, "located": located, "regions": options.regions, "bug_line": task["bug_line"]}
+           "scoped": scoped, "located": located, "tested": tested, "regions": options.regions,
+           "bug_line": task["bug_line"]}
     start = time.perf_counter()
     try:
-        verified = edit_verified(document, instruction, options, CheckPlan(), tries, loaded=loaded)
+        with tempfile.TemporaryDirectory(prefix="cadedit-longfile-") as folder:
+            plan = oracle_plan(Path(folder), document, task["after"]) if tested else CheckPlan()
+            verified = edit_verified(document, instruction, options, plan, tries, loaded=loaded)
     except CadeditError as exc:  # e.g. a file too large for the model: that task fails, the rest go on
         return {**row, "seconds": time.perf_counter() - start, "tries": 0, "first_seconds": 0.0, "answered": False,
                 "first": None, "verified": None, "error": exc.message, "forward_passes": 0}
@@ -116,6 +120,22 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
             "first": score(task, first.result.new_text) if first.result else None,
             "verified": score(task, answer.result.new_text) if answer else None,
             "forward_passes": sum(t.result.stats.forward_passes for t in verified.tries if t.result)}
+
+
+def oracle_plan(folder: Path, document: Document, fixed: str):
+    """Checks with a test that passes exactly the fixed file (byte for byte): the buggy file and the
+    fixed one are written into `folder`, and candidates go into the former as `cadedit fix --test` puts them."""
+    import shlex
+    import sys
+
+    from cadedit.tries import CheckPlan
+
+    target, original = folder / Path(document.path).name, folder / "fixed"
+    target.write_bytes(document.to_bytes())
+    original.write_bytes(fixed.encode("utf-8"))
+    same = "import sys; a, b = sys.argv[1:]; sys.exit(open(a, 'rb').read() != open(b, 'rb').read())"
+    return CheckPlan(test=shlex.join([sys.executable, "-c", same, str(target), str(original)]), cwd=folder,
+                     target=target)
 
 
 def write_tasks(tasks: Sequence[dict], path: str | Path) -> None:
