@@ -268,9 +268,10 @@ def _ladder(document: Document, options: EditOptions, plan: CheckPlan, where: An
 
         lines = (*where.lines, *where.runners_up)
         spread = merge_spans([*located_levels(document, lines, where.asked)[0], *levels[0]])
-        if spread not in levels:
-            later = [merge_spans([*level, *spread]) for level in levels[1:]]
-            levels, expected = [levels[0], spread, *later], [where.expected, where.spread, *expected[1:]]
+        if spread not in levels:  # else the lines' statements make up a wider level already
+            # each wider level holds the lines' statements too; two that become the same are one
+            later = dict.fromkeys(merge_spans([*level, *spread]) for level in levels[1:])
+            levels, expected = [levels[0], spread, *later], [where.expected, where.spread, *[()] * len(later)]
     return tuple(levels), tuple(expected)
 
 
