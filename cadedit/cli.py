@@ -488,6 +488,8 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
 
 def _reporters(document, options, run: _Run, progress):
     """on_try and on_where: one line on stderr per try (and for the where-step), more with --verbose."""
+    from cadedit.scope import span_text
+
     quiet, verbose, tries = run.quiet, run.verbose, run.tries
     previous: dict = {}
 
@@ -499,8 +501,7 @@ def _reporters(document, options, run: _Run, progress):
         numbers = f" ({progress.summary(stats)})" if stats else ""
         widened = ""
         if attempt.regions != previous.get("regions", options.regions):  # the levels only grow
-            spans = (f"line {a}" if a == b else f"lines {a}-{b}" for a, b in attempt.regions)
-            widened = " [scope widened to " + ", ".join(spans) + "]"
+            widened = " [scope widened to " + ", ".join(span_text(a, b) for a, b in attempt.regions) + "]"
         previous["regions"] = attempt.regions
         which = f", candidate {attempt.candidate} of {attempt.of}" if attempt.candidate else ""
         say(f"{document.path}: try {attempt.number} of {tries}{which}{widened}: {attempt.summary()}{numbers}")

@@ -150,6 +150,11 @@ def merge_regions(regions: Iterable[Region]) -> tuple[Region, ...]:
     return tuple(merged)
 
 
+def span_text(a: int, b: int) -> str:
+    """Lines a..b as people write them: "line 57" or "lines 57-63"."""
+    return f"line {a}" if a == b else f"lines {a}-{b}"
+
+
 def merge_spans(spans: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     """(start, end) line spans sorted, the ones that overlap or touch merged (as merge_regions)."""
     return tuple((r.start, r.end) for r in merge_regions(Region(a, b, "") for a, b in spans))
@@ -270,7 +275,7 @@ def _word_refs(spec: str) -> list[LineRef]:
     for item in _LIST_SPLIT.split(spec):
         bounds = [int(n) for n in _RANGE_SPLIT.split(item.strip())]
         a, b = bounds[0], bounds[-1]
-        out.append(_ordered(a, b, f"line {a}" if a == b else f"lines {a}-{b}"))
+        out.append(_ordered(a, b, span_text(a, b)))
     return out
 
 

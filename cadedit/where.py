@@ -66,9 +66,11 @@ class Where:
 
     def describe(self) -> str:
         """One line for stderr: "where: the model named line 57 of lines 40-120; try 1 retypes line 57"."""
+        from cadedit.scope import span_text
+
         named = ", ".join(map(str, self.lines))
-        asked = ", ".join(_span(a, b) for a, b in self.asked)
-        first = ", ".join(_span(a, b) for a, b in self.levels[0])
+        asked = ", ".join(span_text(a, b) for a, b in self.asked)
+        first = ", ".join(span_text(a, b) for a, b in self.levels[0])
         said = "least expected" if self.by == "surprise" else "named"
         return (f"where: the model {said} line{'s' if len(self.lines) > 1 else ''} {named} of {asked}; try 1 retypes "
                 f"{first}, a later try the next wider scope ({self.seconds:.1f} s, {self.forward_passes} forwards)")
@@ -177,10 +179,6 @@ class LineNumberCursor(_AnswerCursor):
     def lines(self) -> tuple[int, ...]:
         """The numbers named, each once, in the order named."""
         return tuple(dict.fromkeys(int(p) for p in self._text.split(",") if p.strip()))
-
-
-def _span(a: int, b: int) -> str:
-    return f"line {a}" if a == b else f"lines {a}-{b}"
 
 
 class LineTextCursor(_AnswerCursor):

@@ -88,6 +88,7 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
     checks, and when `tested` a test that passes the original file only, as `--test`): its row."""
     import tempfile
     import time
+    from contextlib import nullcontext
     from dataclasses import replace
 
     from cadedit.errors import CadeditError
@@ -105,7 +106,7 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
            "bug_line": task["bug_line"]}
     start = time.perf_counter()
     try:
-        with tempfile.TemporaryDirectory(prefix="cadedit-longfile-") as folder:
+        with tempfile.TemporaryDirectory(prefix="cadedit-longfile-") if tested else nullcontext() as folder:
             plan = oracle_plan(Path(folder), document, task["after"]) if tested else CheckPlan()
             verified = edit_verified(document, instruction, options, plan, tries, loaded=loaded)
     except CadeditError as exc:  # e.g. a file too large for the model: that task fails, the rest go on
