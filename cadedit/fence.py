@@ -123,6 +123,8 @@ def output_text(output: str, fence: str, document: Document | None = None, unter
 
     Text whose last line had no terminator keeps none (`unterminated`, or the document's last
     line): the fence forces the model to end its last line with a newline that is not part of it.
+    An answer that ends right at its last line of code keeps the blank lines that ended the document:
+    a model closes its fence after the code whatever followed it, so their loss is not an edit.
     """
     kept = []
     for line in re.findall(r"[^\n]*\n|[^\n]+$", output):  # "\n" only: a form feed is not a line end here
@@ -132,4 +134,17 @@ def output_text(output: str, fence: str, document: Document | None = None, unter
     text = "".join(kept)
     if unterminated is None:
         unterminated = bool(document is not None and document.lines and not line_terminator(document.lines[-1]))
-    return text[:-1] if unterminated and text.endswith("\n") else text
+    if unterminated:
+        return text[:-1] if text.endswith("\n") else text
+    if document is not None and text.strip() and not _BLANK_TAIL.search(text):
+        text += _blank_tail(document.display_text(1, document.n_lines))
+    return text
+
+
+# The blank lines (spaces and tabs at most) after a text's last line of code.
+_BLANK_TAIL = re.compile(r"\n((?:[ \t]*\n)+)\Z")
+
+
+def _blank_tail(text: str) -> str:
+    found = _BLANK_TAIL.search(text)
+    return found.group(1) if found else ""

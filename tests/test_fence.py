@@ -46,6 +46,9 @@ def test_the_stopper_finds_the_closing_fence_across_token_seams(tokens, stops_af
     ("```\n", "a\n", ""),
     ("a\n  ```\nb\n", "a\n", "a\n  ```\nb\n"),  # an indented fence is file content
     ("a\x0c```\nb\n```\n", "a\n", "a\x0c```\nb\n"),  # only "\n" ends a line
+    ("a\nc\n```\n", "a\nb\n\n  \n", "a\nc\n\n  \n"),  # the fence right after the code: the blank lines stay
+    ("a\nc\n\n```\n", "a\nb\n\n\n", "a\nc\n\n"),  # blank lines written: as written
+    ("```\n", "a\n\n", ""),  # nothing written keeps nothing
 ])
 def test_output_text_is_the_file_before_the_closing_fence(output, before, expected):
     assert output_text(output, "```", Document.from_text(before)) == expected

@@ -20,7 +20,7 @@ from cadedit.options import Mode
 from cadedit.program import parse
 from cadedit.resolve import resolve
 from cadedit.decode import script_picker
-from tests.scripting import editing, every_try, inject_picks
+from tests.scripting import editing, every_try, inject_picks, spelling
 from tests.tinymodel import save_model
 
 BEFORE = b"def add(a, b):\r\n    return a - b\r\n\r\n\r\nprint(add(1, 2))\r\n"
@@ -393,3 +393,16 @@ def test_a_small_file_may_grow_far_past_its_size(work, tiny_dir, scripted):
     result = fix("stub.py", "Implement table.", "--model", str(tiny_dir), "--write")
     assert result.exit_code == 0, result.output
     assert (work / "stub.py").read_bytes() == after
+
+
+def test_an_answer_that_closes_its_fence_right_after_the_code_keeps_the_files_blank_lines(work, tiny_dir, monkeypatch):
+    """The model closes its fence after the last line of code whatever followed it: the file's own
+    blank lines at its end are not an edit, neither in the diff nor in the file written."""
+    (work / "a.py").write_bytes(b"def add(a, b):\n    return a - b\n\n\n")
+    inject_picks(monkeypatch, every_try(spelling(lambda prepared: "def add(a, b):\n    return a + b\n" + prepared.fence + "\n")))
+    shown = fix("a.py", "Fix add.", "--model", str(tiny_dir))
+    assert shown.exit_code == 0, shown.output
+    assert b"-    return a - b\n+    return a + b\n" in shown.stdout_bytes and b"\n-\n" not in shown.stdout_bytes
+    written = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--write")
+    assert written.exit_code == 0, written.output
+    assert (work / "a.py").read_bytes() == b"def add(a, b):\n    return a + b\n\n\n"
