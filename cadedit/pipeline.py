@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
 
 from cadedit import program as P
 from cadedit.decode import Candidate, Decoded, DecodeStats, Picker, Row, Step, branch, decode
@@ -308,9 +308,11 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, pi
     if accept(first) or len(picks) == 1:
         return [first]
     ids, tokens = first_row.ids, token_bytes(loaded)
-    points = branch_points(found.alternatives, ids, len(picks) - 1, tokens)
-    # Where the where-step's reading expected other tokens: those branches first, then the hesitations.
-    expected = expected_points(document, options.expected, ids, first_row.through, tokens)
+    points = branch_points(found.alternatives, ids, len(picks) - 1, tokens, prepared.fence, options.branched)
+    # Where the where-step's reading expected other tokens: those branches first, then the hesitations;
+    # none an earlier try branched at from the same answer (options.branched).
+    expected = [e for e in expected_points(document, options.expected, ids, first_row.through, tokens)
+                if branch_key(ids, e) not in options.branched]
     taken = {e.at for e in expected}
     points = [*expected, *(p for p in points if p.at not in taken)][: len(picks) - 1]
     if not points:
@@ -327,7 +329,13 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, pi
     limits = [branch_limit(forwards, len(ids), alternative.at) for alternative in points]
     steps = decode_branches(lm, rows, list(lm.ids), prefixes, prepared.budget, limits)
     branched = decode_candidates(lm, rows, prepared.prompt_ids, None, prepared.budget, on_step, steps=steps)
-    return [first, *(_edit_candidate(loaded, document, prepared, c) for c in branched)]
+    return [first, *(replace(_edit_candidate(loaded, document, prepared, c), branch=branch_key(ids, p))
+                     for c, p in zip(branched, points))]
+
+
+def branch_key(ids: Sequence[int], alternative: Alternative) -> int:
+    """A branch point as a number: the answer's ids before it and the token put there (never 0)."""
+    return hash((*ids[: alternative.at], alternative.token)) % (1 << 61) or 1
 
 
 def expected_points(document: Document, expected: Sequence[tuple], ids: Sequence[int],
@@ -352,16 +360,29 @@ def expected_points(document: Document, expected: Sequence[tuple], ids: Sequence
     return points
 
 
-def branch_points(alternatives: Sequence, ids: Sequence[int], n: int, tokens: Sequence[bytes]) -> list:
-    """The n alternatives with the smallest margins (one is recorded a position), leaving out those that only
-    split the picked token's text (an alternative that is a prefix of it spells the same answer
-    again in smaller pieces)."""
+def branch_points(alternatives: Sequence, ids: Sequence[int], n: int, tokens: Sequence[bytes], fence: str = "",
+                  taken: Collection[int] = ()) -> list:
+    """The n alternatives with the smallest margins (one is recorded a position), leaving out those that
+    would write the answer again: one that spells the answer's next bytes in other pieces (a prefix of the
+    picked token, or several tokens in one), one that ends the code as the answer does, only another
+    whitespace before its closing `fence` (a blank line the answer places again: fence.output_text), and
+    one an earlier try branched at from the same answer (`taken`: branch_key each)."""
     points = []
     for alternative in sorted(alternatives, key=lambda a: a.margin):
-        picked = tokens[ids[alternative.at]] if alternative.at < len(ids) else b""
-        if tokens[alternative.token] and picked.startswith(tokens[alternative.token]):
+        rest, spelled = b"".join(tokens[t] for t in ids[alternative.at :]), tokens[alternative.token]
+        if spelled and (rest.startswith(spelled) or _ends_alike(spelled, rest, fence.encode("utf-8"))):
+            continue
+        if taken and branch_key(ids, alternative) in taken:
             continue
         points.append(alternative)
         if len(points) == n:
             break
     return points
+
+
+def _ends_alike(spelled: bytes, rest: bytes, fence: bytes) -> bool:
+    """Whether an alternative `spelled` where the answer goes on with `rest` writes the rest of its code
+    (up to the fence line) and differs from it only in the whitespace after."""
+    end = (b"\n" + rest).find(b"\n" + fence) if fence else -1
+    code = rest[:end] if end >= 0 else None
+    return bool(code is not None and spelled.strip() and code.rstrip() == spelled.rstrip())

@@ -114,6 +114,7 @@ class EditCandidate:
     result: EditResult | None
     logprob: float
     error: Exception | None = None
+    branch: int = 0  # a branch's point (pipeline.branch_key); 0: not a branch
 
 
 def result_json(result: EditResult, diff_text: str) -> dict:

@@ -132,7 +132,8 @@ def options_from_wire(data: dict):
                           "regions": tuple(tuple(r) for r in data["regions"]),
                           "wider": tuple(tuple(tuple(r) for r in level) for level in data.get("wider", ())),
                           "referenced": tuple(data["referenced"]),
-                          "expected": tuple(tuple(e) for e in data.get("expected", ()))})
+                          "expected": tuple(tuple(e) for e in data.get("expected", ())),
+                          "branched": tuple(data.get("branched", ()))})
 
 
 def result_to_wire(result) -> dict:
@@ -146,14 +147,15 @@ def result_to_wire(result) -> dict:
 def candidate_to_wire(candidate) -> dict:
     """An EditCandidate: its edit or its error, and its log-probability."""
     return {"result": result_to_wire(candidate.result) if candidate.result else None, "logprob": candidate.logprob,
-            "error": error_to_wire(candidate.error) if isinstance(candidate.error, CadeditError) else None}
+            "error": error_to_wire(candidate.error) if isinstance(candidate.error, CadeditError) else None,
+            "branch": candidate.branch}
 
 
 def candidate_from_wire(data: dict, document):
     from cadedit.results import EditCandidate
 
     return EditCandidate(result_from_wire(data["result"], document) if data["result"] else None, data["logprob"],
-                         error_from_wire(data["error"]) if data["error"] else None)
+                         error_from_wire(data["error"]) if data["error"] else None, data.get("branch", 0))
 
 
 def result_from_wire(data: dict, document):

@@ -85,6 +85,7 @@ class Try:
     candidate: int = 0  # which of the candidates decoded side by side (1 ..), 0: the try's only one
     of: int = 0  # how many candidates the try decoded (0: one)
     logprob: float | None = None  # the model's summed log-probability of the candidate's picked tokens
+    branch: int = 0  # the point a branched candidate branched at (pipeline.branch_key); 0: not a branch
 
     @property
     def passed(self) -> bool:
@@ -225,6 +226,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     level = 0
     layout = options.layout
     checked: dict[str, Try] = {}  # every candidate text checked so far: a later try's copy is not checked again
+    branched: set[int] = set()  # every branch point taken so far: a later try branches elsewhere
     for number in range(1, tries + 1):
         failed = {c.name for c in last.failed_checks} if last else set()
         widened = bool(failed & widen_after) and level < len(levels) - 1
@@ -233,7 +235,8 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
             layout = unquoted(layout)
         located = where is not None and level == 0  # this try retypes the line the where-step named
         current = replace(options, sampling=sampling_for(number, options.sampling), feedback=told,
-                          regions=levels[level], wider=(), layout=layout, locate=False, expected=expected[level])
+                          regions=levels[level], wider=(), layout=layout, locate=False, expected=expected[level],
+                          branched=tuple(sorted(branched)))
         pick = picks(number) if picks else None
         test_hook = None if on_test is None else (lambda: on_test(number))
         k = candidates_for(candidates, plan, loaded, number, located)
@@ -244,6 +247,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
             made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
         for attempt in made:
             done.append(attempt)
+            branched.update([attempt.branch] if attempt.branch else [])
             if on_try is not None:
                 on_try(attempt)
         last = Verified(tuple(made)).best or made[-1]
@@ -401,7 +405,7 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
     def check(i: int, c, decode_seconds: float) -> bool:
         """Candidate i+1's Try into `made`; whether it passed."""
         t, candidate = samplings[i].temperature, i + 1
-        common = dict(regions=current.regions, candidate=candidate, of=k, logprob=c.logprob)
+        common = dict(regions=current.regions, candidate=candidate, of=k, logprob=c.logprob, branch=c.branch)
         winner = next((m.candidate for m in made if m.passed), 0)
         if c.result is None:
             error = getattr(c.error, "message", str(c.error))

@@ -89,15 +89,21 @@ def every_try(pick_for: pipeline.PickFor) -> Callable[[int], Any]:
     return lambda k: pick_for if k else None
 
 
-def inject_branches(monkeypatch, old: bytes, new: bytes) -> None:
+def inject_branches(monkeypatch, old: bytes, new: bytes) -> list:
     """Branches (pipeline.edit_branches) start where candidate 1's ids first spell `old` and take the
     token that spells `new` there, wherever the random model hesitated: the branch rows' own pickers
-    then spell the rest (a script continues by the bytes spelled so far)."""
+    then spell the rest (a script continues by the bytes spelled so far). Returns what each call was
+    given and gave: (candidate 1's ids, the points, the branch points taken before)."""
     from cadedit.results import Alternative
 
-    def points(alternatives, ids, n, tokens):
+    calls = []
+
+    def points(alternatives, ids, n, tokens, fence="", taken=()):
         index = {piece: token for token, piece in enumerate(tokens) if piece}
         at = next((i for i, token in enumerate(ids) if tokens[token] == old), None)
-        return [] if at is None else [Alternative(at, index[new], 0.0, -1.0)] * n
+        found = [] if at is None else [Alternative(at, index[new], 0.0, -1.0)] * n
+        calls.append((list(ids), found, set(taken)))
+        return found
 
     monkeypatch.setattr(pipeline, "branch_points", points)
+    return calls

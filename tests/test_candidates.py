@@ -23,7 +23,7 @@ from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.model import CachedLM, LoadedModel, encode, new_cache, token_bytes
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.pipeline import edit_candidates, edit_file
+from cadedit.pipeline import branch_key, edit_candidates, edit_file
 from tests.scripting import given, inject_branches, inject_picks, spelling
 from tests.test_rewrite import BEFORE as COLORS, editing_model
 from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, load_once, _models, work  # noqa: F401 - fixtures
@@ -186,7 +186,7 @@ def test_later_tries_make_eight_and_a_copy_of_an_earlier_try_is_not_tested_again
     runs once for it in all (here try 2 repeats try 1's answers; nothing passes, nothing is written)."""
     calls = scripted_rows("def add(a, b):\n    return a * b\n\n\nprint(add(1, 2))\n", BEFORE.decode(), BEFORE.decode(),
                           BEFORE.decode(), then=WRONG)
-    inject_branches(monkeypatch, b" *", b" -")  # every branch spells the input again: no change
+    branched = inject_branches(monkeypatch, b" *", b" -")  # every branch spells the input again: no change
     runs = tmp_path / "runs"
     result = fix(tiny_dir, "--tries", "2", "--test", f"echo run >> {runs}; {GREP_TEST}", "--json")
     assert result.exit_code == 3, result.output  # no try passed its checks
@@ -203,6 +203,9 @@ def test_later_tries_make_eight_and_a_copy_of_an_earlier_try_is_not_tested_again
     assert all((t["error"] or "").startswith("the same as ") for t in later)
     assert "try 2 of 2, candidate 1 of 8: the same as try 1's candidate 1" in result.stderr
     assert "try 1 of 2, candidate 1 of 4: failed: test" in result.stderr
+    # try 2 is told where try 1 branched, so it branches elsewhere (pipeline.branch_points' `taken`)
+    (ids, points, before), (_, _, told) = branched
+    assert not before and told == {branch_key(ids, p) for p in points} and told
 
 
 def test_a_first_candidate_that_passes_makes_no_branches(tiny_dir, work, scripted_rows, monkeypatch):
@@ -460,6 +463,31 @@ def test_branch_points_take_the_nearest_ties_and_leave_out_splits_of_the_picked_
                     Alternative(1, 3, 0.5, -2.0), Alternative(2, 5, 0.2, -3.0)]
     assert [(a.at, a.token) for a in branch_points(alternatives, ids, 2, tokens)] == [(2, 5), (1, 3)]
     assert [(a.at, a.token) for a in branch_points(alternatives, ids, 1, tokens)] == [(2, 5)]
+
+
+def test_branch_points_leave_out_the_points_an_earlier_try_took():
+    from cadedit.pipeline import branch_key, branch_points
+    from cadedit.results import Alternative
+
+    tokens, ids = [b"", b"a", b"b", b"c", b"d"], [1, 2, 2]
+    alternatives = [Alternative(0, 3, 0.1, -1.0), Alternative(1, 4, 0.2, -1.0), Alternative(2, 3, 0.3, -1.0)]
+    taken = {branch_key(ids, alternatives[0])}
+    assert [(a.at, a.token) for a in branch_points(alternatives, ids, 2, tokens, taken=taken)] == [(1, 4), (2, 3)]
+    assert branch_key(ids, alternatives[2]) != branch_key([1, 3, 2], alternatives[2])  # the answer before it counts
+
+
+def test_branch_points_leave_out_alternatives_that_would_write_the_answer_again():
+    """One token for two of the answer's ("ab" for "a" "b") spells it again; one that ends the code as the
+    answer does with another whitespace before the fence ("}\n\n" for "}\n") writes it again too."""
+    from cadedit.pipeline import branch_points
+    from cadedit.results import Alternative
+
+    tokens = [b"", b"a", b"b", b"ab", b"}\n", b"}\n\n", b"```", b"c", b"}"]
+    ids = [1, 2, 4, 6]  # "a" "b" "}\n" "```"
+    alternatives = [Alternative(0, 3, 0.1, -1.0), Alternative(2, 5, 0.2, -1.0), Alternative(1, 7, 0.3, -1.0),
+                    Alternative(2, 8, 0.4, -1.0)]
+    assert [(a.at, a.token) for a in branch_points(alternatives, ids, 3, tokens, "```")] == [(1, 7)]
+    assert [(a.at, a.token) for a in branch_points(alternatives, ids, 3, tokens)] == [(2, 5), (1, 7)]
 
 
 def test_the_branches_report_their_progress_after_candidate_1(tiny):
