@@ -367,10 +367,13 @@ def branch_points(alternatives: Sequence, ids: Sequence[int], n: int, tokens: Se
     picked token, or several tokens in one), one that ends the code as the answer does, only another
     whitespace before its closing `fence` (a blank line the answer places again: fence.output_text), and
     one an earlier try branched at from the same answer (`taken`: branch_key each)."""
+    answer = b"\n" + b"".join(tokens[t] for t in ids)  # byte k of the answer is answer[k + 1]
+    starts = list(itertools.accumulate((len(tokens[t]) for t in ids), initial=0))
+    closing = b"\n" + fence.encode("utf-8")
     points = []
     for alternative in sorted(alternatives, key=lambda a: a.margin):
-        rest, spelled = b"".join(tokens[t] for t in ids[alternative.at :]), tokens[alternative.token]
-        if spelled and (rest.startswith(spelled) or _ends_alike(spelled, rest, fence.encode("utf-8"))):
+        spelled, start = tokens[alternative.token], starts[min(alternative.at, len(ids))] + 1
+        if spelled and (answer.startswith(spelled, start) or _ends_alike(spelled, answer, start, closing)):
             continue
         if taken and branch_key(ids, alternative) in taken:
             continue
@@ -380,9 +383,9 @@ def branch_points(alternatives: Sequence, ids: Sequence[int], n: int, tokens: Se
     return points
 
 
-def _ends_alike(spelled: bytes, rest: bytes, fence: bytes) -> bool:
-    """Whether an alternative `spelled` where the answer goes on with `rest` writes the rest of its code
-    (up to the fence line) and differs from it only in the whitespace after."""
-    end = (b"\n" + rest).find(b"\n" + fence) if fence else -1
-    code = rest[:end] if end >= 0 else None
-    return bool(code is not None and spelled.strip() and code.rstrip() == spelled.rstrip())
+def _ends_alike(spelled: bytes, answer: bytes, start: int, closing: bytes) -> bool:
+    """Whether an alternative `spelled` where the answer goes on from byte `start` writes the rest of its
+    code (up to the line of the closing fence, `closing` = newline + fence) and differs from it only in
+    the whitespace after."""
+    end = answer.find(closing, start - 1) if len(closing) > 1 else -1
+    return bool(end >= 0 and spelled.strip() and answer[start : end + 1].rstrip() == spelled.rstrip())
