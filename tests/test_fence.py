@@ -49,6 +49,7 @@ def test_the_stopper_finds_the_closing_fence_across_token_seams(tokens, stops_af
     ("a\nc\n```\n", "a\nb\n\n  \n", "a\nc\n\n  \n"),  # the fence right after the code: the blank lines stay
     ("a\nc\n\n```\n", "a\nb\n\n\n", "a\nc\n\n"),  # blank lines written: as written
     ("```\n", "a\n\n", ""),  # nothing written keeps nothing
+    ("a\nc", "a\nb\n\n", "a\nc"),  # an answer that ended mid-line (no fence) is taken as it is
 ])
 def test_output_text_is_the_file_before_the_closing_fence(output, before, expected):
     assert output_text(output, "```", Document.from_text(before)) == expected
