@@ -136,7 +136,7 @@ def output_text(output: str, fence: str, document: Document | None = None, unter
         unterminated = bool(document is not None and document.lines and not line_terminator(document.lines[-1]))
     if unterminated:
         return text[:-1] if text.endswith("\n") else text
-    if document is not None and text.endswith("\n") and text.strip() and not _BLANK_TAIL.search(text):
+    if document is not None and text.endswith("\n") and text.strip() and not _blank_tail(text):
         text += _blank_tail(document.display_text(1, document.n_lines))
     return text
 

@@ -247,7 +247,8 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
             made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
         for attempt in made:
             done.append(attempt)
-            branched.update([attempt.branch] if attempt.branch else [])
+            if attempt.branch:
+                branched.add(attempt.branch)
             if on_try is not None:
                 on_try(attempt)
         last = Verified(tuple(made)).best or made[-1]

@@ -466,7 +466,7 @@ def test_branch_points_take_the_nearest_ties_and_leave_out_splits_of_the_picked_
 
 
 def test_branch_points_leave_out_the_points_an_earlier_try_took():
-    from cadedit.pipeline import branch_key, branch_points
+    from cadedit.pipeline import branch_points
     from cadedit.results import Alternative
 
     tokens, ids = [b"", b"a", b"b", b"c", b"d"], [1, 2, 2]
