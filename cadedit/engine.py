@@ -15,6 +15,7 @@ Standard library only; imports no torch.
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
@@ -23,11 +24,13 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
 
 from cadedit import program as P
 from cadedit.document import Document
 from cadedit.errors import BudgetError, EngineError
+from cadedit.fence import writes_again
 from cadedit.options import EditOptions, Mode
 from cadedit.request import SPECIAL_TEXTS, Request, build_request, default_budget, read_answer, render_chatml
 from cadedit.resolve import resolve
@@ -213,10 +216,12 @@ class EngineClient:
         top log-probabilities of each token (TOP_LOGPROBS); if accept(it) is false, k-1 branches are sent at once,
         each the answer up to one of the tokens where the model hesitated most (the smallest margins
         between its pick and its next choice) with the next choice in its place, completed with the
-        try's own sampling. Each scores the engine's log-probability of its tokens, as locally. An
-        engine that gives no log-probabilities gets sampled candidates 2..k instead (edit_candidates).
-        Fenced modes only. Returns the candidates decoded: [candidate 1] when it was accepted. options.rejoin
-        has no effect here: the engine completes each branch itself."""
+        try's own sampling; none that would write candidate 1 again or that an earlier try took
+        (options.branched, hesitation_key each), as pipeline.branch_points leaves out locally. Each scores
+        the engine's log-probability of its tokens, as locally. An engine that gives no log-probabilities
+        gets sampled candidates 2..k instead (edit_candidates). Fenced modes only. Returns the candidates
+        decoded: [candidate 1] when it was accepted. options.rejoin has no effect here: the engine
+        completes each branch itself."""
         options = options or EditOptions()
         trace: list[Hesitation] = []
         first = self._candidate(document, instruction, options, trace=trace)
@@ -224,8 +229,9 @@ class EngineClient:
             return [first]
         if not trace:  # no log-probabilities from this engine
             return [first, *self.edit_candidates(document, instruction, options, k, on_step, range(2, k + 1))]
-        points = hesitations(trace, k - 1)
-        return [first, *_together(lambda point: self._candidate(document, instruction, options, forced=point), points)]
+        points = hesitations(trace, k - 1, options.branched)
+        made = _together(lambda point: self._candidate(document, instruction, options, forced=point), points)
+        return [first, *(replace(c, branch=hesitation_key(p)) for c, p in zip(made, points))]
 
     def _candidate(self, document: Document, instruction: str, options: EditOptions, forced: Hesitation | None = None,
                    trace: list | None = None) -> EditCandidate:
@@ -285,7 +291,8 @@ class EngineClient:
             if tokens is not None:
                 kept = _kept(tokens, piece)
                 if trace is not None:
-                    trace += _hesitations(kept, text, k, before, logprob[0] if logprob else 0.0)
+                    fenced = _stopped_at_fence(piece, reason, end) and sum(len(t[0]) for t in kept) == len(piece)
+                    trace += _hesitations(kept, text, k, before, logprob[0] if logprob else 0.0, fenced)
                 if logprob is not None:
                     logprob[0] += sum(lp for _, lp, _ in kept)
             if reason == "length":
@@ -367,30 +374,39 @@ def _kept(tokens: list, piece: str) -> list:
     return kept
 
 
-def _hesitations(tokens: list, text: str, region: int, before: int, logprob: float) -> list:
+def _hesitations(tokens: list, text: str, region: int, before: int, logprob: float, fenced: bool = False) -> list:
     """Each token's next choice as a Hesitation of the answer `text` the tokens follow in `region`
-    (`before` tokens and `logprob` in). A next choice that only splits the picked token's text, or that is
-    control-token text, is left out."""
-    found = []
+    (`before` tokens and `logprob` in). A next choice that would write the answer again
+    (fence.writes_again; `fenced`: the tokens' text ends where the closing fence stopped it) or that is
+    control-token text is left out."""
+    found, piece, at = [], "".join(t[0] for t in tokens), 0
+    code_end = len(piece) if fenced else -1
     for i, (picked, lp, top) in enumerate(tokens):
-        others = [(v, t) for t, v in top.items() if t and t != picked and not picked.startswith(t) and "<|" not in t]
+        others = [(v, t) for t, v in top.items() if t and "<|" not in t and not writes_again(t, piece, at, code_end)]
         if others:
             value, choice = max(others)
             found.append(Hesitation(text + choice, region, before + i + 1, lp - value, logprob + value))
-        text, logprob = text + picked, logprob + lp
+        text, logprob, at = text + picked, logprob + lp, at + len(picked)
     return found
 
 
-def hesitations(trace: list, n: int) -> list:
-    """The n hesitations with the smallest margins, one a branch's text."""
+def hesitations(trace: list, n: int, taken: Collection[int] = ()) -> list:
+    """The n hesitations with the smallest margins, one a branch's text, none an earlier try branched at
+    from the same answer (`taken`: hesitation_key each)."""
     points, seen = [], set()
     for point in sorted(trace, key=lambda h: h.margin):
-        if point.text not in seen:
+        if point.text not in seen and hesitation_key(point) not in taken:
             seen.add(point.text)
             points.append(point)
         if len(points) == n:
             break
     return points
+
+
+def hesitation_key(point: Hesitation) -> int:
+    """A branch point as a number, as pipeline.branch_key is locally: its region and text (never 0)."""
+    digest = hashlib.blake2b(f"{point.region}\0{point.text}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % (1 << 61) or 1
 
 
 def _together(one, items) -> list:

@@ -148,3 +148,16 @@ _BLANK_TAIL = re.compile(r"\n((?:[ \t]*\n)+)\Z")
 def _blank_tail(text: str) -> str:
     found = _BLANK_TAIL.search(text)
     return found.group(1) if found else ""
+
+
+def writes_again(spelled, answer, at: int, code_end: int) -> bool:
+    """Whether a branch that puts `spelled` where `answer` goes on from `at` writes that answer again
+    (bytes or str alike): it spells the answer's next bytes in other pieces (a prefix of the picked
+    token, or several tokens in one), or it writes the rest of the code, which ends at `code_end` (the
+    line of the closing fence; -1: none), differing only in the whitespace after it (a blank line the
+    answer places again: output_text)."""
+    if not spelled:
+        return False
+    if answer.startswith(spelled, at):
+        return True
+    return bool(code_end >= 0 and spelled.strip() and answer[at:code_end].rstrip() == spelled.rstrip())

@@ -62,6 +62,7 @@ class EditOptions:
     # (line, byte column, token id, log-probability) each: where the where-step's reading expected other
     # tokens on the line it named, and which (cadedit.where.surprise); a branched try branches there first.
     expected: tuple = ()
-    # The branch points earlier tries of this edit branched at (pipeline.branch_key each): a branch from
-    # the same answer with the same token writes what that one wrote, so edit_branches takes the next.
+    # The branch points earlier tries of this edit branched at (pipeline.branch_key each; through an
+    # engine, engine.hesitation_key): a branch from the same answer with the same token writes what that
+    # one wrote, so edit_branches takes the next.
     branched: tuple[int, ...] = ()

@@ -27,7 +27,7 @@ from cadedit.results import EditCandidate, EditResult, result_json  # noqa: F401
 from cadedit.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import BudgetError, CadeditError, ModelError
-from cadedit.fence import FenceCursor
+from cadedit.fence import FenceCursor, writes_again
 from cadedit.model import LoadedModel, chat_prompt, check_ids, encode, eos_ids, language_model, load_model, token_bytes
 from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
@@ -363,17 +363,16 @@ def expected_points(document: Document, expected: Sequence[tuple], ids: Sequence
 def branch_points(alternatives: Sequence, ids: Sequence[int], n: int, tokens: Sequence[bytes], fence: str = "",
                   taken: Collection[int] = ()) -> list:
     """The n alternatives with the smallest margins (one is recorded a position), leaving out those that
-    would write the answer again: one that spells the answer's next bytes in other pieces (a prefix of the
-    picked token, or several tokens in one), one that ends the code as the answer does, only another
-    whitespace before its closing `fence` (a blank line the answer places again: fence.output_text), and
-    one an earlier try branched at from the same answer (`taken`: branch_key each)."""
+    would write the answer again (fence.writes_again, the code ending at the closing `fence`) and those
+    an earlier try branched at from the same answer (`taken`: branch_key each)."""
     answer = b"\n" + b"".join(tokens[t] for t in ids)  # byte k of the answer is answer[k + 1]
     starts = list(itertools.accumulate((len(tokens[t]) for t in ids), initial=0))
     closing = b"\n" + fence.encode("utf-8")
     points = []
     for alternative in sorted(alternatives, key=lambda a: a.margin):
-        spelled, start = tokens[alternative.token], starts[min(alternative.at, len(ids))] + 1
-        if spelled and (answer.startswith(spelled, start) or _ends_alike(spelled, answer, start, closing)):
+        start = starts[min(alternative.at, len(ids))] + 1
+        end = answer.find(closing, start - 1) if fence else -1  # the newline before the closing fence
+        if writes_again(tokens[alternative.token], answer, start, end + 1 if end >= 0 else -1):
             continue
         if taken and branch_key(ids, alternative) in taken:
             continue
@@ -381,11 +380,3 @@ def branch_points(alternatives: Sequence, ids: Sequence[int], n: int, tokens: Se
         if len(points) == n:
             break
     return points
-
-
-def _ends_alike(spelled: bytes, answer: bytes, start: int, closing: bytes) -> bool:
-    """Whether an alternative `spelled` where the answer goes on from byte `start` writes the rest of its
-    code (up to the line of the closing fence, `closing` = newline + fence) and differs from it only in
-    the whitespace after."""
-    end = answer.find(closing, start - 1) if len(closing) > 1 else -1
-    return bool(end >= 0 and spelled.strip() and answer[start : end + 1].rstrip() == spelled.rstrip())

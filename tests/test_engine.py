@@ -264,10 +264,13 @@ def legacy_logprobs(tokens) -> dict:
 
 def branching_engine(colors_answer: str = "red:\nteal;\nblue)"):
     """A fake engine whose answer to the plain prompt keeps colors.txt (with a stop string's token after
-    it), hesitating at "teal" (next choice "green"), "blue" ("navy") and "red" ("pink"); a prompt that
-    ends in a next choice is completed as that branch."""
-    plain = [("red", -0.1, {"pink": -3.1}), (":\n", -0.01, {}), ("teal", -0.5, {"green": -0.9, "te": -0.6}),
-             (";\n", -0.01, {}), ("blue", -0.2, {"navy": -2.2}), (")", -0.01, {}), ("\n```", -0.01, {})]
+    it), hesitating at "teal" (next choice "green"), "blue" ("navy") and "red" ("pink"), and nearer still
+    at choices that would write the answer again: ":\nteal" (two of its tokens in one), "te" (a prefix of
+    the token picked), ")\n" (the same code, then a blank line before the fence); a prompt that ends in a
+    next choice is completed as that branch."""
+    plain = [("red", -0.1, {"pink": -3.1}), (":\n", -0.01, {":\nteal": -0.03}),
+             ("teal", -0.5, {"green": -0.9, "te": -0.6}), (";\n", -0.01, {}), ("blue", -0.2, {"navy": -2.2}),
+             (")", -0.01, {")\n": -0.02}), ("\n```", -0.01, {})]
     branches = {"green": ";\nblue)", "navy": ")", "pink": ":\nteal;\nblue)"}
 
     def respond(body):
@@ -296,9 +299,23 @@ def test_a_failing_candidate_1_branches_through_the_engine_where_it_hesitated(en
     first, *branched = script.requests
     assert first["logprobs"] == engine_module.TOP_LOGPROBS and len(branched) == 3
     assert sorted(r["prompt"][len(first["prompt"]):] for r in branched) == [
-        "pink", "red:\ngreen", "red:\nteal;\nnavy"]  # "te" only splits "teal": left out
+        "pink", "red:\ngreen", "red:\nteal;\nnavy"]  # none that writes the answer again
     assert all(r["temperature"] == 0.0 for r in branched)
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
+
+
+def test_a_later_try_through_the_engine_branches_where_no_earlier_try_did(engine, colors):
+    """--candidates 2 --tries 2, a test nothing passes: try 2's candidate 1 is try 1's answer again, so its
+    branch goes to the next hesitation ("navy"), not to try 1's ("green")."""
+    script = branching_engine()
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--json", "-q",
+               "--test", "grep -q purple colors.txt", "--candidates", "2", "--tries", "2", cwd=colors)
+    assert done.returncode == 3, done.stderr  # no try passed
+    data = json.loads(done.stdout)
+    assert [(t["try"], t["candidate"]) for t in data["tries"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    first, branch1, second, branch2 = (r["prompt"] for r in script.requests)
+    assert branch1 == first + "red:\ngreen" and branch2 == second + "red:\nteal;\nnavy"
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
 def test_a_passing_candidate_1_sends_no_branches_to_the_engine(engine, colors):
