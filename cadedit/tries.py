@@ -259,25 +259,12 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
 
 
 def _ladder(document: Document, options: EditOptions, plan: CheckPlan, where: Any) -> tuple[tuple, tuple]:
-    """The tries' scopes, narrowest first, and the tokens each one's branches put in first (where.Where.expected).
-    Without the where-step: the options' regions, then options.wider. After it: Where.levels, the named
-    line's expected tokens at the first; where a test decides (so a wrong line's change fails) and the
-    reading found runners-up, a try that retypes the statements of the named line and of those comes
-    before the function, its branches spread over their surprising tokens (Where.spread)."""
+    """The tries' scopes, narrowest first, and the tokens each one's branches put in first: without the
+    where-step the options' regions, then options.wider, none; after it where.Where.ladder's."""
     if where is None:
         levels = (options.regions, *options.wider)
         return levels, ((),) * len(levels)
-    levels, expected = list(where.levels), [where.expected] + [()] * (len(where.levels) - 1)
-    if plan.test and where.runners_up and len(levels) > 1:
-        from cadedit.scope import located_levels, merge_spans
-
-        lines = (*where.lines, *where.runners_up)
-        spread = merge_spans([*located_levels(document, lines, where.asked)[0], *levels[0]])
-        if spread not in levels:  # else the lines' statements make up a wider level already
-            # each wider level holds the lines' statements too; two that become the same are one
-            later = dict.fromkeys(merge_spans([*level, *spread]) for level in levels[1:])
-            levels, expected = [levels[0], spread, *later], [where.expected, where.spread, *[()] * len(later)]
-    return tuple(levels), tuple(expected)
+    return where.ladder(document, bool(plan.test))
 
 
 def candidates_for(asked: int | None, plan: CheckPlan, loaded: Any, number: int = 1, located: bool = False) -> int:

@@ -75,6 +75,23 @@ class Where:
         return (f"where: the model {said} line{'s' if len(self.lines) > 1 else ''} {named} of {asked}; try 1 retypes "
                 f"{first}, a later try the next wider scope ({self.seconds:.1f} s, {self.forward_passes} forwards)")
 
+    def ladder(self, document: Document, tested: bool) -> tuple[tuple, tuple]:
+        """The tries' scopes, narrowest first, and the tokens each one's branches put in first: the levels,
+        the named line's expected tokens at the first. Where a test decides (`tested`: a wrong line's
+        change fails) and the reading found runners-up, a try that retypes the statements of the named
+        line and of those comes before the definition, its branches spread over their surprising tokens."""
+        from cadedit.scope import located_levels, merge_spans
+
+        levels, expected = list(self.levels), [self.expected] + [()] * (len(self.levels) - 1)
+        if tested and self.runners_up and len(levels) > 1:
+            lines = (*self.lines, *self.runners_up)
+            spread = merge_spans([*located_levels(document, lines, self.asked)[0], *levels[0]])
+            if spread not in levels:  # else the lines' statements make up a wider level already
+                # each wider level holds the lines' statements too; two that become the same are one
+                later = dict.fromkeys(merge_spans([*level, *spread]) for level in levels[1:])
+                levels, expected = [levels[0], spread, *later], [self.expected, self.spread, *[()] * len(later)]
+        return tuple(levels), tuple(expected)
+
     def to_json(self) -> dict:
         return {"asked": [list(r) for r in self.asked], "lines": list(self.lines), "answer": self.answer,
                 "levels": [[list(r) for r in level] for level in self.levels], "seconds": self.seconds,
@@ -130,7 +147,8 @@ class LineNumberCursor(_AnswerCursor):
     mask costs a few hundred prefix checks, not one per token of the vocabulary.
     """
 
-    def __init__(self, token_bytes: Sequence[bytes], end_ids: Iterable[int], numbers: Iterable[int], most: int = MOST_LINES):
+    def __init__(self, token_bytes: Sequence[bytes], end_ids: Iterable[int], numbers: Iterable[int],
+                 most: int = MOST_LINES):
         self.token_bytes = token_bytes
         self.end_ids = frozenset(end_ids)
         self.numbers = frozenset(str(n) for n in numbers)
