@@ -29,20 +29,6 @@ JS_MD5_SHIM = (
     "const crypto = require('crypto');\n"
     "module.exports = (s) => crypto.createHash('md5').update(String(s)).digest('hex');\n"
 )
-# Preloaded (`node --require`) by the loop's test command: console.assert only prints "Assertion
-# failed", so a failing one here stops the test and names its statement and line, as Python's
-# assert does in a traceback; the next try's prompt then says which check failed.
-JS_ASSERT_SHIM = r"""const fs = require("fs");
-console.assert = (ok) => {
-  if (ok) return;
-  const frame = (new Error().stack.split("\n")[2] || "").trim();
-  const at = /\(?([^()\s]+):(\d+):\d+\)?$/.exec(frame);
-  let statement = "";
-  try { statement = fs.readFileSync(at[1], "utf8").split("\n")[at[2] - 1].trim(); } catch (e) {}
-  process.stderr.write(`AssertionError: ${statement || "Assertion failed"}\n    ${frame}\n`);
-  process.exit(1);
-};
-"""
 LANGUAGES = {"python": "python", "py": "python", "javascript": "node", "js": "node"}
 
 

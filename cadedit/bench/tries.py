@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cadedit.bench.corpus import Case
-from cadedit.bench.harness import (JS_ASSERT_SHIM, JS_MD5_SHIM, has_test, interpreter, run_test, runner_for,
-                                   write_test_files)
+from cadedit.bench.harness import JS_MD5_SHIM, has_test, interpreter, run_test, runner_for, write_test_files
 from cadedit.bench.report import median
 from cadedit.document import Document
 from cadedit.model import LoadedModel
@@ -68,13 +67,10 @@ def _test_command(folder: Path, case: Case, runner: str, name: str) -> str:
         shim = folder / "node_modules" / "js-md5" / "index.js"
         shim.parent.mkdir(parents=True, exist_ok=True)
         shim.write_text(JS_MD5_SHIM, encoding="utf-8")
-        (folder / "assert.js").write_text(JS_ASSERT_SHIM, encoding="utf-8")
     program = "program" + SUFFIX[runner]
-    exe = shlex.quote(interpreter(runner) or runner)
-    run = f"{exe} {program}"
-    if runner == "node":  # a failing console.assert names its statement (JS_ASSERT_SHIM); anything on stderr fails
-        run = (f"{exe} --require ./assert.js {program} 2> err.txt; code=$?; "
-               "[ $code -eq 0 ] && [ ! -s err.txt ] || { cat err.txt >&2; exit 1; }")
+    run = f"{shlex.quote(interpreter(runner) or runner)} {program}"
+    if runner == "node":  # console.assert only prints: anything on stderr fails
+        run = f"{run} 2> err.txt; code=$?; [ $code -eq 0 ] && [ ! -s err.txt ] || {{ cat err.txt >&2; exit 1; }}"
     return f"cd {shlex.quote(str(folder))} && cat prefix.txt {shlex.quote(name)} test.txt > {program} && {run}"
 
 
