@@ -395,7 +395,7 @@ def hesitations(trace: list, n: int, taken: Collection[int] = ()) -> list:
     from the same answer (`taken`: hesitation_key each)."""
     points, seen = [], set()
     for point in sorted(trace, key=lambda h: h.margin):
-        if point.text not in seen and hesitation_key(point) not in taken:
+        if point.text not in seen and not (taken and hesitation_key(point) in taken):
             seen.add(point.text)
             points.append(point)
         if len(points) == n:
