@@ -291,8 +291,8 @@ class EngineClient:
             if tokens is not None:
                 kept = _kept(tokens, piece)
                 if trace is not None:
-                    fenced = _stopped_at_fence(piece, reason, end) and sum(len(t[0]) for t in kept) == len(piece)
-                    trace += _hesitations(kept, text, k, before, logprob[0] if logprob else 0.0, fenced)
+                    code = piece if _stopped_at_fence(piece, reason, end) else None
+                    trace += _hesitations(kept, text, k, before, logprob[0] if logprob else 0.0, code)
                 if logprob is not None:
                     logprob[0] += sum(lp for _, lp, _ in kept)
             if reason == "length":
@@ -374,13 +374,13 @@ def _kept(tokens: list, piece: str) -> list:
     return kept
 
 
-def _hesitations(tokens: list, text: str, region: int, before: int, logprob: float, fenced: bool = False) -> list:
+def _hesitations(tokens: list, text: str, region: int, before: int, logprob: float, code: str | None = None) -> list:
     """Each token's next choice as a Hesitation of the answer `text` the tokens follow in `region`
     (`before` tokens and `logprob` in). A next choice that would write the answer again
-    (fence.writes_again; `fenced`: the tokens' text ends where the closing fence stopped it) or that is
-    control-token text is left out."""
+    (fence.writes_again; `code`: the completion's text where the closing fence stopped it, so where the
+    tokens spell all of it their code ends there) or that is control-token text is left out."""
     found, piece, at = [], "".join(t[0] for t in tokens), 0
-    code_end = len(piece) if fenced else -1
+    code_end = len(piece) if piece == code else -1
     for i, (picked, lp, top) in enumerate(tokens):
         others = [(v, t) for t, v in top.items() if t and "<|" not in t and not writes_again(t, piece, at, code_end)]
         if others:
