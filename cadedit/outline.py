@@ -68,6 +68,12 @@ class Outline:
     definitions: tuple[Definition, ...] = ()
     problem: str = ""  # why the definitions are unknown; "" when they are known
     statements: tuple[Statement, ...] = ()  # sorted by start, outer before inner
+    prose: frozenset[int] = frozenset()  # lines holding nothing but comments or docstrings
+
+    def code_lines(self, start: int, end: int) -> tuple[int, ...]:
+        """Lines start..end that hold code: the prose lines left out, unless nothing would be left."""
+        lines = tuple(k for k in range(start, end + 1) if k not in self.prose)
+        return lines or tuple(range(start, end + 1))
 
     @property
     def known(self) -> bool:
@@ -114,7 +120,21 @@ def _python_outline(source: str, name: str) -> Outline:
     statements = (_python_statement(node) for node in ast.walk(tree)
                   if isinstance(node, ast.stmt) and not isinstance(node, _PY_DEFINITIONS))
     return Outline(tuple(sorted(definitions, key=lambda d: (d.start, -d.end))),
-                   statements=tuple(sorted(statements, key=lambda t: (t.start, -t.end))))
+                   statements=tuple(sorted(statements, key=lambda t: (t.start, -t.end))),
+                   prose=_python_prose(tree, bodies, in_strings))
+
+
+def _python_prose(tree: ast.Module, bodies: list[str], in_strings: set[int]) -> frozenset[int]:
+    """Docstring lines (a module's, class's or function's first statement, a string) and lines that
+    start with "#" outside multi-line strings."""
+    prose = {k for k, body in enumerate(bodies, 1) if k not in in_strings and body.lstrip().startswith("#")}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, *_PY_DEFINITIONS)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                prose.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return frozenset(prose)
 
 
 _PY_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -187,10 +207,28 @@ def _tree_sitter_outline(source: str, language: str, name: str) -> Outline:
     statements: list[Statement] = []
     _tree_statements(root, statements)
     return Outline(tuple(sorted(found, key=lambda d: (d.start, -d.end))),
-                   statements=tuple(sorted(statements, key=lambda t: (t.start, -t.end))))
+                   statements=tuple(sorted(statements, key=lambda t: (t.start, -t.end))),
+                   prose=_tree_prose(root, source.split("\n")))
 
 
 _BODIES = ("body", "consequence")
+
+
+def _tree_prose(root, bodies: list[str]) -> frozenset[int]:
+    """Lines that a comment covers with nothing but blanks beside it."""
+    prose: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type != "comment":
+            stack.extend(node.children)
+            continue
+        (first, column), (last, end) = node.start_point, node.end_point
+        before = bodies[first][:column].encode("utf-8")  # tree-sitter columns count bytes
+        after = bodies[last].encode("utf-8")[end:]
+        if not before.strip() and not after.strip():
+            prose.update(range(first + 1, last + 2))
+    return frozenset(prose)
 
 
 def _tree_statements(node, out: list) -> None:

@@ -314,8 +314,10 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
     prompt's context, settings.CONTEXT_LINES by default; None: from the file's first line), fed as
     plain code in forwards of SURPRISE_CHUNK tokens with every position's logits kept; the line
     named is the one with the most surprising token (surprise_score), and Where.expected says where
-    its surprising tokens are and what the model expected instead."""
+    its surprising tokens are and what the model expected instead. Only code is scored: comments and
+    docstrings (outline's prose) are text the model could not have guessed, and no test runs them."""
     from cadedit.model import encode, language_model, token_bytes
+    from cadedit.outline import outline, parser_of
     from cadedit.scope import located_levels
 
     start = time.perf_counter()
@@ -324,7 +326,9 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
     # each token scored: (score, -line, column, the model's own choice, that choice's log-probability)
     read_tokens: list[tuple[float, int, int, int, float]] = []
     fed = forwards = 0
+    found = outline(document, parser_of(document.path))
     for a, b in regions:
+        scored = set(found.code_lines(a, b))
         first = 1 if around is None else max(1, a - around)
         ids = encode(loaded.tokenizer, "".join(line + "\n" for line in lines[first - 1 : b]))
         places = _token_places(ids, tokens, first)
@@ -337,7 +341,7 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
             for i, token in enumerate(chunk):
                 line, column = places[k + i]
                 row = logits[i - 1] if i else previous
-                if row is not None and a <= line <= b:  # the lines before the region are context, not scored
+                if row is not None and line in scored:  # the lines before the region are context, not scored
                     score, top, logprob = _read(row, token)
                     read_tokens.append((score, -line, column, top, logprob))
             previous = np.array(logits[len(chunk) - 1])  # a copy: the next forward may reuse the buffer

@@ -616,3 +616,17 @@ def test_outline_qualnames_and_kinds():
 def test_scope_imports_no_torch():
     code = "import sys, cadedit.scope; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"
+
+
+def test_prose_is_docstring_and_whole_line_comment_lines_and_never_a_string_in_code():
+    src = ('"""Module."""\n# note\ndef f(x):\n    """Doc\n    more."""\n    s = """\n# not a comment\n"""\n'
+           '    return x  # trailing\n')
+    assert sorted(outline(doc(src), "python").prose) == [1, 2, 4, 5]
+
+
+def test_javascript_prose_is_comment_lines_with_nothing_else_on_them():
+    pytest.importorskip("tree_sitter_javascript")
+    src = "/* Adds.\n   Twice. */\nconst f = (x) => {\n  // why\n  return x + 1; // trailing\n  /* a */ let y = 2;\n};\n"
+    found = outline(Document.from_text(src, "f.js"), "javascript")
+    assert found.known and sorted(found.prose) == [1, 2, 4]
+    assert found.code_lines(1, 7) == (3, 5, 6, 7) and found.code_lines(1, 2) == (1, 2)

@@ -119,11 +119,12 @@ def test_a_short_function_gets_the_where_step_too(work, tiny_dir, scripted, wher
     assert "+    return a + b" in data["diff"]
 
 
-def least_expected_line(tiny_dir, first: int, last: int) -> int:
-    """The line of BUGGY's lines first..last the tiny model least expected, computed here in one forward
-    of the whole text (the where-step feeds it in chunks): the largest p(its choice) - p(the token)."""
+def least_expected_line(tiny_dir, first: int, last: int, lines=LINES, skip=()) -> int:
+    """The line of `lines` first..last (but not those in `skip`) the tiny model least expected, computed
+    here in one forward of the whole text (the where-step feeds it in chunks): the largest p(its
+    choice) - p(the token)."""
     loaded = load_model(str(tiny_dir), "cpu", "fp32", 1)
-    text = "".join(line + "\n" for line in LINES[:last])
+    text = "".join(line + "\n" for line in lines[:last])
     ids = encode(loaded.tokenizer, text)
     lm = language_model(loaded)
     lm.reset()
@@ -133,7 +134,7 @@ def least_expected_line(tiny_dir, first: int, last: int) -> int:
     for i in range(1, len(ids)):
         row = np.exp(np.asarray(logits[i - 1], dtype=np.float64))
         row /= row.sum()
-        if first <= line <= last and row.max() - row[ids[i]] > best:
+        if first <= line <= last and line not in skip and row.max() - row[ids[i]] > best:
             best, best_line = row.max() - row[ids[i]], line
         line += pieces[ids[i]].count(b"\n")
     lm.reset()
@@ -155,6 +156,23 @@ def test_by_default_the_where_step_names_the_line_the_model_least_expected(work,
     assert calls[0].prepared.regions == ((expected, expected),)
     assert f"where: the model least expected line {expected} of lines 1-50" in result.stderr
     assert "+    return v1 + v2" in data["diff"]
+
+
+def test_the_reading_names_a_line_of_code_never_a_docstring_or_comment_line(work, tiny_dir, scripted):
+    """Prose the model could not have guessed is not a bug's line: the where-step scores only the
+    function's code, so it names the least expected line outside its docstring and comments (the
+    tiny model least expects a prose line of this function when every line is scored)."""
+    lines = ["def parse(items):", '    """Parse the items.', "    quasar quasar quasar", '    """', "    # quasar quasar",
+             "    a = items[0]", "    b = items[1]", "    return a - b", "", "", "print(parse([1, 2]))"]
+    skip = {2, 3, 4, 5}
+    assert least_expected_line(tiny_dir, 1, 8, lines) in skip  # what scoring every line would name
+    expected = least_expected_line(tiny_dir, 1, 8, lines, skip)
+    scripted(unchanged)
+    (work / "a.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = fix(tiny_dir, VAGUE, "--json", "--where")
+    data = json.loads(result.stdout)
+    assert data["where"]["lines"] == [expected] and expected not in skip
+    assert f"where: the model least expected line {expected} of lines 1-8" in result.stderr
 
 
 def test_a_confident_other_guess_outranks_a_name_the_model_could_not_guess():
