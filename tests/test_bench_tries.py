@@ -293,3 +293,30 @@ def test_tries_runs_a_polyglot_cases_test_files_beside_the_file_they_import(tmp_
     assert "skipped" not in row and row["single"]["passed"] is False
     assert [t["test_passed"] for t in row["tries_with_test"]] == [False, True]  # the loop's --test ran them too
     assert row["test3"]["passed"] is True and row["test3"]["exact"] is True
+
+
+def test_tries_with_where_reads_the_function_for_the_line_first(tmp_path, monkeypatch, tiny_dir):
+    """--where on: "Fix add." names a definition and no line, so each case is read for the line first
+    and try 1 retypes that line's statement, as `cadedit fix --where` does; off (the default) retypes
+    the function."""
+    before = "def add(a, b):\n    c = a\n    d = b\n    e = c\n    return e - d\n"
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"id": "case", "language": "python", "before": before,
+                                "after": before.replace("e - d", "e + d"), "instruction": "Fix add.",
+                                "test": "assert add(2, 3) == 5\n"}) + "\n")
+    rows = {}
+    for where in ("on", "off"):
+        seen = answers(monkeypatch, before)
+        out = tmp_path / f"{where}.json"
+        result = CliRunner().invoke(app, ["bench", "tries", "-c", str(path), "--model", str(tiny_dir), "--tries", "1",
+                                          "--check-tries", "0", "--candidates", "1", "--where", where,
+                                          "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+        assert result.exit_code == 0, result.output
+        data = json.loads(out.read_text())
+        (rows[where],) = data["corpora"][0]["cases"]
+        assert data["where"] is (where == "on")
+        rows[where]["retyped"] = seen[0].regions
+    (line,) = rows["on"]["where"]["lines"]
+    assert 2 <= line <= 5 and rows["on"]["retyped"] == ((line, line),)
+    # off: the function, here the whole file, so the prompt shows it as the file
+    assert rows["off"]["where"] is None and rows["off"]["retyped"] == ()

@@ -884,6 +884,9 @@ def tries(
                                 "branch or sample.")] = CANDIDATES_BY,
     engine: _Engine = None,
     engine_timeout: _EngineTimeout = None,
+    where: Annotated[str, typer.Option(
+        "--where", help="on: a definition named without a line is read for the line first, as `cadedit fix "
+                        "--where`; off (fix's default): its tries retype the definition.")] = "off",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -900,9 +903,11 @@ def tries(
     scoped = _choice(scoping, "--scoping", {"on": True, "off": False})
     by = _choice(candidates_by, "--candidates-by", {way: way for way in CANDIDATE_WAYS})
     options = _tries_options(None if engine else loaded.name, mode, layout)
-    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, options, scoped, k, by, engine is not None)
+    located = _choice(where, "--where", {"on": True, "off": False})
+    settings = bt.TriesSettings(max_tries, check_tries, test_timeout, options, scoped, k, by, engine is not None,
+                                located)
     meta = {**_model_meta("tries", loaded), "mode": mode, "layout": settings.options.layout, "context": context,
-            "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped,
+            "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped, "where": located,
             "candidates": settings.with_test, "candidates_checks_only": settings.checks_only, "candidates_by": by}
     rows = _tries_rows(max_tries, check_tries)
 

@@ -43,6 +43,7 @@ class TriesSettings:
     candidates: int | None = None  # each try decodes this many side by side; None: `cadedit fix`'s default
     candidates_by: str = CANDIDATES_BY  # how (settings.CANDIDATE_WAYS, `cadedit fix --candidates-by`)
     engine: bool = False  # the edits go through a shared engine (its defaults are fix --engine's)
+    where: bool = False  # a definition named without a line: find the line first, as `cadedit fix --where`
 
     @property
     def with_test(self) -> list[int]:
@@ -122,7 +123,8 @@ def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings,
         name = case.solution_file or "solution" + SUFFIX[runner]
         (folder / name).write_text(case.before, encoding="utf-8")
         document = Document.read(folder / name)
-        options, _ = plan_edit(document, case.instruction, settings.options, scoping=settings.scoped)
+        options, _ = plan_edit(document, case.instruction, settings.options, scoping=settings.scoped,
+                               where=settings.where)
         with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
         tested = edit_verified(document, case.instruction, options, with_test, settings.tries, loaded=loaded,
                                picks=picks, candidates=settings.candidates, candidates_by=settings.candidates_by)
@@ -135,6 +137,7 @@ def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings,
             checked_rows = _judged(checked, case, settings.test_timeout)
     single = _single(tested_rows)
     row = {"id": case.id, "language": case.language, "regions": [list(r) for r in options.regions], "single": single,
+           "where": tested.where.to_json() if tested.where is not None else None,
            "tries_with_test": tested_rows, "tries_checks_only": checked_rows}
     if checked_rows:
         row["checks"] = _row(checked_rows, settings.check_tries)
