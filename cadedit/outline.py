@@ -215,20 +215,20 @@ _BODIES = ("body", "consequence")
 
 
 def _tree_prose(root, bodies: list[str]) -> frozenset[int]:
-    """Lines that a comment covers with nothing but blanks beside it."""
-    prose: set[int] = set()
+    """Lines that comments cover with nothing but blanks beside them."""
+    left: dict[int, bytearray] = {}  # each commented line's bytes, its comments blanked out
     stack = [root]
     while stack:
         node = stack.pop()
         if node.type != "comment":
             stack.extend(node.children)
             continue
-        (first, column), (last, end) = node.start_point, node.end_point
-        before = bodies[first][:column].encode("utf-8")  # tree-sitter columns count bytes
-        after = bodies[last].encode("utf-8")[end:]
-        if not before.strip() and not after.strip():
-            prose.update(range(first + 1, last + 2))
-    return frozenset(prose)
+        (first, column), (last, end) = node.start_point, node.end_point  # columns count bytes
+        for row in range(first, last + 1):
+            rest = left.setdefault(row, bytearray(bodies[row].encode("utf-8")))
+            start, stop = column if row == first else 0, end if row == last else len(rest)
+            rest[start:stop] = b" " * (stop - start)
+    return frozenset(row + 1 for row, rest in left.items() if not rest.strip())
 
 
 def _tree_statements(node, out: list) -> None:

@@ -341,7 +341,7 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
             for i, token in enumerate(chunk):
                 line, column = places[k + i]
                 row = logits[i - 1] if i else previous
-                if row is not None and line in scored:  # the lines before the region are context, not scored
+                if row is not None and line in scored:  # the region's code; the lines before it are context
                     score, top, logprob = _read(row, token)
                     read_tokens.append((score, -line, column, top, logprob))
             previous = np.array(logits[len(chunk) - 1])  # a copy: the next forward may reuse the buffer

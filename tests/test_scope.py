@@ -626,7 +626,8 @@ def test_prose_is_docstring_and_whole_line_comment_lines_and_never_a_string_in_c
 
 def test_javascript_prose_is_comment_lines_with_nothing_else_on_them():
     pytest.importorskip("tree_sitter_javascript")
-    src = "/* Adds.\n   Twice. */\nconst f = (x) => {\n  // why\n  return x + 1; // trailing\n  /* a */ let y = 2;\n};\n"
+    src = ("/* Adds.\n   Twice. */\nconst f = (x) => {\n  // why\n  return x + 1; // trailing\n  /* a */ let y = 2;\n"
+           "  const s = 'éé' /* é */\n  /* é */ // é\n};\n")
     found = outline(Document.from_text(src, "f.js"), "javascript")
-    assert found.known and sorted(found.prose) == [1, 2, 4]
-    assert found.code_lines(1, 7) == (3, 5, 6, 7) and found.code_lines(1, 2) == (1, 2)
+    assert found.known and sorted(found.prose) == [1, 2, 4, 8]  # columns count bytes: é is two
+    assert found.code_lines(1, 9) == (3, 5, 6, 7, 9) and found.code_lines(1, 2) == (1, 2)
