@@ -133,7 +133,10 @@ def _python_prose(tree: ast.Module, bodies: list[str], in_strings: set[int]) -> 
             first = node.body[0]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
                     and isinstance(first.value.value, str):
-                prose.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+                lines = set(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+                lines -= {getattr(node, "lineno", 0)}  # `def f(): "doc"`: the line holds the header
+                lines -= {after.lineno for after in node.body[1:2]}  # `"doc"; x = 1`
+                prose |= lines
     return frozenset(prose)
 
 

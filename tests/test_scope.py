@@ -622,6 +622,8 @@ def test_prose_is_docstring_and_whole_line_comment_lines_and_never_a_string_in_c
     src = ('"""Module."""\n# note\ndef f(x):\n    """Doc\n    more."""\n    s = """\n# not a comment\n"""\n'
            '    return x  # trailing\n')
     assert sorted(outline(doc(src), "python").prose) == [1, 2, 4, 5]
+    one_line = "def f(): 'Doc.'; return 1\nclass C:\n    \"\"\"Doc.\"\"\"; x = 1\n"
+    assert outline(doc(one_line), "python").prose == frozenset()  # each line holds code too
 
 
 def test_javascript_prose_is_comment_lines_with_nothing_else_on_them():
