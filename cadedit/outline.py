@@ -68,7 +68,7 @@ class Outline:
     definitions: tuple[Definition, ...] = ()
     problem: str = ""  # why the definitions are unknown; "" when they are known
     statements: tuple[Statement, ...] = ()  # sorted by start, outer before inner
-    prose: frozenset[int] = frozenset()  # lines holding nothing but comments or docstrings
+    prose: frozenset[int] = frozenset()  # lines holding nothing but comments or docstrings (when asked)
 
     def code_lines(self, start: int, end: int) -> tuple[int, ...]:
         """Lines start..end that hold code: the prose lines left out, unless nothing would be left."""
@@ -91,21 +91,22 @@ def display_name(document: Document) -> str:
     return "the file" if document.path.startswith("<") else os.path.basename(document.path)
 
 
-def outline(document: Document, language: str | None) -> Outline:
-    """The definitions of a document in a language (None: unknown, so no definitions)."""
+def outline(document: Document, language: str | None, prose: bool = False) -> Outline:
+    """The definitions of a document in a language (None: unknown, so no definitions); with `prose`
+    also its comment and docstring lines (only the where-step reads them, so others do not pay for them)."""
     # Lines joined with "\n" and no BOM: parser line k is Document line k whatever the terminators.
     source = "\n".join(document.display_lines())
     if language == PYTHON:
-        return _python_outline(source, display_name(document))
+        return _python_outline(source, display_name(document), prose)
     if language in (JAVASCRIPT, TYPESCRIPT, TSX):
-        return _tree_sitter_outline(source, language, display_name(document))
+        return _tree_sitter_outline(source, language, display_name(document), prose)
     return Outline(problem=f"{display_name(document)}: no parser for this kind of file, so its definitions are unknown")
 
 
 # -- Python --------------------------------------------------------------------------------------
 
 
-def _python_outline(source: str, name: str) -> Outline:
+def _python_outline(source: str, name: str, prose: bool = False) -> Outline:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError) as exc:
@@ -121,13 +122,13 @@ def _python_outline(source: str, name: str) -> Outline:
                   if isinstance(node, ast.stmt) and not isinstance(node, _PY_DEFINITIONS))
     return Outline(tuple(sorted(definitions, key=lambda d: (d.start, -d.end))),
                    statements=tuple(sorted(statements, key=lambda t: (t.start, -t.end))),
-                   prose=_python_prose(tree, bodies, in_strings))
+                   prose=_python_prose(tree, bodies, in_strings) if prose else frozenset())
 
 
 def _python_prose(tree: ast.Module, bodies: list[str], in_strings: set[int]) -> frozenset[int]:
     """Docstring lines (a module's, class's or function's first statement, a string) and lines that
     start with "#" outside multi-line strings."""
-    prose = {k for k, body in enumerate(bodies, 1) if k not in in_strings and body.lstrip().startswith("#")}
+    prose = {k for k in range(1, len(bodies) + 1) if _comment_line(k, bodies, in_strings)}
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, *_PY_DEFINITIONS)) and node.body:
             first = node.body[0]
@@ -172,9 +173,14 @@ def _above_comments(first: int, bodies: list[str], in_strings: set[int]) -> int:
     A line that starts with "#" is a comment unless a multi-line string runs through it; the string
     spans come from ast, which is already parsed, rather than a second pass with tokenize.
     """
-    while first > 1 and first - 1 not in in_strings and bodies[first - 2].lstrip().startswith("#"):
+    while first > 1 and _comment_line(first - 1, bodies, in_strings):
         first -= 1
     return first
+
+
+def _comment_line(k: int, bodies: list[str], in_strings: set[int]) -> bool:
+    """Line k starts with "#" and no multi-line string runs through it."""
+    return k not in in_strings and bodies[k - 1].lstrip().startswith("#")
 
 
 # -- JavaScript / TypeScript ---------------------------------------------------------------------
@@ -187,7 +193,7 @@ _FIELDS = {"field_definition", "public_field_definition"}
 _DECLARATIONS = {"lexical_declaration", "variable_declaration"}
 
 
-def _tree_sitter_outline(source: str, language: str, name: str) -> Outline:
+def _tree_sitter_outline(source: str, language: str, name: str, prose: bool = False) -> Outline:
     try:
         from tree_sitter import Language, Parser
 
@@ -211,7 +217,7 @@ def _tree_sitter_outline(source: str, language: str, name: str) -> Outline:
     _tree_statements(root, statements)
     return Outline(tuple(sorted(found, key=lambda d: (d.start, -d.end))),
                    statements=tuple(sorted(statements, key=lambda t: (t.start, -t.end))),
-                   prose=_tree_prose(root, source.split("\n")))
+                   prose=_tree_prose(root, source.split("\n")) if prose else frozenset())
 
 
 _BODIES = ("body", "consequence")

@@ -326,7 +326,7 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
     # each token scored: (score, -line, column, the model's own choice, that choice's log-probability)
     read_tokens: list[tuple[float, int, int, int, float]] = []
     fed = forwards = 0
-    found = outline(document, parser_of(document.path))
+    found = outline(document, parser_of(document.path), prose=True)
     for a, b in regions:
         scored = set(found.code_lines(a, b))
         first = 1 if around is None else max(1, a - around)
