@@ -338,13 +338,14 @@ def scoped_options(options: EditOptions, scope: Scope, instruction: str, path: s
 
 
 def located_levels(document: Document, lines: Sequence[int], regions: Sequence[tuple[int, int]],
-                   language: str | None = None) -> tuple[tuple[tuple[int, int], ...], ...]:
+                   language: str | None = None,
+                   found: Outline | None = None) -> tuple[tuple[tuple[int, int], ...], ...]:
     """The tries' scopes after the where-step named `lines` inside `regions` (cadedit.where), narrowest
     first: the statements those lines are on, the functions around them, then `regions` themselves;
     each level holds the one before, and a level equal to the one before drops out. The block level
     of a line reference's ladder is left out: a wrong line costs one try before the function."""
     whole = tuple((a, b) for a, b in regions)
-    found = outline(document, language or parser_of(document.path))
+    found = found if found is not None else outline(document, language or parser_of(document.path))
     inside = [k for k in lines if any(a <= k <= b for a, b in whole)]
     if not found.known or not inside:
         return (whole,)

@@ -355,8 +355,8 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
     expected = tuple(by_line.get(named[0], ()) if named else ())[:MOST_EXPECTED]
     runners_up = tuple(line for line in by_line if line not in named)[:RUNNERS_UP]
     return Where(tuple(tuple(r) for r in regions), named, ", ".join(map(str, named)),
-                 located_levels(document, named, regions), time.perf_counter() - start, forwards, fed, "surprise",
-                 expected, runners_up, _in_turn([by_line[line] for line in (*named, *runners_up) if line in by_line]))
+                 located_levels(document, named, regions, found=found), time.perf_counter() - start, forwards, fed,
+                 "surprise", expected, runners_up, _in_turn([by_line[line] for line in (*named, *runners_up) if line in by_line]))
 
 
 def _in_turn(points: Sequence[Sequence[tuple]], most: int = MOST_EXPECTED) -> tuple:
