@@ -237,7 +237,8 @@ _NoScope = Annotated[bool, typer.Option(
     "--no-scope", help="Let the model retype the whole file even when the instruction names lines or definitions.")]
 _Where = Annotated[bool, typer.Option(
     "--where", help="A bug report that names a definition but no line: find the line first (--where-by) and "
-    "retype from there up, wider after a failed try (off by default: measured in README, Scoped edits).")]
+    "retype from there up, wider after a failed try (off by default: measured in README, Scoped edits). Without it, "
+    "where --test decides and try 1 failed, the definition is read so and the later tries also branch there.")]
 _WhereBy = Annotated[str, typer.Option(
     "--where-by", help="How --where finds the line: surprise (where the model, reading the code, least expected "
     "what is written), number or quote (the model names the line, or quotes it).")]
@@ -515,11 +516,12 @@ def _reporters(document, options, run: _Run, progress):
                     say(f"  {c.name} output:\n{c.output_tail}")
 
     def on_where(where) -> None:
-        previous["regions"] = where.levels[0]
+        if not where.later:  # try 1 retypes the line named; a later reading keeps the tries' scopes
+            previous["regions"] = where.levels[0]
         progress.stop()
         if not quiet:
             say(f"{document.path}: {where.describe()}")
-            if verbose:
+            if verbose and not where.later:
                 say(f"  where: prompt {where.tokens_prompt} tokens fed, answer {where.answer!r}; the tries' scopes: "
                     + "; ".join(", ".join(f"{a}-{b}" for a, b in level) for level in where.levels))
 

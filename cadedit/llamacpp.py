@@ -31,13 +31,16 @@ from types import SimpleNamespace
 import numpy as np
 
 from cadedit.errors import ModelError
+from cadedit.settings import MAX_CANDIDATES, READ_BRANCHES
 
 EXTRA = "llama"  # pyproject's optional-dependencies entry
 BUILD_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 N_BATCH = 512  # tokens per llama_decode call; a longer feed is split
 N_CTX = 16384  # the context llama.cpp allocates (KV cache); at most the model's trained context
 MAX_OUTPUTS = 64  # logits rows one llama_decode call of one sequence returns at most (a buffer of this x vocab)
-MAX_ROWS = 8  # sequences the context holds: candidates decoded side by side (cadedit.decode.decode_rows)
+# Sequences the context holds: candidates decoded side by side (cadedit.decode.decode_rows), a later
+# try's branches at the reading's tokens (settings.READ_BRANCHES) beside the most --candidates asks.
+MAX_ROWS = MAX_CANDIDATES + READ_BRANCHES
 ROW_OUTPUTS = 128  # logits rows one llama_decode call of several sequences returns at most
 
 _FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",

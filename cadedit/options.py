@@ -49,6 +49,10 @@ class EditOptions:
     # (cadedit.where) and retype from that line up (cadedit.scope.located_levels).
     locate: bool = False
     where_by: str = DEFAULT_WHERE_BY  # how the where-step finds the line (cadedit.where.WHERE_BY)
+    # The regions are definitions the instruction names without a line and the where-step does not run
+    # first: once try 1 failed its test, the later tries branch where the model's reading of them least
+    # expected the code written too (cadedit.tries, settings.READ_BRANCHES).
+    read_later: bool = False
     referenced: tuple[int, ...] = ()  # lines the instruction names by number, quoted in the prompt
     # Scoped edits: how many lines on each side of the regions the prompt shows (with the file's
     # first lines); None: the whole file. Measured in README (Scoped edits): on long files the

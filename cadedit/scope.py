@@ -27,6 +27,7 @@ from cadedit.document import Document
 from cadedit.errors import ScopeError
 from cadedit.options import EditOptions, Mode
 from cadedit.outline import LANGUAGES, Definition, Outline, display_name, outline, parser_of
+from cadedit.settings import READ_LATER
 
 
 @dataclass(frozen=True)
@@ -315,17 +316,19 @@ def _spans(regions: Sequence[Region]) -> list[tuple[int, int]]:
 
 
 def plan_edit(document: Document, instruction: str, options: EditOptions, lines: Sequence[str] = (),
-              names: Sequence[str] = (), scoping: bool = True, where: bool = False) -> tuple[EditOptions, Scope | None]:
+              names: Sequence[str] = (), scoping: bool = True, where: bool = False,
+              read: bool = READ_LATER) -> tuple[EditOptions, Scope | None]:
     """What every edit does first (`cadedit fix`, the hook, the server's clients, the benchmarks): the
     scope from --lines/--scope or the instruction, then the options for it. No scope (None) when
     scoping is off (--no-scope) or the mode writes an edit program, which always sees the whole file.
     where: find the line first (cadedit.where) when the scope is a definition and no line is named
-    (`cadedit fix --where`; off by default: README, "The where-step by reading")."""
+    (`cadedit fix --where`; off by default: README, "The where-step by reading"); read: else, read the
+    definition for the later tries' branches (options.read_later; settings.READ_LATER by default)."""
     if not scoping or options.mode == Mode.PROGRAM:
         return options, None
     scope = resolve_scope(document, instruction, lines=lines, names=names)
     scoped = scoped_options(options, scope, instruction, document.path)
-    return replace(scoped, locate=scoped.locate and where), scope
+    return replace(scoped, locate=scoped.locate and where, read_later=scoped.locate and not where and read), scope
 
 
 def scoped_options(options: EditOptions, scope: Scope, instruction: str, path: str) -> EditOptions:

@@ -68,6 +68,12 @@ TESTED_CANDIDATES = 4
 # "Candidates side by side, measured").
 LATER_TESTED_CANDIDATES = 8
 MAX_CANDIDATES = 8
+# A definition named without a line (`cadedit fix app.js "Fix bugs in f."`) where a test decides: once try 1
+# failed, the model reads the definition as plain code (cadedit.where.surprise, a few prefill forwards) and
+# each later try adds this many branches, put in where the reading least expected the code written (the
+# most surprising token of the line it names and of its runners-up) beside candidate 1's hesitations.
+READ_BRANCHES = 3
+READ_LATER = True  # whether fix, the hook and the benchmarks do so by default (README, "Reading for later tries")
 # How a try's candidates after the first are made (tries._batched_try): "branch", from candidate 1
 # where it hesitated most and only once it failed its checks, or "sample", all side by side from the
 # start. Measured in README ("Candidates side by side, measured").

@@ -20,7 +20,9 @@ long definition whose instruction names no line (options.locate) first asks the 
 (cadedit.where, a few tokens) and climbs from the line it names: the statement there, the function,
 the definition; there a candidate that changed nothing widens too (the line named was not the one).
 Where a test decides, a try at the statements of the next most surprising lines comes before the
-function (_ladder).
+function (_ladder). Without the where-step first, such a definition where a test decides is read the same
+way once try 1 failed (options.read_later, _read_later): the later tries keep their scopes and add a
+branch at each of the reading's first surprising tokens (settings.READ_BRANCHES) to their hesitations.
 Nothing is written here.
 """
 
@@ -39,7 +41,7 @@ from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.prompt import unquoted
 from cadedit.results import EditResult
-from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, REJOIN_TRIES, TEST_TIMEOUT, default_candidates
+from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, READ_BRANCHES, REJOIN_TRIES, TEST_TIMEOUT, default_candidates
 
 
 TRY_TEMPERATURE = 0.7
@@ -215,9 +217,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     models only)."""
     candidates_by = candidates_by or CANDIDATES_BY
     edit, editors = _editors(loaded)
-    where = _where(document, instruction, options, loaded, picks(0) if picks else None)
-    if where is not None and on_where is not None:
-        on_where(where)
+    where = _reported(_where(document, instruction, options, loaded, picks(0) if picks else None), on_where)
     done: list[Try] = []
     last: Try | None = None  # what the next try learns from: the previous try, or its best candidate
     told = ""
@@ -227,19 +227,24 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     layout = options.layout
     checked: dict[str, Try] = {}  # every candidate text checked so far: a later try's copy is not checked again
     branched: set[int] = set()  # every branch point taken so far: a later try branches elsewhere
+    read = ()  # once try 1 failed (options.read_later): the points the later tries also branch at
     for number in range(1, tries + 1):
         failed = {c.name for c in last.failed_checks} if last else set()
         widened = bool(failed & widen_after) and level < len(levels) - 1
         level += widened
         if UNQUOTED_AFTER in failed and not widened:  # copied where it was: ask without the quote
             layout = unquoted(layout)
-        located = where is not None and level == 0  # this try retypes the line the where-step named
+        if number == 2 and where is None and (where := _reported(_read_later(document, options, plan, loaded, picks,
+                                                                             candidates), on_where)):
+            read = where.spread[:READ_BRANCHES]
+        located = where is not None and not where.later and level == 0  # this try retypes the line named
         current = replace(options, sampling=sampling_for(number, options.sampling), feedback=told,
-                          regions=levels[level], wider=(), layout=layout, locate=False, expected=expected[level],
-                          branched=tuple(sorted(branched)))
+                          regions=levels[level], wider=(), layout=layout, locate=False,
+                          expected=expected[level] or read, branched=tuple(sorted(branched)))
         pick = picks(number) if picks else None
         test_hook = None if on_test is None else (lambda: on_test(number))
         k = candidates_for(candidates, plan, loaded, number, located)
+        k += len(read) if k > 1 and candidates_by == "branch" else 0  # its branches beside the hesitations
         if k > 1:
             made = _batched_try(editors, document, instruction, current, plan, number, k, pick, on_step,
                                 test_hook, checked, candidates_by)
@@ -299,6 +304,25 @@ def _where(document: Document, instruction: str, options: EditOptions, loaded: A
     except CadeditError:  # e.g. out of its few tokens: the tries retype the definitions, as without it
         return None
     return where if where.lines else None
+
+
+def _reported(where: Any, on_where: Callable[[Any], None] | None) -> Any:
+    """`where` (a where.Where or None), told to on_where when there is one."""
+    if where is not None and on_where is not None:
+        on_where(where)
+    return where
+
+
+def _read_later(document: Document, options: EditOptions, plan: CheckPlan, loaded: Any, picks,
+                candidates: int | None) -> Any:
+    """The definition read by surprise once try 1 failed its test (options.read_later; a local model, the
+    tries branched: not --candidates 1), as a where.Where with later=True; None where it does not apply or
+    found no surprising token."""
+    if not (options.read_later and plan.test) or candidates == 1:
+        return None
+    asked = replace(options, locate=True, where_by="surprise")
+    where = _where(document, "", asked, loaded, picks(0) if picks else None)
+    return replace(where, later=True) if where is not None and where.spread else None
 
 
 def _editors(loaded: Any):

@@ -63,6 +63,9 @@ class Where:
     # (at most MOST_EXPECTED). Where a test decides, a try retypes all their statements before the function.
     runners_up: tuple[int, ...] = ()
     spread: tuple = ()
+    # A reading made once try 1 failed (options.read_later): the tries keep their scopes, and the later
+    # ones branch at `spread` too; `levels` are unused.
+    later: bool = False
 
     def describe(self) -> str:
         """One line for stderr: "where: the model named line 57 of lines 40-120; try 1 retypes line 57"."""
@@ -70,6 +73,10 @@ class Where:
 
         named = ", ".join(map(str, self.lines))
         asked = ", ".join(span_text(a, b) for a, b in self.asked)
+        if self.later:
+            also = f" (then {', '.join(map(str, self.runners_up))})" if self.runners_up else ""
+            return (f"read: the model least expected line {named}{also} of {asked}; the later tries also branch "
+                    f"there ({self.seconds:.1f} s, {self.forward_passes} forwards)")
         first = ", ".join(span_text(a, b) for a, b in self.levels[0])
         said = "least expected" if self.by == "surprise" else "named"
         return (f"where: the model {said} line{'s' if len(self.lines) > 1 else ''} {named} of {asked}; try 1 retypes "
@@ -97,7 +104,7 @@ class Where:
                 "levels": [[list(r) for r in level] for level in self.levels], "seconds": self.seconds,
                 "forward_passes": self.forward_passes, "tokens_prompt": self.tokens_prompt, "by": self.by,
                 "expected": [list(e) for e in self.expected], "runners_up": list(self.runners_up),
-                "spread": [list(e) for e in self.spread]}
+                "spread": [list(e) for e in self.spread], "later": self.later}
 
 
 class _AnswerCursor:

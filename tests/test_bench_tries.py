@@ -297,26 +297,28 @@ def test_tries_runs_a_polyglot_cases_test_files_beside_the_file_they_import(tmp_
 
 def test_tries_with_where_reads_the_function_for_the_line_first(tmp_path, monkeypatch, tiny_dir):
     """--where on: "Fix add." names a definition and no line, so each case is read for the line first
-    and try 1 retypes that line's statement, as `cadedit fix --where` does; off (the default) retypes
-    the function."""
+    and try 1 retypes that line's statement, as `cadedit fix --where` does; later (the default) and off
+    retype the function, later reading it once try 1 failed (branched tries: 2 candidates here)."""
     before = "def add(a, b):\n    c = a\n    d = b\n    e = c\n    return e - d\n"
     path = tmp_path / "c.jsonl"
     path.write_text(json.dumps({"id": "case", "language": "python", "before": before,
                                 "after": before.replace("e - d", "e + d"), "instruction": "Fix add.",
                                 "test": "assert add(2, 3) == 5\n"}) + "\n")
     rows = {}
-    for where in ("on", "off"):
+    for where, tries in (("on", "1"), ("later", "2"), ("off", "2")):
         seen = answers(monkeypatch, before)
         out = tmp_path / f"{where}.json"
-        result = CliRunner().invoke(app, ["bench", "tries", "-c", str(path), "--model", str(tiny_dir), "--tries", "1",
-                                          "--check-tries", "0", "--candidates", "1", "--where", where,
-                                          "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+        result = CliRunner().invoke(app, ["bench", "tries", "-c", str(path), "--model", str(tiny_dir), "--tries", tries,
+                                          "--check-tries", "0", "--candidates", "1" if where == "on" else "2",
+                                          "--where", where, "--dtype", "fp32", "--threads", "1", "--json", str(out)])
         assert result.exit_code == 0, result.output
         data = json.loads(out.read_text())
         (rows[where],) = data["corpora"][0]["cases"]
-        assert data["where"] is (where == "on")
-        rows[where]["retyped"] = seen[0].regions
+        assert data["where"] == where
+        rows[where]["retyped"] = {prepared.regions for prepared in seen}
     (line,) = rows["on"]["where"]["lines"]
-    assert 2 <= line <= 5 and rows["on"]["retyped"] == ((line, line),)
-    # off: the function, here the whole file, so the prompt shows it as the file
-    assert rows["off"]["where"] is None and rows["off"]["retyped"] == ()
+    assert 2 <= line <= 5 and rows["on"]["retyped"] == {((line, line),)}
+    # later and off: the function, here the whole file, so the prompt shows it as the file
+    assert rows["later"]["where"]["later"] and rows["later"]["where"]["lines"] and rows["later"]["retyped"] == {()}
+    assert [t["candidate"] for t in rows["later"]["tries_with_test"] if t["try"] == 2][0] == 1
+    assert rows["off"]["where"] is None and rows["off"]["retyped"] == {()}

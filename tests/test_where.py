@@ -313,3 +313,46 @@ def test_where_a_test_decides_the_next_try_retypes_the_next_surprising_lines_bef
             assert f"try 2 of 3 [scope widened to line {min(named, *runners_up)}, " in result.stderr
         else:
             assert regions == [[[named, named]], [[1, 50]]]
+
+
+def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_branch_there_too(
+        work, tiny_dir, scripted, monkeypatch):
+    """No --where, with --test (cadedit fix's default, settings.READ_LATER): try 1 retypes the function as
+    always, nothing read before it. Once it failed, the model reads the function by surprise and every
+    later try keeps its scope and adds a branch at each of the reading's first points (Where.spread,
+    settings.READ_BRANCHES) to its 8 candidates; --json has the reading (later: true). A try 1 that
+    passes reads nothing, and without a test nothing is read."""
+    from cadedit import pipeline
+    from cadedit.settings import READ_BRANCHES
+
+    asked: list[tuple] = []
+    branches = pipeline.edit_branches
+
+    def recording(document, instruction, options, *args, **kwargs):
+        asked.append(options.expected)
+        return branches(document, instruction, options, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "edit_branches", recording)
+    test = ["--test", "grep -q 'return v1 + v2' a.py"]
+    scripted(unchanged, unchanged, fixed_line)
+    (work / "a.py").write_text(BUGGY, encoding="utf-8")
+    result = CliRunner().invoke(cli.app, ["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
+                                          "--threads", "1", "--json", *test])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    where = data["where"]
+    assert where["later"] and where["lines"] == [least_expected_line(tiny_dir, 1, 50)]
+    read = [tuple(point) for point in where["spread"][:READ_BRANCHES]]
+    assert len(read) == READ_BRANCHES and asked == [(), tuple(read), tuple(read)]
+    assert {tuple(map(tuple, t["regions"])) for t in data["tries"]} == {((1, 50),)}  # the scope stays the function
+    assert "try 2 of 3, candidate 1 of 11: the same as try 1's candidate 1" in result.stderr
+    assert "try 3 of 3, candidate 1 of 11: passed" in result.stderr
+    assert f"read: the model least expected line {where['lines'][0]}" in result.stderr
+    assert data["tries"][-1]["passed"] and "+    return v1 + v2" in data["diff"]
+    for args in (test, ()):  # try 1 passes; no test
+        scripted(fixed_line)
+        (work / "a.py").write_text(BUGGY, encoding="utf-8")
+        result = CliRunner().invoke(cli.app, ["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
+                                              "--threads", "1", "--json", *args])
+        assert result.exit_code == 0 and json.loads(result.stdout)["where"] is None, result.output
+    assert "read:" not in result.stderr

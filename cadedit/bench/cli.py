@@ -26,7 +26,7 @@ from cadedit.bench.options import (PACKAGES, BackendOpt, CaseContextOpt, CorpusO
 from cadedit.cli_common import _Engine, _EngineTimeout, context_lines, err, say, sub_app
 from cadedit.errors import CadeditError
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_DTYPE, DEFAULT_MODE
-from cadedit.settings import DEFAULT_TRIES, DEFAULT_WHERE_BY, WHERE_BY
+from cadedit.settings import DEFAULT_TRIES, DEFAULT_WHERE_BY, READ_LATER, WHERE_BY
 
 T = TypeVar("T")
 
@@ -858,6 +858,14 @@ def _candidates_summary(s: dict, k: int) -> str:
 # -- tries -------------------------------------------------------------------------------------
 
 
+_TriesWhere = Annotated[str, typer.Option(
+    "--where", help="A definition named without a line: first (or on) reads it for the line first, as `cadedit fix "
+                    "--where`; later reads it once try 1 failed, for the later tries' branches (fix's default); "
+                    "off: neither.")]
+# --where's choices: (find the line first, read for the later tries) each
+TRIES_WHERE = {"first": (True, False), "on": (True, False), "later": (False, True), "off": (False, False)}
+
+
 @app.command()
 def tries(
     corpus: CorpusOpt,
@@ -884,9 +892,7 @@ def tries(
                                 "branch or sample.")] = CANDIDATES_BY,
     engine: _Engine = None,
     engine_timeout: _EngineTimeout = None,
-    where: Annotated[str, typer.Option(
-        "--where", help="on: a definition named without a line is read for the line first, as `cadedit fix "
-                        "--where`; off (fix's default): its tries retype the definition.")] = "off",
+    where: _TriesWhere = "later" if READ_LATER else "off",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -903,11 +909,11 @@ def tries(
     scoped = _choice(scoping, "--scoping", {"on": True, "off": False})
     by = _choice(candidates_by, "--candidates-by", {way: way for way in CANDIDATE_WAYS})
     options = _tries_options(None if engine else loaded.name, mode, layout)
-    located = _choice(where, "--where", {"on": True, "off": False})
+    located, read = _choice(where, "--where", TRIES_WHERE)
     settings = bt.TriesSettings(max_tries, check_tries, test_timeout, options, scoped, k, by, engine is not None,
-                                located)
+                                located, read)
     meta = {**_model_meta("tries", loaded), "mode": mode, "layout": settings.options.layout, "context": context,
-            "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped, "where": located,
+            "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped, "where": where,
             "candidates": settings.with_test, "candidates_checks_only": settings.checks_only, "candidates_by": by}
     rows = _tries_rows(max_tries, check_tries)
 

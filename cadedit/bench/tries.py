@@ -27,7 +27,7 @@ from cadedit.document import Document
 from cadedit.model import LoadedModel
 from cadedit.options import EditOptions
 from cadedit.scope import plan_edit
-from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATES_BY, DEFAULT_TRIES, default_candidates
+from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATES_BY, DEFAULT_TRIES, READ_LATER, default_candidates
 from cadedit.tries import CheckPlan, Verified, edit_verified
 
 SUFFIX = {"python": ".py", "node": ".js"}
@@ -44,6 +44,7 @@ class TriesSettings:
     candidates_by: str = CANDIDATES_BY  # how (settings.CANDIDATE_WAYS, `cadedit fix --candidates-by`)
     engine: bool = False  # the edits go through a shared engine (its defaults are fix --engine's)
     where: bool = False  # a definition named without a line: find the line first, as `cadedit fix --where`
+    read: bool = READ_LATER  # else read it once try 1 failed, for the later tries' branches (options.read_later)
 
     @property
     def with_test(self) -> list[int]:
@@ -124,7 +125,7 @@ def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings,
         (folder / name).write_text(case.before, encoding="utf-8")
         document = Document.read(folder / name)
         options, _ = plan_edit(document, case.instruction, settings.options, scoping=settings.scoped,
-                               where=settings.where)
+                               where=settings.where, read=settings.read)
         with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
         tested = edit_verified(document, case.instruction, options, with_test, settings.tries, loaded=loaded,
                                picks=picks, candidates=settings.candidates, candidates_by=settings.candidates_by)
