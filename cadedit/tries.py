@@ -223,8 +223,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     told = ""
     levels, expected = _ladder(document, options, plan, where)
     widen_after = set(WIDEN_AFTER) | ({UNQUOTED_AFTER} if where is not None else set())
-    level = 0
-    layout = options.layout
+    level, layout = 0, options.layout
     checked: dict[str, Try] = {}  # every candidate text checked so far: a later try's copy is not checked again
     branched: set[int] = set()  # every branch point taken so far: a later try branches elsewhere
     read = ()  # once try 1 failed (options.read_later): the points the later tries also branch at
@@ -234,8 +233,9 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         level += widened
         if UNQUOTED_AFTER in failed and not widened:  # copied where it was: ask without the quote
             layout = unquoted(layout)
+        branches = candidates != 1 and candidates_by == "branch"  # the reading's points become branches
         if number == 2 and where is None and (where := _reported(_read_later(document, options, plan, loaded, picks,
-                                                                             candidates), on_where)):
+                                                                             branches), on_where)):
             read = where.spread[:READ_BRANCHES]
         located = where is not None and not where.later and level == 0  # this try retypes the line named
         current = replace(options, sampling=sampling_for(number, options.sampling), feedback=told,
@@ -244,7 +244,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         pick = picks(number) if picks else None
         test_hook = None if on_test is None else (lambda: on_test(number))
         k = candidates_for(candidates, plan, loaded, number, located)
-        k += len(read) if k > 1 and candidates_by == "branch" else 0  # its branches beside the hesitations
+        k += len(read) if k > 1 else 0  # the reading's branches beside the hesitations
         if k > 1:
             made = _batched_try(editors, document, instruction, current, plan, number, k, pick, on_step,
                                 test_hook, checked, candidates_by)
@@ -314,11 +314,11 @@ def _reported(where: Any, on_where: Callable[[Any], None] | None) -> Any:
 
 
 def _read_later(document: Document, options: EditOptions, plan: CheckPlan, loaded: Any, picks,
-                candidates: int | None) -> Any:
-    """The definition read by surprise once try 1 failed its test (options.read_later; a local model, the
-    tries branched: not --candidates 1), as a where.Where with later=True; None where it does not apply or
-    found no surprising token."""
-    if not (options.read_later and plan.test) or candidates == 1:
+                branches: bool) -> Any:
+    """The definition read by surprise once try 1 failed its test (options.read_later; a local model; the
+    tries branch: `branches`, not --candidates 1 nor --candidates-by sample), as a where.Where with
+    later=True; None where it does not apply or found no surprising token."""
+    if not (options.read_later and plan.test and branches):
         return None
     asked = replace(options, locate=True, where_by="surprise")
     where = _where(document, "", asked, loaded, picks(0) if picks else None)

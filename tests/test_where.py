@@ -321,7 +321,7 @@ def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_bra
     always, nothing read before it. Once it failed, the model reads the function by surprise and every
     later try keeps its scope and adds a branch at each of the reading's first points (Where.spread,
     settings.READ_BRANCHES) to its 8 candidates; --json has the reading (later: true). A try 1 that
-    passes reads nothing, and without a test nothing is read."""
+    passes reads nothing, and without a test or with sampled candidates nothing is read."""
     from cadedit import pipeline
     from cadedit.settings import READ_BRANCHES
 
@@ -349,8 +349,10 @@ def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_bra
     assert "try 3 of 3, candidate 1 of 11: passed" in result.stderr
     assert f"read: the model least expected line {where['lines'][0]}" in result.stderr
     assert data["tries"][-1]["passed"] and "+    return v1 + v2" in data["diff"]
-    for args in (test, ()):  # try 1 passes; no test
-        scripted(fixed_line)
+    for args, answers in ((test, (fixed_line,)), ((), (fixed_line,)), ([*test, "--candidates-by", "sample"],
+                                                                       (unchanged, fixed_line))):
+        # try 1 passes; no test; sampled candidates, which have no branch points to put the reading's tokens at
+        scripted(*answers)
         (work / "a.py").write_text(BUGGY, encoding="utf-8")
         result = CliRunner().invoke(cli.app, ["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
                                               "--threads", "1", "--json", *args])
