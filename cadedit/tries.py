@@ -227,13 +227,13 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     checked: dict[str, Try] = {}  # every candidate text checked so far: a later try's copy is not checked again
     branched: set[int] = set()  # every branch point taken so far: a later try branches elsewhere
     read = ()  # once try 1 failed (options.read_later): the points the later tries also branch at
+    branches = candidates != 1 and candidates_by == "branch"  # the reading's points become branches
     for number in range(1, tries + 1):
         failed = {c.name for c in last.failed_checks} if last else set()
         widened = bool(failed & widen_after) and level < len(levels) - 1
         level += widened
         if UNQUOTED_AFTER in failed and not widened:  # copied where it was: ask without the quote
             layout = unquoted(layout)
-        branches = candidates != 1 and candidates_by == "branch"  # the reading's points become branches
         if number == 2 and where is None and (where := _reported(_read_later(document, options, plan, loaded, picks,
                                                                              branches), on_where)):
             read = where.spread[:READ_BRANCHES]
