@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cadedit.document import Document
+from cadedit.errors import ModelError
 from cadedit.settings import CONTEXT_LINES, DEFAULT_WHERE_BY, WHERE_BY
 
 __all__ = ["WHERE_BY", "Where", "LineNumberCursor", "LineTextCursor", "locate", "surprise", "surprise_score"]
@@ -319,9 +320,9 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
              around: int | None = CONTEXT_LINES) -> Where:
     """The where-step by reading: each region's code after up to `around` lines before it (the
     prompt's context, settings.CONTEXT_LINES by default; None: from the file's first line), fed as
-    plain code in forwards of SURPRISE_CHUNK tokens with every position's logits kept; the line
-    named is the one with the most surprising token (surprise_score), and Where.expected says where
-    its surprising tokens are and what the model expected instead. Only code is scored: comments and
+    plain code in a row beside the LM's cache (_read_texts), the logits of the region's positions kept;
+    the line named is the one with the most surprising token (surprise_score), and Where.expected says
+    where its surprising tokens are and what the model expected instead. Only code is scored: comments and
     docstrings (outline's prose) are text the model could not have guessed, and no test runs them."""
     from cadedit.model import encode, language_model, token_bytes
     from cadedit.outline import outline, parser_of
@@ -330,29 +331,17 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
     start = time.perf_counter()
     tokens, lines = token_bytes(loaded), document.display_lines()
     lm = language_model(loaded)
-    # each token scored: (score, -line, column, the model's own choice, that choice's log-probability)
-    read_tokens: list[tuple[float, int, int, int, float]] = []
-    fed = forwards = 0
     found = outline(document, parser_of(document.path), prose=True)
+    texts = []  # each region: its ids (after the lines before it), their (line, column), its code lines, its first line
     for a, b in regions:
-        scored = set(found.code_lines(a, b))
         first = 1 if around is None else max(1, a - around)
         ids = encode(loaded.tokenizer, "".join(line + "\n" for line in lines[first - 1 : b]))
-        places = _token_places(ids, tokens, first)
-        lm.reset()
-        previous = None  # the logits that predict a chunk's first token: the last of the chunk before
-        for k in range(0, len(ids), SURPRISE_CHUNK):
-            chunk = ids[k : k + SURPRISE_CHUNK]
-            logits = lm.feed(chunk, keep=len(chunk))
-            forwards += 1
-            for i, token in enumerate(chunk):
-                line, column = places[k + i]
-                row = logits[i - 1] if i else previous
-                if row is not None and line in scored:  # the region's code; the lines before it are context
-                    score, top, logprob = _read(row, token)
-                    read_tokens.append((score, -line, column, top, logprob))
-            previous = np.array(logits[len(chunk) - 1])  # a copy: the next forward may reuse the buffer
-        fed += len(ids)
+        texts.append((ids, _token_places(ids, tokens, first), set(found.code_lines(a, b)), a))
+    try:  # read in a row of its own, so the cache keeps the last try's prompt for the next try to reuse
+        read_tokens, forwards = _read_texts(lm, texts, row=1)
+    except ModelError:  # no room beside the cache (feed_rows has emptied it): read in the cache itself
+        read_tokens, forwards = _read_texts(lm, texts, row=0)
+    fed = sum(len(ids) for ids, *_ in texts)
     read_tokens.sort(reverse=True)  # the most surprising first; among equals the earlier line
     named = (-read_tokens[0][1],) if read_tokens else ()
     by_line: dict[int, list[tuple]] = {}  # each line's surprising tokens as points, most surprising first
@@ -364,6 +353,40 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
     return Where(tuple(tuple(r) for r in regions), named, ", ".join(map(str, named)),
                  located_levels(document, named, regions, found=found), time.perf_counter() - start, forwards, fed,
                  "surprise", expected, runners_up, _in_turn([by_line[line] for line in (*named, *runners_up) if line in by_line]))
+
+
+def _read_texts(lm, texts: Sequence[tuple], row: int) -> tuple[list[tuple[float, int, int, int, float]], int]:
+    """Each text fed in `row` (1: a row forked beside the cache and dropped after; 0: the cache, emptied
+    first) in forwards of SURPRISE_CHUNK tokens; each scored token as (score, -line, column, the model's
+    own choice, that choice's log-probability), and the forwards made."""
+    read_tokens: list[tuple[float, int, int, int, float]] = []
+    forwards = 0
+    try:
+        for ids, places, scored, a in texts:
+            if row:
+                lm.fork(1)
+                lm.fork(2)
+                lm.crop_row(1, len(lm.ids))  # a copy of the cache, emptied
+            else:
+                lm.reset()
+            # the logits of the context before the region predict nothing scored: only the last one is kept
+            begin = next((t for t, (line, _) in enumerate(places) if line >= a), len(ids))
+            previous = None  # the logits that predict a chunk's first token: the last of the chunk before
+            for k in range(0, len(ids), SURPRISE_CHUNK):
+                chunk = ids[k : k + SURPRISE_CHUNK]
+                skip = min(max(0, begin - 1 - k), len(chunk) - 1)  # logits[j] predicts position skip + j + 1
+                logits = lm.feed_rows([row], [chunk], [len(chunk) - skip])[0]
+                forwards += 1
+                for i, token in enumerate(chunk):
+                    line, column = places[k + i]
+                    if line in scored and (i or previous is not None):  # the region's code, not its context
+                        score, top, logprob = _read(logits[i - 1 - skip] if i else previous, token)
+                        read_tokens.append((score, -line, column, top, logprob))
+                previous = np.array(logits[-1])  # a copy: the next forward may reuse the buffer
+    finally:
+        if row:
+            lm.fork(1)
+    return read_tokens, forwards
 
 
 def _in_turn(points: Sequence[Sequence[tuple]], most: int = MOST_EXPECTED) -> tuple:

@@ -158,6 +158,38 @@ def test_by_default_the_where_step_names_the_line_the_model_least_expected(work,
     assert "+    return v1 + v2" in data["diff"]
 
 
+def test_a_function_after_other_code_is_read_after_it_and_without_room_beside_the_cache_in_it(
+        work, tiny_dir, scripted, monkeypatch):
+    """The lines before the function are the reading's context: fed, their logits not kept, never
+    named. The reading feeds a row beside the LM's cache; where that row finds no room (llama.cpp's
+    context full), the cache itself is emptied and read in, and the same line is named."""
+    from cadedit.errors import ModelError
+    from cadedit.model import CachedLM
+
+    lines = ["def helper(x):", "    return x * 2", "", "", *LINES]
+    expected = least_expected_line(tiny_dir, 5, 54, lines)
+    feed_rows, fed = CachedLM.feed_rows, []
+
+    def full_beside(self, rows, ids, keeps):
+        fed.append(tuple(rows))
+        if list(rows) == [1] and full:
+            self.reset()  # as a forward cut short leaves it
+            raise ModelError("llama.cpp could not run a forward of 256 tokens (llama_decode returned 1)")
+        return feed_rows(self, rows, ids, keeps)
+
+    monkeypatch.setattr(CachedLM, "feed_rows", full_beside)
+    for full in (False, True):
+        scripted(unchanged)
+        (work / "a.py").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        result = fix(tiny_dir, VAGUE, "--json", "--where")
+        assert result.exit_code in (0, 3), result.output
+        where = json.loads(result.stdout)["where"]
+        assert where["lines"] == [expected] and where["asked"] == [[5, 54]], result.output
+        beside = fed.count((1,))  # forwards of the reading's own row
+        assert beside == 1 if full else beside == where["forward_passes"] > 1
+        fed.clear()
+
+
 def test_the_reading_names_a_line_of_code_never_a_docstring_or_comment_line(work, tiny_dir, scripted):
     """Prose the model could not have guessed is not a bug's line: the where-step scores only the
     function's code, so it names the least expected line outside its docstring and comments (the
@@ -333,6 +365,7 @@ def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_bra
         return branches(document, instruction, options, *args, **kwargs)
 
     monkeypatch.setattr(pipeline, "edit_branches", recording)
+    monkeypatch.setenv("CADEDIT_PREFIX_CACHE", "0")  # what try 2 reuses comes from memory, not from disk
     test = ["--test", "grep -q 'return v1 + v2' a.py"]
     scripted(unchanged, unchanged, fixed_line)
     (work / "a.py").write_text(BUGGY, encoding="utf-8")
@@ -349,6 +382,9 @@ def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_bra
     assert "try 3 of 3, candidate 1 of 11: passed" in result.stderr
     assert f"read: the model least expected line {where['lines'][0]}" in result.stderr
     assert data["tries"][-1]["passed"] and "+    return v1 + v2" in data["diff"]
+    # the reading fed a row of its own: try 2 still reuses the prompt try 1 left in the cache
+    candidates_1 = [t for t in data["tries"] if t["candidate"] == 1]
+    assert candidates_1[1]["try"] == 2 and candidates_1[1]["tokens_prompt_reused"] > 0
     for args, answers in ((test, (fixed_line,)), ((), (fixed_line,)), ([*test, "--candidates-by", "sample"],
                                                                        (unchanged, fixed_line))):
         # try 1 passes; no test; sampled candidates, which have no branch points to put the reading's tokens at
