@@ -150,6 +150,27 @@ def test_two_caches_of_one_model_take_turns(llama_tiny):
     assert close(first.feed(b[:1]), alone, SAME)  # fed again from its ids: the context held `second`
 
 
+def test_the_reading_in_a_row_beside_the_cache_reads_as_from_nothing_and_leaves_the_cache_as_it_was(llama_tiny):
+    """where.surprise feeds a row of its own (a sequence of the context, emptied): what it reads is what an
+    empty cache reads, and the cache keeps the prompt it held for the next try to reuse."""
+    from cadedit.model import language_model
+    from cadedit.where import surprise
+
+    document = Document.from_text("def area(w, h):\n    s = w * h\n    return s - 0\n", "a.py")
+    lm = language_model(llama_tiny)
+    lm.reset()
+    alone = surprise(llama_tiny, document, [(1, 3)])
+    prompt = TOK.encode("class Stack:\n    def push(self, x):\n        self.items.append(x)\n")
+    lm.feed(prompt)
+    beside = surprise(llama_tiny, document, [(1, 3)])
+    assert (beside.lines, beside.spread, beside.runners_up) == (alone.lines, alone.spread, alone.runners_up)
+    assert [p[3] for p in beside.expected] == pytest.approx([p[3] for p in alone.expected], abs=SAME)
+    assert lm.ids == prompt and lm.cache.length == len(prompt) and lm.reuse(prompt + prompt[:2]) == len(prompt)
+    fresh = CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(prompt + prompt[:1])
+    assert close(lm.feed(prompt[:1]), fresh, SAME)  # the cache's positions are the prompt's, not the reading's
+    lm.reset()
+
+
 def test_a_long_feed_is_split_into_batches_and_keeps_its_last_rows(llama_tiny):
     from cadedit import llamacpp
 
