@@ -332,16 +332,16 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
     tokens, lines = token_bytes(loaded), document.display_lines()
     lm = language_model(loaded)
     found = outline(document, parser_of(document.path), prose=True)
-    texts = []  # each region: its ids (after the lines before it), their (line, column), its code lines, its first line
+    texts = []
     for a, b in regions:
         first = 1 if around is None else max(1, a - around)
         ids = encode(loaded.tokenizer, "".join(line + "\n" for line in lines[first - 1 : b]))
-        texts.append((ids, _token_places(ids, tokens, first), set(found.code_lines(a, b)), a))
+        texts.append(_Text(ids, _token_places(ids, tokens, first), frozenset(found.code_lines(a, b)), a))
     try:  # read in a row of its own, so the cache keeps the last try's prompt for the next try to reuse
         read_tokens, forwards = _read_texts(lm, texts, row=1)
     except ModelError:  # no room beside the cache (feed_rows has emptied it): read in the cache itself
         read_tokens, forwards = _read_texts(lm, texts, row=0)
-    fed = sum(len(ids) for ids, *_ in texts)
+    fed = sum(len(text.ids) for text in texts)
     read_tokens.sort(reverse=True)  # the most surprising first; among equals the earlier line
     named = (-read_tokens[0][1],) if read_tokens else ()
     by_line: dict[int, list[tuple]] = {}  # each line's surprising tokens as points, most surprising first
@@ -355,14 +355,26 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
                  "surprise", expected, runners_up, _in_turn([by_line[line] for line in (*named, *runners_up) if line in by_line]))
 
 
-def _read_texts(lm, texts: Sequence[tuple], row: int) -> tuple[list[tuple[float, int, int, int, float]], int]:
+@dataclass(frozen=True)
+class _Text:
+    """A region as the reading feeds it: its ids (after the lines before it), each id's (line, byte column),
+    the region's code lines (those scored) and its first line."""
+
+    ids: Sequence[int]
+    places: Sequence[tuple[int, int]]
+    scored: frozenset[int]
+    first_line: int
+
+
+def _read_texts(lm, texts: Sequence[_Text], row: int) -> tuple[list[tuple[float, int, int, int, float]], int]:
     """Each text fed in `row` (1: a row forked beside the cache and dropped after; 0: the cache, emptied
     first) in forwards of SURPRISE_CHUNK tokens; each scored token as (score, -line, column, the model's
     own choice, that choice's log-probability), and the forwards made."""
     read_tokens: list[tuple[float, int, int, int, float]] = []
     forwards = 0
     try:
-        for ids, places, scored, a in texts:
+        for text in texts:
+            ids, places = text.ids, text.places
             if row:
                 lm.fork(1)
                 lm.fork(2)
@@ -370,7 +382,7 @@ def _read_texts(lm, texts: Sequence[tuple], row: int) -> tuple[list[tuple[float,
             else:
                 lm.reset()
             # the logits of the context before the region predict nothing scored: only the last one is kept
-            begin = next((t for t, (line, _) in enumerate(places) if line >= a), len(ids))
+            begin = next((t for t, (line, _) in enumerate(places) if line >= text.first_line), len(ids))
             previous = None  # the logits that predict a chunk's first token: the last of the chunk before
             for k in range(0, len(ids), SURPRISE_CHUNK):
                 chunk = ids[k : k + SURPRISE_CHUNK]
@@ -379,7 +391,7 @@ def _read_texts(lm, texts: Sequence[tuple], row: int) -> tuple[list[tuple[float,
                 forwards += 1
                 for i, token in enumerate(chunk):
                     line, column = places[k + i]
-                    if line in scored and (i or previous is not None):  # the region's code, not its context
+                    if line in text.scored and (i or previous is not None):  # the region's code, not its context
                         score, top, logprob = _read(logits[i - 1 - skip] if i else previous, token)
                         read_tokens.append((score, -line, column, top, logprob))
                 previous = np.array(logits[-1])  # a copy: the next forward may reuse the buffer
