@@ -9,26 +9,23 @@ answer stops at its closing fence; a scoped edit of several regions asks once pe
 region's header appended as the local cursor forces it. Program mode sends the file's program grammar
 as GBNF (llama.cpp's `grammar` field) with the line numbers bounded by the file, and splices each
 copied line range into the prompt as the local decoder does. Every failure (no engine, a timeout, an
-HTTP error, a closed connection, an answer that is not a completion) is an EngineError: one line.
+HTTP error, a redirect, a closed connection, an answer that is not a completion) is an EngineError:
+one line. The wire (no redirects followed, so the key goes only to the URL given) is engine_http's.
 Standard library only; imports no torch.
 """
 
 from __future__ import annotations
 
 import hashlib
-import http.client
-import json
 import os
 import re
-import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 from cadedit import program as P
 from cadedit.document import Document
+from cadedit.engine_http import call_json, short
 from cadedit.errors import BudgetError, EngineError
 from cadedit.fence import writes_again
 from cadedit.options import EditOptions, Mode
@@ -122,40 +119,14 @@ class EngineClient:
         models = answer.get("data") if isinstance(answer, dict) else None
         models = [m for m in models if isinstance(m, dict) and "id" in m] if isinstance(models, list) else []
         if not models:
-            raise EngineError(f"the engine at {self.url} lists no model (GET /models answered {_short(answer)})",
+            raise EngineError(f"the engine at {self.url} lists no model (GET /models answered {short(answer)})",
                               hint="is the URL the engine's OpenAI-compatible base (…/v1)?")
         chosen = next((m for m in models if m["id"] == wanted), models[0])
         return wanted or str(chosen["id"]), str(chosen.get("owned_by", ""))
 
     def _call(self, method: str, path: str, body: dict | None, timeout: float):
-        """One HTTP request and its JSON answer; every failure an EngineError."""
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.key:
-            headers["Authorization"] = f"Bearer {self.key}"
-        request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
-        where = f"the engine at {self.url}"
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            raise _http_error(exc, where + path) from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, (TimeoutError, socket.timeout)):
-                raise _slow(where, timeout) from None
-            raise EngineError(f"no engine answers at {self.url} ({getattr(reason, 'strerror', None) or reason})",
-                              hint="start the engine, or check --engine / CADEDIT_ENGINE") from None
-        except (TimeoutError, socket.timeout):
-            raise _slow(where, timeout) from None
-        except (http.client.HTTPException, ConnectionError) as exc:
-            raise EngineError(f"{where} closed the connection mid-answer ({type(exc).__name__})",
-                              hint="see the engine's log; then retry") from None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise EngineError(f"{where} answered {path} with something that is not JSON ({_short(raw)})",
-                              hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
+        """One HTTP request and its JSON answer; every failure an EngineError (engine_http.call_json)."""
+        return call_json(self.url, method, path, body, self.key, timeout)
 
     def complete(self, prompt: str, max_tokens: int, options: EditOptions, usage: Usage, stop=(),
                  grammar: str | None = None, logprobs: int | None = None) -> tuple[str, str, list | None]:
@@ -181,7 +152,7 @@ class EngineClient:
                 raise TypeError
         except (KeyError, IndexError, TypeError):
             raise EngineError(f"the engine at {self.url} answered something that is not a completion "
-                              f"({_short(answer)})", hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
+                              f"({short(answer)})", hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
         if choice.get("stop_reason") is not None and isinstance(choice.get("stop_reason"), str):
             reason = "stop:" + choice["stop_reason"]  # vLLM and SGLang name the stop string that matched
         return text, str(reason), token_logprobs(choice) if logprobs is not None else None
@@ -505,36 +476,6 @@ def program_gbnf(n_lines: int, low: int = 1, has_op: bool = False, in_body: bool
 # -- errors ----------------------------------------------------------------------------------------
 
 
-def _short(value, limit: int = 120) -> str:
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else json.dumps(value) if not isinstance(
-        value, str) else value
-    text = " ".join(text.split())
-    return (text[:limit] + "…") if len(text) > limit else (text or "nothing")
-
-
-def _slow(where: str, timeout: float) -> EngineError:
-    return EngineError(f"{where} did not answer within {timeout:g} s",
-                       hint="raise --engine-timeout (or engine_timeout in .cadedit.toml), or check the engine's load")
-
-
 def _budget(budget: int) -> BudgetError:
     return BudgetError(f"the engine used the budget of {budget} new tokens before the answer was complete",
                        hint="raise --max-new-tokens")
-
-
-def _http_error(exc: urllib.error.HTTPError, where: str) -> EngineError:
-    """An HTTP error as one line: the status and the engine's own message."""
-    try:
-        body = exc.read()
-    except (OSError, http.client.HTTPException):
-        body = b""
-    try:
-        data = json.loads(body)
-        error = data.get("error", data.get("detail", data)) if isinstance(data, dict) else data
-        message = error.get("message", error) if isinstance(error, dict) else error
-    except ValueError:
-        message = body
-    hint = {401: "set the engine's API key in CADEDIT_ENGINE_KEY (or OPENAI_API_KEY)",
-            403: "set the engine's API key in CADEDIT_ENGINE_KEY (or OPENAI_API_KEY)",
-            404: "give the engine's OpenAI-compatible base URL, ending in /v1"}.get(exc.code, "see the engine's log")
-    return EngineError(f"{where} answered HTTP {exc.code} ({_short(message)})", hint=hint)

@@ -35,8 +35,10 @@ class Script:
     """What the fake engine answers: (text, finish_reason) per completion, or a failure by name."""
 
     def __init__(self, answers=(), owner="llamacpp", fail: str | None = None, sleep: float = 0.0,
-                 models_sleep: float = 0.0, by_temperature: tuple | None = None, respond=None):
+                 models_sleep: float = 0.0, by_temperature: tuple | None = None, respond=None,
+                 redirect: tuple[str, str] | None = None):
         self.answers, self.owner, self.fail, self.sleep = list(answers), owner, fail, sleep
+        self.redirect = redirect  # (path, URL): that path answers 302 to the URL
         self.by_temperature = by_temperature  # (greedy answer, sampled answer), instead of answers in turn
         self.models_sleep = models_sleep
         self.respond = respond  # body -> (text, finish_reason, logprobs or None), instead of the above
@@ -57,7 +59,19 @@ def _handler(script: Script):
             self.end_headers()
             self.wfile.write(body)
 
+        def _redirected(self) -> bool:
+            if script.redirect is None or self.path != script.redirect[0]:
+                return False
+            self.send_response(302)
+            self.send_header("Location", script.redirect[1])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+
         def do_GET(self):
+            script.headers.append(dict(self.headers))
+            if self._redirected():
+                return
             if self.path != "/v1/models":
                 return self._json(404, {"error": {"message": "not found"}})
             time.sleep(script.models_sleep)
@@ -67,6 +81,8 @@ def _handler(script: Script):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             script.requests.append(body)
             script.headers.append(dict(self.headers))
+            if self._redirected():
+                return
             if script.sleep:
                 time.sleep(script.sleep)
             if script.fail == "garbage":
@@ -108,12 +124,12 @@ def engine():
     """start(script) -> the fake engine's base URL; stopped after the test."""
     servers = []
 
-    def start(script: Script) -> str:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    def start(script: Script, host: str = "127.0.0.1") -> str:
+        server = ThreadingHTTPServer((host, 0), _handler(script))
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/v1"
+        return f"http://{host}:{server.server_address[1]}/v1"
 
     yield start
     for server in servers:
@@ -503,6 +519,22 @@ def test_an_engine_that_fails_is_a_one_line_error_and_the_file_is_untouched(engi
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/v1/completions"])
+def test_a_redirect_is_refused_and_the_key_goes_to_no_other_host(engine, colors, path):
+    """An engine (or a proxy in front of it) that redirects to another host: the client does not follow,
+    so the key and the file go nowhere but --engine; one line names where it pointed."""
+    elsewhere = Script([("red:\ngreen;\nblue)", "stop")])
+    target = engine(elsewhere, host="127.0.0.2")
+    script = Script([("red:\ngreen;\nblue)", "stop")], redirect=(path, target + path[3:]))
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--write", "-q",
+               cwd=colors, env={"CADEDIT_ENGINE_KEY": "s3cret"})
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert f"redirected {'GET' if 'models' in path else 'POST'} {path[3:]} (HTTP 302) to {target}" in done.stderr
+    assert elsewhere.headers == [] and elsewhere.requests == []
+    assert script.headers[0]["Authorization"] == "Bearer s3cret"  # the key went to the engine named
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
 def test_the_client_raises_budget_errors(engine):
