@@ -3,7 +3,9 @@
 Contract: call_json(url, method, path, body, key, timeout) sends `body` (JSON; None for a GET) to
 url + path with the key as a Bearer header and returns the answer's JSON. No redirect is followed: the
 key would go along to wherever it points (urllib keeps the Authorization header across hosts), so a
-redirect is a one-line error naming its target. Every failure (no engine, a timeout, an HTTP error, a
+redirect is a one-line error naming its target. `timeout` bounds the whole request (connect, sending,
+the headers and every read of the answer), not each read: an engine or proxy that sends a byte now
+and then is cut off at the deadline. Every failure (no engine, a timeout, an HTTP error, a
 closed connection, an answer that is not JSON) is an EngineError of one line naming the engine.
 Standard library only.
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -24,15 +28,90 @@ ERROR_BODY_BYTES = 64 * 1024  # what an HTTP error's body is read for its messag
 class _Redirected(Exception):
     """The engine answered with a redirect (which is not followed)."""
 
-    def __init__(self, code: int, target: str):
+    def __init__(self, method: str, code: int, target: str):
         super().__init__(target)
-        self.code, self.target = code, target
+        self.method, self.code, self.target = method, code, target
 
 
 class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, req, fp, code, msg, headers, newurl):
         fp.close()
-        raise _Redirected(code, newurl)
+        raise _Redirected(req.get_method(), code, newurl)
+
+
+class _Deadline:
+    """One request's total time. A socket read has its own timeout only, so a watchdog shuts the
+    request's sockets down at the deadline: a read blocked then returns at once."""
+
+    def __init__(self, seconds: float):
+        self.end = time.monotonic() + seconds
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._timer.cancel()
+
+    def left(self) -> float:
+        return max(0.001, self.end - time.monotonic())
+
+    def track(self, sock: socket.socket) -> socket.socket:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+        return sock
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already closed: the request is over
+        pass
+
+
+def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
+    """urllib with the environment's proxies, no redirects, and connections whose sockets the deadline
+    tracks: the plain socket from its creation (a proxy's tunnel, the TLS handshake), then the TLS one
+    that takes its place; each connect is given the time left."""
+
+    def timed(base):
+        class Connection(base):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                create = self._create_connection
+                self._create_connection = lambda *a, **k: deadline.track(create(*a, **k))
+
+            def connect(self):
+                self.timeout = deadline.left()
+                super().connect()
+                deadline.track(self.sock)
+
+        return Connection
+
+    plain, secure = timed(http.client.HTTPConnection), timed(http.client.HTTPSConnection)
+
+    class Plain(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(plain, req)
+
+    class Secure(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            return self.do_open(secure, req, context=self._context)
+
+    return urllib.request.build_opener(Plain, Secure, _RefuseRedirects)
 
 
 def call_json(url: str, method: str, path: str, body: dict | None, key: str | None, timeout: float):
@@ -43,32 +122,46 @@ def call_json(url: str, method: str, path: str, body: dict | None, key: str | No
         headers["Authorization"] = f"Bearer {key}"
     request = urllib.request.Request(url + path, data=data, headers=headers, method=method)
     where = f"the engine at {url}"
-    opener = urllib.request.build_opener(_RefuseRedirects)
-    try:
-        with opener.open(request, timeout=timeout) as response:
-            raw = response.read()
-    except _Redirected as exc:
-        raise EngineError(f"{where} redirected {method} {path} (HTTP {exc.code}) to {short(exc.target)}; cadedit "
-                          "does not follow an engine's redirects (its key would go along)",
-                          hint="if you trust that address, give it as --engine") from None
-    except urllib.error.HTTPError as exc:
-        raise http_error(exc, where + path) from None
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, (TimeoutError, socket.timeout)):
-            raise slow(where, timeout) from None
-        raise EngineError(f"no engine answers at {url} ({getattr(reason, 'strerror', None) or reason})",
-                          hint="start the engine, or check --engine / CADEDIT_ENGINE") from None
-    except (TimeoutError, socket.timeout):
-        raise slow(where, timeout) from None
-    except (http.client.HTTPException, ConnectionError) as exc:
-        raise EngineError(f"{where} closed the connection mid-answer ({type(exc).__name__})",
-                          hint="see the engine's log; then retry") from None
+    with _Deadline(timeout) as deadline:
+        try:
+            raw = _answer(_opener(deadline), request, deadline, where, path)
+        except (_Redirected, http.client.HTTPException, OSError) as exc:  # URLError and timeouts are OSErrors
+            if deadline.expired:
+                raise slow(where, timeout) from None
+            raise _failure(exc, url, where, path, timeout) from None
     try:
         return json.loads(raw)
     except ValueError:
         raise EngineError(f"{where} answered {path} with something that is not JSON ({short(raw)})",
                           hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
+
+
+def _answer(opener, request, deadline: _Deadline, where: str, path: str) -> bytes:
+    """The answer's body, read before the deadline (a read the watchdog cut short ends the body early)."""
+    try:
+        with opener.open(request, timeout=deadline.left()) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as exc:
+        raise http_error(exc, where + path) from None  # its body read inside the deadline too
+    if deadline.expired:
+        raise TimeoutError
+    return raw
+
+
+def _failure(exc: Exception, url: str, where: str, path: str, timeout: float) -> EngineError:
+    """A failed request as one line."""
+    if isinstance(exc, _Redirected):
+        return EngineError(f"{where} redirected {exc.method} {path} (HTTP {exc.code}) to {short(exc.target)}; "
+                           "cadedit does not follow an engine's redirects (its key would go along)",
+                           hint="if you trust that address, give it as --engine")
+    if isinstance(exc, urllib.error.URLError) and not isinstance(exc.reason, (TimeoutError, socket.timeout)):
+        reason = exc.reason
+        return EngineError(f"no engine answers at {url} ({getattr(reason, 'strerror', None) or reason})",
+                           hint="start the engine, or check --engine / CADEDIT_ENGINE")
+    if isinstance(exc, (urllib.error.URLError, TimeoutError, socket.timeout)):
+        return slow(where, timeout)
+    return EngineError(f"{where} closed the connection mid-answer ({type(exc).__name__})",
+                       hint="see the engine's log; then retry")
 
 
 def short(value, limit: int = 120) -> str:

@@ -68,10 +68,25 @@ def _handler(script: Script):
             self.end_headers()
             return True
 
+        def _drip(self, headers: bool = False) -> None:
+            """A byte every 0.3 s for a minute: the headers too, or a 1 MB body after them at once."""
+            start = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+            if not headers:
+                self.wfile.write(start)
+            try:
+                for k in range(200):
+                    self.wfile.write(start[k:k + 1] if headers and k < len(start) else b" ")
+                    self.wfile.flush()
+                    time.sleep(0.3)
+            except OSError:  # the client gave up
+                pass
+
         def do_GET(self):
             script.headers.append(dict(self.headers))
             if self._redirected():
                 return
+            if script.fail == "drip models":
+                return self._drip()
             if self.path != "/v1/models":
                 return self._json(404, {"error": {"message": "not found"}})
             time.sleep(script.models_sleep)
@@ -83,6 +98,8 @@ def _handler(script: Script):
             script.headers.append(dict(self.headers))
             if self._redirected():
                 return
+            if script.fail in ("drip", "drip headers"):
+                return self._drip(headers=script.fail == "drip headers")
             if script.sleep:
                 time.sleep(script.sleep)
             if script.fail == "garbage":
@@ -534,6 +551,19 @@ def test_a_redirect_is_refused_and_the_key_goes_to_no_other_host(engine, colors,
     assert f"redirected {'GET' if 'models' in path else 'POST'} {path[3:]} (HTTP 302) to {target}" in done.stderr
     assert elsewhere.headers == [] and elsewhere.requests == []
     assert script.headers[0]["Authorization"] == "Bearer s3cret"  # the key went to the engine named
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+@pytest.mark.parametrize("fail", ["drip models", "drip", "drip headers"])
+def test_the_engine_timeout_bounds_the_whole_request_not_each_read(engine, colors, fail):
+    """An engine (or proxy) that sends a byte every 0.3 s, on GET /models or a completion, its body or its
+    headers: --engine-timeout 2 ends the request 2 s after it began, whatever each read waits."""
+    started = time.monotonic()
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(Script(fail=fail)),
+               "--engine-timeout", "2", "--write", cwd=colors, timeout=60)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert "did not answer within 2 s" in done.stderr and "Traceback" not in done.stderr
+    assert time.monotonic() - started < 20  # the drip goes on for a minute
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
