@@ -43,6 +43,13 @@ GRAMMAR_OWNERS = ("llamacpp", "me")
 # The top log-probabilities asked a token of a branched try's candidate 1: its next choice is the best
 # of them that is text (an engine lists control tokens' text as ""). vLLM allows up to 20 by default.
 TOP_LOGPROBS = 5
+# Bounds on an answer's size, so a broken or hostile engine cannot fill memory: a completion's room is
+# the JSON around its text plus a token's text per token asked (max_tokens), JSON-escaped, with room to
+# spare; with log-probabilities each token also lists its top ones (llama-server adds their bytes).
+ANSWER_BYTES = 1 << 20
+BYTES_PER_ANSWER_TOKEN = 1024
+BYTES_PER_LOGPROB_TOKEN = 16 * 1024
+MODELS_BYTES = 4 << 20  # GET /models: a list of model names (an Ollama with hundreds of models: ~100 KB)
 
 
 @dataclass
@@ -115,7 +122,7 @@ class EngineClient:
         (GET /models's owned_by: which engine it is); also the check that an engine answers. The
         full timeout: an engine that serves one request at a time (llama-cpp-python's server) answers
         /models only after the completions ahead of it."""
-        answer = self._call("GET", "/models", None, self.timeout)
+        answer = self._call("GET", "/models", None, self.timeout, MODELS_BYTES)
         models = answer.get("data") if isinstance(answer, dict) else None
         models = [m for m in models if isinstance(m, dict) and "id" in m] if isinstance(models, list) else []
         if not models:
@@ -124,9 +131,10 @@ class EngineClient:
         chosen = next((m for m in models if m["id"] == wanted), models[0])
         return wanted or str(chosen["id"]), str(chosen.get("owned_by", ""))
 
-    def _call(self, method: str, path: str, body: dict | None, timeout: float):
-        """One HTTP request and its JSON answer; every failure an EngineError (engine_http.call_json)."""
-        return call_json(self.url, method, path, body, self.key, timeout)
+    def _call(self, method: str, path: str, body: dict | None, timeout: float, limit: int):
+        """One HTTP request and its JSON answer (at most `limit` bytes); every failure an EngineError
+        (engine_http.call_json)."""
+        return call_json(self.url, method, path, body, self.key, timeout, limit)
 
     def complete(self, prompt: str, max_tokens: int, options: EditOptions, usage: Usage, stop=(),
                  grammar: str | None = None, logprobs: int | None = None) -> tuple[str, str, list | None]:
@@ -143,7 +151,7 @@ class EngineClient:
         if logprobs is not None:
             body["logprobs"] = logprobs
         start = time.perf_counter()
-        answer = self._call("POST", "/completions", body, self.timeout)
+        answer = self._call("POST", "/completions", body, self.timeout, answer_limit(body["max_tokens"], logprobs))
         usage.add(answer if isinstance(answer, dict) else {}, time.perf_counter() - start)
         try:
             choice = answer["choices"][0]
@@ -299,6 +307,11 @@ class EngineClient:
                 start, end = copy
                 shown += document.display_text(start, min(end, document.n_lines))
                 low, has_op = end + 1, True
+
+
+def answer_limit(max_tokens: int, logprobs: int | None) -> int:
+    """The most bytes a completion of max_tokens tokens is read to (its log-probabilities asked or not)."""
+    return ANSWER_BYTES + max_tokens * (BYTES_PER_LOGPROB_TOKEN if logprobs is not None else BYTES_PER_ANSWER_TOKEN)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """One JSON request to an OpenAI-compatible engine, as a hostile or broken engine may answer it.
 
-Contract: call_json(url, method, path, body, key, timeout) sends `body` (JSON; None for a GET) to
-url + path with the key as a Bearer header and returns the answer's JSON. No redirect is followed: the
+Contract: call_json(url, method, path, body, key, timeout, limit) sends `body` (JSON; None for a GET)
+to url + path with the key as a Bearer header and returns the answer's JSON, refusing an answer over
+`limit` bytes (by its Content-Length before reading, else once that much has come). No redirect is followed: the
 key would go along to wherever it points (urllib keeps the Authorization header across hosts), so a
 redirect is a one-line error naming its target. `timeout` bounds the whole request (connect, sending,
 the headers and every read of the answer), not each read: an engine or proxy that sends a byte now
@@ -23,6 +24,7 @@ import urllib.request
 from cadedit.errors import EngineError
 
 ERROR_BODY_BYTES = 64 * 1024  # what an HTTP error's body is read for its message: the message's first line is shown
+_CHUNK = 1 << 16
 
 
 class _Redirected(Exception):
@@ -114,8 +116,8 @@ def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(Plain, Secure, _RefuseRedirects)
 
 
-def call_json(url: str, method: str, path: str, body: dict | None, key: str | None, timeout: float):
-    """One HTTP request to url + path and its JSON answer; every failure an EngineError."""
+def call_json(url: str, method: str, path: str, body: dict | None, key: str | None, timeout: float, limit: int):
+    """One HTTP request to url + path and its JSON answer (at most `limit` bytes); every failure an EngineError."""
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if key:
@@ -124,7 +126,7 @@ def call_json(url: str, method: str, path: str, body: dict | None, key: str | No
     where = f"the engine at {url}"
     with _Deadline(timeout) as deadline:
         try:
-            raw = _answer(_opener(deadline), request, deadline, where, path)
+            raw = _answer(_opener(deadline), request, deadline, where + path, limit)
         except (_Redirected, http.client.HTTPException, OSError) as exc:  # URLError and timeouts are OSErrors
             if deadline.expired:
                 raise slow(where, timeout) from None
@@ -136,16 +138,38 @@ def call_json(url: str, method: str, path: str, body: dict | None, key: str | No
                           hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
 
 
-def _answer(opener, request, deadline: _Deadline, where: str, path: str) -> bytes:
+def _answer(opener, request, deadline: _Deadline, where: str, limit: int) -> bytes:
     """The answer's body, read before the deadline (a read the watchdog cut short ends the body early)."""
     try:
         with opener.open(request, timeout=deadline.left()) as response:
-            raw = response.read()
+            raw = _body(response, where, limit)
     except urllib.error.HTTPError as exc:
-        raise http_error(exc, where + path) from None  # its body read inside the deadline too
+        raise http_error(exc, where) from None  # its body read inside the deadline too
     if deadline.expired:
         raise TimeoutError
     return raw
+
+
+def _body(response: http.client.HTTPResponse, where: str, limit: int) -> bytes:
+    """The body, refused past `limit` bytes: by its Content-Length before a byte is read, else as it comes."""
+    declared = response.headers.get("Content-Length", "")
+    if declared.strip().isdigit() and int(declared) > limit:
+        raise _too_large(where, limit, int(declared))
+    chunks, size = [], 0
+    while chunk := response.read(min(_CHUNK, limit + 1 - size)):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(where, limit)
+    if response.length:  # the connection closed before the declared length came
+        raise http.client.IncompleteRead(b"".join(chunks), response.length)
+    return b"".join(chunks)
+
+
+def _too_large(where: str, limit: int, declared: int | None = None) -> EngineError:
+    said = f"{declared:,} bytes, more than the {limit:,}" if declared else f"more than the {limit:,} bytes"
+    return EngineError(f"{where} answered {said} that this request's answer can need; cadedit read no further",
+                       hint="is the URL the engine's OpenAI-compatible base (…/v1)?")
 
 
 def _failure(exc: Exception, url: str, where: str, path: str, timeout: float) -> EngineError:

@@ -44,6 +44,7 @@ class Script:
         self.respond = respond  # body -> (text, finish_reason, logprobs or None), instead of the above
         self.requests: list[dict] = []
         self.headers: list[dict] = []
+        self.sent = 0  # bytes of a huge answer written before the client stopped reading
 
 
 def _handler(script: Script):
@@ -81,8 +82,26 @@ def _handler(script: Script):
             except OSError:  # the client gave up
                 pass
 
+        def _huge(self, declared: bool) -> None:
+            """256 MiB of blanks, its length declared or not (the body then ends when the connection does)."""
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if declared:
+                self.send_header("Content-Length", str(256 << 20))
+            self.end_headers()
+            chunk = b" " * (1 << 20)
+            try:
+                for _ in range(256):
+                    self.wfile.write(chunk)
+                    script.sent += len(chunk)
+            except OSError:  # the client stopped reading
+                pass
+            self.close_connection = True
+
         def do_GET(self):
             script.headers.append(dict(self.headers))
+            if script.fail == "huge models":
+                return self._huge(declared=True)
             if self._redirected():
                 return
             if script.fail == "drip models":
@@ -98,6 +117,8 @@ def _handler(script: Script):
             script.headers.append(dict(self.headers))
             if self._redirected():
                 return
+            if script.fail in ("huge", "huge undeclared"):
+                return self._huge(declared=script.fail == "huge")
             if script.fail in ("drip", "drip headers"):
                 return self._drip(headers=script.fail == "drip headers")
             if script.sleep:
@@ -564,6 +585,23 @@ def test_the_engine_timeout_bounds_the_whole_request_not_each_read(engine, color
     assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
     assert "did not answer within 2 s" in done.stderr and "Traceback" not in done.stderr
     assert time.monotonic() - started < 20  # the drip goes on for a minute
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+@pytest.mark.parametrize("fail, message", [
+    ("huge models", "/models answered 268,435,456 bytes, more than the 4,194,304"),
+    ("huge", "/completions answered 268,435,456 bytes, more than the 1,176,576"),
+    ("huge undeclared", "/completions answered more than the 1,176,576 bytes"),
+])
+def test_an_answer_larger_than_the_request_can_need_is_refused_unread(engine, colors, fail, message):
+    """A 256 MiB answer (a broken proxy, a hostile engine): refused by its Content-Length before a byte
+    of it is read, or once more than a completion of --max-new-tokens tokens can need has come."""
+    script = Script(fail=fail)
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--max-new-tokens", "125",
+               "--write", cwd=colors, timeout=60)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert message in done.stderr and "cadedit read no further" in done.stderr
+    assert script.sent < 64 << 20  # the rest was never read: the engine's writes failed
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
