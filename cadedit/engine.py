@@ -10,7 +10,8 @@ region's header appended as the local cursor forces it. Program mode sends the f
 as GBNF (llama.cpp's `grammar` field) with the line numbers bounded by the file, and splices each
 copied line range into the prompt as the local decoder does. Every failure (no engine, a timeout, an
 HTTP error, a redirect, a closed connection, an answer that is not a completion) is an EngineError:
-one line. The wire (no redirects followed, so the key goes only to the URL given) is engine_http's.
+one line. The wire (no redirects followed, so the key goes only to the URL given) is engine_http's;
+every answer's shape is checked in engine_answer before anything here reads it.
 Standard library only; imports no torch.
 """
 
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field, replace
 
 from cadedit import program as P
 from cadedit.document import Document
-from cadedit.engine_http import call_json, short
+from cadedit.engine_answer import Completion, read_completion, read_models
+from cadedit.engine_http import call_json
 from cadedit.errors import BudgetError, EngineError
 from cadedit.fence import writes_again
 from cadedit.options import EditOptions, Mode
@@ -66,18 +68,17 @@ class Usage:
     first_prompt_tokens: int = 0
     raw: list = field(default_factory=list)
 
-    def add(self, answer: dict, seconds: float) -> None:
-        usage = answer.get("usage") or {}
-        timings = answer.get("timings") or {}
+    def add(self, completion: Completion, seconds: float) -> None:
+        counts = completion.counts
         self.requests += 1
-        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self.completion_tokens += int(usage.get("completion_tokens") or 0)
-        self.cached_tokens += int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        self.draft_tokens += int(timings.get("draft_n") or 0)
-        self.draft_accepted += int(timings.get("draft_n_accepted") or 0)
+        self.prompt_tokens += counts.prompt
+        self.completion_tokens += counts.completion
+        self.cached_tokens += counts.cached
+        self.draft_tokens += counts.drafted
+        self.draft_accepted += counts.draft_accepted
         self.seconds += seconds
-        self.first_prompt_tokens = self.first_prompt_tokens or int(usage.get("prompt_tokens") or 0)
-        self.raw.append({k: answer[k] for k in ("usage", "timings") if k in answer})
+        self.first_prompt_tokens = self.first_prompt_tokens or counts.prompt
+        self.raw.append(completion.reported)
 
     def stats(self) -> DecodeStats:
         return DecodeStats(forward_passes=0, tokens_prompt=self.prompt_tokens - self.cached_tokens,
@@ -122,25 +123,21 @@ class EngineClient:
         (GET /models's owned_by: which engine it is); also the check that an engine answers. The
         full timeout: an engine that serves one request at a time (llama-cpp-python's server) answers
         /models only after the completions ahead of it."""
-        answer = self._call("GET", "/models", None, self.timeout, MODELS_BYTES)
-        models = answer.get("data") if isinstance(answer, dict) else None
-        models = [m for m in models if isinstance(m, dict) and "id" in m] if isinstance(models, list) else []
-        if not models:
-            raise EngineError(f"the engine at {self.url} lists no model (GET /models answered {short(answer)})",
-                              hint="is the URL the engine's OpenAI-compatible base (…/v1)?")
-        chosen = next((m for m in models if m["id"] == wanted), models[0])
-        return wanted or str(chosen["id"]), str(chosen.get("owned_by", ""))
+        answer = self._call("GET", "/models", None, self.timeout, MODELS_BYTES, "a model list")
+        models = read_models(answer, f"the engine at {self.url}")
+        chosen = next((m for m in models if m[0] == wanted), models[0])
+        return wanted or chosen[0], chosen[1]
 
-    def _call(self, method: str, path: str, body: dict | None, timeout: float, limit: int):
+    def _call(self, method: str, path: str, body: dict | None, timeout: float, limit: int, what: str):
         """One HTTP request and its JSON answer (at most `limit` bytes); every failure an EngineError
         (engine_http.call_json)."""
-        return call_json(self.url, method, path, body, self.key, timeout, limit)
+        return call_json(self.url, method, path, body, self.key, timeout, limit, what)
 
     def complete(self, prompt: str, max_tokens: int, options: EditOptions, usage: Usage, stop=(),
                  grammar: str | None = None, logprobs: int | None = None) -> tuple[str, str, list | None]:
         """One completion: (text, finish_reason, its tokens); the engine's usage added to `usage`. With
         `logprobs` (the top ones asked for a token) the tokens are (text, log-probability, {text:
-        log-probability} of the top ones) as the engine gave them (token_logprobs), else None."""
+        log-probability} of the top ones) as the engine gave them (engine_answer.token_logprobs), else None."""
         sampling = options.sampling
         body = {"model": self.model, "prompt": prompt, "max_tokens": max(1, max_tokens), "stream": False,
                 "temperature": sampling.temperature, "top_p": sampling.top_p, "stop": list(stop)}
@@ -151,19 +148,11 @@ class EngineClient:
         if logprobs is not None:
             body["logprobs"] = logprobs
         start = time.perf_counter()
-        answer = self._call("POST", "/completions", body, self.timeout, answer_limit(body["max_tokens"], logprobs))
-        usage.add(answer if isinstance(answer, dict) else {}, time.perf_counter() - start)
-        try:
-            choice = answer["choices"][0]
-            text, reason = choice["text"], choice.get("finish_reason")
-            if not isinstance(text, str):
-                raise TypeError
-        except (KeyError, IndexError, TypeError):
-            raise EngineError(f"the engine at {self.url} answered something that is not a completion "
-                              f"({short(answer)})", hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
-        if choice.get("stop_reason") is not None and isinstance(choice.get("stop_reason"), str):
-            reason = "stop:" + choice["stop_reason"]  # vLLM and SGLang name the stop string that matched
-        return text, str(reason), token_logprobs(choice) if logprobs is not None else None
+        answer = self._call("POST", "/completions", body, self.timeout, answer_limit(body["max_tokens"], logprobs),
+                            "a completion")
+        completion = read_completion(answer, f"the engine at {self.url}")
+        usage.add(completion, time.perf_counter() - start)
+        return completion.text, completion.reason, completion.tokens if logprobs is not None else None
 
     # -- an edit -------------------------------------------------------------------------------
 
@@ -324,25 +313,6 @@ class Hesitation:
     tokens: int  # the answer's tokens through the next choice
     margin: float  # log p(the picked token) - log p(the next choice): the smaller, the nearer a tie
     logprob: float  # the log-probability of the answer up to the token, then of the next choice
-
-
-def token_logprobs(choice: dict) -> list | None:
-    """A completion's tokens as (text, log-probability, {text: log-probability} of the top ones), from
-    the legacy completions form (tokens, token_logprobs, top_logprobs: llama-cpp-python, vLLM) or the
-    chat form (content: token, logprob, top_logprobs: llama-server); None where the engine gave none."""
-    found = choice.get("logprobs")
-    try:
-        if isinstance(found, dict) and isinstance(found.get("tokens"), list):
-            tops = found.get("top_logprobs") or [None] * len(found["tokens"])
-            return [(str(text), float(lp), {str(t): float(v) for t, v in (top or {}).items()})
-                    for text, lp, top in zip(found["tokens"], found["token_logprobs"], tops)]
-        if isinstance(found, dict) and isinstance(found.get("content"), list):
-            return [(str(c["token"]), float(c["logprob"]),
-                     {str(a["token"]): float(a["logprob"]) for a in c.get("top_logprobs") or ()})
-                    for c in found["content"]]
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
-    return None
 
 
 def _kept(tokens: list, piece: str) -> list:

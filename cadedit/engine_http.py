@@ -116,8 +116,11 @@ def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(Plain, Secure, _RefuseRedirects)
 
 
-def call_json(url: str, method: str, path: str, body: dict | None, key: str | None, timeout: float, limit: int):
-    """One HTTP request to url + path and its JSON answer (at most `limit` bytes); every failure an EngineError."""
+def call_json(url: str, method: str, path: str, body: dict | None, key: str | None, timeout: float, limit: int,
+              what: str = "an engine's answer"):
+    """One HTTP request to url + path and its JSON answer (at most `limit` bytes, nested no deeper than
+    Python's recursion limit lets json read: about 1,000); every failure an EngineError. `what` the
+    answer should be, for the message when it is nested deeper."""
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if key:
@@ -135,6 +138,9 @@ def call_json(url: str, method: str, path: str, body: dict | None, key: str | No
         return json.loads(raw)
     except ValueError:
         raise EngineError(f"{where} answered {path} with something that is not JSON ({short(raw)})",
+                          hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
+    except RecursionError:
+        raise EngineError(f"{where} answered something that is not {what} (JSON nested too deep: {short(raw)})",
                           hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
 
 
@@ -189,10 +195,17 @@ def _failure(exc: Exception, url: str, where: str, path: str, timeout: float) ->
 
 
 def short(value, limit: int = 120) -> str:
-    """A value (bytes, text or JSON) as at most `limit` characters of one line."""
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else json.dumps(value) if not isinstance(
-        value, str) else value
-    text = " ".join(text.split())
+    """A value (bytes, text or parsed JSON, however deep) as at most `limit` characters of one line."""
+    if isinstance(value, bytes):
+        text = value[:limit * 4].decode("utf-8", "replace")
+    elif isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value)
+        except (ValueError, TypeError, RecursionError):  # nested deeper than json writes
+            text = f"a {type(value).__name__} nested too deep to show"
+    text = " ".join(text[:limit * 4].split())
     return (text[:limit] + "…") if len(text) > limit else (text or "nothing")
 
 
@@ -211,7 +224,7 @@ def http_error(exc: urllib.error.HTTPError, where: str) -> EngineError:
         data = json.loads(body)
         error = data.get("error", data.get("detail", data)) if isinstance(data, dict) else data
         message = error.get("message", error) if isinstance(error, dict) else error
-    except ValueError:
+    except (ValueError, RecursionError):
         message = body
     hint = {401: "set the engine's API key in CADEDIT_ENGINE_KEY (or OPENAI_API_KEY)",
             403: "set the engine's API key in CADEDIT_ENGINE_KEY (or OPENAI_API_KEY)",

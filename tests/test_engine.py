@@ -102,6 +102,12 @@ def _handler(script: Script):
             script.headers.append(dict(self.headers))
             if script.fail == "huge models":
                 return self._huge(declared=True)
+            if isinstance(script.fail, bytes) and script.fail.startswith(b'{"data"'):  # this model list, as it is
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(script.fail)))
+                self.end_headers()
+                self.wfile.write(script.fail)
+                return
             if self._redirected():
                 return
             if script.fail == "drip models":
@@ -143,6 +149,12 @@ def _handler(script: Script):
                 return self._json(401, {"error": {"message": "Invalid API key"}})
             if script.fail == "nochoices":
                 return self._json(200, {"id": "x", "object": "text_completion"})
+            if isinstance(script.fail, bytes):  # this body, as it is
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(script.fail)))
+                self.end_headers()
+                self.wfile.write(script.fail)
+                return
             logprobs = None
             if script.respond is not None:
                 text, reason, logprobs = script.respond(body)
@@ -433,7 +445,8 @@ def test_bench_tries_measures_edits_through_an_engine_as_fix_sends_them(engine, 
 
 
 def test_token_logprobs_read_both_forms_and_the_kept_tokens_spell_the_text():
-    from cadedit.engine import _kept, token_logprobs
+    from cadedit.engine import _kept
+    from cadedit.engine_answer import token_logprobs
 
     legacy = {"logprobs": legacy_logprobs([("a", -0.1, {"b": -2.0}), ("c", -0.2, {})])}
     chat = {"logprobs": {"content": [{"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "b", "logprob": -2.0},
@@ -603,6 +616,40 @@ def test_an_answer_larger_than_the_request_can_need_is_refused_unread(engine, co
     assert message in done.stderr and "cadedit read no further" in done.stderr
     assert script.sent < 64 << 20  # the rest was never read: the engine's writes failed
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+_CHOICE = b'"choices": [{"text": "red:\\ngreen;\\nblue)", "finish_reason": "stop"}]'
+
+
+@pytest.mark.parametrize("body, detail", [
+    (b'{%s, "usage": {"prompt_tokens": "many"}}' % _CHOICE, 'usage.prompt_tokens is "many", not a count'),
+    (b'{%s, "usage": {"prompt_tokens": 1e400}}' % _CHOICE, "usage.prompt_tokens is Infinity, not a count"),
+    (b'{%s, "usage": {"completion_tokens": NaN}}' % _CHOICE, "usage.completion_tokens is NaN, not a count"),
+    (b'{%s, "usage": {"completion_tokens": -3}}' % _CHOICE, "usage.completion_tokens is -3, not a count"),
+    (b'{%s, "timings": "fast"}' % _CHOICE, "timings is text, not dict"),
+    (b'{%s, "usage": {"prompt_tokens_details": 5}}' % _CHOICE, "usage.prompt_tokens_details is int, not dict"),
+    (b'{%s, "usage": {"prompt_tokens": %s}}' % (_CHOICE, b"[" * 900 + b"]" * 900), "usage.prompt_tokens is"),
+    (b'{"choices": [{"text": ["red"], "finish_reason": "stop"}]}', "choices[0].text is list, not str"),
+    (b'{"choices": {"text": "red"}}', "choices is dict, not list"),
+    (b"[" * 100_000 + b"]" * 100_000, "JSON nested too deep"),
+])
+def test_an_answer_of_another_shape_is_not_a_completion(engine, colors, body, detail):
+    """Usage or timings of the wrong type, counts that are no counts, JSON nested 100,000 deep: one line
+    naming the engine, "answered something that is not a completion", never an internal error."""
+    url = engine(Script(fail=body))
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", url, "--write", cwd=colors)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert f"the engine at {url} answered something that is not a completion (" in done.stderr
+    assert detail in done.stderr and "internal error" not in done.stderr
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+@pytest.mark.parametrize("body", [b'{"data": [{"id": %s}]}' % (b"[" * 900 + b"]" * 900), b'{"data": "tiny-qwen"}',
+                                  b'{"data": [{"id": 7, "owned_by": "llamacpp"}]}'])
+def test_a_model_list_of_another_shape_lists_no_model(engine, colors, body):
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(Script(fail=body)), cwd=colors)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert "lists no model (GET /models answered" in done.stderr and "internal error" not in done.stderr
 
 
 def test_the_client_raises_budget_errors(engine):
