@@ -38,6 +38,10 @@ from cadedit.settings import ENGINE_TIMEOUT
 
 KEY_ENVS = ("CADEDIT_ENGINE_KEY", "OPENAI_API_KEY")  # the API key, from the environment only
 BYTES_PER_TOKEN = 3  # the budget without a tokenizer: code runs ~3-4 bytes a token in Qwen's vocabulary
+# A completion's text counts against the budget as at least one token per this many bytes, whatever the
+# engine reports (a token of code is a few bytes; runs of longer ones are rare), so an engine that
+# reports too few tokens, or none, cannot ask for completion after completion.
+BYTES_PER_TOKEN_AT_MOST = 16
 # Engines whose completions take a GBNF grammar, by the owner /v1/models names: llama.cpp's llama-server
 # and llama-cpp-python's server. vLLM and SGLang take other grammar forms (Lark, EBNF) that cadedit
 # does not send yet.
@@ -61,6 +65,7 @@ class Usage:
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    spent: int = 0  # the tokens counted against the budget (counted_tokens of each completion)
     cached_tokens: int = 0
     draft_tokens: int = 0  # speculative tokens proposed, where the engine says (llama-server's timings)
     draft_accepted: int = 0
@@ -73,6 +78,7 @@ class Usage:
         self.requests += 1
         self.prompt_tokens += counts.prompt
         self.completion_tokens += counts.completion
+        self.spent += counted_tokens(completion.text, counts.completion)
         self.cached_tokens += counts.cached
         self.draft_tokens += counts.drafted
         self.draft_accepted += counts.draft_accepted
@@ -250,10 +256,10 @@ class EngineClient:
         for k in range(start, max(1, len(request.regions))):
             if k > start:
                 text += request.headers[k - 1]  # forced, as the local cursor forces it
-            left = budget - spent - usage.completion_tokens
+            left = budget - spent - usage.spent
             if left <= 0:
                 raise _budget(budget)
-            before = spent + usage.completion_tokens
+            before = spent + usage.spent
             piece, reason, tokens = self.complete(prompt + text, left, options, usage, stop=(end, "<|im_end|>"),
                                                   logprobs=ask)
             if tokens is not None:
@@ -280,7 +286,7 @@ class EngineClient:
         shown = prompt + P.OPEN
         low, has_op, in_body = 1, False, False
         while True:
-            left = budget - usage.completion_tokens
+            left = budget - usage.spent
             if left <= 0:
                 raise _budget(budget)
             grammar = program_gbnf(document.n_lines, low, has_op, in_body)
@@ -292,10 +298,22 @@ class EngineClient:
                 return written
             written, shown = written + P.COPY_CLOSE, shown + P.COPY_CLOSE
             copy, in_body = _last_copy(written)
+            if copy is None and not in_body or copy is not None and copy[0] < low:
+                raise _off_grammar(self.url, written, low)  # it would be asked the same again
             if copy is not None:
                 start, end = copy
                 shown += document.display_text(start, min(end, document.n_lines))
                 low, has_op = end + 1, True
+
+
+def counted_tokens(text: str, reported: int) -> int:
+    """The tokens a completion counts against the budget: what the engine reports, but at least one per
+    BYTES_PER_TOKEN_AT_MOST bytes of its text, and one; where it reports none, the budget's own estimate
+    (BYTES_PER_TOKEN bytes a token)."""
+    size = len(text.encode("utf-8", "replace"))
+    if reported > 0:
+        return max(reported, -(-size // BYTES_PER_TOKEN_AT_MOST))
+    return max(1, -(-size // BYTES_PER_TOKEN))
 
 
 def answer_limit(max_tokens: int, logprobs: int | None) -> int:
@@ -457,6 +475,13 @@ def program_gbnf(n_lines: int, low: int = 1, has_op: bool = False, in_body: bool
 
 
 # -- errors ----------------------------------------------------------------------------------------
+
+
+def _off_grammar(url: str, written: str, low: int) -> EngineError:
+    """An engine that wrote what the program grammar it was sent forbids, at a copy's close."""
+    last = written.rstrip("\n").rpartition("\n")[2]
+    return EngineError(f"the engine at {url} does not keep to the program grammar it was sent: it wrote {last!r} "
+                       f"where a copy must start at line {low} or later", hint="use --mode verify with this engine")
 
 
 def _budget(budget: int) -> BudgetError:

@@ -36,9 +36,10 @@ class Script:
 
     def __init__(self, answers=(), owner="llamacpp", fail: str | None = None, sleep: float = 0.0,
                  models_sleep: float = 0.0, by_temperature: tuple | None = None, respond=None,
-                 redirect: tuple[str, str] | None = None):
+                 redirect: tuple[str, str] | None = None, usage: bool = True):
         self.answers, self.owner, self.fail, self.sleep = list(answers), owner, fail, sleep
         self.redirect = redirect  # (path, URL): that path answers 302 to the URL
+        self.usage = usage  # whether answers report their usage
         self.by_temperature = by_temperature  # (greedy answer, sampled answer), instead of answers in turn
         self.models_sleep = models_sleep
         self.respond = respond  # body -> (text, finish_reason, logprobs or None), instead of the above
@@ -162,9 +163,9 @@ def _handler(script: Script):
                 text, reason = script.by_temperature[body["temperature"] > 0]
             else:
                 text, reason = script.answers.pop(0) if script.answers else ("", "stop")
+            usage = {"prompt_tokens": len(body["prompt"]) // 4, "completion_tokens": len(text) // 4 + 1, "total_tokens": 0}
             self._json(200, {"choices": [{"text": text, "finish_reason": reason, "index": 0, "logprobs": logprobs}],
-                             "usage": {"prompt_tokens": len(body["prompt"]) // 4, "completion_tokens": len(text) // 4 + 1,
-                                       "total_tokens": 0}})
+                             **({"usage": usage} if script.usage else {})})
 
     return Handler
 
@@ -488,6 +489,31 @@ def test_program_mode_sends_the_files_grammar_and_splices_copies(engine, colors)
     assert 'copy ::= "<copy lines=\\"" ([1-3]) "-" ([1-3])' in first["grammar"]
     assert 'copy ::= "<copy lines=\\"" ([2-3])' in second["grammar"] and "copy ::=" not in third["grammar"]
     assert first["stop"] == ['"/>\n']
+
+
+def test_program_mode_stops_at_a_copy_that_does_not_go_forward(engine, colors):
+    """An engine that ignores the grammar and writes the same copy again and again (reporting no usage):
+    one line at the second, not a request after request until the end of time."""
+    script = Script([('<copy lines="1-2', "stop")] * 1000, usage=False)
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--mode", "program", "--engine", engine(script),
+               "--max-new-tokens", "64", "--tries", "1", "--write", cwd=colors, timeout=60)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert "does not keep to the program grammar it was sent: it wrote '<copy lines=\"1-2\"/>' where a copy must " \
+           "start at line 3 or later" in done.stderr
+    assert len(script.requests) == 2
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+def test_program_mode_counts_its_budget_from_the_text_when_the_engine_reports_no_usage(engine, colors):
+    """A gen body that goes on, 30 bytes a completion, each stopped at a copy's close, usage never
+    reported: the text counts against --max-new-tokens 64 (3 bytes a token), so the edit runs out of its
+    budget after a few completions."""
+    script = Script([("<gen>\n" + "x" * 24, "stop")] + [("y" * 30, "stop")] * 1000, usage=False)
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--mode", "program", "--engine", engine(script),
+               "--max-new-tokens", "64", "--tries", "1", "--json", cwd=colors, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert "the engine used the budget of 64 new tokens" in done.stderr and len(script.requests) == 7
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
 def test_program_mode_on_an_engine_without_grammars_is_a_one_line_error(engine, colors):
