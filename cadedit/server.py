@@ -450,6 +450,26 @@ def _log(message: str) -> None:
     sys.stderr.flush()
 
 
+@contextlib.contextmanager
+def _cut_off_after(conn: socket.socket, seconds: float):
+    """The connection shut down once the block has taken `seconds` in all (a socket's own timeout is per
+    read); yields an Event set if it was."""
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield expired
+    finally:
+        timer.cancel()
+
+
 class _ClientGone(Exception):
     """The client hung up during its edit (Ctrl-C): the decode stops, the server goes on."""
 
@@ -487,7 +507,14 @@ class _Server:
         with conn, conn.makefile("rwb") as stream:
             try:
                 conn.settimeout(REQUEST_TIMEOUT)  # a client that connects and says nothing cannot hold the server
-                request = _receive(stream)
+                with _cut_off_after(conn, REQUEST_TIMEOUT) as expired:  # nor one that sends a byte now and then
+                    try:
+                        request = _receive(stream)
+                    except ValueError:
+                        if not expired.is_set():
+                            raise
+                if expired.is_set():
+                    raise TimeoutError
                 conn.settimeout(None)  # an edit's answer takes as long as the edit
                 if request is not None:
                     self.answer(request, stream, conn)

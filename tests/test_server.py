@@ -421,6 +421,32 @@ def test_an_idle_client_cannot_keep_the_server_from_stopping(held, sock, monkeyp
             idle.close()
 
 
+def test_a_client_that_drips_its_request_cannot_keep_the_server_from_stopping(held, sock, monkeypatch):
+    """REQUEST_TIMEOUT bounds the whole request line, not each read: a byte every 0.2 s is cut off."""
+    monkeypatch.setattr(server, "REQUEST_TIMEOUT", 1.0)
+    with serving(held, sock):
+        drip = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        drip.connect(str(sock))
+
+        def send() -> None:
+            with contextlib.suppress(OSError):  # until the server cuts it off
+                for _ in range(150):
+                    drip.send(b" ")
+                    time.sleep(0.2)
+
+        sending = threading.Thread(target=send, daemon=True)
+        sending.start()
+        try:
+            time.sleep(0.5)
+            start = time.monotonic()
+            server.ServerClient.open(sock).stop()
+            while server.running_pid(sock) is not None and time.monotonic() - start < 20:
+                time.sleep(0.05)
+            assert server.running_pid(sock) is None and time.monotonic() - start < 5
+        finally:
+            drip.close()
+
+
 def test_candidates_side_by_side_through_the_server_are_the_local_ones(held, local, tiny_dir, sock):
     from cadedit.tries import candidate_picks
 
