@@ -1,16 +1,17 @@
 """One JSON request to an OpenAI-compatible engine, as a hostile or broken engine may answer it.
 
 Contract: call_json(url, method, path, body, key, timeout, limit) sends `body` (JSON; None for a GET)
-to url + path with the key as a Bearer header and returns the answer's JSON, refusing an answer over
-`limit` bytes (by its Content-Length before reading, else once that much has come). No redirect is followed: the
-key would go along to wherever it points (urllib keeps the Authorization header across hosts), so a
-redirect is a one-line error naming its target. `timeout` bounds the whole request (connect, sending,
-the headers and every read of the answer), not each read: an engine or proxy that sends a byte now
-and then is cut off at the deadline. Every failure (no engine, a timeout, an HTTP error, a
-closed connection, an answer that is not JSON) is an EngineError of one line naming the engine.
-Standard library only.
+to url + path with the key as a Bearer header and returns the answer's JSON. Every read is bounded:
+- where: no redirect is followed (urllib keeps the Authorization header across hosts, so the key
+  would go along); a redirect is a one-line error naming its target;
+- time: `timeout` bounds the whole request (connect, sending, the headers, every read of the
+  answer), not each read, so an engine or proxy that sends a byte now and then is cut off;
+- size: an answer over `limit` bytes is refused, by its Content-Length before a byte is read, else
+  once that much has come; an HTTP error's body is read to ERROR_BODY_BYTES;
+- depth: JSON nested past Python's recursion limit (about 1,000) is refused as json reads it.
+Every failure (no engine, a timeout, an HTTP error, a closed connection, an answer that is not JSON)
+is an EngineError of one line naming the engine. Standard library only.
 """
-
 from __future__ import annotations
 
 import http.client
