@@ -438,7 +438,7 @@ def _load(options, run: _Run, once_for: int = 1):
         if not quiet:
             say(f"{remote.name}: using the engine")
         return remote
-    client = _server_for(options)
+    client = _server_for(options, None if quiet else say)
     if client is not None:
         if not quiet:
             say(f"{client.name}: using the cadedit server (pid {client.pid}; `cadedit serve stop` to stop it)")

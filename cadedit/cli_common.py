@@ -110,13 +110,14 @@ def _engine_for(engine: str | None, timeout: float | None, model: str | None, cw
     return EngineClient(url, choose_engine_timeout(timeout, cwd), model)
 
 
-def _server_for(options):
-    """The warm server (`cadedit serve start`) when one runs with this model and dtype, else None."""
+def _server_for(options, tell=None):
+    """The warm server (`cadedit serve start`) when one runs with this model and dtype and is free (or
+    frees up within SERVER_BUSY_WAIT; tell(message) says it is busy), else None."""
     if os.environ.get("CADEDIT_SERVER", "1") == "0":
         return None
     from cadedit.server import connect
 
-    client = connect(options.model)
+    client = connect(options.model, on_busy=tell)
     if client is None:
         return None
     wanted = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(options.dtype, options.dtype)

@@ -9,26 +9,25 @@ answer stops at its closing fence; a scoped edit of several regions asks once pe
 region's header appended as the local cursor forces it. Program mode sends the file's program grammar
 as GBNF (llama.cpp's `grammar` field) with the line numbers bounded by the file, and splices each
 copied line range into the prompt as the local decoder does. Every failure (no engine, a timeout, an
-HTTP error, a closed connection, an answer that is not a completion) is an EngineError: one line.
+HTTP error, a redirect, a closed connection, an answer that is not a completion) is an EngineError:
+one line. The wire (no redirects followed, so the key goes only to the URL given) is engine_http's;
+every answer's shape is checked in engine_answer before anything here reads it.
 Standard library only; imports no torch.
 """
 
 from __future__ import annotations
 
 import hashlib
-import http.client
-import json
 import os
 import re
-import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 from cadedit import program as P
 from cadedit.document import Document
+from cadedit.engine_answer import Completion, read_completion, read_models
+from cadedit.engine_http import call_json
 from cadedit.errors import BudgetError, EngineError
 from cadedit.fence import writes_again
 from cadedit.options import EditOptions, Mode
@@ -39,6 +38,10 @@ from cadedit.settings import ENGINE_TIMEOUT
 
 KEY_ENVS = ("CADEDIT_ENGINE_KEY", "OPENAI_API_KEY")  # the API key, from the environment only
 BYTES_PER_TOKEN = 3  # the budget without a tokenizer: code runs ~3-4 bytes a token in Qwen's vocabulary
+# A completion's text counts against the budget as at least one token per this many bytes, whatever the
+# engine reports (a token of code is a few bytes; runs of longer ones are rare), so an engine that
+# reports too few tokens, or none, cannot ask for completion after completion.
+BYTES_PER_TOKEN_AT_MOST = 16
 # Engines whose completions take a GBNF grammar, by the owner /v1/models names: llama.cpp's llama-server
 # and llama-cpp-python's server. vLLM and SGLang take other grammar forms (Lark, EBNF) that cadedit
 # does not send yet.
@@ -46,6 +49,13 @@ GRAMMAR_OWNERS = ("llamacpp", "me")
 # The top log-probabilities asked a token of a branched try's candidate 1: its next choice is the best
 # of them that is text (an engine lists control tokens' text as ""). vLLM allows up to 20 by default.
 TOP_LOGPROBS = 5
+# Bounds on an answer's size, so a broken or hostile engine cannot fill memory: a completion's room is
+# the JSON around its text plus a token's text per token asked (max_tokens), JSON-escaped, with room to
+# spare; with log-probabilities each token also lists its top ones (llama-server adds their bytes).
+ANSWER_BYTES = 1 << 20
+BYTES_PER_ANSWER_TOKEN = 1024
+BYTES_PER_LOGPROB_TOKEN = 16 * 1024
+MODELS_BYTES = 4 << 20  # GET /models: a list of model names (an Ollama with hundreds of models: ~100 KB)
 
 
 @dataclass
@@ -55,6 +65,7 @@ class Usage:
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    spent: int = 0  # the tokens counted against the budget (counted_tokens of each completion)
     cached_tokens: int = 0
     draft_tokens: int = 0  # speculative tokens proposed, where the engine says (llama-server's timings)
     draft_accepted: int = 0
@@ -62,18 +73,18 @@ class Usage:
     first_prompt_tokens: int = 0
     raw: list = field(default_factory=list)
 
-    def add(self, answer: dict, seconds: float) -> None:
-        usage = answer.get("usage") or {}
-        timings = answer.get("timings") or {}
+    def add(self, completion: Completion, seconds: float) -> None:
+        counts = completion.counts
         self.requests += 1
-        self.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-        self.completion_tokens += int(usage.get("completion_tokens") or 0)
-        self.cached_tokens += int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        self.draft_tokens += int(timings.get("draft_n") or 0)
-        self.draft_accepted += int(timings.get("draft_n_accepted") or 0)
+        self.prompt_tokens += counts.prompt
+        self.completion_tokens += counts.completion
+        self.spent += counted_tokens(completion.text, counts.completion)
+        self.cached_tokens += counts.cached
+        self.draft_tokens += counts.drafted
+        self.draft_accepted += counts.draft_accepted
         self.seconds += seconds
-        self.first_prompt_tokens = self.first_prompt_tokens or int(usage.get("prompt_tokens") or 0)
-        self.raw.append({k: answer[k] for k in ("usage", "timings") if k in answer})
+        self.first_prompt_tokens = self.first_prompt_tokens or counts.prompt
+        self.raw.append(completion.reported)
 
     def stats(self) -> DecodeStats:
         return DecodeStats(forward_passes=0, tokens_prompt=self.prompt_tokens - self.cached_tokens,
@@ -118,50 +129,21 @@ class EngineClient:
         (GET /models's owned_by: which engine it is); also the check that an engine answers. The
         full timeout: an engine that serves one request at a time (llama-cpp-python's server) answers
         /models only after the completions ahead of it."""
-        answer = self._call("GET", "/models", None, self.timeout)
-        models = answer.get("data") if isinstance(answer, dict) else None
-        models = [m for m in models if isinstance(m, dict) and "id" in m] if isinstance(models, list) else []
-        if not models:
-            raise EngineError(f"the engine at {self.url} lists no model (GET /models answered {_short(answer)})",
-                              hint="is the URL the engine's OpenAI-compatible base (…/v1)?")
-        chosen = next((m for m in models if m["id"] == wanted), models[0])
-        return wanted or str(chosen["id"]), str(chosen.get("owned_by", ""))
+        answer = self._call("GET", "/models", None, self.timeout, MODELS_BYTES, "a model list")
+        models = read_models(answer, f"the engine at {self.url}")
+        chosen = next((m for m in models if m[0] == wanted), models[0])
+        return wanted or chosen[0], chosen[1]
 
-    def _call(self, method: str, path: str, body: dict | None, timeout: float):
-        """One HTTP request and its JSON answer; every failure an EngineError."""
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.key:
-            headers["Authorization"] = f"Bearer {self.key}"
-        request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
-        where = f"the engine at {self.url}"
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            raise _http_error(exc, where + path) from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, (TimeoutError, socket.timeout)):
-                raise _slow(where, timeout) from None
-            raise EngineError(f"no engine answers at {self.url} ({getattr(reason, 'strerror', None) or reason})",
-                              hint="start the engine, or check --engine / CADEDIT_ENGINE") from None
-        except (TimeoutError, socket.timeout):
-            raise _slow(where, timeout) from None
-        except (http.client.HTTPException, ConnectionError) as exc:
-            raise EngineError(f"{where} closed the connection mid-answer ({type(exc).__name__})",
-                              hint="see the engine's log; then retry") from None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise EngineError(f"{where} answered {path} with something that is not JSON ({_short(raw)})",
-                              hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
+    def _call(self, method: str, path: str, body: dict | None, timeout: float, limit: int, what: str):
+        """One HTTP request and its JSON answer (at most `limit` bytes); every failure an EngineError
+        (engine_http.call_json)."""
+        return call_json(self.url, method, path, body, self.key, timeout, limit, what)
 
     def complete(self, prompt: str, max_tokens: int, options: EditOptions, usage: Usage, stop=(),
                  grammar: str | None = None, logprobs: int | None = None) -> tuple[str, str, list | None]:
         """One completion: (text, finish_reason, its tokens); the engine's usage added to `usage`. With
         `logprobs` (the top ones asked for a token) the tokens are (text, log-probability, {text:
-        log-probability} of the top ones) as the engine gave them (token_logprobs), else None."""
+        log-probability} of the top ones) as the engine gave them (engine_answer.token_logprobs), else None."""
         sampling = options.sampling
         body = {"model": self.model, "prompt": prompt, "max_tokens": max(1, max_tokens), "stream": False,
                 "temperature": sampling.temperature, "top_p": sampling.top_p, "stop": list(stop)}
@@ -172,19 +154,11 @@ class EngineClient:
         if logprobs is not None:
             body["logprobs"] = logprobs
         start = time.perf_counter()
-        answer = self._call("POST", "/completions", body, self.timeout)
-        usage.add(answer if isinstance(answer, dict) else {}, time.perf_counter() - start)
-        try:
-            choice = answer["choices"][0]
-            text, reason = choice["text"], choice.get("finish_reason")
-            if not isinstance(text, str):
-                raise TypeError
-        except (KeyError, IndexError, TypeError):
-            raise EngineError(f"the engine at {self.url} answered something that is not a completion "
-                              f"({_short(answer)})", hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
-        if choice.get("stop_reason") is not None and isinstance(choice.get("stop_reason"), str):
-            reason = "stop:" + choice["stop_reason"]  # vLLM and SGLang name the stop string that matched
-        return text, str(reason), token_logprobs(choice) if logprobs is not None else None
+        answer = self._call("POST", "/completions", body, self.timeout, answer_limit(body["max_tokens"], logprobs),
+                            "a completion")
+        completion = read_completion(answer, f"the engine at {self.url}")
+        usage.add(completion, time.perf_counter() - start)
+        return completion.text, completion.reason, completion.tokens if logprobs is not None else None
 
     # -- an edit -------------------------------------------------------------------------------
 
@@ -282,10 +256,10 @@ class EngineClient:
         for k in range(start, max(1, len(request.regions))):
             if k > start:
                 text += request.headers[k - 1]  # forced, as the local cursor forces it
-            left = budget - spent - usage.completion_tokens
+            left = budget - spent - usage.spent
             if left <= 0:
                 raise _budget(budget)
-            before = spent + usage.completion_tokens
+            before = spent + usage.spent
             piece, reason, tokens = self.complete(prompt + text, left, options, usage, stop=(end, "<|im_end|>"),
                                                   logprobs=ask)
             if tokens is not None:
@@ -312,7 +286,7 @@ class EngineClient:
         shown = prompt + P.OPEN
         low, has_op, in_body = 1, False, False
         while True:
-            left = budget - usage.completion_tokens
+            left = budget - usage.spent
             if left <= 0:
                 raise _budget(budget)
             grammar = program_gbnf(document.n_lines, low, has_op, in_body)
@@ -324,10 +298,27 @@ class EngineClient:
                 return written
             written, shown = written + P.COPY_CLOSE, shown + P.COPY_CLOSE
             copy, in_body = _last_copy(written)
+            if copy is None and not in_body or copy is not None and copy[0] < low:
+                raise _off_grammar(self.url, written, low)  # it would be asked the same again
             if copy is not None:
                 start, end = copy
                 shown += document.display_text(start, min(end, document.n_lines))
                 low, has_op = end + 1, True
+
+
+def counted_tokens(text: str, reported: int) -> int:
+    """The tokens a completion counts against the budget: what the engine reports, but at least one per
+    BYTES_PER_TOKEN_AT_MOST bytes of its text, and one; where it reports none, the budget's own estimate
+    (BYTES_PER_TOKEN bytes a token)."""
+    size = len(text.encode("utf-8", "replace"))
+    if reported > 0:
+        return max(reported, -(-size // BYTES_PER_TOKEN_AT_MOST))
+    return max(1, -(-size // BYTES_PER_TOKEN))
+
+
+def answer_limit(max_tokens: int, logprobs: int | None) -> int:
+    """The most bytes a completion of max_tokens tokens is read to (its log-probabilities asked or not)."""
+    return ANSWER_BYTES + max_tokens * (BYTES_PER_LOGPROB_TOKEN if logprobs is not None else BYTES_PER_ANSWER_TOKEN)
 
 
 @dataclass(frozen=True)
@@ -340,25 +331,6 @@ class Hesitation:
     tokens: int  # the answer's tokens through the next choice
     margin: float  # log p(the picked token) - log p(the next choice): the smaller, the nearer a tie
     logprob: float  # the log-probability of the answer up to the token, then of the next choice
-
-
-def token_logprobs(choice: dict) -> list | None:
-    """A completion's tokens as (text, log-probability, {text: log-probability} of the top ones), from
-    the legacy completions form (tokens, token_logprobs, top_logprobs: llama-cpp-python, vLLM) or the
-    chat form (content: token, logprob, top_logprobs: llama-server); None where the engine gave none."""
-    found = choice.get("logprobs")
-    try:
-        if isinstance(found, dict) and isinstance(found.get("tokens"), list):
-            tops = found.get("top_logprobs") or [None] * len(found["tokens"])
-            return [(str(text), float(lp), {str(t): float(v) for t, v in (top or {}).items()})
-                    for text, lp, top in zip(found["tokens"], found["token_logprobs"], tops)]
-        if isinstance(found, dict) and isinstance(found.get("content"), list):
-            return [(str(c["token"]), float(c["logprob"]),
-                     {str(a["token"]): float(a["logprob"]) for a in c.get("top_logprobs") or ()})
-                    for c in found["content"]]
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
-    return None
 
 
 def _kept(tokens: list, piece: str) -> list:
@@ -505,36 +477,13 @@ def program_gbnf(n_lines: int, low: int = 1, has_op: bool = False, in_body: bool
 # -- errors ----------------------------------------------------------------------------------------
 
 
-def _short(value, limit: int = 120) -> str:
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else json.dumps(value) if not isinstance(
-        value, str) else value
-    text = " ".join(text.split())
-    return (text[:limit] + "…") if len(text) > limit else (text or "nothing")
-
-
-def _slow(where: str, timeout: float) -> EngineError:
-    return EngineError(f"{where} did not answer within {timeout:g} s",
-                       hint="raise --engine-timeout (or engine_timeout in .cadedit.toml), or check the engine's load")
+def _off_grammar(url: str, written: str, low: int) -> EngineError:
+    """An engine that wrote what the program grammar it was sent forbids, at a copy's close."""
+    last = written.rstrip("\n").rpartition("\n")[2]
+    return EngineError(f"the engine at {url} does not keep to the program grammar it was sent: it wrote {last!r} "
+                       f"where a copy must start at line {low} or later", hint="use --mode verify with this engine")
 
 
 def _budget(budget: int) -> BudgetError:
     return BudgetError(f"the engine used the budget of {budget} new tokens before the answer was complete",
                        hint="raise --max-new-tokens")
-
-
-def _http_error(exc: urllib.error.HTTPError, where: str) -> EngineError:
-    """An HTTP error as one line: the status and the engine's own message."""
-    try:
-        body = exc.read()
-    except (OSError, http.client.HTTPException):
-        body = b""
-    try:
-        data = json.loads(body)
-        error = data.get("error", data.get("detail", data)) if isinstance(data, dict) else data
-        message = error.get("message", error) if isinstance(error, dict) else error
-    except ValueError:
-        message = body
-    hint = {401: "set the engine's API key in CADEDIT_ENGINE_KEY (or OPENAI_API_KEY)",
-            403: "set the engine's API key in CADEDIT_ENGINE_KEY (or OPENAI_API_KEY)",
-            404: "give the engine's OpenAI-compatible base URL, ending in /v1"}.get(exc.code, "see the engine's log")
-    return EngineError(f"{where} answered HTTP {exc.code} ({_short(message)})", hint=hint)

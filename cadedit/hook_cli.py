@@ -112,7 +112,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     asked = settings.candidates if settings is not None and settings.candidates else None
     options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens,
                           mode=mode)
-    loaded = remote or _server_for(options)
+    loaded = remote or _server_for(options, lambda message: say(f"cadedit hook: {message}"))
     if remote is not None:
         say(f"cadedit hook: {remote.name}: using the engine")
     elif loaded is not None:

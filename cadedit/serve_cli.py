@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 from cadedit.cli_common import _Backend, _Dtype, _Model, _Threads, err, say, sub_app
-from cadedit.settings import IDLE_TIMEOUT
+from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT
 
 app = sub_app("serve", "A local server that keeps the model loaded (and its last prompt cached) between edits.")
 
@@ -24,6 +24,10 @@ _MaxRss = Annotated[Optional[float], typer.Option(
     "--max-rss-gb", metavar="G", min=0.01, show_default=False,
     help="Drop the cached prompt after a request that leaves the process's own memory above G GiB "
          "(the mapped weight files not counted; default: its own memory once loaded plus 1 GiB).")]
+_AnswerTimeout = Annotated[float, typer.Option(
+    "--answer-timeout", metavar="S", min=1.0,
+    help="Seconds a branched edit waits for its client's checks of candidate 1 (its --test) before it drops "
+         "the other candidates; other edits are served meanwhile.")]
 _Json = Annotated[bool, typer.Option("--json", help="Print the status as JSON.")]
 def _serving(status: dict) -> str:
     idle = status["idle_timeout"]
@@ -42,7 +46,8 @@ def _duration(seconds: float) -> str:
 
 @app.command("start")
 def start(model: _Model = None, dtype: _Dtype = "auto", threads: _Threads = None, foreground: _Foreground = False,
-          idle_timeout: _IdleTimeout = IDLE_TIMEOUT, max_rss_gb: _MaxRss = None, backend: _Backend = None) -> None:
+          idle_timeout: _IdleTimeout = IDLE_TIMEOUT, max_rss_gb: _MaxRss = None, backend: _Backend = None,
+          answer_timeout: _AnswerTimeout = SERVER_ANSWER_TIMEOUT) -> None:
     """Load the model once and serve edits on a Unix socket (one per user) until stopped or idle.
 
     Exit codes: 0 serving (or, with --foreground, stopped cleanly), 1 already running or the model failed to load.
@@ -55,7 +60,8 @@ def start(model: _Model = None, dtype: _Dtype = "auto", threads: _Threads = None
     from cadedit.server import ServerConfig, resolve_spec, run_server, start_daemon
 
     config = ServerConfig(model=resolve_spec(choose_model(model)), dtype=dtype, threads=threads, backend=backend,
-                          idle_timeout=idle_timeout, max_rss_bytes=int(max_rss_gb * 2**30) if max_rss_gb else None)
+                          idle_timeout=idle_timeout, max_rss_bytes=int(max_rss_gb * 2**30) if max_rss_gb else None,
+                          answer_timeout=answer_timeout)
     if foreground:
         say(f"cadedit server: loading {config.model} ...")
         run_server(config, on_ready=lambda status: say(_serving(status)))
@@ -101,7 +107,8 @@ def status(as_json: _Json = False) -> None:
         f"memory: {data['rss_bytes'] / 2**30:.2f} GiB of its own (the cached prompt is dropped above "
         f"{cap / 2**30:.2f} GiB), {data.get('mapped_bytes', 0) / 2**30:.2f} GiB of mapped weight files",
         f"cached prompt: {data['cached_tokens']} tokens (dropped {data['cache_drops']} times)",
-        f"requests: {data['requests']}" + (" (one under way)" if data["busy"] else ""),
+        f"requests: {data['requests']}" + (f" (one under way for {data.get('busy_seconds', 0):.0f} s)" if data["busy"] else "")
+        + (f"; {data['waiting']} waiting for their clients' checks" if data.get("waiting") else ""),
         f"uptime: {data['uptime_seconds']:.0f} s; idle timeout: "
         + (_duration(data["idle_timeout"]) if data["idle_timeout"] else "none"),
         f"socket: {data['socket']}",

@@ -1,11 +1,15 @@
 """A warm local server: one process keeps the model, and the KV cache of its last prompt, loaded.
 
 Contract: serve(socket_path, loaded, idle_timeout, max_rss_bytes) answers newline-delimited JSON on a
-Unix socket (mode 0600, a pid file beside it), one edit at a time so two clients never share the
-one KV cache mid-decode (a branched request holds it while its client checks candidate 1, then its
-branches come from the same cache); connect(model_spec) returns a ServerClient whose edit() gives the EditResult
-edit_file would (device, dtype and threads are the server's), and raises the server's CadeditError as
-the same class, message, hint and exit code; None when no server holds that model. Importing this
+Unix socket (mode 0600, a pid file beside it), one decode at a time so two clients never share the
+one KV cache mid-decode. A branched request lets go of the model while its client checks candidate 1
+(its test may run for minutes; other edits are served meanwhile) and waits for the answer at most
+answer_timeout seconds; its branches then feed whatever of candidate 1's prompt the cache lost. An
+edit waits for the model at most as long as its client asked ("wait"), then is refused as busy.
+connect(model_spec) returns a ServerClient whose edit() gives the EditResult edit_file would (device,
+dtype and threads are the server's), and raises the server's CadeditError as the same class, message,
+hint and exit code; None when no server holds that model, or when it stays busy with another edit
+longer than the client waits (SERVER_BUSY_WAIT: the client then loads the model itself). Importing this
 module imports neither torch nor transformers (serve() and run_server() import them).
 
 Why: a cold `cadedit fix` pays for imports, weights and the prompt before its first token; a warm
@@ -20,6 +24,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import select
 import socket
 import stat
 import sys
@@ -29,7 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cadedit.errors import CadeditError
-from cadedit.settings import IDLE_TIMEOUT
+from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT, SERVER_BUSY_WAIT
 
 PROTOCOL = 1
 REQUEST_TIMEOUT = 10.0  # seconds a client has to send its request line once connected
@@ -253,7 +258,7 @@ class ServerClient:
         options = dataclasses.replace(options, model=resolve_spec(choose_model(options.model)))
         request = {"op": "edit", "path": document.path, "document": base64.b64encode(document.to_bytes()).decode(),
                    "instruction": instruction, "options": options_to_wire(options), "progress": on_step is not None,
-                   "candidates": k, "by": by}
+                   "candidates": k, "by": by, "wait": SERVER_BUSY_WAIT}
         for message in _exchange(self.socket_path, request, None, reply):
             if "progress" in message and on_step is not None:
                 from cadedit.results import DecodeStats, Step
@@ -265,16 +270,36 @@ class ServerClient:
                           hint=f"see its log, {log_file(self.socket_path)}; then retry")
 
 
-def connect(model_spec: str | None = None, socket_path: Path | None = None) -> ServerClient | None:
-    """A client of the running server if it holds the model choose_model(model_spec) names, else None."""
+def connect(model_spec: str | None = None, socket_path: Path | None = None, wait: float = SERVER_BUSY_WAIT,
+            on_busy: Callable[[str], None] | None = None) -> ServerClient | None:
+    """A client of the running server if it holds the model choose_model(model_spec) names and is free
+    within `wait` seconds, else None. While it is busy with another edit, on_busy(message) says so."""
     from cadedit.settings import choose_model
 
     wanted = resolve_spec(choose_model(model_spec))
     try:
         client = ServerClient.open(socket_path, timeout=2.0)
+        if resolve_spec(client.name) != wanted:
+            return None
+        return client if _free(client, client.status(), wait, on_busy) else None
     except ServerError:
         return None
-    return client if resolve_spec(client.name) == wanted else None
+
+
+def _free(client: ServerClient, status: dict, wait: float, on_busy: Callable[[str], None] | None) -> bool:
+    """Whether the server is free for an edit, waiting up to `wait` seconds while another edit holds it."""
+    if not status.get("busy"):
+        return True
+    tell = on_busy or (lambda message: None)
+    tell(f"the cadedit server (pid {client.pid}) is busy with another edit (for {status.get('busy_seconds', 0):.0f} s"
+         f" so far); waiting up to {wait:g} s for it")
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        if not client.status().get("busy"):
+            return True
+    tell(f"the cadedit server is still busy after {wait:g} s: loading the model here")
+    return False
 
 
 def _ask(path: Path, request: dict, timeout: float | None) -> dict:
@@ -300,14 +325,15 @@ def _exchange(path: Path, request: dict, timeout: float | None, reply: Callable 
         _check_peer(sock, path)
         stream = sock.makefile("rwb")
         _send(stream, request)
-        while (message := _receive(stream)) is not None:
+        while (message := _receive_from_server(stream, path)) is not None:
             if "error" in message:
                 raise error_from_wire(message["error"])
             if "first" in message:
                 if reply is None:
                     raise ServerError("the cadedit server asked a question this request did not expect",
                                       hint="use a client of the same cadedit version")
-                _send(stream, reply(message))
+                with contextlib.suppress(OSError):  # it stopped waiting: its error is the next message
+                    _send(stream, reply(message))
                 continue
             yield message
             if "progress" not in message:
@@ -317,6 +343,14 @@ def _exchange(path: Path, request: dict, timeout: float | None, reply: Callable 
                           hint="it may be stuck: cadedit serve stop, or kill the pid in " + str(pid_file(path))) from None
     finally:
         sock.close()
+
+
+def _receive_from_server(stream, path: Path) -> dict | None:
+    try:
+        return _receive(stream)
+    except ConnectionError:
+        raise ServerError(f"the cadedit server on {path} closed the connection during the edit",
+                          hint=f"see its log, {log_file(path)}; then retry") from None
 
 
 def _check_peer(sock: socket.socket, path: Path) -> None:
@@ -416,34 +450,74 @@ def _log(message: str) -> None:
     sys.stderr.flush()
 
 
+@contextlib.contextmanager
+def _cut_off_after(conn: socket.socket, seconds: float):
+    """The connection shut down once the block has taken `seconds` in all (a socket's own timeout is per
+    read); yields an Event set if it was."""
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield expired
+    finally:
+        timer.cancel()
+
+
 class _ClientGone(Exception):
     """The client hung up during its edit (Ctrl-C): the decode stops, the server goes on."""
+
+
+@dataclasses.dataclass
+class _Hold:
+    """Whether an edit holds the model now (a branched one lets go while its client checks candidate 1)."""
+
+    held: bool = True
 
 
 class _Server:
     """The state of one serve(): the model, one lock for edits, counters for status."""
 
-    def __init__(self, socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int, pick_for=None):
+    def __init__(self, socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int, pick_for=None,
+                 answer_timeout: float = SERVER_ANSWER_TIMEOUT):
         self.socket_path, self.loaded, self.pick_for = socket_path, loaded, pick_for
-        self.idle_timeout, self.max_rss_bytes = idle_timeout, max_rss_bytes
+        self.idle_timeout, self.max_rss_bytes, self.answer_timeout = idle_timeout, max_rss_bytes, answer_timeout
         self.edit_lock = threading.Lock()  # one decode at a time: the model has one KV cache
+        self.busy_since = 0.0  # when the decode holding edit_lock took it
         self.stopping = threading.Event()
         self.started = self.last_request = time.monotonic()
         self.requests = self.cache_drops = 0
+        self.waiting: set[int] = set()  # the handlers (thread ids) waiting for a client's checks of candidate 1
         self.handlers: list[threading.Thread] = []
 
     def idle(self) -> bool:
         quiet = time.monotonic() - self.last_request
-        return bool(self.idle_timeout) and quiet > self.idle_timeout and not self.edit_lock.locked()
+        return bool(self.idle_timeout) and quiet > self.idle_timeout and not self.edit_lock.locked() and not self.waiting
+
+    def busy_seconds(self) -> float:
+        return round(time.monotonic() - self.busy_since, 1) if self.edit_lock.locked() else 0.0
 
     def handle(self, conn: socket.socket) -> None:
         with conn, conn.makefile("rwb") as stream:
             try:
                 conn.settimeout(REQUEST_TIMEOUT)  # a client that connects and says nothing cannot hold the server
-                request = _receive(stream)
+                with _cut_off_after(conn, REQUEST_TIMEOUT) as expired:  # nor one that sends a byte now and then
+                    try:
+                        request = _receive(stream)
+                    except ValueError:
+                        if not expired.is_set():
+                            raise
+                if expired.is_set():
+                    raise TimeoutError
                 conn.settimeout(None)  # an edit's answer takes as long as the edit
                 if request is not None:
-                    self.answer(request, stream)
+                    self.answer(request, stream, conn)
             except _ClientGone:
                 _log("the client hung up during its edit")
             except (TimeoutError, socket.timeout):
@@ -451,7 +525,7 @@ class _Server:
             except (OSError, ValueError) as exc:
                 _log(f"bad connection: {type(exc).__name__}: {exc}")
 
-    def answer(self, request: dict, stream) -> None:
+    def answer(self, request: dict, stream, conn: socket.socket) -> None:
         op = request.get("op")
         try:
             if op == "status":
@@ -460,7 +534,7 @@ class _Server:
                 self.stopping.set()
                 _send(stream, {"stopping": True, "pid": os.getpid()})
             elif op == "edit":
-                _send(stream, {"result": self.edit(request, stream)})
+                _send(stream, {"result": self.edit(request, stream, conn)})
             else:
                 raise ServerError(f"unknown request {op!r}", hint="use a client of the same cadedit version")
         except CadeditError as exc:
@@ -486,9 +560,10 @@ class _Server:
                 "max_rss_bytes": self.max_rss_bytes,
                 "uptime_seconds": round(time.monotonic() - self.started, 1), "requests": self.requests,
                 "cache_drops": self.cache_drops, "cached_tokens": len(language_model(self.loaded).ids),
-                "idle_timeout": self.idle_timeout, "busy": self.edit_lock.locked(), "socket": str(self.socket_path)}
+                "idle_timeout": self.idle_timeout, "busy": self.edit_lock.locked(), "busy_seconds": self.busy_seconds(),
+                "waiting": len(self.waiting), "answer_timeout": self.answer_timeout, "socket": str(self.socket_path)}
 
-    def edit(self, request: dict, stream) -> dict:
+    def edit(self, request: dict, stream, conn: socket.socket) -> dict:
         from cadedit.document import Document
         from cadedit.pipeline import edit_branches, edit_candidates, edit_file
         from cadedit.tries import branch_picks, candidate_picks
@@ -500,12 +575,12 @@ class _Server:
         document = Document.from_bytes(base64.b64decode(request["document"]), request["path"])
         on_step = self.progress(stream) if request.get("progress") else None
         k = int(request.get("candidates") or 1)
-        with self.edit_lock:
+        with self.model_for(float(request.get("wait", SERVER_BUSY_WAIT))) as hold:
             start = time.perf_counter()
             try:
                 if k > 1 and request.get("by") == "branch":
                     found = edit_branches(document, request["instruction"], options, branch_picks(k, options.sampling),
-                                          self.asker(stream), loaded=self.loaded, on_step=on_step)
+                                          self.asker(stream, conn, hold), loaded=self.loaded, on_step=on_step)
                 elif k > 1:
                     found = edit_candidates(document, request["instruction"], options,
                                             candidate_picks(k, options.sampling), loaded=self.loaded, on_step=on_step)
@@ -515,7 +590,8 @@ class _Server:
             finally:
                 self.requests += 1
                 self.last_request = time.monotonic()
-                self.bound_memory()
+                if hold.held:  # not while another edit decodes (a branched edit whose client went away)
+                    self.bound_memory()
         _log(f"edit {document.path}: {len(found)} of {k} candidates, {time.perf_counter() - start:.2f} s" if k > 1 else
              f"edit {document.path}: {result.stats.forward_passes} forwards, "
              f"{result.stats.tokens_reused} prompt tokens reused, {time.perf_counter() - start:.2f} s")
@@ -523,20 +599,71 @@ class _Server:
             return {"candidates": [candidate_to_wire(c) for c in found]}
         return result_to_wire(result)
 
-    def asker(self, stream) -> Callable:
-        """edit_branches' accept: candidate 1 goes to the client, whose checks say whether to branch."""
+    @contextlib.contextmanager
+    def model_for(self, wait: float):
+        """The model for one edit, once no other decode holds it: waited for up to `wait` seconds, then
+        refused as busy (the client loads the model itself or says so); refused once stopping."""
+        if not self.edit_lock.acquire(timeout=max(0.0, wait)):
+            raise ServerError(f"the cadedit server (pid {os.getpid()}) is busy with another edit (for "
+                              f"{self.busy_seconds():.0f} s)", hint="retry when it is done, or load the model here: "
+                              "CADEDIT_SERVER=0 cadedit ...")
+        hold = _Hold()
+        try:
+            if self.stopping.is_set():
+                raise ServerError("the cadedit server is stopping", hint="retry: the model is then loaded here")
+            self.busy_since = time.monotonic()
+            yield hold
+        finally:
+            if hold.held:
+                self.edit_lock.release()
+
+    def asker(self, stream, conn: socket.socket, hold: _Hold) -> Callable:
+        """edit_branches' accept: candidate 1 goes to the client, whose checks say whether to branch. The
+        model is let go meanwhile: the client's test may take minutes, and a client stopped with
+        Ctrl-Z would otherwise hold every other edit (and `serve stop`) until it went on."""
 
         def accept(first) -> bool:
             try:
                 _send(stream, {"first": candidate_to_wire(first)})
-                answer = _receive(stream)
             except OSError:
                 raise _ClientGone from None
-            if answer is None:
-                raise _ClientGone
+            me = threading.get_ident()
+            self.waiting.add(me)
+            hold.held = False
+            self.edit_lock.release()
+            try:
+                answer = self.client_answer(stream, conn)
+            finally:
+                self.waiting.discard(me)
+            self.edit_lock.acquire()  # behind a decode under way (bounded by its budget)
+            hold.held, self.busy_since = True, time.monotonic()
             return bool(answer.get("accept"))
 
         return accept
+
+    def client_answer(self, stream, conn: socket.socket) -> dict:
+        """The client's answer to a question, waited for until answer_timeout or a stop request."""
+        deadline = time.monotonic() + self.answer_timeout
+        while not select.select([conn], [], [], _POLL)[0]:
+            if self.stopping.is_set():
+                raise ServerError("the cadedit server was stopped while this client checked candidate 1; its other "
+                                  "candidates were not decoded", hint="run the edit again")
+            if time.monotonic() > deadline:
+                break
+        try:
+            conn.settimeout(max(0.1, deadline - time.monotonic()))  # a line begun must end by the deadline too
+            answer = _receive(stream)
+        except (TimeoutError, socket.timeout):
+            raise ServerError(f"the cadedit server waited {self.answer_timeout:g} s for this client's checks of "
+                              "candidate 1; its other candidates were not decoded",
+                              hint="give it longer: cadedit serve start --answer-timeout S") from None
+        except (OSError, ValueError):
+            raise _ClientGone from None
+        finally:
+            conn.settimeout(None)
+        if not isinstance(answer, dict):
+            raise _ClientGone
+        return answer
 
     def progress(self, stream) -> Callable:
         last = [0.0]
@@ -576,20 +703,24 @@ def _trim_heap() -> None:
 
 
 def serve(socket_path: Path, loaded, idle_timeout: float = IDLE_TIMEOUT, max_rss_bytes: int | None = None,
-          on_ready: Callable[[dict], None] | None = None, pick_for: Callable | None = None) -> None:
+          on_ready: Callable[[dict], None] | None = None, pick_for: Callable | None = None,
+          answer_timeout: float = SERVER_ANSWER_TIMEOUT) -> None:
     """Serve `loaded` on socket_path until a stop request, idle_timeout seconds without one (0: never),
     SIGTERM or Ctrl-C. max_rss_bytes None: the RSS now plus CACHE_ROOM. pick_for: each single edit's
-    picker factory (pipeline.PickFor; None: the request's sampling; tests script answers with it)."""
+    picker factory (pipeline.PickFor; None: the request's sampling; tests script answers with it).
+    answer_timeout: seconds a branched edit waits for its client's checks of candidate 1."""
     claim(socket_path)
     try:
-        _serve_claimed(socket_path, loaded, idle_timeout, max_rss_bytes, on_ready, pick_for)
+        _serve_claimed(socket_path, loaded, idle_timeout, max_rss_bytes, on_ready, pick_for, answer_timeout)
     finally:
         release(socket_path)
 
 
 def _serve_claimed(socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int | None,
-                   on_ready: Callable[[dict], None] | None, pick_for: Callable | None = None) -> None:
-    server = _Server(socket_path, loaded, idle_timeout, max_rss_bytes or rss_bytes() + CACHE_ROOM, pick_for)
+                   on_ready: Callable[[dict], None] | None, pick_for: Callable | None = None,
+                   answer_timeout: float = SERVER_ANSWER_TIMEOUT) -> None:
+    server = _Server(socket_path, loaded, idle_timeout, max_rss_bytes or rss_bytes() + CACHE_ROOM, pick_for,
+                     answer_timeout)
     listener = _listen(socket_path)
     try:
         with _stop_on_sigterm(server.stopping):
@@ -597,7 +728,9 @@ def _serve_claimed(socket_path: Path, loaded, idle_timeout: float, max_rss_bytes
             if on_ready is not None:
                 on_ready(server.status())
             _accept_until_done(listener, server)
-        for handler in server.handlers:  # an edit under way (and any waiting for it) finishes and answers first
+        # An edit under way finishes and answers first; one waiting for the model or for its client's
+        # checks is refused (model_for, client_answer: they watch `stopping`).
+        for handler in server.handlers:
             handler.join()
     finally:
         listener.close()
@@ -664,6 +797,7 @@ class ServerConfig:
     backend: str | None = None
     max_rss_bytes: int | None = None
     socket: str = ""
+    answer_timeout: float = SERVER_ANSWER_TIMEOUT
 
 
 def run_server(config: ServerConfig, on_ready: Callable[[dict], None] | None = None) -> None:
@@ -676,7 +810,8 @@ def run_server(config: ServerConfig, on_ready: Callable[[dict], None] | None = N
         loaded = load_model(config.model, config.device, config.dtype, config.threads, config.backend)
         _log(f"loaded {loaded.name} in {loaded.load_seconds:.1f} s ({loaded.backend}: {loaded.backend_reason}; "
              f"{loaded.dtype}, {loaded.threads} threads)")
-        _serve_claimed(socket_path, loaded, config.idle_timeout, config.max_rss_bytes, on_ready)
+        _serve_claimed(socket_path, loaded, config.idle_timeout, config.max_rss_bytes, on_ready,
+                       answer_timeout=config.answer_timeout)
     finally:
         release(socket_path)
 

@@ -101,6 +101,10 @@ def default_candidates(tested: bool, engine: bool = False, number: int = 1, loca
 TEST_TIMEOUT = 120.0  # seconds a --test command (or a hook rule's test) may run
 BENCH_TEST_TIMEOUT = 10.0  # seconds one run of a benchmark case's test may take (bench e2e, tries, candidates)
 IDLE_TIMEOUT = 30 * 60.0  # seconds the warm server waits for a request before it exits
+# Seconds the warm server waits for a client to say whether candidate 1 passed its checks (its --test
+# runs meanwhile, up to TEST_TIMEOUT); other edits are served while it waits.
+SERVER_ANSWER_TIMEOUT = 15 * 60.0
+SERVER_BUSY_WAIT = 10.0  # seconds a client waits for a server busy with another edit, then loads the model itself
 ENGINE_TIMEOUT = 300.0  # seconds one request to a shared engine may take (it may queue other clients' first)
 ENGINE_ENV = "CADEDIT_ENGINE"
 # New tokens any answer may take at least (request.default_budget): the Aider polyglot subset's

@@ -35,13 +35,17 @@ class Script:
     """What the fake engine answers: (text, finish_reason) per completion, or a failure by name."""
 
     def __init__(self, answers=(), owner="llamacpp", fail: str | None = None, sleep: float = 0.0,
-                 models_sleep: float = 0.0, by_temperature: tuple | None = None, respond=None):
+                 models_sleep: float = 0.0, by_temperature: tuple | None = None, respond=None,
+                 redirect: tuple[str, str] | None = None, usage: bool = True):
         self.answers, self.owner, self.fail, self.sleep = list(answers), owner, fail, sleep
+        self.redirect = redirect  # (path, URL): that path answers 302 to the URL
+        self.usage = usage  # whether answers report their usage
         self.by_temperature = by_temperature  # (greedy answer, sampled answer), instead of answers in turn
         self.models_sleep = models_sleep
         self.respond = respond  # body -> (text, finish_reason, logprobs or None), instead of the above
         self.requests: list[dict] = []
         self.headers: list[dict] = []
+        self.sent = 0  # bytes of a huge answer written before the client stopped reading
 
 
 def _handler(script: Script):
@@ -57,7 +61,58 @@ def _handler(script: Script):
             self.end_headers()
             self.wfile.write(body)
 
+        def _redirected(self) -> bool:
+            if script.redirect is None or self.path != script.redirect[0]:
+                return False
+            self.send_response(302)
+            self.send_header("Location", script.redirect[1])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return True
+
+        def _drip(self, headers: bool = False) -> None:
+            """A byte every 0.3 s for a minute: the headers too, or a 1 MB body after them at once."""
+            start = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+            if not headers:
+                self.wfile.write(start)
+            try:
+                for k in range(200):
+                    self.wfile.write(start[k:k + 1] if headers and k < len(start) else b" ")
+                    self.wfile.flush()
+                    time.sleep(0.3)
+            except OSError:  # the client gave up
+                pass
+
+        def _huge(self, declared: bool) -> None:
+            """256 MiB of blanks, its length declared or not (the body then ends when the connection does)."""
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if declared:
+                self.send_header("Content-Length", str(256 << 20))
+            self.end_headers()
+            chunk = b" " * (1 << 20)
+            try:
+                for _ in range(256):
+                    self.wfile.write(chunk)
+                    script.sent += len(chunk)
+            except OSError:  # the client stopped reading
+                pass
+            self.close_connection = True
+
         def do_GET(self):
+            script.headers.append(dict(self.headers))
+            if script.fail == "huge models":
+                return self._huge(declared=True)
+            if isinstance(script.fail, bytes) and script.fail.startswith(b'{"data"'):  # this model list, as it is
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(script.fail)))
+                self.end_headers()
+                self.wfile.write(script.fail)
+                return
+            if self._redirected():
+                return
+            if script.fail == "drip models":
+                return self._drip()
             if self.path != "/v1/models":
                 return self._json(404, {"error": {"message": "not found"}})
             time.sleep(script.models_sleep)
@@ -67,6 +122,12 @@ def _handler(script: Script):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             script.requests.append(body)
             script.headers.append(dict(self.headers))
+            if self._redirected():
+                return
+            if script.fail in ("huge", "huge undeclared"):
+                return self._huge(declared=script.fail == "huge")
+            if script.fail in ("drip", "drip headers"):
+                return self._drip(headers=script.fail == "drip headers")
             if script.sleep:
                 time.sleep(script.sleep)
             if script.fail == "garbage":
@@ -89,6 +150,12 @@ def _handler(script: Script):
                 return self._json(401, {"error": {"message": "Invalid API key"}})
             if script.fail == "nochoices":
                 return self._json(200, {"id": "x", "object": "text_completion"})
+            if isinstance(script.fail, bytes):  # this body, as it is
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(script.fail)))
+                self.end_headers()
+                self.wfile.write(script.fail)
+                return
             logprobs = None
             if script.respond is not None:
                 text, reason, logprobs = script.respond(body)
@@ -96,9 +163,9 @@ def _handler(script: Script):
                 text, reason = script.by_temperature[body["temperature"] > 0]
             else:
                 text, reason = script.answers.pop(0) if script.answers else ("", "stop")
+            usage = {"prompt_tokens": len(body["prompt"]) // 4, "completion_tokens": len(text) // 4 + 1, "total_tokens": 0}
             self._json(200, {"choices": [{"text": text, "finish_reason": reason, "index": 0, "logprobs": logprobs}],
-                             "usage": {"prompt_tokens": len(body["prompt"]) // 4, "completion_tokens": len(text) // 4 + 1,
-                                       "total_tokens": 0}})
+                             **({"usage": usage} if script.usage else {})})
 
     return Handler
 
@@ -108,12 +175,12 @@ def engine():
     """start(script) -> the fake engine's base URL; stopped after the test."""
     servers = []
 
-    def start(script: Script) -> str:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(script))
+    def start(script: Script, host: str = "127.0.0.1") -> str:
+        server = ThreadingHTTPServer((host, 0), _handler(script))
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/v1"
+        return f"http://{host}:{server.server_address[1]}/v1"
 
     yield start
     for server in servers:
@@ -379,7 +446,8 @@ def test_bench_tries_measures_edits_through_an_engine_as_fix_sends_them(engine, 
 
 
 def test_token_logprobs_read_both_forms_and_the_kept_tokens_spell_the_text():
-    from cadedit.engine import _kept, token_logprobs
+    from cadedit.engine import _kept
+    from cadedit.engine_answer import token_logprobs
 
     legacy = {"logprobs": legacy_logprobs([("a", -0.1, {"b": -2.0}), ("c", -0.2, {})])}
     chat = {"logprobs": {"content": [{"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "b", "logprob": -2.0},
@@ -421,6 +489,31 @@ def test_program_mode_sends_the_files_grammar_and_splices_copies(engine, colors)
     assert 'copy ::= "<copy lines=\\"" ([1-3]) "-" ([1-3])' in first["grammar"]
     assert 'copy ::= "<copy lines=\\"" ([2-3])' in second["grammar"] and "copy ::=" not in third["grammar"]
     assert first["stop"] == ['"/>\n']
+
+
+def test_program_mode_stops_at_a_copy_that_does_not_go_forward(engine, colors):
+    """An engine that ignores the grammar and writes the same copy again and again (reporting no usage):
+    one line at the second, not a request after request until the end of time."""
+    script = Script([('<copy lines="1-2', "stop")] * 1000, usage=False)
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--mode", "program", "--engine", engine(script),
+               "--max-new-tokens", "64", "--tries", "1", "--write", cwd=colors, timeout=60)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert "does not keep to the program grammar it was sent: it wrote '<copy lines=\"1-2\"/>' where a copy must " \
+           "start at line 3 or later" in done.stderr
+    assert len(script.requests) == 2
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+def test_program_mode_counts_its_budget_from_the_text_when_the_engine_reports_no_usage(engine, colors):
+    """A gen body that goes on, 30 bytes a completion, each stopped at a copy's close, usage never
+    reported: the text counts against --max-new-tokens 64 (3 bytes a token), so the edit runs out of its
+    budget after a few completions."""
+    script = Script([("<gen>\n" + "x" * 24, "stop")] + [("y" * 30, "stop")] * 1000, usage=False)
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--mode", "program", "--engine", engine(script),
+               "--max-new-tokens", "64", "--tries", "1", "--json", cwd=colors, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert "the engine used the budget of 64 new tokens" in done.stderr and len(script.requests) == 7
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
 def test_program_mode_on_an_engine_without_grammars_is_a_one_line_error(engine, colors):
@@ -503,6 +596,86 @@ def test_an_engine_that_fails_is_a_one_line_error_and_the_file_is_untouched(engi
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/v1/completions"])
+def test_a_redirect_is_refused_and_the_key_goes_to_no_other_host(engine, colors, path):
+    """An engine (or a proxy in front of it) that redirects to another host: the client does not follow,
+    so the key and the file go nowhere but --engine; one line names where it pointed."""
+    elsewhere = Script([("red:\ngreen;\nblue)", "stop")])
+    target = engine(elsewhere, host="127.0.0.2")
+    script = Script([("red:\ngreen;\nblue)", "stop")], redirect=(path, target + path[3:]))
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--write", "-q",
+               cwd=colors, env={"CADEDIT_ENGINE_KEY": "s3cret"})
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert f"redirected {'GET' if 'models' in path else 'POST'} {path[3:]} (HTTP 302) to {target}" in done.stderr
+    assert elsewhere.headers == [] and elsewhere.requests == []
+    assert script.headers[0]["Authorization"] == "Bearer s3cret"  # the key went to the engine named
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+@pytest.mark.parametrize("fail", ["drip models", "drip", "drip headers"])
+def test_the_engine_timeout_bounds_the_whole_request_not_each_read(engine, colors, fail):
+    """An engine (or proxy) that sends a byte every 0.3 s, on GET /models or a completion, its body or its
+    headers: --engine-timeout 2 ends the request 2 s after it began, whatever each read waits."""
+    started = time.monotonic()
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(Script(fail=fail)),
+               "--engine-timeout", "2", "--write", cwd=colors, timeout=60)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert "did not answer within 2 s" in done.stderr and "Traceback" not in done.stderr
+    assert time.monotonic() - started < 20  # the drip goes on for a minute
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+@pytest.mark.parametrize("fail, message", [
+    ("huge models", "/models answered 268,435,456 bytes, more than the 4,194,304"),
+    ("huge", "/completions answered 268,435,456 bytes, more than the 1,176,576"),
+    ("huge undeclared", "/completions answered more than the 1,176,576 bytes"),
+])
+def test_an_answer_larger_than_the_request_can_need_is_refused_unread(engine, colors, fail, message):
+    """A 256 MiB answer (a broken proxy, a hostile engine): refused by its Content-Length before a byte
+    of it is read, or once more than a completion of --max-new-tokens tokens can need has come."""
+    script = Script(fail=fail)
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--max-new-tokens", "125",
+               "--write", cwd=colors, timeout=60)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert message in done.stderr and "cadedit read no further" in done.stderr
+    assert script.sent < 64 << 20  # the rest was never read: the engine's writes failed
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+_CHOICE = b'"choices": [{"text": "red:\\ngreen;\\nblue)", "finish_reason": "stop"}]'
+
+
+@pytest.mark.parametrize("body, detail", [
+    (b'{%s, "usage": {"prompt_tokens": "many"}}' % _CHOICE, 'usage.prompt_tokens is "many", not a count'),
+    (b'{%s, "usage": {"prompt_tokens": 1e400}}' % _CHOICE, "usage.prompt_tokens is Infinity, not a count"),
+    (b'{%s, "usage": {"completion_tokens": NaN}}' % _CHOICE, "usage.completion_tokens is NaN, not a count"),
+    (b'{%s, "usage": {"completion_tokens": -3}}' % _CHOICE, "usage.completion_tokens is -3, not a count"),
+    (b'{%s, "timings": "fast"}' % _CHOICE, "timings is text, not dict"),
+    (b'{%s, "usage": {"prompt_tokens_details": 5}}' % _CHOICE, "usage.prompt_tokens_details is int, not dict"),
+    (b'{%s, "usage": {"prompt_tokens": %s}}' % (_CHOICE, b"[" * 900 + b"]" * 900), "usage.prompt_tokens is"),
+    (b'{"choices": [{"text": ["red"], "finish_reason": "stop"}]}', "choices[0].text is list, not str"),
+    (b'{"choices": {"text": "red"}}', "choices is dict, not list"),
+    (b"[" * 100_000 + b"]" * 100_000, "JSON nested too deep"),
+])
+def test_an_answer_of_another_shape_is_not_a_completion(engine, colors, body, detail):
+    """Usage or timings of the wrong type, counts that are no counts, JSON nested 100,000 deep: one line
+    naming the engine, "answered something that is not a completion", never an internal error."""
+    url = engine(Script(fail=body))
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", url, "--write", cwd=colors)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert f"the engine at {url} answered something that is not a completion (" in done.stderr
+    assert detail in done.stderr and "internal error" not in done.stderr
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+@pytest.mark.parametrize("body", [b'{"data": [{"id": %s}]}' % (b"[" * 900 + b"]" * 900), b'{"data": "tiny-qwen"}',
+                                  b'{"data": [{"id": 7, "owned_by": "llamacpp"}]}'])
+def test_a_model_list_of_another_shape_lists_no_model(engine, colors, body):
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(Script(fail=body)), cwd=colors)
+    assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
+    assert "lists no model (GET /models answered" in done.stderr and "internal error" not in done.stderr
 
 
 def test_the_client_raises_budget_errors(engine):

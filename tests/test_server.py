@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import dataclasses
+import re
 import shutil
 import subprocess
 import sys
@@ -420,6 +421,32 @@ def test_an_idle_client_cannot_keep_the_server_from_stopping(held, sock, monkeyp
             idle.close()
 
 
+def test_a_client_that_drips_its_request_cannot_keep_the_server_from_stopping(held, sock, monkeypatch):
+    """REQUEST_TIMEOUT bounds the whole request line, not each read: a byte every 0.2 s is cut off."""
+    monkeypatch.setattr(server, "REQUEST_TIMEOUT", 1.0)
+    with serving(held, sock):
+        drip = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        drip.connect(str(sock))
+
+        def send() -> None:
+            with contextlib.suppress(OSError):  # until the server cuts it off
+                for _ in range(150):
+                    drip.send(b" ")
+                    time.sleep(0.2)
+
+        sending = threading.Thread(target=send, daemon=True)
+        sending.start()
+        try:
+            time.sleep(0.5)
+            start = time.monotonic()
+            server.ServerClient.open(sock).stop()
+            while server.running_pid(sock) is not None and time.monotonic() - start < 20:
+                time.sleep(0.05)
+            assert server.running_pid(sock) is None and time.monotonic() - start < 5
+        finally:
+            drip.close()
+
+
 def test_candidates_side_by_side_through_the_server_are_the_local_ones(held, local, tiny_dir, sock):
     from cadedit.tries import candidate_picks
 
@@ -508,3 +535,123 @@ def test_fix_with_a_test_branches_through_the_server_as_it_does_locally(held, ti
 
     assert candidates(remote) == candidates(mine) and len(candidates(mine)) == 4
     assert candidates(mine)[0][0] == 1
+
+
+# --- a client that does not answer, a server that is busy ---------------------------------------
+
+
+def _cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    """The real `cadedit` script (the server's socket from CADEDIT_RUNTIME_DIR, set by run_dir)."""
+    from tests.conftest import console_script
+
+    return subprocess.run([console_script(), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _branching(client, document, chosen, accept) -> tuple[threading.Thread, list]:
+    """client.edit_branches in a thread: ([candidates] or [the error]) once it ends."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append(client.edit_branches(document, "Fix add.", chosen, 3, accept))
+        except errors.CadeditError as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_client_checking_candidate_1_holds_up_no_other_edit_and_serve_stop_stops(held, local, tiny_dir, sock,
+                                                                                     tmp_path, monkeypatch):
+    """While a branched edit's client checks candidate 1 (its test runs, or it sits stopped with Ctrl-Z),
+    the server serves other edits: `cadedit fix` through it is answered at once; the branches after it
+    are the local ones still (fed from whatever the cache lost meanwhile). `cadedit serve stop` stops a
+    server whose client never answers, and that client is told so."""
+    from cadedit.tries import branch_picks
+
+    document = Document.from_bytes(BEFORE, "a.py")
+    chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
+    (tmp_path / "b.py").write_bytes(OTHER_BEFORE)
+    monkeypatch.chdir(tmp_path)
+    asked, go = threading.Event(), threading.Event()
+
+    def testing(first) -> bool:  # the client's test: until `go`
+        asked.set()
+        return not go.wait(120)
+
+    with serving(held, sock):
+        thread, remote = _branching(server.connect(str(tiny_dir)), document, chosen, testing)
+        assert asked.wait(60)
+        other = _cli("fix", "b.py", "Fix sub.", "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
+                     "--mode", "verify", "--no-scope", "--tries", "1", "--max-new-tokens", "20", timeout=60)
+        assert "using the cadedit server" in other.stderr and other.returncode in (0, 1, 3), other.stderr
+        assert "busy" not in other.stderr
+        status = _cli("serve", "status", "--json")
+        assert '"waiting": 1' in status.stdout and '"busy": false' in status.stdout
+        go.set()
+        thread.join(120)
+        mine = pipeline.edit_branches(document, "Fix add.", chosen, branch_picks(3, chosen.sampling),
+                                      lambda first: False, loaded=local)
+        assert [c.result.new_text if c.result else c.error.message for c in remote[0]] == [
+            c.result.new_text if c.result else c.error.message for c in mine]
+        assert [c.logprob for c in remote[0]] == pytest.approx([c.logprob for c in mine], rel=1e-6)
+
+        asked.clear()
+        thread, stopped = _branching(server.connect(str(tiny_dir)), document, chosen,
+                                     lambda first: asked.set() or time.sleep(8) or False)
+        assert asked.wait(60)
+        start = time.monotonic()
+        stop = _cli("serve", "stop", timeout=60)
+        assert stop.returncode == 0 and "stopped the cadedit server" in stop.stderr, stop.stderr
+        assert time.monotonic() - start < 8  # not after the client's 8 s test
+        thread.join(60)
+        assert isinstance(stopped[0], server.ServerError)
+        assert "was stopped while this client checked candidate 1" in stopped[0].message
+
+
+def test_the_server_waits_for_a_clients_answer_only_so_long(held, tiny_dir, sock):
+    document = Document.from_bytes(BEFORE, "a.py")
+    chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
+    with serving(held, sock, answer_timeout=1.0):
+        client = server.connect(str(tiny_dir))
+        thread, out = _branching(client, document, chosen, lambda first: time.sleep(4) or False)
+        thread.join(60)
+        assert isinstance(out[0], server.ServerError), out
+        assert "waited 1 s for this client's checks of candidate 1" in out[0].message
+        assert "--answer-timeout" in out[0].hint
+        assert len(client.edit_branches(document, "Fix add.", chosen, 2, lambda first: True)) == 1
+
+
+def test_a_client_that_finds_the_server_busy_is_told_and_loads_the_model_itself(held, tiny_dir, sock, scripted,
+                                                                                  tmp_path, monkeypatch):
+    """An edit on the server takes long (here its picker waits): `cadedit fix` says the server is busy
+    and for how long, waits SERVER_BUSY_WAIT for it, then loads the model itself and edits."""
+    inside, go = threading.Event(), threading.Event()
+
+    def slow(loaded, document, prepared):
+        inside.set()
+        go.wait(120)
+        return scripted(loaded, document, prepared)
+
+    (tmp_path / "b.py").write_bytes(OTHER_BEFORE)
+    monkeypatch.chdir(tmp_path)
+    with serving(held, sock, pick_for=slow):
+        out: list = []
+        thread = threading.Thread(target=lambda: out.append(server.connect(str(tiny_dir)).edit(
+            Document.from_bytes(BEFORE, "a.py"), "Fix add.", options(tiny_dir))), daemon=True)
+        thread.start()
+        assert inside.wait(60)
+        try:
+            start = time.monotonic()
+            done = _cli("fix", "b.py", "Fix sub.", "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
+                        "--mode", "verify", "--no-scope", "--tries", "1", "--max-new-tokens", "20", timeout=90)
+            waited = time.monotonic() - start
+        finally:
+            go.set()
+        thread.join(60)
+    assert re.search(r"the cadedit server \(pid \d+\) is busy with another edit \(for \d+ s so far\); waiting up "
+                     r"to 10 s for it", done.stderr), done.stderr
+    assert "still busy after 10 s: loading the model here" in done.stderr and "using the cadedit server" not in done.stderr
+    assert done.returncode in (0, 1, 3) and "Traceback" not in done.stderr and waited >= 10
+    assert out and out[0].new_text.encode() == AFTER  # the slow edit finished as it would have
