@@ -39,7 +39,7 @@ def physical_cores() -> int:
 def default_threads(cores: int | None = None, busy: int | None = None) -> int:
     """Physical cores minus the ones other processes are running on right now, at least 1.
 
-    Oversubscribing a core is far worse than idling one (README, Threads), so cores that other
+    Oversubscribing a core is far worse than idling one (a thread that waits for a busy core stalls the others at every layer), so cores that other
     processes hold are left to them. What counts is the runnable tasks now (/proc/stat's
     procs_running, this process excluded, the least of a few samples), not the 1-minute load
     average: that one still counts cadedit's own previous run, so a second edit in a row ran on one
@@ -149,8 +149,8 @@ def _time_linear(dtype: "torch.dtype", rows: int, reps: int = 9, step: str = "",
     return sorted(times)[reps // 2]
 
 
-# An edit's model work as `cadedit fix` spends it on a scoped verify edit (README, "Design
-# measurements": the main job and ten long files): its prompt (a window of the file and the
+# An edit's model work as `cadedit fix` spends it on a scoped verify edit (docs/
+# measurements/design-figures.md: the main job and ten long files): its prompt (a window of the file and the
 # instruction: ~1,000 tokens in 512-token forwards), forwards of drafted source lines (16 tokens,
 # the verify drafter's first length: in a scoped region most drafts stay short) and the tokens it
 # writes one a forward. (tokens per forward, forwards). A mix of long forwards alone weighed
@@ -181,7 +181,7 @@ def _cpu_identity(threads: int) -> str:
 
 def cpu_dtype(threads: int) -> tuple["torch.dtype", str]:
     """fp32 or bf16 for this CPU: whichever does an edit's model work faster, measured once per
-    machine (CPU model and flags, torch version, threads; about 0.5 s) and cached, so every later
+    machine (CPU model and flags, torch version, threads; well under a second) and cached, so every later
     run chooses the same. Returns the dtype and where the choice came from (shown by --verbose).
 
     CPUs differ: with AMX or AVX512-BF16, bf16 prefill is several times faster than fp32 while a
@@ -267,7 +267,7 @@ def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple["torch.dtyp
 
 
 # torch runs a GGUF only where it measured at least this much faster than llama.cpp: the probe's
-# own run-to-run spread (wide on a busy 2-core machine: README, "Design measurements") must not
+# own run-to-run spread (wide on a busy 2-core machine: docs/measurements/design-figures.md) must not
 # decide, and within it the GGUF at its own size wins (no conversion, a quarter to a half of the
 # memory). Where torch has won, it won by far more than this on every CPU measured.
 TORCH_MARGIN = 1.25
@@ -382,7 +382,7 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     _PROBE_LAYERS layers give the cost of a layer and of the rest, so the whole model is never
     built; the layer is their difference over the layers between, so its noise is multiplied by the
     model's layers over that span: 2 and 6 layers (and each timed twice, the best kept) pass on less of
-    it than 1 and 3 did (README, "Design measurements"). The linear layers alone leave out the rest of
+    it than 1 and 3 did (docs/measurements/design-figures.md). The linear layers alone leave out the rest of
     each forward, and with it torch looked faster than the whole model ran."""
     torch = _import_torch()
     from cadedit.qwen2 import Config
@@ -434,7 +434,7 @@ def torch_load_seconds(params: int, dtype: "torch.dtype") -> float:
     side of the probe) does not: importing torch, and where torch runs fp32, widening each of the
     converted model's bf16 weights (cadedit.model's cache) to fp32, timed on a sample and scaled to
     `params`. Left out, fp32 edits on an AVX2 CPU looked as fast as llama.cpp's and ran twice as
-    long, most of the difference the load (README, "Design measurements")."""
+    long, most of the difference the load (docs/measurements/design-figures.md)."""
     torch = _import_torch()
     seconds = torch_import_seconds()
     if dtype == torch.float32:

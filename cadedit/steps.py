@@ -6,7 +6,7 @@ scale per output row.
 Why: a one-token step reads every weight once and does little arithmetic with it, so its time is
 the bytes read: int8 reads half of bf16's, the GGUF's 4-bit blocks about a third. A multi-token
 forward (the prompt, a verified draft) is arithmetic-bound and keeps the layer's own weight (AMX
-bf16 matmul), so prefill speed and its numbers are unchanged (README, Model, dtype, speed). The
+bf16 matmul), so prefill speed and its numbers are unchanged (docs/measurements/speed.md). The
 copies are made once and kept under the user cache (written to a temporary file and renamed; a
 file that does not load is made again). Torch's CPU kernels for them (`_weight_int8pack_mm`,
 `_weight_int4pack_mm_for_cpu`) take bf16 activations fast; with fp32 they are slower than fp32's
