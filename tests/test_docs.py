@@ -134,3 +134,27 @@ def test_code_cites_docs_pages_not_readme_titles():
     cited = [f"{path.relative_to(ROOT)}: {match[0]}" for path in code_files()
              for match in README_TITLE.finditer(path.read_text(encoding="utf-8", errors="replace"))]
     assert not cited, "cite docs/PAGE.md#anchor instead of a README section title:\n" + "\n".join(cited)
+
+
+def help_text(*args: str, columns: int) -> str:
+    done = subprocess.run([console_script(), *args, "--help"], capture_output=True, text=True, timeout=60,
+                          env={**_env(), "COLUMNS": str(columns)})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_hook_help_example_is_valid_toml(columns):
+    """The rules example in `cadedit hook run --help`, pasted as printed, is the settings it shows."""
+    lines = [line.strip(" │") for line in help_text("hook", "run", columns=columns).splitlines()]
+    start = next(k for k, line in enumerate(lines) if line.startswith("model = "))
+    example = "\n".join(lines[start:lines.index("", start)])
+    table = tomllib.loads(example)
+    assert table["rules"] == [{"files": "*.py", "test": "python -m pytest -q",
+                               "instruction": "Add a docstring to every public function that lacks one."}]
+
+
+def test_flags_are_not_labelled_with_a_type():
+    text = help_text("apply", columns=120)
+    assert "<bool>" not in text and "--write" in text
+    assert "<str>" in help_text("fix", columns=120)  # options that take a value keep their label
