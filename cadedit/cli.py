@@ -443,8 +443,10 @@ def _load(options, run: _Run, once_for: int = 1):
         if not quiet:
             say(f"{client.name}: using the cadedit server (pid {client.pid}; `cadedit serve stop` to stop it)")
         return client
+    from cadedit import hardware
     from cadedit.model import load_model
 
+    hardware.progress = None if quiet else say  # the first run's probes and conversion say what they do
     if quiet:
         return load_model(options.model, options.device, options.dtype, options.threads, options.backend)
     with err.status("loading the model ..."):

@@ -11,6 +11,7 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -179,6 +180,25 @@ def _cpu_identity(threads: int) -> str:
     return hashlib.sha256(f"{cpu}|{torch_version()}|{threads}{'|' + caps if caps else ''}".encode()).hexdigest()[:16]
 
 
+# The work a first run does once per machine or model file (the probes here, model.convert_gguf) says
+# what it is doing while it does it, through this: the command line points it at its stderr printer
+# unless --quiet; None (a library caller) says nothing. A first run sat minutes at "loading" silently.
+progress: Callable[[str], None] | None = None
+
+
+def tell(message: str) -> None:
+    """One progress line of the once-only work (see `progress`)."""
+    if progress is not None:
+        progress(message)
+
+
+def probe_estimate(gguf: Path) -> str:
+    """How long the backend probe of this model file may take, from its size: the first runs logged
+    in docs/measurements/ took about 40 s for a 0.5 GB GGUF and 75 s for a 1.1 GB one on 2 cores."""
+    seconds = 10 + 60 * gguf.stat().st_size / 1e9
+    return f"about {10 * round(seconds / 10):.0f} s on 2 cores, less on more"
+
+
 def cpu_dtype(threads: int) -> tuple["torch.dtype", str]:
     """fp32 or bf16 for this CPU: whichever does an edit's model work faster, measured once per
     machine (CPU model and flags, torch version, threads; well under a second) and cached, so every later
@@ -194,6 +214,7 @@ def cpu_dtype(threads: int) -> tuple["torch.dtype", str]:
 
     def measure() -> str:
         nonlocal measured
+        tell("measuring fp32 against bf16 on this CPU (once per machine; a few seconds)")
         cost = {dt: sum(times * _time_linear(dt, rows) for rows, times in _WORK) for dt in (torch.float32, torch.bfloat16)}
         measured = f"fp32 {cost[torch.float32]:.2f} s, bf16 {cost[torch.bfloat16]:.2f} s"
         return "bfloat16" if cost[torch.bfloat16] < 0.8 * cost[torch.float32] else "float32"
@@ -217,6 +238,7 @@ def cpu_steps(threads: int) -> tuple[str, str]:
 
     def measure() -> str:
         nonlocal measured
+        tell("measuring the one-token step kernels on this CPU (once per machine; a few seconds)")
         times = {step: _time_linear(torch.bfloat16, 1, step=step) for step in STEPS}
         measured = ", ".join(f"{step} {1e6 * t:.0f} us" for step, t in times.items()) + " per 4864x896 step"
         if times["int8"] >= 0.8 * times["bf16"]:
@@ -308,6 +330,7 @@ def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str,
         if cost is None:  # the variant was measured in an earlier run: its cost again, for the comparison
             cost = llama_work_seconds(gguf, meta, threads, _WORK, *llamacpp.VARIANTS[variant])
             measured = f"an edit's model work: {variant} {cost:.2f} s"
+        tell("measuring torch on a few layers of the same shape, to compare")
         estimate, need = _torch_work_seconds(meta, threads)
         measured += f", torch {estimate:.2f} s"
         room = _available_memory()
@@ -317,6 +340,9 @@ def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str,
         return "torch" if estimate * TORCH_MARGIN < cost else "llama"
 
     answer, path = _measured_once(backend_key(gguf, threads), ("torch", "llama"), measure)
+    if measured:
+        tell(f"{'llama.cpp' if answer == 'llama' else 'torch'} does an edit's work faster here ({measured}); "
+             f"kept in {path}")
     return answer, (f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})")
 
 
@@ -330,6 +356,8 @@ def probe_llama(gguf: Path, threads: int) -> tuple[str, float | None, str]:
     costs: dict[str, float] = {}
 
     def measure() -> str:
+        tell(f"measuring which backend runs {gguf.name} faster on this CPU (once per machine and model file; "
+             f"{probe_estimate(gguf)})")
         meta = read_metadata(gguf)
         for name, (repack, flash) in llamacpp.VARIANTS.items():
             costs[name] = llama_work_seconds(gguf, meta, threads, _WORK, repack, flash)

@@ -122,8 +122,10 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     elif loaded is not None:
         say(f"cadedit hook: {loaded.name}: using the cadedit server (pid {loaded.pid})")
     else:
+        from cadedit import hardware
         from cadedit.model import load_model
 
+        hardware.progress = say  # the first run's probes and conversion say what they do
         try:
             with err.status(f"cadedit hook: loading {options.model} ..."):
                 loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)

@@ -406,3 +406,20 @@ def test_an_answer_that_closes_its_fence_right_after_the_code_keeps_the_files_bl
     written = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--write")
     assert written.exit_code == 0, written.output
     assert (work / "a.py").read_bytes() == b"def add(a, b):\n    return a + b\n\n\n"
+
+
+def test_first_run_says_what_it_measures_and_later_runs_do_not(work, tiny_dir, scripted):
+    """The once-per-machine probes speak while they run (a first run sat silent at "loading"); the
+    measurement is cached, so the next run has nothing to say; --quiet says nothing either."""
+    scripted(AFTER)
+    first = fix("a.py", "Fix add.", "--model", str(tiny_dir))
+    assert first.exit_code == 0, first.output
+    assert "measuring fp32 against bf16 on this CPU (once per machine" in first.stderr
+    again = fix("a.py", "Fix add.", "--model", str(tiny_dir))
+    assert again.exit_code == 0 and "measuring" not in again.stderr
+
+
+def test_quiet_first_run_measures_silently(work, tiny_dir, scripted):
+    scripted(AFTER)
+    result = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--quiet")
+    assert result.exit_code == 0 and "measuring" not in result.stderr
