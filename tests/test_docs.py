@@ -158,3 +158,15 @@ def test_flags_are_not_labelled_with_a_type():
     text = help_text("apply", columns=120)
     assert "<bool>" not in text and "--write" in text
     assert "<str>" in help_text("fix", columns=120)  # options that take a value keep their label
+
+
+def test_changelog_releases_the_package_version_and_links_only_pages_that_exist():
+    import cadedit
+
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    versions = re.findall(r"^## \[([^\]]+)\]", text, re.M)
+    assert versions[0] == "Unreleased" and versions[1] == cadedit.__version__
+    assert f'version = "{cadedit.__version__}"' in (ROOT / "pyproject.toml").read_text()
+    assert len(versions) == len(set(versions)), "one block per version"
+    missing = [link for link in re.findall(r"\]\(((?:docs/)[^)#]+)", text) if not (ROOT / link).is_file()]
+    assert not missing, missing
