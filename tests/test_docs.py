@@ -170,3 +170,19 @@ def test_changelog_releases_the_package_version_and_links_only_pages_that_exist(
     assert len(versions) == len(set(versions)), "one block per version"
     missing = [link for link in re.findall(r"\]\(((?:docs/)[^)#]+)", text) if not (ROOT / link).is_file()]
     assert not missing, missing
+
+
+@pytest.mark.parametrize(("command", "page"), [(("fix",), "usage.md"), (("hook", "run"), "hook.md"),
+                                               (("serve", "start"), "engines.md")])
+def test_every_option_is_in_the_manual(command, page):
+    """A new option of a command shows up in its manual page, or this fails."""
+    import typer
+
+    from cadedit.cli import app
+
+    found = typer.main.get_command(app)
+    for name in command:
+        found = found.commands[name]
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    options = [opt for param in found.params for opt in param.opts if opt.startswith("--") and opt != "--help"]
+    assert options and not [opt for opt in options if f"`{opt}" not in text]
