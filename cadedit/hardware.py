@@ -254,16 +254,19 @@ def _measured_once(key: str, answers: tuple[str, ...], measure) -> tuple[str, Pa
     import json
 
     path = user_cache("cpu-dtype.json")
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
-    known = known if isinstance(known, dict) else {}
-    if known.get(key) in answers:
-        return known[key], path
+
+    def known() -> dict:
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    if known().get(key) in answers:
+        return known()[key], path
     answer = measure()
-    try:
-        replace_file(path, json.dumps({**known, key: answer}).encode(), make_parent=True)
+    try:  # read again: measure() may have stored answers of its own (the backend probe's dtype and steps)
+        replace_file(path, json.dumps({**known(), key: answer}).encode(), make_parent=True)
     except OSError:
         pass  # a read-only cache: measure again next time
     return answer, path
