@@ -329,7 +329,8 @@ def _step_weights(model, spec: str, dtype: "torch.dtype", steps: str) -> str:
         from cadedit.gguf_file import four_bit_layers
 
         four_bit = four_bit_layers(gguf)
-    return use_step_weights(model, weights_identity(model, spec, dtype), four_bit, int4_head=steps == "int4")
+    return use_step_weights(model, weights_identity(model, spec, dtype), four_bit, int4_head=steps == "int4",
+                            announce=tell)
 
 
 def new_cache(loaded: LoadedModel):
