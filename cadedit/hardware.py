@@ -180,8 +180,9 @@ def _cpu_identity(threads: int) -> str:
     return hashlib.sha256(f"{cpu}|{torch_version()}|{threads}{'|' + caps if caps else ''}".encode()).hexdigest()[:16]
 
 
-# The work a first run does once per machine or model file (the probes here, model.convert_gguf) says
-# what it is doing while it does it, through this: the command line points it at its stderr printer
+# The long work a first run does once per machine or model file (the backend probe here, the GGUF's
+# conversion and the step weights in cadedit.model) says what it is doing while it does it, through this
+# (the dtype and step-kernel probes take a second or two and say nothing): the command line points it at its stderr printer
 # unless --quiet; None (a library caller) says nothing. A first run sat minutes at "loading" silently.
 progress: Callable[[str], None] | None = None
 
@@ -214,7 +215,6 @@ def cpu_dtype(threads: int) -> tuple["torch.dtype", str]:
 
     def measure() -> str:
         nonlocal measured
-        tell("measuring fp32 against bf16 on this CPU (once per machine; a few seconds)")
         cost = {dt: sum(times * _time_linear(dt, rows) for rows, times in _WORK) for dt in (torch.float32, torch.bfloat16)}
         measured = f"fp32 {cost[torch.float32]:.2f} s, bf16 {cost[torch.bfloat16]:.2f} s"
         return "bfloat16" if cost[torch.bfloat16] < 0.8 * cost[torch.float32] else "float32"
@@ -238,7 +238,6 @@ def cpu_steps(threads: int) -> tuple[str, str]:
 
     def measure() -> str:
         nonlocal measured
-        tell("measuring the one-token step kernels on this CPU (once per machine; a few seconds)")
         times = {step: _time_linear(torch.bfloat16, 1, step=step) for step in STEPS}
         measured = ", ".join(f"{step} {1e6 * t:.0f} us" for step, t in times.items()) + " per 4864x896 step"
         if times["int8"] >= 0.8 * times["bf16"]:

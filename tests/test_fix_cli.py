@@ -408,18 +408,19 @@ def test_an_answer_that_closes_its_fence_right_after_the_code_keeps_the_files_bl
     assert (work / "a.py").read_bytes() == b"def add(a, b):\n    return a + b\n\n\n"
 
 
-def test_first_run_says_what_it_measures_and_later_runs_do_not(work, tiny_dir, scripted):
-    """The once-per-machine probes speak while they run (a first run sat silent at "loading"); the
-    measurement is cached, so the next run has nothing to say; --quiet says nothing either."""
+def test_first_run_says_what_it_makes_and_later_runs_do_not(work, tiny_dir, scripted):
+    """The once-only work speaks while it runs (a first run sat silent for minutes at "loading"): here
+    the compact step weights, made once and cached, so the next run has nothing to say; --quiet says
+    nothing either."""
     scripted(AFTER)
-    first = fix("a.py", "Fix add.", "--model", str(tiny_dir))
+    first = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--dtype", "bf16-int8")
     assert first.exit_code == 0, first.output
-    assert "measuring fp32 against bf16 on this CPU (once per machine" in first.stderr
-    again = fix("a.py", "Fix add.", "--model", str(tiny_dir))
-    assert again.exit_code == 0 and "measuring" not in again.stderr
+    assert "making the compact one-token step weights into " in first.stderr
+    again = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--dtype", "bf16-int8")
+    assert again.exit_code == 0 and "making" not in again.stderr
 
 
-def test_quiet_first_run_measures_silently(work, tiny_dir, scripted):
+def test_quiet_first_run_makes_them_silently(work, tiny_dir, scripted):
     scripted(AFTER)
-    result = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--quiet")
-    assert result.exit_code == 0 and "measuring" not in result.stderr
+    result = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--dtype", "bf16-int8", "--quiet")
+    assert result.exit_code == 0 and "making" not in result.stderr
