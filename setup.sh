@@ -31,14 +31,35 @@ cp examples/before.py "$demo/before.py"
 .venv/bin/cadedit apply "$demo/before.py" "$demo/fix.program" --write
 cmp "$demo/before.py" examples/after.py
 
+# The model fetched goes into the user's own config ($XDG_CONFIG_HOME/cadedit/config.toml, top-level
+# `model`), where every later `cadedit fix` looks when no --model or CADEDIT_MODEL is given; a model the
+# user already set there is left alone. The folder is the user's own and private, as cadedit requires.
+remember_model() {
+    local folder="${XDG_CONFIG_HOME:-$HOME/.config}/cadedit"
+    local config="$folder/config.toml"
+    if [ -f "$config" ] && grep -qE '^[[:space:]]*model[[:space:]]*=' "$config"; then
+        echo "==> $config already names a model; left as it is (cadedit fix uses that one)" >&2
+        return
+    fi
+    mkdir -p "$folder" && chmod 700 "$folder"
+    # First in the file: a top-level key after a [table] would belong to that table.
+    local new="$config.new.$$"
+    { printf 'model = "%s"  # written by cadedit'"'"'s setup.sh\n' "$1"; [ -f "$config" ] && cat "$config"; } > "$new"
+    chmod 600 "$new" && mv "$new" "$config"
+    echo "==> recorded model = \"$1\" in $config: cadedit fix now uses it from any folder" >&2
+}
+
 # The main job: a real local model fixes a real bug, and the fix is verified by a test before it is
 # shown. The model is whatever --model / CADEDIT_MODEL / .cadedit.toml names; with none set (and no
-# model hub here), fetch the default model (README, "Which model") once as a GGUF.
+# model hub here), fetch the default model (docs/usage.md#models-and-backends) once as a GGUF.
 size=${CADEDIT_MODEL_SIZE:-1.5b}
 model=${CADEDIT_MODEL:-}
 if [ -z "$model" ] && [ "${CADEDIT_SKIP_MODEL:-0}" != 1 ]; then
     echo "==> fetching Qwen2.5-Coder-$size-Instruct (GGUF) with tools/get-model.sh" >&2
     model=$(PATH="$PWD/.venv/bin:$PATH" tools/get-model.sh --size "$size" | tail -n 1)
+fi
+if [ -n "$model" ] && [ -z "${CADEDIT_MODEL:-}" ]; then
+    remember_model "$model"
 fi
 if [ -n "$model" ]; then
     echo "==> main job: cadedit fix examples/before.py \"Fix the bug in average.\" --test ..." >&2

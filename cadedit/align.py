@@ -19,7 +19,7 @@ import difflib
 from collections.abc import Hashable, Iterator, Sequence
 
 Opcode = tuple[str, int, int, int, int]
-SMALL = 1_000_000  # line pairs difflib may see at once (1000 x 1000 lines: ~0.1 s at worst)
+SMALL = 1_000_000  # line pairs difflib may see at once (quadratic in the lines; this bound keeps a block cheap)
 
 
 def opcodes(a: Sequence[Hashable], b: Sequence[Hashable]) -> list[Opcode]:

@@ -71,7 +71,7 @@ app = typer.Typer(
 FileArg = Annotated[Path, typer.Argument(metavar="FILE", help="The source file to edit.", show_default=False,
                                          readable=False)]
 ProgramArg = Annotated[
-    str, typer.Argument(metavar="PROGRAM", help="An edit program file (see README), or - for stdin.", show_default=False)
+    str, typer.Argument(metavar="PROGRAM", help="An edit program file (docs/program.md), or - for stdin.", show_default=False)
 ]
 WriteOpt = Annotated[bool, typer.Option("--write", "-w", help="Write the edited file (atomically) instead of printing a diff.")]
 ClipOpt = Annotated[bool, typer.Option("--clip", help="Clip out-of-range copy lines to the file (with a warning) instead of failing.")]
@@ -201,7 +201,7 @@ _Mode = Annotated[Mode, typer.Option(
     "rewrite: it retypes the whole file, one token per forward; lookup: the same with prompt lookup decoding; "
     "verify (default): rewrite's exact output, the file's own lines drafted and checked many tokens per forward. "
     "verify is the default because it measured fastest and loses nothing with off-the-shelf models "
-    "(README, Benchmarks).")]
+    "(docs/measurements/modes.md).")]
 
 
 _Tries = Annotated[int, typer.Option(
@@ -213,7 +213,7 @@ _Candidates = Annotated[Optional[int], typer.Option(
          "as the try would be alone, the others sampled. They are checked in the order of the model's own "
          "log-probability of each, and the first that passes wins (without --test: the most likely that parses "
          "and changes the file); the next try gets the feedback. Default: with --test on a local model 4 in "
-         "try 1 and 8 in later tries (measured: README, Candidates side by side), else 1. See --candidates-by.")]
+         "try 1 and 8 in later tries (measured: docs/measurements/candidates.md), else 1. See --candidates-by.")]
 _CandidatesBy = Annotated[str, typer.Option(
     "--candidates-by", metavar="WAY",
     help="How a try's candidates after the first are made: branch (default; a fenced mode; an engine that "
@@ -237,7 +237,7 @@ _NoScope = Annotated[bool, typer.Option(
     "--no-scope", help="Let the model retype the whole file even when the instruction names lines or definitions.")]
 _Where = Annotated[bool, typer.Option(
     "--where", help="A bug report that names a definition but no line: find the line first (--where-by) and "
-    "retype from there up, wider after a failed try (off by default: measured in README, Scoped edits). Without it, "
+    "retype from there up, wider after a failed try (off by default: measured: docs/measurements/where-step.md). Without it, "
     "where --test decides and try 1 failed, the definition is read so and the later tries also branch there.")]
 _WhereBy = Annotated[str, typer.Option(
     "--where-by", help="How --where finds the line: surprise (where the model, reading the code, least expected "
@@ -443,8 +443,10 @@ def _load(options, run: _Run, once_for: int = 1):
         if not quiet:
             say(f"{client.name}: using the cadedit server (pid {client.pid}; `cadedit serve stop` to stop it)")
         return client
+    from cadedit import hardware
     from cadedit.model import load_model
 
+    hardware.progress = None if quiet else say  # the first run's probes and conversion say what they do
     if quiet:
         return load_model(options.model, options.device, options.dtype, options.threads, options.backend)
     with err.status("loading the model ..."):

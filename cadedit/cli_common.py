@@ -15,6 +15,17 @@ from cadedit.settings import BACKENDS, DEFAULT_MODEL, DTYPES, ENGINE_TIMEOUT
 err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 
+def _flag_type_shown(option: typer.core.TyperOption, ctx) -> str | None:
+    """The type column of --help: none for a flag (--write takes no value, so `<bool>` beside it reads as
+    if it wanted one), typer's label for every option that takes a value."""
+    return None if option.is_flag and option.metavar is None else _typer_type_shown(option, ctx)
+
+
+# typer labels every option with its type, flags included; this is the one place that changes it.
+_typer_type_shown = typer.core.TyperOption.display_type_rich
+typer.core.TyperOption.display_type_rich = _flag_type_shown
+
+
 def sub_app(name: str, help: str) -> typer.Typer:
     """A command group (`cadedit serve`, `cadedit bench`) as cli.py mounts it: no completion, no
     pretty tracebacks (cli.py's _Group turns errors into one line)."""

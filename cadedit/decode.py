@@ -277,8 +277,8 @@ def _check_budget(ids: list[int], budget: int, cursor: Cursor) -> None:
 # done: a row that runs far past it (a sample that lost its place in the file, one token a forward)
 # would set the batch's wall, and is rarely the answer. The slack lets a sample that changed a line
 # find its place again (a miss restarts the drafts small): a candidate 1 that copies its region
-# unchanged is done in a few forwards, and a smaller slack stopped the samples that fixed it (README,
-# "Candidates side by side, measured"). A branch may also take one forward per token candidate 1
+# unchanged is done in a few forwards, and a smaller slack stopped the samples that fixed it (docs/
+# measurements/candidates.md). A branch may also take one forward per token candidate 1
 # wrote after the branch point, plus the slack (branch_limit): where candidate 1 was drafted in a few
 # forwards, a branch that changed a line early retypes the rest with short drafts, which a cap by
 # forwards alone would stop with its answer all but written.
@@ -301,7 +301,7 @@ def branch_limit(forwards: int, tokens: int, at: int) -> int:
 # branch point, are a stretch candidate 1 wrote after it -- takes the rest of candidate 1's answer as
 # its own instead of verifying it: each row's forward carries its own drafts, so a branch that verified
 # candidate 1's rest would cost about what candidate 1 did, for the same tokens. 12 tokens are a line
-# or more of code; nothing was tuned on it (README, "Candidates side by side, measured").
+# or more of code; nothing was tuned on it (docs/measurements/rejoin.md).
 REJOIN_TOKENS = 12
 
 

@@ -3,10 +3,10 @@
 Contract: propose(text, document) returns text that may continue the program text written so far
 (display form: "\\n" newlines), or "" when there is no good guess. A draft is only a guess: the
 decode loop feeds it with the forward it makes anyway and keeps the longest prefix the picker
-itself would have chosen, so a wrong draft changes nothing but the width of that forward. On this
-CPU (bf16, AMX) a 16-token forward costs about what a 1-token one does (170 vs 180 ms); in fp32
-without bf16 units it costs about twice as much, so drafts are capped and only made where they
-usually hold.
+itself would have chosen, so a wrong draft changes nothing but the width of that forward. Where a
+16-token forward costs about what a 1-token one does (bf16 with AMX) drafts are nearly free; where it
+costs several steps (fp32, AVX2) they are not, so drafts are capped and only made where they usually
+hold (docs/design.md#drafts).
 
 The guesses, in the order an edit program goes: it starts by copying from line 1; after a copy,
 a gen usually rewrites the next line, so its text starts like that line (prompt lookup); inside a

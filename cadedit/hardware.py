@@ -11,6 +11,7 @@ import math
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +40,7 @@ def physical_cores() -> int:
 def default_threads(cores: int | None = None, busy: int | None = None) -> int:
     """Physical cores minus the ones other processes are running on right now, at least 1.
 
-    Oversubscribing a core is far worse than idling one (README, Threads), so cores that other
+    Oversubscribing a core is far worse than idling one (a thread that waits for a busy core stalls the others at every layer), so cores that other
     processes hold are left to them. What counts is the runnable tasks now (/proc/stat's
     procs_running, this process excluded, the least of a few samples), not the 1-minute load
     average: that one still counts cadedit's own previous run, so a second edit in a row ran on one
@@ -149,8 +150,8 @@ def _time_linear(dtype: "torch.dtype", rows: int, reps: int = 9, step: str = "",
     return sorted(times)[reps // 2]
 
 
-# An edit's model work as `cadedit fix` spends it on a scoped verify edit (README, "Design
-# measurements": the main job and ten long files): its prompt (a window of the file and the
+# An edit's model work as `cadedit fix` spends it on a scoped verify edit (docs/
+# measurements/design-figures.md: the main job and ten long files): its prompt (a window of the file and the
 # instruction: ~1,000 tokens in 512-token forwards), forwards of drafted source lines (16 tokens,
 # the verify drafter's first length: in a scoped region most drafts stay short) and the tokens it
 # writes one a forward. (tokens per forward, forwards). A mix of long forwards alone weighed
@@ -179,9 +180,29 @@ def _cpu_identity(threads: int) -> str:
     return hashlib.sha256(f"{cpu}|{torch_version()}|{threads}{'|' + caps if caps else ''}".encode()).hexdigest()[:16]
 
 
+# The long work a first run does once per machine or model file (the backend probe here, the GGUF's
+# conversion and the step weights in cadedit.model) says what it is doing while it does it, through this
+# (the dtype and step-kernel probes take a second or two and say nothing): the command line points it at its stderr printer
+# unless --quiet; None (a library caller) says nothing. A first run sat minutes at "loading" silently.
+progress: Callable[[str], None] | None = None
+
+
+def tell(message: str) -> None:
+    """One progress line of the once-only work (see `progress`)."""
+    if progress is not None:
+        progress(message)
+
+
+def probe_estimate(gguf: Path) -> str:
+    """How long the backend probe of this model file may take, from its size: the first runs logged
+    in docs/measurements/ took about 40 s for a 0.5 GB GGUF and 75 s for a 1.1 GB one on 2 cores."""
+    seconds = 10 + 60 * gguf.stat().st_size / 1e9
+    return f"about {10 * round(seconds / 10):.0f} s on 2 cores, less on more"
+
+
 def cpu_dtype(threads: int) -> tuple["torch.dtype", str]:
     """fp32 or bf16 for this CPU: whichever does an edit's model work faster, measured once per
-    machine (CPU model and flags, torch version, threads; about 0.5 s) and cached, so every later
+    machine (CPU model and flags, torch version, threads; well under a second) and cached, so every later
     run chooses the same. Returns the dtype and where the choice came from (shown by --verbose).
 
     CPUs differ: with AMX or AVX512-BF16, bf16 prefill is several times faster than fp32 while a
@@ -232,16 +253,19 @@ def _measured_once(key: str, answers: tuple[str, ...], measure) -> tuple[str, Pa
     import json
 
     path = user_cache("cpu-dtype.json")
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
-    known = known if isinstance(known, dict) else {}
-    if known.get(key) in answers:
-        return known[key], path
+
+    def known() -> dict:
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    if known().get(key) in answers:
+        return known()[key], path
     answer = measure()
-    try:
-        replace_file(path, json.dumps({**known, key: answer}).encode(), make_parent=True)
+    try:  # read again: measure() may have stored answers of its own (the backend probe's dtype and steps)
+        replace_file(path, json.dumps({**known(), key: answer}).encode(), make_parent=True)
     except OSError:
         pass  # a read-only cache: measure again next time
     return answer, path
@@ -267,7 +291,7 @@ def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple["torch.dtyp
 
 
 # torch runs a GGUF only where it measured at least this much faster than llama.cpp: the probe's
-# own run-to-run spread (wide on a busy 2-core machine: README, "Design measurements") must not
+# own run-to-run spread (wide on a busy 2-core machine: docs/measurements/design-figures.md) must not
 # decide, and within it the GGUF at its own size wins (no conversion, a quarter to a half of the
 # memory). Where torch has won, it won by far more than this on every CPU measured.
 TORCH_MARGIN = 1.25
@@ -308,6 +332,7 @@ def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str,
         if cost is None:  # the variant was measured in an earlier run: its cost again, for the comparison
             cost = llama_work_seconds(gguf, meta, threads, _WORK, *llamacpp.VARIANTS[variant])
             measured = f"an edit's model work: {variant} {cost:.2f} s"
+        tell("measuring torch on a few layers of the same shape, to compare")
         estimate, need = _torch_work_seconds(meta, threads)
         measured += f", torch {estimate:.2f} s"
         room = _available_memory()
@@ -317,6 +342,9 @@ def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str,
         return "torch" if estimate * TORCH_MARGIN < cost else "llama"
 
     answer, path = _measured_once(backend_key(gguf, threads), ("torch", "llama"), measure)
+    if measured:
+        tell(f"{'llama.cpp' if answer == 'llama' else 'torch'} does an edit's work faster here ({measured}); "
+             f"kept in {path}")
     return answer, (f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})")
 
 
@@ -330,6 +358,8 @@ def probe_llama(gguf: Path, threads: int) -> tuple[str, float | None, str]:
     costs: dict[str, float] = {}
 
     def measure() -> str:
+        tell(f"measuring which backend runs {gguf.name} faster on this CPU (once per machine and model file; "
+             f"{probe_estimate(gguf)})")
         meta = read_metadata(gguf)
         for name, (repack, flash) in llamacpp.VARIANTS.items():
             costs[name] = llama_work_seconds(gguf, meta, threads, _WORK, repack, flash)
@@ -382,7 +412,7 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     _PROBE_LAYERS layers give the cost of a layer and of the rest, so the whole model is never
     built; the layer is their difference over the layers between, so its noise is multiplied by the
     model's layers over that span: 2 and 6 layers (and each timed twice, the best kept) pass on less of
-    it than 1 and 3 did (README, "Design measurements"). The linear layers alone leave out the rest of
+    it than 1 and 3 did (docs/measurements/design-figures.md). The linear layers alone leave out the rest of
     each forward, and with it torch looked faster than the whole model ran."""
     torch = _import_torch()
     from cadedit.qwen2 import Config
@@ -434,7 +464,7 @@ def torch_load_seconds(params: int, dtype: "torch.dtype") -> float:
     side of the probe) does not: importing torch, and where torch runs fp32, widening each of the
     converted model's bf16 weights (cadedit.model's cache) to fp32, timed on a sample and scaled to
     `params`. Left out, fp32 edits on an AVX2 CPU looked as fast as llama.cpp's and ran twice as
-    long, most of the difference the load (README, "Design measurements")."""
+    long, most of the difference the load (docs/measurements/design-figures.md)."""
     torch = _import_torch()
     seconds = torch_import_seconds()
     if dtype == torch.float32:

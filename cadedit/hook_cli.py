@@ -58,11 +58,15 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
 
     --fix writes the edits to the working tree instead. The model loads once, only if a staged file matches a rule.
 
-    Settings: .cadedit.toml at the repository root (or pyproject.toml \\[tool.cadedit]), for example:
+    Rules: .cadedit.toml at the repository root (or pyproject.toml \\[tool.cadedit]), for example:
 
-    model = "..."  (optional; --model and CADEDIT_MODEL come first; default: cadedit fix --help's)
+    model = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+    \\[\\[rules]]
+    files = "*.py"
+    instruction = "Add a docstring to every public function that lacks one."
+    test = "python -m pytest -q"
 
-    \\[\\[rules]]  files = "*.py"  instruction = "Add a docstring to every public function that lacks one."
+    model and test are optional. Every key: docs/hook.md#the-rules.
     """
     import time
 
@@ -118,8 +122,10 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     elif loaded is not None:
         say(f"cadedit hook: {loaded.name}: using the cadedit server (pid {loaded.pid})")
     else:
+        from cadedit import hardware
         from cadedit.model import load_model
 
+        hardware.progress = say  # the first run's probes and conversion say what they do
         try:
             with err.status(f"cadedit hook: loading {options.model} ..."):
                 loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)

@@ -378,5 +378,5 @@ def _chunks(items: list, most: int):
 
 # The configurations the backend probe compares: name -> (repack, flash attention). Flash attention
 # stays off (llama-cpp-python's default): on CPUs it made long-prompt steps and drafts slower
-# (README, "llama.cpp backend").
+# (docs/measurements/design-figures.md).
 VARIANTS = {"llama": (False, False), "llama-repack": (True, False)}

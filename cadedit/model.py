@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from cadedit.settings import choose_model, user_cache
 from cadedit.errors import ModelError
 from cadedit.hardware import choose_backend_for, choose_device, choose_dtype, cpu_steps, default_threads
-from cadedit.hardware import llama_variant
+from cadedit.hardware import llama_variant, tell
 from cadedit.prefix_store import weights_identity
 
 if TYPE_CHECKING:
@@ -90,6 +90,7 @@ def convert_gguf(path: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    tell(f"converting {path.name} for torch into {target} (once per model file; about a minute per GB of GGUF)")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
@@ -328,7 +329,8 @@ def _step_weights(model, spec: str, dtype: "torch.dtype", steps: str) -> str:
         from cadedit.gguf_file import four_bit_layers
 
         four_bit = four_bit_layers(gguf)
-    return use_step_weights(model, weights_identity(model, spec, dtype), four_bit, int4_head=steps == "int4")
+    return use_step_weights(model, weights_identity(model, spec, dtype), four_bit, int4_head=steps == "int4",
+                            announce=tell)
 
 
 def new_cache(loaded: LoadedModel):

@@ -55,7 +55,7 @@ class EditOptions:
     read_later: bool = False
     referenced: tuple[int, ...] = ()  # lines the instruction names by number, quoted in the prompt
     # Scoped edits: how many lines on each side of the regions the prompt shows (with the file's
-    # first lines); None: the whole file. Measured in README (Scoped edits): on long files the
+    # first lines); None: the whole file. Measured (docs/measurements/context-window.md): on long files the
     # whole file costs most of the time and did not make small models more exact.
     context: int | None = CONTEXT_LINES
     feedback: str = ""  # what failed in the previous try, for the prompt (cadedit.tries)

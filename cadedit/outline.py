@@ -8,9 +8,8 @@ is missing) the Outline says why in `problem` instead. Pure: no torch, no transf
 
 Python goes through `ast` (comments: lines starting with # outside multi-line strings). JavaScript/TypeScript go through tree-sitter
 with its pre-built grammar wheels (tree-sitter 0.26, -javascript 0.25, -typescript 0.23), imported
-lazily. Measured here on the shared 2-core box (best of 5 parses, 3 runs): importing the three
-modules 11-28 ms, building Language + Parser 0.01 ms, parsing npm's path-scurry index.js
-(1,982 lines) 5.4-7.2 ms; a synthetic 2,200-line file 4.6-13.6 ms.
+lazily, so an edit of a Python file never pays for them; their import and parse costs are in
+docs/measurements/design-figures.md#figures-moved-from-docstrings.
 """
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ _GRAMMARS: dict[int, tuple[object, object]] = {}
 
 
 def grammar_for(loaded: LoadedModel):
-    """The program grammar compiled against this model's vocabulary (once per tokenizer, ~0.8 s)."""
+    """The program grammar compiled against this model's vocabulary (once per tokenizer)."""
     from cadedit.grammar import compile_grammar
     from cadedit.vocab import vocab_from_tokenizer
 

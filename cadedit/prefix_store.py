@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # -- prompt prefixes on disk ---------------------------------------------------------------------
 
 PREFIX_STORE_BYTES = 2 * 1024**3  # at most this much on disk; the least recently used go first
-PREFIX_MIN_TOKENS = 32  # a prefix this short or longer loads faster than it prefills (README, Design measurements)
+PREFIX_MIN_TOKENS = 32  # a prefix this short or longer loads faster than it prefills (docs/measurements/design-figures.md)
 
 
 class PrefixStore:

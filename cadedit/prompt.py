@@ -90,7 +90,7 @@ class Variant:
     close: bool = False  # insist that a gen ends with </gen> (the 0.5B model tried `<gen end>`, `<gen/>`)
 
 
-# Program-mode prompt variants (benchmarks/prompt_eval.py; figures in README, "Design measurements"):
+# Program-mode prompt variants (benchmarks/prompt_eval.py; figures in docs/measurements/design-figures.md):
 # an untrained model damages most files whatever the prompt; stating the line count helps most.
 VARIANTS = {
     "default": Variant("default", " | ", 1, count=True),
@@ -155,7 +155,7 @@ def fenced_source(document: Document, fence: str) -> str:
 # Where the instruction goes in the fenced modes' prompt. "both": before and after the file;
 # "after": after the file only, so prompts for different instructions share the file's KV cache;
 # "quoted" (scoped edits): after the file, with the region to retype quoted again before it.
-# Why (figures in README, "Design measurements"): "both" and "after" tie on quality, and only "after"
+# Why (figures in docs/measurements/design-figures.md): "both" and "after" tie on quality, and only "after"
 # and "quoted" let a second edit of the same file reuse the file's KV cache (prefix_store.PrefixStore); for
 # whole files "quoted" is "after". Shown a window of a long file, a small model loses its place and
 # retypes other lines of the window unless the region is quoted right before the instruction; shown

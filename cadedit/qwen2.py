@@ -2,7 +2,7 @@
 straight from a model folder's safetensors files.
 
 Why not transformers' model: importing its Qwen2 class and from_pretrained cost seconds of every
-cold `cadedit fix` before any forward (README, "Cold start"); this module imports torch only, maps the weight files
+cold `cadedit fix` before any forward (docs/measurements/speed.md); this module imports torch only, maps the weight files
 into memory without copying them (the page cache serves them), and keeps the cache in buffers that
 grow by doubling, so a one-token step does no concatenation. The numbers are transformers' Qwen2
 (tests/test_qwen2.py compares the logits with its Qwen2ForCausalLM).
@@ -287,8 +287,8 @@ class Attention(nn.Module):
         elif n == 1:
             # One query row per head: the G query heads of a KV head attend as G rows of one batch entry,
             # with no copy of the keys (several times faster than torch's grouped-query path for a step).
-            # 4-D, so torch takes its fused CPU kernel, not the math path that 3-D inputs get (README,
-            # Design measurements: up to 17x for one layer's step after 1,024 tokens).
+            # 4-D, so torch takes its fused CPU kernel, not the math path that 3-D inputs get (docs/
+            # measurements/design-figures.md: up to 17x for one layer's step after 1,024 tokens).
             group = self.heads // self.kv_heads
             out = F.scaled_dot_product_attention(q.reshape(1, self.kv_heads, group, self.dim), keys[None], values[None])[0]
         else:

@@ -95,7 +95,7 @@ def diff_path(path: str | os.PathLike[str]) -> str:
 def work_tree_root(start: Path) -> Path | None:
     """The nearest folder at or above `start` holding a `.git` entry (a folder, or a file for
     worktrees and submodules). A walk, not gitpython: `cadedit apply` stays fast to start (the
-    gitpython import alone costs about 100 ms)."""
+    gitpython import is most of a small command's start)."""
     for folder in (start.resolve(), *start.resolve().parents):
         if (folder / ".git").exists():
             return folder

@@ -322,7 +322,7 @@ def plan_edit(document: Document, instruction: str, options: EditOptions, lines:
     scope from --lines/--scope or the instruction, then the options for it. No scope (None) when
     scoping is off (--no-scope) or the mode writes an edit program, which always sees the whole file.
     where: find the line first (cadedit.where) when the scope is a definition and no line is named
-    (`cadedit fix --where`; off by default: README, "The where-step by reading"); read: else, read the
+    (`cadedit fix --where`; off by default: docs/measurements/where-step.md); read: else, read the
     definition for the later tries' branches (options.read_later; settings.READ_LATER by default)."""
     if not scoping or options.mode == Mode.PROGRAM:
         return options, None

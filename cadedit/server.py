@@ -14,7 +14,7 @@ module imports neither torch nor transformers (serve() and run_server() import t
 
 Why: a cold `cadedit fix` pays for imports, weights and the prompt before its first token; a warm
 server pays them once, and a second request with the same prompt prefix reuses its KV cache
-(README, "Warm server"). The client imports no torch: what it builds (cadedit.results) is torch-free.
+(docs/measurements/design-figures.md). The client imports no torch: what it builds (cadedit.results) is torch-free.
 """
 
 from __future__ import annotations

@@ -50,22 +50,21 @@ DTYPES = ("auto", "fp32", "bf16", "bf16-int8", "bf16-int4", "fp16")
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
 # verify: rewrite's exact output at several times its speed; program mode needs a model trained to
-# choose spans (README, Benchmarks).
+# choose spans (docs/measurements/modes.md).
 DEFAULT_MODE = Mode.VERIFY
 DEFAULT_BACKEND = Backend.AUTO
 DEFAULT_DTYPE = "auto"
 DEFAULT_LAYOUT = Layout.AUTO
 DEFAULT_TRIES = 3  # candidates until one passes its checks (fix, the hook)
 MAX_TRIES = 20
-# Candidates each try decodes side by side (`--candidates`; cadedit.tries): README, "Candidates side by side,
-# measured". Where a test decides (--test, a hook rule's test), 4 on a local model: more of them pass
+# Candidates each try decodes side by side (`--candidates`; cadedit.tries): docs/measurements/candidates.md. Where a test decides (--test, a hook rule's test), 4 on a local model: more of them pass
 # for a fraction more of the wall; without a test the checks cannot tell the right one, and a shared
 # engine need not batch the requests, so one.
 DEFAULT_CANDIDATES = 1
 TESTED_CANDIDATES = 4
 # Tries after the first where a test decides: an edit that gets there has failed four candidates and
-# its wall is past the common case's already, so its later tries branch twice as wide (README,
-# "Candidates side by side, measured").
+# its wall is past the common case's already, so its later tries branch twice as wide (docs/
+# measurements/candidates.md).
 LATER_TESTED_CANDIDATES = 8
 MAX_CANDIDATES = 8
 # A definition named without a line (`cadedit fix app.js "Fix bugs in f."`) where a test decides: once try 1
@@ -73,17 +72,17 @@ MAX_CANDIDATES = 8
 # each later try adds this many branches, put in where the reading least expected the code written (the
 # most surprising token of the line it names and of its runners-up) beside candidate 1's hesitations.
 READ_BRANCHES = 3
-READ_LATER = True  # whether fix, the hook and the benchmarks do so by default (README, "Reading for later tries")
+READ_LATER = True  # whether fix, the hook and the benchmarks do so by default (docs/measurements/reading-later-tries.md)
 # How a try's candidates after the first are made (tries._batched_try): "branch", from candidate 1
 # where it hesitated most and only once it failed its checks, or "sample", all side by side from the
-# start. Measured in README ("Candidates side by side, measured").
+# start. Measured: docs/measurements/candidates.md.
 CANDIDATES_BY = "branch"
 CANDIDATE_WAYS = ("branch", "sample")
 # The tries whose branches take candidate 1's rest once they write a stretch of it again
 # (decode.REJOIN_TOKENS): try 1, where a failing candidate 1 is the common case and the branches'
 # price is the edit's. Later tries decode their branches to the end: an edit there has failed
 # four candidates already, and a branch that changes a second line after agreeing for a while is
-# one more answer to test (README, "Branches that take candidate 1's rest").
+# one more answer to test (docs/measurements/rejoin.md).
 REJOIN_TRIES = 1
 
 
@@ -92,7 +91,7 @@ def default_candidates(tested: bool, engine: bool = False, number: int = 1, loca
     TESTED_CANDIDATES in try 1 and LATER_TESTED_CANDIDATES after it, else one. A try that retypes the
     line the where-step named (`located`) as where a test decides: a candidate 1 that copies it as it is
     fails its change check, and the branches from it put in the tokens the model expected there
-    (README, "The where-step by reading"); a wider try after it is as without the where-step."""
+    (docs/measurements/where-step.md); a wider try after it is as without the where-step."""
     if not (tested or located) or engine:
         return DEFAULT_CANDIDATES
     return TESTED_CANDIDATES if number == 1 else LATER_TESTED_CANDIDATES
@@ -111,13 +110,13 @@ ENGINE_ENV = "CADEDIT_ENGINE"
 # reference solutions take 79-790 tokens where their stubs take 6-351.
 MIN_ANSWER_TOKENS = 1024
 # Scoped edits: lines shown on each side of the regions. The prompt is most of a long-file edit's
-# wall; 30 kept the held-out long-file tasks' exact answers of 60 (README, Scoped edits).
+# wall; 30 kept the held-out long-file tasks' exact answers of 60 (docs/measurements/context-window.md).
 CONTEXT_LINES = 30
 # How the where-step (`--where`, cadedit.where) finds the line: "surprise" (the line whose code the
 # model least expected, read as plain code), "number" (the model names its line number, the lines
 # shown numbered) or "quote" (the model quotes its text). Asked, the 1.5B named a planted bug's
 # line in 0 of 9 by number and 0 of 8 by quote; by surprise it named 13 of 30 held-out bugs' lines
-# (README, "The where-step by reading").
+# (docs/measurements/where-step.md).
 WHERE_BY = ("surprise", "number", "quote")
 DEFAULT_WHERE_BY = "surprise"
 MODES = tuple(m.value for m in Mode)

@@ -6,7 +6,7 @@ scale per output row.
 Why: a one-token step reads every weight once and does little arithmetic with it, so its time is
 the bytes read: int8 reads half of bf16's, the GGUF's 4-bit blocks about a third. A multi-token
 forward (the prompt, a verified draft) is arithmetic-bound and keeps the layer's own weight (AMX
-bf16 matmul), so prefill speed and its numbers are unchanged (README, Model, dtype, speed). The
+bf16 matmul), so prefill speed and its numbers are unchanged (docs/measurements/speed.md). The
 copies are made once and kept under the user cache (written to a temporary file and renamed; a
 file that does not load is made again). Torch's CPU kernels for them (`_weight_int8pack_mm`,
 `_weight_int4pack_mm_for_cpu`) take bf16 activations fast; with fp32 they are slower than fp32's
@@ -100,12 +100,14 @@ def unpack_int4(q, scale, low) -> torch.Tensor:
 
 
 def use_step_weights(model: torch.nn.Module, identity: str, four_bit: dict[str, Callable] | None = None,
-                     root: Path | None = None, int4_head: bool = False) -> str:
+                     root: Path | None = None, int4_head: bool = False,
+                     announce: Callable[[str], None] | None = None) -> str:
     """Give every linear layer of `model` its copy for one-token steps: int4 for the layers named in
     four_bit (layer name -> a function giving (q, scale, low), gguf_file.four_bit_tensors' form) whose
     4-bit weight is the layer's own (checked), int8 for the others. int4_head: the LM head (lm_head) is
     int4 even where it was stored otherwise, its highest EXACT_TOP logits computed again from its own
-    weight. Returns what was done and where the copies came from, for --verbose."""
+    weight. Returns what was done and where the copies came from, for --verbose. announce: told once
+    before the copies are made (not when they come from the cache), for a first run's progress."""
     linears = {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
     dtype = next(model.parameters()).dtype
     four_bit = {name: decode for name, decode in (four_bit or {}).items()
@@ -117,6 +119,8 @@ def use_step_weights(model: torch.nn.Module, identity: str, four_bit: dict[str, 
     tensors = _load(path, linears)
     source = "from the cache"
     if tensors is None:
+        if announce is not None:
+            announce(f"making the compact one-token step weights into {path.parent} (once per model file)")
         tensors = {name: _copy(linear, four_bit.get(name)) for name, linear in linears.items()}
         tensors = {f"{name}.{part}": t for name, (q, scale) in tensors.items() for part, t in (("q", q), ("scale", scale))}
         _save(path, tensors)

@@ -2,7 +2,7 @@
 tokens from tokenizer_config.json, and its chat template rendered with Jinja as transformers does.
 
 Why not transformers' AutoTokenizer: importing and loading it costs several times what reading the
-same tokenizer.json directly does, on every cold `cadedit fix` (README, "Cold start"). The interface is the
+same tokenizer.json directly does, on every cold `cadedit fix` (docs/measurements/speed.md). The interface is the
 part of transformers' tokenizer the rest of cadedit uses (encode, decode, the special ids, the
 vocabulary, apply_chat_template), so either can be handed to it (tests build theirs with
 transformers). Prompts are the same text and ids (tests/test_qwen2.py compares them).

@@ -51,7 +51,7 @@ TRY_TEMPERATURE = 0.7
 WIDEN_AFTER = ("syntax", "test")
 # A scoped prompt that quotes the region right before the instruction (prompt.LAYOUTS "quoted", "auto")
 # keeps a small model in its place, but invites a verbatim copy: after a candidate that changed
-# nothing, the next try is asked without the quote (README, "Scoped edits, measured").
+# nothing, the next try is asked without the quote (docs/measurements/scoped-edits.md).
 UNQUOTED_AFTER = "change"
 
 

@@ -33,7 +33,7 @@ class Schedule:
     accepted saves about 14; past ~256 tokens a forward costs nearly linear time, so longer drafts
     save little and a miss wastes seconds. Where a 16-token forward costs 6-8 steps (llama.cpp on
     AVX2), shorter starts were tried and only added forwards: a retype's drafts are mostly kept
-    whole (README, "Design measurements").
+    whole (docs/measurements/design-figures.md).
     """
 
     start: int = 16

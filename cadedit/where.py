@@ -37,7 +37,7 @@ WHERE_BUDGET = 24
 MOST_EXPECTED = 7
 # Lines after the most surprising one whose statements a tested try retypes before the function: the
 # bug's line was among the 4 most surprising lines of 20 of 30 held-out long-file tasks, and the first
-# of them in 13 (README, "The where-step by reading").
+# of them in 13 (docs/measurements/where-step.md).
 RUNNERS_UP = 3
 # Tokens a forward of the surprise reading feeds: the logits of every one are kept ([chunk, vocab] floats).
 SURPRISE_CHUNK = 256

@@ -406,3 +406,21 @@ def test_an_answer_that_closes_its_fence_right_after_the_code_keeps_the_files_bl
     written = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--write")
     assert written.exit_code == 0, written.output
     assert (work / "a.py").read_bytes() == b"def add(a, b):\n    return a + b\n\n\n"
+
+
+def test_first_run_says_what_it_makes_and_later_runs_do_not(work, tiny_dir, scripted):
+    """The once-only work speaks while it runs (a first run sat silent for minutes at "loading"): here
+    the compact step weights, made once and cached, so the next run has nothing to say; --quiet says
+    nothing either."""
+    scripted(AFTER)
+    first = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--dtype", "bf16-int8")
+    assert first.exit_code == 0, first.output
+    assert "making the compact one-token step weights into " in first.stderr
+    again = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--dtype", "bf16-int8")
+    assert again.exit_code == 0 and "making" not in again.stderr
+
+
+def test_quiet_first_run_makes_them_silently(work, tiny_dir, scripted):
+    scripted(AFTER)
+    result = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--dtype", "bf16-int8", "--quiet")
+    assert result.exit_code == 0 and "making" not in result.stderr

@@ -292,7 +292,7 @@ def test_the_probes_work_is_a_prompt_then_drafts_then_steps_each_timed_after_the
     monkeypatch.setattr(H.time, "perf_counter", lambda: next(clock))
     filler = H._filler(1000)
     seconds = H.work_seconds(Model(), Cache(), filler, long_reps=2)
-    assert {rows for rows, _ in H._WORK} == {512, 16, 1}  # the prompt, drafts, steps (README, "Design measurements")
+    assert {rows for rows, _ in H._WORK} == {512, 16, 1}  # the prompt, drafts, steps (docs/measurements/design-figures.md)
     assert fed == [H._WARM_UP, 512, 512, 16, 16, 16, 1, 1, 1, 1, 1] and len(filler) >= H._WARM_UP + 512 + 512
     assert crops == [H._WARM_UP] * 2 + [H._WARM_UP + 512] * 8
     assert seconds == pytest.approx(sum(times for _, times in H._WORK))

@@ -223,3 +223,12 @@ def test_as_avx2_caps_torchs_kernels_and_puts_the_avx2_llama_build_first(tmp_pat
     missing = subprocess.run([str(script), "true"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                              env={**os.environ, "CADEDIT_AVX2_LLAMA": str(tmp_path / "none")})
     assert missing.returncode == 1 and "no AVX2 llama.cpp build" in missing.stderr
+
+
+def test_making_the_step_weights_is_announced_and_loading_them_is_not(tmp_path):
+    """A first run says it is making the copies (it took minutes, silently); a later one loads them quietly."""
+    told = []
+    use_step_weights(make_model().to(torch.bfloat16).eval(), "tiny", root=tmp_path, announce=told.append)
+    assert len(told) == 1 and "making the compact one-token step weights" in told[0]
+    use_step_weights(make_model().to(torch.bfloat16).eval(), "tiny", root=tmp_path, announce=told.append)
+    assert len(told) == 1

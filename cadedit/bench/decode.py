@@ -9,7 +9,7 @@ prefill out. bound() is eq. (3) over the case's own splice spans (bench/ceiling.
 implementation), with s(N) from `cadedit bench kernel --json` or measured_curve() at the prompt's
 length in the same process.
 
-Measured (README, Benchmarks; HumanEvalFix-Python 0-9 docs context, fp32, 2 threads, 0.5B): pooled
+Measured (docs/measurements/paper-reproductions.md; HumanEvalFix-Python 0-9 docs context, fp32, 2 threads, 0.5B): pooled
 8.96x with drafts against a bound of 8.85x (101%), 4.87x without (53%), 4-10 and 21-29 forwards
 per case: eq. (3) charges nothing for the op type, line digits and `</gen>`, which cost one forward
 each on a CPU unless drafted.

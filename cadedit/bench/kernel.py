@@ -257,7 +257,7 @@ def environment(device: torch.device, dtype, loaded=None) -> dict:
 
 
 def cpu_flags() -> str:
-    """The CPU features the kernels' speed turns on (README: state them beside every figure)."""
+    """The CPU features the kernels' speed turns on (docs/measurements/index.md: state them beside every figure)."""
     try:
         flags = set(re.search(r"^flags\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
     except (OSError, AttributeError):

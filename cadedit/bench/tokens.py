@@ -4,7 +4,7 @@ Contract: TokenCounter(tokenizer).ids(text) are the token ids of text without sp
 (no BOS), cached per text. load_tokenizer(spec) reads a tokenizer.json file or a model folder
 with one with the `tokenizers` library (no torch), and a .gguf file or a hub id through
 transformers; the tokenizer of a .gguf file is converted once and cached as tokenizer.json under
-$XDG_CACHE_HOME/cadedit/tokenizers (12 s -> 0.3 s).
+$XDG_CACHE_HOME/cadedit/tokenizers (the conversion is slow, the cached file fast: docs/measurements/design-figures.md#figures-moved-from-docstrings).
 """
 
 from __future__ import annotations
