@@ -11,6 +11,11 @@ mtime comes back with the original bytes. Before the candidate is written:
 - a guard process (python -m cadedit.guard) watches this one through a pipe. If cadedit dies by a
   signal it cannot handle (SIGKILL, the OOM killer, SIGQUIT ...), the guard ends the test's process
   group and puts the original back from the journal.
+The file is opened once; its identity and bytes are checked through that descriptor, again right
+before the candidate is written through it, and the path must still name that inode after the
+write: a save that lands while the journal and guard start (in place, or a new file renamed over
+it) is never overwritten; the run stops with "changed on disk while cadedit put the candidate in".
+The restore, too, writes only an inode it has just seen holding the candidate.
 Anything left over (the guard killed too) is given back by recover(): the next cadedit run on that
 file, or `cadedit recover`. The original is restored only over what cadedit placed: a file that no
 longer holds the candidate (saved by the user while the test ran) keeps its new bytes, the original
@@ -89,40 +94,37 @@ def _write_durably(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def write_in_place(path: Path, data: bytes, times_ns: tuple[int, int] | None = None) -> None:
-    """Write data into the file's own inode (no new file), fsync'd; then set its times if given."""
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        view = memoryview(data)
-        offset = 0
-        while offset < len(view):
-            offset += os.pwrite(fd, view[offset:], offset)
-        os.ftruncate(fd, len(data))
-        os.fsync(fd)
-        if times_ns is not None:
-            os.utime(fd, ns=times_ns)
-    finally:
-        os.close(fd)
+def _read_fd(fd: int) -> bytes:
+    """All the bytes of the file open as fd (from offset 0, whatever its position)."""
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
 
 
-def _read(path: Path) -> tuple[bytes, os.stat_result] | None:
-    """The bytes and stat of what is at path now (b"" for anything but a regular file; a symlink is not
-    followed), or None when nothing is."""
+def write_fd(fd: int, data: bytes, times_ns: tuple[int, int] | None = None) -> None:
+    """Write data into the file open as fd (its own inode, no new file), fsync'd; then set its times if given."""
+    view = memoryview(data)
+    offset = 0
+    while offset < len(view):
+        offset += os.pwrite(fd, view[offset:], offset)
+    os.ftruncate(fd, len(data))
+    os.fsync(fd)
+    if times_ns is not None:
+        os.utime(fd, ns=times_ns)
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _at_path(path: Path) -> tuple[int, int] | None:
+    """The identity of what the path names now (a symlink is not followed), or None when nothing is."""
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+        return _identity(os.lstat(path))
+    except OSError:
         return None
-    if not stat.S_ISREG(st.st_mode):
-        return b"", st
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks), st
-    finally:
-        os.close(fd)
 
 
 class Lock:
@@ -185,28 +187,81 @@ def _load(journal: Path) -> dict | None:
 RESTORED, KEPT = "restored", "kept"
 
 
-def _give_back(entry: dict, folder: Path, key: str) -> tuple[str, str]:
+class _Changed(Exception):
+    """What is at the path changed between cadedit's look at it and its write: the write did not happen."""
+
+
+def _holds_candidate(data: bytes, entry: dict) -> bool:
+    return hashlib.sha256(data).hexdigest() == entry["candidate_sha256"]
+
+
+def _restore_inode(fd: int, entry: dict) -> bool:
+    """The original into the inode open (for writing) as fd, if it holds the candidate now; whether it did."""
+    if not _holds_candidate(_read_fd(fd), entry):
+        return False
+    write_fd(fd, entry["original"], tuple(entry["times_ns"]))
+    if "mode" in entry and stat.S_IMODE(os.fstat(fd).st_mode) != entry["mode"]:  # the test chmod-ed it
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, entry["mode"])
+    return True
+
+
+def _restore_path(path: Path, entry: dict, seen: os.stat_result, data: bytes) -> None:
+    """The original into the file at path, which was `seen` holding `data`: opened once, and written only
+    if, right before the write, the path still names that inode and it still holds those bytes (a save
+    in between, in place or renamed over it, is never overwritten: _Changed)."""
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        if _identity(os.fstat(fd)) != _identity(seen) or _read_fd(fd) != data or _at_path(path) != _identity(seen):
+            raise _Changed
+        write_fd(fd, entry["original"], tuple(entry["times_ns"]))
+        if "mode" in entry and stat.S_IMODE(seen.st_mode) != entry["mode"]:  # the test chmod-ed it
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, entry["mode"])
+    finally:
+        os.close(fd)
+
+
+def _look(path: Path) -> tuple[bytes, os.stat_result] | None:
+    """The bytes and stat of what is at path now (b"" for anything but a regular file; a symlink is not
+    followed), or None when nothing is."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return b"", st
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        return _read_fd(fd), os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def _give_back(entry: dict, folder: Path, key: str, placed: int | None = None) -> tuple[str, str]:
     """Put the journal's original back where the file still holds the candidate (or is gone).
-    Returns (RESTORED | KEPT | "", what happened in words)."""
+    placed: the live run's own descriptor of the inode it wrote the candidate into (restored first,
+    for its hard links, whatever the path names now). Returns (RESTORED | KEPT | "", what happened)."""
     path = Path(entry["path"])
-    found = _read(path)
+    restored = placed is not None and _restore_inode(placed, entry)
+    found = _look(path)
     if found is None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with contextlib.suppress(OSError, KeyError):
-            os.fchmod(fd, entry["mode"])
-        os.close(fd)
-        write_in_place(path, entry["original"], tuple(entry["times_ns"]))
+        try:
+            with contextlib.suppress(OSError, KeyError):
+                os.fchmod(fd, entry["mode"])
+            write_fd(fd, entry["original"], tuple(entry["times_ns"]))
+        finally:
+            os.close(fd)
         return RESTORED, f"{path}: restored the original (the file was gone)"
     data, st = found
+    same_file = _identity(st) == (entry["dev"], entry["ino"])
     if data == entry["original"] and stat.S_ISREG(st.st_mode):
-        return "", ""
-    same_file = (st.st_dev, st.st_ino) == (entry["dev"], entry["ino"])
-    if same_file and hashlib.sha256(data).hexdigest() == entry["candidate_sha256"]:
-        write_in_place(path, entry["original"], tuple(entry["times_ns"]))
-        if "mode" in entry and stat.S_IMODE(st.st_mode) != entry["mode"]:  # the test chmod-ed it
-            with contextlib.suppress(OSError):
-                os.chmod(path, entry["mode"], follow_symlinks=False)
-        return RESTORED, f"{path}: restored the original over the untested candidate"
+        return (RESTORED, f"{path}: restored the original over the untested candidate") if restored and same_file else ("", "")
+    if same_file and stat.S_ISREG(st.st_mode) and _holds_candidate(data, entry):
+        with contextlib.suppress(_Changed):
+            _restore_path(path, entry, st, data)
+            return RESTORED, f"{path}: restored the original over the untested candidate"
     kept = folder / f"{key}.original"
     _write_durably(kept, entry["original"])
     what = "its new bytes were kept" if stat.S_ISREG(st.st_mode) else "what is there now was left alone"
@@ -266,6 +321,10 @@ def held_by(path: str | os.PathLike[str]) -> str | None:
         return None
 
 
+CHANGED_WHILE_PLACING = ("changed on disk while cadedit put the candidate in; what was saved is left as it is "
+                         "and the test was not run")
+
+
 class Placement:
     """The candidate's bytes in the file while the block runs (see the module docstring)."""
 
@@ -275,10 +334,22 @@ class Placement:
         self.lock: Lock | None = None
         self.journal: Path | None = None
         self.entry: dict | None = None
+        self.fd: int | None = None  # the file, opened once: every check and write goes through it
         self.placed = False
+
+    def _unchanged(self) -> bool:
+        """Whether the path still names the inode cadedit read, and that inode still holds its bytes and mtime."""
+        st = os.fstat(self.fd)
+        return (_identity(st) == _identity(self.st) == _at_path(self.path)
+                and (st.st_size, st.st_mtime_ns) == (self.st.st_size, self.st.st_mtime_ns)
+                and _read_fd(self.fd) == self.original)
 
     def begin(self) -> None:
         folder = _ensure_dir()
+        self.fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        if not self._unchanged():
+            raise SandboxError(f"{self.path}: changed on disk since cadedit read it; the test was not run",
+                               hint="run cadedit again on the current file")
         key = _key(self.st)
         self.lock = Lock(folder, key)
         if not self.lock.acquire():
@@ -299,11 +370,22 @@ class Placement:
         self.journal = journal
         self.guard = subprocess.Popen([sys.executable, "-m", "cadedit.guard", str(journal)], stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True)
-        self.placed = True  # from here on the file may hold (part of) the candidate
+        self._place()
+
+    def _place(self) -> None:
+        """The candidate into the inode open as self.fd, unless the user saved since cadedit read the file:
+        the journal and the guard took time, so it is compared again right before the write, and after
+        it the path must still name this inode (a save renamed over it during the write keeps its bytes)."""
+        times = (self.st.st_atime_ns, self.st.st_mtime_ns)
+        if not self._unchanged():
+            raise SandboxError(f"{self.path}: {CHANGED_WHILE_PLACING}", hint="run cadedit again on the current file")
+        self.placed = True  # from here on the inode may hold (part of) the candidate
         try:
-            write_in_place(self.path, self.new, (self.st.st_atime_ns, self.mtime_ns))
+            write_fd(self.fd, self.new, (self.st.st_atime_ns, self.mtime_ns))
+            if _at_path(self.path) != _identity(self.st):
+                raise SandboxError(f"{self.path}: {CHANGED_WHILE_PLACING}", hint="run cadedit again on the current file")
         except BaseException:
-            write_in_place(self.path, self.original, (self.st.st_atime_ns, self.st.st_mtime_ns))
+            write_fd(self.fd, self.original, times)  # this inode only: what now has the path is the user's
             self.placed = False
             raise
 
@@ -319,7 +401,8 @@ class Placement:
         said = ""
         try:
             if self.placed:
-                kind, said = _give_back(self.entry, self.journal.parent, self.journal.name.removesuffix(".json"))
+                kind, said = _give_back(self.entry, self.journal.parent, self.journal.name.removesuffix(".json"),
+                                        placed=self.fd)
                 said = said if kind == KEPT else ""
             if self.journal is not None:
                 self.journal.unlink(missing_ok=True)
@@ -332,6 +415,9 @@ class Placement:
                 self.guard.wait()
             if self.lock is not None:
                 self.lock.release()
+            if self.fd is not None:
+                os.close(self.fd)
+                self.fd = None
         return said
 
 

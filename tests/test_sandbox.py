@@ -11,6 +11,8 @@ import json
 import os
 import signal
 import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -125,6 +127,59 @@ def test_a_save_made_while_the_test_runs_is_kept_and_said(work, tiny_dir):
     assert (work / "a.py").read_bytes() == b"# the user's newer text\n"
     kept = Path(err.decode().split("the original is in ", 1)[1].split()[0])
     assert kept.read_bytes() == BEFORE
+
+
+# An editor that saves at the worst moment: when cadedit's journal entry lands (inotify), it stops
+# cadedit (SIGSTOP, so the save is inside the window between the journal and the candidate's write,
+# whatever the machine's load), saves a.py (a new file renamed over it, or in place), and lets it go on.
+EDITOR = textwrap.dedent("""\
+    import ctypes, os, signal, struct, sys
+    journal, pidfile, target, how = sys.argv[1:5]
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(0)
+    os.makedirs(journal, mode=0o700, exist_ok=True)
+    assert libc.inotify_add_watch(fd, journal.encode(), 0x80) >= 0  # IN_MOVED_TO
+    open(pidfile + ".ready", "w").close()
+    while True:
+        buf, i = os.read(fd, 4096), 0
+        while i < len(buf):
+            _, _, _, size = struct.unpack_from("iIII", buf, i)
+            name = buf[i + 16:i + 16 + size].rstrip(b"\\0")
+            i += 16 + size
+            if name.endswith(b".json"):
+                pid = int(open(pidfile).read())
+                os.kill(pid, signal.SIGSTOP)
+                if how == "in place":
+                    with open(target, "r+b") as f:
+                        f.write(b"# saved by the user\\n")
+                        f.truncate()
+                else:
+                    with open(target + ".swp", "wb") as f:
+                        f.write(b"# saved by the user\\n")
+                    os.replace(target + ".swp", target)
+                os.kill(pid, signal.SIGCONT)
+                sys.exit(0)
+""")
+
+
+@pytest.mark.parametrize("how", ["renamed over it", "in place"])
+def test_a_save_as_the_candidate_goes_in_is_never_overwritten(work, tiny_dir, how):
+    pidfile = work.parent / "cadedit.pid"
+    (work.parent / "editor.py").write_text(EDITOR)
+    editor = subprocess.Popen([sys.executable, str(work.parent / "editor.py"), str(journal_dir()), str(pidfile),
+                               str(work / "a.py"), how])
+    assert until(lambda: Path(f"{pidfile}.ready").exists() or editor.poll() is not None), "the editor did not start"
+    proc = start_cadedit(work, tiny_dir, "--test", "exit 1", "--tries", "1", "--write")
+    pidfile.write_text(str(proc.pid))
+    _, err = proc.communicate(timeout=120)
+    assert editor.wait(timeout=30) == 0, "the editor never saw the journal entry"
+    assert (work / "a.py").read_bytes() == b"# saved by the user\n"  # the save is in the file, not the candidate
+    assert proc.returncode == 1, err
+    # Stopped in the window (the usual case), cadedit says it placed nothing; stopped after the write
+    # (a slow editor), the restore keeps the save: either way a one-line error, the saved bytes kept.
+    assert (b"a.py: changed on disk while cadedit put the candidate in; what was saved is left as it is and the "
+            b"test was not run" in err or b"a.py: changed while the test ran, so its new bytes were kept" in err), err
+    assert b"Traceback" not in err and not list(journal_dir().glob("*.json"))
 
 
 def test_a_test_run_changes_nothing_but_the_bytes_for_its_duration(work, tiny_dir):
