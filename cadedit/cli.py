@@ -559,7 +559,7 @@ def _recover(files) -> None:
     """A file a killed cadedit run left with its untested candidate gets its original back first; a file
     another run is testing a candidate in is refused (it does not hold the user's text now)."""
     from cadedit.errors import ApplyError
-    from cadedit.sandbox import held_by, recover_file
+    from cadedit.sandbox import SKIPPED, held_by, recover_file
 
     for file in files:
         if file == "-":
@@ -568,8 +568,11 @@ def _recover(files) -> None:
         if holder is not None:
             raise ApplyError(f"{file}: another cadedit run ({holder}) has a candidate in this file; nothing was done",
                              hint="wait for it to finish, then run cadedit again")
-        if said := recover_file(file):
-            say(f"cadedit: {said} (left by a cadedit run that was killed during its test)")
+        done = recover_file(file)
+        if done is not None and done.kind == SKIPPED:
+            say(f"cadedit: {done.said}")
+        elif done is not None:
+            say(f"cadedit: {done.said} (left by a cadedit run that was killed during its test)")
 
 
 @app.command()
@@ -582,8 +585,8 @@ def recover() -> None:
     from cadedit.sandbox import recover_all
 
     done = recover_all()
-    for said in done:
-        say(f"cadedit: {said}")
+    for each in done:
+        say(f"cadedit: {each.said}")
     if not done:
         say("cadedit: nothing to recover")
 

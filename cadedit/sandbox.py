@@ -36,6 +36,7 @@ import stat
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 GRACE_S = 1.0  # between SIGTERM and SIGKILL to a test's process group
@@ -59,12 +60,29 @@ def _key(st: os.stat_result) -> str:
     return f"{st.st_dev}-{st.st_ino}"
 
 
+def _not_private(st: os.stat_result) -> str:
+    """Why a journal folder or entry is not this user's to trust ("" when it is): another user's, or
+    writable by others (who could plant an entry that recovery would write into any file)."""
+    if st.st_uid == os.getuid() and not st.st_mode & 0o022:
+        return ""
+    return f"owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}"
+
+
+def _folder_problem(folder: Path) -> str:
+    """Why the journal folder may not be used ("" when it may): placement and recovery check it alike."""
+    st = folder.lstat()
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{folder}: not a folder"
+    if why := _not_private(st):
+        return f"{folder}: not a private folder of this user ({why})"
+    return ""
+
+
 def _ensure_dir() -> Path:
     folder = state_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = folder.lstat()
-    if not os.path.isdir(folder) or st.st_uid != os.getuid():
-        raise SandboxError(f"{folder}: not a folder of this user; cannot keep the original safe while the test runs",
+    if why := _folder_problem(folder):
+        raise SandboxError(f"{why}; cannot keep the original safe while the test runs",
                            hint="remove it, or set XDG_STATE_HOME to a folder of yours")
     return folder
 
@@ -174,14 +192,28 @@ def _dump(entry: dict) -> bytes:
                        "original": base64.b64encode(entry["original"]).decode()}).encode()
 
 
+class ForeignEntry(Exception):
+    """A journal entry this user did not write (another user's, or writable by others): never used."""
+
+
 def _load(journal: Path) -> dict | None:
+    """The journal entry (None when it is unreadable or malformed); ForeignEntry when it is not this user's."""
     try:
-        entry = json.loads(journal.read_text())
+        fd = os.open(journal, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if why := _not_private(st) or ("" if stat.S_ISREG(st.st_mode) else "not a regular file"):
+            raise ForeignEntry(f"{journal}: not a journal entry of this user ({why}); skipped, nothing was written")
+        entry = json.loads(_read_fd(fd))
         entry["path"] = os.fsdecode(base64.b64decode(entry["path"]))
         entry["original"] = base64.b64decode(entry["original"])
         return entry
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    finally:
+        os.close(fd)
 
 
 RESTORED, KEPT = "restored", "kept"
@@ -245,7 +277,11 @@ def _give_back(entry: dict, folder: Path, key: str, placed: int | None = None) -
     path = Path(entry["path"])
     restored = placed is not None and _restore_inode(placed, entry)
     found = _look(path)
-    if found is None:
+    if found is None and placed is None:  # recovery creates no file: the entry alone does not say one belongs there
+        kept = folder / f"{key}.original"
+        _write_durably(kept, entry["original"])
+        return KEPT, f"{path}: gone, so nothing was restored; the original is in {kept}"
+    if found is None:  # the live run's test deleted the file it had a moment ago: it comes back
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             with contextlib.suppress(OSError, KeyError):
@@ -268,50 +304,75 @@ def _give_back(entry: dict, folder: Path, key: str, placed: int | None = None) -
     return KEPT, f"{path}: changed while the test ran, so {what}; the original is in {kept}"
 
 
-def recover(journal: Path, wait: float = 0.0) -> str:
-    """Give back one journal entry whose run is gone (its lock free); "" when there was nothing to do
-    or its run is still alive."""
+SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What recovery did with one journal entry: RESTORED, KEPT (the file changed; the original kept
+    beside the journal) or SKIPPED (not this user's entry: nothing written), and in words."""
+
+    kind: str
+    said: str
+
+
+def recover(journal: Path, wait: float = 0.0) -> Recovery | None:
+    """Give back one journal entry whose run is gone (its lock free); None when there was nothing to do
+    or its run is still alive. Only an entry of this user in a private folder of theirs is used: one
+    planted by someone else is skipped, with a note."""
     folder, key = journal.parent, journal.name.removesuffix(".json")
-    lock = Lock(folder, key)
-    if not lock.acquire(wait):
-        return ""
+    if why := _folder_problem(folder):
+        return Recovery(SKIPPED, f"{why}; its journal entries were not used")
     try:
         entry = _load(journal)
+    except ForeignEntry as exc:
+        return Recovery(SKIPPED, str(exc))
+    lock = Lock(folder, key)
+    if not lock.acquire(wait):
+        return None
+    try:
+        entry = _load(journal)  # again, now that no run can be writing it
         if entry is None:
             journal.unlink(missing_ok=True)
-            return ""
-        _, said = _give_back(entry, folder, key)
+            return None
+        kind, said = _give_back(entry, folder, key)
         journal.unlink(missing_ok=True)
         _fsync_dir(folder)
-        return said
+        return Recovery(kind, said) if said else None
+    except ForeignEntry as exc:
+        return Recovery(SKIPPED, str(exc))
     finally:
         lock.release()
 
 
-def recover_all() -> list[str]:
+def recover_all() -> list[Recovery]:
     """Every journal entry left by a run that died: given back (`cadedit recover`)."""
     folder = state_dir()
     if not folder.is_dir():
         return []
-    return [said for journal in sorted(folder.glob("*.json")) if (said := recover(journal))]
+    if why := _folder_problem(folder):
+        return [Recovery(SKIPPED, f"{why}; its journal entries were not used")]
+    return [done for journal in sorted(folder.glob("*.json")) if (done := recover(journal))]
 
 
-def recover_file(path: str | os.PathLike[str]) -> str:
+def recover_file(path: str | os.PathLike[str]) -> Recovery | None:
     """The journal entry of this file, if a run that died left one (each cadedit run checks its files)."""
     try:
         st = os.stat(path)
     except OSError:
-        return ""
+        return None
     journal = state_dir() / f"{_key(st)}.json"
-    return recover(journal) if journal.is_file() else ""
+    return recover(journal) if journal.is_file() else None
 
 
 def held_by(path: str | os.PathLike[str]) -> str | None:
     """Who has a candidate in this file right now ("pid N"), or None: what the file holds now is not
-    its user's text while another cadedit run tests in it."""
+    its user's text while another cadedit run tests in it. A folder that is not this user's own
+    says nothing (its locks could be anyone's)."""
     try:
-        lock = Lock(state_dir(), _key(os.stat(path)))
-        if not lock.path.exists():
+        folder = state_dir()
+        lock = Lock(folder, _key(os.stat(path)))
+        if _folder_problem(folder) or not lock.path.exists():
             return None
         if lock.acquire():
             lock.release()
@@ -359,7 +420,10 @@ class Placement:
                                "the test was not run", hint="wait for it to finish, then run cadedit again")
         journal = folder / f"{key}.json"
         if journal.exists():  # left by a run that died after this one read the file
-            entry = _load(journal)
+            try:
+                entry = _load(journal)
+            except ForeignEntry as exc:
+                raise SandboxError(f"{exc}; the test was not run", hint="remove it") from None
             said = _give_back(entry, folder, key)[1] if entry is not None else ""
             journal.unlink(missing_ok=True)
             raise SandboxError(f"{self.path}: a killed cadedit run had left a candidate in this file"

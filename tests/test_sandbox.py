@@ -280,3 +280,73 @@ def test_signals_at_random_moments_during_the_test_never_cost_the_file(work, tin
         assert until(lambda: not running(SURVIVOR), 10), moment
         assert until(lambda: not list(journal_dir().glob("*.json")), 10), moment
         assert b"Traceback" not in err, moment
+
+
+# -- recovery trusts only this user's own journal ------------------------------------------------
+
+
+def plant(path: Path, original: bytes, key: str = "1-1", holds: bytes = b"") -> Path:
+    """A journal entry as someone else could write it into a shared state folder: recovery would put
+    `original` into `path` where the file holds `holds` (or create it)."""
+    import base64
+    import hashlib
+
+    folder = journal_dir()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    entry = folder / f"{key}.json"
+    entry.write_text(json.dumps({
+        "path": base64.b64encode(os.fsencode(path)).decode(), "dev": 1, "ino": 1, "mode": 0o600, "times_ns": [0, 0],
+        "original": base64.b64encode(original).decode(), "candidate_sha256": hashlib.sha256(holds).hexdigest(),
+        "pid": 999999, "created": time.time()}))
+    return entry
+
+
+def as_another_user(entry: Path) -> None:
+    if os.getuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    os.chown(entry, 4243, 4243)
+
+
+@pytest.mark.parametrize("whose", ["another user's", "writable by others"])
+def test_recover_never_writes_a_file_on_a_foreign_entrys_word(work, whose):
+    target = work / "authorized_keys"
+    entry = plant(target, b"ssh-ed25519 AAAAplanted attacker\n")
+    as_another_user(entry) if whose == "another user's" else entry.chmod(0o666)
+    done = cadedit("recover", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert f"cadedit: {entry}: not a journal entry of this user (owner uid" in done.stderr
+    assert "skipped, nothing was written" in done.stderr and "Traceback" not in done.stderr
+    assert not target.exists() and entry.exists()  # nothing created, and someone else's file not removed
+
+
+def test_recover_never_uses_a_journal_folder_others_may_write(work):
+    target = work / "authorized_keys"
+    plant(target, b"ssh-ed25519 AAAAplanted attacker\n")
+    journal_dir().chmod(0o777)
+    done = cadedit("recover", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert f"cadedit: {journal_dir()}: not a private folder of this user (owner uid {os.getuid()}, mode 0777); its " \
+           "journal entries were not used" in " ".join(done.stderr.split())
+    assert not target.exists()
+
+
+def test_the_recovery_a_fix_runs_first_skips_a_foreign_entry_of_its_file(work, tiny_dir):
+    st = (work / "a.py").stat()
+    entry = plant(work / "a.py", b"import os; os.system('planted')\n", key=f"{st.st_dev}-{st.st_ino}", holds=BEFORE)
+    entry.chmod(0o646)
+    proc = start_cadedit(work, tiny_dir, "--tries", "1")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert f"cadedit: {entry}: not a journal entry of this user".encode() in err
+    assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_recovery_creates_no_file_that_is_gone(work):
+    target = work / "gone.py"
+    plant(target, b"def f():\n    pass\n")  # this user's own entry, of a file deleted since
+    done = cadedit("recover", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert f"cadedit: {target}: gone, so nothing was restored; the original is in" in done.stderr
+    assert not target.exists() and not list(journal_dir().glob("*.json"))
+    kept = Path(done.stderr.split("the original is in ", 1)[1].split()[0])
+    assert kept.read_bytes() == b"def f():\n    pass\n"
