@@ -210,7 +210,7 @@ def _load(journal: Path) -> dict | None:
         entry["path"] = os.fsdecode(base64.b64decode(entry["path"]))
         entry["original"] = base64.b64decode(entry["original"])
         return entry
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):  # malformed (an OSError is not: the entry may hold an original)
         return None
     finally:
         os.close(fd)
@@ -259,7 +259,7 @@ def _look(path: Path) -> tuple[bytes, os.stat_result] | None:
     followed), or None when nothing is."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # the file, or a folder on its way, is gone
         return None
     if not stat.S_ISREG(st.st_mode):
         return b"", st
@@ -304,13 +304,14 @@ def _give_back(entry: dict, folder: Path, key: str, placed: int | None = None) -
     return KEPT, f"{path}: changed while the test ran, so {what}; the original is in {kept}"
 
 
-SKIPPED = "skipped"
+SKIPPED, FAILED = "skipped", "failed"
 
 
 @dataclass(frozen=True)
 class Recovery:
     """What recovery did with one journal entry: RESTORED, KEPT (the file changed; the original kept
-    beside the journal) or SKIPPED (not this user's entry: nothing written), and in words."""
+    beside the journal), SKIPPED (not this user's entry: nothing written) or FAILED (an error; the
+    entry stays for a later try), and in words."""
 
     kind: str
     said: str
@@ -323,14 +324,12 @@ def recover(journal: Path, wait: float = 0.0) -> Recovery | None:
     folder, key = journal.parent, journal.name.removesuffix(".json")
     if why := _folder_problem(folder):
         return Recovery(SKIPPED, f"{why}; its journal entries were not used")
-    try:
-        entry = _load(journal)
-    except ForeignEntry as exc:
-        return Recovery(SKIPPED, str(exc))
+    entry = None
     lock = Lock(folder, key)
-    if not lock.acquire(wait):
-        return None
     try:
+        _load(journal)
+        if not lock.acquire(wait):
+            return None
         entry = _load(journal)  # again, now that no run can be writing it
         if entry is None:
             journal.unlink(missing_ok=True)
@@ -341,6 +340,10 @@ def recover(journal: Path, wait: float = 0.0) -> Recovery | None:
         return Recovery(kind, said) if said else None
     except ForeignEntry as exc:
         return Recovery(SKIPPED, str(exc))
+    except OSError as exc:  # this entry only: the others are still recovered
+        where = entry["path"] if entry is not None else journal
+        return Recovery(FAILED, f"{where}: cannot give the original back now ({exc.strerror or exc}); "
+                                f"it stays in the journal ({journal})")
     finally:
         lock.release()
 

@@ -350,3 +350,27 @@ def test_recovery_creates_no_file_that_is_gone(work):
     assert not target.exists() and not list(journal_dir().glob("*.json"))
     kept = Path(done.stderr.split("the original is in ", 1)[1].split()[0])
     assert kept.read_bytes() == b"def f():\n    pass\n"
+
+
+@pytest.mark.parametrize("stale", ["its folder is gone", "its path cannot be looked up"])
+def test_recover_gives_back_every_entry_whatever_one_stale_entry_does(work, tiny_dir, stale):
+    """A killed run's entry for a.py, and before it (0-0 sorts first) an entry of a checkout deleted
+    since, or one whose path the system refuses (a name too long): a.py still gets its original back,
+    each entry has its line, and only an entry that could not be handled stays (exit 1)."""
+    gone = work / "ci-checkout" / "b.py" if stale == "its folder is gone" else work / ("x" * 300) / "b.py"
+    plant(gone, b"def g():\n    pass\n", key="0-0")
+    killed_with_its_guard(work, tiny_dir)
+    assert (work / "a.py").read_bytes() == GOOD.encode()
+    done = cadedit("recover", cwd=work)
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr, done.stderr
+    assert f"cadedit: {work / 'a.py'}: restored the original over the untested candidate" in done.stderr
+    assert (work / "a.py").read_bytes() == BEFORE
+    if stale == "its folder is gone":
+        assert done.returncode == 0, done.stderr
+        assert f"cadedit: {gone}: gone, so nothing was restored; the original is in" in done.stderr
+        assert not gone.parent.exists() and not list(journal_dir().glob("*.json"))
+    else:
+        assert done.returncode == 1, done.stderr
+        assert f"cadedit: {gone}: cannot give the original back now (File name too long); it stays in the " \
+               f"journal ({journal_dir() / '0-0.json'})" in " ".join(done.stderr.split())
+        assert [p.name for p in journal_dir().glob("*.json")] == ["0-0.json"]
