@@ -231,25 +231,32 @@ def _restore_inode(fd: int, entry: dict) -> bool:
     """The original into the inode open (for writing) as fd, if it holds the candidate now; whether it did."""
     if not _holds_candidate(_read_fd(fd), entry):
         return False
-    write_fd(fd, entry["original"], tuple(entry["times_ns"]))
     if "mode" in entry and stat.S_IMODE(os.fstat(fd).st_mode) != entry["mode"]:  # the test chmod-ed it
         with contextlib.suppress(OSError):
             os.fchmod(fd, entry["mode"])
+    write_fd(fd, entry["original"], tuple(entry["times_ns"]))
     return True
 
 
 def _restore_path(path: Path, entry: dict, seen: os.stat_result, data: bytes) -> None:
-    """The original into the file at path, which was `seen` holding `data`: opened once, and written only
-    if, right before the write, the path still names that inode and it still holds those bytes (a save
-    in between, in place or renamed over it, is never overwritten: _Changed)."""
-    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    """The original into the file at path, which was `seen` holding `data`: written only if, right
+    before the write, the path still names that inode and it still holds those bytes (a save in
+    between, in place or renamed over it, is never overwritten: _Changed). The journaled mode comes
+    back first, so a test that made the file read-only does not keep the candidate in it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
-        if _identity(os.fstat(fd)) != _identity(seen) or _read_fd(fd) != data or _at_path(path) != _identity(seen):
+        if _identity(os.fstat(fd)) != _identity(seen):
             raise _Changed
-        write_fd(fd, entry["original"], tuple(entry["times_ns"]))
         if "mode" in entry and stat.S_IMODE(seen.st_mode) != entry["mode"]:  # the test chmod-ed it
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # not the owner: the write below says whether it matters
                 os.fchmod(fd, entry["mode"])
+        out = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            if _identity(os.fstat(out)) != _identity(seen) or _read_fd(fd) != data or _at_path(path) != _identity(seen):
+                raise _Changed
+            write_fd(out, entry["original"], tuple(entry["times_ns"]))
+        finally:
+            os.close(out)
     finally:
         os.close(fd)
 

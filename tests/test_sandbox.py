@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -374,3 +375,29 @@ def test_recover_gives_back_every_entry_whatever_one_stale_entry_does(work, tiny
         assert f"cadedit: {gone}: cannot give the original back now (File name too long); it stays in the " \
                f"journal ({journal_dir() / '0-0.json'})" in " ".join(done.stderr.split())
         assert [p.name for p in journal_dir().glob("*.json")] == ["0-0.json"]
+
+
+def as_a_plain_user() -> list[str]:
+    """A command prefix that runs as this user without root's right to write any file (root without
+    CAP_DAC_OVERRIDE/FOWNER), so that a read-only mode holds as it does for everyone else."""
+    if os.getuid() != 0:
+        return []
+    if not shutil.which("setpriv"):
+        pytest.skip("needs setpriv to drop root's override of file modes")
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", "--inh-caps=-all"]
+
+
+def test_recover_puts_the_mode_back_before_the_bytes_of_a_file_the_test_made_read_only(work, tiny_dir):
+    proc = start_cadedit(work, tiny_dir, "--test", "chmod a-w a.py; " + SLEEPING_TEST)
+    wait_for(work / "started", proc)
+    for pid in guards():
+        os.kill(pid, signal.SIGKILL)
+    proc.kill()
+    proc.communicate(timeout=30)
+    os.kill(int((work.parent / "pid").read_text()), signal.SIGKILL)
+    assert (work / "a.py").read_bytes() == GOOD.encode() and (work / "a.py").stat().st_mode & 0o777 == 0o444
+    done = subprocess.run([*as_a_plain_user(), console_script(), "recover"], cwd=work, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "a.py: restored the original over the untested candidate" in done.stderr
+    assert (work / "a.py").read_bytes() == BEFORE and (work / "a.py").stat().st_mode & 0o777 == 0o644
