@@ -238,16 +238,17 @@ def _restore_inode(fd: int, entry: dict) -> bool:
     return True
 
 
-def _restore_path(path: Path, entry: dict, seen: os.stat_result, data: bytes) -> None:
+def _restore_path(path: Path, entry: dict, seen: os.stat_result, data: bytes, own_mode: bool) -> None:
     """The original into the file at path, which was `seen` holding `data`: written only if, right
     before the write, the path still names that inode and it still holds those bytes (a save in
     between, in place or renamed over it, is never overwritten: _Changed). The journaled mode comes
-    back first, so a test that made the file read-only does not keep the candidate in it."""
+    back first (own_mode: the inode cadedit placed in), so a test that made the file read-only does
+    not keep the candidate in it."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         if _identity(os.fstat(fd)) != _identity(seen):
             raise _Changed
-        if "mode" in entry and stat.S_IMODE(seen.st_mode) != entry["mode"]:  # the test chmod-ed it
+        if own_mode and "mode" in entry and stat.S_IMODE(seen.st_mode) != entry["mode"]:  # the test chmod-ed it
             with contextlib.suppress(OSError):  # not the owner: the write below says whether it matters
                 os.fchmod(fd, entry["mode"])
         out = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -301,9 +302,11 @@ def _give_back(entry: dict, folder: Path, key: str, placed: int | None = None) -
     same_file = _identity(st) == (entry["dev"], entry["ino"])
     if data == entry["original"] and stat.S_ISREG(st.st_mode):
         return (RESTORED, f"{path}: restored the original over the untested candidate") if restored and same_file else ("", "")
-    if same_file and stat.S_ISREG(st.st_mode) and _holds_candidate(data, entry):
+    # Exactly the candidate's bytes: what cadedit placed, even under a new inode (a test's `sed -i` or a
+    # formatter that always writes renames a copy over it); that inode keeps its own mode and owner.
+    if stat.S_ISREG(st.st_mode) and _holds_candidate(data, entry):
         with contextlib.suppress(_Changed):
-            _restore_path(path, entry, st, data)
+            _restore_path(path, entry, st, data, own_mode=same_file)
             return RESTORED, f"{path}: restored the original over the untested candidate"
     kept = folder / f"{key}.original"
     _write_durably(kept, entry["original"])

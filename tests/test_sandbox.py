@@ -401,3 +401,18 @@ def test_recover_puts_the_mode_back_before_the_bytes_of_a_file_the_test_made_rea
     assert done.returncode == 0, done.stderr
     assert "a.py: restored the original over the untested candidate" in done.stderr
     assert (work / "a.py").read_bytes() == BEFORE and (work / "a.py").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_test_that_rewrites_the_candidates_bytes_under_a_new_inode_still_gets_the_original_back(work, tiny_dir):
+    """`sed -i`, `perl -pi` or a formatter that always writes: the same bytes renamed over the file. It
+    holds exactly the candidate, so the original comes back, into that new inode (its own mode stays)."""
+    inode = (work / "a.py").stat().st_ino
+    proc = start_cadedit(work, tiny_dir, "--test", "cp a.py b.tmp && chmod 600 b.tmp && mv b.tmp a.py; exit 1",
+                         "--tries", "1")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err  # the candidate failed its test; nothing else went wrong
+    assert b"changed while the test ran" not in err
+    after = (work / "a.py").stat()
+    assert (work / "a.py").read_bytes() == BEFORE
+    assert after.st_ino != inode and after.st_mode & 0o777 == 0o600
+    assert not [p for p in journal_dir().iterdir() if p.suffix in (".json", ".original")]  # none left behind
