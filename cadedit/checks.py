@@ -515,8 +515,9 @@ def _end_placement(candidate: Candidate, placement: Placement) -> None:
     try:
         said = placement.end()
     except OSError as exc:
-        raise ApplyError(f"{candidate.path}: cannot restore it after the test ({exc.strerror or exc}); the original "
-                         f"is kept in {placement.journal}", hint="`cadedit recover` puts it back") from None
+        raise ApplyError(f"{candidate.path}: cannot restore it after the test ({exc.strerror or exc}); it may hold "
+                         f"the candidate or a cut-short original until then, the original is kept in {placement.journal}",
+                         hint="fix the cause (free some space), then `cadedit recover` puts the original back") from None
     if not said:
         return
     if sys.exc_info()[0] is None:

@@ -87,6 +87,13 @@ def _ensure_dir() -> Path:
     return folder
 
 
+def _forget(journal: Path) -> None:
+    """The entry is done with: it and its restore mark go, durably."""
+    journal.unlink(missing_ok=True)
+    _restoring(journal.parent, journal.name.removesuffix(".json")).unlink(missing_ok=True)
+    _fsync_dir(journal.parent)
+
+
 def _fsync_dir(folder: Path) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
@@ -181,15 +188,18 @@ class Lock:
 
 
 def _entry(path: Path, st: os.stat_result, original: bytes, candidate: bytes) -> dict:
-    """What the journal keeps of one placement (in memory: the path as str, the original as bytes)."""
+    """What the journal keeps of one placement (in memory: the path as str, the bytes as bytes). The
+    candidate's bytes too: a restore cut short (a full disk, a kill) leaves the original's start over
+    the candidate's rest, which recovery must recognise as its own to finish it."""
     return {"path": str(path), "dev": st.st_dev, "ino": st.st_ino, "mode": st.st_mode & 0o7777,
-            "times_ns": [st.st_atime_ns, st.st_mtime_ns], "original": original,
+            "times_ns": [st.st_atime_ns, st.st_mtime_ns], "original": original, "candidate": candidate,
             "candidate_sha256": hashlib.sha256(candidate).hexdigest(), "pid": os.getpid(), "created": time.time()}
 
 
 def _dump(entry: dict) -> bytes:
     return json.dumps({**entry, "path": base64.b64encode(os.fsencode(entry["path"])).decode(),
-                       "original": base64.b64encode(entry["original"]).decode()}).encode()
+                       "original": base64.b64encode(entry["original"]).decode(),
+                       "candidate": base64.b64encode(entry["candidate"]).decode()}).encode()
 
 
 class ForeignEntry(Exception):
@@ -209,6 +219,8 @@ def _load(journal: Path) -> dict | None:
         entry = json.loads(_read_fd(fd))
         entry["path"] = os.fsdecode(base64.b64decode(entry["path"]))
         entry["original"] = base64.b64decode(entry["original"])
+        if "candidate" in entry:  # entries written before the candidate was kept have only its digest
+            entry["candidate"] = base64.b64decode(entry["candidate"])
         return entry
     except (ValueError, KeyError, TypeError):  # malformed (an OSError is not: the entry may hold an original)
         return None
@@ -224,21 +236,59 @@ class _Changed(Exception):
 
 
 def _holds_candidate(data: bytes, entry: dict) -> bool:
+    if "candidate" in entry:
+        return data == entry["candidate"]
     return hashlib.sha256(data).hexdigest() == entry["candidate_sha256"]
 
 
-def _restore_inode(fd: int, entry: dict) -> bool:
+def _restoring(folder: Path, key: str) -> Path:
+    """The mark that a restore of this entry began: until the entry is forgotten, the file may hold the
+    original's start over the candidate's rest (a restore cut short), and recovery finishes it."""
+    return folder / f"{key}.restoring"
+
+
+def _mark_restoring(folder: Path, key: str) -> None:
+    # An empty file: it can still be made on a full disk. Not fsync'd: a process that dies leaves it in
+    # the page cache; after a power cut without it, a cut-short restore is kept beside the journal, not lost.
+    with contextlib.suppress(OSError):
+        os.close(os.open(_restoring(folder, key), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    n, step, i = min(len(a), len(b)), 1 << 16, 0
+    while i < n and a[i:i + step] == b[i:i + step]:
+        i += step
+    while i < n and a[i] == b[i]:
+        i += 1
+    return min(i, n)
+
+
+def _ours(data: bytes, entry: dict, same_file: bool, folder: Path, key: str) -> bool:
+    """Whether the file holds what cadedit left there: the candidate's bytes, or (its own inode, a
+    restore begun) a restore cut short: the original's first k bytes over the candidate's rest."""
+    if _holds_candidate(data, entry):
+        return True
+    if not same_file or "candidate" not in entry or not _restoring(folder, key).exists():
+        return False
+    k = _common_prefix(data, entry["original"])
+    return data == entry["original"][:k] + entry["candidate"][k:]
+
+
+def _restore_inode(fd: int, entry: dict, folder: Path, key: str) -> bool:
     """The original into the inode open (for writing) as fd, if it holds the candidate now; whether it did."""
-    if not _holds_candidate(_read_fd(fd), entry):
+    data = _read_fd(fd)
+    if data == entry["original"] or not _ours(data, entry, True, folder, key):
         return False
     if "mode" in entry and stat.S_IMODE(os.fstat(fd).st_mode) != entry["mode"]:  # the test chmod-ed it
         with contextlib.suppress(OSError):
             os.fchmod(fd, entry["mode"])
+    _mark_restoring(folder, key)
     write_fd(fd, entry["original"], tuple(entry["times_ns"]))
     return True
 
 
-def _restore_path(path: Path, entry: dict, seen: os.stat_result, data: bytes, own_mode: bool) -> None:
+def _restore_path(path: Path, entry: dict, seen: os.stat_result, data: bytes, own_mode: bool, folder: Path,
+                  key: str) -> None:
     """The original into the file at path, which was `seen` holding `data`: written only if, right
     before the write, the path still names that inode and it still holds those bytes (a save in
     between, in place or renamed over it, is never overwritten: _Changed). The journaled mode comes
@@ -255,6 +305,7 @@ def _restore_path(path: Path, entry: dict, seen: os.stat_result, data: bytes, ow
         try:
             if _identity(os.fstat(out)) != _identity(seen) or _read_fd(fd) != data or _at_path(path) != _identity(seen):
                 raise _Changed
+            _mark_restoring(folder, key)
             write_fd(out, entry["original"], tuple(entry["times_ns"]))
         finally:
             os.close(out)
@@ -283,7 +334,7 @@ def _give_back(entry: dict, folder: Path, key: str, placed: int | None = None) -
     placed: the live run's own descriptor of the inode it wrote the candidate into (restored first,
     for its hard links, whatever the path names now). Returns (RESTORED | KEPT | "", what happened)."""
     path = Path(entry["path"])
-    restored = placed is not None and _restore_inode(placed, entry)
+    restored = placed is not None and _restore_inode(placed, entry, folder, key)
     found = _look(path)
     if found is None and placed is None:  # recovery creates no file: the entry alone does not say one belongs there
         kept = folder / f"{key}.original"
@@ -304,9 +355,9 @@ def _give_back(entry: dict, folder: Path, key: str, placed: int | None = None) -
         return (RESTORED, f"{path}: restored the original over the untested candidate") if restored and same_file else ("", "")
     # Exactly the candidate's bytes: what cadedit placed, even under a new inode (a test's `sed -i` or a
     # formatter that always writes renames a copy over it); that inode keeps its own mode and owner.
-    if stat.S_ISREG(st.st_mode) and _holds_candidate(data, entry):
+    if stat.S_ISREG(st.st_mode) and _ours(data, entry, same_file, folder, key):
         with contextlib.suppress(_Changed):
-            _restore_path(path, entry, st, data, own_mode=same_file)
+            _restore_path(path, entry, st, data, same_file, folder, key)
             return RESTORED, f"{path}: restored the original over the untested candidate"
     kept = folder / f"{key}.original"
     _write_durably(kept, entry["original"])
@@ -342,11 +393,10 @@ def recover(journal: Path, wait: float = 0.0) -> Recovery | None:
             return None
         entry = _load(journal)  # again, now that no run can be writing it
         if entry is None:
-            journal.unlink(missing_ok=True)
+            _forget(journal)
             return None
         kind, said = _give_back(entry, folder, key)
-        journal.unlink(missing_ok=True)
-        _fsync_dir(folder)
+        _forget(journal)
         return Recovery(kind, said) if said else None
     except ForeignEntry as exc:
         return Recovery(SKIPPED, str(exc))
@@ -438,11 +488,12 @@ class Placement:
             except ForeignEntry as exc:
                 raise SandboxError(f"{exc}; the test was not run", hint="remove it") from None
             said = _give_back(entry, folder, key)[1] if entry is not None else ""
-            journal.unlink(missing_ok=True)
+            _forget(journal)
             raise SandboxError(f"{self.path}: a killed cadedit run had left a candidate in this file"
                                + (f" ({said})" if said else "") + "; the test was not run",
                                hint="run cadedit again on the file as it is now")
         self.entry = _entry(self.path, self.st, self.original, self.new)
+        _restoring(folder, key).unlink(missing_ok=True)  # a mark no entry owns says nothing about this one
         _write_durably(journal, _dump(self.entry))
         self.journal = journal
         self.guard = subprocess.Popen([sys.executable, "-m", "cadedit.guard", str(journal)], stdin=subprocess.PIPE,
@@ -482,8 +533,7 @@ class Placement:
                                         placed=self.fd)
                 said = said if kind == KEPT else ""
             if self.journal is not None:
-                self.journal.unlink(missing_ok=True)
-                _fsync_dir(self.journal.parent)
+                _forget(self.journal)
         finally:
             if self.guard is not None:
                 with contextlib.suppress(OSError):

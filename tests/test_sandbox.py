@@ -416,3 +416,24 @@ def test_a_test_that_rewrites_the_candidates_bytes_under_a_new_inode_still_gets_
     assert (work / "a.py").read_bytes() == BEFORE
     assert after.st_ino != inode and after.st_mode & 0o777 == 0o600
     assert not [p for p in journal_dir().iterdir() if p.suffix in (".json", ".original")]  # none left behind
+
+
+def test_recover_finishes_a_restore_that_was_cut_short(work, tiny_dir):
+    """The disk fills (here: the test caps cadedit's file size, as a full disk would stop the write)
+    while the original goes back: the file is left as the original's first 100 bytes. The run says so;
+    `cadedit recover` knows its own half-written restore and finishes it."""
+    original = b'"""Adds two numbers."""\n' * 12 + BEFORE
+    (work / "a.py").write_bytes(original)
+    cap = (f"{sys.executable} -c 'import resource, sys; resource.prlimit(int(sys.argv[1]), resource.RLIMIT_FSIZE, "
+           f"(100, 100))' $PPID; exit 1")
+    proc = start_cadedit(work, tiny_dir, "--test", cap, "--tries", "1")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert b"a.py: cannot restore it after the test (File too large); it may hold the candidate or a cut-short " \
+           b"original until then, the original is kept in" in b" ".join(err.split())
+    assert (work / "a.py").read_bytes() == original[:100]  # what a full disk leaves
+    done = cadedit("recover", cwd=work)
+    assert done.returncode == 0, done.stderr
+    assert "a.py: restored the original over the untested candidate" in done.stderr
+    assert (work / "a.py").read_bytes() == original
+    assert not [p for p in journal_dir().iterdir() if p.suffix in (".json", ".original", ".restoring")]
