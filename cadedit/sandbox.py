@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ctypes
 import errno
 import fcntl
 import hashlib
@@ -138,6 +139,23 @@ def write_fd(fd: int, data: bytes, times_ns: tuple[int, int] | None = None) -> N
     os.fsync(fd)
     if times_ns is not None:
         os.utime(fd, ns=times_ns)
+
+
+FALLOC_FL_KEEP_SIZE = 1
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Room for `size` bytes in the file open as fd, past its end with its size unchanged (Linux
+    fallocate, FALLOC_FL_KEEP_SIZE): blocks kept for the original while the candidate is in, so that a
+    test that fills the disk does not stop the restore halfway. Best effort: a system or filesystem
+    without it, or a disk already too full, only loses that guarantee (recovery still finishes a
+    restore cut short)."""
+    if size <= os.fstat(fd).st_size:
+        return
+    with contextlib.suppress(AttributeError, OSError):
+        fallocate = ctypes.CDLL(None, use_errno=True).fallocate
+        fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+        fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, size)
 
 
 def _identity(st: os.stat_result) -> tuple[int, int]:
@@ -510,6 +528,7 @@ class Placement:
         self.placed = True  # from here on the inode may hold (part of) the candidate
         try:
             write_fd(self.fd, self.new, (self.st.st_atime_ns, self.mtime_ns))
+            _reserve(self.fd, len(self.original))
             if _at_path(self.path) != _identity(self.st):
                 raise SandboxError(f"{self.path}: {CHANGED_WHILE_PLACING}", hint="run cadedit again on the current file")
         except BaseException:

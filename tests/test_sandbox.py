@@ -437,3 +437,26 @@ def test_recover_finishes_a_restore_that_was_cut_short(work, tiny_dir):
     assert "a.py: restored the original over the untested candidate" in done.stderr
     assert (work / "a.py").read_bytes() == original
     assert not [p for p in journal_dir().iterdir() if p.suffix in (".json", ".original", ".restoring")]
+
+
+def test_a_test_that_fills_the_disk_does_not_stop_the_restore(work, tiny_dir, tmp_path):
+    """Room for the original is kept while the candidate is in (blocks past its end): a test that fills
+    the disk with its output leaves no room to take, and the original (much larger than the candidate)
+    comes back at once. A 1 MiB tmpfs as the full disk (root only)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.getuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                                          capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        folder = disk / "work"
+        folder.mkdir()
+        original = BEFORE + b"#" + b" " * 4500 + b"\n"  # a page more than the candidate, in few tokens
+        (folder / "a.py").write_bytes(original)
+        proc = start_cadedit(folder, tiny_dir, "--test", "cat /dev/zero > ../filler; exit 1", "--tries", "1")
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 3, err
+        assert (folder / "a.py").read_bytes() == original
+        assert b"cannot restore" not in err
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
