@@ -347,6 +347,20 @@ def _look(path: Path) -> tuple[bytes, os.stat_result] | None:
         os.close(fd)
 
 
+def _keep(folder: Path, key: str, original: bytes) -> Path:
+    """The original beside the journal, where the message says; never over an earlier run's kept
+    original of the same file that the user may not have looked at yet (the same bytes are one file)."""
+    for n in range(1000):
+        kept = folder / (f"{key}.original" if n == 0 else f"{key}.{n}.original")
+        try:
+            if kept.read_bytes() == original:
+                return kept
+        except FileNotFoundError:
+            break
+    _write_durably(kept, original)
+    return kept
+
+
 def _give_back(entry: dict, folder: Path, key: str, placed: int | None = None) -> tuple[str, str]:
     """Put the journal's original back where the file still holds the candidate (or is gone).
     placed: the live run's own descriptor of the inode it wrote the candidate into (restored first,
@@ -355,8 +369,7 @@ def _give_back(entry: dict, folder: Path, key: str, placed: int | None = None) -
     restored = placed is not None and _restore_inode(placed, entry, folder, key)
     found = _look(path)
     if found is None and placed is None:  # recovery creates no file: the entry alone does not say one belongs there
-        kept = folder / f"{key}.original"
-        _write_durably(kept, entry["original"])
+        kept = _keep(folder, key, entry["original"])
         return KEPT, f"{path}: gone, so nothing was restored; the original is in {kept}"
     if found is None:  # the live run's test deleted the file it had a moment ago: it comes back
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -377,8 +390,7 @@ def _give_back(entry: dict, folder: Path, key: str, placed: int | None = None) -
         with contextlib.suppress(_Changed):
             _restore_path(path, entry, st, data, same_file, folder, key)
             return RESTORED, f"{path}: restored the original over the untested candidate"
-    kept = folder / f"{key}.original"
-    _write_durably(kept, entry["original"])
+    kept = _keep(folder, key, entry["original"])
     what = "its new bytes were kept" if stat.S_ISREG(st.st_mode) else "what is there now was left alone"
     return KEPT, f"{path}: changed while the test ran, so {what}; the original is in {kept}"
 

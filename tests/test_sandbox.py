@@ -460,3 +460,18 @@ def test_a_test_that_fills_the_disk_does_not_stop_the_restore(work, tiny_dir, tm
         assert b"cannot restore" not in err
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_an_original_kept_beside_the_journal_is_never_replaced_by_a_later_one(work, tiny_dir):
+    """Two runs whose tests each rewrite a.py keep two originals: the second never overwrites the first."""
+    kept = []
+    for saved in (b"# the first save\n", b"# the second save\n"):
+        proc = start_cadedit(work, tiny_dir, "--test", f"printf '{saved.decode().strip()}\\n' > a.py; exit 1",
+                             "--tries", "1")
+        before = (work / "a.py").read_bytes()
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 1 and (work / "a.py").read_bytes() == saved, err
+        kept.append((Path(err.decode().split("the original is in ", 1)[1].split()[0]), before))
+    (first, first_bytes), (second, second_bytes) = kept
+    assert first != second and first.read_bytes() == first_bytes == BEFORE
+    assert second.read_bytes() == second_bytes == b"# the first save\n"
