@@ -6,8 +6,8 @@ so hard links, mode (setuid/setgid too), owner, ACLs and xattrs are never touche
 mtime comes back with the original bytes. Before the candidate is written:
 - the file is locked for this run (an advisory lock beside the journal): a second cadedit run on
   the same file is refused with a one-line error naming the run that holds it;
-- the original is on disk, durably: a journal entry (path, inode, the original bytes, the
-  candidate's digest) in the user's state folder, fsync'd with its folder;
+- the original is on disk, durably: a journal entry (path, inode, mode, the original's and the
+  candidate's bytes) in the user's state folder, fsync'd with its folder;
 - a guard process (python -m cadedit.guard) watches this one through a pipe. If cadedit dies by a
   signal it cannot handle (SIGKILL, the OOM killer, SIGQUIT ...), the guard ends the test's process
   group and puts the original back from the journal.
@@ -15,11 +15,16 @@ The file is opened once; its identity and bytes are checked through that descrip
 before the candidate is written through it, and the path must still name that inode after the
 write: a save that lands while the journal and guard start (in place, or a new file renamed over
 it) is never overwritten; the run stops with "changed on disk while cadedit put the candidate in".
-The restore, too, writes only an inode it has just seen holding the candidate.
+Room for the original is reserved past the candidate's end, so a test that fills the disk does not
+stop the restore. The restore, too, writes only an inode it has just seen holding what cadedit
+left there: the candidate's bytes (whatever inode now has them: a test's `sed -i`), or its own
+restore cut short (marked <key>.restoring); the journaled mode comes back before the bytes.
 Anything left over (the guard killed too) is given back by recover(): the next cadedit run on that
-file, or `cadedit recover`. The original is restored only over what cadedit placed: a file that no
-longer holds the candidate (saved by the user while the test ran) keeps its new bytes, the original
-is kept beside the journal, and the message says where. Pure stdlib: the guard imports only this.
+file, or `cadedit recover`, one line per entry, an entry it cannot handle left for a later try.
+Recovery uses only a private folder of this user's and entries this user wrote (owner, not
+writable by others), and never creates a file. Over anything else (saved by the user while the
+test ran, or gone) nothing is written: the original is kept beside the journal, never over an
+earlier kept one, and the message says where. Pure stdlib: the guard imports only this.
 """
 
 from __future__ import annotations
