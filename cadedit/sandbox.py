@@ -388,7 +388,9 @@ def _give_back(entry: dict, folder: Path, key: str, placed: int | None = None) -
     data, st = found
     same_file = _identity(st) == (entry["dev"], entry["ino"])
     if data == entry["original"] and stat.S_ISREG(st.st_mode):
-        return (RESTORED, f"{path}: restored the original over the untested candidate") if restored and same_file else ("", "")
+        if restored and same_file:
+            return RESTORED, f"{path}: restored the original over the untested candidate"
+        return "", ""
     # Exactly the candidate's bytes: what cadedit placed, even under a new inode (a test's `sed -i` or a
     # formatter that always writes renames a copy over it); that inode keeps its own mode and owner.
     if stat.S_ISREG(st.st_mode) and _ours(data, entry, same_file, folder, key):
@@ -547,7 +549,8 @@ class Placement:
             write_fd(self.fd, self.new, (self.st.st_atime_ns, self.mtime_ns))
             _reserve(self.fd, len(self.original))
             if _at_path(self.path) != _identity(self.st):
-                raise SandboxError(f"{self.path}: {CHANGED_WHILE_PLACING}", hint="run cadedit again on the current file")
+                raise SandboxError(f"{self.path}: {CHANGED_WHILE_PLACING}",
+                                   hint="run cadedit again on the current file")
         except BaseException:
             write_fd(self.fd, self.original, times)  # this inode only: what now has the path is the user's
             self.placed = False
