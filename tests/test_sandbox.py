@@ -475,3 +475,16 @@ def test_an_original_kept_beside_the_journal_is_never_replaced_by_a_later_one(wo
     (first, first_bytes), (second, second_bytes) = kept
     assert first != second and first.read_bytes() == first_bytes == BEFORE
     assert second.read_bytes() == second_bytes == b"# the first save\n"
+
+
+def test_a_fix_stops_when_its_files_leftover_candidate_cannot_be_given_back(work, tiny_dir):
+    """What a.py holds may be a killed run's candidate: if its original cannot be put back now, the fix
+    does not take that for the user's text, and says why in one line."""
+    st = (work / "a.py").stat()
+    entry = plant(work / ("x" * 300) / "a.py", b"the original\n", key=f"{st.st_dev}-{st.st_ino}", holds=BEFORE)
+    proc = start_cadedit(work, tiny_dir, "--tries", "1", "--write")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert b"cannot give the original back now (File name too long); it stays in the journal" in err
+    assert b"; nothing was done" in err and b"Traceback" not in err
+    assert (work / "a.py").read_bytes() == BEFORE and entry.exists()
