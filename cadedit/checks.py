@@ -470,8 +470,9 @@ def _check_placeable(candidate: Candidate, target: Path, st: os.stat_result) -> 
 def candidate_in_place(candidate: Candidate) -> Iterator[Placement]:
     """The candidate's bytes in the file for the duration; the original bytes back afterwards.
 
-    Refuses with ApplyError, the file untouched, if it changed since it was read, is not a regular
-    file this user may write, or another cadedit run has a candidate in it. The bytes go into the
+    Refuses with ApplyError, the file untouched, if it changed since it was read (a save while the
+    candidate was going in included), is not a regular file this user may write, or another cadedit
+    run has a candidate in it. The bytes go into the
     file's own inode (cadedit.sandbox: journal, lock, guard), so nothing but the bytes changes, and
     the original comes back after anything the block does or raises: KeyboardInterrupt,
     SystemExit(143) on SIGTERM, SystemExit(129) on SIGHUP; after SIGKILL the guard gives it back.
@@ -515,8 +516,10 @@ def _end_placement(candidate: Candidate, placement: Placement) -> None:
     try:
         said = placement.end()
     except OSError as exc:
-        raise ApplyError(f"{candidate.path}: cannot restore it after the test ({exc.strerror or exc}); the original "
-                         f"is kept in {placement.journal}", hint="`cadedit recover` puts it back") from None
+        raise ApplyError(f"{candidate.path}: cannot restore it after the test ({exc.strerror or exc}); it may hold "
+                         f"the candidate or a cut-short original until then, the original is kept in "
+                         f"{placement.journal}",
+                         hint="fix the cause (free some space), then `cadedit recover` puts the original back") from None
     if not said:
         return
     if sys.exc_info()[0] is None:

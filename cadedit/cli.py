@@ -561,7 +561,7 @@ def _recover(files) -> None:
     """A file a killed cadedit run left with its untested candidate gets its original back first; a file
     another run is testing a candidate in is refused (it does not hold the user's text now)."""
     from cadedit.errors import ApplyError
-    from cadedit.sandbox import held_by, recover_file
+    from cadedit.sandbox import FAILED, SKIPPED, held_by, recover_file
 
     for file in files:
         if file == "-":
@@ -570,24 +570,32 @@ def _recover(files) -> None:
         if holder is not None:
             raise ApplyError(f"{file}: another cadedit run ({holder}) has a candidate in this file; nothing was done",
                              hint="wait for it to finish, then run cadedit again")
-        if said := recover_file(file):
-            say(f"cadedit: {said} (left by a cadedit run that was killed during its test)")
+        done = recover_file(file)
+        if done is not None and done.kind == FAILED:  # the file may still hold a killed run's candidate
+            raise ApplyError(f"{done.said}; nothing was done", hint="fix the cause, then run `cadedit recover`")
+        if done is not None and done.kind == SKIPPED:
+            say(f"cadedit: {done.said}")
+        elif done is not None:
+            say(f"cadedit: {done.said} (left by a cadedit run that was killed during its test)")
 
 
 @app.command()
 def recover() -> None:
     """Give back the originals that killed cadedit runs left behind (a candidate still in a file while its
-    test ran); each cadedit run does this for its own files. Prints what it did; exit 0.
+    test ran); each cadedit run does this for its own files. Prints one line per journal entry; exit 0,
+    or 1 when an entry could not be given back (it stays for the next `cadedit recover`).
 
     Example: cadedit recover
     """
-    from cadedit.sandbox import recover_all
+    from cadedit.sandbox import FAILED, recover_all
 
     done = recover_all()
-    for said in done:
-        say(f"cadedit: {said}")
+    for each in done:
+        say(f"cadedit: {each.said}")
     if not done:
         say("cadedit: nothing to recover")
+    if any(each.kind == FAILED for each in done):
+        raise typer.Exit(1)
 
 
 def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:

@@ -26,10 +26,10 @@ def main(journal: Path) -> int:
             groups.append(int(value))
     for pgid in groups:
         end_group(pgid)
-    said = recover(journal, wait=10.0)
-    if said:
+    done = recover(journal, wait=10.0)
+    if done is not None:
         with open(2, "w", closefd=False) as err:
-            err.write(f"cadedit (guard): {said}\n")
+            err.write(f"cadedit (guard): {done.said}\n")
     return 0
 
 

@@ -407,15 +407,15 @@ def test_missing_file_is_refused(user_file):
 def test_a_candidate_that_cannot_be_written_is_an_apply_error(user_file, monkeypatch):
     from cadedit import sandbox
 
-    real, calls = sandbox.write_in_place, []
+    real, calls = sandbox.write_fd, []
 
-    def refuse_the_candidate(path, data, times_ns=None):
+    def refuse_the_candidate(fd, data, times_ns=None):
         calls.append(data)
         if data == CANDIDATE:
             raise PermissionError(13, "Permission denied")
-        return real(path, data, times_ns)
+        return real(fd, data, times_ns)
 
-    monkeypatch.setattr(sandbox, "write_in_place", refuse_the_candidate)
+    monkeypatch.setattr(sandbox, "write_fd", refuse_the_candidate)
     with pytest.raises(ApplyError, match=r"calc\.py: cannot put the candidate in place \(Permission denied\)"):
         run_test(Candidate.read(user_file, CANDIDATE), "touch ran", 30, user_file.parent)
     assert_restored(user_file)
