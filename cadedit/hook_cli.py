@@ -38,7 +38,8 @@ def hook_install(force: Annotated[bool, typer.Option(
     hook, backup = install_hook(open_repo(), force)
     if backup is not None:
         say(f"moved the previous hook to {backup}")
-    say(f"installed {hook}; rules come from .cadedit.toml (see `cadedit hook run --help`)")
+    say(f"installed {hook}; rules come from .cadedit.toml once you approve it with `cadedit trust` "
+        "(see `cadedit hook run --help`)")
 
 
 @app.command("uninstall")
@@ -58,7 +59,8 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
 
     --fix writes the edits to the working tree instead. The model loads once, only if a staged file matches a rule.
 
-    Settings: .cadedit.toml at the repository root (or pyproject.toml \\[tool.cadedit]), for example:
+    Settings: .cadedit.toml at the repository root (or pyproject.toml \\[tool.cadedit]), used once you approve
+    them with `cadedit trust` (a rule's test is a command run on your machine), for example:
 
     model = "..."  (optional; --model and CADEDIT_MODEL come first; default: cadedit fix --help's)
 

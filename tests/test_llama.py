@@ -327,6 +327,7 @@ def test_backend_measurements_are_keyed_by_the_llama_builds_cpu_features(editing
 
 def test_the_backend_comes_from_the_environment_and_settings(colors, editing_gguf):
     (colors / ".cadedit.toml").write_text('backend = "llama"\n')
+    assert cli("trust", cwd=colors).returncode == 0
     done = cli("fix", "colors.txt", "Rename.", "--model", str(editing_gguf), "--threads", "1", "--json", "-q", cwd=colors)
     assert done.returncode == 0 and json.loads(done.stdout)["backend"] == "llama", done.stderr
     bad = cli("fix", "colors.txt", "Rename.", "--model", str(editing_gguf), cwd=colors, env={"CADEDIT_BACKEND": "cuda"})
