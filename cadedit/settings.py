@@ -19,6 +19,7 @@ import enum
 import hashlib
 import json
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -393,3 +394,39 @@ def user_cache(*parts: str) -> Path:
     """cadedit's one user cache folder ($XDG_CACHE_HOME/cadedit, else ~/.cache/cadedit), or a path in it."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base, "cadedit", *parts)
+
+
+def not_own(path: Path, private: bool = False) -> str | None:
+    """Why `path` is not this user's own, or None when it is (or does not exist): it must not be a link,
+    must be owned by this user and writable by no one else (private: nor readable). The one check of
+    every folder cadedit shares with nobody: the runtime folder, the cache and its entries. A folder
+    or file another user controls could hold their weights, KV states or socket in place of ours."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    if st.st_uid != os.getuid() or st.st_mode & (0o077 if private else 0o022):
+        return f"owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}"
+    return None
+
+
+def cache_problem(path: Path, top: Path | None = None, contents: bool = False) -> str | None:
+    """Why a cache entry may not be used, as "<path>: <why>", or None: the first of the cache folder
+    `top` (default: user_cache()) and every folder below it down to `path`, and `path` itself (and with
+    `contents` the entries of the folder `path`), that is not this user's own (not_own). A missing
+    part is fine: cadedit makes it, as its own."""
+    top = user_cache() if top is None else top
+    try:
+        below = path.relative_to(top).parts
+    except ValueError:
+        below = ()
+    parts = [top, *(top.joinpath(*below[:k]) for k in range(1, len(below) + 1))]
+    if contents and path.is_dir() and not path.is_symlink():
+        parts += sorted(path.iterdir())
+    for part in parts:
+        why = not_own(part)
+        if why is not None:
+            return f"{part}: not this user's own ({why})"
+    return None

@@ -223,3 +223,16 @@ def test_as_avx2_caps_torchs_kernels_and_puts_the_avx2_llama_build_first(tmp_pat
     missing = subprocess.run([str(script), "true"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                              env={**os.environ, "CADEDIT_AVX2_LLAMA": str(tmp_path / "none")})
     assert missing.returncode == 1 and "no AVX2 llama.cpp build" in missing.stderr
+
+
+@pytest.mark.parametrize("how", ["folder others may write", "copy of another user"])
+def test_int8_copies_another_user_could_plant_are_neither_read_nor_written(tmp_path, how):
+    use_step_weights(make_model().to(torch.bfloat16).eval(), "tiny", root=tmp_path)
+    (path,) = tmp_path.glob("*.safetensors")
+    if how == "folder others may write":
+        tmp_path.chmod(0o777)
+    else:
+        os.chown(path, 12345, 12345)
+    said = use_step_weights(make_model().to(torch.bfloat16).eval(), "tiny", root=tmp_path)
+    assert said.startswith("int8, made now, not cached (") and "not this user's own" in said
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]

@@ -123,6 +123,33 @@ def test_trust_without_settings_is_a_one_line_error(tmp_path):
     assert done.returncode == 1 and done.stderr == f"error: {tmp_path}: no cadedit settings file to approve\n"
 
 
+# -- the user cache is the user's own (issue "Trust round 4", item 4) ---------------------------------
+
+
+@pytest.mark.parametrize("owner, mode, where", [(12345, 0o755, "models"), (None, 0o777, "models"),
+                                                (None, 0o777, "entry"), (12345, 0o644, "file")])
+def test_converted_weights_another_user_could_plant_are_not_run(tmp_path, owner, mode, where):
+    """A GGUF on torch runs the weights converted into the cache: a cache folder, entry or file that
+    another user owns or may write is refused in one line, never loaded."""
+    from cadedit.model import gguf_cache_dir
+    from tests.tinygguf import save_gguf
+    from tests.tinymodel import make_hf_model
+
+    gguf = save_gguf(tmp_path / "coder.gguf")
+    planted = gguf_cache_dir(gguf)
+    make_hf_model(1).save_pretrained(planted)  # "converted weights" that are not this file's
+    TOK.save_pretrained(planted)
+    chosen = {"models": planted.parent, "entry": planted, "file": planted / "config.json"}[where]
+    chosen.chmod(mode)
+    if owner is not None:
+        os.chown(chosen, owner, owner)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    done = cadedit("fix", "a.py", "Fix it.", "--model", str(gguf), "--backend", "torch", "--dtype", "fp32",
+                   "--threads", "1", "--tries", "1", cwd=tmp_path)
+    assert done.returncode == 1 and f"{chosen}: not this user's own" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 2 and (tmp_path / "a.py").read_text() == "x = 1\n"
+
+
 # -- the server's runtime folder and socket (items 7, 8, 20) -----------------------------------
 
 
