@@ -242,6 +242,10 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
     spec = spec or choose_model()
     threads = threads or default_threads()
     gguf = gguf_path(spec)
+    if gguf is not None:
+        from cadedit.gguf_file import check_model
+
+        check_model(gguf)  # before llama.cpp (the backend probe too) or the converter reads it
     name, reason = choose_backend_for(choose_backend(backend), gguf, device, dtype, threads)
     if name == "llama":
         return _load_llama(spec, gguf, threads, reason, start, phases, llama_variant(gguf, threads))
