@@ -794,7 +794,7 @@ class _Progress:
 
     def __enter__(self):
         if not self.quiet:
-            self.status = err.status(f"{self.path}: loading the model ...")
+            self.status = err.status(_escape(f"{self.path}: loading the model ..."))
             self.status.__enter__()
         return self
 

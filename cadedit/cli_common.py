@@ -12,7 +12,9 @@ from rich.console import Console
 
 from cadedit.settings import BACKENDS, DEFAULT_MODEL, DTYPES, ENGINE_TIMEOUT
 
-err = Console(stderr=True, soft_wrap=True, highlight=False)
+# emoji=False: rich would turn `:x:` in a diff or `ollama:m:latest` in a message into emoji (d[:x:] -> d[❌]);
+# user text is printed without markup (say, markup=False) or escaped (report_error, warn, status).
+err = Console(stderr=True, soft_wrap=True, highlight=False, emoji=False)
 
 
 def sub_app(name: str, help: str) -> typer.Typer:

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from cadedit.cli_common import _Dtype, _Engine, _engine_for, _EngineTimeout, _files, _MaxNew, _Model, _server_for
-from cadedit.cli_common import _Threads, err, say
+from cadedit.cli_common import _escape, _Threads, err, say
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
 
@@ -123,7 +123,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
         from cadedit.model import load_model
 
         try:
-            with err.status(f"cadedit hook: loading {options.model} ..."):
+            with err.status(_escape(f"cadedit hook: loading {options.model} ...")):
                 loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)
         except ModelError as exc:
             exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'

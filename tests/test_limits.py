@@ -116,6 +116,17 @@ def test_a_fifo_in_place_of_the_weights_is_a_one_line_error_not_a_hang(tmp_path,
     assert "model.safetensors: not a regular file" in line
 
 
+@pytest.mark.parametrize("name", ["a:b:c.py", "d[:x:].py", ":ok: [bold]x[/bold].py"])
+def test_names_with_emoji_codes_or_markup_reach_stderr_as_they_are(tmp_path, name):
+    """rich's emoji codes made `a:b:c.py` read `a🅱c.py` and `ollama:m:latest` `ollamaⓂlatest` (the issue
+    "Trust round 4", item 17)."""
+    line = one_line_error(cadedit("fix", name, "Fix it.", cwd=tmp_path))
+    assert line.startswith(f"error: {name}: ") and line.isascii(), line
+    (tmp_path / "a.py").write_text("x = 1\n")
+    model = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", "ollama:m:latest", cwd=tmp_path))
+    assert model.startswith("error: ollama:m:latest: no such model"), model
+
+
 def test_a_chat_template_that_never_ends_is_stopped(tmp_path, tiny_dir):
     import json
 
