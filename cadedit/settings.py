@@ -403,7 +403,7 @@ def not_own(path: Path, private: bool = False) -> str | None:
     or file another user controls could hold their weights, KV states or socket in place of ours."""
     try:
         st = path.lstat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # missing, or under a file: whoever makes it says so
         return None
     if stat.S_ISLNK(st.st_mode):
         return "a symbolic link"
