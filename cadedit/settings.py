@@ -26,7 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadedit.errors import ConfigError
+from cadedit.document import read_regular
+from cadedit.errors import CadeditError, ConfigError
 
 
 class Mode(str, enum.Enum):
@@ -130,6 +131,7 @@ BACKENDS = tuple(b.value for b in Backend)
 LAYOUTS = tuple(layout.value for layout in Layout)
 
 SETTINGS_FILE = ".cadedit.toml"
+SETTINGS_BYTES = 1 << 20  # a settings file (or a pyproject.toml) larger than this is not one
 # What a settings file may set: the model and how it runs, and the hook's [[rules]] (cadedit.repo).
 FILE_KEYS = ("model", "backend", "mode", "tries", "candidates", "engine", "engine_timeout", "rules")
 # What a repository's file never sets, approved or not: the engine decides where the user's code and
@@ -146,8 +148,11 @@ def read_toml(path: Path) -> dict:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a BOM (Windows editors) is no TOML error
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        data, _ = read_regular(path, SETTINGS_BYTES)  # a FIFO would block, a huge file fill memory
+        return tomllib.loads(data.decode("utf-8-sig"))  # a BOM (Windows editors) is no TOML error
+    except CadeditError as exc:
+        raise ConfigError(f"{path}: cannot read settings ({exc.message})") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read settings ({exc})") from None
 
 

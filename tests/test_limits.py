@@ -127,6 +127,32 @@ def test_names_with_emoji_codes_or_markup_reach_stderr_as_they_are(tmp_path, nam
     assert model.startswith("error: ollama:m:latest: no such model"), model
 
 
+@pytest.mark.parametrize("what", ["fifo", "huge", "device"])
+def test_an_ollama_manifest_that_is_no_regular_file_of_its_size_is_a_one_line_error(tmp_path, what):
+    """The manifest is read like a FILE argument: a FIFO there blocked `cadedit fix` forever, a link to
+    /dev/zero read until memory ran out (the issue "Trust round 4", item 20)."""
+    manifest = tmp_path / "ollama" / "manifests" / "example.invalid" / "library" / "m" / "latest"
+    manifest.parent.mkdir(parents=True)
+    if what == "fifo":
+        os.mkfifo(manifest)
+    elif what == "huge":
+        manifest.write_bytes(b" " * (2 << 20))
+    else:
+        manifest.symlink_to("/dev/zero")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    done = subprocess.run([console_script(), "fix", "a.py", "Fix it.", "--model", "ollama:m"], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=60, env={**os.environ, "OLLAMA_MODELS": str(tmp_path / "ollama")})
+    line = one_line_error(done)
+    assert line.startswith(f"error: ollama:m: {manifest}: ") and ("larger than" in line or "regular files only" in line)
+
+
+def test_a_settings_file_larger_than_any_is_a_one_line_error(tmp_path):
+    (tmp_path / ".cadedit.toml").write_text("# " + "x" * (2 << 20) + "\n")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    line = one_line_error(cadedit("fix", "a.py", "Fix it.", cwd=tmp_path))
+    assert line.startswith(f"error: {tmp_path / '.cadedit.toml'}: cannot read settings (") and "larger than" in line
+
+
 def test_a_chat_template_that_never_ends_is_stopped(tmp_path, tiny_dir):
     import json
 
