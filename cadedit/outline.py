@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from cadedit.document import Document
 from cadedit.languages import PARSERS, language_of
+from cadedit.settings import OUTLINE_BYTES
 
 PYTHON, JAVASCRIPT, TYPESCRIPT, TSX = PARSERS  # outline's parsers, named in languages.py's table
 LANGUAGES = PARSERS
@@ -96,6 +97,10 @@ def outline(document: Document, language: str | None, prose: bool = False) -> Ou
     also its comment and docstring lines (only the where-step reads them, so others do not pay for them)."""
     # Lines joined with "\n" and no BOM: parser line k is Document line k whatever the terminators.
     source = "\n".join(document.display_lines())
+    size = len(source.encode("utf-8", "surrogatepass"))
+    if size > OUTLINE_BYTES and language is not None:
+        return Outline(problem=f"{display_name(document)}: {size:,} bytes, more than cadedit outlines "
+                               f"({OUTLINE_BYTES:,}), so its definitions are unknown")
     if language == PYTHON:
         return _python_outline(source, display_name(document), prose)
     if language in (JAVASCRIPT, TYPESCRIPT, TSX):

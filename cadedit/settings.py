@@ -116,6 +116,10 @@ ENGINE_ENV = "CADEDIT_ENGINE"
 # New tokens any answer may take at least (request.default_budget): the Aider polyglot subset's
 # reference solutions take 79-790 tokens where their stubs take 6-351.
 MIN_ANSWER_TOKENS = 1024
+# The largest file whose definitions are outlined for scoping (bytes): outlining costs about 2 s and
+# 200 MB a MiB of Python on a slow CPU (16 MiB: 24-36 s, 3.4 GB), and a file much over this is too
+# large for any model's context whole, so it is refused by its size instead of outlined first.
+OUTLINE_BYTES = 2 * 1024 * 1024
 # Scoped edits: lines shown on each side of the regions. The prompt is most of a long-file edit's
 # wall; 30 kept the held-out long-file tasks' exact answers of 60 (README, Scoped edits).
 CONTEXT_LINES = 30

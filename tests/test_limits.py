@@ -38,6 +38,16 @@ def test_a_huge_file_is_refused_by_its_size_before_it_is_tokenised(tmp_path, tin
     assert time.monotonic() - start < 60  # tokenising all of it took minutes
 
 
+def test_a_file_too_large_to_outline_is_refused_by_its_size_without_outlining_it(tmp_path, tiny_dir):
+    """Outlining 16 MiB of Python took 24-36 s and 3.4 GB before the refusal by size (the issue "Trust
+    round 4", item 13): past settings.OUTLINE_BYTES the definitions are not looked for, the edit is whole."""
+    (tmp_path / "big.py").write_text("".join(f"def f{i}(x):\n    return x * {i}\n" for i in range(120_000)))  # 3.3 MB
+    done = cadedit("fix", "big.py", "Fix the bug in f5.", "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path)
+    line = one_line_error(done)
+    assert "big.py: too large for" in line and "at least" in line, line
+    assert "more than cadedit outlines (2,097,152)" in done.stderr, done.stderr
+
+
 def test_thousands_of_line_references_are_read_in_linear_time(tmp_path, tiny_dir):
     (tmp_path / "a.py").write_text("def f(x):\n    return x\n" * 20)
     done = cadedit("fix", "a.py", "line 1 " * 15_000, "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path,
