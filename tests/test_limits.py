@@ -252,3 +252,19 @@ def test_an_instruction_with_bytes_that_are_not_utf8_is_a_one_line_error(tmp_pat
     line = one_line_error(done)
     assert line == "error: INSTRUCTION: not UTF-8 text (the byte 0xff at character 5)", line
     assert (tmp_path / "a.py").read_text() == "x = 1\n"
+
+
+@pytest.mark.parametrize("name, text", [
+    ("calls.py", "q = db" + "".join(f".f{i}()" for i in range(520)) + "\n"),
+    ("concat.py", "s = 'a'" + " + 'b'" * 1100 + "\n"),
+    ("bundle.js", "var s = " + " + ".join(["'a'"] * 1500) + ";\n"),
+])
+def test_a_long_expression_is_outlined_without_an_internal_error(tmp_path, tiny_dir, name, text):
+    """Chained calls, a long concatenation, a minified bundle: the outline's walks went deeper than Python's
+    stack, "internal error: RecursionError" (the issue "Trust round 4", item 14)."""
+    (tmp_path / name).write_text(text)
+    done = cadedit("fix", name, "Fix it.", "--model", str(tiny_dir), "--tries", "1", "--max-new-tokens", "8",
+                   cwd=tmp_path)
+    assert done.returncode in (0, 1, 3) and "internal error" not in done.stderr and "Traceback" not in done.stderr, \
+        done.stderr
+    assert (tmp_path / name).read_text() == text
