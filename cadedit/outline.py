@@ -16,7 +16,9 @@ modules 11-28 ms, building Language + Parser 0.01 ms, parsing npm's path-scurry 
 from __future__ import annotations
 
 import ast
+import functools
 import os
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from cadedit.document import Document
@@ -79,6 +81,57 @@ class Outline:
     @property
     def known(self) -> bool:
         return not self.problem
+
+    # Lookups an instruction naming thousands of lines or words makes once each: indexes built once
+    # per outline, so scoping costs the instruction's length, not its length times the file's.
+
+    def innermost_function(self, line: int) -> Definition | None:
+        """The shortest function or method holding `line` (the first listed of equal ones)."""
+        functions = self._innermost[0]
+        return functions[line] if 0 <= line < len(functions) else None
+
+    def innermost_statement(self, line: int) -> Statement | None:
+        """The shortest statement holding `line` (the first listed of equal ones)."""
+        statements = self._innermost[1]
+        return statements[line] if 0 <= line < len(statements) else None
+
+    def statements_starting(self, first: int, last: int) -> tuple[Statement, ...]:
+        """The statements whose first line is in first..last, in order."""
+        starts = self._starts
+        return self.statements[bisect_left(starts, first) : bisect_right(starts, last)]
+
+    def first_statement_after(self, line: int) -> int | None:
+        """The first line of the first statement that starts after `line`."""
+        at = bisect_right(self._starts, line)
+        return self._starts[at] if at < len(self._starts) else None
+
+    def named(self, name: str) -> tuple[Definition, ...]:
+        """The definitions whose own name is `name`, in order."""
+        return self._by_name.get(name, ())
+
+    @functools.cached_property
+    def _innermost(self) -> tuple[list, list]:
+        # Each line's innermost function and statement: the longest written first, so inner ones
+        # overwrite them; the cost is the lines each covers (the file's times its nesting depth).
+        size = max([d.end for d in self.definitions] + [t.end for t in self.statements] + [0]) + 1
+        tables = []
+        for spans in ([d for d in self.definitions if d.kind != "class"], list(self.statements)):
+            table: list = [None] * size
+            for k, span in sorted(enumerate(spans), key=lambda pair: (pair[1].start - pair[1].end, -pair[0])):
+                table[span.start : span.end + 1] = [span] * (span.end - span.start + 1)
+            tables.append(table)
+        return tables[0], tables[1]
+
+    @functools.cached_property
+    def _starts(self) -> list[int]:
+        return [t.start for t in self.statements]
+
+    @functools.cached_property
+    def _by_name(self) -> dict[str, tuple[Definition, ...]]:
+        named: dict[str, list[Definition]] = {}
+        for d in self.definitions:
+            named.setdefault(d.name, []).append(d)
+        return {name: tuple(found) for name, found in named.items()}
 
 
 def parser_of(path: str) -> str | None:

@@ -56,6 +56,30 @@ def test_thousands_of_line_references_are_read_in_linear_time(tmp_path, tiny_dir
     assert done.returncode == 1 and "too large" in done.stderr
 
 
+@pytest.mark.parametrize("instruction, digits", [("Fix line " + "9" * 5000, "5,000"),
+                                                 ("Fix lines 1-" + "9" * 20, "20")])
+def test_a_line_number_longer_than_any_file_is_a_one_line_error(tmp_path, tiny_dir, instruction, digits):
+    """int() of 5,000 digits raised ValueError: "internal error" (the issue "Trust round 4", item 19)."""
+    (tmp_path / "a.py").write_text("x = 1\n")
+    line = one_line_error(cadedit("fix", "a.py", instruction, "--model", str(tiny_dir), cwd=tmp_path))
+    assert line == f"error: line number 999999999999... ({digits} digits): more lines than any file has"
+    long = one_line_error(cadedit("fix", "a.py", "Fix it.", "--lines", "9" * 5000, "--model", str(tiny_dir),
+                                  cwd=tmp_path))
+    assert "(5,000 digits): more lines than any file has" in long
+
+
+def test_scoping_a_pasted_list_of_lines_and_names_is_linear_in_the_instruction(tmp_path, tiny_dir):
+    """15,000 line references, or 50,000 mentions of words, on a 15,000-line file took 100-180 s to scope
+    (here 10,000 and 30,000: one argument holds at most 128 KiB):
+    each reference scanned every definition and statement, each merge rejoined every reason."""
+    (tmp_path / "big.py").write_text("".join(f"def func_{i}(x):\n    return x + {i}\n\n" for i in range(5000)))
+    for instruction in ("Fix " + " ".join(f"line {i}" for i in range(1, 10000)), "`a`" * 30000 + " func_7"):
+        start = time.monotonic()
+        done = cadedit("fix", "big.py", instruction, "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path, timeout=100)
+        assert "scope: lines" in done.stderr and done.returncode == 1, done.stderr  # then too large for 4,096
+        assert time.monotonic() - start < 40
+
+
 @pytest.mark.parametrize("instruction", ["", "   ", "\n\t"])
 def test_an_empty_instruction_is_a_usage_error(tmp_path, tiny_dir, instruction):
     (tmp_path / "a.py").write_text("x = 1\n")
