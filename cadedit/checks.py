@@ -165,7 +165,10 @@ _CHECKERS = {"python": _check_python, "json": _check_json, "toml": _check_toml, 
 
 
 def _parse(language: Language, text: str, path: str) -> None:
-    _CHECKERS[language.syntax](text.removeprefix("\ufeff"), path)  # a BOM is not part of the syntax
+    try:
+        _CHECKERS[language.syntax](text.removeprefix("\ufeff"), path)  # a BOM is not part of the syntax
+    except RecursionError:  # compile() of a 100,000-term chain, json.loads of [[[[...: the parser's verdict
+        raise _Unparsed(f"nested deeper than the {language.title} parser here can read") from None
 
 
 def syntax_check(path: str, before: str, after: str) -> Check:

@@ -598,6 +598,40 @@ def recover() -> None:
         raise typer.Exit(1)
 
 
+@app.command()
+def trust(folder: Annotated[Path, typer.Argument(
+              metavar="FOLDER", show_default=False, help="The repository (or folder) whose settings to approve; default: here.")] = Path("."),
+          remove: Annotated[bool, typer.Option("--remove", help="Withdraw the approval instead.")] = False) -> None:
+    """Approve a repository's cadedit settings (.cadedit.toml, pyproject.toml \\[tool.cadedit]) as they read now.
+
+    A repository's settings are ignored until you approve them once: they choose the model and the hook's rules, and a rule's `test` is a command run on your machine. An edit to them needs a new approval.
+
+    A repository never chooses the engine (where your code and API key go): that comes from --engine, CADEDIT_ENGINE or your own ~/.config/cadedit/config.toml (docs/trust.md).
+
+    Example: cadedit trust   (in a repository whose .cadedit.toml you have read)
+    """
+    import json
+
+    from cadedit.settings import USER_ONLY_KEYS, approve, forget
+
+    if remove:
+        gone = forget(folder)
+        for path in gone:
+            say(f"cadedit: {path}: approval withdrawn")
+        if not gone:
+            say(f"cadedit: nothing approved in {folder.resolve()}")
+        return
+    for found in approve(folder):
+        say(f"cadedit: approved {found.path} ({found.source}), which sets:")
+        for key, value in found.table.items():
+            items = value if key == "rules" and isinstance(value, list) else [value]
+            for item in items:
+                note = "  (ignored: only you choose the engine)" if key in USER_ONLY_KEYS else ""
+                if key == "model" and isinstance(item, str) and item.startswith(("/", "~", "..")):
+                    note = "  (a model outside this repository: check that it is one of yours)"
+                say(f"    {key} = {json.dumps(item, ensure_ascii=False, default=str)}{note}")
+
+
 def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:
     """`FILE INSTRUCTION`, or `FILE... --instruction INSTRUCTION`: (files, instruction); files a
     printed diff could not name are refused here, before any model work."""
@@ -770,7 +804,7 @@ class _Progress:
 
     def __enter__(self):
         if not self.quiet:
-            self.status = err.status(f"{self.path}: loading the model ...")
+            self.status = err.status(_escape(f"{self.path}: loading the model ..."))
             self.status.__enter__()
         return self
 

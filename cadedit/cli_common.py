@@ -12,7 +12,9 @@ from rich.console import Console
 
 from cadedit.settings import BACKENDS, DEFAULT_MODEL, DTYPES, ENGINE_TIMEOUT
 
-err = Console(stderr=True, soft_wrap=True, highlight=False)
+# emoji=False: rich would turn `:x:` in a diff or `ollama:m:latest` in a message into emoji (d[:x:] -> d[❌]);
+# user text is printed without markup (say, markup=False) or escaped (report_error, warn, status).
+err = Console(stderr=True, soft_wrap=True, highlight=False, emoji=False)
 
 
 def _flag_type_shown(option: typer.core.TyperOption, ctx) -> str | None:
@@ -69,7 +71,8 @@ def _one_of(value: str | None, choices: tuple[str, ...], name: str) -> str | Non
 _Model = Annotated[Optional[str], typer.Option(
     "--model", "-m", show_default=False,
     help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
-         f"pyproject.toml \\[tool.cadedit], then {DEFAULT_MODEL}).")]
+         "pyproject.toml \\[tool.cadedit] once approved with `cadedit trust`, then in ~/.config/cadedit/config.toml, "
+         f"then {DEFAULT_MODEL}).")]
 _Threads = Annotated[Optional[int], typer.Option(
     "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
 _Dtype = Annotated[str, typer.Option(
@@ -102,11 +105,11 @@ _Engine = Annotated[Optional[str], typer.Option(
     "--engine", metavar="URL", show_default=False,
     help="A shared OpenAI-compatible inference engine (vLLM, SGLang, llama-server, Ollama) that does the model "
          "work, e.g. http://gpu-box:8000/v1; cadedit keeps the prompt, checks and diffs. Default: CADEDIT_ENGINE, "
-         "then `engine` in .cadedit.toml; none: the local model. The API key comes from CADEDIT_ENGINE_KEY or "
+         "then `engine` in your own ~/.config/cadedit/config.toml (never a repository's); none: the local model. The API key comes from CADEDIT_ENGINE_KEY or "
          "OPENAI_API_KEY. With --engine, --model names the engine's model (default: the first it serves).")]
 _EngineTimeout = Annotated[Optional[float], typer.Option(
     "--engine-timeout", min=0.1, show_default=False,
-    help=f"Seconds one engine request may take (default: `engine_timeout` in .cadedit.toml, else {ENGINE_TIMEOUT:g}).")]
+    help=f"Seconds one engine request may take (default: `engine_timeout` in the settings, else {ENGINE_TIMEOUT:g}).")]
 
 
 def _engine_for(engine: str | None, timeout: float | None, model: str | None, cwd=None):

@@ -127,7 +127,7 @@ def show(diff_text: str, stream: TextIO | None = None) -> None:
     stream = stream if stream is not None else sys.stdout  # None: fd 1 was closed at startup
     # The stream itself decides, not rich's guess: FORCE_COLOR or TTY_COMPATIBLE must not colour a pipe.
     if stream is not None and _is_tty(stream):
-        render(diff_text, Console(file=stream, force_terminal=True))
+        render(diff_text, Console(file=stream, force_terminal=True, emoji=False))
         return
     if stream is not None and getattr(stream, "buffer", None) is None:
         stream.write(diff_text)

@@ -85,24 +85,7 @@ class Document:
         MAX_BYTES is refused too.
         """
         p = Path(path)
-        st = _stat_regular(p)
-        if st.st_size > MAX_BYTES:
-            raise _too_large(p)
-        try:  # O_NONBLOCK: if the path became a FIFO since the stat, open must not wait for a writer
-            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
-        except OSError as exc:
-            raise _os_error(p, exc) from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise _not_regular(p, st.st_mode)
-            data = _read_at_most(fd, MAX_BYTES + 1)
-        except OSError as exc:
-            raise DocumentError(f"{p}: cannot read ({exc.strerror or exc})") from None
-        finally:
-            os.close(fd)
-        if len(data) > MAX_BYTES:
-            raise _too_large(p)
+        data, st = read_regular(p, MAX_BYTES)
         doc = cls.from_bytes(data, str(p))
         return cls(doc.lines, str(p), st.st_mtime_ns, st.st_size)
 
@@ -165,6 +148,32 @@ class Document:
         return "".join(f"{k:>{width}}{sep}{body}\n" for k, body in enumerate(bodies, 1))
 
 
+def read_regular(path: Path, limit: int) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file of at most `limit` bytes, and its stat; a one-line DocumentError for
+    anything else (a FIFO, a device, a socket: refused before it is opened for reading, so a pipe
+    without a writer cannot hang cadedit and /dev/zero cannot fill memory) and for a larger file.
+    Every file cadedit reads whose kind it does not control goes through here."""
+    st = _stat_regular(path)
+    if st.st_size > limit:
+        raise _too_large(path, limit)
+    try:  # O_NONBLOCK: if the path became a FIFO since the stat, open must not wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _not_regular(path, st.st_mode)
+        data = _read_at_most(fd, limit + 1)
+    except OSError as exc:
+        raise DocumentError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise _too_large(path, limit)
+    return data, st
+
+
 def _stat_regular(path: Path) -> os.stat_result:
     """stat() the path (symlinks followed); a DocumentError unless it is a regular file."""
     try:
@@ -188,8 +197,10 @@ def _not_regular(path: Path, mode: int) -> DocumentError:
                          hint="to edit piped text, use `cadedit fix - ...` with the text on stdin")
 
 
-def _too_large(path: Path) -> DocumentError:
-    return DocumentError(f"{path}: larger than {MAX_BYTES:,} bytes; cadedit edits source files")
+def _too_large(path: Path, limit: int | None = None) -> DocumentError:
+    limit = MAX_BYTES if limit is None else limit  # read when raised: tests lower the cap
+    what = "cadedit edits source files" if limit == MAX_BYTES else "more than such a file holds"
+    return DocumentError(f"{path}: larger than {limit:,} bytes; {what}")
 
 
 def _os_error(path: Path, exc: OSError) -> DocumentError:

@@ -10,6 +10,7 @@ byte-level BPE model cadedit can serve is a one-line ModelError naming the file 
 
 from __future__ import annotations
 
+import functools
 import json
 import mmap
 import struct
@@ -98,6 +99,22 @@ class _Reader:
 
 def read_metadata(path: Path) -> dict:
     """The key/value metadata of a GGUF file (not its tensors)."""
+    return tensor_names(path)[0]
+
+
+def tensor_names(path: Path) -> tuple[dict, list[str]]:
+    """The metadata and the names of the tensors the file holds (their infos follow the metadata). Read
+    once per file version in a process: check_model and the load both need them, and the vocabulary
+    alone is a few hundred ms to read."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read the model file ({exc.strerror or exc})", hint="pass a .gguf model file") from None
+    return _read(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, list[str]]:
     try:
         with open(path, "rb") as f:
             if f.read(4) != MAGIC:
@@ -109,16 +126,52 @@ def read_metadata(path: Path) -> dict:
                 if version not in (2, 3):
                     raise ModelError(f"{path}: GGUF version {version} (cadedit reads versions 2 and 3)",
                                      hint="convert the model with a current llama.cpp")
-                reader.take("<Q")  # tensor count
+                count = reader.take("<Q")
                 meta: dict = {}
                 for _ in range(reader.take("<Q")):
                     key = reader.string()
                     meta[key] = reader.value(reader.take("<I"))
-                return meta
+                return meta, _tensor_names(reader, count)
     except OSError as exc:
         raise ModelError(f"{path}: cannot read the model file ({exc.strerror or exc})", hint="pass a .gguf model file") from None
     except ValueError as exc:  # mmap of an empty file
         raise ModelError(f"{path}: not a GGUF file ({exc})", hint="pass a .gguf model file") from None
+
+
+def _tensor_names(reader: _Reader, count: int) -> list[str]:
+    """Each tensor info's name (name, dimensions, type, offset: at least 24 bytes each)."""
+    if count > (len(reader.data) - reader.at) // 24:
+        raise ModelError(f"{reader.path}: not a whole GGUF file (it claims {count} tensors)",
+                         hint="download the model file again")
+    names = []
+    for _ in range(count):
+        names.append(reader.string())
+        dims = reader.take("<I")
+        if dims > 8:  # ggml's tensors have at most 4 dimensions
+            raise ModelError(f"{reader.path}: tensor {names[-1]!r} claims {dims} dimensions",
+                             hint="download the model file again")
+        reader.at += 8 * dims + 4 + 8  # the sizes, the type, the offset
+    return names
+
+
+def check_model(path: Path) -> None:
+    """What llama.cpp and the torch converter trust without checking, checked first: the architecture,
+    the layer count against the layers whose tensors the file holds (a count of 0 aborted llama.cpp's
+    process, 1000 made the converter build layers for minutes), and a vocabulary in which no token's
+    text repeats (llama.cpp aborts on one). A one-line ModelError naming the field."""
+    meta, names = tensor_names(path)
+    arch = architecture(path, meta)
+    blocks = meta.get(f"{arch}.block_count")
+    held = {int(name.split(".")[1]) for name in names if name.startswith("blk.") and name.split(".")[1].isdigit()}
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks <= 0 or held != set(range(blocks)):
+        raise ModelError(f"{path}: GGUF field {arch}.block_count is {blocks!r}, but the file holds the tensors "
+                         f"of {len(held)} layers", hint="use a whole Qwen2 / Qwen2.5 GGUF")
+    tokens = _field(path, meta, "tokenizer.ggml.tokens", list)
+    if len(set(tokens)) != len(tokens):
+        seen: dict[str, int] = {}
+        first, again = next((seen[t], k) for k, t in enumerate(tokens) if seen.setdefault(t, k) != k)
+        raise ModelError(f"{path}: GGUF vocabulary repeats token {tokens[again]!r} (ids {first} and {again})",
+                         hint="use a Qwen2 / Qwen2.5 GGUF")
 
 
 def architecture(path: Path, meta: dict) -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from cadedit.atomic import replace_file
 from cadedit.errors import ModelError
-from cadedit.settings import user_cache
+from cadedit.settings import cache_problem, user_cache
 
 if TYPE_CHECKING:
     import torch
@@ -253,22 +253,30 @@ def _measured_once(key: str, answers: tuple[str, ...], measure) -> tuple[str, Pa
     import json
 
     path = user_cache("cpu-dtype.json")
-
-    def known() -> dict:
-        try:
-            found = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return found if isinstance(found, dict) else {}
-
-    if known().get(key) in answers:
-        return known()[key], path
+    known = _measurements(path)
+    if known.get(key) in answers:
+        return known[key], path
     answer = measure()
-    try:  # read again: measure() may have stored answers of its own (the backend probe's dtype and steps)
-        replace_file(path, json.dumps({**known(), key: answer}).encode(), make_parent=True)
-    except OSError:
-        pass  # a read-only cache: measure again next time
+    if cache_problem(path) is None:  # never into another user's folder
+        try:  # read again: measure() may have stored answers of its own (the backend probe's dtype and steps)
+            replace_file(path, json.dumps({**_measurements(path), key: answer}).encode(), make_parent=True)
+        except OSError:
+            pass  # a read-only cache: measure again next time
     return answer, path
+
+
+def _measurements(path: Path) -> dict:
+    """The measurement cache's answers ({} when missing, damaged or not this user's own: another user's
+    file would choose the backend and dtype)."""
+    import json
+
+    if cache_problem(path) is not None:
+        return {}
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    return known if isinstance(known, dict) else {}
 
 
 def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple["torch.dtype", str]:
@@ -381,14 +389,9 @@ def backend_key(gguf: Path, threads: int) -> str:
 def llama_variant(gguf: Path, threads: int) -> str:
     """llama.cpp's configuration for this model file: as the backend probe measured, else llama.cpp's
     own defaults (an explicit --backend llama does not wait for a probe)."""
-    import json
-
     from cadedit.llamacpp import VARIANTS
 
-    try:
-        known = json.loads(user_cache("cpu-dtype.json").read_text()).get(backend_key(gguf, threads) + "|llama")
-    except (OSError, ValueError, AttributeError):
-        known = None
+    known = _measurements(user_cache("cpu-dtype.json")).get(backend_key(gguf, threads) + "|llama")
     return known if known in VARIANTS else "llama"
 
 

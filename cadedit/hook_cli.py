@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from cadedit.cli_common import _Dtype, _Engine, _engine_for, _EngineTimeout, _files, _MaxNew, _Model, _server_for
-from cadedit.cli_common import _Threads, err, say
+from cadedit.cli_common import _escape, _Threads, err, say
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
 
@@ -38,7 +38,8 @@ def hook_install(force: Annotated[bool, typer.Option(
     hook, backup = install_hook(open_repo(), force)
     if backup is not None:
         say(f"moved the previous hook to {backup}")
-    say(f"installed {hook}; rules come from .cadedit.toml (see `cadedit hook run --help`)")
+    say(f"installed {hook}; rules come from .cadedit.toml once you approve it with `cadedit trust` "
+        "(see `cadedit hook run --help`)")
 
 
 @app.command("uninstall")
@@ -58,7 +59,8 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
 
     --fix writes the edits to the working tree instead. The model loads once, only if a staged file matches a rule.
 
-    Rules: .cadedit.toml at the repository root (or pyproject.toml \\[tool.cadedit]), for example:
+    Settings: .cadedit.toml at the repository root (or pyproject.toml \\[tool.cadedit]), used once you approve
+    them with `cadedit trust` (a rule's test is a command run on your machine), for example:
 
     model = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
     \\[\\[rules]]
@@ -127,7 +129,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
 
         hardware.progress = say  # the first run's probes and conversion say what they do
         try:
-            with err.status(f"cadedit hook: loading {options.model} ..."):
+            with err.status(_escape(f"cadedit hook: loading {options.model} ...")):
                 loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)
         except ModelError as exc:
             exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cadedit.settings import choose_model, user_cache
+from cadedit.settings import cache_problem, choose_model, user_cache
 from cadedit.errors import ModelError
 from cadedit.hardware import choose_backend_for, choose_device, choose_dtype, cpu_steps, default_threads
 from cadedit.hardware import llama_variant, tell
@@ -83,8 +83,14 @@ def _is_complete(folder: Path) -> bool:
 
 
 def convert_gguf(path: Path) -> Path:
-    """Dequantise a GGUF into a plain safetensors folder in the cache (once); return the folder."""
+    """Dequantise a GGUF into a plain safetensors folder in the cache (once); return the folder. Only
+    from and into a cache that is this user's own, down to each file of the folder: weights another
+    user put there would be run as this GGUF's."""
     target = gguf_cache_dir(path)
+    foreign = cache_problem(target, contents=True)
+    if foreign is not None:
+        raise ModelError(f"{path}: the cache of its converted weights is not used: {foreign}",
+                         hint="point XDG_CACHE_HOME at a folder of yours, or use --backend llama")
     if _is_complete(target):
         return target
     import torch
@@ -237,6 +243,10 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
     spec = spec or choose_model()
     threads = threads or default_threads()
     gguf = gguf_path(spec)
+    if gguf is not None:
+        from cadedit.gguf_file import check_model
+
+        check_model(gguf)  # before llama.cpp (the backend probe too) or the converter reads it
     name, reason = choose_backend_for(choose_backend(backend), gguf, device, dtype, threads)
     if name == "llama":
         return _load_llama(spec, gguf, threads, reason, start, phases, llama_variant(gguf, threads))

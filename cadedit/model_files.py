@@ -16,9 +16,11 @@ import json
 import os
 from pathlib import Path
 
-from cadedit.errors import ModelError
+from cadedit.document import read_regular
+from cadedit.errors import CadeditError, ModelError
 
 _MODEL_LAYER = "application/vnd.ollama.image.model"
+MANIFEST_BYTES = 1 << 20  # an Ollama manifest is a few hundred bytes of JSON
 
 
 def ollama_root() -> Path:
@@ -60,13 +62,18 @@ def ollama_gguf(name: str) -> Path:
                          hint=f"`ollama pull {model}:{tag}` first, or set OLLAMA_MODELS to Ollama's models folder")
     manifest = found[0]
     try:
-        layers = json.loads(manifest.read_text(encoding="utf-8")).get("layers", [])
+        data, _ = read_regular(manifest, MANIFEST_BYTES)  # a FIFO there would block, /dev/zero fill memory
+    except CadeditError as exc:
+        raise ModelError(f"ollama:{name}: {exc.message}", hint="`ollama pull` the model again") from None
+    try:
+        layers = json.loads(data.decode("utf-8")).get("layers", [])
         digest = next(layer["digest"] for layer in layers if layer.get("mediaType") == _MODEL_LAYER)
     except (OSError, ValueError, AttributeError, StopIteration, KeyError, TypeError):
         raise ModelError(f"{manifest}: not an Ollama manifest with a model layer", hint="`ollama pull` the model again") from None
     blob = root / "blobs" / str(digest).replace(":", "-")
     if not blob.is_file() or "/" in str(digest):
-        raise ModelError(f"ollama:{name}: its model file {blob} is missing", hint="`ollama pull` the model again")
+        what = "is not a regular file" if blob.exists() else "is missing"
+        raise ModelError(f"ollama:{name}: its model file {blob} {what}", hint="`ollama pull` the model again")
     return blob
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cadedit.atomic import replace_file
-from cadedit.settings import user_cache
+from cadedit.settings import cache_problem, user_cache
 
 if TYPE_CHECKING:
     from cadedit.model import CachedLM, LoadedModel
@@ -29,11 +29,14 @@ class PrefixStore:
     tensors of every layer; cadedit.llamacpp.LlamaCache: llama.cpp's sequence state), keyed by the model's
     identity (its weight files' paths, sizes and mtimes), the dtype and the prefix ids themselves,
     so a stale entry can never be found. Written to a temporary file and renamed (a reader sees a
-    whole entry or none; a file that does not load is deleted and ignored); total size bounded.
+    whole entry or none; a file that does not load is deleted and ignored); total size bounded. A
+    store, or an entry, that is not this user's own (settings.cache_problem) is neither read nor
+    written: another user's KV states would steer the model, and ours would show them the code.
     """
 
     def __init__(self, root: Path | None = None, limit: int = PREFIX_STORE_BYTES):
         self.root, self.limit = root or user_cache("prefixes"), limit
+        self.top = user_cache() if root is None else root  # where the ownership check starts
 
     def path(self, identity: str, ids: Sequence[int]) -> Path:
         import hashlib
@@ -45,7 +48,7 @@ class PrefixStore:
     def load(self, lm: CachedLM, identity: str, ids: Sequence[int]) -> bool:
         """Put the stored cache of exactly `ids` into lm (True), or leave lm as it was (False)."""
         path = self.path(identity, ids)
-        if not path.is_file():
+        if not path.is_file() or cache_problem(path, self.top) is not None:
             return False
         lm.reset()
         try:
@@ -63,7 +66,7 @@ class PrefixStore:
     def save(self, lm: CachedLM, identity: str, n: int) -> None:
         """Store the cache of lm's first n ids (once), then keep the store under its size limit."""
         path = self.path(identity, lm.ids[:n])
-        if path.is_file() or n > len(lm.ids):
+        if path.is_file() or n > len(lm.ids) or cache_problem(path, self.top) is not None:
             return
         cache = lm.cache
         try:

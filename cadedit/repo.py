@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cadedit.settings import DEFAULT_MODE, DEFAULT_MODEL, DEFAULT_TRIES, FILE_KEYS, MAX_CANDIDATES, MAX_TRIES, MODES
 from cadedit.settings import SETTINGS_FILE
-from cadedit.settings import settings_files
+from cadedit.settings import approved, repository_files
 from cadedit.document import Document
 from cadedit.errors import CadeditError, ConfigError
 
@@ -175,15 +175,24 @@ def _char_class(body: str) -> str:
 
 
 def load_settings(root: Path) -> Settings:
-    """The hook's rules: the nearest settings file that has any cadedit settings, searched from the
-    repository root as every setting is (cadedit.settings: the user's own files only)."""
+    """The hook's rules: the nearest repository settings file that has any cadedit settings, searched
+    from the repository root as every setting is (cadedit.settings: the user's own files only), and
+    used only once the user approved it: its rules are instructions to the model and its `test`
+    commands run on the user's machine (docs/trust.md)."""
     untrusted: list[Path] = []
-    for found in settings_files(root, untrusted):
+    for found in repository_files(root, untrusted):
+        if not approved(found):
+            raise ConfigError(
+                f"{found.path}: this repository's cadedit settings are not approved; the hook runs nothing from them",
+                hint=f"read them (a rule's `test` is a command run on your machine), then approve them once: "
+                     f"cadedit trust {found.path.parent}",
+            )
         return _parse_settings(found.table, found.source)
     ignored = f" ({', '.join(map(str, untrusted))} ignored: owned by another user or writable by others)" if untrusted else ""
     raise ConfigError(
         f"no cadedit settings in {root}: neither {SETTINGS_FILE} nor [tool.cadedit] in pyproject.toml{ignored}",
-        hint=f"create {SETTINGS_FILE} at the repository root, for example:\n{EXAMPLE_SETTINGS.rstrip()}",
+        hint=f"create {SETTINGS_FILE} at the repository root, for example:\n{EXAMPLE_SETTINGS.rstrip()}\n"
+             "then approve it: cadedit trust",
     )
 
 

@@ -22,6 +22,7 @@ import re
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 
 from cadedit.document import Document
 from cadedit.errors import ScopeError
@@ -121,7 +122,7 @@ def resolve_scope(
 
 def referenced_lines(instruction: str, path: str = "<text>", most: int = 20) -> tuple[int, ...]:
     """The lines of this file the instruction names by number (the prompt quotes them), at most `most`."""
-    return tuple(k for ref in find_line_refs(instruction, path) for k in range(ref.start, ref.end + 1))[:most]
+    return tuple(islice((k for ref in find_line_refs(instruction, path) for k in range(ref.start, ref.end + 1)), most))
 
 
 def parse_line_ranges(spec: str) -> tuple[int, int]:
@@ -129,7 +130,7 @@ def parse_line_ranges(spec: str) -> tuple[int, int]:
     m = re.fullmatch(r"\s*(\d+)\s*(?:[-\u2013:]\s*(\d+)\s*)?", spec)
     if not m:
         raise ScopeError(f"--lines {spec}: not a line range", hint="give --lines A-B or --lines A, e.g. --lines 10-20")
-    start, end = int(m.group(1)), int(m.group(2) or m.group(1))
+    start, end = _number(m.group(1)), _number(m.group(2) or m.group(1))
     if start < 1:
         raise ScopeError(f"--lines {spec}: lines are numbered from 1")
     if start > end:
@@ -139,16 +140,17 @@ def parse_line_ranges(spec: str) -> tuple[int, int]:
 
 def merge_regions(regions: Iterable[Region]) -> tuple[Region, ...]:
     """Sort regions and merge the ones that overlap or touch, keeping every reason once."""
-    merged: list[Region] = []
+    # Each merged region's reasons are kept apart until the end: joining and splitting the text at
+    # each merge was quadratic in an instruction naming thousands of lines.
+    merged: list[tuple[int, int, dict[str, None]]] = []
     for r in sorted(regions, key=lambda r: (r.start, r.end)):
-        if merged and r.start <= merged[-1].end + 1:
-            last = merged[-1]
-            reasons = last.reason.split("; ")
-            reason = last.reason if r.reason in reasons else f"{last.reason}; {r.reason}"
-            merged[-1] = Region(last.start, max(last.end, r.end), reason)
+        if merged and r.start <= merged[-1][1] + 1:
+            start, end, reasons = merged[-1]
+            reasons.update(dict.fromkeys(r.reason.split("; ")))
+            merged[-1] = (start, max(end, r.end), reasons)
         else:
-            merged.append(r)
-    return tuple(merged)
+            merged.append((r.start, r.end, dict.fromkeys(r.reason.split("; "))))
+    return tuple(Region(start, end, "; ".join(reasons)) for start, end, reasons in merged)
 
 
 def span_text(a: int, b: int) -> str:
@@ -241,18 +243,18 @@ def find_line_refs(instruction: str, path: str = "<text>") -> tuple[LineRef, ...
 
     for m in _TRACEBACK.finditer(instruction):
         if fresh(m) and _same_file(m.group("path"), path, strict=False):
-            a = int(m.group("a"))
+            a = _number(m.group("a"))
             refs.append((m.start(), LineRef(a, a, f'File "{m.group("path")}", line {a}')))
     for m in _PATH.finditer(instruction):
         if _same_file(m.group("path"), path, strict=True) and fresh(m):
-            a = int(m.group("a"))
+            a = _number(m.group("a"))
             refs.append((m.start(), LineRef(a, a, f"{m.group('path')}:{a}")))
     for m in _WORDS.finditer(instruction):
         if fresh(m) and _same_file(_prose_file(instruction, m) or path, path, strict=False):
             refs += [(m.start(), ref) for ref in _word_refs(m.group("list"))]
     for m in _L_FORM.finditer(instruction):
         if fresh(m):
-            a, b = int(m.group("a")), int(m.group("b") or m.group("a"))
+            a, b = _number(m.group("a")), _number(m.group("b") or m.group("a"))
             refs.append((m.start(), _ordered(a, b, f"L{a}" if a == b else f"L{a}-L{b}")))
     return tuple(ref for _, ref in sorted(refs, key=lambda pair: pair[0]))
 
@@ -274,10 +276,23 @@ def _prose_file(instruction: str, m: re.Match) -> str | None:
 def _word_refs(spec: str) -> list[LineRef]:
     out = []
     for item in _LIST_SPLIT.split(spec):
-        bounds = [int(n) for n in _RANGE_SPLIT.split(item.strip())]
+        bounds = [_number(n) for n in _RANGE_SPLIT.split(item.strip())]
         a, b = bounds[0], bounds[-1]
         out.append(_ordered(a, b, span_text(a, b)))
     return out
+
+
+# More digits than any file's line count has; Python refuses int() of more than 4,300 digits anyway.
+MAX_LINE_DIGITS = 12
+
+
+def _number(digits: str) -> int:
+    """A line number as written; a one-line ScopeError for one longer than any file could reach."""
+    digits = digits.strip()
+    if len(digits) > MAX_LINE_DIGITS:
+        raise ScopeError(f"line number {digits[:MAX_LINE_DIGITS]}... ({len(digits):,} digits): more lines than any file has",
+                         hint="name the line by its number in the file, or give the lines with --lines A-B")
+    return int(digits)
 
 
 def _ordered(a: int, b: int, label: str) -> LineRef:
@@ -378,8 +393,9 @@ def _ladder(ref: LineRef, found: Outline) -> tuple[Region, Region, Region, Regio
     many = "s" if ends[0] != ends[1] else ""
     narrow = Region(min(ref.start, ends[0][0]), max(ref.end, ends[1][1]),
                     f"{ref.label} in the instruction, the statement{many} there{where}")
-    around = [t for t in found.statements
-              if t.start <= narrow.start and narrow.end <= t.end and t.head_end < t.end and t.start > function.start
+    # A block shorter than MAX_BLOCK_LINES that holds `narrow` starts at most that many lines above it.
+    around = [t for t in found.statements_starting(narrow.start - MAX_BLOCK_LINES, narrow.start)
+              if narrow.end <= t.end and t.head_end < t.end and t.start > function.start
               and (t.start, t.end) != (narrow.start, narrow.end) and t.end - t.start < MAX_BLOCK_LINES]
     best = min(around, key=lambda t: t.end - t.start, default=None)
     block = narrow if best is None else Region(best.start, best.end, f"{ref.label} in the instruction, the block there{where}")
@@ -397,10 +413,13 @@ def _statement_lines(line: int, found: Outline) -> tuple[int, int] | None:
     function = _innermost(line, found)
     if function is None:
         return None
-    inner = [t for t in found.statements if t.start <= line <= t.end and t.start > function.start]
-    if not inner and line <= min((t.start for t in found.statements if t.start > function.start), default=line):
+    # The shortest statement on the line is inside the function if any statement there is: a longer
+    # one that starts before the function holds it whole.
+    best = found.innermost_statement(line)
+    best = best if best is not None and best.start > function.start else None
+    first = found.first_statement_after(function.start)
+    if best is None and line <= (line if first is None else first):
         return None  # the def line, its decorators, its docstring-free header
-    best = min(inner, key=lambda t: t.end - t.start, default=None)
     if best is None:
         return line, line
     span = (best.start, best.head_end) if line <= best.head_end else (line, line)
@@ -408,8 +427,7 @@ def _statement_lines(line: int, found: Outline) -> tuple[int, int] | None:
 
 
 def _innermost(line: int, found: Outline) -> Definition | None:
-    around = [d for d in found.definitions if d.kind != "class" and d.start <= line <= d.end]
-    return min(around, key=lambda d: d.end - d.start, default=None)
+    return found.innermost_function(line)
 
 
 # -- names in the instruction --------------------------------------------------------------------
@@ -447,8 +465,8 @@ def mentioned_definitions(instruction: str, found: Outline) -> list[Definition]:
     if _about_whole_file(instruction, found):
         return []
     out: dict[Definition, None] = {}
-    for m in _CHAIN.finditer(instruction):
-        for d in _definitions_named(_split_name(m.group(0)), found):
+    for chain in dict.fromkeys(m.group(0) for m in _CHAIN.finditer(instruction)):  # each name once
+        for d in _definitions_named(_split_name(chain), found):
             out[d] = None
     return list(out)
 
@@ -462,7 +480,8 @@ def _definitions_named(parts: tuple[str, ...], found: Outline, strict: bool = Fa
     one thing, and `Parser.parse` is never `Lexer.parse`), each part is a bare name (an instruction's
     mention: a scope too wide copies less, one that misses the function makes the edit impossible)."""
     if len(parts) > 1:
-        qualified = [d for d in found.definitions if d.parts[-len(parts) :] == parts]
+        qualified = [d for d in found.named(parts[-1]) if d.parts[-len(parts) :] == parts]
         if qualified or strict:
             return qualified
-    return [d for d in found.definitions if d.name in parts]
+    named = {d for part in set(parts) for d in found.named(part)}
+    return sorted(named, key=lambda d: (d.start, -d.end, d.qualname))  # the outline's order

@@ -11,7 +11,7 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from cadedit.cli_common import _Backend, _Dtype, _Model, _Threads, err, say, sub_app
+from cadedit.cli_common import _Backend, _Dtype, _escape, _Model, _Threads, err, say, sub_app
 from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT
 
 app = sub_app("serve", "A local server that keeps the model loaded (and its last prompt cached) between edits.")
@@ -66,7 +66,7 @@ def start(model: _Model = None, dtype: _Dtype = "auto", threads: _Threads = None
         say(f"cadedit server: loading {config.model} ...")
         run_server(config, on_ready=lambda status: say(_serving(status)))
         return
-    with err.status(f"starting the cadedit server (loading {config.model}) ..."):
+    with err.status(_escape(f"starting the cadedit server (loading {config.model}) ...")):
         status = start_daemon(config)
     say(_serving(status))
 

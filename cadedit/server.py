@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cadedit.errors import CadeditError
-from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT, SERVER_BUSY_WAIT
+from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT, SERVER_BUSY_WAIT, not_own
 
 PROTOCOL = 1
 REQUEST_TIMEOUT = 10.0  # seconds a client has to send its request line once connected
@@ -81,7 +81,7 @@ def own_folder(folder: Path, create: bool) -> Path:
         st = folder.lstat()
     except FileNotFoundError:
         return folder
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+    if not stat.S_ISDIR(st.st_mode) or not_own(folder, private=True) is not None:
         raise ServerError(f"{folder}: not a private folder of this user (owner uid {st.st_uid}, mode "
                           f"{stat.S_IMODE(st.st_mode):04o}); the cadedit server does not use it",
                           hint=f"use a folder of yours: {RUNTIME_ENV}=/path/to/private/folder")

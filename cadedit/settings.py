@@ -1,23 +1,33 @@
 """Every setting of cadedit, its default and the one rule that resolves it.
 
 Precedence, for every setting: the command line, then the environment (CADEDIT_*), then the nearest
-settings file, then the default written here. A settings file is `.cadedit.toml` (top level or
-[tool.cadedit]) or `pyproject.toml` ([tool.cadedit]), looked for from the working folder up to the
-repository root (the first folder with .git) or the home folder, whichever comes first, and only in
-files the user (or root) owns that no one else may write (git's safe.directory rule). The hook reads
-its rules with the same search from the repository root. A malformed file is a ConfigError naming it.
-Pure: imports neither torch nor transformers, so every command can resolve its settings cheaply.
+approved repository settings file, then the user's own config, then the default written here.
+The user's own config is $XDG_CONFIG_HOME/cadedit/config.toml (else ~/.config/cadedit/config.toml).
+A repository settings file is `.cadedit.toml` (top level or [tool.cadedit]) or `pyproject.toml`
+([tool.cadedit]), looked for from the working folder up to the repository root (the first folder with
+.git) or the home folder, whichever comes first. Every settings file must be one the user (or root)
+owns that no one else may write (git's safe.directory rule); a repository's file is used only once the
+user approved its current content (`cadedit trust`, as direnv's allow), and even then it never chooses
+the engine, the one setting that decides where the user's code and API key go (docs/trust.md).
+A malformed file is a ConfigError naming it. Pure: imports neither torch nor transformers, so every
+command can resolve its settings cheaply.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 import os
+import stat
+import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadedit.errors import ConfigError
+from cadedit.document import read_regular
+from cadedit.errors import CadeditError, ConfigError
 
 
 class Mode(str, enum.Enum):
@@ -109,6 +119,10 @@ ENGINE_ENV = "CADEDIT_ENGINE"
 # New tokens any answer may take at least (request.default_budget): the Aider polyglot subset's
 # reference solutions take 79-790 tokens where their stubs take 6-351.
 MIN_ANSWER_TOKENS = 1024
+# The largest file whose definitions are outlined for scoping (bytes): outlining costs about 2 s and
+# 200 MB a MiB of Python on a slow CPU (16 MiB: 24-36 s, 3.4 GB), and a file much over this is too
+# large for any model's context whole, so it is refused by its size instead of outlined first.
+OUTLINE_BYTES = 2 * 1024 * 1024
 # Scoped edits: lines shown on each side of the regions. The prompt is most of a long-file edit's
 # wall; 30 kept the held-out long-file tasks' exact answers of 60 (docs/measurements/context-window.md).
 CONTEXT_LINES = 30
@@ -124,8 +138,14 @@ BACKENDS = tuple(b.value for b in Backend)
 LAYOUTS = tuple(layout.value for layout in Layout)
 
 SETTINGS_FILE = ".cadedit.toml"
+SETTINGS_BYTES = 1 << 20  # a settings file (or a pyproject.toml) larger than this is not one
 # What a settings file may set: the model and how it runs, and the hook's [[rules]] (cadedit.repo).
 FILE_KEYS = ("model", "backend", "mode", "tries", "candidates", "engine", "engine_timeout", "rules")
+# What a repository's file never sets, approved or not: the engine decides where the user's code and
+# API key are sent, so it comes only from the command line, the environment or the user's own config.
+USER_ONLY_KEYS = ("engine",)
+USER_CONFIG = "config.toml"  # the user's own settings, in user_config_folder()
+APPROVALS = "trusted.json"  # the repository settings the user approved (`cadedit trust`), in the same folder
 
 
 def read_toml(path: Path) -> dict:
@@ -135,8 +155,11 @@ def read_toml(path: Path) -> dict:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a BOM (Windows editors) is no TOML error
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        data, _ = read_regular(path, SETTINGS_BYTES)  # a FIFO would block, a huge file fill memory
+        return tomllib.loads(data.decode("utf-8-sig"))  # a BOM (Windows editors) is no TOML error
+    except CadeditError as exc:
+        raise ConfigError(f"{path}: cannot read settings ({exc.message})") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read settings ({exc})") from None
 
 
@@ -154,15 +177,23 @@ def cadedit_table(data: dict, path: Path, required: bool = True) -> dict:
 @dataclass(frozen=True)
 class SettingsFile:
     """One settings file's cadedit table: `.cadedit.toml` (top level, or its [tool.cadedit]) or
-    pyproject.toml's [tool.cadedit]."""
+    pyproject.toml's [tool.cadedit] in a repository, or the user's own config.toml (`own`)."""
 
     path: Path
     table: dict
+    own: bool = False
 
     @property
     def source(self) -> str:
         """How messages name it: the file, or the file and its table."""
-        return self.path.name if self.path.name == SETTINGS_FILE else f"{self.path.name} [tool.cadedit]"
+        return self.path.name if self.path.name != "pyproject.toml" else f"{self.path.name} [tool.cadedit]"
+
+    @property
+    def digest(self) -> str:
+        """What an approval records: the table's content (not the file's bytes, so that editing another
+        tool's table in pyproject.toml needs no new approval; any change to cadedit's does)."""
+        text = json.dumps(self.table, sort_keys=True, ensure_ascii=True, default=str)
+        return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def settings_folders(cwd: Path | None = None) -> list[Path]:
@@ -179,9 +210,9 @@ def settings_folders(cwd: Path | None = None) -> list[Path]:
 
 
 def trusted(path: Path) -> bool:
-    """Whether a settings file may choose for this user: owned by them (or root) and writable by no one
-    else, as git's safe.directory rule. A file another user controls could pick the model and the
-    commands run on the user's code."""
+    """Whether a settings file (or the folder of the user's config) may choose for this user: owned by
+    them (or root) and writable by no one else, as git's safe.directory rule. A file another user
+    controls could pick the model and the commands run on the user's code."""
     try:
         st = path.stat()
     except OSError:
@@ -189,9 +220,58 @@ def trusted(path: Path) -> bool:
     return st.st_uid in (os.getuid(), 0) and not st.st_mode & 0o022
 
 
-def settings_files(cwd: Path | None = None, untrusted: list[Path] | None = None) -> Iterator[SettingsFile]:
-    """The settings files that apply, nearest first (the module docstring's search rule); a file another
-    user controls is skipped (and appended to `untrusted` when given, for the caller's message)."""
+def user_config_folder() -> Path:
+    """The user's own cadedit config folder: $XDG_CONFIG_HOME/cadedit, else ~/.config/cadedit."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base, "cadedit")
+
+
+def _own_file(name: str) -> Path | None:
+    """A file of the user's config folder when it and the folder are the user's own, else None."""
+    folder = user_config_folder()
+    path = folder / name
+    return path if path.is_file() and trusted(folder) and trusted(path) else None
+
+
+def approvals() -> dict[str, str]:
+    """The approved repository settings files: their resolved path -> the digest approved."""
+    path = _own_file(APPROVALS)
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path}: cannot read the approved settings ({exc})",
+                          hint="delete it and approve your repositories again with `cadedit trust`") from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise ConfigError(f"{path}: not a table of approved settings files",
+                          hint="delete it and approve your repositories again with `cadedit trust`")
+    return data
+
+
+def approved(found: SettingsFile) -> bool:
+    """Whether the user approved this repository settings file as it reads now."""
+    return found.own or approvals().get(str(found.path.resolve())) == found.digest
+
+
+def save_approvals(table: dict[str, str]) -> Path:
+    """Write the approvals (atomically) into the user's config folder, made private if new."""
+    folder = user_config_folder()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not trusted(folder):
+        raise ConfigError(f"{folder}: not the user's own folder (another user owns it or may write it); "
+                          "no approval recorded", hint="use a folder of yours: XDG_CONFIG_HOME=/path/to/yours")
+    fd, tmp = tempfile.mkstemp(prefix=".trusted-", dir=folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        json.dump(table, out, indent=1, sort_keys=True)
+    target = folder / APPROVALS
+    os.replace(tmp, target)
+    return target
+
+
+def repository_files(cwd: Path | None = None, untrusted: list[Path] | None = None) -> Iterator[SettingsFile]:
+    """The repository settings files that apply, nearest first, approved or not (the module docstring's
+    search rule); a file another user controls is skipped (and appended to `untrusted` when given)."""
     for folder in settings_folders(cwd):
         for name in (SETTINGS_FILE, "pyproject.toml"):
             path = folder / name
@@ -209,12 +289,75 @@ def settings_files(cwd: Path | None = None, untrusted: list[Path] | None = None)
                 yield SettingsFile(path, tool)
 
 
+def user_settings() -> SettingsFile | None:
+    """The user's own config.toml (top level, or its [tool.cadedit]), if there is one they control."""
+    path = _own_file(USER_CONFIG)
+    if path is None:
+        return None
+    data = read_toml(path)
+    tool = cadedit_table(data, path, required=False)
+    return SettingsFile(path, tool if "cadedit" in data.get("tool", {}) else data, own=True)
+
+
+def approve(folder: Path) -> list[SettingsFile]:
+    """Record the repository settings files that apply in `folder` as approved, as they read now; the
+    files approved. A ConfigError when there is none the user controls."""
+    untrusted: list[Path] = []
+    found = list(repository_files(folder, untrusted))
+    if not found:
+        ignored = f" ({', '.join(map(str, untrusted))} not approvable: owned by another user or writable by others)"
+        raise ConfigError(f"{folder}: no cadedit settings file to approve" + (ignored if untrusted else ""))
+    table = approvals()
+    table.update({str(f.path.resolve()): f.digest for f in found})
+    save_approvals(table)
+    return found
+
+
+def forget(folder: Path) -> list[Path]:
+    """Withdraw the approval of every settings file in `folder` and its parents (those approve() records)."""
+    table = approvals()
+    gone = [Path(p) for p in table if Path(p).parent in {f.resolve() for f in settings_folders(folder)}]
+    if gone:
+        save_approvals({p: d for p, d in table.items() if Path(p) not in gone})
+    return gone
+
+
+_told: set[tuple[Path, str]] = set()
+
+
+def _tell(path: Path, why: str, message: str) -> None:
+    """A warning on stderr, once per file and reason in a process: it names what was ignored and how to
+    approve it. Plain text straight to stderr: this module stays a leaf that every command imports."""
+    if (path, why) not in _told:
+        _told.add((path, why))
+        sys.stderr.write(f"warning: {message}\n")
+
+
+def settings_files(cwd: Path | None = None, untrusted: list[Path] | None = None) -> Iterator[SettingsFile]:
+    """The settings files that apply, nearest first: the approved repository files, then the user's own
+    config. A repository file not approved is skipped with a warning naming it."""
+    for found in repository_files(cwd, untrusted):
+        if approved(found):
+            yield found
+        elif found.table:
+            keys = ", ".join(sorted(found.table))
+            _tell(found.path, "unapproved", f"{found.path}: this repository's settings ({keys}) are not approved, "
+                  f"so cadedit ignored them; review them and run `cadedit trust {found.path.parent}` to use them")
+    mine = user_settings()
+    if mine is not None:
+        yield mine
+
+
 def configured(key: str, cwd: Path | None = None, kind: type = str):
-    """A setting (a string, or a positive number with kind=float) from the nearest trusted settings
-    file that has it (see the module docstring)."""
+    """A setting (a string, or a positive number with kind=float) from the nearest settings file that
+    has it (see the module docstring); USER_ONLY_KEYS only from the user's own config."""
     for found in settings_files(cwd):
         value = found.table.get(key)
         if value is None:
+            continue
+        if key in USER_ONLY_KEYS and not found.own:
+            _tell(found.path, key, f"{found.path}: `{key}` ignored: a repository never chooses where your code and "
+                  f"API key go; name it with --{key}, {ENGINE_ENV} or in {user_config_folder() / USER_CONFIG}")
             continue
         if kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -241,7 +384,7 @@ def choose_backend(cli_value: str | None = None, cwd: Path | None = None) -> str
 
 def choose_engine(cli_value: str | None = None, cwd: Path | None = None) -> str | None:
     """The shared inference engine's URL, if any: --engine, then CADEDIT_ENGINE, then `engine` in the
-    project's settings (an empty --engine or CADEDIT_ENGINE means none: edit locally)."""
+    user's own config, never a repository's (an empty --engine or CADEDIT_ENGINE means none: edit locally)."""
     if cli_value is not None:
         return cli_value or None
     if ENGINE_ENV in os.environ:
@@ -263,3 +406,39 @@ def user_cache(*parts: str) -> Path:
     """cadedit's one user cache folder ($XDG_CACHE_HOME/cadedit, else ~/.cache/cadedit), or a path in it."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base, "cadedit", *parts)
+
+
+def not_own(path: Path, private: bool = False) -> str | None:
+    """Why `path` is not this user's own, or None when it is (or does not exist): it must not be a link,
+    must be owned by this user and writable by no one else (private: nor readable). The one check of
+    every folder cadedit shares with nobody: the runtime folder, the cache and its entries. A folder
+    or file another user controls could hold their weights, KV states or socket in place of ours."""
+    try:
+        st = path.lstat()
+    except (FileNotFoundError, NotADirectoryError):  # missing, or under a file: whoever makes it says so
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    if st.st_uid != os.getuid() or st.st_mode & (0o077 if private else 0o022):
+        return f"owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}"
+    return None
+
+
+def cache_problem(path: Path, top: Path | None = None, contents: bool = False) -> str | None:
+    """Why a cache entry may not be used, as "<path>: <why>", or None: the first of the cache folder
+    `top` (default: user_cache()) and every folder below it down to `path`, and `path` itself (and with
+    `contents` the entries of the folder `path`), that is not this user's own (not_own). A missing
+    part is fine: cadedit makes it, as its own."""
+    top = user_cache() if top is None else top
+    try:
+        below = path.relative_to(top).parts
+    except ValueError:
+        below = ()
+    parts = [top, *(top.joinpath(*below[:k]) for k in range(1, len(below) + 1))]
+    if contents and path.is_dir() and not path.is_symlink():
+        parts += sorted(path.iterdir())
+    for part in parts:
+        why = not_own(part)
+        if why is not None:
+            return f"{part}: not this user's own ({why})"
+    return None

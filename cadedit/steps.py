@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from cadedit.atomic import replace_file
-from cadedit.settings import user_cache
+from cadedit.settings import cache_problem, user_cache
 
 GROUP = 32  # weights per scale in an int4 copy: the GGUF 4-bit formats' own group
 EXACT_TOP = 64  # an int4 LM head's highest logits recomputed from the head's own weight
@@ -116,15 +116,18 @@ def use_step_weights(model: torch.nn.Module, identity: str, four_bit: dict[str, 
         four_bit["lm_head"] = lambda: quantize_int4(linears["lm_head"].weight)
     key = identity + ("|int4:" + ",".join(sorted(four_bit)) if four_bit else "") + ("|int4-head" if int4_head else "")
     path = (root or user_cache("int8")) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.safetensors"
-    tensors = _load(path, linears)
+    # Another user's copies would be run as this model's weights: a cache not this user's own is not used.
+    foreign = cache_problem(path, root or user_cache())
+    tensors = _load(path, linears) if foreign is None else None
     source = "from the cache"
     if tensors is None:
         if announce is not None:
             announce(f"making the compact one-token step weights into {path.parent} (once per model file)")
         tensors = {name: _copy(linear, four_bit.get(name)) for name, linear in linears.items()}
         tensors = {f"{name}.{part}": t for name, (q, scale) in tensors.items() for part, t in (("q", q), ("scale", scale))}
-        _save(path, tensors)
-        source = "made now"
+        if foreign is None:
+            _save(path, tensors)
+        source = "made now" if foreign is None else f"made now, not cached ({foreign})"
     int4 = 0
     for name, linear in linears.items():
         parent_name, _, attribute = name.rpartition(".")

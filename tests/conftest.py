@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from cadedit.settings import approve
+
 
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path_factory, monkeypatch):
@@ -33,6 +35,12 @@ def isolated_env(tmp_path_factory, monkeypatch):
     for var in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
         monkeypatch.setenv(var, "tests@cadedit.invalid")
     return home
+
+
+def approve_settings(folder: Path) -> None:
+    """Approve the repository settings that apply in `folder`, as `cadedit trust` does (tests/test_trust.py
+    tests the command and what an unapproved repository's settings do)."""
+    approve(folder)
 
 
 def as_foreground() -> None:

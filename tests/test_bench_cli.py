@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cadedit.cli import app
+from tests.conftest import approve_settings
 from tests.bench_helpers import CASES, record, write_byte_tokenizer, write_corpus
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "humanevalfix"
@@ -63,6 +64,7 @@ def test_ceiling_tokenizer_follows_the_project_settings(files, monkeypatch):
     corpus, tok, tmp = files
     monkeypatch.chdir(tmp)
     (tmp / ".cadedit.toml").write_text(f"model = {str(tok)!r}\n")
+    approve_settings(tmp)
     out = tmp / "c.json"
     result = invoke("ceiling", "-c", str(corpus), "--json", str(out))
     assert result.exit_code == 0, result.output

@@ -6,6 +6,7 @@ import pytest
 
 from cadedit.bench.tokens import TokenCounter, load_tokenizer, tokenizer_spec
 from cadedit.errors import ModelError
+from tests.conftest import approve_settings
 from tests.bench_helpers import CharTokenizer, write_byte_tokenizer
 
 
@@ -48,8 +49,10 @@ def test_tokenizer_spec_follows_the_model_choice(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert tokenizer_spec(None, None) == DEFAULT_MODEL
     (tmp_path / "pyproject.toml").write_text('[tool.cadedit]\nmodel = "from-pyproject"\n')
+    approve_settings(tmp_path)
     assert tokenizer_spec(None, None) == "from-pyproject"
     (tmp_path / ".cadedit.toml").write_text('model = "from-dotfile"\n')
+    approve_settings(tmp_path)
     assert tokenizer_spec(None, None) == "from-dotfile"
     monkeypatch.setenv("CADEDIT_MODEL", "from-env")
     assert tokenizer_spec(None, None) == "from-env"

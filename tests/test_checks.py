@@ -520,3 +520,12 @@ def test_a_signal_to_cadedit_during_the_test_restores_the_file(user_file, tmp_pa
     assert (proc.returncode, out.strip()) == (status, said)
     assert gone_soon(int(started.read_text()))
     assert_restored(user_file, "started")
+
+
+@pytest.mark.parametrize("path, deep", [("m.py", "x = 1" + " + 1" * 200_000 + "\n"), ("d.json", "[" * 200_000 + "]" * 200_000)])
+def test_a_candidate_nested_deeper_than_the_parser_reads_fails_the_syntax_check_in_one_line(path, deep):
+    """compile() and json.loads raise RecursionError on these: a verdict on the candidate, not an internal error."""
+    before = "x = 1\n" if path.endswith(".py") else "[]"
+    check = syntax_check(path, before, deep)
+    assert not check.passed and not check.skipped and "nested deeper than the" in check.detail
+    assert syntax_check(path, deep, deep).skipped  # the file could not be read before the edit either

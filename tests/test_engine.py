@@ -283,17 +283,40 @@ def test_an_engine_busy_with_other_edits_is_waited_for_up_to_the_timeout_also_fo
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
 
 
-def test_the_engine_and_its_timeout_come_from_settings_and_the_key_from_the_environment(engine, colors):
+def test_a_repository_never_chooses_the_engine_even_approved(engine, colors):
+    """A cloned repository's `engine` would receive the user's file and API key: it is ignored, with a
+    warning, before and after the user approves the repository's settings (`cadedit trust`)."""
     script = Script([("red:\ngreen;\nblue)", "stop")], sleep=0.0)
+    (colors / ".git").mkdir()
     (colors / ".cadedit.toml").write_text(f'engine = "{engine(script)}"\nengine_timeout = 30\n')
+    key = {"CADEDIT_ENGINE_KEY": "s3cret", "OPENAI_API_KEY": "sk-s3cret", "CADEDIT_MODEL": str(colors / "no-model")}
+    unapproved = cli("fix", "colors.txt", "Rename teal to green.", "--write", "-q", cwd=colors, env=key)
+    assert unapproved.returncode == 1 and "are not approved, so cadedit ignored them" in unapproved.stderr
+    assert "cadedit trust" in unapproved.stderr
+    assert cli("trust", cwd=colors).returncode == 0
+    approved = cli("fix", "colors.txt", "Rename teal to green.", "--write", "-q", cwd=colors, env=key)
+    assert approved.returncode == 1 and "`engine` ignored: a repository never chooses" in approved.stderr
+    assert script.headers == [] and (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+def test_the_engine_and_its_timeout_come_from_the_users_config_and_the_key_from_the_environment(engine, colors):
+    script = Script([("red:\ngreen;\nblue)", "stop")], sleep=0.0)
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "cadedit" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'engine = "{engine(script)}"\nengine_timeout = 30\n')
     done = cli("fix", "colors.txt", "Rename teal to green.", "-q", cwd=colors, env={"CADEDIT_ENGINE_KEY": "s3cret"})
     assert done.returncode == 0, done.stderr
     assert "-teal;" in done.stdout and script.headers[0]["Authorization"] == "Bearer s3cret"
     bad = cli("fix", "colors.txt", "Rename.", "-q", cwd=colors, env={"CADEDIT_ENGINE": "gpu-box:8000"})
     assert bad.returncode == 1 and "engine 'gpu-box:8000': not an http:// or https:// URL" in bad.stderr
-    (colors / ".cadedit.toml").write_text(f'engine = "{engine(script)}"\nengine_timeout = "soon"\n')
+    config.write_text(f'engine = "{engine(script)}"\nengine_timeout = "soon"\n')
     wrong = cli("fix", "colors.txt", "Rename.", "-q", cwd=colors)
     assert wrong.returncode == 1 and "`engine_timeout` must be a positive number" in wrong.stderr
+    config.write_text(f'engine = "{engine(script)}"\n')
+    config.chmod(0o666)  # a config others may write chooses nothing
+    sent = len(script.headers)
+    ignored = cli("fix", "colors.txt", "Rename.", "-q", cwd=colors, env={"CADEDIT_MODEL": str(colors / "no-model")})
+    assert ignored.returncode == 1 and "no-model" in ignored.stderr and len(script.headers) == sent
 
 
 def test_tries_feed_back_through_the_engine(engine, colors):
@@ -540,9 +563,13 @@ def test_the_hook_runs_through_the_engine(engine, tmp_path, where):
     (tmp_path / "colors.py").write_text("red = 1\nteal = 2\n")
     script = Script([("red = 1\ngreen = 2", "stop")])
     url = engine(script)
-    settings = f'engine = "{url}"\nengine_timeout = 60\n' if where == "settings" else ""
-    (tmp_path / ".cadedit.toml").write_text(settings + '[[rules]]\nfiles = "*.py"\ninstruction = "Rename teal to green."\n')
+    if where == "settings":  # the user's own config: a repository's never names the engine
+        config = Path(os.environ["XDG_CONFIG_HOME"]) / "cadedit" / "config.toml"
+        config.parent.mkdir(parents=True)
+        config.write_text(f'engine = "{url}"\nengine_timeout = 60\n')
+    (tmp_path / ".cadedit.toml").write_text('[[rules]]\nfiles = "*.py"\ninstruction = "Rename teal to green."\n')
     subprocess.run(["git", "add", "colors.py"], cwd=tmp_path, check=True)
+    assert cli("trust", cwd=tmp_path).returncode == 0
     done = cli("hook", "run", *(["--engine", url] if where == "option" else []), cwd=tmp_path)
     assert done.returncode == 1, done.stderr  # would change: the diff is shown
     assert "-teal = 2\n+green = 2\n" in done.stdout and "using the engine" in done.stderr

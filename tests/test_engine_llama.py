@@ -143,10 +143,10 @@ def test_a_failing_candidate_1_branches_through_the_real_engine(colors, editing_
 def test_the_hook_runs_through_the_engine(tmp_path, editing_engine):
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
     (tmp_path / "colors.txt").write_text(COLORS)
-    (tmp_path / ".cadedit.toml").write_text(f'engine = "{editing_engine}"\n[[rules]]\nfiles = "*.txt"\n'
-                                            'instruction = "Rename teal to green."\n')
+    (tmp_path / ".cadedit.toml").write_text('[[rules]]\nfiles = "*.txt"\ninstruction = "Rename teal to green."\n')
     subprocess.run(["git", "add", "colors.txt"], cwd=tmp_path, check=True)
-    done = cli("hook", "run", "--fix", cwd=tmp_path)
+    assert cli("trust", cwd=tmp_path).returncode == 0
+    done = cli("hook", "run", "--fix", cwd=tmp_path, env={"CADEDIT_ENGINE": editing_engine})
     assert done.returncode == 1, done.stderr  # fixed: review and stage again
     assert "using the engine" in done.stderr and "colors.txt: fixed" in done.stderr
     assert (tmp_path / "colors.txt").read_text() == COLORS.replace("teal", "green")

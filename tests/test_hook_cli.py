@@ -8,6 +8,7 @@ installed hook, and through the pre-commit framework (`pre-commit try-repo`, off
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -19,7 +20,9 @@ from typer.testing import CliRunner
 
 import cadedit.model
 from cadedit import cli
+from cadedit.errors import ConfigError
 from cadedit.options import Mode
+from tests.conftest import approve_settings
 from tests.test_pipes import script_model
 from tests.test_repo import write
 
@@ -57,6 +60,7 @@ def make_repo(root: Path, model: Path | str | None, files: dict[str, bytes]) -> 
     git(root, "init", "-q", "-b", "main")
     model_line = f"model = {str(model)!r}\n" if model else ""
     (root / ".cadedit.toml").write_text(model_line + '[[rules]]\nfiles = "*.py"\ninstruction = "Rename old to new."\n')
+    approve_settings(root)
     write(root, files)
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "init")
@@ -362,6 +366,8 @@ def test_malformed_settings_are_one_line_errors(tmp_path, monkeypatch, name, tex
     root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})
     (root / ".cadedit.toml").unlink()
     (root / name).write_text(text)
+    with contextlib.suppress(ConfigError):  # a file that does not parse is not approved: its error is the hook's
+        approve_settings(root)
     write(root, {"a.py": b"old\n"})
     git(root, "add", "a.py")
     monkeypatch.chdir(root)
@@ -373,6 +379,7 @@ def test_malformed_settings_are_one_line_errors(tmp_path, monkeypatch, name, tex
 def test_a_settings_file_with_a_bom_is_read(tmp_path, monkeypatch):
     root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})
     (root / ".cadedit.toml").write_bytes(b'\xef\xbb\xbf[[rules]]\nfiles = "*.md"\ninstruction = "x"\n')
+    approve_settings(root)
     write(root, {"a.py": b"old\n"})
     git(root, "add", "a.py")
     monkeypatch.chdir(root)
@@ -461,6 +468,7 @@ def test_under_autocrlf_fix_merges_into_a_partially_staged_lf_file(tmp_path, mon
 def _rule_with_test(root: Path, test: str) -> None:
     (root / ".cadedit.toml").write_text((root / ".cadedit.toml").read_text().replace(
         'instruction = "Rename old to new."', f'instruction = "Rename old to new."\ntest = {test!r}'))
+    approve_settings(root)
 
 
 @pytest.mark.parametrize("how", ["symlink", "fifo"])
@@ -530,6 +538,7 @@ def test_a_nul_in_a_rules_test_is_a_one_line_error_naming_the_rule(tmp_path, mon
     root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
     (root / ".cadedit.toml").write_text((root / ".cadedit.toml").read_text().replace(
         'instruction = "Rename old to new."', 'instruction = "Rename old to new."\ntest = "true\\u0000"'))
+    approve_settings(root)
     write(root, {"a.py": b"a\nold\n"})
     git(root, "add", "-A")
     monkeypatch.chdir(root)

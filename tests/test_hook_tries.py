@@ -10,6 +10,7 @@ import pytest
 
 from cadedit.options import Mode
 from tests.test_hook_cli import git, hook, make_repo, no_outer_git, staged  # noqa: F401 - fixtures
+from tests.conftest import approve_settings
 from tests.test_pipes import script_model
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -38,6 +39,7 @@ def settings(root, *lines: str) -> None:
     top = "".join(line + "\n" for line in lines if not line.startswith("test"))
     tests = "".join(line + "\n" for line in lines if line.startswith("test"))
     (root / ".cadedit.toml").write_text(head + top + "[[rules]]" + rule + tests)
+    approve_settings(root)
 
 
 def test_a_rule_test_fails_the_first_candidate_and_passes_the_second(tmp_path, monkeypatch, tiny_dir):

@@ -38,12 +38,46 @@ def test_a_huge_file_is_refused_by_its_size_before_it_is_tokenised(tmp_path, tin
     assert time.monotonic() - start < 60  # tokenising all of it took minutes
 
 
+def test_a_file_too_large_to_outline_is_refused_by_its_size_without_outlining_it(tmp_path, tiny_dir):
+    """Outlining 16 MiB of Python took 24-36 s and 3.4 GB before the refusal by size (the issue "Trust
+    round 4", item 13): past settings.OUTLINE_BYTES the definitions are not looked for, the edit is whole."""
+    (tmp_path / "big.py").write_text("".join(f"def f{i}(x):\n    return x * {i}\n" for i in range(120_000)))  # 3.3 MB
+    done = cadedit("fix", "big.py", "Fix the bug in f5.", "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path)
+    line = one_line_error(done)
+    assert "big.py: too large for" in line and "at least" in line, line
+    assert "more than cadedit outlines (2,097,152)" in done.stderr, done.stderr
+
+
 def test_thousands_of_line_references_are_read_in_linear_time(tmp_path, tiny_dir):
     (tmp_path / "a.py").write_text("def f(x):\n    return x\n" * 20)
     done = cadedit("fix", "a.py", "line 1 " * 15_000, "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path,
                    timeout=90)  # a scan quadratic in the references took 33 s
     assert "scope: lines 1-2" in done.stderr, done.stderr  # read in time; the prompt is then too long for 4,096
     assert done.returncode == 1 and "too large" in done.stderr
+
+
+@pytest.mark.parametrize("instruction, digits", [("Fix line " + "9" * 5000, "5,000"),
+                                                 ("Fix lines 1-" + "9" * 20, "20")])
+def test_a_line_number_longer_than_any_file_is_a_one_line_error(tmp_path, tiny_dir, instruction, digits):
+    """int() of 5,000 digits raised ValueError: "internal error" (the issue "Trust round 4", item 19)."""
+    (tmp_path / "a.py").write_text("x = 1\n")
+    line = one_line_error(cadedit("fix", "a.py", instruction, "--model", str(tiny_dir), cwd=tmp_path))
+    assert line == f"error: line number 999999999999... ({digits} digits): more lines than any file has"
+    long = one_line_error(cadedit("fix", "a.py", "Fix it.", "--lines", "9" * 5000, "--model", str(tiny_dir),
+                                  cwd=tmp_path))
+    assert "(5,000 digits): more lines than any file has" in long
+
+
+def test_scoping_a_pasted_list_of_lines_and_names_is_linear_in_the_instruction(tmp_path, tiny_dir):
+    """15,000 line references, or 50,000 mentions of words, on a 15,000-line file took 100-180 s to scope
+    (here 10,000 and 30,000: one argument holds at most 128 KiB):
+    each reference scanned every definition and statement, each merge rejoined every reason."""
+    (tmp_path / "big.py").write_text("".join(f"def func_{i}(x):\n    return x + {i}\n\n" for i in range(5000)))
+    for instruction in ("Fix " + " ".join(f"line {i}" for i in range(1, 10000)), "`a`" * 30000 + " func_7"):
+        start = time.monotonic()
+        done = cadedit("fix", "big.py", instruction, "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path, timeout=100)
+        assert "scope: lines" in done.stderr and done.returncode == 1, done.stderr  # then too large for 4,096
+        assert time.monotonic() - start < 40
 
 
 @pytest.mark.parametrize("instruction", ["", "   ", "\n\t"])
@@ -114,6 +148,43 @@ def test_a_fifo_in_place_of_the_weights_is_a_one_line_error_not_a_hang(tmp_path,
     (tmp_path / "a.py").write_text("x = 1\n")
     line = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", str(folder), cwd=tmp_path, timeout=60))
     assert "model.safetensors: not a regular file" in line
+
+
+@pytest.mark.parametrize("name", ["a:b:c.py", "d[:x:].py", ":ok: [bold]x[/bold].py"])
+def test_names_with_emoji_codes_or_markup_reach_stderr_as_they_are(tmp_path, name):
+    """rich's emoji codes made `a:b:c.py` read `a🅱c.py` and `ollama:m:latest` `ollamaⓂlatest` (the issue
+    "Trust round 4", item 17)."""
+    line = one_line_error(cadedit("fix", name, "Fix it.", cwd=tmp_path))
+    assert line.startswith(f"error: {name}: ") and line.isascii(), line
+    (tmp_path / "a.py").write_text("x = 1\n")
+    model = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", "ollama:m:latest", cwd=tmp_path))
+    assert model.startswith("error: ollama:m:latest: no such model"), model
+
+
+@pytest.mark.parametrize("what", ["fifo", "huge", "device"])
+def test_an_ollama_manifest_that_is_no_regular_file_of_its_size_is_a_one_line_error(tmp_path, what):
+    """The manifest is read like a FILE argument: a FIFO there blocked `cadedit fix` forever, a link to
+    /dev/zero read until memory ran out (the issue "Trust round 4", item 20)."""
+    manifest = tmp_path / "ollama" / "manifests" / "example.invalid" / "library" / "m" / "latest"
+    manifest.parent.mkdir(parents=True)
+    if what == "fifo":
+        os.mkfifo(manifest)
+    elif what == "huge":
+        manifest.write_bytes(b" " * (2 << 20))
+    else:
+        manifest.symlink_to("/dev/zero")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    done = subprocess.run([console_script(), "fix", "a.py", "Fix it.", "--model", "ollama:m"], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=60, env={**os.environ, "OLLAMA_MODELS": str(tmp_path / "ollama")})
+    line = one_line_error(done)
+    assert line.startswith(f"error: ollama:m: {manifest}: ") and ("larger than" in line or "regular files only" in line)
+
+
+def test_a_settings_file_larger_than_any_is_a_one_line_error(tmp_path):
+    (tmp_path / ".cadedit.toml").write_text("# " + "x" * (2 << 20) + "\n")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    line = one_line_error(cadedit("fix", "a.py", "Fix it.", cwd=tmp_path))
+    assert line.startswith(f"error: {tmp_path / '.cadedit.toml'}: cannot read settings (") and "larger than" in line
 
 
 def test_a_chat_template_that_never_ends_is_stopped(tmp_path, tiny_dir):
@@ -205,3 +276,19 @@ def test_an_instruction_with_bytes_that_are_not_utf8_is_a_one_line_error(tmp_pat
     line = one_line_error(done)
     assert line == "error: INSTRUCTION: not UTF-8 text (the byte 0xff at character 5)", line
     assert (tmp_path / "a.py").read_text() == "x = 1\n"
+
+
+@pytest.mark.parametrize("name, text", [
+    ("calls.py", "q = db" + "".join(f".f{i}()" for i in range(520)) + "\n"),
+    ("concat.py", "s = 'a'" + " + 'b'" * 1100 + "\n"),
+    ("bundle.js", "var s = " + " + ".join(["'a'"] * 1500) + ";\n"),
+])
+def test_a_long_expression_is_outlined_without_an_internal_error(tmp_path, tiny_dir, name, text):
+    """Chained calls, a long concatenation, a minified bundle: the outline's walks went deeper than Python's
+    stack, "internal error: RecursionError" (the issue "Trust round 4", item 14)."""
+    (tmp_path / name).write_text(text)
+    done = cadedit("fix", name, "Fix it.", "--model", str(tiny_dir), "--tries", "1", "--max-new-tokens", "8",
+                   cwd=tmp_path)
+    assert done.returncode in (0, 1, 3) and "internal error" not in done.stderr and "Traceback" not in done.stderr, \
+        done.stderr
+    assert (tmp_path / name).read_text() == text

@@ -327,6 +327,7 @@ def test_backend_measurements_are_keyed_by_the_llama_builds_cpu_features(editing
 
 def test_the_backend_comes_from_the_environment_and_settings(colors, editing_gguf):
     (colors / ".cadedit.toml").write_text('backend = "llama"\n')
+    assert cli("trust", cwd=colors).returncode == 0
     done = cli("fix", "colors.txt", "Rename.", "--model", str(editing_gguf), "--threads", "1", "--json", "-q", cwd=colors)
     assert done.returncode == 0 and json.loads(done.stdout)["backend"] == "llama", done.stderr
     bad = cli("fix", "colors.txt", "Rename.", "--model", str(editing_gguf), cwd=colors, env={"CADEDIT_BACKEND": "cuda"})
@@ -358,6 +359,21 @@ def test_models_the_llama_backend_cannot_serve_are_one_line_errors(colors, tmp_p
     _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(tiny_dir), "--backend", "llama", cwd=colors),
                     "GGUF")
     _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(tmp_path / "none.gguf"), cwd=colors), "not found")
+    assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
+
+
+@pytest.mark.parametrize("backend", ["llama", "torch"])
+@pytest.mark.parametrize("lie, message", [
+    ({"block_count": 0}, "qwen2.block_count is 0, but the file holds the tensors of 2 layers"),
+    ({"block_count": 1000}, "qwen2.block_count is 1000, but the file holds the tensors of 2 layers"),
+    ({"tokens_as": lambda tokens: ["a"] * len(tokens)}, "GGUF vocabulary repeats token 'a' (ids 0 and 1)"),
+])
+def test_a_gguf_whose_metadata_lies_is_refused_before_llama_cpp_or_the_converter_reads_it(colors, tmp_path, lie,
+                                                                                          message, backend):
+    """llama.cpp aborted the process on these (GGML_ASSERT, exit 134); the converter built 1000 layers."""
+    hostile = save_gguf(tmp_path / "hostile.gguf", **lie)
+    done = cli("fix", "colors.txt", "Rename.", "--model", str(hostile), "--backend", backend, "--threads", "1", cwd=colors)
+    _one_line_error(done, message)
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 

@@ -14,6 +14,7 @@ from cadedit import hardware as H
 from cadedit import model as M
 from cadedit import settings as S
 from cadedit.errors import ConfigError, ModelError
+from tests.conftest import approve_settings
 from tests.tinymodel import make_hf_model, make_model, save_model
 
 # -- splice equivalence ------------------------------------------------------------------------
@@ -87,8 +88,11 @@ def test_model_precedence_cli_then_env_then_project_then_default(tmp_path, monke
     (project / "src").mkdir(parents=True)
     assert S.choose_model(None, project / "src") == S.DEFAULT_MODEL
     (project / "pyproject.toml").write_text('[tool.cadedit]\nmodel = "from-pyproject"\n')
+    assert S.choose_model(None, project / "src") == S.DEFAULT_MODEL  # not approved yet
+    approve_settings(project / "src")
     assert S.choose_model(None, project / "src") == "from-pyproject"
     (project / "src" / ".cadedit.toml").write_text('model = "from-dotfile"\n')
+    approve_settings(project / "src")
     assert S.choose_model(None, project / "src") == "from-dotfile"
     monkeypatch.setenv("CADEDIT_MODEL", "from-env")
     assert S.choose_model(None, project / "src") == "from-env"
@@ -97,6 +101,7 @@ def test_model_precedence_cli_then_env_then_project_then_default(tmp_path, monke
 
 def test_bad_settings_file_is_a_config_error(tmp_path):
     (tmp_path / ".cadedit.toml").write_text("model = [1, 2]\n")
+    approve_settings(tmp_path)
     with pytest.raises(ConfigError, match="model"):
         S.configured_model(tmp_path)
     (tmp_path / ".cadedit.toml").write_text("model = \n")

@@ -121,3 +121,18 @@ def test_a_store_this_user_may_read_but_not_write_is_used_without_errors(loaded,
     monkeypatch.setattr(tempfile, "mkstemp", refuse)
     again = edit(loaded, "Call the function g instead.")
     assert again.stats.tokens_reused > 0 and again.new_text == DOC.text.replace("f(", "g(")
+
+
+def test_a_store_or_entry_of_another_user_is_neither_read_nor_written(loaded):
+    """KV states another user put in the store would steer the model; ours in their folder would show them the code."""
+    edit(loaded, "Rename f to g.")
+    (entry,) = store_files()
+    os.chown(entry, 12345, 12345)
+    language_model(loaded).reset()
+    assert edit(loaded, "Call the function g instead.").stats.tokens_reused == 0  # not read
+    assert store_files() == [entry] and entry.stat().st_uid == 12345  # nor replaced
+    entry.unlink()
+    PrefixStore().root.chmod(0o777)  # a store others may write
+    language_model(loaded).reset()
+    assert edit(loaded, "Rename f to g.").new_text == DOC.text.replace("f(", "g(")
+    assert store_files() == []  # nothing written into it

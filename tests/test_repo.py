@@ -5,6 +5,7 @@ hook install/uninstall and diff paths."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from cadedit import repo as r
 from cadedit.document import Document
 from cadedit.errors import ConfigError, ModelError
+from tests.conftest import approve_settings
 
 SETTINGS = '[[rules]]\nfiles = "*.py"\ninstruction = "old->new"\n'
 
@@ -34,6 +36,7 @@ def make_repo(root: Path, files: dict[str, bytes], settings: str | None = SETTIN
     git(root, "init", "-q", "-b", "main")
     if settings is not None:
         (root / ".cadedit.toml").write_text(settings)
+        approve_settings(root)
     write(root, files)
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "init")
@@ -95,6 +98,7 @@ def test_settings_from_cadedit_toml(tmp_path):
         'model = "some/model"\n[[rules]]\nfiles = ["*.py", "*.pyi"]\ninstruction = "x"\n'
         '[[rules]]\nfiles = "docs/*.md"\ninstruction = "y"\n'
     )
+    approve_settings(tmp_path)
     settings = r.load_settings(tmp_path)
     assert settings.model == "some/model"
     assert settings.rules == (r.Rule(("*.py", "*.pyi"), "x"), r.Rule(("docs/*.md",), "y"))
@@ -105,11 +109,14 @@ def test_settings_from_pyproject_and_cadedit_toml_wins(tmp_path):
     (tmp_path / "pyproject.toml").write_text(
         '[project]\nname = "p"\n[tool.cadedit]\n[[tool.cadedit.rules]]\nfiles = "*.py"\ninstruction = "from pyproject"\n'
     )
+    approve_settings(tmp_path)
     assert r.load_settings(tmp_path).rules[0].instruction == "from pyproject"
     assert r.load_settings(tmp_path).model is None
     (tmp_path / ".cadedit.toml").write_text('[[rules]]\nfiles = "*.py"\ninstruction = "own file"\n')
+    approve_settings(tmp_path)
     assert r.load_settings(tmp_path).rules[0].instruction == "own file"
     (tmp_path / ".cadedit.toml").write_text('[[tool.cadedit.rules]]\nfiles = "*.py"\ninstruction = "own, nested"\n')
+    approve_settings(tmp_path)
     assert r.load_settings(tmp_path).rules[0].instruction == "own, nested"
 
 
@@ -131,6 +138,8 @@ def test_settings_from_pyproject_and_cadedit_toml_wins(tmp_path):
 def test_bad_or_missing_settings_say_what_to_do(tmp_path, text, expected):
     if text is not None:
         (tmp_path / ".cadedit.toml").write_text(text)
+        with contextlib.suppress(ConfigError):  # a file that does not parse is not approved: its error is the hook's
+            approve_settings(tmp_path)
     with pytest.raises(ConfigError) as info:
         r.load_settings(tmp_path)
     assert expected in info.value.message
@@ -159,6 +168,7 @@ def test_plan_before_the_first_commit(tmp_path):
     root.mkdir()
     git(root, "init", "-q")
     write(root, {".cadedit.toml": SETTINGS.encode(), "a.py": b"old\n"})
+    approve_settings(root)
     git(root, "add", "a.py")
     assert [t.path for t in r.plan(r.open_repo(root), r.load_settings(root))] == ["a.py"]
 

@@ -232,3 +232,16 @@ def test_making_the_step_weights_is_announced_and_loading_them_is_not(tmp_path):
     assert len(told) == 1 and "making the compact one-token step weights" in told[0]
     use_step_weights(make_model().to(torch.bfloat16).eval(), "tiny", root=tmp_path, announce=told.append)
     assert len(told) == 1
+
+
+@pytest.mark.parametrize("how", ["folder others may write", "copy of another user"])
+def test_int8_copies_another_user_could_plant_are_neither_read_nor_written(tmp_path, how):
+    use_step_weights(make_model().to(torch.bfloat16).eval(), "tiny", root=tmp_path)
+    (path,) = tmp_path.glob("*.safetensors")
+    if how == "folder others may write":
+        tmp_path.chmod(0o777)
+    else:
+        os.chown(path, 12345, 12345)
+    said = use_step_weights(make_model().to(torch.bfloat16).eval(), "tiny", root=tmp_path)
+    assert said.startswith("int8, made now, not cached (") and "not this user's own" in said
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]

@@ -55,11 +55,99 @@ def test_a_settings_file_others_may_write_is_ignored(shared):
 
 
 def test_the_users_own_settings_file_is_read_and_the_search_stops_at_the_repository(shared):
+    assert cadedit("trust", cwd=shared / "project").returncode == 0
     done = cadedit("fix", "a.py", "Fix it.", "--tries", "1", cwd=shared / "project")
-    assert "/planted/by/someone/else" in done.stderr  # the control: trusted, so it is used
+    assert "/planted/by/someone/else" in done.stderr  # the control: trusted and approved, so it is used
     (shared / "project" / ".git").mkdir()  # the project is a repository: nothing above its root counts
     done = cadedit("fix", "a.py", "Fix it.", "--tries", "1", cwd=shared / "project")
     assert "/planted/by/someone/else" not in done.stderr, done.stderr
+
+
+# -- a repository's settings wait for the user's approval (issue "Trust round 4", item 1) ------------
+
+
+@pytest.fixture
+def cloned(tmp_path):
+    """A repository as `git clone` leaves it: the user's own files, mode 644, with settings that pick a model."""
+    repo = tmp_path / "clone"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".cadedit.toml").write_text('model = "/chosen/by/the/repository"\n')
+    (repo / "a.py").write_text("x = 1\n")
+    return repo
+
+
+def test_a_repositorys_settings_are_used_only_once_approved_and_again_after_an_edit(cloned):
+    fix = ("fix", "a.py", "Fix it.", "--tries", "1")
+    before = cadedit(*fix, cwd=cloned)
+    assert before.returncode == 1 and "/chosen/by/the/repository" not in before.stderr.split("warning:")[0]
+    warning = [line for line in before.stderr.splitlines() if line.startswith("warning:")]
+    assert warning == [f"warning: {cloned / '.cadedit.toml'}: this repository's settings (model) are not approved, so "
+                       f"cadedit ignored them; review them and run `cadedit trust {cloned}` to use them"]
+    trusted = cadedit("trust", cwd=cloned)
+    assert trusted.returncode == 0 and 'model = "/chosen/by/the/repository"' in trusted.stderr
+    after = cadedit(*fix, cwd=cloned)
+    assert "error: model '/chosen/by/the/repository'" in after.stderr and "warning:" not in after.stderr
+    (cloned / ".cadedit.toml").write_text('model = "/changed/after/approval"\n')  # a pull changes them
+    edited = cadedit(*fix, cwd=cloned)
+    assert "/changed/after/approval" not in edited.stderr.split("warning:")[0] and "not approved" in edited.stderr
+    assert cadedit("trust", cwd=cloned).returncode == 0
+    assert "/changed/after/approval" in cadedit(*fix, cwd=cloned).stderr
+    removed = cadedit("trust", "--remove", cwd=cloned)
+    assert removed.returncode == 0 and "approval withdrawn" in removed.stderr
+    assert "not approved" in cadedit(*fix, cwd=cloned).stderr
+
+
+def test_the_hook_runs_no_rule_of_a_repository_not_approved(cloned):
+    subprocess.run(["git", "init", "-q"], cwd=cloned, check=True)
+    marker = cloned.parent / "ran"
+    (cloned / ".cadedit.toml").write_text(f'[[rules]]\nfiles = "*.py"\ninstruction = "Fix it."\ntest = "touch {marker}"\n')
+    subprocess.run(["git", "add", "a.py"], cwd=cloned, check=True)
+    done = cadedit("hook", "run", cwd=cloned, env={"CADEDIT_MODEL": str(cloned / "no-model")})
+    assert done.returncode == 1 and not marker.exists()
+    assert "this repository's cadedit settings are not approved; the hook runs nothing from them" in done.stderr
+    assert f"cadedit trust {cloned}" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_users_own_config_chooses_and_a_shared_one_does_not(cloned, tmp_path):
+    (cloned / ".cadedit.toml").unlink()
+    config = Path(os.environ["XDG_CONFIG_HOME"]) / "cadedit" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('model = "/chosen/by/the/user"\n')
+    assert "error: model '/chosen/by/the/user'" in cadedit("fix", "a.py", "Fix it.", cwd=cloned).stderr
+    config.chmod(0o646)
+    assert "/chosen/by/the/user" not in cadedit("fix", "a.py", "Fix it.", cwd=cloned).stderr
+
+
+def test_trust_without_settings_is_a_one_line_error(tmp_path):
+    done = cadedit("trust", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 1 and done.stderr == f"error: {tmp_path}: no cadedit settings file to approve\n"
+
+
+# -- the user cache is the user's own (issue "Trust round 4", item 4) ---------------------------------
+
+
+@pytest.mark.parametrize("owner, mode, where", [(12345, 0o755, "models"), (None, 0o777, "models"),
+                                                (None, 0o777, "entry"), (12345, 0o644, "file")])
+def test_converted_weights_another_user_could_plant_are_not_run(tmp_path, owner, mode, where):
+    """A GGUF on torch runs the weights converted into the cache: a cache folder, entry or file that
+    another user owns or may write is refused in one line, never loaded."""
+    from cadedit.model import gguf_cache_dir
+    from tests.tinygguf import save_gguf
+    from tests.tinymodel import make_hf_model
+
+    gguf = save_gguf(tmp_path / "coder.gguf")
+    planted = gguf_cache_dir(gguf)
+    make_hf_model(1).save_pretrained(planted)  # "converted weights" that are not this file's
+    TOK.save_pretrained(planted)
+    chosen = {"models": planted.parent, "entry": planted, "file": planted / "config.json"}[where]
+    chosen.chmod(mode)
+    if owner is not None:
+        os.chown(chosen, owner, owner)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    done = cadedit("fix", "a.py", "Fix it.", "--model", str(gguf), "--backend", "torch", "--dtype", "fp32",
+                   "--threads", "1", "--tries", "1", cwd=tmp_path)
+    assert done.returncode == 1 and f"{chosen}: not this user's own" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 2 and (tmp_path / "a.py").read_text() == "x = 1\n"
 
 
 # -- the server's runtime folder and socket (items 7, 8, 20) -----------------------------------

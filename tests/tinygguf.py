@@ -38,11 +38,13 @@ def gguf_name(hf_name: str) -> str:
 
 
 def save_gguf(path: Path, seed: int = 0, context: int = 4096, chat_template: str | None = CHAT_TEMPLATE,
-              architecture: str = "qwen2", model=None, quant: str | None = None) -> Path:
+              architecture: str = "qwen2", model=None, quant: str | None = None, block_count: int | None = None,
+              tokens_as=None) -> Path:
     """Write the tiny model (tinymodel.make_hf_model(seed), or `model`: one of cadedit's Qwen2 with the
     tiny config, e.g. with hand-set weights) and tokenizer as one GGUF file; return its path. quant
     (e.g. "Q4_0"): its linear layers' weights stored in that block format, as llama.cpp's quantizer
-    would (the embedding and norms stay F32)."""
+    would (the embedding and norms stay F32). block_count, tokens_as (a function of the token list):
+    metadata that lies about the tensors and vocabulary, as a hostile file's would."""
     import gguf
 
     config = make_config(context)
@@ -62,7 +64,7 @@ def save_gguf(path: Path, seed: int = 0, context: int = 4096, chat_template: str
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = gguf.GGUFWriter(str(path), architecture)
     writer.add_name("cadedit tiny qwen2")
-    writer.add_block_count(config.num_hidden_layers)
+    writer.add_block_count(config.num_hidden_layers if block_count is None else block_count)
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
     writer.add_feed_forward_length(config.intermediate_size)
@@ -74,7 +76,7 @@ def save_gguf(path: Path, seed: int = 0, context: int = 4096, chat_template: str
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
+    writer.add_token_list(tokens if tokens_as is None else tokens_as(tokens))
     writer.add_token_types(types)
     writer.add_token_merges(merges)
     writer.add_eos_token_id(tokenizer.eos_token_id)

@@ -35,9 +35,9 @@ class _Out:
     """Tables on stdout: terminal width on a terminal, wide enough for no truncation when piped."""
 
     def print(self, renderable) -> None:
-        console = Console(markup=False, highlight=False)
+        console = Console(markup=False, highlight=False, emoji=False)
         if not console.is_terminal:
-            console = Console(width=200, markup=False, highlight=False)
+            console = Console(width=200, markup=False, highlight=False, emoji=False)
         console.print(renderable)
 
     def table(self, title: str, columns: list[str], rows: list[list[str]], caption: str | None = None) -> None:

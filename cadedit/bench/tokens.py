@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cadedit.errors import ModelError
+from cadedit.settings import cache_problem
 
 
 class TokenCounter:
@@ -106,6 +107,10 @@ def _gguf_tokenizer_json(path: Path) -> Path:
     st = path.stat()
     key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
     target = cache_dir() / "tokenizers" / f"{path.stem}-{key}.json"
+    foreign = cache_problem(target)  # another user's file would count the tokens
+    if foreign is not None:
+        raise ModelError(f"{path}: its converted tokenizer's cache is not used: {foreign}",
+                         hint="point XDG_CACHE_HOME at a folder of yours, or pass --tokenizer tokenizer.json")
     if not target.is_file():
         tok = _from_transformers(str(path.parent), gguf_file=path.name)
         from cadedit.atomic import replace_file
