@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from cadedit.checks import Candidate, Check, Edited, change_check, feedback, placement_check, run_test, syntax_check
+from cadedit.code_checks import CHECK_NAMES as CODE_CHECKS, code_checks
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Mode, Sampling
@@ -157,7 +158,7 @@ class Verified:
         return "raise --tries, narrow the instruction, or --allow-no-change if no change is right"
 
 
-CHECK_ORDER = ("placement", "syntax", "change", "test")
+CHECK_ORDER = ("placement", "syntax", *CODE_CHECKS, "change", "test")
 
 
 def _progress(attempt: Try) -> int:
@@ -186,10 +187,14 @@ def candidate_sampling(k: int, first: Sampling) -> Sampling:
 
 def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test: Callable[[], None] | None = None,
                     instruction: str = "", placement: str = "") -> tuple[Check, ...]:
-    """Placement (a scoped answer that could not be placed exactly: `placement` says why), syntax and
-    change first; the test command only when all pass (it is the slow one)."""
-    checks = (syntax_check(document.path, document.text, new_text),
-              change_check(document.text, new_text, plan.allow_no_change, instruction))
+    """Placement (a scoped answer that could not be placed exactly: `placement` says why), syntax, the
+    code checks (cadedit.code_checks: names, kept, body, public) and change first; the test command
+    only when all pass (it is the slow one)."""
+    syntax = syntax_check(document.path, document.text, new_text)
+    # The code checks read the candidate's code: not one that does not parse.
+    code = () if not (syntax.passed or syntax.skipped) else code_checks(document.path, document.text, new_text,
+                                                                         instruction)
+    checks = (syntax, *code, change_check(document.text, new_text, plan.allow_no_change, instruction))
     if placement:
         checks = (placement_check(placement), *checks)
     if plan.test and all(c.passed or c.skipped for c in checks):

@@ -1,0 +1,181 @@
+"""The code checks (cadedit.code_checks) through `cadedit fix`, with scripted candidates: each
+breakage a small model makes while the file still parses fails its named check with a one-line
+reason, that reason reaches the next try's prompt, and nothing is written until a try passes.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from cadedit.code_checks import code_checks
+from tests.test_tries_cli import _models, fix, load_once, scripted, tries_lines, work  # noqa: F401 (fixtures)
+
+MODULE = textwrap.dedent('''\
+    """Number helpers."""
+
+    __all__ = ["lerp", "clamp", "unit", "total", "biggest"]
+
+
+    def lerp(a, b, t):
+        return a + (b - a) * t
+
+
+    def clamp(x, lo, hi):
+        if x < lo:
+            return lo
+        return min(x, hi)
+
+
+    def unit(x):
+        return clamp(x, 0.0, 1.0)
+
+
+    def total(xs):
+        s = 0
+        for x in xs:
+            s += x
+        return s
+
+
+    def biggest(xs):
+        m = xs[0]
+        for x in xs:
+            if x > m:
+                m = x
+        return m
+''')
+
+
+@pytest.fixture
+def module(work):
+    (work / "a.py").write_text(MODULE)
+    return work / "a.py"
+
+
+def run(tiny_dir, instruction: str, *args: str):
+    return fix(tiny_dir, "--no-scope", "--write", *args, instruction=instruction)
+
+
+def first_failure(result) -> str:
+    return tries_lines(result.stderr)[0].split(": try 1 of 3: ", 1)[1]
+
+
+# -- names ---------------------------------------------------------------------------------------
+
+
+HINTED_NO_IMPORT = MODULE.replace("def lerp(a, b, t):", "def lerp(a: float, b: float, t: Optional[float]) -> float:")
+HINTED = "from typing import Optional\n" + HINTED_NO_IMPORT
+
+
+def test_a_type_hint_without_its_import_fails_names_and_the_next_try_is_told(module, tiny_dir, scripted):
+    calls = scripted(HINTED_NO_IMPORT, HINTED)
+    result = run(tiny_dir, "Add type hints to lerp.")
+    assert result.exit_code == 0, result.output
+    assert first_failure(result).startswith("failed: names (line 6: undefined name 'Optional')")
+    assert "leaves a name undefined or unused (line 6: undefined name 'Optional')" in calls[1].prompt
+    assert module.read_text() == HINTED
+
+
+def test_a_deleted_line_whose_name_is_still_used_fails_names(module, tiny_dir, scripted):
+    lost = MODULE.replace("    s = 0\n", "")
+    scripted(lost)
+    result = run(tiny_dir, "Make total better.")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: names (line 22: undefined name 's')")
+    assert module.read_text() == MODULE
+
+
+def test_a_name_undefined_before_the_edit_does_not_count(work, tiny_dir, scripted):
+    (work / "a.py").write_text("def f():\n    return helper(1)\n")
+    scripted("def f():\n    return helper(2)\n")
+    result = run(tiny_dir, "Pass 2 instead of 1.")
+    assert result.exit_code == 0, result.output
+
+
+# -- kept ----------------------------------------------------------------------------------------
+
+
+def test_a_docstring_request_that_deletes_a_return_fails_kept(module, tiny_dir, scripted):
+    lost = MODULE.replace("    return a + (b - a) * t\n", '    """Blend a and b."""\n')
+    good = MODULE.replace("    return a + (b - a) * t\n", '    """Blend a and b."""\n    return a + (b - a) * t\n')
+    calls = scripted(lost, good)
+    result = run(tiny_dir, "Add a docstring to lerp.")
+    assert result.exit_code == 0, result.output
+    assert first_failure(result).startswith(
+        "failed: kept (changed the code of `lerp` (line 6), but the instruction asks only for documentation, "
+        "type hints or logging)")
+    assert "Keep all the code that the instruction does not ask to change." in calls[1].prompt
+    assert module.read_text() == good
+
+
+def test_a_definition_removed_unasked_fails_kept_and_is_never_written(module, tiny_dir, scripted):
+    scripted(MODULE.replace("def lerp(a, b, t):\n    return a + (b - a) * t\n\n\n", "").replace('"lerp", ', ""))
+    result = run(tiny_dir, "Make biggest faster.")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: kept (removed `lerp` (line 6), which the instruction does not "
+                                            "ask to remove)")
+    assert module.read_text() == MODULE
+
+
+def test_an_asked_deletion_passes(module, tiny_dir, scripted):
+    deleted = MODULE.replace("def lerp(a, b, t):\n    return a + (b - a) * t\n\n\n", "").replace('"lerp", ', "")
+    scripted(deleted)
+    result = run(tiny_dir, "Delete lerp.")
+    assert result.exit_code == 0, result.output
+    assert module.read_text() == deleted
+
+
+def test_a_bug_fix_may_change_and_remove_statements(module, tiny_dir, scripted):
+    fixed = MODULE.replace("    if x < lo:\n        return lo\n", "")
+    fixed = fixed.replace("return min(x, hi)", "return max(lo, min(x, hi))")
+    scripted(fixed)
+    result = run(tiny_dir, "Fix the bug in clamp.")
+    assert result.exit_code == 0, result.output
+    assert module.read_text() == fixed
+
+
+# -- body ----------------------------------------------------------------------------------------
+
+
+def test_a_body_replaced_by_another_definitions_code_fails_body(module, tiny_dir, scripted):
+    copied = MODULE.replace("    m = xs[0]\n    for x in xs:\n        if x > m:\n            m = x\n    return m\n",
+                            "    s = 0\n    for x in xs:\n        s += x\n    return s\n")
+    assert copied != MODULE
+    calls = scripted(copied)
+    result = run(tiny_dir, "Make biggest handle an empty list.")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: body (the body of `biggest` (line 27) is now the code of "
+                                            "`total` (line 20))")
+    assert "keep each function's own code" in calls[1].prompt
+    assert module.read_text() == MODULE
+
+
+# -- public --------------------------------------------------------------------------------------
+
+
+def test_removing_a_name_the_module_still_uses_fails_public(module, tiny_dir, scripted):
+    gone = MODULE.replace("def clamp(x, lo, hi):\n    if x < lo:\n        return lo\n    return min(x, hi)\n\n\n", "")
+    gone = gone.replace('"clamp", ', "")
+    scripted(gone)
+    result = run(tiny_dir, "Delete clamp.")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: public (removed `clamp`, which the module still uses)")
+    assert module.read_text() == MODULE
+
+
+# -- the checks themselves -----------------------------------------------------------------------
+
+
+def test_javascript_definitions_removed_unasked_fail_kept():
+    before = "function a(x) {\n  return x + 1;\n}\n\nfunction b(y) {\n  return y * 2;\n}\n"
+    after = "function a(x) {\n  return x + 1;\n}\n"
+    kept = {c.name: c for c in code_checks("m.js", before, after, "Add a comment to a")}["kept"]
+    assert not kept.passed and kept.detail == "removed `b` (line 5), which the instruction does not ask to remove"
+    asked = {c.name: c for c in code_checks("m.js", before, after, "Remove b")}["kept"]
+    assert asked.passed
+
+
+def test_files_without_a_parser_get_no_code_checks():
+    assert code_checks("notes.md", "a\n", "b\n", "Fix it") == ()
