@@ -337,7 +337,7 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
     document = Document.read_stream(sys.stdin.buffer) if stdin else Document.read(file)
     loaded = _load(options, run)
     outcome = _edit_checked(document, instruction, options, plan, run, loaded)
-    best = outcome.verified.answer or outcome.verified.best
+    best = outcome.shown
     diff_text = unified_diff(document.text, best.result.new_text, "-" if stdin else display_path(Path(file))) if (
         best is not None) else ""
     if shown.json:
@@ -356,7 +356,8 @@ def _show_answer(document, file: str, answer, diff_text: str, plan, run: _Run, s
     if not run.quiet:
         added, removed = count_changes(diff_text)
         say(f"{document.path}: " + (f"+{added} -{removed} lines" if diff_text else "no change")
-            + f" ({answer.summary()}, try {answer.number} of {run.tries})")
+            + f" ({answer.summary()}, try {answer.number} of {run.tries})"
+            + ("" if plan.test else "; behaviour not tested (no --test)"))
     if shown.json:
         pass
     elif shown.program:
@@ -407,11 +408,19 @@ class _Outcome:
     dtype: str = ""
     first_forward: float | None = None  # seconds from process start to the first forward (None: a server's)
     backend: str = ""
+    instruction: str = ""
+    tested: bool = False  # a --test decided
+
+    @property
+    def shown(self):
+        """The try whose diff is shown: the answer; else with a test the candidate that broke nothing but
+        the test and changed least (None when every one broke something), without one the furthest."""
+        return self.verified.closest if self.tested else self.verified.answer or self.verified.best
 
     def to_json(self, diff_text: str) -> dict:
         from cadedit.results import result_json
 
-        shown = self.verified.answer or self.verified.best
+        shown = self.shown
         data = result_json(shown.result, diff_text) if shown is not None else {
             "file": self.document.path, "model": self.model, "changed": False, "diff": ""}
         data["passed"] = self.verified.answer is not None
@@ -484,7 +493,8 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
     if run.verbose and first is not None:
         say(f"  first forward {first:.2f} s after the process started")
     return _Outcome(document, verified, scope, loaded.name, loaded.load_seconds, getattr(loaded, "phases", ()),
-                    str(getattr(loaded, "dtype", "")).removeprefix("torch."), first, getattr(loaded, "backend", ""))
+                    str(getattr(loaded, "dtype", "")).removeprefix("torch."), first, getattr(loaded, "backend", ""),
+                    instruction, bool(plan.test))
 
 
 def _reporters(document, options, run: _Run, progress):
@@ -545,14 +555,18 @@ def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
     """No candidate passed: nothing is written; the best one's diff goes to stderr, marked as failing."""
     from cadedit.errors import CheckFailedError
 
-    best = outcome.verified.best
+    shown, best = outcome.shown, outcome.verified.best
     n = outcome.verified.made
-    if best is not None and diff_text and not quiet:
-        say(f"the best candidate (try {best.number} of {n}) FAILED its checks; its diff, not applied:")
+    if shown is not None and diff_text and not quiet:
+        which = "the candidate that changed least and broke nothing but the test" if outcome.tested else \
+            "the best candidate"
+        say(f"{which} (try {shown.number} of {n}) FAILED its checks; its diff, not applied:")
         err.print(diff_text, highlight=False, markup=False, soft_wrap=True, end="")
+    elif outcome.tested and best is not None and not quiet:
+        say("every candidate broke something besides the test; none is shown")
     why = best.summary() if best is not None else outcome.verified.tries[-1].summary()
     raise CheckFailedError(f"{outcome.document.path}: no try of {n} passed its checks ({why}); nothing was written",
-                           hint=outcome.verified.hint)
+                           hint=outcome.verified.hint_for(outcome.instruction))
 
 
 def _recover(files) -> None:

@@ -28,6 +28,8 @@ Nothing is written here.
 
 from __future__ import annotations
 
+import difflib
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -151,11 +153,46 @@ class Verified:
         return max(made, key=_progress, default=None)
 
     @property
+    def closest(self) -> Try | None:
+        """The passing try, else the failing candidate that broke nothing (its only failed check is the
+        test) and changed the fewest lines, the earliest among equals; None when every one broke something
+        (a destructive candidate is never offered as the one to start from)."""
+        if self.answer is not None:
+            return self.answer
+        clean = [t for t in self.tries if t.result is not None and t.error is None and t.result.changed
+                 and {c.name for c in t.failed_checks} == {"test"}]
+        return min(clean, key=lambda t: changed_lines(t.result.document.text, t.result.new_text), default=None)
+
+    @property
     def hint(self) -> str:
         """What to do when no try passed."""
+        return self.hint_for("")
+
+    def hint_for(self, instruction: str) -> str:
+        """What to do when no try passed, by what the candidates failed and what the instruction asks:
+        --allow-no-change only where the candidates changed nothing and the instruction may be met
+        already (not for a bug fix, which must change something)."""
         if self.tries and all(t.error for t in self.tries) and any(t.hint for t in self.tries):
             return next(t.hint for t in self.tries if t.hint)
-        return "raise --tries, narrow the instruction, or --allow-no-change if no change is right"
+        failed = {c.name for t in self.tries for c in t.failed_checks}
+        if failed <= {"change"} and failed:
+            if _FIX.search(instruction):
+                return "the model found nothing to change: name the function or line to fix, or raise --tries"
+            return "raise --tries, or --allow-no-change if the file already does what the instruction asks"
+        if "test" in failed and self.closest is not None:
+            return "the test still fails: raise --tries or --candidates, or name the function or line to fix"
+        if failed & set(CODE_CHECKS):
+            return "the candidates broke the code (see the failed checks): narrow the instruction or raise --tries"
+        return "raise --tries, or narrow the instruction"
+
+
+_FIX = re.compile(r"\b(?:fix\w*|bugs?|broken|wrong|incorrect|error|fails?|failing)\b", re.I)
+
+
+def changed_lines(before: str, after: str) -> int:
+    """Lines removed plus lines added from before to after."""
+    matcher = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines(), autojunk=False)
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal")
 
 
 CHECK_ORDER = ("placement", "syntax", *CODE_CHECKS, "change", "test")
@@ -259,6 +296,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
             done.append(attempt)
             if attempt.branch:
                 branched.add(attempt.branch)
+        for attempt in sorted(made, key=lambda t: t.candidate):  # reported in order, checked by log-probability
             if on_try is not None:
                 on_try(attempt)
         last = Verified(tuple(made)).best or made[-1]

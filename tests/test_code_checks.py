@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 from cadedit.code_checks import code_checks
-from tests.test_tries_cli import _models, fix, load_once, scripted, tries_lines, work  # noqa: F401 (fixtures)
+from tests.test_candidates import scripted_rows  # noqa: F401 (a fixture)
+from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, _models, fix, load_once, scripted, tries_lines, work  # noqa: F401 (fixtures)
 
 MODULE = textwrap.dedent('''\
     """Number helpers."""
@@ -179,3 +180,60 @@ def test_javascript_definitions_removed_unasked_fail_kept():
 
 def test_files_without_a_parser_get_no_code_checks():
     assert code_checks("notes.md", "a\n", "b\n", "Fix it") == ()
+
+
+# -- what was verified ---------------------------------------------------------------------------
+
+DESTROYED = "print(1 + 2)\n"  # `add` gone: fails kept
+WRONG_TWICE = "def add(a, b):\n    return a * b  # product\n\n\nprint(add(2, 2))\n"  # two lines, fails the test
+
+
+def test_without_a_test_the_result_line_names_the_checks_and_says_behaviour_was_not_tested(work, tiny_dir,
+                                                                                             scripted):
+    scripted(GOOD)
+    result = fix(tiny_dir)
+    assert result.exit_code == 0, result.output
+    assert "a.py: +1 -1 lines (passed: syntax, names, kept, body, public, change, try 1 of 3); behaviour not " \
+           "tested (no --test)" in result.stderr
+    scripted(GOOD)
+    tested = fix(tiny_dir, "--test", GREP_TEST)
+    assert tested.exit_code == 0 and "passed: syntax, names, kept, body, public, change, test, try 1 of 3)" in \
+        tested.stderr and "not tested" not in tested.stderr
+
+
+def test_with_a_failing_test_the_candidate_shown_changed_least_and_broke_nothing_else(work, tiny_dir, scripted):
+    scripted(DESTROYED, WRONG_TWICE, WRONG)
+    result = fix(tiny_dir, "--test", GREP_TEST)
+    assert result.exit_code == 3, result.output
+    assert "the candidate that changed least and broke nothing but the test (try 3 of 3) FAILED its checks" \
+        in result.stderr
+    assert "+    return a * b\n" in result.stderr and "print(1 + 2)" not in result.stderr
+    assert "hint: the test still fails: raise --tries or --candidates, or name the function or line to fix" \
+        in result.stderr
+    assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_with_a_failing_test_a_destructive_candidate_is_never_shown(work, tiny_dir, scripted):
+    scripted(DESTROYED)
+    result = fix(tiny_dir, "--test", GREP_TEST)
+    assert result.exit_code == 3, result.output
+    assert "every candidate broke something besides the test; none is shown" in result.stderr
+    assert "print(1 + 2)" not in result.stderr and "FAILED its checks" not in result.stderr
+
+
+def test_no_change_hints_allow_no_change_only_where_the_file_may_already_comply(work, tiny_dir, scripted):
+    scripted(BEFORE.decode())
+    result = fix(tiny_dir, instruction="Add a docstring to every function that lacks one.")
+    assert result.exit_code == 3, result.output
+    assert "hint: raise --tries, or --allow-no-change if the file already does what the instruction asks" \
+        in result.stderr
+
+
+def test_a_tries_candidates_are_reported_in_order_one_line_each(work, tiny_dir, scripted_rows):
+    broken = [f"def add(a, b):\n    return a +{' ' * k}\n\n\nprint(add(1, 2))\n" for k in range(4)]
+    scripted_rows(*broken)
+    result = fix(tiny_dir, "--tries", "1", "--candidates", "4", "--candidates-by", "sample",
+                 instruction="Fix the bug.")
+    assert result.exit_code == 3, result.output
+    lines = tries_lines(result.stderr)
+    assert [line.split(", candidate ")[1].split(":")[0] for line in lines] == ["1 of 4", "2 of 4", "3 of 4", "4 of 4"]

@@ -213,7 +213,9 @@ def test_no_change_is_a_failed_try(work, tiny_dir, scripted):
     assert "try 1 of 3: failed: change (the edit changed nothing)" in result.stderr
     assert "no try of 3 passed its checks (failed: change (the edit changed nothing)); nothing was written" \
            in result.stderr
-    assert "--allow-no-change" in result.stderr  # the hint
+    # A bug fix must change something: the hint does not offer to accept no change
+    assert "hint: the model found nothing to change: name the function or line to fix" in result.stderr
+    assert "--allow-no-change" not in result.stderr
     assert len(calls) == 3
     told = "Your previous answer did not change the file although the instruction asks for a change."
     assert told not in calls[0].prompt and told in calls[1].prompt and told in calls[2].prompt
@@ -317,7 +319,8 @@ def test_the_best_failing_candidate_is_the_one_that_got_furthest(work, tiny_dir,
     scripted(WRONG, BROKEN)
     result = fix(tiny_dir, "--test", GREP_TEST)
     assert result.exit_code == 3, result.output
-    assert "the best candidate (try 1 of 3) FAILED its checks" in result.stderr
+    assert "the candidate that changed least and broke nothing but the test (try 1 of 3) FAILED its checks" \
+        in result.stderr
     assert "+    return a * b\n" in result.stderr
 
 
