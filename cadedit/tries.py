@@ -292,13 +292,10 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
                                 test_hook, checked, candidates_by)
         else:
             made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
-        for attempt in made:
-            done.append(attempt)
-            if attempt.branch:
-                branched.add(attempt.branch)
-        for attempt in sorted(made, key=lambda t: t.candidate):  # reported in order, checked by log-probability
-            if on_try is not None:
-                on_try(attempt)
+        done += made
+        branched |= {attempt.branch for attempt in made if attempt.branch}
+        for attempt in sorted(made, key=lambda t: t.candidate) if on_try else ():  # in order, not as checked
+            on_try(attempt)
         last = Verified(tuple(made)).best or made[-1]
         told = _told(document, plan, last)
         if any(attempt.passed for attempt in made):

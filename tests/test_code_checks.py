@@ -8,7 +8,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from typer.testing import CliRunner
 
+from cadedit import cli
 from cadedit.code_checks import code_checks
 from tests.test_candidates import scripted_rows  # noqa: F401 (a fixture)
 from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, _models, fix, load_once, scripted, tries_lines, work  # noqa: F401 (fixtures)
@@ -237,3 +239,37 @@ def test_a_tries_candidates_are_reported_in_order_one_line_each(work, tiny_dir, 
     assert result.exit_code == 3, result.output
     lines = tries_lines(result.stderr)
     assert [line.split(", candidate ")[1].split(":")[0] for line in lines] == ["1 of 4", "2 of 4", "3 of 4", "4 of 4"]
+
+
+# -- piped text ----------------------------------------------------------------------------------
+
+
+def piped(tiny_dir, text: str, *args: str, instruction: str = "Add a docstring to the module."):
+    return CliRunner().invoke(cli.app, ["fix", "-", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
+                                        "--threads", "1", "--candidates", "1", "--no-scope", *args], input=text)
+
+
+HALF = MODULE.split("def unit")[0]  # unit, total and biggest deleted
+
+
+@pytest.mark.parametrize("args, named", [(["--stdin-filename", "src/nums.py"], "src/nums.py"), ([], "<stdin>.py")])
+def test_piped_python_gets_its_checks_by_name_or_by_content(work, tiny_dir, scripted, args, named):
+    scripted(HALF)
+    result = piped(tiny_dir, MODULE, *args)
+    assert result.exit_code == 3, result.output
+    assert f"{named}: try 1 of 3: failed: kept (removed `unit` (line 16), which the instruction does not ask " \
+           "to remove" in result.stderr
+    assert result.stdout == ""
+    assert ("read as Python by its content (--stdin-filename NAME names it)" in result.stderr) == (not args)
+
+
+def test_piped_text_of_unknown_language_is_refused_for_a_whole_file_edit(work, tiny_dir, scripted):
+    calls = scripted("nothing left\n")
+    result = piped(tiny_dir, "some notes\nand more\n")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[0] == ("error: <stdin>: the language of piped text is unknown, so a "
+                                             "whole-file edit of it cannot be checked")
+    assert "--stdin-filename NAME" in result.stderr and result.stdout == "" and calls == []
+    named = piped(tiny_dir, "some notes\nand more\n", "--stdin-filename", "notes.md", instruction="Reword it.")
+    assert named.exit_code == 0, named.output
+    assert named.stdout == "nothing left\n"
