@@ -42,7 +42,10 @@ from cadedit.code_checks import CHECK_NAMES as CODE_CHECKS, code_checks
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Mode, Sampling
+from cadedit.oracle import oracle
 from cadedit.prompt import unquoted
+from cadedit.repair import repaired
+from cadedit.resolve import resolve
 from cadedit.results import EditResult
 from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, READ_BRANCHES, REJOIN_TRIES, TEST_TIMEOUT, default_candidates
 
@@ -243,6 +246,18 @@ def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test:
     return checks
 
 
+def repaired_result(document: Document, result: EditResult, instruction: str) -> EditResult:
+    """The result with the imports its new names need and `__all__` after an asked-for deletion
+    (cadedit.repair: lines outside a scoped answer's region), its program recomputed to match."""
+    text = repaired(document.path, document.text, result.new_text, instruction)
+    if text == result.new_text:
+        return result
+    program = oracle(document, Document.from_text(text, document.path))
+    if resolve(program, document) != text:  # not expressible in the file's own lines: left as answered
+        return result
+    return replace(result, new_text=text, program=program)
+
+
 def edit_verified(document: Document, instruction: str, options: EditOptions, plan: CheckPlan,
                   tries: int = DEFAULT_TRIES, *, loaded: Any, picks: Callable[[int], Any] | None = None,
                   on_try: Callable[[Try], None] | None = None, on_step=None,
@@ -427,6 +442,7 @@ def _one_try(edit, document: Document, instruction: str, current: EditOptions, p
     except BudgetError as exc:
         return Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
                    current.regions, getattr(exc, "engine", None))
+    result = repaired_result(document, result, instruction)
     checks = check_candidate(document, result.new_text, plan, on_test, instruction, result.placement)
     return Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=current.regions)
 
@@ -459,6 +475,8 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
         t, candidate = samplings[i].temperature, i + 1
         common = dict(regions=current.regions, candidate=candidate, of=k, logprob=c.logprob, branch=c.branch)
         winner = next((m.candidate for m in made if m.passed), 0)
+        if c.result is not None:
+            c = replace(c, result=repaired_result(document, c.result, instruction))
         if c.result is None:
             error = getattr(c.error, "message", str(c.error))
             made.append(Try(number, t, None, (), decode_seconds, error, getattr(c.error, "hint", None), **common))

@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from cadedit import cli
 from cadedit.code_checks import code_checks
 from tests.test_candidates import scripted_rows  # noqa: F401 (a fixture)
+from tests.test_hook_cli import git, hook, make_repo, no_outer_git, staged  # noqa: F401 (a fixture)
+from tests.test_pipes import script_model
 from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, _models, fix, load_once, scripted, tries_lines, work  # noqa: F401 (fixtures)
 
 MODULE = textwrap.dedent('''\
@@ -68,16 +70,16 @@ def first_failure(result) -> str:
 # -- names ---------------------------------------------------------------------------------------
 
 
-HINTED_NO_IMPORT = MODULE.replace("def lerp(a, b, t):", "def lerp(a: float, b: float, t: Optional[float]) -> float:")
-HINTED = "from typing import Optional\n" + HINTED_NO_IMPORT
+HINTED_NO_IMPORT = MODULE.replace("def lerp(a, b, t):", "def lerp(a: Number, b: Number, t: float) -> Number:")
+HINTED = HINTED_NO_IMPORT.replace("\n\n\ndef lerp", "\n\nNumber = float\n\n\ndef lerp")
 
 
-def test_a_type_hint_without_its_import_fails_names_and_the_next_try_is_told(module, tiny_dir, scripted):
+def test_a_type_hint_without_its_definition_fails_names_and_the_next_try_is_told(module, tiny_dir, scripted):
     calls = scripted(HINTED_NO_IMPORT, HINTED)
     result = run(tiny_dir, "Add type hints to lerp.")
     assert result.exit_code == 0, result.output
-    assert first_failure(result).startswith("failed: names (line 6: undefined name 'Optional')")
-    assert "leaves a name undefined or unused (line 6: undefined name 'Optional')" in calls[1].prompt
+    assert first_failure(result).startswith("failed: names (line 6: undefined name 'Number' (and 2 more))")
+    assert "leaves a name undefined or unused (line 6: undefined name 'Number' (and 2 more))" in calls[1].prompt
     assert module.read_text() == HINTED
 
 
@@ -95,6 +97,35 @@ def test_a_name_undefined_before_the_edit_does_not_count(work, tiny_dir, scripte
     scripted("def f():\n    return helper(2)\n")
     result = run(tiny_dir, "Pass 2 instead of 1.")
     assert result.exit_code == 0, result.output
+
+
+# -- repairs outside the retyped lines: imports, a logger, `__all__` ----------------------------
+
+
+def test_a_type_hint_without_its_import_gets_the_import(module, tiny_dir, scripted):
+    scripted(MODULE.replace("def lerp(a, b, t):", "def lerp(a: float, b: float, t: Optional[float]) -> float:"))
+    result = run(tiny_dir, "Add type hints to lerp.")
+    assert result.exit_code == 0, result.output
+    assert "try 1 of 3: passed" in result.stderr
+    text = module.read_text()
+    assert text.startswith('"""Number helpers."""\n\nfrom typing import Optional\n\n__all__')
+    assert "def lerp(a: float, b: float, t: Optional[float]) -> float:" in text
+
+
+def test_logging_without_its_import_gets_the_import_and_a_module_logger(module, tiny_dir, scripted):
+    scripted(MODULE.replace("    s = 0\n", "    s = 0\n    logger.debug('summing %d numbers', len(xs))\n"))
+    result = run(tiny_dir, "Add debug logging to total.")
+    assert result.exit_code == 0, result.output
+    text = module.read_text()
+    assert text.startswith('"""Number helpers."""\n\nimport logging\n\nlogger = logging.getLogger(__name__)\n')
+
+
+def test_deleting_a_definition_takes_it_out_of_all(module, tiny_dir, scripted):
+    scripted(MODULE.replace("def lerp(a, b, t):\n    return a + (b - a) * t\n\n\n", ""))
+    result = run(tiny_dir, "Delete lerp.")
+    assert result.exit_code == 0, result.output
+    assert '__all__ = ["clamp", "unit", "total", "biggest"]\n' in module.read_text()
+    assert "def lerp" not in module.read_text()
 
 
 # -- kept ----------------------------------------------------------------------------------------
@@ -273,3 +304,56 @@ def test_piped_text_of_unknown_language_is_refused_for_a_whole_file_edit(work, t
     named = piped(tiny_dir, "some notes\nand more\n", "--stdin-filename", "notes.md", instruction="Reword it.")
     assert named.exit_code == 0, named.output
     assert named.stdout == "nothing left\n"
+
+
+# -- the hook ------------------------------------------------------------------------------------
+
+DOCUMENTED = b'def lerp(a, b, t):\n    """Blend a and b."""\n    return a + (b - a) * t\n'
+DOC_RULE = 'instruction = "Add a docstring to every public function that lacks one."\n'
+
+
+def docstring_repo(tmp_path, tiny_dir):
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": DOCUMENTED})
+    (root / ".cadedit.toml").write_text(f"model = {str(tiny_dir)!r}\n[[rules]]\nfiles = \"*.py\"\n{DOC_RULE}")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "rule")
+    (root / "a.py").write_bytes(DOCUMENTED + b"\nSCALE = 2\n")
+    git(root, "add", "a.py")
+    return root
+
+
+def answers(*edits):
+    """script_model's edit: try k answers edits[k - 1](data) (the last one repeats)."""
+    calls = []
+
+    def edit(data: bytes) -> bytes:
+        calls.append(data)
+        return edits[min(len(calls), len(edits)) - 1](data)
+
+    return edit
+
+
+def drop_return(data: bytes) -> bytes:
+    return data.replace(b"    return a + (b - a) * t\n", b'    """Blend a and b by t."""\n')
+
+
+def test_the_hook_respects_no_change_on_a_file_that_already_follows_the_rule(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch, answers(drop_return, lambda data: data))
+    root = docstring_repo(tmp_path, tiny_dir)
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 0, result.output
+    assert "a.py: unchanged" in result.stderr
+    assert (root / "a.py").read_bytes() == DOCUMENTED + b"\nSCALE = 2\n"
+
+
+def test_the_hook_reports_a_candidate_that_fails_the_checks_and_never_writes_it(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch, answers(drop_return))
+    root = docstring_repo(tmp_path, tiny_dir)
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 1, result.output
+    assert "a.py: failed: no try of 3 passed its checks (failed: kept (changed the code of `lerp` (line 1)" \
+           in result.stderr
+    assert (root / "a.py").read_bytes() == DOCUMENTED + b"\nSCALE = 2\n"
+    assert staged(root, "a.py") == DOCUMENTED + b"\nSCALE = 2\n"
