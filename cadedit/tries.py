@@ -246,9 +246,11 @@ def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test:
     return checks
 
 
-def repaired_result(document: Document, result: EditResult, instruction: str) -> EditResult:
+def repaired_result(document: Document, result: EditResult | None, instruction: str) -> EditResult | None:
     """The result with the imports its new names need and `__all__` after an asked-for deletion
     (cadedit.repair: lines outside a scoped answer's region), its program recomputed to match."""
+    if result is None:
+        return None
     text = repaired(document.path, document.text, result.new_text, instruction)
     if text == result.new_text:
         return result
@@ -454,7 +456,6 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
     without it the highest-scoring that passes syntax and change; duplicates are checked once, and a copy
     of a candidate an earlier try checked (`checked`, by text; updated here) takes its checks, not run again.
     Returns every candidate as a Try, in the order checked (the ones after the winner unchecked).
-
     by "sample": all k decoded side by side, candidate 1 the try's own sampling and the others sampled,
     checked in the order of the model's log-probability of each (the greedy one first among equals).
     by "branch" (a local model, a fenced mode): candidate 1 is decoded and checked first; only if it
@@ -475,8 +476,7 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
         t, candidate = samplings[i].temperature, i + 1
         common = dict(regions=current.regions, candidate=candidate, of=k, logprob=c.logprob, branch=c.branch)
         winner = next((m.candidate for m in made if m.passed), 0)
-        if c.result is not None:
-            c = replace(c, result=repaired_result(document, c.result, instruction))
+        c = replace(c, result=repaired_result(document, c.result, instruction))
         if c.result is None:
             error = getattr(c.error, "message", str(c.error))
             made.append(Try(number, t, None, (), decode_seconds, error, getattr(c.error, "hint", None), **common))
