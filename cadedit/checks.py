@@ -291,6 +291,7 @@ _CODE_FEEDBACK = {
     "kept": "Your previous answer {detail}. Keep all the code that the instruction does not ask to change.",
     "body": "In your previous answer {detail}: keep each function's own code.",
     "public": "Your previous answer {detail}: remove it there too, or keep it.",
+    "asked": "Your previous answer {detail}.",
 }
 
 

@@ -9,7 +9,8 @@ without a parser; "kept" and "body" only for JavaScript/TypeScript):
 - "kept": definitions the edit removed, and for a request that asks for documentation, type hints
   or logging only, statements it removed or changed; a function whose every `return` went;
 - "body": a function whose code became another definition's code;
-- "public": a top-level name removed while `__all__` or the module's other code still uses it.
+- "public": a top-level name removed while `__all__` or the module's other code still uses it;
+- "asked": a request for documentation, type hints or logging only whose candidate adds none.
 Python through `ast`; JavaScript/TypeScript by the tree-sitter outline (definitions and their
 text). Pure: no torch, no transformers; never raises for bad file content.
 """
@@ -27,8 +28,8 @@ from cadedit.checks import Check
 from cadedit.document import Document
 from cadedit.languages import language_of
 
-NAMES, KEPT, BODY, PUBLIC = "names", "kept", "body", "public"
-CHECK_NAMES = (NAMES, KEPT, BODY, PUBLIC)
+NAMES, KEPT, BODY, PUBLIC, ASKED = "names", "kept", "body", "public", "asked"
+CHECK_NAMES = (NAMES, KEPT, BODY, PUBLIC, ASKED)
 # pyflakes findings that break a module or show a lost line; an import left unused by an asked-for
 # deletion is harmless and is not one of them.
 _FAILING = ("UndefinedName", "UndefinedLocal", "UndefinedExport", "UnusedVariable", "RedefinedWhileUnused",
@@ -91,7 +92,7 @@ def _python_checks(path: str, before: str, after: str, instruction: str) -> tupl
     removed = [d for q, d in old_defs.items() if q not in new_defs]
     gone_public = _gone_public(old, new)
     return (_names_check(path, old, new, gone_public), _kept_check(old, new, old_defs, new_defs, removed, instruction),
-            _body_check(old_defs, new_defs), _public_check(path, new, gone_public))
+            _body_check(old_defs, new_defs), _public_check(path, new, gone_public), *_asked_check(old, new, instruction, after == before))
 
 
 def _definitions(tree: ast.Module) -> dict[str, _Definition]:
@@ -212,6 +213,48 @@ def _public_check(path: str, new: ast.Module, gone: set[str]) -> Check:
     for name in sorted(gone & used):
         return Check(PUBLIC, False, detail=f"removed `{name}`, which the module still uses")
     return Check(PUBLIC, True, detail="no removed name still used")
+
+
+_ASKS_DOCS = re.compile(r"\b(?:doc\s?strings?|document\w*)\b", re.I)
+_ASKS_HINTS = re.compile(r"\b(?:type\s+hints?|type\s+annotations?|annotat\w*|typing|typed)\b", re.I)
+_ASKS_LOGGING = re.compile(r"\b(?:logging|log|logs|logger|debug\s+messages?)\b", re.I)
+
+
+def _asked_check(old: ast.Module, new: ast.Module, instruction: str, same: bool) -> tuple[Check, ...]:
+    """A request for documentation, type hints or logging only whose candidate adds none of what it
+    asks for (a small model's answer that changed only whitespace, or logged with print); no check for
+    other requests (a test decides what they ask), nor for a candidate that changed nothing (`same`:
+    the change check's, and a hook rule's file may already comply)."""
+    wanted = {"a docstring": (_ASKS_DOCS, _docstrings), "a type hint": (_ASKS_HINTS, _annotations),
+              "a logging call": (_ASKS_LOGGING, _logging_calls)}
+    asked = [(what, count) for what, (pattern, count) in wanted.items() if pattern.search(instruction)]
+    if asks_for_behaviour(instruction) or not asked or same:
+        return ()
+    if any(count(new) - count(old) > 0 or (what == "a docstring" and _docstring_set(new) - _docstring_set(old))
+           for what, count in asked):
+        return (Check(ASKED, True, detail="the asked-for addition is there"),)
+    return (Check(ASKED, False, detail="adds no " + " or ".join(what.split(" ", 1)[1] for what, _ in asked)
+                                       + ", which the instruction asks for"),)
+
+
+def _docstring_set(tree: ast.Module) -> set[str]:
+    return {ast.get_docstring(n, clean=False) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))} - {None}
+
+
+def _docstrings(tree: ast.Module) -> int:
+    return len(_docstring_set(tree))
+
+
+def _annotations(tree: ast.Module) -> int:
+    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.arg) and n.annotation is not None) + sum(
+        1 for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns is not None
+    ) + sum(1 for n in ast.walk(tree) if isinstance(n, ast.AnnAssign))
+
+
+def _logging_calls(tree: ast.Module) -> int:
+    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_logging(n) and not (
+        isinstance(n.func, ast.Name) and n.func.id == "print"))
 
 
 def _top_names(tree: ast.Module) -> set[str]:

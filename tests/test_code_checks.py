@@ -170,6 +170,27 @@ def test_a_bug_fix_may_change_and_remove_statements(module, tiny_dir, scripted):
     assert module.read_text() == fixed
 
 
+# -- asked ---------------------------------------------------------------------------------------
+
+
+def test_a_logging_request_answered_with_print_fails_asked_and_the_next_try_is_told(module, tiny_dir, scripted):
+    printed = MODULE.replace("    s = 0\n", "    s = 0\n    print('summing', len(xs))\n")
+    logged = MODULE.replace("    s = 0\n", "    s = 0\n    logging.debug('summing %d numbers', len(xs))\n")
+    calls = scripted(printed, logged)
+    result = run(tiny_dir, "Add debug logging to total.")
+    assert result.exit_code == 0, result.output
+    assert first_failure(result).startswith("failed: asked (adds no logging call, which the instruction asks for)")
+    assert "Your previous answer adds no logging call, which the instruction asks for." in calls[1].prompt
+    assert "import logging\n" in module.read_text() and "print(" not in module.read_text()
+
+
+def test_a_bug_fix_has_no_asked_check(module, tiny_dir, scripted):
+    scripted(MODULE.replace("return min(x, hi)", "return max(lo, min(x, hi))"))
+    result = run(tiny_dir, "Fix the bug in clamp and log it.")
+    assert result.exit_code == 0, result.output
+    assert "asked" not in tries_lines(result.stderr)[0]
+
+
 # -- body ----------------------------------------------------------------------------------------
 
 
