@@ -10,7 +10,8 @@ without a parser; "kept" and "body" only for JavaScript/TypeScript):
   or logging only, statements it removed or changed; a function whose every `return` went;
 - "body": a function whose code became another definition's code;
 - "public": a top-level name removed while `__all__` or the module's other code still uses it;
-- "asked": a request for documentation, type hints or logging only whose candidate adds none.
+- "asked": a request for documentation, type hints or logging only whose candidate adds none; a
+  request to delete a named definition whose candidate keeps it.
 Python through `ast`; JavaScript/TypeScript by the tree-sitter outline (definitions and their
 text). Pure: no torch, no transformers; never raises for bad file content.
 """
@@ -92,7 +93,8 @@ def _python_checks(path: str, before: str, after: str, instruction: str) -> tupl
     removed = [d for q, d in old_defs.items() if q not in new_defs]
     gone_public = _gone_public(old, new)
     return (_names_check(path, old, new, gone_public), _kept_check(old, new, old_defs, new_defs, removed, instruction),
-            _body_check(old_defs, new_defs), _public_check(path, new, gone_public), *_asked_check(old, new, instruction, after == before))
+            _body_check(old_defs, new_defs), _public_check(path, new, gone_public, removed, new_defs),
+            *_asked_check(old, new, instruction, after == before, old_defs, new_defs))
 
 
 def _definitions(tree: ast.Module) -> dict[str, _Definition]:
@@ -201,8 +203,17 @@ def _body_check(old_defs: dict, new_defs: dict) -> Check:
     return Check(BODY, True, detail="no body became another definition's")
 
 
-def _public_check(path: str, new: ast.Module, gone: set[str]) -> Check:
-    """A removed top-level name that `__all__` still lists or the module still uses."""
+def _public_check(path: str, new: ast.Module, gone: set[str], removed: list, new_defs: dict) -> Check:
+    """A removed top-level name that `__all__` still lists or the module still uses; a removed method
+    the module still calls as an attribute (`self._dict_to_list` after a rename of the method alone)."""
+    kept_names = {q.rsplit(".", 1)[-1] for q in new_defs}
+    for d in removed:
+        name = d.qualname.rsplit(".", 1)[-1]
+        if "." in d.qualname and name not in kept_names:
+            use = next((n for n in ast.walk(new) if isinstance(n, ast.Attribute) and n.attr == name), None)
+            if use is not None:
+                return Check(PUBLIC, False, detail=f"removed `{d.qualname}`, which the module still uses "
+                                                   f"(`{ast.unparse(use)}`, line {use.lineno})")
     if not gone:
         return Check(PUBLIC, True, detail="no public name removed")
     listed = _all_names(new)
@@ -220,7 +231,25 @@ _ASKS_HINTS = re.compile(r"\b(?:type\s+hints?|type\s+annotations?|annotat\w*|typ
 _ASKS_LOGGING = re.compile(r"\b(?:logging|log|logs|logger|debug\s+messages?)\b", re.I)
 
 
-def _asked_check(old: ast.Module, new: ast.Module, instruction: str, same: bool) -> tuple[Check, ...]:
+# "Delete the shorten function", "remove `join`": a definition named right after the verb, nothing after it.
+_DELETE_NAMED = re.compile(r"\b(?:delete|remove|drop)\s+(?:the\s+)?(?:(?:function|method|class)\s+)?`?"
+                           r"(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)`?(?:\s*\(\))?(?:\s+(?:function|method|class))?\s*[.!]?\s*$", re.I)
+
+
+def _asked_check(old: ast.Module, new: ast.Module, instruction: str, same: bool, old_defs: dict,
+                 new_defs: dict) -> tuple[Check, ...]:
+    deleted = _DELETE_NAMED.search(instruction.strip())
+    if deleted and not same:
+        name = deleted["name"]
+        wanted = [q for q in old_defs if q == name or q.rsplit(".", 1)[-1] == name]
+        if wanted and all(q in new_defs for q in wanted):
+            return (Check(ASKED, False, detail=f"keeps `{wanted[0]}`, which the instruction asks to delete"),)
+        if wanted:
+            return (Check(ASKED, True, detail=f"`{wanted[0]}` is deleted"),)
+    return _added_check(old, new, instruction, same)
+
+
+def _added_check(old: ast.Module, new: ast.Module, instruction: str, same: bool) -> tuple[Check, ...]:
     """A request for documentation, type hints or logging only whose candidate adds none of what it
     asks for (a small model's answer that changed only whitespace, or logged with print); no check for
     other requests (a test decides what they ask), nor for a candidate that changed nothing (`same`:

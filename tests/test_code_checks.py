@@ -184,6 +184,14 @@ def test_a_logging_request_answered_with_print_fails_asked_and_the_next_try_is_t
     assert "import logging\n" in module.read_text() and "print(" not in module.read_text()
 
 
+def test_a_deletion_request_whose_candidate_keeps_the_definition_fails_asked(module, tiny_dir, scripted):
+    scripted(MODULE.replace("    return a + (b - a) * t\n", "    return a + (b - a) * t  # blend\n"))
+    result = run(tiny_dir, "Delete the lerp function")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: asked (keeps `lerp`, which the instruction asks to delete)")
+    assert module.read_text() == MODULE
+
+
 def test_a_bug_fix_has_no_asked_check(module, tiny_dir, scripted):
     scripted(MODULE.replace("return min(x, hi)", "return max(lo, min(x, hi))"))
     result = run(tiny_dir, "Fix the bug in clamp and log it.")
@@ -218,6 +226,20 @@ def test_removing_a_name_the_module_still_uses_fails_public(module, tiny_dir, sc
     assert result.exit_code == 3, result.output
     assert first_failure(result).startswith("failed: public (removed `clamp`, which the module still uses)")
     assert module.read_text() == MODULE
+
+
+BOX = "class Box:\n    def _size(self):\n        return 3\n\n    def area(self):\n        return self._size() ** 2\n"
+
+
+def test_renaming_a_method_alone_while_the_class_still_calls_it_fails_public(work, tiny_dir, scripted):
+    (work / "a.py").write_text(BOX)
+    calls = scripted(BOX.replace("def _size(", "def _length("))
+    result = run(tiny_dir, "Rename Box._size to _length")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: public (removed `Box._size`, which the module still uses "
+                                            "(`self._size`, line 6))")
+    assert "Your previous answer removed `Box._size`, which the module still uses" in calls[1].prompt
+    assert (work / "a.py").read_text() == BOX
 
 
 # -- the checks themselves -----------------------------------------------------------------------
