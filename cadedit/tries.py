@@ -51,11 +51,10 @@ from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, READ_BRANCHES, REJOIN
 
 
 TRY_TEMPERATURE = 0.7
-# A failed check that more room may cure: the candidate did not parse (a statement cut short),
-# failed the test (the fix is elsewhere), or left a name undefined or a removed name in use (the
-# definition or the caller is outside the region: a rename of a method alone). After one, the next try retypes the next wider scope
+# A failed check that more room may cure: the candidate did not parse (a statement cut short) or
+# failed the test (the fix is elsewhere). After one, the next try retypes the next wider scope
 # (options.wider); after "no change" or an answer out of budget it stays where it was.
-WIDEN_AFTER = ("syntax", "test", "names", "public")
+WIDEN_AFTER = ("syntax", "test")
 # A scoped prompt that quotes the region right before the instruction (prompt.LAYOUTS "quoted", "auto")
 # keeps a small model in its place, but invites a verbatim copy: after a candidate that changed
 # nothing, the next try is asked without the quote (README, "Scoped edits, measured").
