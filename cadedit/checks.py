@@ -50,7 +50,8 @@ _EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 @dataclass(frozen=True)
 class Check:
-    """One check on a candidate: "syntax", "change" or "test" ("placement" only when it failed).
+    """One check on a candidate: "syntax", the code checks (cadedit.code_checks), "change" or "test"
+    ("placement" only when it failed).
 
     detail is one line ("line 3: invalid syntax", "exit 1", "node not on PATH: ..."); output_tail
     is the offending source line for a syntax check, the end of the output for a test.
@@ -274,6 +275,8 @@ def feedback(checks: Sequence[Check], edited: Edited | None = None) -> str:
             parts.append("Your previous answer deleted everything although the instruction does not ask for that.")
         elif check.name == "change":
             parts.append("Your previous answer did not change the file although the instruction asks for a change.")
+        elif check.name in _CODE_FEEDBACK:
+            parts.append(_CODE_FEEDBACK[check.name].format(detail=check.detail))
         elif check.name == "test":
             tail = check.output_tail.rstrip()
             said = f":\n{tail}" if tail else ", without output."
@@ -282,6 +285,17 @@ def feedback(checks: Sequence[Check], edited: Edited | None = None) -> str:
         else:
             parts.append(f"The {check.name} check failed: {check.detail}")
     return "\n\n".join(parts)
+
+
+# What the next try is told after a code check failed (cadedit.code_checks; detail: its one line).
+_CODE_FEEDBACK = {
+    "names": "Your previous answer leaves a name undefined or unused ({detail}): import or define every name "
+             "you use, and keep the lines that define them.",
+    "kept": "Your previous answer {detail}. Keep all the code that the instruction does not ask to change.",
+    "body": "In your previous answer {detail}: keep each function's own code.",
+    "public": "Your previous answer {detail}: remove it there too, or keep it.",
+    "asked": "Your previous answer {detail}.",
+}
 
 
 # Frames of a traceback: Python's `File "a.py", line 12`, node's `at f (/x/a.js:12:5)` / `at /x/a.js:12:5`,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -242,6 +242,11 @@ _Where = Annotated[bool, typer.Option(
 _WhereBy = Annotated[str, typer.Option(
     "--where-by", help="How --where finds the line: surprise (where the model, reading the code, least expected "
     "what is written), number or quote (the model names the line, or quotes it).")]
+_StdinFilename = Annotated[Optional[str], typer.Option(
+    "--stdin-filename", metavar="NAME", show_default=False,
+    help="With FILE -: the name piped text is edited under, so that its language, checks and scope are "
+         "known (as black and ruff take it). Without it the language is read from the content (Python, JSON), "
+         "and a whole-file edit of text whose language is unknown is refused.")]
 _Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Per-phase timings and every check's output on stderr.")]
 
 
@@ -255,7 +260,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         context: _Context = str(CONTEXT_LINES), backend: _Backend = None, engine: _Engine = None,
         engine_timeout: _EngineTimeout = None, candidates: _Candidates = None,
         candidates_by: _CandidatesBy = CANDIDATES_BY, where: _Where = False,
-        where_by: _WhereBy = DEFAULT_WHERE_BY) -> None:
+        where_by: _WhereBy = DEFAULT_WHERE_BY, stdin_filename: _StdinFilename = None) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
     Every candidate is checked before it is shown or written: the edited file must parse, must differ
@@ -291,7 +296,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         if value not in ways:
             raise typer.BadParameter(f"{value!r} is not one of {', '.join(ways)}", param_hint=hint)
     run = _Run(tries, _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope, where), candidates,
-               (engine, engine_timeout), quiet, verbose, candidates_by)
+               (engine, engine_timeout), quiet, verbose, candidates_by, stdin_filename)
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1:
         if as_json or show_program:
@@ -334,10 +339,10 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
         raise typer.BadParameter("--write needs a file, not stdin", param_hint="--write")
     if stdin and plan.test:
         raise typer.BadParameter("--test runs against a file; give a file, not stdin", param_hint="--test")
-    document = Document.read_stream(sys.stdin.buffer) if stdin else Document.read(file)
+    document = _stdin_document(run) if stdin else Document.read(file)
     loaded = _load(options, run)
     outcome = _edit_checked(document, instruction, options, plan, run, loaded)
-    best = outcome.verified.answer or outcome.verified.best
+    best = outcome.shown
     diff_text = unified_diff(document.text, best.result.new_text, "-" if stdin else display_path(Path(file))) if (
         best is not None) else ""
     if shown.json:
@@ -345,6 +350,30 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
     if outcome.verified.answer is None:
         _no_passing_try(outcome, diff_text, run.quiet or shown.json)
     _show_answer(document, file, outcome.verified.answer, diff_text, plan, run, shown)
+
+
+def _stdin_document(run: _Run):
+    """Piped text as a document named as --stdin-filename says (its language, checks and scope), else by
+    the language its content shows (said on stderr); DocumentError for a whole-file edit of text whose
+    language is unknown (no syntax or code check could catch a rewrite that deletes half of it)."""
+    from cadedit.document import Document
+    from cadedit.errors import DocumentError
+    from cadedit.languages import guess_suffix, language_of
+
+    if run.stdin_name:
+        return Document.read_stream(sys.stdin.buffer, run.stdin_name)
+    document = Document.read_stream(sys.stdin.buffer)
+    suffix = guess_suffix(document.text)
+    if suffix:
+        document = replace(document, path=document.path + suffix)
+        if not run.quiet:
+            say(f"{document.path}: piped text read as {language_of(document.path).title} by its content "
+                "(--stdin-filename NAME names it)")
+    elif not run.scoping.lines:
+        raise DocumentError("<stdin>: the language of piped text is unknown, so a whole-file edit of it cannot be "
+                            "checked", hint="name it with --stdin-filename NAME (e.g. --stdin-filename app.js), or "
+                            "limit the edit with --lines")
+    return document
 
 
 def _show_answer(document, file: str, answer, diff_text: str, plan, run: _Run, shown: _Shown) -> None:
@@ -356,7 +385,8 @@ def _show_answer(document, file: str, answer, diff_text: str, plan, run: _Run, s
     if not run.quiet:
         added, removed = count_changes(diff_text)
         say(f"{document.path}: " + (f"+{added} -{removed} lines" if diff_text else "no change")
-            + f" ({answer.summary()}, try {answer.number} of {run.tries})")
+            + f" ({answer.summary()}, try {answer.number} of {run.tries})"
+            + ("" if plan.test else "; behaviour not tested (no --test)"))
     if shown.json:
         pass
     elif shown.program:
@@ -392,6 +422,7 @@ class _Run:
     quiet: bool = False
     verbose: bool = False
     candidates_by: str = CANDIDATES_BY  # --candidates-by (settings.CANDIDATE_WAYS)
+    stdin_name: str | None = None  # --stdin-filename: the name piped text is edited under
 
 
 @dataclass(frozen=True)
@@ -407,11 +438,19 @@ class _Outcome:
     dtype: str = ""
     first_forward: float | None = None  # seconds from process start to the first forward (None: a server's)
     backend: str = ""
+    instruction: str = ""
+    tested: bool = False  # a --test decided
+
+    @property
+    def shown(self):
+        """The try whose diff is shown: the answer; else with a test the candidate that broke nothing but
+        the test and changed least (None when every one broke something), without one the furthest."""
+        return self.verified.closest if self.tested else self.verified.answer or self.verified.best
 
     def to_json(self, diff_text: str) -> dict:
         from cadedit.results import result_json
 
-        shown = self.verified.answer or self.verified.best
+        shown = self.shown
         data = result_json(shown.result, diff_text) if shown is not None else {
             "file": self.document.path, "model": self.model, "changed": False, "diff": ""}
         data["passed"] = self.verified.answer is not None
@@ -486,7 +525,8 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
     if run.verbose and first is not None:
         say(f"  first forward {first:.2f} s after the process started")
     return _Outcome(document, verified, scope, loaded.name, loaded.load_seconds, getattr(loaded, "phases", ()),
-                    str(getattr(loaded, "dtype", "")).removeprefix("torch."), first, getattr(loaded, "backend", ""))
+                    str(getattr(loaded, "dtype", "")).removeprefix("torch."), first, getattr(loaded, "backend", ""),
+                    instruction, bool(plan.test))
 
 
 def _reporters(document, options, run: _Run, progress):
@@ -547,14 +587,18 @@ def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
     """No candidate passed: nothing is written; the best one's diff goes to stderr, marked as failing."""
     from cadedit.errors import CheckFailedError
 
-    best = outcome.verified.best
+    shown, best = outcome.shown, outcome.verified.best
     n = outcome.verified.made
-    if best is not None and diff_text and not quiet:
-        say(f"the best candidate (try {best.number} of {n}) FAILED its checks; its diff, not applied:")
+    if shown is not None and diff_text and not quiet:
+        which = "the candidate that changed least and broke nothing but the test" if outcome.tested else \
+            "the best candidate"
+        say(f"{which} (try {shown.number} of {n}) FAILED its checks; its diff, not applied:")
         err.print(diff_text, highlight=False, markup=False, soft_wrap=True, end="")
+    elif outcome.tested and best is not None and not quiet:
+        say("every candidate broke something besides the test; none is shown")
     why = best.summary() if best is not None else outcome.verified.tries[-1].summary()
     raise CheckFailedError(f"{outcome.document.path}: no try of {n} passed its checks ({why}); nothing was written",
-                           hint=outcome.verified.hint)
+                           hint=outcome.verified.hint_for(outcome.instruction))
 
 
 def _recover(files) -> None:

@@ -1,7 +1,7 @@
 """The one language table: a file's suffix → its language record.
 
 Contract: language_of(path) is the Language for the path's suffix (case-insensitive), or None for
-an unknown suffix and for "<stdin>"-style names; fence_tag(path) is the tag written after a
+an unknown suffix and for "<stdin>"-style names; guess_suffix(text) tells piped text's language; fence_tag(path) is the tag written after a
 markdown code fence ("" when unknown). A record says how checks.py checks its syntax (`syntax`:
 "python", "json", "toml", "yaml", "node", or "" for no check) and how outline.py finds its
 definitions (`parser`). Pure data: no imports beyond the
@@ -10,7 +10,10 @@ standard library.
 
 from __future__ import annotations
 
+import ast
+import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -57,11 +60,32 @@ SUFFIXES: dict[str, Language] = {
 
 
 def language_of(path: str | os.PathLike[str]) -> Language | None:
-    """The language of a file by its suffix; None when unknown or for a "<stdin>"-style name."""
-    name = os.fspath(path)
-    if name.startswith("<"):
-        return None
-    return SUFFIXES.get(PurePath(name).suffix.lower())
+    """The language of a file by its suffix; None when unknown or for a "<stdin>"-style name without
+    one ("<stdin>.py": piped text whose language was guessed, see guess_suffix)."""
+    return SUFFIXES.get(PurePath(os.fspath(path)).suffix.lower())
+
+
+_PYTHON_LINE = re.compile(r"^(?:async\s+def|def|class)\s+\w+.*:\s*$|^(?:import\s+\w|from\s+[\w.]+\s+import\b)", re.M)
+
+
+def guess_suffix(text: str) -> str:
+    """The suffix of the language piped text is written in, told by its content: ".py" for text that
+    parses as Python and has a definition or an import; ".json" for an object or array that parses as
+    JSON; "" when neither (no other language is guessed: a wrong guess would check the wrong syntax)."""
+    stripped = text.lstrip("\ufeff").strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            json.loads(stripped)
+            return ".json"
+        except ValueError:
+            pass
+    if _PYTHON_LINE.search(text):
+        try:
+            ast.parse(text.lstrip("\ufeff"))
+            return ".py"
+        except (SyntaxError, ValueError, RecursionError):
+            pass
+    return ""
 
 
 def fence_tag(path: str | os.PathLike[str]) -> str:

@@ -28,6 +28,8 @@ Nothing is written here.
 
 from __future__ import annotations
 
+import difflib
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -36,10 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from cadedit.checks import Candidate, Check, Edited, change_check, feedback, placement_check, run_test, syntax_check
+from cadedit.code_checks import CHECK_NAMES as CODE_CHECKS, code_checks
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Mode, Sampling
+from cadedit.oracle import oracle
 from cadedit.prompt import unquoted
+from cadedit.repair import repaired
+from cadedit.resolve import resolve
 from cadedit.results import EditResult
 from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, READ_BRANCHES, REJOIN_TRIES, TEST_TIMEOUT, default_candidates
 
@@ -150,14 +156,49 @@ class Verified:
         return max(made, key=_progress, default=None)
 
     @property
+    def closest(self) -> Try | None:
+        """The passing try, else the failing candidate that broke nothing (its only failed check is the
+        test) and changed the fewest lines, the earliest among equals; None when every one broke something
+        (a destructive candidate is never offered as the one to start from)."""
+        if self.answer is not None:
+            return self.answer
+        clean = [t for t in self.tries if t.result is not None and t.error is None and t.result.changed
+                 and {c.name for c in t.failed_checks} == {"test"}]
+        return min(clean, key=lambda t: changed_lines(t.result.document.text, t.result.new_text), default=None)
+
+    @property
     def hint(self) -> str:
         """What to do when no try passed."""
+        return self.hint_for("")
+
+    def hint_for(self, instruction: str) -> str:
+        """What to do when no try passed, by what the candidates failed and what the instruction asks:
+        --allow-no-change only where the candidates changed nothing and the instruction may be met
+        already (not for a bug fix, which must change something)."""
         if self.tries and all(t.error for t in self.tries) and any(t.hint for t in self.tries):
             return next(t.hint for t in self.tries if t.hint)
-        return "raise --tries, narrow the instruction, or --allow-no-change if no change is right"
+        failed = {c.name for t in self.tries for c in t.failed_checks}
+        if failed <= {"change"} and failed:
+            if _FIX.search(instruction):
+                return "the model found nothing to change: name the function or line to fix, or raise --tries"
+            return "raise --tries, or --allow-no-change if the file already does what the instruction asks"
+        if "test" in failed and self.closest is not None:
+            return "the test still fails: raise --tries or --candidates, or name the function or line to fix"
+        if failed & set(CODE_CHECKS):
+            return "the candidates broke the code (see the failed checks): narrow the instruction or raise --tries"
+        return "raise --tries, or narrow the instruction"
 
 
-CHECK_ORDER = ("placement", "syntax", "change", "test")
+_FIX = re.compile(r"\b(?:fix\w*|bugs?|broken|wrong|incorrect|error|fails?|failing)\b", re.I)
+
+
+def changed_lines(before: str, after: str) -> int:
+    """Lines removed plus lines added from before to after."""
+    matcher = difflib.SequenceMatcher(None, before.splitlines(), after.splitlines(), autojunk=False)
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal")
+
+
+CHECK_ORDER = ("placement", "syntax", *CODE_CHECKS, "change", "test")
 
 
 def _progress(attempt: Try) -> int:
@@ -186,10 +227,14 @@ def candidate_sampling(k: int, first: Sampling) -> Sampling:
 
 def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test: Callable[[], None] | None = None,
                     instruction: str = "", placement: str = "") -> tuple[Check, ...]:
-    """Placement (a scoped answer that could not be placed exactly: `placement` says why), syntax and
-    change first; the test command only when all pass (it is the slow one)."""
-    checks = (syntax_check(document.path, document.text, new_text),
-              change_check(document.text, new_text, plan.allow_no_change, instruction))
+    """Placement (a scoped answer that could not be placed exactly: `placement` says why), syntax, the
+    code checks (cadedit.code_checks: names, kept, body, public) and change first; the test command
+    only when all pass (it is the slow one)."""
+    syntax = syntax_check(document.path, document.text, new_text)
+    # The code checks read the candidate's code: not one that does not parse.
+    code = () if not (syntax.passed or syntax.skipped) else code_checks(document.path, document.text, new_text,
+                                                                         instruction)
+    checks = (syntax, *code, change_check(document.text, new_text, plan.allow_no_change, instruction))
     if placement:
         checks = (placement_check(placement), *checks)
     if plan.test and all(c.passed or c.skipped for c in checks):
@@ -199,6 +244,20 @@ def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test:
         candidate = Candidate.read(plan.target or document.path, new_text.encode("utf-8"), expected=expected)
         checks += (run_test(candidate, plan.test, plan.test_timeout, plan.cwd),)
     return checks
+
+
+def repaired_result(document: Document, result: EditResult | None, instruction: str) -> EditResult | None:
+    """The result with the imports its new names need and `__all__` after an asked-for deletion
+    (cadedit.repair: lines outside a scoped answer's region), its program recomputed to match."""
+    if result is None:
+        return None
+    text = repaired(document.path, document.text, result.new_text, instruction)
+    if text == result.new_text:
+        return result
+    program = oracle(document, Document.from_text(text, document.path))
+    if resolve(program, document) != text:  # not expressible in the file's own lines: left as answered
+        return result
+    return replace(result, new_text=text, program=program)
 
 
 def edit_verified(document: Document, instruction: str, options: EditOptions, plan: CheckPlan,
@@ -250,12 +309,10 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
                                 test_hook, checked, candidates_by)
         else:
             made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
-        for attempt in made:
-            done.append(attempt)
-            if attempt.branch:
-                branched.add(attempt.branch)
-            if on_try is not None:
-                on_try(attempt)
+        done += made
+        branched |= {attempt.branch for attempt in made if attempt.branch}
+        for attempt in sorted(made, key=lambda t: t.candidate) if on_try else ():  # in order, not as checked
+            on_try(attempt)
         last = Verified(tuple(made)).best or made[-1]
         told = _told(document, plan, last)
         if any(attempt.passed for attempt in made):
@@ -387,6 +444,7 @@ def _one_try(edit, document: Document, instruction: str, current: EditOptions, p
     except BudgetError as exc:
         return Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
                    current.regions, getattr(exc, "engine", None))
+    result = repaired_result(document, result, instruction)
     checks = check_candidate(document, result.new_text, plan, on_test, instruction, result.placement)
     return Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=current.regions)
 
@@ -398,7 +456,6 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
     without it the highest-scoring that passes syntax and change; duplicates are checked once, and a copy
     of a candidate an earlier try checked (`checked`, by text; updated here) takes its checks, not run again.
     Returns every candidate as a Try, in the order checked (the ones after the winner unchecked).
-
     by "sample": all k decoded side by side, candidate 1 the try's own sampling and the others sampled,
     checked in the order of the model's log-probability of each (the greedy one first among equals).
     by "branch" (a local model, a fenced mode): candidate 1 is decoded and checked first; only if it
@@ -419,6 +476,7 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
         t, candidate = samplings[i].temperature, i + 1
         common = dict(regions=current.regions, candidate=candidate, of=k, logprob=c.logprob, branch=c.branch)
         winner = next((m.candidate for m in made if m.passed), 0)
+        c = replace(c, result=repaired_result(document, c.result, instruction))
         if c.result is None:
             error = getattr(c.error, "message", str(c.error))
             made.append(Try(number, t, None, (), decode_seconds, error, getattr(c.error, "hint", None), **common))

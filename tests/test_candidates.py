@@ -171,7 +171,7 @@ def test_with_a_test_and_no_candidates_asked_a_failing_try_makes_four_and_withou
     data = json.loads(tested.stdout)
     assert calls == [4] and data["answer_try"] == 1 and data["answer_candidate"] in (2, 3, 4)
     assert sorted(t["candidate"] for t in data["tries"]) == [1, 2, 3, 4]
-    assert data["tries"][0]["candidate"] == 1 and [c["name"] for c in data["tries"][0]["checks"]] == ["syntax", "change"]
+    assert data["tries"][0]["candidate"] == 1 and [c["name"] for c in data["tries"][0]["checks"]] == ["syntax", "names", "kept", "body", "public", "change"]
     assert ", candidate 1 of 4: failed: change" in tested.stderr and " of 4: passed" in tested.stderr
     scripted_rows(GOOD)
     alone = fix(tiny_dir, "--json")
@@ -198,7 +198,7 @@ def test_later_tries_make_eight_and_a_copy_of_an_earlier_try_is_not_tested_again
     assert sorted(t["candidate"] for t in later) == list(range(1, 9))
     first = next(t for t in later if t["candidate"] == 1)
     assert first["error"] == "the same as try 1's candidate 1" and [c["name"] for c in first["checks"]] == [
-        "syntax", "change", "test"] and not first["checks"][2]["passed"]  # its checks, carried, not run again
+        "syntax", "names", "kept", "body", "public", "change", "test"] and not first["checks"][-1]["passed"]  # its checks, carried, not run again
     assert all(c["seconds"] == 0.0 for c in first["checks"])
     assert all((t["error"] or "").startswith("the same as ") for t in later)
     assert "try 2 of 2, candidate 1 of 8: the same as try 1's candidate 1" in result.stderr
@@ -252,7 +252,7 @@ def test_fix_with_candidates_takes_the_first_that_passes_its_test(tiny_dir, work
         assert t["checks"] == [] and not t["passed"]
         assert t["error"] in ("not checked: candidate 2 passed first", "the same as candidate 1",
                               "the same as candidate 3")
-    assert [c["name"] for c in tries[winner]["checks"]] == ["syntax", "change", "test"]
+    assert [c["name"] for c in tries[winner]["checks"]] == ["syntax", "names", "kept", "body", "public", "change", "test"]
     assert [t for t in tries if t["candidate"] == 4][0]["changed"] is False
     wrong = [t for t in tries if t["candidate"] in (1, 3)]  # the same text twice: checked at most once
     assert sum(1 for t in wrong if t["checks"]) <= 1

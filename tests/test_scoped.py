@@ -492,7 +492,7 @@ def test_stdin_with_lines_prints_the_whole_edited_file(work, tiny_dir, scripted)
                                           "--dtype", "fp32", "--threads", "1"], input=before)
     assert result.exit_code == 0, result.output
     assert result.stdout_bytes == make(newline="\r\n", final=False, l6="    return x * 2")
-    assert "<stdin>: scope: line 6 (--lines 6)" in result.stderr
+    assert "<stdin>.py: scope: line 6 (--lines 6)" in result.stderr  # Python by its content
 
 
 # -- scope resolution that makes the asked-for edit impossible ---------------------------------

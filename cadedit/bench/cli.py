@@ -1118,3 +1118,46 @@ app.command("engine")(_engine)
 from cadedit.bench.backends import backends as _backends  # noqa: E402 - its own module; imports torch when it runs
 
 app.command("backends")(_backends)
+
+
+@app.command()
+def everyday(
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    threads: ThreadsOpt = None,
+    part: Annotated[str, typer.Option("--part", help="dev (read while the checks were built), heldout, or all.")] = "all",
+    code: Annotated[Path | None, typer.Option(
+        "--code", help="The checkout whose cadedit package runs the edits (an earlier commit gives the before "
+                       "figures); default: this one.", show_default=False)] = None,
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """Everyday edits on real standard-library modules (corpus/everyday), each run as `cadedit fix FILE
+    INSTRUCTION --write` without --test and judged by running the module: right, honest (no try passed,
+    file untouched), wrong-but-passed, and destructive-and-written.
+
+    Example: cadedit bench everyday --model M.gguf --backend llama --part heldout --json everyday.json
+    """
+    import json as json_module
+
+    from cadedit.bench import everyday as ev
+    from cadedit.settings import choose_model
+
+    if part not in ("dev", "heldout", "all"):
+        raise typer.BadParameter(f"{part!r} is not one of dev, heldout, all", param_hint="--part")
+    cases = ev.load_cases(part=part)[:limit]
+    chosen, root = choose_model(model, Path.cwd()), code or Path(ev.__file__).resolve().parents[2]
+    outcomes = []
+    for case in cases:
+        outcome = ev.run_case(case, chosen, backend, threads, root)
+        outcomes.append(outcome)
+        mark = " DESTRUCTIVE" if outcome.destructive and outcome.exit_code == 0 else ""
+        say(f"{case.file}: {case.instruction!r}: {outcome.verdict}{mark} (exit {outcome.exit_code}, "
+            f"{outcome.seconds:.0f} s){': ' + outcome.why if outcome.why else ''}")
+        if json_path is not None:
+            json_path.write_text(json_module.dumps({"model": chosen, "backend": backend, "code": str(root),
+                                                    "summary": ev.summary(outcomes),
+                                                    "cases": [o.to_json() for o in outcomes]}, indent=2))
+    for name, counts in ev.summary(outcomes).items():
+        say(f"{name}: {counts['cases']} cases: {counts['right']} right, {counts['honest']} honest, {counts['wrong']} "
+            f"wrong but passed, {counts['destructive_written']} destructive and written")

@@ -1,0 +1,402 @@
+"""The code checks (cadedit.code_checks) through `cadedit fix`, with scripted candidates: each
+breakage a small model makes while the file still parses fails its named check with a one-line
+reason, that reason reaches the next try's prompt, and nothing is written until a try passes.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+from cadedit import cli
+from cadedit.code_checks import code_checks
+from tests.test_candidates import scripted_rows  # noqa: F401 (a fixture)
+from tests.test_hook_cli import git, hook, make_repo, no_outer_git, staged  # noqa: F401 (a fixture)
+from tests.test_pipes import script_model
+from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, _models, fix, load_once, scripted, tries_lines, work  # noqa: F401 (fixtures)
+
+MODULE = textwrap.dedent('''\
+    """Number helpers."""
+
+    __all__ = ["lerp", "clamp", "unit", "total", "biggest"]
+
+
+    def lerp(a, b, t):
+        return a + (b - a) * t
+
+
+    def clamp(x, lo, hi):
+        if x < lo:
+            return lo
+        return min(x, hi)
+
+
+    def unit(x):
+        return clamp(x, 0.0, 1.0)
+
+
+    def total(xs):
+        s = 0
+        for x in xs:
+            s += x
+        return s
+
+
+    def biggest(xs):
+        m = xs[0]
+        for x in xs:
+            if x > m:
+                m = x
+        return m
+''')
+
+
+@pytest.fixture
+def module(work):
+    (work / "a.py").write_text(MODULE)
+    return work / "a.py"
+
+
+def run(tiny_dir, instruction: str, *args: str):
+    return fix(tiny_dir, "--no-scope", "--write", *args, instruction=instruction)
+
+
+def first_failure(result) -> str:
+    return tries_lines(result.stderr)[0].split(": try 1 of 3: ", 1)[1]
+
+
+# -- names ---------------------------------------------------------------------------------------
+
+
+HINTED_NO_IMPORT = MODULE.replace("def lerp(a, b, t):", "def lerp(a: Number, b: Number, t: float) -> Number:")
+HINTED = HINTED_NO_IMPORT.replace("\n\n\ndef lerp", "\n\nNumber = float\n\n\ndef lerp")
+
+
+def test_a_type_hint_without_its_definition_fails_names_and_the_next_try_is_told(module, tiny_dir, scripted):
+    calls = scripted(HINTED_NO_IMPORT, HINTED)
+    result = run(tiny_dir, "Add type hints to lerp.")
+    assert result.exit_code == 0, result.output
+    assert first_failure(result).startswith("failed: names (line 6: undefined name 'Number' (and 2 more))")
+    assert "leaves a name undefined or unused (line 6: undefined name 'Number' (and 2 more))" in calls[1].prompt
+    assert module.read_text() == HINTED
+
+
+def test_a_deleted_line_whose_name_is_still_used_fails_names(module, tiny_dir, scripted):
+    lost = MODULE.replace("    s = 0\n", "")
+    scripted(lost)
+    result = run(tiny_dir, "Make total better.")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: names (line 22: undefined name 's')")
+    assert module.read_text() == MODULE
+
+
+def test_a_name_undefined_before_the_edit_does_not_count(work, tiny_dir, scripted):
+    (work / "a.py").write_text("def f():\n    return helper(1)\n")
+    scripted("def f():\n    return helper(2)\n")
+    result = run(tiny_dir, "Pass 2 instead of 1.")
+    assert result.exit_code == 0, result.output
+
+
+# -- repairs outside the retyped lines: imports, a logger, `__all__` ----------------------------
+
+
+def test_a_type_hint_without_its_import_gets_the_import(module, tiny_dir, scripted):
+    scripted(MODULE.replace("def lerp(a, b, t):", "def lerp(a: float, b: float, t: Optional[float]) -> float:"))
+    result = run(tiny_dir, "Add type hints to lerp.")
+    assert result.exit_code == 0, result.output
+    assert "try 1 of 3: passed" in result.stderr
+    text = module.read_text()
+    assert text.startswith('"""Number helpers."""\n\nfrom typing import Optional\n\n__all__')
+    assert "def lerp(a: float, b: float, t: Optional[float]) -> float:" in text
+
+
+def test_logging_without_its_import_gets_the_import_and_a_module_logger(module, tiny_dir, scripted):
+    scripted(MODULE.replace("    s = 0\n", "    s = 0\n    logger.debug('summing %d numbers', len(xs))\n"))
+    result = run(tiny_dir, "Add debug logging to total.")
+    assert result.exit_code == 0, result.output
+    text = module.read_text()
+    assert text.startswith('"""Number helpers."""\n\nimport logging\n\nlogger = logging.getLogger(__name__)\n')
+
+
+def test_deleting_a_definition_takes_it_out_of_all(module, tiny_dir, scripted):
+    scripted(MODULE.replace("def lerp(a, b, t):\n    return a + (b - a) * t\n\n\n", ""))
+    result = run(tiny_dir, "Delete lerp.")
+    assert result.exit_code == 0, result.output
+    assert '__all__ = ["clamp", "unit", "total", "biggest"]\n' in module.read_text()
+    assert "def lerp" not in module.read_text()
+
+
+# -- kept ----------------------------------------------------------------------------------------
+
+
+def test_a_docstring_request_that_deletes_a_return_fails_kept(module, tiny_dir, scripted):
+    lost = MODULE.replace("    return a + (b - a) * t\n", '    """Blend a and b."""\n')
+    good = MODULE.replace("    return a + (b - a) * t\n", '    """Blend a and b."""\n    return a + (b - a) * t\n')
+    calls = scripted(lost, good)
+    result = run(tiny_dir, "Add a docstring to lerp.")
+    assert result.exit_code == 0, result.output
+    assert first_failure(result).startswith(
+        "failed: kept (changed the code of `lerp` (line 6), but the instruction asks only for documentation, "
+        "type hints or logging)")
+    assert "Keep all the code that the instruction does not ask to change." in calls[1].prompt
+    assert module.read_text() == good
+
+
+def test_a_definition_removed_unasked_fails_kept_and_is_never_written(module, tiny_dir, scripted):
+    scripted(MODULE.replace("def lerp(a, b, t):\n    return a + (b - a) * t\n\n\n", "").replace('"lerp", ', ""))
+    result = run(tiny_dir, "Make biggest faster.")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: kept (removed `lerp` (line 6), which the instruction does not "
+                                            "ask to remove)")
+    assert module.read_text() == MODULE
+
+
+def test_an_asked_deletion_passes(module, tiny_dir, scripted):
+    deleted = MODULE.replace("def lerp(a, b, t):\n    return a + (b - a) * t\n\n\n", "").replace('"lerp", ', "")
+    scripted(deleted)
+    result = run(tiny_dir, "Delete lerp.")
+    assert result.exit_code == 0, result.output
+    assert module.read_text() == deleted
+
+
+def test_a_bug_fix_may_change_and_remove_statements(module, tiny_dir, scripted):
+    fixed = MODULE.replace("    if x < lo:\n        return lo\n", "")
+    fixed = fixed.replace("return min(x, hi)", "return max(lo, min(x, hi))")
+    scripted(fixed)
+    result = run(tiny_dir, "Fix the bug in clamp.")
+    assert result.exit_code == 0, result.output
+    assert module.read_text() == fixed
+
+
+# -- asked ---------------------------------------------------------------------------------------
+
+
+def test_a_logging_request_answered_with_print_fails_asked_and_the_next_try_is_told(module, tiny_dir, scripted):
+    printed = MODULE.replace("    s = 0\n", "    s = 0\n    print('summing', len(xs))\n")
+    logged = MODULE.replace("    s = 0\n", "    s = 0\n    logging.debug('summing %d numbers', len(xs))\n")
+    calls = scripted(printed, logged)
+    result = run(tiny_dir, "Add debug logging to total.")
+    assert result.exit_code == 0, result.output
+    assert first_failure(result).startswith("failed: asked (adds no logging call, which the instruction asks for)")
+    assert "Your previous answer adds no logging call, which the instruction asks for." in calls[1].prompt
+    assert "import logging\n" in module.read_text() and "print(" not in module.read_text()
+
+
+def test_a_deletion_request_whose_candidate_keeps_the_definition_fails_asked(module, tiny_dir, scripted):
+    scripted(MODULE.replace("    return a + (b - a) * t\n", "    return a + (b - a) * t  # blend\n"))
+    result = run(tiny_dir, "Delete the lerp function")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: asked (keeps `lerp`, which the instruction asks to delete)")
+    assert module.read_text() == MODULE
+
+
+def test_a_bug_fix_has_no_asked_check(module, tiny_dir, scripted):
+    scripted(MODULE.replace("return min(x, hi)", "return max(lo, min(x, hi))"))
+    result = run(tiny_dir, "Fix the bug in clamp and log it.")
+    assert result.exit_code == 0, result.output
+    assert "asked" not in tries_lines(result.stderr)[0]
+
+
+# -- body ----------------------------------------------------------------------------------------
+
+
+def test_a_body_replaced_by_another_definitions_code_fails_body(module, tiny_dir, scripted):
+    copied = MODULE.replace("    m = xs[0]\n    for x in xs:\n        if x > m:\n            m = x\n    return m\n",
+                            "    s = 0\n    for x in xs:\n        s += x\n    return s\n")
+    assert copied != MODULE
+    calls = scripted(copied)
+    result = run(tiny_dir, "Make biggest handle an empty list.")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: body (the body of `biggest` (line 27) is now the code of "
+                                            "`total` (line 20))")
+    assert "keep each function's own code" in calls[1].prompt
+    assert module.read_text() == MODULE
+
+
+# -- public --------------------------------------------------------------------------------------
+
+
+def test_removing_a_name_the_module_still_uses_fails_public(module, tiny_dir, scripted):
+    gone = MODULE.replace("def clamp(x, lo, hi):\n    if x < lo:\n        return lo\n    return min(x, hi)\n\n\n", "")
+    gone = gone.replace('"clamp", ', "")
+    scripted(gone)
+    result = run(tiny_dir, "Delete clamp.")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: public (removed `clamp`, which the module still uses)")
+    assert module.read_text() == MODULE
+
+
+BOX = "class Box:\n    def _size(self):\n        return 3\n\n    def area(self):\n        return self._size() ** 2\n"
+
+
+def test_renaming_a_method_alone_while_the_class_still_calls_it_fails_public(work, tiny_dir, scripted):
+    (work / "a.py").write_text(BOX)
+    calls = scripted(BOX.replace("def _size(", "def _length("))
+    result = run(tiny_dir, "Rename Box._size to _length")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: public (removed `Box._size`, which the module still uses "
+                                            "(`self._size`, line 6))")
+    assert "Your previous answer removed `Box._size`, which the module still uses" in calls[1].prompt
+    assert (work / "a.py").read_text() == BOX
+
+
+# -- the checks themselves -----------------------------------------------------------------------
+
+
+def test_javascript_definitions_removed_unasked_fail_kept():
+    before = "function a(x) {\n  return x + 1;\n}\n\nfunction b(y) {\n  return y * 2;\n}\n"
+    after = "function a(x) {\n  return x + 1;\n}\n"
+    kept = {c.name: c for c in code_checks("m.js", before, after, "Add a comment to a")}["kept"]
+    assert not kept.passed and kept.detail == "removed `b` (line 5), which the instruction does not ask to remove"
+    asked = {c.name: c for c in code_checks("m.js", before, after, "Remove b")}["kept"]
+    assert asked.passed
+
+
+def test_files_without_a_parser_get_no_code_checks():
+    assert code_checks("notes.md", "a\n", "b\n", "Fix it") == ()
+
+
+# -- what was verified ---------------------------------------------------------------------------
+
+DESTROYED = "print(1 + 2)\n"  # `add` gone: fails kept
+WRONG_TWICE = "def add(a, b):\n    return a * b  # product\n\n\nprint(add(2, 2))\n"  # two lines, fails the test
+
+
+def test_without_a_test_the_result_line_names_the_checks_and_says_behaviour_was_not_tested(work, tiny_dir,
+                                                                                             scripted):
+    scripted(GOOD)
+    result = fix(tiny_dir)
+    assert result.exit_code == 0, result.output
+    assert "a.py: +1 -1 lines (passed: syntax, names, kept, body, public, change, try 1 of 3); behaviour not " \
+           "tested (no --test)" in result.stderr
+    scripted(GOOD)
+    tested = fix(tiny_dir, "--test", GREP_TEST)
+    assert tested.exit_code == 0 and "passed: syntax, names, kept, body, public, change, test, try 1 of 3)" in \
+        tested.stderr and "not tested" not in tested.stderr
+
+
+def test_with_a_failing_test_the_candidate_shown_changed_least_and_broke_nothing_else(work, tiny_dir, scripted):
+    scripted(DESTROYED, WRONG_TWICE, WRONG)
+    result = fix(tiny_dir, "--test", GREP_TEST)
+    assert result.exit_code == 3, result.output
+    assert "the candidate that changed least and broke nothing but the test (try 3 of 3) FAILED its checks" \
+        in result.stderr
+    assert "+    return a * b\n" in result.stderr and "print(1 + 2)" not in result.stderr
+    assert "hint: the test still fails: raise --tries or --candidates, or name the function or line to fix" \
+        in result.stderr
+    assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_with_a_failing_test_a_destructive_candidate_is_never_shown(work, tiny_dir, scripted):
+    scripted(DESTROYED)
+    result = fix(tiny_dir, "--test", GREP_TEST)
+    assert result.exit_code == 3, result.output
+    assert "every candidate broke something besides the test; none is shown" in result.stderr
+    assert "print(1 + 2)" not in result.stderr and "FAILED its checks" not in result.stderr
+
+
+def test_no_change_hints_allow_no_change_only_where_the_file_may_already_comply(work, tiny_dir, scripted):
+    scripted(BEFORE.decode())
+    result = fix(tiny_dir, instruction="Add a docstring to every function that lacks one.")
+    assert result.exit_code == 3, result.output
+    assert "hint: raise --tries, or --allow-no-change if the file already does what the instruction asks" \
+        in result.stderr
+
+
+def test_a_tries_candidates_are_reported_in_order_one_line_each(work, tiny_dir, scripted_rows):
+    broken = [f"def add(a, b):\n    return a +{' ' * k}\n\n\nprint(add(1, 2))\n" for k in range(4)]
+    scripted_rows(*broken)
+    result = fix(tiny_dir, "--tries", "1", "--candidates", "4", "--candidates-by", "sample",
+                 instruction="Fix the bug.")
+    assert result.exit_code == 3, result.output
+    lines = tries_lines(result.stderr)
+    assert [line.split(", candidate ")[1].split(":")[0] for line in lines] == ["1 of 4", "2 of 4", "3 of 4", "4 of 4"]
+
+
+# -- piped text ----------------------------------------------------------------------------------
+
+
+def piped(tiny_dir, text: str, *args: str, instruction: str = "Add a docstring to the module."):
+    return CliRunner().invoke(cli.app, ["fix", "-", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
+                                        "--threads", "1", "--candidates", "1", "--no-scope", *args], input=text)
+
+
+HALF = MODULE.split("def unit")[0]  # unit, total and biggest deleted
+
+
+@pytest.mark.parametrize("args, named", [(["--stdin-filename", "src/nums.py"], "src/nums.py"), ([], "<stdin>.py")])
+def test_piped_python_gets_its_checks_by_name_or_by_content(work, tiny_dir, scripted, args, named):
+    scripted(HALF)
+    result = piped(tiny_dir, MODULE, *args)
+    assert result.exit_code == 3, result.output
+    assert f"{named}: try 1 of 3: failed: kept (removed `unit` (line 16), which the instruction does not ask " \
+           "to remove" in result.stderr
+    assert result.stdout == ""
+    assert ("read as Python by its content (--stdin-filename NAME names it)" in result.stderr) == (not args)
+
+
+def test_piped_text_of_unknown_language_is_refused_for_a_whole_file_edit(work, tiny_dir, scripted):
+    calls = scripted("nothing left\n")
+    result = piped(tiny_dir, "some notes\nand more\n")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[0] == ("error: <stdin>: the language of piped text is unknown, so a "
+                                             "whole-file edit of it cannot be checked")
+    assert "--stdin-filename NAME" in result.stderr and result.stdout == "" and calls == []
+    named = piped(tiny_dir, "some notes\nand more\n", "--stdin-filename", "notes.md", instruction="Reword it.")
+    assert named.exit_code == 0, named.output
+    assert named.stdout == "nothing left\n"
+
+
+# -- the hook ------------------------------------------------------------------------------------
+
+DOCUMENTED = b'def lerp(a, b, t):\n    """Blend a and b."""\n    return a + (b - a) * t\n'
+DOC_RULE = 'instruction = "Add a docstring to every public function that lacks one."\n'
+
+
+def docstring_repo(tmp_path, tiny_dir):
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": DOCUMENTED})
+    (root / ".cadedit.toml").write_text(f"model = {str(tiny_dir)!r}\n[[rules]]\nfiles = \"*.py\"\n{DOC_RULE}")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "rule")
+    (root / "a.py").write_bytes(DOCUMENTED + b"\nSCALE = 2\n")
+    git(root, "add", "a.py")
+    return root
+
+
+def answers(*edits):
+    """script_model's edit: try k answers edits[k - 1](data) (the last one repeats)."""
+    calls = []
+
+    def edit(data: bytes) -> bytes:
+        calls.append(data)
+        return edits[min(len(calls), len(edits)) - 1](data)
+
+    return edit
+
+
+def drop_return(data: bytes) -> bytes:
+    return data.replace(b"    return a + (b - a) * t\n", b'    """Blend a and b by t."""\n')
+
+
+def test_the_hook_respects_no_change_on_a_file_that_already_follows_the_rule(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch, answers(drop_return, lambda data: data))
+    root = docstring_repo(tmp_path, tiny_dir)
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 0, result.output
+    assert "a.py: unchanged" in result.stderr
+    assert (root / "a.py").read_bytes() == DOCUMENTED + b"\nSCALE = 2\n"
+
+
+def test_the_hook_reports_a_candidate_that_fails_the_checks_and_never_writes_it(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch, answers(drop_return))
+    root = docstring_repo(tmp_path, tiny_dir)
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 1, result.output
+    assert "a.py: failed: no try of 3 passed its checks (failed: kept (changed the code of `lerp` (line 1)" \
+           in result.stderr
+    assert (root / "a.py").read_bytes() == DOCUMENTED + b"\nSCALE = 2\n"
+    assert staged(root, "a.py") == DOCUMENTED + b"\nSCALE = 2\n"
