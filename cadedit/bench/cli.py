@@ -1118,3 +1118,7 @@ app.command("engine")(_engine)
 from cadedit.bench.backends import backends as _backends  # noqa: E402 - its own module; imports torch when it runs
 
 app.command("backends")(_backends)
+
+from cadedit.bench.multiline import multiline as _multiline  # noqa: E402 - its own module; imports torch when it runs
+
+app.command("multiline")(_multiline)
