@@ -30,11 +30,15 @@ RECENT = 8  # output lines remembered to place a line that occurs more than once
 AHEAD = 4  # source lines after the last aligned one where a new output line may resume the source
 # Mid-line re-anchoring: the longest end of the output's current line, NGRAM_MIN to NGRAM_MOST bytes
 # with a non-blank byte, found in the source lines the output is rewriting (AHEAD of them). Shorter
-# ends (`x)`, ` = `) occur on most lines and mostly draft the wrong text; the cap bounds the work
-# on a long line (minified code) to a few finds per token.
+# ends (`x)`, ` = `) occur on most lines, so they count only after the point lost in its own line;
+# the cap bounds the work on a long line (minified code) to a few finds per token.
 NGRAM_MIN = 4
 NGRAM_MOST = 64
 SIMILAR = 0.5  # an unaligned output line this similar to the next source line is taken as its rewrite
+# Once a guess missed, the output is most likely new text (a docstring, a new statement) whose words
+# keep matching the source by chance; each guess then drafts this many tokens at most, to its line's
+# end, so a wrong one widens a forward by little.
+MISSED_DRAFT = 4
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class Aligner:
         self.anchor: int | None = 0  # the output starts where the file starts (the prompt opens the fence)
         self.lost = 0  # where the anchor was when the output last left the source
         self.guessed = False  # the anchor is a mid-line lookup not yet followed to a line's end
+        self.missed = 0  # guesses that failed since the output last followed the source to a line's end
         self.last_line = -1
         self.partial = bytearray()
         self.recent: deque[bytes] = deque(maxlen=RECENT)
@@ -98,6 +103,7 @@ class Aligner:
         elif self.anchor is not None:
             if not self.guessed:  # a guess that failed leaves the point lost where it was
                 self.lost = self.anchor
+            self.missed += self.guessed
             self.anchor = None
         ended = self._take_lines(piece)
         if self.anchor is None and ended:
@@ -114,7 +120,7 @@ class Aligner:
                 self.guessed = self.anchor is not None
         if self.anchor is not None and self.anchor in self.line_at:
             self.last_line = self.line_at[self.anchor] - 1
-            self.guessed = False  # a whole line followed (or a line end found): trusted again
+            self.guessed, self.missed = False, 0  # a whole line followed (or a line end found): trusted again
 
     def draft(self, n_tokens: int) -> list[int]:
         """Up to n_tokens ids of the source after the anchor (whole lines tokenised, then cut)."""
@@ -122,6 +128,9 @@ class Aligner:
             return []
         # ~3.5 bytes per token in code: 6 per token reaches n_tokens nearly always; end on a line end.
         stop = self.starts[min(bisect_left(self.starts, self.anchor + 6 * n_tokens), len(self.starts) - 1)]
+        if self.guessed and self.missed:  # after a guess that missed, new text: short drafts, to the line's end
+            stop = min(stop, self.starts[bisect_right(self.starts, self.anchor)])
+            n_tokens = min(n_tokens, MISSED_DRAFT)
         if self.anchor < self.answer_end:
             stop = min(stop, self.answer_end)
         try:

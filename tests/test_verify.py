@@ -398,7 +398,8 @@ def test_aligner_resumes_mid_line_after_a_renamed_name():
     assert aligner.anchor is None
     aligner.advance(b"_line")  # the line's end is found again just after the point lost
     assert TOK.decode(aligner.draft(50)) == ", width):\n    cur_line.append(width)\n    return cur_line\n```\n"
-    aligner.advance(b", width):\n    current")
+    aligner.advance(b", width):\n")
+    aligner.advance(b"    current")
     aligner.advance(b"_line")  # the second line's occurrence, not the first's nor the third's
     assert TOK.decode(aligner.draft(50)) == ".append(width)\n    return cur_line\n```\n"
 
@@ -441,3 +442,15 @@ def test_the_drafter_follows_an_answer_in_the_other_indentation():
     alone = VerifyDrafter(dedented, encode_text, TOKEN_BYTES, 200)
     alone(None, [])
     assert alone(None, encode_text("    def")) == []  # without it: lost for the whole answer
+
+
+def test_after_a_guess_that_missed_guesses_draft_little():
+    source = "def f(x):\n    return the_value(x)\n```\n"
+    aligner = Aligner(source, encode_text)
+    aligner.advance(b"def f(x):\n")
+    aligner.advance(b'    """Return')  # new text: lost
+    aligner.advance(b" the")  # found in line 2: a guess, drafted in full
+    assert TOK.decode(aligner.draft(50)) == "_value(x)\n```\n"
+    aligner.advance(b" value")  # it missed
+    aligner.advance(b" the")  # the next guess drafts a few tokens, never past its line
+    assert 1 <= len(aligner.draft(50)) <= 4 and "\n" not in TOK.decode(aligner.draft(50))
