@@ -54,6 +54,7 @@ class Prepared:
     # Scoped: the file's lines after the last region, which the verify drafter may also propose (a
     # model that runs past its region retypes them; scoped_text trims that run past again).
     draft_tail: str = ""
+    draft_indented: tuple[str, str] | None = None  # scoped: source and tail in the file's own indentation
 
 
 # A decode's picker, chosen from its prepared request (e.g. a scripted answer in the prepared fence).
@@ -82,7 +83,7 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
     if request.mode is not Mode.PROGRAM and options.layout != "both":
         reuse_at = _instruction_free(loaded, prompt, prompt_ids, request.task)
     return Prepared(request.mode, prompt_ids, file_tokens, min(budget, limit), request.fence, request.source,
-                    request.regions, request.headers, reuse_at, request.draft_tail)
+                    request.regions, request.headers, reuse_at, request.draft_tail, request.draft_indented)
 
 
 # No token of Qwen's vocabulary spans more bytes than this on average over a file: a file this many
@@ -159,7 +160,7 @@ def _fenced_parts(loaded: LoadedModel, document: Document, prepared: Prepared, d
 
 def _verify_drafter(loaded: LoadedModel, prepared: Prepared) -> VerifyDrafter:
     return VerifyDrafter(prepared.source, lambda text: encode(loaded.tokenizer, text), token_bytes(loaded),
-                         prepared.budget, tail=prepared.draft_tail)
+                         prepared.budget, tail=prepared.draft_tail, also=prepared.draft_indented)
 
 
 def _lookup_drafter(loaded: LoadedModel, prepared: Prepared) -> LookupDrafter:

@@ -97,14 +97,24 @@ class ScopedLayout:
     headers: tuple[str, ...]
     source: str
     tail: str
+    # The same answer and tail in the file's own indentation ("" where no region is indented as a
+    # whole): a small model asked for a method without its class's indentation often keeps it.
+    indented_source: str = ""
+    indented_tail: str = ""
 
 
 def scoped_layout(document: Document, fence: str, regions) -> ScopedLayout:
     """The layout of a scoped answer over `regions` (each shown without the indentation it shares)."""
     indents = region_indents(document, regions)
     headers = tuple(region_header(a, b, fence, document.path, indent) for (a, b), indent in zip(regions, indents))
-    return ScopedLayout(headers[0], headers[1:], scoped_source(document, fence, regions, headers[1:], indents),
-                        scoped_tail(document, regions[-1], indents[-1]))
+    source = scoped_source(document, fence, regions, headers[1:], indents)
+    tail = scoped_tail(document, regions[-1], indents[-1])
+    if not any(indents):
+        return ScopedLayout(headers[0], headers[1:], source, tail)
+    unindented = ("",) * len(regions)
+    return ScopedLayout(headers[0], headers[1:], source, tail,
+                        scoped_source(document, fence, regions, headers[1:], unindented),
+                        scoped_tail(document, regions[-1], ""))
 
 
 def scoped_tail(document: Document, region: tuple[int, int], indent: str) -> str:

@@ -43,6 +43,9 @@ class Request:
     headers: tuple[str, ...] = ()  # scoped: the forced text before each region after the first
     draft_tail: str = ""  # scoped: the file's lines after the last region (the verify drafter's)
     task: str = ""  # the instruction as the prompt states it (where the instruction-free prefix ends)
+    # scoped, a region indented as a whole: the unchanged answer and tail in the file's own
+    # indentation, which the verify drafter also follows (a model may keep that indentation)
+    draft_indented: tuple[str, str] | None = None
 
 
 # Room for the program's own tokens (op literals, line numbers) beyond the file itself, and for the
@@ -92,7 +95,8 @@ def build_request(document: Document, instruction: str, options: EditOptions) ->
                                    options.layout, context)
         layout = scoped_layout(document, fence, regions)
         return Request(mode, tuple(messages), layout.opening, layout.source, 0, "edit a smaller file, or split it first",
-                       fence, layout.source, regions, layout.headers, layout.tail, task)
+                       fence, layout.source, regions, layout.headers, layout.tail, task,
+                       (layout.indented_source, layout.indented_tail) if layout.indented_source else None)
     messages = rewrite_messages(document, instruction, fence, options.feedback, options.layout)
     source = fenced_source(document, fence)
     return Request(mode, tuple(messages), fence + language_tag(document.path) + "\n", source, 0,

@@ -389,3 +389,68 @@ def test_a_scoped_drafter_stops_at_the_fence_and_drafts_the_tail_to_a_model_that
     without = VerifyDrafter("a = 1\nb = 2\n```\n", encode_text, TOKEN_BYTES, 200)
     without(None, [])
     assert without(None, ran_past) == []  # what the drafter did before: nothing to propose there
+
+
+def test_aligner_resumes_mid_line_after_a_renamed_name():
+    source = "def f(cur_line, width):\n    cur_line.append(width)\n    return cur_line\n```\n"
+    aligner = Aligner(source, encode_text)
+    aligner.advance(b"def f(current")  # the name changed: lost
+    assert aligner.anchor is None
+    aligner.advance(b"_line")  # the line's end is found again just after the point lost
+    assert TOK.decode(aligner.draft(50)) == ", width):\n    cur_line.append(width)\n    return cur_line\n```\n"
+    aligner.advance(b", width):\n")
+    aligner.advance(b"    current")
+    aligner.advance(b"_line")  # the second line's occurrence, not the first's nor the third's
+    assert TOK.decode(aligner.draft(50)) == ".append(width)\n    return cur_line\n```\n"
+
+
+def test_aligner_finds_a_short_end_only_after_the_point_lost_in_its_line():
+    source = "x = f(a)\ny = g(b)\n```\n"
+    aligner = Aligner(source, encode_text)
+    aligner.advance(b"x = f(a_2")
+    aligner.advance(b")")  # ")" occurs in both lines: the one after the point lost wins
+    assert TOK.decode(aligner.draft(50)) == "\ny = g(b)\n```\n"
+    aligner = Aligner(source, encode_text)
+    aligner.advance(b"x = h")
+    aligner.advance(b"(")  # one byte: found after the point lost, in its line
+    assert TOK.decode(aligner.draft(50)) == "a)\ny = g(b)\n```\n"
+    aligner = Aligner(source, encode_text)
+    aligner.advance(b"x = f(a)\nz = h")
+    aligner.advance(b"(b")  # in line 2 after the point lost: not line 1's "(a"
+    assert TOK.decode(aligner.draft(50)) == ")\n```\n"
+
+
+def test_a_guess_that_fails_does_not_move_the_point_lost():
+    source = "    a = 1\n    b = 2\n    return b\n```\n"
+    aligner = Aligner(source, encode_text)
+    aligner.advance(b"    a = 1\n")
+    aligner.advance(b"    c = b;")  # lost in line 2
+    aligner.advance(b" return")  # found in line 3: a guess
+    assert aligner.anchor is not None and aligner.guessed
+    aligner.advance(b" 42")  # the guess fails: the point lost stays in line 2
+    aligner.advance(b"\n")  # so the line's end is line 2's, and line 3 is drafted next
+    assert TOK.decode(aligner.draft(50)) == "    return b\n```\n"
+
+
+def test_the_drafter_follows_an_answer_in_the_other_indentation():
+    dedented = "def f(x):\n    return x\n```\n"
+    indented = "    def f(x):\n        return x\n```\n"
+    drafter = VerifyDrafter(dedented, encode_text, TOKEN_BYTES, 200, also=(indented, ""))
+    assert b"".join(TOKEN_BYTES[t] for t in drafter(None, [])) == dedented.encode()
+    draft = drafter(None, encode_text("    def"))
+    assert b"".join(TOKEN_BYTES[t] for t in draft) == b" f(x):\n        return x\n```\n"
+    alone = VerifyDrafter(dedented, encode_text, TOKEN_BYTES, 200)
+    alone(None, [])
+    assert alone(None, encode_text("    def")) == []  # without it: lost for the whole answer
+
+
+def test_after_a_guess_that_missed_guesses_draft_little():
+    source = "def f(x):\n    return the_value(x)\n```\n"
+    aligner = Aligner(source, encode_text)
+    aligner.advance(b"def f(x):\n")
+    aligner.advance(b'    """Return')  # new text: lost
+    aligner.advance(b" the")  # found in line 2: a guess, drafted in full
+    assert TOK.decode(aligner.draft(50)) == "_value(x)\n```\n"
+    aligner.advance(b" value")  # it missed
+    aligner.advance(b" the")  # the next guess drafts a few tokens, never past its line
+    assert 1 <= len(aligner.draft(50)) <= 4 and "\n" not in TOK.decode(aligner.draft(50))

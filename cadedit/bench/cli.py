@@ -1161,3 +1161,8 @@ def everyday(
     for name, counts in ev.summary(outcomes).items():
         say(f"{name}: {counts['cases']} cases: {counts['right']} right, {counts['honest']} honest, {counts['wrong']} "
             f"wrong but passed, {counts['destructive_written']} destructive and written")
+
+
+from cadedit.bench.multiline import multiline as _multiline  # noqa: E402 - its own module; imports torch when it runs
+
+app.command("multiline")(_multiline)

@@ -1,0 +1,263 @@
+"""Everyday multi-line edits (`cadedit bench multiline`): what an edit costs beside what it changes.
+
+Contract: multiline(...) runs each case of a corpus folder (benchmarks/multiline: cases.jsonl and
+files/; its README says how a case is judged) as `cadedit fix` runs it -- scope from the
+instruction, verify mode, one candidate, `--tries` tries -- and reports per case: forward passes,
+new tokens, changed tokens and lines (the answer against the file, token by token), the forward
+bound (changed tokens + 3 per changed line + 5), the token-level floor (the prompt tokens fed and
+the copied tokens at the prefill rate, each changed token one step; both rates measured once on the
+loaded model, as bench e2e's floor is), wall seconds, and whether the answer does what was asked.
+Summaries per part of the corpus (`tune`, `heldout`): the median of wall / floor, the cases within
+the forward bound, the cases done as asked.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cadedit.bench.options import BackendOpt, DtypeOpt, JsonOpt, ModelOpt, ThreadsOpt
+from cadedit.errors import CadeditError, ModelError
+from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
+
+CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "multiline"
+SPLITS = ("tune", "heldout")
+PER_LINE = 3  # forwards a changed line may cost beyond its changed tokens (the issue's bound)
+SLACK = 5  # and the edit as a whole (the prompt's forward, the first drafts, the closing fence)
+FLOOR_SPAN = 256  # tokens fed at once to measure the prefill rate
+FLOOR_STEPS = 8  # one-token steps measured after it (their median)
+
+
+# -- the corpus ----------------------------------------------------------------------------------
+
+
+def load_cases(folder: Path, split: str = "all") -> list[dict]:
+    """The cases of cases.jsonl with their file's text (`before`), in file order; `split` keeps one part."""
+    path = folder / "cases.jsonl"
+    if not path.is_file():
+        raise ModelError(f"{folder}: no cases.jsonl (a multi-line corpus is a folder with cases.jsonl and files/)",
+                         hint=f"use --corpus {CORPUS}")
+    cases = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            case = json.loads(line)
+            case["before"] = (folder / "files" / case["file"]).read_text(encoding="utf-8")
+        except (ValueError, KeyError, OSError) as exc:
+            raise ModelError(f"{path}:{number}: not a case ({str(exc)[:120]})",
+                             hint="each line is a JSON object with id, split, file, instruction and gold or check") from None
+        if case.get("split") not in SPLITS:
+            raise ModelError(f"{path}:{number}: split {case.get('split')!r} is not one of {', '.join(SPLITS)}")
+        cases.append(case)
+    return [c for c in cases if split in ("all", c["split"])]
+
+
+def gold_text(before: str, gold: dict) -> str:
+    """The file with gold's replace pairs applied between its two markers (the first occurrence of
+    the first, then the next of the second)."""
+    start = before.index(gold["between"][0])
+    end = before.index(gold["between"][1], start + 1)
+    middle = before[start:end]
+    for old, new in gold["replace"]:
+        middle = middle.replace(old, new)
+    return before[:start] + middle + before[end:]
+
+
+def judge(case: dict, after: str | None) -> tuple[bool, str]:
+    """Whether `after` (None: no answer passed) does what the case asked, and if not, why."""
+    if after is None:
+        return False, "no answer passed cadedit's checks"
+    if "gold" in case:
+        same = after == gold_text(case["before"], case["gold"])
+        return same, "" if same else "not the gold answer"
+    check = case.get("check", {})
+    for pattern in check.get("present", ()):
+        if not re.search(pattern, after):
+            return False, f"missing {pattern!r}"
+    for pattern in check.get("absent", ()):
+        if re.search(pattern, after):
+            return False, f"still has {pattern!r}"
+    if "order" in check:
+        first, second = (after.find(s) for s in check["order"])
+        if first < 0 or second < 0 or first > second:
+            return False, f"{check['order'][0]!r} not before {check['order'][1]!r}"
+    if "same_code" in check and _code(after, check["same_code"]) != _code(case["before"], check["same_code"]):
+        return False, "the code changed, not only its comments" + (" and docstrings" if check["same_code"] != "all" else "")
+    return True, ""
+
+
+def _code(text: str, which: str) -> str:
+    """The module's AST without comments (never in it) and, unless `which` is "all", its docstrings."""
+    tree = ast.parse(text)
+    if which != "all":
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                    and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                body[0] = ast.Pass()
+    return ast.dump(tree)
+
+
+def changes(tokenizer, before: str, after: str) -> tuple[int, int]:
+    """Tokens of `after` outside the token runs it shares with `before`, and the lines added, changed
+    or deleted (a replaced stretch counts its longer side)."""
+    from cadedit.align import opcodes
+    from cadedit.model import encode
+
+    old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    lines, tokens = 0, 0
+    for tag, i1, i2, j1, j2 in opcodes(old, new):
+        if tag == "equal":
+            continue
+        lines += max(i2 - i1, j2 - j1)
+        a, b = encode(tokenizer, "".join(old[i1:i2])), encode(tokenizer, "".join(new[j1:j2]))
+        matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+        tokens += len(b) - sum(size for _, _, size in matcher.get_matching_blocks())
+    return tokens, lines
+
+
+# -- the floor -----------------------------------------------------------------------------------
+
+
+def measure_rates(loaded) -> tuple[float, float]:
+    """(prefill ms per token over FLOOR_SPAN tokens, one-token step ms: the median of FLOOR_STEPS),
+    on a fresh cache of the loaded model, whatever its backend."""
+    from cadedit.model import CachedLM, encode, new_cache
+
+    ids = (encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 64) * 2)[:FLOOR_SPAN]
+    lm = CachedLM(loaded.model, new_cache(loaded))
+    lm.feed(ids[:16])  # a first forward's one-off costs stay out of the rates
+    lm.crop(16)
+    start = time.perf_counter()
+    lm.feed(ids)
+    prefill = (time.perf_counter() - start) * 1000 / len(ids)
+    steps = []
+    for k in range(FLOOR_STEPS):
+        start = time.perf_counter()
+        lm.feed([ids[k]])
+        steps.append((time.perf_counter() - start) * 1000)
+    return prefill, statistics.median(steps)
+
+
+def floor_seconds(prompt: int, new: int, changed: int, prefill_ms: float, step_ms: float) -> float:
+    """The prompt fed and the copied tokens at the prefill rate, every changed token one step."""
+    changed = min(changed, new)
+    return ((prompt + new - changed) * prefill_ms + changed * step_ms) / 1000
+
+
+# -- one case ------------------------------------------------------------------------------------
+
+
+def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: Any = None) -> dict:
+    """One case edited as `cadedit fix FILE INSTRUCTION --candidates 1 --tries TRIES` edits it: its row.
+    picks: tries.edit_verified's (tests script the answer with it)."""
+    from cadedit.document import Document
+    from cadedit.options import EditOptions, Mode
+    from cadedit.scope import plan_edit
+    from cadedit.tries import CheckPlan, edit_verified
+
+    document = Document.from_text(case["before"], case["file"])
+    options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=CONTEXT_LINES)
+    options, _ = plan_edit(document, case["instruction"], options)
+    row = {"id": case["id"], "split": case["split"], "file": case["file"], "regions": [list(r) for r in options.regions]}
+    start = time.perf_counter()
+    try:
+        verified = edit_verified(document, case["instruction"], options, CheckPlan(), tries, loaded=loaded,
+                                 candidates=1, **({"picks": picks} if picks is not None else {}))
+    except CadeditError as exc:
+        return {**row, "wall": time.perf_counter() - start, "error": exc.message, "ok": False, "why": exc.message}
+    wall = time.perf_counter() - start
+    made = [t for t in verified.tries if t.result is not None]
+    answer = verified.answer
+    after = answer.result.new_text if answer else (made[-1].result.new_text if made else case["before"])
+    stats = [t.result.stats for t in made]
+    forwards = sum(s.forward_passes for s in stats)
+    new = sum(s.tokens_new for s in stats)
+    prompt = sum(s.tokens_prompt for s in stats)
+    tokens, lines = changes(loaded.tokenizer, case["before"], after)
+    floor = floor_seconds(prompt, new, tokens * max(len(stats), 1), *rates)
+    ok, why = judge(case, answer.result.new_text if answer else None)
+    return {**row, "wall": wall, "tries": verified.made, "passed": answer is not None, "ok": ok, "why": why,
+            "forwards": forwards, "tokens_new": new, "tokens_prompt": prompt,
+            "tokens_copied": sum(s.tokens_copied for s in stats), "changed_tokens": tokens, "changed_lines": lines,
+            "forward_bound": tokens + PER_LINE * lines + SLACK, "floor": floor,
+            "over_floor": wall / floor if floor else None, "seconds_decode": sum(s.seconds_total for s in stats)}
+
+
+# -- summaries and the command -------------------------------------------------------------------
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Per part of the corpus: cases, done as asked, within the forward bound, wall / floor (median, most)."""
+    summary = {}
+    for split in SPLITS:
+        part = [r for r in rows if r["split"] == split]
+        if not part:
+            continue
+        ratios = [r["over_floor"] for r in part if r.get("over_floor")]
+        summary[split] = {
+            "n": len(part), "ok": sum(r["ok"] for r in part),
+            "within_forward_bound": sum(r.get("forwards", 10**9) <= r.get("forward_bound", -1) for r in part),
+            "forwards": sum(r.get("forwards", 0) for r in part),
+            "tokens_new": sum(r.get("tokens_new", 0) for r in part),
+            "median_over_floor": statistics.median(ratios) if ratios else None,
+            "most_over_floor": max(ratios) if ratios else None,
+            "wall_total": sum(r["wall"] for r in part),
+        }
+    return summary
+
+
+def _line(row: dict) -> str:
+    if row.get("error"):
+        return f"{row['id']}: {row['error']}"
+    over = f"{row['over_floor']:.2f}x floor" if row.get("over_floor") else "no floor"
+    return (f"{row['id']} [{row['split']}]: {'ok' if row['ok'] else 'NOT ok (' + row['why'] + ')'}, "
+            f"{row['forwards']} fwd (bound {row['forward_bound']}), {row['tokens_new']} new, "
+            f"{row['changed_tokens']} changed in {row['changed_lines']} lines, {row['wall']:.1f} s, {over}")
+
+
+def multiline(
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    corpus: Annotated[Path, typer.Option("--corpus", help="A folder with cases.jsonl and files/.")] = CORPUS,
+    split: Annotated[str, typer.Option(help="Which part: tune, heldout or all.")] = "all",
+    max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = 1,
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
+    json_path: JsonOpt = None,
+) -> None:
+    """Everyday multi-line edits on real code (renames, type hints, docstrings, logging, validation,
+    try/except, deleting and moving blocks, comments; Python and JavaScript), each as `cadedit fix`
+    makes it: forwards against changed tokens, wall against the token-level floor, and whether the
+    answer does what was asked, for the tuning part and the held-out part of the corpus.
+
+    Example: cadedit bench multiline --model MODEL --json multiline.json
+    """
+    from cadedit.bench.cli import _load_model, _model_meta, out, run_corpora  # bench.cli imports this module
+    from cadedit.cli_common import say
+
+    if split not in ("all", *SPLITS):
+        raise typer.BadParameter(f"{split!r}: expected one of all, {', '.join(SPLITS)}", param_hint="--split")
+    cases = load_cases(corpus, split)
+    loaded, _ = _load_model(model, "auto", dtype, threads, backend)
+    rates = measure_rates(loaded)
+    meta = {**_model_meta("multiline", loaded), "corpus": str(corpus), "split": split, "tries": max_tries,
+            "prefill_ms_per_token": rates[0], "step_ms": rates[1]}
+    done = run_corpora({"cases": cases}, "multiline", lambda _, case: run_case(loaded, case, max_tries, rates),
+                       lambda done: {**meta, "summary": summarize(done["cases"]), "rows": done["cases"]},
+                       json_path, lambda row: say(_line(row)))
+    for part, summary in summarize(done["cases"]).items():
+        ratio = summary["median_over_floor"]
+        out.print(f"{part}: {summary['ok']}/{summary['n']} done as asked, {summary['within_forward_bound']}/"
+                  f"{summary['n']} within the forward bound, {summary['forwards']} forwards for "
+                  f"{summary['tokens_new']} new tokens, wall / floor median "
+                  + (f"{ratio:.2f}, most {summary['most_over_floor']:.2f}" if ratio else "-"))

@@ -1,0 +1,111 @@
+"""`cadedit bench multiline` through the CLI on the tiny model, answers scripted through the real
+decode loop: a rename judged against its gold answer and drafted in few forwards, an answer that
+misses its check reported as not done, both parts of the corpus summarised; and the repo's corpus
+is well formed (every gold applies, every check holds on no answer but a right one)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cadedit.bench.multiline import CORPUS, gold_text, judge, load_cases
+from cadedit.cli import app
+from cadedit.decode import script_picker
+from cadedit.document import Document
+from cadedit.model import encode, token_bytes
+from cadedit.regions import scoped_source
+from tests.scripting import inject_picks
+from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
+
+SOURCE = '''\
+import math
+
+
+class Circle:
+    def __init__(self, radius):
+        self.radius = radius
+
+    def describe(self, digits):
+        area = math.pi * self.radius ** 2
+        rounded = round(area, digits)
+        text = f"circle of area {rounded}"
+        if digits > 3:
+            text = text + " (precise)"
+        return text
+'''
+RENAMED = SOURCE.replace("rounded", "area_rounded")
+CASES = [
+    {"id": "rename", "split": "tune", "file": "shapes.py",
+     "instruction": "In Circle.describe, rename the local variable rounded to area_rounded.",
+     "gold": {"between": ["    def describe", "        return text"], "replace": [["rounded", "area_rounded"]]}},
+    {"id": "hints", "split": "heldout", "file": "shapes.py",
+     "instruction": "In Circle.describe, add a type hint to digits.",
+     "check": {"present": [r"digits: int"]}},
+]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    folder = tmp_path / "corpus"
+    (folder / "files").mkdir(parents=True)
+    (folder / "files" / "shapes.py").write_text(SOURCE)
+    (folder / "cases.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CASES))
+    return folder
+
+
+def answering(monkeypatch, *texts: str) -> None:
+    """Case k's try answers texts[k] (the file it should make), in the scoped form a model writes."""
+    calls = []
+
+    def picks(k: int):
+        def pick_for(loaded, document, prepared):
+            after = Document.from_text(texts[len(calls)])
+            calls.append(prepared)
+            answer = scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
+            return script_picker(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
+
+        return pick_for if k else None
+
+    inject_picks(monkeypatch, picks)
+
+
+def test_bench_multiline_reports_forwards_floor_and_whether_each_answer_did_what_was_asked(
+        tmp_path, monkeypatch, tiny_dir, corpus):
+    monkeypatch.chdir(tmp_path)
+    answering(monkeypatch, RENAMED, SOURCE.replace("digits > 3", "digits >= 3"))  # case 2 misses its check
+    result = CliRunner().invoke(app, ["bench", "multiline", "--model", str(tiny_dir), "--dtype", "fp32", "--threads",
+                                      "1", "--corpus", str(corpus), "--json", "out.json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "out.json").read_text())
+    rename, hints = data["rows"]
+    assert (rename["id"], rename["ok"], rename["passed"]) == ("rename", True, True)
+    assert rename["changed_lines"] == 2 and 2 <= rename["changed_tokens"] <= 12
+    assert rename["forwards"] <= rename["forward_bound"] == rename["changed_tokens"] + 3 * 2 + 5
+    assert rename["tokens_copied"] > 0 and rename["floor"] > 0 and rename["over_floor"] > 0
+    assert (hints["id"], hints["ok"], hints["why"]) == ("hints", False, "missing 'digits: int'")
+    assert data["summary"]["tune"]["ok"] == 1 and data["summary"]["heldout"]["ok"] == 0
+    assert data["prefill_ms_per_token"] > 0 and data["step_ms"] > 0
+    assert "tune: 1/1 done as asked, 1/1 within the forward bound" in result.stdout
+    assert "heldout: 0/1 done as asked" in result.stdout
+
+
+def test_bench_multiline_refuses_a_folder_without_cases(tmp_path, tiny_dir):
+    result = CliRunner().invoke(app, ["bench", "multiline", "--model", str(tiny_dir), "--corpus", str(tmp_path)])
+    assert result.exit_code == 1
+    assert f"{tmp_path}: no cases.jsonl" in result.output
+
+
+def test_the_repo_corpus_has_both_parts_and_its_golds_and_checks_hold():
+    cases = load_cases(CORPUS)
+    assert {c["split"] for c in cases} == {"tune", "heldout"} and len(cases) >= 12
+    assert any(c["file"].endswith(".js") for c in cases) and any(c["file"].endswith(".py") for c in cases)
+    for case in cases:
+        assert judge(case, None) == (False, "no answer passed cadedit's checks")
+        if "gold" in case:
+            after = gold_text(case["before"], case["gold"])
+            assert after != case["before"] and judge(case, after) == (True, "")
+        else:  # the file as it is does not pass a case's check
+            assert not judge(case, case["before"])[0] or "same_code" in case["check"], case["id"]

@@ -1,0 +1,58 @@
+"""Forwards of scripted multi-line answers (docs/measurements/multiline-edits.md), run from the repo root:
+    PYTHONPATH=. python tools/multiline_forwards.py [GGUF]
+
+Scripted answers through the real decode loop with Qwen2.5's tokenizer (from the 0.5B GGUF) and a
+model that is never asked (zero logits; the script picks): forwards for an answer equal to the region
+and for one with a name renamed on every third line, as the model writes it (the file's indentation)."""
+import inspect
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from cadedit.gguf_file import read_metadata, gguf_tokenizer
+from cadedit.vocab import token_bytes_of
+from cadedit.fence import FenceCursor
+from cadedit.verify import VerifyDrafter
+from cadedit.decode import decode, script_picker
+from cadedit.model import encode
+from cadedit.regions import dedent, common_indent
+from tests.test_multiline_drafts import DATA, changed_tokens, region_of, renamed_every_third_line
+
+P = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.home() / ".cache/cadedit-dev/qwen2.5-coder-0.5b-instruct.gguf"
+meta = read_metadata(P); tok = gguf_tokenizer(P, meta)
+TB = token_bytes_of(tok, n_logits=len(meta["tokenizer.ggml.tokens"]))
+EOS = frozenset({tok.convert_tokens_to_ids("<|im_end|>")})
+enc = lambda t: encode(tok, t)
+HAS_ALSO = "also" in inspect.signature(VerifyDrafter).parameters
+
+class FakeLM:
+    def feed(self, ids, keep=1): return np.zeros((keep, len(TB)), dtype=np.float32)
+    def crop(self, n): pass
+
+def run(dedented, indented, answer):
+    d = VerifyDrafter(dedented, enc, TB, 8000, **({"also": (indented, "")} if HAS_ALSO else {}))
+    out = decode(FakeLM(), FenceCursor(TB, EOS, "```"), [1, 2], None, script_picker(answer, TB, enc), 8000, None, d)
+    return out.stats.forward_passes, len(out.ids)
+
+def case(name, region):
+    ind = common_indent(region)
+    ded = dedent(region, ind).rstrip("\n") + "\n```\n"
+    full = region.rstrip("\n") + "\n```\n"
+    ren = renamed_every_third_line(full, name.endswith(".py"))
+    return ded, full, ren
+
+rows = []
+for layout in ["method", "nested-function", "class-body", "decorated-method", "module-statements", "javascript-method"]:
+    name, a, b = region_of(layout)
+    lines = (DATA / name).read_text().splitlines(keepends=True)
+    rows.append((layout, *case(name, "".join(lines[a - 1 : b]))))
+src = open("/usr/lib/python3.11/textwrap.py").read().splitlines(keepends=True)
+s = next(i for i, l in enumerate(src) if "def _wrap_chunks" in l); e = next(i for i in range(s + 1, len(src)) if src[i].startswith("    def "))
+ded, full, _ = case("textwrap.py", "".join(src[s:e]))
+rows.append(("textwrap _wrap_chunks, cur_line -> current_line", ded, full, full.replace("cur_line", "current_line")))
+for layout, ded, full, ren in rows:
+    f1, n1 = run(ded, full, full)
+    f2, n2 = run(ded, full, ren)
+    t, l = changed_tokens(tok, full, ren)
+    print(f"| {layout} | {n1} | {f1} | {n2} | {f2} | {t} | {l} | {t + 3 * l + 5} |")
