@@ -7,8 +7,9 @@ gives, from the same prompt (request.build_request, rendered as Qwen2's ChatML w
 opening prefilled) sent to {url}/completions, and the answer read by request.read_answer. A fenced
 answer stops at its closing fence; a scoped edit of several regions asks once per region, the next
 region's header appended as the local cursor forces it. Program mode sends the file's program grammar
-as GBNF (llama.cpp's `grammar` field) with the line numbers bounded by the file, and splices each
-copied line range into the prompt as the local decoder does. Every failure (no engine, a timeout, an
+as GBNF (llama.cpp's `grammar`, vLLM's `structured_outputs`, SGLang's `ebnf`: GRAMMAR_FIELDS) with the
+line numbers bounded by the file, and splices each copied line range into the prompt as the local
+decoder does. Every failure (no engine, a timeout, an
 HTTP error, a closed connection, an answer that is not a completion) is an EngineError: one line.
 Standard library only; imports no torch.
 """
@@ -39,12 +40,17 @@ from cadedit.settings import ENGINE_TIMEOUT
 
 KEY_ENVS = ("CADEDIT_ENGINE_KEY", "OPENAI_API_KEY")  # the API key, from the environment only
 BYTES_PER_TOKEN = 3  # the budget without a tokenizer: code runs ~3-4 bytes a token in Qwen's vocabulary
-# Engines whose completions take a GBNF grammar, by the owner /v1/models names: llama.cpp's llama-server
-# and llama-cpp-python's server. vLLM and SGLang take other grammar forms (Lark, EBNF) that cadedit
-# does not send yet.
-GRAMMAR_OWNERS = ("llamacpp", "me")
+# Where each engine reads program mode's grammar in a completion request, by the owner GET /models names
+# (owned_by). llama.cpp's llama-server ("llamacpp") and llama-cpp-python's server ("me") read GBNF from
+# `grammar`; vLLM ("vllm", 0.12 and later) from `structured_outputs: {"grammar": ...}`; SGLang ("sglang")
+# from `ebnf`. vLLM's and SGLang's grammar backend (xgrammar) reads llama.cpp's GBNF as its EBNF, and
+# vLLM takes a grammar with a `::=` rule for EBNF, not Lark, so every engine gets the same text. Each
+# engine drops the others' keys (and vLLM the old `guided_grammar`) without a word and answers
+# unconstrained, so an engine not named here gets no grammar: program mode is refused there.
+GRAMMAR_FIELDS = {"llamacpp": "grammar", "me": "grammar", "vllm": "structured_outputs", "sglang": "ebnf"}
 # The top log-probabilities asked a token of a branched try's candidate 1: its next choice is the best
-# of them that is text (an engine lists control tokens' text as ""). vLLM allows up to 20 by default.
+# of them that is text (an engine lists control tokens' text as ""). Within every engine's limit:
+# vLLM refuses more than its --max-logprobs (20 by default); llama.cpp and SGLang take any number.
 TOP_LOGPROBS = 5
 
 
@@ -168,7 +174,7 @@ class EngineClient:
         if sampling.seed is not None:
             body["seed"] = sampling.seed
         if grammar is not None:
-            body["grammar"] = grammar
+            body.update(grammar_field(self.owner, grammar))
         if logprobs is not None:
             body["logprobs"] = logprobs
         start = time.perf_counter()
@@ -182,8 +188,9 @@ class EngineClient:
         except (KeyError, IndexError, TypeError):
             raise EngineError(f"the engine at {self.url} answered something that is not a completion "
                               f"({_short(answer)})", hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
-        if choice.get("stop_reason") is not None and isinstance(choice.get("stop_reason"), str):
-            reason = "stop:" + choice["stop_reason"]  # vLLM and SGLang name the stop string that matched
+        matched = choice.get("stop_reason", choice.get("matched_stop"))  # vLLM's name for it, SGLang's
+        if isinstance(matched, str):
+            reason = "stop:" + matched  # the stop string that matched (an end-of-text token is a number)
         return text, str(reason), token_logprobs(choice) if logprobs is not None else None
 
     # -- an edit -------------------------------------------------------------------------------
@@ -304,10 +311,11 @@ class EngineClient:
 
     def _program(self, document: Document, prompt: str, budget: int, options: EditOptions, usage: Usage) -> str:
         """A program under the file's grammar; after each copy its lines are spliced into the prompt."""
-        if self.owner not in GRAMMAR_OWNERS:
-            raise EngineError(f"--mode program needs an engine that takes a GBNF grammar per request (llama.cpp's "
-                              f"llama-server or llama-cpp-python's server); the engine at {self.url} "
-                              f"({self.owner or 'unknown'}) is not known to", hint="use --mode verify with this engine")
+        if self.owner not in GRAMMAR_FIELDS:
+            raise EngineError(f"--mode program needs an engine that takes a grammar per request (llama.cpp's "
+                              f"llama-server, llama-cpp-python's server, vLLM 0.12+ or SGLang); the engine at "
+                              f"{self.url} ({self.owner or 'unknown'}) is not known to",
+                              hint="use --mode verify with this engine")
         written = P.OPEN  # the grammar forces it locally; here it is prefilled
         shown = prompt + P.OPEN
         low, has_op, in_body = 1, False, False
@@ -328,6 +336,16 @@ class EngineClient:
                 start, end = copy
                 shown += document.display_text(start, min(end, document.n_lines))
                 low, has_op = end + 1, True
+
+
+def grammar_field(owner: str, grammar: str) -> dict:
+    """The request keys that give the engine `owner` (GET /models's owned_by) the grammar, as it documents
+    them (GRAMMAR_FIELDS); an EngineError for an engine that takes none."""
+    field_name = GRAMMAR_FIELDS.get(owner)
+    if field_name is None:
+        raise EngineError(f"the engine ({owner or 'unknown'}) takes no grammar that cadedit knows how to send",
+                          hint="use --mode verify with this engine")
+    return {field_name: {"grammar": grammar}} if field_name == "structured_outputs" else {field_name: grammar}
 
 
 @dataclass(frozen=True)
