@@ -303,7 +303,7 @@ class EngineClient:
                 if logprob is not None:
                     logprob[0] += sum(lp for _, lp, _ in kept)
             if reason == "length":
-                raise _budget(budget)
+                raise _budget(budget, text + piece)
             if not _stopped_at_fence(piece, reason, end):
                 return text + piece  # the model ended its answer (EOS): no more segments, as locally
             text += piece + end
@@ -326,7 +326,7 @@ class EngineClient:
             grammar = program_gbnf(document.n_lines, low, has_op, in_body)
             piece, reason, _ = self.complete(shown, left, options, usage, stop=(P.COPY_CLOSE,), grammar=grammar)
             if reason == "length":
-                raise _budget(budget)
+                raise _budget(budget, written + piece)
             written, shown = written + piece, shown + piece
             if piece.rstrip().endswith(P.CLOSE) or not _stopped_at(reason, P.COPY_CLOSE):
                 return written
@@ -535,9 +535,10 @@ def _slow(where: str, timeout: float) -> EngineError:
                        hint="raise --engine-timeout (or engine_timeout in .cadedit.toml), or check the engine's load")
 
 
-def _budget(budget: int) -> BudgetError:
-    return BudgetError(f"the engine used the budget of {budget} new tokens before the answer was complete",
-                       hint="raise --max-new-tokens")
+def _budget(budget: int, text: str = "") -> BudgetError:
+    """The budget spent; `text`: the answer so far, whose end the message shows as a local edit's does."""
+    return BudgetError(f"the engine used the budget of {budget} new tokens before the answer was complete"
+                       + (f" (last text: {text[-60:]!r})" if text else ""), hint="raise --max-new-tokens")
 
 
 def _http_error(exc: urllib.error.HTTPError, where: str) -> EngineError:
