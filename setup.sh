@@ -19,7 +19,7 @@ echo "==> installing cadedit with its test and gguf extras" >&2
 if [ "${CADEDIT_NO_LLAMA:-0}" != 1 ]; then
     # llama.cpp runs a GGUF at its own size with kernels for this CPU; on most CPUs (AVX2, ARM) it is
     # the fast backend, and `--backend auto` measures which one is. The build is once per machine.
-    echo "==> building llama.cpp (cadedit[llama]) for this CPU: 5-30 minutes once, then cached; skip with CADEDIT_NO_LLAMA=1" >&2
+    echo "==> building llama.cpp (cadedit[llama] and llama-server) for this CPU: once, then cached; skip with CADEDIT_NO_LLAMA=1" >&2
     tools/install-llama.sh .venv/bin/python
 fi
 

@@ -7,11 +7,12 @@ gives, from the same prompt (request.build_request, rendered as Qwen2's ChatML w
 opening prefilled) sent to {url}/completions, and the answer read by request.read_answer. A fenced
 answer stops at its closing fence; a scoped edit of several regions asks once per region, the next
 region's header appended as the local cursor forces it. Program mode sends the file's program grammar
-as GBNF (llama.cpp's `grammar` field) with the line numbers bounded by the file, and splices each
-copied line range into the prompt as the local decoder does. Every failure (no engine, a timeout, an
-HTTP error, a redirect, a closed connection, an answer that is not a completion) is an EngineError:
-one line. The wire (no redirects followed, so the key goes only to the URL given) is engine_http's;
-every answer's shape is checked in engine_answer before anything here reads it.
+as GBNF (llama.cpp's `grammar`, vLLM's `structured_outputs`, SGLang's `ebnf`: GRAMMAR_FIELDS) with the
+line numbers bounded by the file, and splices each copied line range into the prompt as the local
+decoder does. Every failure (no engine, a timeout, an HTTP error, a redirect, a closed connection, an
+answer that is not a completion) is an EngineError: one line. The wire (no redirects followed, so the
+key goes only to the URL given) is engine_http's; every answer's shape is checked in engine_answer
+before anything here reads it.
 Standard library only; imports no torch.
 """
 
@@ -42,12 +43,17 @@ BYTES_PER_TOKEN = 3  # the budget without a tokenizer: code runs ~3-4 bytes a to
 # engine reports (a token of code is a few bytes; runs of longer ones are rare), so an engine that
 # reports too few tokens, or none, cannot ask for completion after completion.
 BYTES_PER_TOKEN_AT_MOST = 16
-# Engines whose completions take a GBNF grammar, by the owner /v1/models names: llama.cpp's llama-server
-# and llama-cpp-python's server. vLLM and SGLang take other grammar forms (Lark, EBNF) that cadedit
-# does not send yet.
-GRAMMAR_OWNERS = ("llamacpp", "me")
+# Where each engine reads program mode's grammar in a completion request, by the owner GET /models names
+# (owned_by). llama.cpp's llama-server ("llamacpp") and llama-cpp-python's server ("me") read GBNF from
+# `grammar`; vLLM ("vllm", 0.12 and later) from `structured_outputs: {"grammar": ...}`; SGLang ("sglang")
+# from `ebnf`. vLLM's and SGLang's grammar backend (xgrammar) reads llama.cpp's GBNF as its EBNF, and
+# vLLM takes a grammar with a `::=` rule for EBNF, not Lark, so every engine gets the same text. Each
+# engine drops the others' keys (and vLLM the old `guided_grammar`) without a word and answers
+# unconstrained, so an engine not named here gets no grammar: program mode is refused there.
+GRAMMAR_FIELDS = {"llamacpp": "grammar", "me": "grammar", "vllm": "structured_outputs", "sglang": "ebnf"}
 # The top log-probabilities asked a token of a branched try's candidate 1: its next choice is the best
-# of them that is text (an engine lists control tokens' text as ""). vLLM allows up to 20 by default.
+# of them that is text (an engine lists control tokens' text as ""). Within every engine's limit:
+# vLLM refuses more than its --max-logprobs (20 by default); llama.cpp and SGLang take any number.
 TOP_LOGPROBS = 5
 # Bounds on an answer's size, so a broken or hostile engine cannot fill memory: a completion's room is
 # the JSON around its text plus a token's text per token asked (max_tokens), JSON-escaped, with room to
@@ -150,7 +156,7 @@ class EngineClient:
         if sampling.seed is not None:
             body["seed"] = sampling.seed
         if grammar is not None:
-            body["grammar"] = grammar
+            body.update(grammar_field(self.owner, grammar))
         if logprobs is not None:
             body["logprobs"] = logprobs
         start = time.perf_counter()
@@ -270,7 +276,7 @@ class EngineClient:
                 if logprob is not None:
                     logprob[0] += sum(lp for _, lp, _ in kept)
             if reason == "length":
-                raise _budget(budget)
+                raise _budget(budget, text + piece)
             if not _stopped_at_fence(piece, reason, end):
                 return text + piece  # the model ended its answer (EOS): no more segments, as locally
             text += piece + end
@@ -278,10 +284,11 @@ class EngineClient:
 
     def _program(self, document: Document, prompt: str, budget: int, options: EditOptions, usage: Usage) -> str:
         """A program under the file's grammar; after each copy its lines are spliced into the prompt."""
-        if self.owner not in GRAMMAR_OWNERS:
-            raise EngineError(f"--mode program needs an engine that takes a GBNF grammar per request (llama.cpp's "
-                              f"llama-server or llama-cpp-python's server); the engine at {self.url} "
-                              f"({self.owner or 'unknown'}) is not known to", hint="use --mode verify with this engine")
+        if self.owner not in GRAMMAR_FIELDS:
+            raise EngineError(f"--mode program needs an engine that takes a grammar per request (llama.cpp's "
+                              f"llama-server, llama-cpp-python's server, vLLM 0.12+ or SGLang); the engine at "
+                              f"{self.url} ({self.owner or 'unknown'}) is not known to",
+                              hint="use --mode verify with this engine")
         written = P.OPEN  # the grammar forces it locally; here it is prefilled
         shown = prompt + P.OPEN
         low, has_op, in_body = 1, False, False
@@ -292,7 +299,7 @@ class EngineClient:
             grammar = program_gbnf(document.n_lines, low, has_op, in_body)
             piece, reason, _ = self.complete(shown, left, options, usage, stop=(P.COPY_CLOSE,), grammar=grammar)
             if reason == "length":
-                raise _budget(budget)
+                raise _budget(budget, written + piece)
             written, shown = written + piece, shown + piece
             if piece.rstrip().endswith(P.CLOSE) or not _stopped_at(reason, P.COPY_CLOSE):
                 return written
@@ -319,6 +326,16 @@ def counted_tokens(text: str, reported: int) -> int:
 def answer_limit(max_tokens: int, logprobs: int | None) -> int:
     """The most bytes a completion of max_tokens tokens is read to (its log-probabilities asked or not)."""
     return ANSWER_BYTES + max_tokens * (BYTES_PER_LOGPROB_TOKEN if logprobs is not None else BYTES_PER_ANSWER_TOKEN)
+
+
+def grammar_field(owner: str, grammar: str) -> dict:
+    """The request keys that give the engine `owner` (GET /models's owned_by) the grammar, as it documents
+    them (GRAMMAR_FIELDS); an EngineError for an engine that takes none."""
+    field_name = GRAMMAR_FIELDS.get(owner)
+    if field_name is None:
+        raise EngineError(f"the engine ({owner or 'unknown'}) takes no grammar that cadedit knows how to send",
+                          hint="use --mode verify with this engine")
+    return {field_name: {"grammar": grammar}} if field_name == "structured_outputs" else {field_name: grammar}
 
 
 @dataclass(frozen=True)
@@ -484,6 +501,8 @@ def _off_grammar(url: str, written: str, low: int) -> EngineError:
                        f"where a copy must start at line {low} or later", hint="use --mode verify with this engine")
 
 
-def _budget(budget: int) -> BudgetError:
-    return BudgetError(f"the engine used the budget of {budget} new tokens before the answer was complete",
-                       hint="raise --max-new-tokens")
+def _budget(budget: int, text: str = "") -> BudgetError:
+    """The budget spent; `text`: the answer so far, whose end the message shows as a local edit's does."""
+    return BudgetError(f"the engine used the budget of {budget} new tokens before the answer was complete"
+                       + (f" (last text: {text[-60:]!r})" if text else ""), hint="raise --max-new-tokens")
+

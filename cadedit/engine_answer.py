@@ -54,8 +54,9 @@ def read_completion(answer, where: str) -> Completion:
         choice = choices[0]
         text = _field(choice, "text", str, "choices[0]")
         reason = _field(choice, "finish_reason", str, "choices[0]", default="")
-        if isinstance(choice.get("stop_reason"), str):
-            reason = "stop:" + choice["stop_reason"]  # vLLM and SGLang name the stop string that matched
+        matched = choice.get("stop_reason", choice.get("matched_stop"))  # vLLM's name for it, SGLang's
+        if isinstance(matched, str):
+            reason = "stop:" + matched  # the stop string that matched (an end-of-text token is a number)
         counts, reported = _counts(answer)
     except _Shape as exc:
         raise EngineError(f"{where} answered something that is not a completion ({exc}: {short(answer)})",

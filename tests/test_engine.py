@@ -540,10 +540,10 @@ def test_program_mode_counts_its_budget_from_the_text_when_the_engine_reports_no
 
 
 def test_program_mode_on_an_engine_without_grammars_is_a_one_line_error(engine, colors):
-    done = cli("fix", "colors.txt", "Rename.", "--mode", "program", "--engine", engine(Script(owner="vllm")), "-q",
+    done = cli("fix", "colors.txt", "Rename.", "--mode", "program", "--engine", engine(Script(owner="library")), "-q",
                "--model", "Qwen/Qwen2.5-Coder-1.5B-Instruct", cwd=colors)
     assert done.returncode == 1 and done.stderr.count("error:") == 1
-    assert "--mode program needs an engine that takes a GBNF grammar per request" in done.stderr and "(vllm)" in done.stderr
+    assert "--mode program needs an engine that takes a grammar per request" in done.stderr and "(library)" in done.stderr
 
 
 def test_an_answer_out_of_budget_is_a_failed_try(engine, colors):

@@ -1,13 +1,15 @@
 """Many clients on one shared engine (`cadedit bench engine`).
 
 Contract: engine(url, model, ...) takes the long-file tasks of bench longfile (one planted one-line bug
-in a real 200-1,000-line module each), and edits every task with `cadedit fix FILE INSTRUCTION --write
---json`, as fresh processes: N at once against the engine for each N of --clients (each process one
-task, N running at any moment), then one at a time with a local model (`--model`, `--backend`), as
-a team without an engine would. Per run: throughput (edits per minute of wall), p50/p95 latency
-of an edit (process start to exit), exact matches with the original file, the engine's tokens per
-edit. The engine's own settings (batching, speculation, threads) are the engine's: state them beside
-the figures. Imports no torch (the local runs are processes too).
+in a real 200-1,000-line module each; with --one-file, n bugs planted one at a time in the same module,
+each its own task and instruction: a team on one module), and edits every task with `cadedit fix FILE
+INSTRUCTION --write --json`, as fresh processes: N at once against the engine for each N of --clients
+(each process one task, N running at any moment), then one at a time with a local model (`--model`,
+`--backend`), as a team without an engine would. Per run: throughput (edits per minute of wall),
+p50/p95 latency of an edit (process start to exit), exact matches with the original file, the engine's
+tokens per edit (prompt, of them served from its prompt cache, completion) and its speculative drafts
+accepted. The engine's own settings (batching, speculation, threads) are the engine's: state them
+beside the figures. Imports no torch (the local runs are processes too).
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ def run_one(task: dict, folder: Path, args: list[str]) -> dict:
     row["tries"] = len(data.get("tries", []))
     row["prompt_tokens"] = sum(u["prompt_tokens"] for u in usage) if usage else None
     row["completion_tokens"] = sum(u["completion_tokens"] for u in usage) if usage else None
+    for key in ("cached_tokens", "draft_tokens", "draft_accepted"):
+        row[key] = sum(u.get(key) or 0 for u in usage) if usage else None
     row["new_tokens"] = sum(t.get("tokens_new") or 0 for t in data.get("tries", []))
     return row
 
@@ -78,6 +82,7 @@ def summarize(rows: list[dict], wall: float, clients: int) -> dict:
     latencies = [r["seconds"] for r in rows]
     prompt = [r["prompt_tokens"] for r in rows if r.get("prompt_tokens") is not None]
     completion = [r["completion_tokens"] for r in rows if r.get("completion_tokens") is not None]
+    cached = [r["cached_tokens"] for r in rows if r.get("cached_tokens") is not None]
     return {"clients": clients, "edits": len(rows), "wall_seconds": round(wall, 2),
             "edits_per_minute": round(60 * len(rows) / wall, 2) if wall else 0.0,
             "p50_seconds": round(statistics.median(latencies), 2) if latencies else 0.0,
@@ -85,6 +90,9 @@ def summarize(rows: list[dict], wall: float, clients: int) -> dict:
             "errors": sum("error" in r for r in rows),
             "prompt_tokens_per_edit": round(statistics.mean(prompt), 1) if prompt else None,
             "completion_tokens_per_edit": round(statistics.mean(completion), 1) if completion else None,
+            "cached_tokens_per_edit": round(statistics.mean(cached), 1) if cached else None,
+            "draft_tokens": sum(r.get("draft_tokens") or 0 for r in rows),
+            "draft_accepted": sum(r.get("draft_accepted") or 0 for r in rows),
             "rows": rows}
 
 
@@ -92,7 +100,10 @@ def engine(
     url: Annotated[Optional[str], typer.Option("--engine", metavar="URL", help="The engine's base URL (default: CADEDIT_ENGINE).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="The local model (a .gguf) for the one-at-a-time runs.")] = None,
     backend: Annotated[str, typer.Option(help="The local runs' backend.")] = "llama",
-    clients: Annotated[str, typer.Option(help="Concurrent client processes, comma-separated.")] = "1,4,16",
+    clients: Annotated[str, typer.Option(help="Concurrent client processes, comma-separated.")] = "1,4,8,16",
+    one_file: Annotated[bool, typer.Option("--one-file", help="All n edits in one module (each its own planted "
+                                           "bug and instruction): a team on one file, where the prompt cache "
+                                           "can serve what the edits share.")] = False,
     n: TasksOpt = 16,
     seed: TaskSeedOpt = 0,
     packages: PackagesOpt = PACKAGES,
@@ -123,9 +134,10 @@ def engine(
     counts = [] if local_only else int_list(clients, "--clients")
     if counts and min(counts) < 1:
         raise typer.BadParameter("each count of clients must be at least 1", param_hint="--clients")
-    tasks = lf.build_tasks(longfile_roots(packages), n, seed)
+    tasks = (lf.build_file_tasks if one_file else lf.build_tasks)(longfile_roots(packages), n, seed)
     common = ["--tries", str(tries)] + (["--max-new-tokens", str(max_new_tokens)] if max_new_tokens else [])
-    results: dict = {"engine": url, "tasks": len(tasks), "seed": seed, "tries": tries, "runs": []}
+    results: dict = {"engine": url, "tasks": len(tasks), "one_file": one_file, "seed": seed, "tries": tries,
+                     "runs": []}
     with tempfile.TemporaryDirectory(prefix="cadedit-bench-engine-") as tmp:
         for count in counts:
             summary = run_batch(tasks, Path(tmp), [*common, "--engine", url, "--engine-timeout", str(engine_timeout)],
@@ -143,8 +155,9 @@ def engine(
 
 
 def _report(label: str, s: dict) -> None:
-    tokens = (f", {s['prompt_tokens_per_edit']:.0f} prompt + {s['completion_tokens_per_edit']:.0f} completion tokens "
-              "per edit") if s["prompt_tokens_per_edit"] is not None else ""
+    tokens = (f", {s['prompt_tokens_per_edit']:.0f} prompt ({s['cached_tokens_per_edit']:.0f} cached) + "
+              f"{s['completion_tokens_per_edit']:.0f} completion tokens per edit, drafts {s['draft_accepted']}/"
+              f"{s['draft_tokens']} accepted") if s["prompt_tokens_per_edit"] is not None else ""
     typer.echo(f"{label}: {s['edits']} edits in {s['wall_seconds']:.1f} s = {s['edits_per_minute']:.1f} edits/min, "
                f"p50 {s['p50_seconds']:.1f} s, p95 {s['p95_seconds']:.1f} s, exact {s['exact']}/{s['edits']}"
                + (f", {s['errors']} errors" if s["errors"] else "") + tokens)

@@ -76,6 +76,26 @@ def build_tasks(
     return tasks
 
 
+def build_file_tasks(
+    roots: Sequence[str | Path], n: int, seed: int, min_lines: int = 200, max_lines: int = 1000
+) -> list[dict]:
+    """n tasks in one file, each its own planted bug and instruction (a team editing one module): the
+    first file, in build_tasks' shuffled order, that has n such bugs; [] if none has."""
+    rng = random.Random(seed)
+    files = _candidate_files(roots, min_lines, max_lines)
+    rng.shuffle(files)
+    for relative, path in files:
+        tasks: dict[str, dict] = {}
+        for _ in range(8 * n):
+            task = _task_for_file(relative, path, rng)
+            if task is None:
+                break
+            tasks.setdefault(task["id"], task)
+            if len(tasks) == n:
+                return list(tasks.values())
+    return []
+
+
 def read_tasks(path: str | Path) -> list[dict]:
     """Tasks written by write_tasks (`bench longfile --save-tasks`), in order."""
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
