@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from cadedit import cli
 from cadedit.code_checks import code_checks
+from tests.conftest import approve_settings
 from tests.test_candidates import scripted_rows  # noqa: F401 (a fixture)
 from tests.test_hook_cli import git, hook, make_repo, no_outer_git, staged  # noqa: F401 (a fixture)
 from tests.test_pipes import script_model
@@ -360,6 +361,7 @@ def docstring_repo(tmp_path, tiny_dir):
     (root / ".cadedit.toml").write_text(f"model = {str(tiny_dir)!r}\n[[rules]]\nfiles = \"*.py\"\n{DOC_RULE}")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "rule")
+    approve_settings(root)
     (root / "a.py").write_bytes(DOCUMENTED + b"\nSCALE = 2\n")
     git(root, "add", "a.py")
     return root

@@ -106,12 +106,12 @@ def answering(monkeypatch):
     return script
 
 
-def fix_json(tiny_dir, name: str, a: int, b: int, exit_code: int = 0) -> dict:
+def fix_json(tiny_dir, name: str, a: int, b: int, exit_code: int | tuple[int, ...] = 0) -> dict:
     """`cadedit fix --json` on lines a-b, one try (an answer that changes nothing fails it: exit 3)."""
     result = CliRunner().invoke(cli.app, ["fix", name, "Rename some names.", "--lines", f"{a}-{b}", "--json", "--quiet",
                                           "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
                                           "--candidates", "1", "--tries", "1"])
-    assert result.exit_code == exit_code, result.output
+    assert result.exit_code in (exit_code if isinstance(exit_code, tuple) else (exit_code,)), result.output
     return json.loads(result.stdout)
 
 
@@ -166,7 +166,9 @@ def test_a_rename_on_every_third_line_costs_what_it_changes(work, tiny_dir, answ
         return answers[-1][1]
 
     answering(answer)
-    data = fix_json(tiny_dir, name, a, b)
+    # A renamed use can leave a name undefined, which the `names` check fails (exit 3): the drafts' cost
+    # is what this measures, and --json reports it for a failed try too.
+    data = fix_json(tiny_dir, name, a, b, exit_code=(0, 3))
     assert data["changed"] is True
     before, after = answers[0]
     tokens, lines = changed_tokens(tokenizer, before, after)

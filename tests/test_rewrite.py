@@ -324,7 +324,9 @@ def test_fix_verify_samples_with_a_temperature_and_keeps_drafts(work, editing_di
 
 def test_fix_mode_check_stdin_and_budget(work, editing_dir):
     assert fix("colors.txt", "Rename.", "--model", str(editing_dir), "--mode", "verify", "--check", "-q").exit_code == 1
-    piped = fix("-", "Rename.", "--model", str(editing_dir), "--mode", "rewrite", "-q", input=BEFORE.encode())
+    # piped text of no known language is named, as black and ruff take it (unnamed, it is not rewritten whole)
+    piped = fix("-", "Rename.", "--model", str(editing_dir), "--mode", "rewrite", "-q", "--stdin-filename", "colors.txt",
+                input=BEFORE.encode())
     assert piped.exit_code == 0 and piped.stdout == AFTER
     short = fix("colors.txt", "Rename.", "--model", str(editing_dir), "--mode", "verify", "--max-new-tokens", "2")
     assert short.exit_code == 3 and "budget of 2 new tokens" in short.stderr  # no try passed (--tries)
