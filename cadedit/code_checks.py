@@ -166,7 +166,7 @@ def _kept_check(old: ast.Module, new: ast.Module, old_defs: dict, new_defs: dict
     no behaviour, any statement removed or changed; otherwise a function that lost every `return`."""
     named = set(n.rsplit(".", 1)[-1] for n in old_defs)
     unasked = [d for d in removed if not asks_to_remove(instruction, d.qualname.rsplit(".", 1)[-1], named)
-               and not any(d.qualname.startswith(r.qualname + ".") for r in removed)]
+               and not any(d.qualname.startswith(r.qualname + ".") for r in removed) and not _generated(d, new_defs)]
     if unasked:
         first = unasked[0]
         more = f" (and {len(unasked) - 1} more)" if len(unasked) > 1 else ""
@@ -185,6 +185,28 @@ def _kept_check(old: ast.Module, new: ast.Module, old_defs: dict, new_defs: dict
         if qualname in new_defs and _returns(d.node) and not _returns(new_defs[qualname].node):
             return Check(KEPT, False, detail=f"removed every `return` of `{qualname}` (line {d.line})")
     return Check(KEPT, True, detail="no definition or statement lost")
+
+
+# Methods a class gets without writing them: a dataclass-like decorator writes these, and Python
+# derives `__ne__` from `__eq__`; a rewrite into `@dataclass` removes them and loses nothing.
+_GENERATED = frozenset({"__init__", "__repr__", "__eq__", "__ne__", "__hash__", "__lt__", "__le__", "__gt__", "__ge__"})
+_DATACLASS_LIKE = frozenset({"dataclass", "define", "frozen", "mutable", "s", "attrs", "dataclass_transform"})
+
+
+def _generated(removed: _Definition, new_defs: dict) -> bool:
+    """Whether a removed method is one its class, still there, now gets generated (see _GENERATED)."""
+    owner, _, name = removed.qualname.rpartition(".")
+    cls = new_defs.get(owner)
+    if name not in _GENERATED or cls is None or not isinstance(cls.node, ast.ClassDef):
+        return False
+    if name == "__ne__":
+        return True
+    for decorator in cls.node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        spelled = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if spelled in _DATACLASS_LIKE:
+            return True
+    return False
 
 
 def _body_check(old_defs: dict, new_defs: dict) -> Check:
