@@ -6,14 +6,15 @@ its line), or a problem string when the names cannot be known (tree-sitter missi
 parse). Scopes follow the language: `var` and function declarations belong to the enclosing function,
 `let`/`const`/`class` to their block; parameters, catch parameters, loop bindings, imports and
 destructuring bind; `a.b` uses only `a`, `{a}` uses `a`, labels and property names are no names.
-The platform's globals (ECMAScript, Node, the browser) are defined; a name under `typeof` is never
-undefined. Unused counts only `let`/`const`/`var` bindings inside a function or block, never
+The platform's globals (ECMAScript, Node, the browser) and those a `/* global a, b */` comment
+declares (ESLint's convention) are defined; a name under `typeof` is never undefined. Unused counts only `let`/`const`/`var` bindings inside a function or block, never
 parameters, loop or catch bindings, imports, module-level names or names starting with `_`.
 Pure: no torch, no transformers; never raises for bad file content.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -97,7 +98,20 @@ def js_names(source: str, language: str = JAVASCRIPT) -> JsNames | str:
         return root
     walk = _Walk()
     walk.run(root)
-    return walk.findings()
+    return walk.findings(GLOBALS | _declared_globals(root))
+
+
+_GLOBAL_COMMENT = re.compile(r"/\*\s*globals?\s(?P<names>[^*]*)\*/")
+
+
+def _declared_globals(root) -> frozenset[str]:
+    """The names top-level `/* global a, b:writable */` comments declare."""
+    names = set()
+    for node in root.named_children:
+        found = _GLOBAL_COMMENT.fullmatch(node.text.decode("utf-8", "replace")) if node.type == "comment" else None
+        if found:
+            names |= {part.split(":")[0].strip() for part in found["names"].split(",")} - {""}
+    return frozenset(names)
 
 
 # The walk's working state: scopes fill in while the tree is read, and names resolve at the end, so
@@ -306,13 +320,13 @@ class _Walk:
             self.push([name], scope)
         self.push([c for c in node.named_children if c != name], scope)
 
-    def findings(self) -> JsNames:
+    def findings(self, defined: frozenset[str]) -> JsNames:
         undefined = []
         for use in self.uses:
             binding = use.scope.find(use.name)
             if binding is not None:
                 binding.reads += use.read
-            elif not use.guarded and use.name not in GLOBALS:
+            elif not use.guarded and use.name not in defined:
                 undefined.append(_finding("undefined", use.name, use.at))
         unused = [_finding("unused", b.name, b.at) for b in self.bindings
                   if b.local and b.kind in _LOCAL_KINDS and not b.reads and not b.name.startswith("_")]
