@@ -51,6 +51,15 @@ def test_gold_fixes_that_break_nothing_pass_every_check(tmp_path):
     assert "Checks on gold fixes" in result.stdout and "│ small  │  names │      2 │      0 │" in result.stdout
 
 
+def test_reversed_the_buggy_side_is_checked_as_an_edit_of_the_gold(tmp_path):
+    corpus = write_corpus(tmp_path / "small.jsonl", [js("js-lost", UNDEFINED_JS["after"], UNDEFINED_JS["before"]),
+                                                     GOOD_JS])
+    result = invoke("-c", str(corpus), "--reverse")
+    assert result.exit_code == 0, result.output
+    assert "Checks on the buggy side (failed = a bug caught)" in result.stdout
+    assert "small:js-lost: names: line 2: undefined name 'b'" in result.stdout and "js-good" not in result.stdout
+
+
 @pytest.mark.skipif(not SHARED.is_dir(), reason="the shared data is not here (optional)")
 @pytest.mark.parametrize("corpus", ["humanevalfix/humanevalfix_python.jsonl", "humanevalfix/humanevalfix_js.jsonl",
                                     "aider_polyglot_python/polyglot_python.jsonl"])

@@ -4,7 +4,9 @@ For each case the gold `after` goes through what every try's candidate goes thro
 the repairs outside the retyped lines (cadedit.repair), then syntax, the code checks and change
 (tries.check_candidate), with the case's instruction. A gold fix is right by construction, so every
 check it fails is a false alarm that would turn a passing edit into exit 3. The file is named by the
-case's language (or its solution_file), which decides the checks. Pure: no torch, no transformers.
+case's language (or its solution_file), which decides the checks. Reversed, the case's `before` is
+the candidate for its gold file: the checks that fail it catch a bug without a test. Pure: no torch,
+no transformers.
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ def gold_path(case: Case) -> str:
     return case.id.replace("/", "_") + _SUFFIXES.get(case.language.lower(), "")
 
 
-def check_gold(case: Case) -> GoldRow:
+def check_gold(case: Case, reverse: bool = False) -> GoldRow:
+    """The checks on the case's gold fix (reverse: on its `before` as an edit of the gold)."""
     path = gold_path(case)
-    document = Document.from_text(case.before, path)
-    text = repaired(path, case.before, case.after, case.instruction)
-    return GoldRow(case.id, path, check_candidate(document, text, CheckPlan(), instruction=case.instruction))
+    before, after = (case.after, case.before) if reverse else (case.before, case.after)
+    text = repaired(path, before, after, case.instruction)
+    checks = check_candidate(Document.from_text(before, path), text, CheckPlan(), instruction=case.instruction)
+    return GoldRow(case.id, path, checks)
 
 
 def summarize(rows: list[GoldRow]) -> dict:
