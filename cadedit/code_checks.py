@@ -487,7 +487,10 @@ def _outline_checks(path: str, before: str, after: str, instruction: str, parser
                 body = Check(BODY, False, detail=f"the body of `{qualname}` is now the code of `{other}` "
                                                  f"(line {old_line[other]})")
                 break
-    return (*([_js_names_check(before, after)] if parser == JAVASCRIPT else []), kept, body)
+    if parser != JAVASCRIPT:
+        return kept, body
+    # Lines joined as the outline joins them: a line number means the same under CRLF or lone CR.
+    return _js_names_check("\n".join(old_doc.display_lines()), "\n".join(new_doc.display_lines())), kept, body
 
 
 def _js_names_check(before: str, after: str) -> Check:

@@ -131,3 +131,10 @@ def test_only_what_the_edit_newly_leaves_counts():
     after = before.replace("helper()", "expect(helper()).toBe(1)").replace("let old = 1;", "let old = 2;")
     assert names(before, after).passed  # `describe` already used: a test file, so `expect` is its runner's
     assert not names("let a = 1;\n", "let a = 1;\nf(b);\n").passed
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
+def test_the_reason_names_the_line_as_the_file_counts_it(newline):
+    before = newline.join(["const a = 1;", "", "f(a);", ""])
+    check = names(before, before + newline.join(["", "g(b);", ""]))
+    assert check.detail.startswith("line 5: undefined name 'g'")
