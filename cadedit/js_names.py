@@ -7,9 +7,9 @@ parse). Scopes follow the language: `var` and function declarations belong to th
 `let`/`const`/`class` to their block; parameters, catch parameters, loop bindings, imports and
 destructuring bind; `a.b` uses only `a`, `{a}` uses `a`, labels and property names are no names.
 The platform's globals (ECMAScript, Node, the browser) and those a `/* global a, b */` comment
-declares (ESLint's convention) are defined; a name under `typeof` is never undefined. Unused counts only `let`/`const`/`var` bindings inside a function or block, never
-parameters, loop or catch bindings, imports, module-level names or names starting with `_`.
-Pure: no torch, no transformers; never raises for bad file content.
+declares (ESLint's convention) are defined; a name under `typeof` is never undefined. Unused counts
+only `let`/`const`/`var` bindings inside a function or block, never parameters, destructured names,
+loop or catch bindings, imports, module-level names or names starting with `_`. Pure: no torch, no transformers; never raises for bad file content.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def _declared_globals(root) -> frozenset[str]:
     for node in root.named_children:
         found = _GLOBAL_COMMENT.fullmatch(node.text.decode("utf-8", "replace")) if node.type == "comment" else None
         if found:
-            names |= {part.split(":")[0].strip() for part in found["names"].split(",")} - {""}
+            names |= {part.split(":")[0] for part in re.split(r"[\s,]+", found["names"])} - {""}
     return frozenset(names)
 
 

@@ -94,7 +94,7 @@ DEFINED = [
     ("assignment to a declared name", "let a;\n[a] = [1];\n({a} = {a: 2});\nf(a);"),
     ("JSX components", "import Foo from 'foo';\nconst el = <Foo.Bar x={1}><div /></Foo.Bar>;"),
     ("template strings", "const n = 1;\nconst s = `${n} items`;\nf(s);"),
-    ("an ESLint globals comment", "/* globals config, yes:writable */\nf(config, yes);"),
+    ("an ESLint globals comment", "/* globals config, yes:writable */\n/*global  a b */\nf(config, yes, a, b);"),
 ]
 
 
