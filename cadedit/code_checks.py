@@ -3,9 +3,9 @@ while the file still parses (docs/checks.md says why each exists).
 
 Contract: code_checks(path, before, after, instruction) returns checks.Check records, each passed,
 failed with a one-line detail the next try is told, or skipped with a note (none for a language
-without a parser; "kept" and "body" only for JavaScript/TypeScript):
-- "names": names the edit leaves undefined or newly unused (Python through pyflakes; only problems
-  the file did not have before count);
+without a parser; "names", "kept" and "body" only for JavaScript, "kept" and "body" for TypeScript):
+- "names": names the edit leaves undefined or newly unused (Python through pyflakes, JavaScript
+  through cadedit.js_names; only problems the file did not have before count);
 - "kept": definitions the edit removed, and for a request that asks for documentation, type hints
   or logging only, statements it removed or changed; a function whose every `return` went;
 - "body": a function whose code became another definition's code;
@@ -13,7 +13,7 @@ without a parser; "kept" and "body" only for JavaScript/TypeScript):
 - "asked": a request for documentation, type hints or logging only whose candidate adds none; a
   request to delete a named definition whose candidate keeps it.
 Python through `ast`; JavaScript/TypeScript by the tree-sitter outline (definitions and their
-text). Pure: no torch, no transformers; never raises for bad file content.
+text) and, for JavaScript, its scopes. Pure: no torch, no transformers; never raises for bad file content.
 """
 
 from __future__ import annotations
@@ -23,11 +23,14 @@ import copy
 import difflib
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cadedit.checks import Check
 from cadedit.document import Document
+from cadedit.js_names import GROUPS, js_names
 from cadedit.languages import language_of
+from cadedit.outline import JAVASCRIPT, outline
 
 NAMES, KEPT, BODY, PUBLIC, ASKED = "names", "kept", "body", "public", "asked"
 CHECK_NAMES = (NAMES, KEPT, BODY, PUBLIC, ASKED)
@@ -163,7 +166,7 @@ def _kept_check(old: ast.Module, new: ast.Module, old_defs: dict, new_defs: dict
     no behaviour, any statement removed or changed; otherwise a function that lost every `return`."""
     named = set(n.rsplit(".", 1)[-1] for n in old_defs)
     unasked = [d for d in removed if not asks_to_remove(instruction, d.qualname.rsplit(".", 1)[-1], named)
-               and not any(d.qualname.startswith(r.qualname + ".") for r in removed)]
+               and not any(d.qualname.startswith(r.qualname + ".") for r in removed) and not _generated(d, new_defs)]
     if unasked:
         first = unasked[0]
         more = f" (and {len(unasked) - 1} more)" if len(unasked) > 1 else ""
@@ -182,6 +185,28 @@ def _kept_check(old: ast.Module, new: ast.Module, old_defs: dict, new_defs: dict
         if qualname in new_defs and _returns(d.node) and not _returns(new_defs[qualname].node):
             return Check(KEPT, False, detail=f"removed every `return` of `{qualname}` (line {d.line})")
     return Check(KEPT, True, detail="no definition or statement lost")
+
+
+# Methods a class gets without writing them: a dataclass-like decorator writes these, and Python
+# derives `__ne__` from `__eq__`; a rewrite into `@dataclass` removes them and loses nothing.
+_GENERATED = frozenset({"__init__", "__repr__", "__eq__", "__ne__", "__hash__", "__lt__", "__le__", "__gt__", "__ge__"})
+_DATACLASS_LIKE = frozenset({"dataclass", "define", "frozen", "mutable", "s", "attrs", "dataclass_transform"})
+
+
+def _generated(removed: _Definition, new_defs: dict) -> bool:
+    """Whether a removed method is one its class, still there, now gets generated (see _GENERATED)."""
+    owner, _, name = removed.qualname.rpartition(".")
+    cls = new_defs.get(owner)
+    if name not in _GENERATED or cls is None or not isinstance(cls.node, ast.ClassDef):
+        return False
+    if name == "__ne__":
+        return True
+    for decorator in cls.node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        spelled = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if spelled in _DATACLASS_LIKE:
+            return True
+    return False
 
 
 def _body_check(old_defs: dict, new_defs: dict) -> Check:
@@ -435,8 +460,7 @@ def _short(text: str) -> str:
 
 def _outline_checks(path: str, before: str, after: str, instruction: str, parser: str) -> tuple[Check, ...]:
     """Definitions removed and bodies copied, by the tree-sitter outline's definitions and their text;
-    names are not resolved for these languages."""
-    from cadedit.outline import outline
+    for JavaScript also names (cadedit.js_names), not resolved for TypeScript."""
 
     old_doc, new_doc = Document.from_text(before, path), Document.from_text(after, path)
     old, new = outline(old_doc, parser), outline(new_doc, parser)
@@ -463,7 +487,42 @@ def _outline_checks(path: str, before: str, after: str, instruction: str, parser
                 body = Check(BODY, False, detail=f"the body of `{qualname}` is now the code of `{other}` "
                                                  f"(line {old_line[other]})")
                 break
-    return kept, body
+    if parser != JAVASCRIPT:
+        return kept, body
+    # Lines joined as the outline joins them: a line number means the same under CRLF or lone CR.
+    return _js_names_check("\n".join(old_doc.display_lines()), "\n".join(new_doc.display_lines())), kept, body
+
+
+def _js_names_check(before: str, after: str) -> Check:
+    """Undefined names and unused locals the file did not have before. A name the file already used
+    without defining it is a global of its platform (`$`, a test runner's `describe`, and then its
+    `expect`); a new undefined name where such a name went is a rename of what was already undefined."""
+    old, new = js_names(before), js_names(after)
+    if isinstance(old, str) or isinstance(new, str):
+        return Check(NAMES, True, True, f"names not checked: {new if isinstance(new, str) else old}")
+    had = {f.name for f in old.undefined}
+    known = had.union(*(group for group in GROUPS if group & had))
+    renames = len(had - {f.name for f in new.undefined})
+    forgiven = set(sorted({f.name for f in new.undefined} - known, key=_first_line(new.undefined))[:renames])
+    found = [f for f in new.undefined if f.name not in known | forgiven]
+    unused = Counter(f.name for f in old.unused)
+    for f in new.unused:
+        if unused[f.name]:
+            unused[f.name] -= 1
+        else:
+            found.append(f)
+    if not found:
+        return Check(NAMES, True, detail="no new undefined or unused names")
+    found.sort(key=lambda f: (f.line, f.column))
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return Check(NAMES, False, detail=found[0].said() + more, output_tail="\n".join(f.said() for f in found))
+
+
+def _first_line(findings: tuple) -> Callable[[str], int]:
+    lines: dict[str, int] = {}
+    for f in findings:
+        lines.setdefault(f.name, f.line)
+    return lambda name: lines[name]
 
 
 def _span(document: Document, definition) -> str:

@@ -254,7 +254,9 @@ _FIELDS = {"field_definition", "public_field_definition"}
 _DECLARATIONS = {"lexical_declaration", "variable_declaration"}
 
 
-def _tree_sitter_outline(source: str, language: str, name: str, prose: bool = False) -> Outline:
+def tree_sitter_root(source: str, language: str, name: str = "the file"):
+    """The root node of `source` parsed by tree-sitter as `language` (JAVASCRIPT, TYPESCRIPT, TSX), or a
+    problem string when tree-sitter is missing or the text does not parse."""
     try:
         from tree_sitter import Language, Parser
 
@@ -268,10 +270,17 @@ def _tree_sitter_outline(source: str, language: str, name: str, prose: bool = Fa
             pointer = grammar.language_tsx() if language == TSX else grammar.language_typescript()
         parser = Parser(Language(pointer))
     except (ImportError, ValueError, TypeError):  # missing, or a grammar built for another ABI
-        return Outline(problem=TREE_SITTER_MISSING.format(title=_TITLES[language]))
-    root = parser.parse(source.encode("utf-8")).root_node
+        return TREE_SITTER_MISSING.format(title=_TITLES[language])
+    root = parser.parse(source.encode("utf-8", "surrogatepass")).root_node
     if root.has_error:
-        return Outline(problem=f"{name} does not parse as {_TITLES[language]} (line {_first_error_line(root)})")
+        return f"{name} does not parse as {_TITLES[language]} (line {_first_error_line(root)})"
+    return root
+
+
+def _tree_sitter_outline(source: str, language: str, name: str, prose: bool = False) -> Outline:
+    root = tree_sitter_root(source, language, name)
+    if isinstance(root, str):
+        return Outline(problem=root)
     found: list[Definition] = []
     _walk_tree(root, (), False, found)
     statements: list[Statement] = []

@@ -171,6 +171,25 @@ def test_a_bug_fix_may_change_and_remove_statements(module, tiny_dir, scripted):
     assert module.read_text() == fixed
 
 
+BOX_CLASS = "class Box:\n    def __init__(self, n):\n        self.n = n\n\n    def __eq__(self, other):\n" \
+            "        return self.n == other.n\n\n    def __ne__(self, other):\n        return not self == other\n"
+BOX_DATACLASS = "import dataclasses\n\n\n@dataclasses.dataclass\nclass Box:\n    n: int\n"
+
+
+def test_methods_a_dataclass_generates_may_go_but_others_may_not(work, tiny_dir, scripted):
+    (work / "a.py").write_text(BOX_CLASS)
+    scripted(BOX_DATACLASS)
+    result = run(tiny_dir, "Make Box simpler.")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_text() == BOX_DATACLASS
+    (work / "a.py").write_text(BOX_CLASS)
+    scripted(BOX_DATACLASS.replace("@dataclasses.dataclass\n", ""))
+    result = run(tiny_dir, "Make Box simpler.")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: kept (removed `Box.__init__` (line 2), which the instruction "
+                                            "does not ask to remove (and 1 more))")
+
+
 # -- asked ---------------------------------------------------------------------------------------
 
 

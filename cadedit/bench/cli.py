@@ -1,5 +1,5 @@
 """`cadedit bench`: the paper's measurements as commands (ceiling, roundtrip, perturb, formats, kernel, e2e,
-decode), and cadedit's own as users get them (candidates, tries, longfile, backends).
+decode), and cadedit's own as users get them (candidates, tries, longfile, backends, everyday, checks).
 
 Wiring only: options (those several commands take are declared once, in bench/options.py), loops
 with a progress bar, tables on stdout, results with --json PATH (rewritten atomically while a
@@ -243,6 +243,46 @@ def roundtrip(corpus: CorpusOpt, json_path: JsonOpt = None, limit: LimitOpt = No
     if failed:
         raise CadeditError(f"roundtrip: {len(failed)} case(s) not byte-exact: {', '.join(failed[:5])}"
                            + (" ..." if len(failed) > 5 else ""))
+
+
+# -- checks on gold fixes ------------------------------------------------------------------------
+
+
+@app.command("checks")
+def gold_checks(
+    corpus: CorpusOpt,
+    context: CaseContextOpt = "docs",
+    reverse: Annotated[bool, typer.Option(
+        "--reverse", help="Check each case's buggy side as an edit of its gold: the bugs the checks catch "
+                          "without a test (exits 0).")] = False,
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """False alarms: every check a candidate gets without --test (syntax, the code checks, change) run on
+    each case's gold fix, with the case's instruction; a check that fails a correct fix would turn a pass
+    into exit 3. Prints the failures per check; exits 1 if any gold fix failed one.
+
+    Example: cadedit bench checks -c humanevalfix_js.jsonl --context docs
+    """
+    from cadedit.bench import gold
+
+    corpora = load_corpora(corpus, limit, context)
+    done = run_corpora(corpora, "checks", lambda name, case: gold.check_gold(case, reverse),
+                       lambda done: {"command": "checks", "context": context, "reverse": reverse,
+                                     "corpora": {n: gold.summarize(r) for n, r in done.items()}}, json_path)
+    rows, failures = [], []
+    for name, found in done.items():
+        s = gold.summarize(found)
+        rows += [[name, check, str(c["ran"]), str(c["failed"])] for check, c in s["checks"].items()]
+        failures += [f"{name}:{f['id']}: {check}: {f['detail']}" for check, c in s["checks"].items()
+                     for f in c["failures"]]
+    title = "Checks on the buggy side (failed = a bug caught)" if reverse else \
+        "Checks on gold fixes (failed = a correct fix refused)"
+    out.table(title, ["corpus", "check", "ran on", "failed"], rows)
+    for line in failures:
+        out.print(line)
+    if failures and not reverse:
+        raise CadeditError(f"checks: {len(failures)} gold fix(es) failed a check")
 
 
 # -- perturb -----------------------------------------------------------------------------------
