@@ -340,8 +340,8 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
     if stdin and plan.test:
         raise typer.BadParameter("--test runs against a file; give a file, not stdin", param_hint="--test")
     document = _stdin_document(run) if stdin else Document.read(file)
-    loaded = _load(options, run)
-    outcome = _edit_checked(document, instruction, options, plan, run, loaded)
+    editor = _load(options, run)
+    outcome = _edit_checked(document, instruction, options, plan, run, editor)
     best = outcome.shown
     diff_text = unified_diff(document.text, best.result.new_text, "-" if stdin else display_path(Path(file))) if (
         best is not None) else ""
@@ -469,8 +469,8 @@ class _Outcome:
 
 
 def _load(options, run: _Run, once_for: int = 1):
-    """The model: a shared engine's when one is named, the warm server's when one serves it, else loaded
-    here (with its timings)."""
+    """The editor (results.Editor): a shared engine's when one is named, the warm server's when one serves
+    it, else the model loaded here (with its timings)."""
     quiet, verbose = run.quiet, run.verbose
     remote = _engine_for(run.engine[0], run.engine[1], options.model)
     if remote is not None:
@@ -484,10 +484,11 @@ def _load(options, run: _Run, once_for: int = 1):
         return client
     from cadedit import hardware
     from cadedit.model import load_model
+    from cadedit.pipeline import LocalEditor
 
     hardware.progress = None if quiet else say  # the first run's probes and conversion say what they do
     if quiet:
-        return load_model(options.model, options.device, options.dtype, options.threads, options.backend)
+        return LocalEditor(load_model(options.model, options.device, options.dtype, options.threads, options.backend))
     with err.status("loading the model ..."):
         loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)
     say(f"{loaded.name} loaded in {loaded.load_seconds:.1f} s ({loaded.backend}, "
@@ -497,10 +498,10 @@ def _load(options, run: _Run, once_for: int = 1):
         say(f"  backend: {loaded.backend}, {loaded.backend_reason}")
         say(f"  dtype: {loaded.dtype_reason}")
         say("  load: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in loaded.phases))
-    return loaded
+    return LocalEditor(loaded)
 
 
-def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) -> _Outcome:
+def _edit_checked(document, instruction: str, options, plan, run: _Run, editor) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
     from cadedit.scope import plan_edit
     from cadedit.tries import edit_verified
@@ -518,9 +519,10 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
     with progress:
         if options.locate:
             progress.update_text(f"{document.path}: asking the model which line to change ...")
-        verified = edit_verified(document, instruction, options, plan, run.tries, loaded=loaded, on_try=on_try,
+        verified = edit_verified(document, instruction, options, plan, run.tries, editor=editor, on_try=on_try,
                                  on_step=progress.update, on_test=on_test, on_where=on_where,
                                  candidates=run.candidates, candidates_by=run.candidates_by)
+    loaded = editor.loaded or editor  # the local model's own figures (phases, dtype, first forward), else the client's
     first = getattr(loaded, "first_forward", lambda: None)()
     if run.verbose and first is not None:
         say(f"  first forward {first:.2f} s after the process started")
@@ -749,11 +751,11 @@ def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, show
 
     quiet, write, check = run.quiet, shown.write, shown.check
     documents = [Document.read(f) for f in dict.fromkeys(files)]
-    loaded = _load(options, replace(run, verbose=False), once_for=len(documents))
+    editor = _load(options, replace(run, verbose=False), once_for=len(documents))
     edited, failed = [], []
     for document in documents:
         outcome = _edit_checked(document, instruction, options, replace(plan, test=None), replace(run, verbose=False),
-                                loaded)
+                                editor)
         answer = outcome.verified.answer
         if answer is None:
             failed.append(document.path)

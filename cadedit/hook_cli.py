@@ -118,14 +118,15 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     asked = settings.candidates if settings is not None and settings.candidates else None
     options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens,
                           mode=mode)
-    loaded = remote or _server_for(options, lambda message: say(f"cadedit hook: {message}"))
+    editor = remote or _server_for(options, lambda message: say(f"cadedit hook: {message}"))
     if remote is not None:
         say(f"cadedit hook: {remote.name}: using the engine")
-    elif loaded is not None:
-        say(f"cadedit hook: {loaded.name}: using the cadedit server (pid {loaded.pid})")
+    elif editor is not None:
+        say(f"cadedit hook: {editor.name}: using the cadedit server (pid {editor.pid})")
     else:
         from cadedit import hardware
         from cadedit.model import load_model
+        from cadedit.pipeline import LocalEditor
 
         hardware.progress = say  # the first run's probes and conversion say what they do
         try:
@@ -135,6 +136,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
             exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
             raise
         say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(n_files)})")
+        editor = LocalEditor(loaded)
 
     def edit(document, rule, path: str) -> str:
         from cadedit.document import Document
@@ -146,7 +148,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
             _testable(root, target, shown(path))
         plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False, target=target)
         scoped, _ = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
-        verified = edit_verified(on_disk, rule.instruction, scoped, plan, tries, loaded=loaded, candidates=asked)
+        verified = edit_verified(on_disk, rule.instruction, scoped, plan, tries, editor=editor, candidates=asked)
         if verified.answer is None:
             best = verified.best
             raise CheckFailedError(f"no try of {verified.made} passed its checks"

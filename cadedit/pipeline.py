@@ -23,7 +23,7 @@ from cadedit import program as P
 from cadedit.decode import Candidate, Decoded, DecodeStats, Picker, Row, Step, branch, decode
 from cadedit.decode import Alternative, branch_limit, decode_branches, decode_candidates, logprob_through
 from cadedit.decode import sampling_picker
-from cadedit.results import EditCandidate, EditResult, result_json  # noqa: F401 - re-exported
+from cadedit.results import EditCandidate, Editor, EditResult, result_json  # noqa: F401 - re-exported
 from cadedit.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import BudgetError, CadeditError, ModelError
@@ -261,6 +261,45 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
     program, problem = placed_program(document, prepared, decoded)
     return EditResult(document, prepared.mode, program, decoded.text, resolve(program, document), decoded.stats,
                       loaded.name, len(prepared.prompt_ids), problem)
+
+
+@dataclass(frozen=True)
+class LocalEditor(Editor):
+    """The model loaded in this process as a results.Editor: edit_file, edit_candidates and
+    edit_branches with it; picks None: every candidate with the options' sampling."""
+
+    loaded: LoadedModel
+    shared_engine = False
+
+    @property
+    def name(self) -> str:
+        return self.loaded.name
+
+    @property
+    def load_seconds(self) -> float:
+        return self.loaded.load_seconds
+
+    def edit(self, document: Document, instruction: str, options: EditOptions, *,
+             on_step: Callable[[DecodeStats, Step], None] | None = None, pick_for: PickFor | None = None) -> EditResult:
+        return edit_file(document, instruction, options, loaded=self.loaded, pick_for=pick_for, on_step=on_step)
+
+    def edit_candidates(self, document: Document, instruction: str, options: EditOptions, k: int, *,
+                        on_step: Callable[[DecodeStats, Step], None] | None = None,
+                        picks: Sequence[PickFor] | None = None) -> list[EditCandidate]:
+        picks = picks or [_sampled(options)] * k
+        return edit_candidates(document, instruction, options, picks, loaded=self.loaded, on_step=on_step)
+
+    def edit_branches(self, document: Document, instruction: str, options: EditOptions, k: int,
+                      accept: Callable[[EditCandidate], bool], *,
+                      on_step: Callable[[DecodeStats, Step], None] | None = None,
+                      picks: Sequence[PickFor] | None = None) -> list[EditCandidate]:
+        picks = picks or [_sampled(options)] * k
+        return edit_branches(document, instruction, options, picks, accept, loaded=self.loaded, on_step=on_step)
+
+
+def _sampled(options: EditOptions) -> PickFor:
+    """A picker factory: the options' sampling, whatever the request."""
+    return lambda loaded, document, prepared: sampling_picker(options.sampling)
 
 
 def edit_candidates(document: Document, instruction: str, options: EditOptions, picks: Sequence[PickFor], *,

@@ -6,12 +6,17 @@ tries loop build and read them without importing the model code.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from cadedit.document import Document
-from cadedit.options import Mode
+from cadedit.options import EditOptions, Mode
 from cadedit.program import Program
 from cadedit.program import format as format_program
+
+if TYPE_CHECKING:  # annotations only: the model code stays unimported for a server's or an engine's client
+    from cadedit.model import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,35 @@ class EditCandidate:
     logprob: float
     error: Exception | None = None
     branch: int = 0  # a branch's point (pipeline.branch_key); 0: not a branch
+
+
+class Editor(Protocol):
+    """What makes an edit's answers (tries.edit_verified edits through one): the model loaded in this
+    process (pipeline.LocalEditor), the warm server's client (server.ServerClient) or a shared engine's
+    (engine.EngineClient). on_step sees the decode's steps; pick_for (a pipeline.PickFor) and picks (one
+    each candidate) choose the decode's pickers from the prepared request, which only a local model
+    uses (tests script answers with them); the others decode as the options' sampling says."""
+
+    name: str
+    load_seconds: float
+    # The model in this process, for the where-step that reads its logits (cadedit.where); None
+    # through a server or an engine, which then makes no where-step.
+    loaded: LoadedModel | None
+    shared_engine: bool  # a shared engine decodes (settings.default_candidates' defaults differ)
+
+    def edit(self, document: Document, instruction: str, options: EditOptions, *,
+             on_step: Callable | None = None, pick_for: Callable | None = None) -> EditResult:
+        """One answer (pipeline.edit_file)."""
+
+    def edit_candidates(self, document: Document, instruction: str, options: EditOptions, k: int, *,
+                        on_step: Callable | None = None,
+                        picks: Sequence[Callable] | None = None) -> list[EditCandidate]:
+        """k answers decoded side by side (pipeline.edit_candidates)."""
+
+    def edit_branches(self, document: Document, instruction: str, options: EditOptions, k: int,
+                      accept: Callable[[EditCandidate], bool], *, on_step: Callable | None = None,
+                      picks: Sequence[Callable] | None = None) -> list[EditCandidate]:
+        """Candidate 1, then if accept(it) is false up to k-1 branches of it (pipeline.edit_branches)."""
 
 
 def result_json(result: EditResult, diff_text: str) -> dict:

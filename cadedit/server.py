@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cadedit.errors import CadeditError
+from cadedit.results import Editor
 from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT, SERVER_BUSY_WAIT, not_own
 
 PROTOCOL = 1
@@ -192,8 +193,13 @@ def error_from_wire(data: dict) -> CadeditError:
 # -- the client -------------------------------------------------------------------------------
 
 
-class ServerClient:
-    """A running server, used like a LoadedModel: name, dtype, threads, load_seconds (0.0: already loaded)."""
+class ServerClient(Editor):
+    """A running server as a results.Editor (edit_file and its candidates run there; scripted pickers
+    do not travel, so pick_for and picks are not used), with name, dtype, threads and load_seconds
+    (0.0: already loaded) as a LoadedModel has them."""
+
+    loaded = None  # the model is in the server's process: no where-step here
+    shared_engine = False
 
     def __init__(self, socket_path: Path, status: dict):
         self.socket_path = socket_path
@@ -215,11 +221,12 @@ class ServerClient:
     def stop(self) -> dict:
         return _ask(self.socket_path, {"op": "stop"}, 5.0)
 
-    def edit(self, document, instruction: str, options=None, on_step: Callable | None = None):
+    def edit(self, document, instruction: str, options=None, on_step: Callable | None = None, pick_for=None):
         """edit_file(document, instruction, options) run by the server; the same EditResult, or its error."""
         return result_from_wire(self._edit(document, instruction, options, on_step, 1), document)
 
-    def edit_candidates(self, document, instruction: str, options=None, k: int = 2, on_step: Callable | None = None):
+    def edit_candidates(self, document, instruction: str, options=None, k: int = 2, on_step: Callable | None = None,
+                        picks=None):
         """pipeline.edit_candidates with `--candidates k`'s pickers, run by the server: k EditCandidates."""
         answer = self._edit(document, instruction, options, on_step, k)
         if "candidates" not in answer:
@@ -228,7 +235,7 @@ class ServerClient:
         return [candidate_from_wire(c, document) for c in answer["candidates"]]
 
     def edit_branches(self, document, instruction: str, options, k: int, accept: Callable,
-                      on_step: Callable | None = None):
+                      on_step: Callable | None = None, picks=None):
         """pipeline.edit_branches run by the server: it sends candidate 1, accept(candidate 1) is asked
         here (where the user's test runs) and answered; if false, the server decodes the k-1 branches
         from its own cache. Returns the candidates decoded, as edit_branches does."""

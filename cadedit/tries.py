@@ -1,6 +1,6 @@
 """Verified edits: every candidate is checked; a failed try feeds back what failed and tries again.
 
-Contract: edit_verified(document, instruction, options, plan, tries, loaded=...) runs up to `tries`
+Contract: edit_verified(document, instruction, options, plan, tries, editor=...) runs up to `tries`
 edits of one document through pipeline.edit_file and checks each candidate (cadedit.checks: that a
 scoped answer could be placed exactly, the edited file's syntax, that it changed at all, and the
 user's test command with the candidate in place, the user's bytes restored afterwards). It stops
@@ -46,7 +46,7 @@ from cadedit.oracle import oracle
 from cadedit.prompt import unquoted
 from cadedit.repair import repaired
 from cadedit.resolve import resolve
-from cadedit.results import EditResult
+from cadedit.results import Editor, EditResult
 from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, READ_BRANCHES, REJOIN_TRIES, TEST_TIMEOUT, default_candidates
 
 
@@ -261,13 +261,13 @@ def repaired_result(document: Document, result: EditResult | None, instruction: 
 
 
 def edit_verified(document: Document, instruction: str, options: EditOptions, plan: CheckPlan,
-                  tries: int = DEFAULT_TRIES, *, loaded: Any, picks: Callable[[int], Any] | None = None,
+                  tries: int = DEFAULT_TRIES, *, editor: Editor, picks: Callable[[int], Any] | None = None,
                   on_try: Callable[[Try], None] | None = None, on_step=None,
                   on_test: Callable[[int], None] | None = None, on_where: Callable[[Any], None] | None = None,
                   candidates: int | None = None, candidates_by: str | None = None) -> Verified:
     """Up to `tries` tries until a candidate passes its checks; see the module docstring.
-    loaded: a model.LoadedModel, or an editor with edit() (server.ServerClient: edit_file in the warm
-    server; engine.EngineClient: a shared engine; no where-step then). candidates: every try decodes
+    editor: what decodes (results.Editor: pipeline.LocalEditor, the warm server's client or a shared
+    engine's; no where-step but with a local model). candidates: every try decodes
     this many (None: candidates_for's default), made as candidates_by says (settings.CANDIDATE_WAYS;
     None: settings.CANDIDATES_BY; _batched_try). picks(k) may give try k's picker
     factory (pipeline.PickFor: the picker from the prepared request; None: the try's sampling) or a
@@ -275,8 +275,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     the where-step's (loaded -> picker, as where.where_picker); tests script answers with it (local
     models only)."""
     candidates_by = candidates_by or CANDIDATES_BY
-    edit, editors = _editors(loaded)
-    where = _reported(_where(document, instruction, options, loaded, picks(0) if picks else None), on_where)
+    where = _reported(_where(document, instruction, options, editor, picks(0) if picks else None), on_where)
     done: list[Try] = []
     last: Try | None = None  # what the next try learns from: the previous try, or its best candidate
     told = ""
@@ -293,7 +292,7 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         level += widened
         if UNQUOTED_AFTER in failed and not widened:  # copied where it was: ask without the quote
             layout = unquoted(layout)
-        if number == 2 and where is None and (where := _reported(_read_later(document, options, plan, loaded, picks,
+        if number == 2 and where is None and (where := _reported(_read_later(document, options, plan, editor, picks,
                                                                              branches), on_where)):
             read = where.spread[:READ_BRANCHES]
         located = where is not None and not where.later and level == 0  # this try retypes the line named
@@ -302,13 +301,13 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
                           expected=expected[level] or read, branched=tuple(sorted(branched)))
         pick = picks(number) if picks else None
         test_hook = None if on_test is None else (lambda: on_test(number))
-        k = candidates_for(candidates, plan, loaded, number, located)
+        k = candidates_for(candidates, plan, editor, number, located)
         k += len(read) if k > 1 else 0  # the reading's branches beside the hesitations
         if k > 1:
-            made = _batched_try(editors, document, instruction, current, plan, number, k, pick, on_step,
+            made = _batched_try(editor, document, instruction, current, plan, number, k, pick, on_step,
                                 test_hook, checked, candidates_by)
         else:
-            made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
+            made = [_one_try(editor, document, instruction, current, plan, number, pick, on_step, test_hook)]
         done += made
         branched |= {attempt.branch for attempt in made if attempt.branch}
         for attempt in sorted(made, key=lambda t: t.candidate) if on_try else ():  # in order, not as checked
@@ -329,13 +328,13 @@ def _ladder(document: Document, options: EditOptions, plan: CheckPlan, where: An
     return where.ladder(document, bool(plan.test))
 
 
-def candidates_for(asked: int | None, plan: CheckPlan, loaded: Any, number: int = 1, located: bool = False) -> int:
+def candidates_for(asked: int | None, plan: CheckPlan, editor: Editor, number: int = 1, located: bool = False) -> int:
     """The candidates try `number` decodes: as asked, else settings.default_candidates by whether a
-    test decides, whether `loaded` is a shared engine (engine.EngineClient), the try's number and
+    test decides, whether the editor is a shared engine's (engine.EngineClient), the try's number and
     whether the where-step named its line."""
     if asked is not None:
         return asked
-    return default_candidates(bool(plan.test), getattr(loaded, "backend", "") == "engine", number, located)
+    return default_candidates(bool(plan.test), editor.shared_engine, number, located)
 
 
 def _told(document: Document, plan: CheckPlan, last: Try) -> str:
@@ -347,10 +346,11 @@ def _told(document: Document, plan: CheckPlan, last: Try) -> str:
     return feedback(last.checks, Edited(document.path, document.text, last.result.new_text, last.regions, cwd))
 
 
-def _where(document: Document, instruction: str, options: EditOptions, loaded: Any, pick_for) -> Any:
-    """The where-step's answer, or None when it does not apply (or the model could not answer);
-    pick_for(loaded) gives its picker (None: where.where_picker)."""
-    if not (options.locate and options.regions) or hasattr(loaded, "edit"):
+def _where(document: Document, instruction: str, options: EditOptions, editor: Editor, pick_for) -> Any:
+    """The where-step's answer, or None when it does not apply (a remote editor, or the model could not
+    answer); pick_for(loaded) gives its picker (None: where.where_picker)."""
+    loaded = editor.loaded
+    if not (options.locate and options.regions) or loaded is None:
         return None
     from cadedit.errors import CadeditError
     from cadedit.where import locate
@@ -370,7 +370,7 @@ def _reported(where: Any, on_where: Callable[[Any], None] | None) -> Any:
     return where
 
 
-def _read_later(document: Document, options: EditOptions, plan: CheckPlan, loaded: Any, picks,
+def _read_later(document: Document, options: EditOptions, plan: CheckPlan, editor: Editor, picks,
                 branches: bool) -> Any:
     """The definition read by surprise once try 1 failed its test (options.read_later; a local model; the
     tries branch: `branches`, not --candidates 1 nor --candidates-by sample), as a where.Where with
@@ -378,39 +378,8 @@ def _read_later(document: Document, options: EditOptions, plan: CheckPlan, loade
     if not (options.read_later and plan.test and branches):
         return None
     asked = replace(options, locate=True, where_by="surprise")
-    where = _where(document, "", asked, loaded, picks(0) if picks else None)
+    where = _where(document, "", asked, editor, picks(0) if picks else None)
     return replace(where, later=True) if where is not None and where.spread else None
-
-
-def _editors(loaded: Any):
-    """edit(document, instruction, options, on_step, pick_for) -> EditResult, and the batched editors:
-    edit_many(..., k, picks) -> k EditCandidates decoded side by side (picks None: candidate_picks),
-    locally or in the server, and edit_branched(..., k, picks, accept) -> candidate 1, then if
-    accept(it) is false its branches (pipeline.edit_branches, locally or in the server; None for an engine)."""
-    if hasattr(loaded, "edit"):
-        def edit(document, instruction, options, on_step, pick_for):
-            return loaded.edit(document, instruction, options, on_step=on_step)
-
-        def edit_remote(document, instruction, options, on_step, k, picks):
-            return loaded.edit_candidates(document, instruction, options, k, on_step=on_step)
-
-        def branch_remote(document, instruction, options, on_step, k, picks, accept):
-            return loaded.edit_branches(document, instruction, options, k, accept, on_step=on_step)
-        return edit, (edit_remote, branch_remote if hasattr(loaded, "edit_branches") else None)
-    from cadedit.pipeline import edit_branches, edit_candidates, edit_file
-
-    def edit(document, instruction, options, on_step, pick_for):
-        return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick_for=pick_for)
-
-    def edit_many(document, instruction, options, on_step, k, picks):
-        picks = picks or candidate_picks(k, options.sampling)
-        return edit_candidates(document, instruction, options, picks, loaded=loaded, on_step=on_step)
-
-    def edit_branched(document, instruction, options, on_step, k, picks, accept):
-        picks = picks or branch_picks(k, options.sampling)
-        return edit_branches(document, instruction, options, picks, accept, loaded=loaded, on_step=on_step)
-
-    return edit, (edit_many, edit_branched)
 
 
 def candidate_picks(k: int, first: Sampling) -> list:
@@ -434,13 +403,13 @@ def _sampling_for(sampling: Sampling):
     return pick_for
 
 
-def _one_try(edit, document: Document, instruction: str, current: EditOptions, plan: CheckPlan, number: int,
-             pick_for, on_step, on_test) -> Try:
+def _one_try(editor: Editor, document: Document, instruction: str, current: EditOptions, plan: CheckPlan,
+             number: int, pick_for, on_step, on_test) -> Try:
     """One candidate and its checks."""
     start = time.perf_counter()
     sampling = current.sampling
     try:
-        result = edit(document, instruction, current, on_step, pick_for)
+        result = editor.edit(document, instruction, current, on_step=on_step, pick_for=pick_for)
     except BudgetError as exc:
         return Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
                    current.regions, getattr(exc, "engine", None))
@@ -449,7 +418,7 @@ def _one_try(edit, document: Document, instruction: str, current: EditOptions, p
     return Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=current.regions)
 
 
-def _batched_try(editors, document: Document, instruction: str, current: EditOptions, plan: CheckPlan,
+def _batched_try(editor: Editor, document: Document, instruction: str, current: EditOptions, plan: CheckPlan,
                  number: int, k: int, picks, on_step, on_test, checked: dict[str, Try],
                  by: str = CANDIDATES_BY) -> list[Try]:
     """Try `number` as k candidates, checked until one passes: with --test the first that passes its test,
@@ -461,9 +430,8 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
     by "branch" (a local model, a fenced mode): candidate 1 is decoded and checked first; only if it
     fails are the others decoded, each branching from it where it hesitated (pipeline.edit_branches; in
     the first REJOIN_TRIES tries taking its rest once they write it again), then checked by log-probability."""
-    edit_many, edit_branched = editors
     # A program's copies splice spans between its ids, which a branch cannot replay (fenced modes only).
-    branched = by == "branch" and edit_branched is not None and Mode(current.mode) is not Mode.PROGRAM
+    branched = by == "branch" and Mode(current.mode) is not Mode.PROGRAM
     samplings = [current.sampling if branched else candidate_sampling(i, current.sampling) for i in range(1, k + 1)]
     start = time.perf_counter()
     scripted = list(picks) if isinstance(picks, (list, tuple)) else [picks] * k if picks is not None else None
@@ -499,11 +467,13 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
         return made[-1].passed
 
     if branched:
-        found = edit_branched(document, instruction, replace(current, rejoin=number <= REJOIN_TRIES), on_step, k,
-                              scripted, lambda first: check(0, first, time.perf_counter() - start))
+        found = editor.edit_branches(document, instruction, replace(current, rejoin=number <= REJOIN_TRIES), k,
+                                     lambda first: check(0, first, time.perf_counter() - start), on_step=on_step,
+                                     picks=scripted or branch_picks(k, current.sampling))
         rest = range(1, len(found))
     else:
-        found = edit_many(document, instruction, current, on_step, k, scripted)
+        found = editor.edit_candidates(document, instruction, current, k, on_step=on_step,
+                                       picks=scripted or candidate_picks(k, current.sampling))
         rest = range(k)
     decode_seconds = time.perf_counter() - start - checking[0]  # candidate 1's checks are its own
     for i in sorted(rest, key=lambda i: -found[i].logprob):

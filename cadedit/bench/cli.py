@@ -905,14 +905,14 @@ def tries(
     from cadedit.bench import tries as bt
 
     corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
-    loaded = _tries_model(model, dtype, threads, backend, engine, engine_timeout)
+    editor = _tries_model(model, dtype, threads, backend, engine, engine_timeout)
     scoped = _choice(scoping, "--scoping", {"on": True, "off": False})
     by = _choice(candidates_by, "--candidates-by", {way: way for way in CANDIDATE_WAYS})
-    options = _tries_options(None if engine else loaded.name, mode, layout)
+    options = _tries_options(None if engine else editor.name, mode, layout)
     located, read = _choice(where, "--where", TRIES_WHERE)
     settings = bt.TriesSettings(max_tries, check_tries, test_timeout, options, scoped, k, by, engine is not None,
                                 located, read)
-    meta = {**_model_meta("tries", loaded), "mode": mode, "layout": settings.options.layout, "context": context,
+    meta = {**_model_meta("tries", editor.loaded or editor), "mode": mode, "layout": settings.options.layout, "context": context,
             "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped, "where": where,
             "candidates": settings.with_test, "candidates_checks_only": settings.checks_only, "candidates_by": by}
     rows = _tries_rows(max_tries, check_tries)
@@ -921,17 +921,20 @@ def tries(
         return {**meta, "corpora": [{"name": name, "summary": bt.summarize(cases, rows), "cases": cases}
                                     for name, cases in done.items()]}
 
-    done = run_corpora(corpora, "tries", lambda name, case: bt.run_case(loaded, case, settings), to_json, json_path,
+    done = run_corpora(corpora, "tries", lambda name, case: bt.run_case(editor, case, settings), to_json, json_path,
                        lambda row: say(_tries_line(row, rows)))
     for name, cases in done.items():
-        _print_tries(name, bt.summarize(cases, rows), rows, loaded.name)
+        _print_tries(name, bt.summarize(cases, rows), rows, editor.name)
 
 
 def _tries_model(model: str | None, dtype: str, threads: int | None, backend: str | None, engine: str | None,
                  engine_timeout: float | None):
-    """The model the tries run on: the engine's client where --engine is given, else the local model."""
+    """The editor the tries run with (results.Editor): the engine's client where --engine is given, else
+    the local model."""
     if engine is None:
-        return _load_model(model, "auto", dtype, threads, backend, warm_up=False)[0]
+        from cadedit.pipeline import LocalEditor
+
+        return LocalEditor(_load_model(model, "auto", dtype, threads, backend, warm_up=False)[0])
     from cadedit.engine import EngineClient
     from cadedit.settings import ENGINE_TIMEOUT
 

@@ -163,6 +163,7 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
     from cadedit.document import Document
     from cadedit.options import EditOptions, Mode
     from cadedit.scope import plan_edit
+    from cadedit.pipeline import LocalEditor
     from cadedit.tries import CheckPlan, edit_verified
 
     document = Document.from_text(case["before"], case["file"])
@@ -171,7 +172,7 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
     row = {"id": case["id"], "split": case["split"], "file": case["file"], "regions": [list(r) for r in options.regions]}
     start = time.perf_counter()
     try:
-        verified = edit_verified(document, case["instruction"], options, CheckPlan(), tries, loaded=loaded,
+        verified = edit_verified(document, case["instruction"], options, CheckPlan(), tries, editor=LocalEditor(loaded),
                                  candidates=1, **({"picks": picks} if picks is not None else {}))
     except CadeditError as exc:
         return {**row, "wall": time.perf_counter() - start, "error": exc.message, "ok": False, "why": exc.message}
