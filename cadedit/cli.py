@@ -504,7 +504,7 @@ def _load(options, run: _Run, once_for: int = 1):
 def _edit_checked(document, instruction: str, options, plan, run: _Run, editor) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
     from cadedit.scope import plan_edit
-    from cadedit.tries import edit_verified
+    from cadedit.tries import Attempts, Reporters, edit_verified
 
     scoping, quiet = run.scoping, run.quiet
     options, scope = plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on, scoping.where)
@@ -519,9 +519,9 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, editor) 
     with progress:
         if options.locate:
             progress.update_text(f"{document.path}: asking the model which line to change ...")
-        verified = edit_verified(document, instruction, options, plan, run.tries, editor=editor, on_try=on_try,
-                                 on_step=progress.update, on_test=on_test, on_where=on_where,
-                                 candidates=run.candidates, candidates_by=run.candidates_by)
+        verified = edit_verified(document, instruction, options, plan,
+                                 Attempts(run.tries, run.candidates, run.candidates_by), editor=editor,
+                                 report=Reporters(on_try, progress.update, on_test, on_where))
     loaded = editor.loaded or editor  # the local model's own figures (phases, dtype, first forward), else the client's
     first = getattr(loaded, "first_forward", lambda: None)()
     if run.verbose and first is not None:

@@ -200,10 +200,10 @@ class EngineClient(Editor):
         each the answer up to one of the tokens where the model hesitated most (the smallest margins
         between its pick and its next choice) with the next choice in its place, completed with the
         try's own sampling; none that would write candidate 1 again or that an earlier try took
-        (options.branched, hesitation_key each), as pipeline.branch_points leaves out locally. Each scores
+        (options.attempt.branched, hesitation_key each), as pipeline.branch_points leaves out locally. Each scores
         the engine's log-probability of its tokens, as locally. An engine that gives no log-probabilities
         gets sampled candidates 2..k instead (edit_candidates). Fenced modes only. Returns the candidates
-        decoded: [candidate 1] when it was accepted. options.rejoin has no effect here: the engine
+        decoded: [candidate 1] when it was accepted. options.attempt.rejoin has no effect here: the engine
         completes each branch itself."""
         options = options or EditOptions()
         trace: list[Hesitation] = []
@@ -212,7 +212,7 @@ class EngineClient(Editor):
             return [first]
         if not trace:  # no log-probabilities from this engine
             return [first, *self.edit_candidates(document, instruction, options, k, on_step, range(2, k + 1))]
-        points = hesitations(trace, k - 1, options.branched)
+        points = hesitations(trace, k - 1, options.attempt.branched)
         made = _together(lambda point: self._candidate(document, instruction, options, forced=point), points)
         return [first, *(replace(c, branch=hesitation_key(p)) for c, p in zip(made, points))]
 

@@ -111,7 +111,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     from cadedit.options import EditOptions
     from cadedit.settings import DEFAULT_TRIES
     from cadedit.scope import plan_edit
-    from cadedit.tries import CheckPlan, edit_verified
+    from cadedit.tries import Attempts, CheckPlan, edit_verified
 
     mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE
     tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES
@@ -148,7 +148,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
             _testable(root, target, shown(path))
         plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False, target=target)
         scoped, _ = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
-        verified = edit_verified(on_disk, rule.instruction, scoped, plan, tries, editor=editor, candidates=asked)
+        verified = edit_verified(on_disk, rule.instruction, scoped, plan, Attempts(tries, asked), editor=editor)
         if verified.answer is None:
             best = verified.best
             raise CheckFailedError(f"no try of {verified.made} passed its checks"

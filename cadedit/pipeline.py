@@ -331,7 +331,7 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, pi
     """len(picks) candidates, one after the other's hesitations: candidate 1 is the plain decode (picks[0]);
     if accept(it) is false, the others branch from it where the model hesitated most (branch_points:
     the smallest margins between its pick and its next choice) and go on with their own pickers,
-    decoded side by side from candidate 1's cache (decode.decode_branches); with options.rejoin, a branch that
+    decoded side by side from candidate 1's cache (decode.decode_branches); with options.attempt.rejoin, a branch that
     writes a stretch of candidate 1's answer again takes its rest (decode.REJOIN_TOKENS). Returns the candidates
     decoded: [candidate 1] when it was accepted. Fenced modes only (a program's copies splice spans
     between its ids, which branch() does not replay)."""
@@ -348,11 +348,12 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, pi
     if accept(first) or len(picks) == 1:
         return [first]
     ids, tokens = first_row.ids, token_bytes(loaded)
-    points = branch_points(found.alternatives, ids, len(picks) - 1, tokens, prepared.fence, options.branched)
+    points = branch_points(found.alternatives, ids, len(picks) - 1, tokens, prepared.fence, options.attempt.branched)
     # Where the where-step's reading expected other tokens: those branches first, then the hesitations;
-    # none an earlier try branched at from the same answer (options.branched).
-    expected = [e for e in expected_points(document, options.expected, ids, first_row.through, tokens)
-                if branch_key(ids, e) not in options.branched]
+    # none an earlier try branched at from the same answer (options.attempt.branched).
+    attempt = options.attempt
+    expected = [e for e in expected_points(document, attempt.expected, ids, first_row.through, tokens)
+                if branch_key(ids, e) not in attempt.branched]
     taken = {e.at for e in expected}
     points = [*expected, *(p for p in points if p.at not in taken)][: len(picks) - 1]
     if not points:
@@ -361,7 +362,7 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, pi
     for alternative, pick in zip(points, pickers[1:]):
         cursor, _, drafter = mode_parts(loaded, document, prepared, options.draft)
         row = Row(cursor, pick, drafter, score=True)
-        branch(row, ids, alternative, first_row.through if options.rejoin and found.decoded is not None else None)
+        branch(row, ids, alternative, first_row.through if attempt.rejoin and found.decoded is not None else None)
         rows.append(row)
         prefixes.append(list(prepared.prompt_ids) + ids[: alternative.at])
     lm = language_model(loaded)

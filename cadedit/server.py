@@ -138,8 +138,14 @@ def options_from_wire(data: dict):
                           "regions": tuple(tuple(r) for r in data["regions"]),
                           "wider": tuple(tuple(tuple(r) for r in level) for level in data.get("wider", ())),
                           "referenced": tuple(data["referenced"]),
-                          "expected": tuple(tuple(e) for e in data.get("expected", ())),
-                          "branched": tuple(data.get("branched", ()))})
+                          "attempt": _attempt_from_wire(data.get("attempt", {}))})
+
+
+def _attempt_from_wire(data: dict):
+    from cadedit.options import TryState
+
+    return TryState(**{**data, "expected": tuple(tuple(e) for e in data.get("expected", ())),
+                       "branched": tuple(data.get("branched", ()))})
 
 
 def result_to_wire(result) -> dict:

@@ -1,7 +1,7 @@
 """Verified edits: every candidate is checked; a failed try feeds back what failed and tries again.
 
-Contract: edit_verified(document, instruction, options, plan, tries, editor=...) runs up to `tries`
-edits of one document through pipeline.edit_file and checks each candidate (cadedit.checks: that a
+Contract: edit_verified(document, instruction, options, plan, Attempts(tries), editor=...) runs up to
+`tries` edits of one document through pipeline.edit_file and checks each candidate (cadedit.checks: that a
 scoped answer could be placed exactly, the edited file's syntax, that it changed at all, and the
 user's test command with the candidate in place, the user's bytes restored afterwards). It stops
 at the first candidate that passes. Try 1 is the options' own sampling (greedy by default); try 2
@@ -41,7 +41,7 @@ from cadedit.checks import Candidate, Check, Edited, change_check, feedback, pla
 from cadedit.code_checks import CHECK_NAMES as CODE_CHECKS, code_checks
 from cadedit.document import Document
 from cadedit.errors import BudgetError
-from cadedit.options import EditOptions, Mode, Sampling
+from cadedit.options import EditOptions, Mode, Sampling, TryState
 from cadedit.oracle import oracle
 from cadedit.prompt import unquoted
 from cadedit.repair import repaired
@@ -260,22 +260,62 @@ def repaired_result(document: Document, result: EditResult | None, instruction: 
     return replace(result, new_text=text, program=program)
 
 
+@dataclass(frozen=True)
+class Attempts:
+    """How many tries an edit makes, and how each try makes its candidates."""
+
+    tries: int = DEFAULT_TRIES
+    candidates: int | None = None  # every try decodes this many (None: candidates_for's default)
+    candidates_by: str | None = None  # settings.CANDIDATE_WAYS (None: settings.CANDIDATES_BY; _batched_try)
+
+
+@dataclass(frozen=True)
+class Reporters:
+    """Who hears of the tries as they go (the CLI's progress lines): each try's candidates in order, the
+    decode's steps, a test starting (with the try's number), the where-step's answer."""
+
+    on_try: Callable[[Try], None] | None = None
+    on_step: Callable | None = None
+    on_test: Callable[[int], None] | None = None
+    on_where: Callable[[Any], None] | None = None
+
+
+@dataclass(frozen=True)
+class _Edit:
+    """What every try of one edit shares."""
+
+    editor: Editor
+    document: Document
+    instruction: str
+    plan: CheckPlan
+    on_step: Callable | None = None
+
+
+@dataclass(frozen=True)
+class _TryPlan:
+    """One try as it is asked: its number, its options (sampling, scope, layout and TryState), its picker
+    factory (picks(number): one, a batched try's list of them, or None) and its test's reporter."""
+
+    number: int
+    options: EditOptions
+    pick: Any = None
+    on_test: Callable[[], None] | None = None
+
+
 def edit_verified(document: Document, instruction: str, options: EditOptions, plan: CheckPlan,
-                  tries: int = DEFAULT_TRIES, *, editor: Editor, picks: Callable[[int], Any] | None = None,
-                  on_try: Callable[[Try], None] | None = None, on_step=None,
-                  on_test: Callable[[int], None] | None = None, on_where: Callable[[Any], None] | None = None,
-                  candidates: int | None = None, candidates_by: str | None = None) -> Verified:
-    """Up to `tries` tries until a candidate passes its checks; see the module docstring.
+                  attempts: Attempts = Attempts(), *, editor: Editor, picks: Callable[[int], Any] | None = None,
+                  report: Reporters = Reporters()) -> Verified:
+    """Up to attempts.tries tries until a candidate passes its checks; see the module docstring.
     editor: what decodes (results.Editor: pipeline.LocalEditor, the warm server's client or a shared
-    engine's; no where-step but with a local model). candidates: every try decodes
-    this many (None: candidates_for's default), made as candidates_by says (settings.CANDIDATE_WAYS;
-    None: settings.CANDIDATES_BY; _batched_try). picks(k) may give try k's picker
-    factory (pipeline.PickFor: the picker from the prepared request; None: the try's sampling) or a
-    batched try's list of `candidates` factories (one factory there: every candidate's), picks(0)
-    the where-step's (loaded -> picker, as where.where_picker); tests script answers with it (local
-    models only)."""
-    candidates_by = candidates_by or CANDIDATES_BY
-    where = _reported(_where(document, instruction, options, editor, picks(0) if picks else None), on_where)
+    engine's; no where-step but with a local model). attempts.candidates: every try decodes
+    this many (None: candidates_for's default), made as attempts.candidates_by says. picks(k) may give
+    try k's picker factory (pipeline.PickFor: the picker from the prepared request; None: the try's
+    sampling) or a batched try's list of `candidates` factories (one factory there: every candidate's),
+    picks(0) the where-step's (loaded -> picker, as where.where_picker); tests script answers with it
+    (local models only)."""
+    candidates_by = attempts.candidates_by or CANDIDATES_BY
+    edit = _Edit(editor, document, instruction, plan, report.on_step)
+    where = _reported(_where(document, instruction, options, editor, picks(0) if picks else None), report.on_where)
     done: list[Try] = []
     last: Try | None = None  # what the next try learns from: the previous try, or its best candidate
     told = ""
@@ -285,33 +325,30 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     checked: dict[str, Try] = {}  # every candidate text checked so far: a later try's copy is not checked again
     branched: set[int] = set()  # every branch point taken so far: a later try branches elsewhere
     read = ()  # once try 1 failed (options.read_later): the points the later tries also branch at
-    branches = candidates != 1 and candidates_by == "branch"  # the reading's points become branches
-    for number in range(1, tries + 1):
+    branches = attempts.candidates != 1 and candidates_by == "branch"  # the reading's points become branches
+    for number in range(1, attempts.tries + 1):
         failed = {c.name for c in last.failed_checks} if last else set()
         widened = bool(failed & widen_after) and level < len(levels) - 1
         level += widened
         if UNQUOTED_AFTER in failed and not widened:  # copied where it was: ask without the quote
             layout = unquoted(layout)
         if number == 2 and where is None and (where := _reported(_read_later(document, options, plan, editor, picks,
-                                                                             branches), on_where)):
+                                                                             branches), report.on_where)):
             read = where.spread[:READ_BRANCHES]
         located = where is not None and not where.later and level == 0  # this try retypes the line named
-        current = replace(options, sampling=sampling_for(number, options.sampling), feedback=told,
-                          regions=levels[level], wider=(), layout=layout, locate=False,
-                          expected=expected[level] or read, branched=tuple(sorted(branched)))
-        pick = picks(number) if picks else None
-        test_hook = None if on_test is None else (lambda: on_test(number))
-        k = candidates_for(candidates, plan, editor, number, located)
+        current = replace(options, sampling=sampling_for(number, options.sampling), regions=levels[level], wider=(),
+                          layout=layout, locate=False,
+                          attempt=TryState(told, expected=expected[level] or read, branched=tuple(sorted(branched))))
+        on_test = report.on_test
+        this = _TryPlan(number, current, picks(number) if picks else None,
+                        None if on_test is None else (lambda: on_test(number)))
+        k = candidates_for(attempts.candidates, plan, editor, number, located)
         k += len(read) if k > 1 else 0  # the reading's branches beside the hesitations
-        if k > 1:
-            made = _batched_try(editor, document, instruction, current, plan, number, k, pick, on_step,
-                                test_hook, checked, candidates_by)
-        else:
-            made = [_one_try(editor, document, instruction, current, plan, number, pick, on_step, test_hook)]
+        made = _batched_try(edit, this, k, checked, candidates_by) if k > 1 else [_one_try(edit, this)]
         done += made
         branched |= {attempt.branch for attempt in made if attempt.branch}
-        for attempt in sorted(made, key=lambda t: t.candidate) if on_try else ():  # in order, not as checked
-            on_try(attempt)
+        for attempt in sorted(made, key=lambda t: t.candidate) if report.on_try else ():  # in order, not as checked
+            report.on_try(attempt)
         last = Verified(tuple(made)).best or made[-1]
         told = _told(document, plan, last)
         if any(attempt.passed for attempt in made):
@@ -403,25 +440,23 @@ def _sampling_for(sampling: Sampling):
     return pick_for
 
 
-def _one_try(editor: Editor, document: Document, instruction: str, current: EditOptions, plan: CheckPlan,
-             number: int, pick_for, on_step, on_test) -> Try:
+def _one_try(edit: _Edit, this: _TryPlan) -> Try:
     """One candidate and its checks."""
     start = time.perf_counter()
+    current, document = this.options, edit.document
     sampling = current.sampling
     try:
-        result = editor.edit(document, instruction, current, on_step=on_step, pick_for=pick_for)
+        result = edit.editor.edit(document, edit.instruction, current, on_step=edit.on_step, pick_for=this.pick)
     except BudgetError as exc:
-        return Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
+        return Try(this.number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
                    current.regions, getattr(exc, "engine", None))
-    result = repaired_result(document, result, instruction)
-    checks = check_candidate(document, result.new_text, plan, on_test, instruction, result.placement)
-    return Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=current.regions)
+    result = repaired_result(document, result, edit.instruction)
+    checks = check_candidate(document, result.new_text, edit.plan, this.on_test, edit.instruction, result.placement)
+    return Try(this.number, sampling.temperature, result, checks, time.perf_counter() - start, regions=current.regions)
 
 
-def _batched_try(editor: Editor, document: Document, instruction: str, current: EditOptions, plan: CheckPlan,
-                 number: int, k: int, picks, on_step, on_test, checked: dict[str, Try],
-                 by: str = CANDIDATES_BY) -> list[Try]:
-    """Try `number` as k candidates, checked until one passes: with --test the first that passes its test,
+def _batched_try(edit: _Edit, this: _TryPlan, k: int, checked: dict[str, Try], by: str = CANDIDATES_BY) -> list[Try]:
+    """Try `this.number` as k candidates, checked until one passes: with --test the first that passes its test,
     without it the highest-scoring that passes syntax and change; duplicates are checked once, and a copy
     of a candidate an earlier try checked (`checked`, by text; updated here) takes its checks, not run again.
     Returns every candidate as a Try, in the order checked (the ones after the winner unchecked).
@@ -430,21 +465,50 @@ def _batched_try(editor: Editor, document: Document, instruction: str, current: 
     by "branch" (a local model, a fenced mode): candidate 1 is decoded and checked first; only if it
     fails are the others decoded, each branching from it where it hesitated (pipeline.edit_branches; in
     the first REJOIN_TRIES tries taking its rest once they write it again), then checked by log-probability."""
+    current, number = this.options, this.number
     # A program's copies splice spans between its ids, which a branch cannot replay (fenced modes only).
     branched = by == "branch" and Mode(current.mode) is not Mode.PROGRAM
     samplings = [current.sampling if branched else candidate_sampling(i, current.sampling) for i in range(1, k + 1)]
     start = time.perf_counter()
+    picks = this.pick
     scripted = list(picks) if isinstance(picks, (list, tuple)) else [picks] * k if picks is not None else None
-    made: list[Try] = []
-    seen: dict[str, int] = {}
-    checking = [0.0]  # seconds spent in checks so far (not decode time)
+    checker = _Checker(edit, this, k, tuple(samplings), checked)
+    editor, document, instruction = edit.editor, edit.document, edit.instruction
+    if branched:
+        rejoined = replace(current, attempt=replace(current.attempt, rejoin=number <= REJOIN_TRIES))
+        found = editor.edit_branches(document, instruction, rejoined, k,
+                                     lambda first: checker.check(0, first, time.perf_counter() - start),
+                                     on_step=edit.on_step, picks=scripted or branch_picks(k, current.sampling))
+        rest = range(1, len(found))
+    else:
+        found = editor.edit_candidates(document, instruction, current, k, on_step=edit.on_step,
+                                       picks=scripted or candidate_picks(k, current.sampling))
+        rest = range(k)
+    decode_seconds = time.perf_counter() - start - checker.seconds  # candidate 1's checks are its own
+    for i in sorted(rest, key=lambda i: -found[i].logprob):
+        checker.check(i, found[i], decode_seconds)
+    return checker.made
 
-    def check(i: int, c, decode_seconds: float) -> bool:
+
+class _Checker:
+    """A batched try's candidates checked one by one (_batched_try): each as a Try into `made`, the texts
+    seen in this try and the seconds spent in checks so far (not decode time)."""
+
+    def __init__(self, edit: _Edit, this: _TryPlan, k: int, samplings: tuple[Sampling, ...],
+                 checked: dict[str, Try]):
+        self.edit, self.this, self.k, self.samplings, self.checked = edit, this, k, samplings, checked
+        self.made: list[Try] = []
+        self.seen: dict[str, int] = {}
+        self.seconds = 0.0
+
+    def check(self, i: int, c, decode_seconds: float) -> bool:
         """Candidate i+1's Try into `made`; whether it passed."""
-        t, candidate = samplings[i].temperature, i + 1
-        common = dict(regions=current.regions, candidate=candidate, of=k, logprob=c.logprob, branch=c.branch)
+        edit, made, seen, number = self.edit, self.made, self.seen, self.this.number
+        t, candidate = self.samplings[i].temperature, i + 1
+        common = dict(regions=self.this.options.regions, candidate=candidate, of=self.k, logprob=c.logprob,
+                      branch=c.branch)
         winner = next((m.candidate for m in made if m.passed), 0)
-        c = replace(c, result=repaired_result(document, c.result, instruction))
+        c = replace(c, result=repaired_result(edit.document, c.result, edit.instruction))
         if c.result is None:
             error = getattr(c.error, "message", str(c.error))
             made.append(Try(number, t, None, (), decode_seconds, error, getattr(c.error, "hint", None), **common))
@@ -452,7 +516,7 @@ def _batched_try(editor: Editor, document: Document, instruction: str, current: 
             why = (f"the same as candidate {seen[c.result.new_text]}" if c.result.new_text in seen
                    else f"not checked: candidate {winner} passed first")
             made.append(Try(number, t, c.result, (), decode_seconds, why, **common))
-        elif (earlier := checked.get(c.result.new_text)) is not None:  # failed in an earlier try: its checks stand
+        elif (earlier := self.checked.get(c.result.new_text)) is not None:  # failed in an earlier try: its checks stand
             seen[c.result.new_text] = candidate
             which = f"try {earlier.number}" + (f"'s candidate {earlier.candidate}" if earlier.candidate else "")
             carried = tuple(replace(check, seconds=0.0) for check in earlier.checks)  # not run this time
@@ -460,22 +524,9 @@ def _batched_try(editor: Editor, document: Document, instruction: str, current: 
         else:
             seen[c.result.new_text] = candidate
             began = time.perf_counter()
-            checks = check_candidate(document, c.result.new_text, plan, on_test, instruction, c.result.placement)
-            checking[0] += time.perf_counter() - began
+            checks = check_candidate(edit.document, c.result.new_text, edit.plan, self.this.on_test, edit.instruction,
+                                     c.result.placement)
+            self.seconds += time.perf_counter() - began
             made.append(Try(number, t, c.result, checks, decode_seconds + time.perf_counter() - began, **common))
-            checked[c.result.new_text] = made[-1]
+            self.checked[c.result.new_text] = made[-1]
         return made[-1].passed
-
-    if branched:
-        found = editor.edit_branches(document, instruction, replace(current, rejoin=number <= REJOIN_TRIES), k,
-                                     lambda first: check(0, first, time.perf_counter() - start), on_step=on_step,
-                                     picks=scripted or branch_picks(k, current.sampling))
-        rest = range(1, len(found))
-    else:
-        found = editor.edit_candidates(document, instruction, current, k, on_step=on_step,
-                                       picks=scripted or candidate_picks(k, current.sampling))
-        rest = range(k)
-    decode_seconds = time.perf_counter() - start - checking[0]  # candidate 1's checks are its own
-    for i in sorted(rest, key=lambda i: -found[i].logprob):
-        check(i, found[i], decode_seconds)
-    return made

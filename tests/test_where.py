@@ -361,7 +361,7 @@ def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_bra
     branches = pipeline.edit_branches
 
     def recording(document, instruction, options, *args, **kwargs):
-        asked.append(options.expected)
+        asked.append(options.attempt.expected)
         return branches(document, instruction, options, *args, **kwargs)
 
     monkeypatch.setattr(pipeline, "edit_branches", recording)

@@ -115,7 +115,7 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
     from cadedit.options import EditOptions, Mode
     from cadedit.scope import plan_edit
     from cadedit.pipeline import LocalEditor
-    from cadedit.tries import CheckPlan, edit_verified
+    from cadedit.tries import Attempts, CheckPlan, edit_verified
 
     instruction = task["instruction"] if kind == "explicit" else task["instruction_vague"]
     document = Document.from_text(task["before"], task["path"])
@@ -129,7 +129,7 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
     try:
         with tempfile.TemporaryDirectory(prefix="cadedit-longfile-") if tested else nullcontext() as folder:
             plan = oracle_plan(Path(folder), document, task["after"]) if tested else CheckPlan()
-            verified = edit_verified(document, instruction, options, plan, tries, editor=LocalEditor(loaded))
+            verified = edit_verified(document, instruction, options, plan, Attempts(tries), editor=LocalEditor(loaded))
     except CadeditError as exc:  # e.g. a file too large for the model: that task fails, the rest go on
         return {**row, "seconds": time.perf_counter() - start, "tries": 0, "first_seconds": 0.0, "answered": False,
                 "first": None, "verified": None, "error": exc.message, "forward_passes": 0}

@@ -164,7 +164,7 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
     from cadedit.options import EditOptions, Mode
     from cadedit.scope import plan_edit
     from cadedit.pipeline import LocalEditor
-    from cadedit.tries import CheckPlan, edit_verified
+    from cadedit.tries import Attempts, CheckPlan, edit_verified
 
     document = Document.from_text(case["before"], case["file"])
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=CONTEXT_LINES)
@@ -172,8 +172,8 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
     row = {"id": case["id"], "split": case["split"], "file": case["file"], "regions": [list(r) for r in options.regions]}
     start = time.perf_counter()
     try:
-        verified = edit_verified(document, case["instruction"], options, CheckPlan(), tries, editor=LocalEditor(loaded),
-                                 candidates=1, **({"picks": picks} if picks is not None else {}))
+        verified = edit_verified(document, case["instruction"], options, CheckPlan(), Attempts(tries, 1),
+                                 editor=LocalEditor(loaded), **({"picks": picks} if picks is not None else {}))
     except CadeditError as exc:
         return {**row, "wall": time.perf_counter() - start, "error": exc.message, "ok": False, "why": exc.message}
     wall = time.perf_counter() - start

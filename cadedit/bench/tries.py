@@ -28,7 +28,7 @@ from cadedit.options import EditOptions
 from cadedit.results import Editor
 from cadedit.scope import plan_edit
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATES_BY, DEFAULT_TRIES, READ_LATER, default_candidates
-from cadedit.tries import CheckPlan, Verified, edit_verified
+from cadedit.tries import Attempts, CheckPlan, Verified, edit_verified
 
 SUFFIX = {"python": ".py", "node": ".js"}
 
@@ -127,14 +127,15 @@ def run_case(editor: Editor, case: Case, settings: TriesSettings,
         options, _ = plan_edit(document, case.instruction, settings.options, scoping=settings.scoped,
                                where=settings.where, read=settings.read)
         with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
-        tested = edit_verified(document, case.instruction, options, with_test, settings.tries, editor=editor,
-                               picks=picks, candidates=settings.candidates, candidates_by=settings.candidates_by)
+        tested = edit_verified(document, case.instruction, options, with_test,
+                               Attempts(settings.tries, settings.candidates, settings.candidates_by), editor=editor,
+                               picks=picks)
         tested_rows = _judged(tested, case, settings.test_timeout)
         checked_rows = []
         if settings.check_tries:
-            checked = edit_verified(document, case.instruction, options, CheckPlan(), settings.check_tries,
-                                    editor=editor, picks=picks, candidates=settings.checks_only,
-                                    candidates_by=settings.candidates_by)
+            checked = edit_verified(document, case.instruction, options, CheckPlan(),
+                                    Attempts(settings.check_tries, settings.checks_only, settings.candidates_by),
+                                    editor=editor, picks=picks)
             checked_rows = _judged(checked, case, settings.test_timeout)
     single = _single(tested_rows)
     row = {"id": case.id, "language": case.language, "regions": [list(r) for r in options.regions], "single": single,
