@@ -20,7 +20,7 @@ import typer
 from cadedit import __version__
 from cadedit.errors import CadeditError
 from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
-from cadedit.cli_common import _Context, _Engine, _engine_for, _EngineTimeout, context_lines
+from cadedit.cli_common import _Context, _Engine, _engine_for, _EngineTimeout, context_lines, scripted_picks
 from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
 from cadedit.settings import (CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, DEFAULT_WHERE_BY,
                               TEST_TIMEOUT, WHERE_BY, Mode)
@@ -251,7 +251,7 @@ _Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Per-phase timin
 
 
 @app.command()
-def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt = False, check: _Check = False,
+def fix(ctx: typer.Context, args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt = False, check: _Check = False,
         show_program: _ShowProgram = False, as_json: _Json = False, model: _Model = None, threads: _Threads = None,
         dtype: _Dtype = "auto", temperature: _Temperature = 0.0, top_p: _TopP = 1.0, seed: _Seed = None,
         max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = DEFAULT_TRIES,
@@ -296,7 +296,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         if value not in ways:
             raise typer.BadParameter(f"{value!r} is not one of {', '.join(ways)}", param_hint=hint)
     run = _Run(tries, _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope, where), candidates,
-               (engine, engine_timeout), quiet, verbose, candidates_by, stdin_filename)
+               (engine, engine_timeout), quiet, verbose, candidates_by, stdin_filename, scripted_picks(ctx))
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1:
         if as_json or show_program:
@@ -423,6 +423,7 @@ class _Run:
     verbose: bool = False
     candidates_by: str = CANDIDATES_BY  # --candidates-by (settings.CANDIDATE_WAYS)
     stdin_name: str | None = None  # --stdin-filename: the name piped text is edited under
+    picks: object = None  # tries.edit_verified's picks: answers a test scripted (cli_common.Scripted); None: the model's
 
 
 @dataclass(frozen=True)
@@ -521,7 +522,7 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, editor) 
             progress.update_text(f"{document.path}: asking the model which line to change ...")
         verified = edit_verified(document, instruction, options, plan,
                                  Attempts(run.tries, run.candidates, run.candidates_by), editor=editor,
-                                 report=Reporters(on_try, progress.update, on_test, on_where))
+                                 picks=run.picks, report=Reporters(on_try, progress.update, on_test, on_where))
     loaded = editor.loaded or editor  # the local model's own figures (phases, dtype, first forward), else the client's
     first = getattr(loaded, "first_forward", lambda: None)()
     if run.verbose and first is not None:

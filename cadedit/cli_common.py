@@ -5,7 +5,9 @@ lookup. A leaf: it imports no other command module, so each of them imports on i
 from __future__ import annotations
 
 import os
-from typing import Annotated, Optional
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -26,6 +28,21 @@ def _flag_type_shown(option: typer.core.TyperOption, ctx) -> str | None:
 # typer labels every option with its type, flags included; this is the one place that changes it.
 _typer_type_shown = typer.core.TyperOption.display_type_rich
 typer.core.TyperOption.display_type_rich = _flag_type_shown
+
+
+@dataclass(frozen=True)
+class Scripted:
+    """Answers scripted for the model, given to the app as its context object (`app(obj=Scripted(...))`,
+    CliRunner().invoke(app, args, obj=...)): tests spell known answers through the real decode loop.
+    Nothing a user types sets it; without it the model answers."""
+
+    picks: Callable[[int], Any] | None = None  # tries.edit_verified's picks (fix, the hook, bench tries)
+
+
+def scripted_picks(ctx: typer.Context) -> Callable[[int], Any] | None:
+    """The picks a caller scripted on the app's context (Scripted), else None: the model answers."""
+    scripted = ctx.find_object(Scripted)
+    return scripted.picks if scripted is not None else None
 
 
 def sub_app(name: str, help: str) -> typer.Typer:

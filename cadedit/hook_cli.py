@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from cadedit.cli_common import _Dtype, _Engine, _engine_for, _EngineTimeout, _files, _MaxNew, _Model, _server_for
-from cadedit.cli_common import _escape, _Threads, err, say
+from cadedit.cli_common import _escape, _Threads, err, say, scripted_picks
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
 
@@ -52,7 +52,7 @@ def hook_uninstall() -> None:
 
 
 @app.command("run")
-def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = None, threads: _Threads = None,
+def hook_run(ctx: typer.Context, files: _HookFiles = None, fix: _HookFix = False, model: _Model = None, threads: _Threads = None,
              dtype: _Dtype = "auto", max_new_tokens: _MaxNew = None, engine: _Engine = None,
              engine_timeout: _EngineTimeout = None) -> None:
     """Apply each rule's instruction to the staged files it matches; print the diffs, exit 1 if any would change.
@@ -84,7 +84,8 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
             say("cadedit hook: no staged file matches a rule; nothing to do")
             return
         remote = _engine_for(engine, engine_timeout, model, root)
-        edit = _hook_editor(model, root, len(targets), threads, dtype, max_new_tokens, settings, remote)
+        edit = _hook_editor(model, root, len(targets), threads, dtype, max_new_tokens, settings, remote,
+                            scripted_picks(ctx))
         counts = _hook_report(R.run(repository, targets, edit, fix))
     except CadeditError as exc:
         exc.hint = (exc.hint + "\n" if exc.hint else "") + "to commit once without the hook: git commit --no-verify"
@@ -100,9 +101,9 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
 
 
 def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: str, max_new_tokens, settings=None,
-                 remote=None):
+                 remote=None, picks=None):
     """Load the model once (or use the shared engine `remote`); an edit(document, rule) -> new text that
-    reuses it for every file.
+    reuses it for every file (picks: tries.edit_verified's, answers a test scripted).
 
     Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
     candidate in the working tree, restored afterwards); no change is a valid answer here."""
@@ -148,7 +149,8 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
             _testable(root, target, shown(path))
         plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False, target=target)
         scoped, _ = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
-        verified = edit_verified(on_disk, rule.instruction, scoped, plan, Attempts(tries, asked), editor=editor)
+        verified = edit_verified(on_disk, rule.instruction, scoped, plan, Attempts(tries, asked), editor=editor,
+                                 picks=picks)
         if verified.answer is None:
             best = verified.best
             raise CheckFailedError(f"no try of {verified.made} passed its checks"

@@ -1,12 +1,12 @@
 """Scripted answers: the tiny random model 'chooses' a known answer through the real decode loop
 (real model, real cursor, real drafter), injected through public seams only:
 
-- `cadedit fix` and the hook: tries.edit_verified's `picks=` (picks(k): try k's picker factory,
-  pipeline.PickFor; picks(0): the where-step's, loaded -> picker). inject_picks gives every
-  edit_verified the CLI makes those picks (the CLI looks the function up on cadedit.tries when it
-  runs).
-- `cadedit bench`: the runners' own `pick_for=` / `picks=` parameters, the same way (the bench CLI
-  looks them up on their modules when it runs); the server: serve(pick_for=).
+- `cadedit fix`, the hook, `cadedit bench tries / multiline / longfile`: tries.edit_verified's `picks=`
+  (picks(k): try k's picker factory, pipeline.PickFor; picks(0): the where-step's, loaded -> picker),
+  which the CLI takes from its context object (cli_common.Scripted: `app(obj=Scripted(picks))`).
+  inject_picks sets this test's picks and invoke() runs the CLI with them.
+- `cadedit bench e2e`: the runner's own `pick_for=` parameter (the bench CLI looks it up on its
+  module when it runs); the server: serve(pick_for=).
 
 A picker factory gets (loaded, document, prepared) once the request is prepared, so a script can
 use the prepared fence, source and regions, and record what was asked.
@@ -18,7 +18,11 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from cadedit import pipeline, tries
+from click.testing import Result
+from typer.testing import CliRunner
+
+from cadedit import cli, pipeline
+from cadedit.cli_common import Scripted
 from cadedit.decode import Picker, script_picker
 from cadedit.document import Document
 from cadedit.model import encode, token_bytes
@@ -29,18 +33,31 @@ from cadedit.prompt import fenced_source
 from cadedit.resolve import to_display_program
 
 
+# This test's scripted answers, which invoke() gives the CLI; monkeypatch puts them back after each test.
+_SCRIPTED: dict[str, Any] = {"picks": None}
+
+
 def inject_picks(monkeypatch, picks: Callable[[int], Any]) -> None:
-    """Every tries.edit_verified call from here on (cadedit fix, the hook) runs with picks=picks;
-    where picks(k) is None, picks injected before answer (a where-step script and a tries script
-    compose)."""
-    current = tries.edit_verified
-    earlier = current.keywords.get("picks") if isinstance(current, functools.partial) else None
+    """Every CLI run by invoke() from here on (cadedit fix, the hook, bench tries) edits with
+    picks=picks; where picks(k) is None, picks injected before answer (a where-step script and a
+    tries script compose)."""
+    earlier = _SCRIPTED["picks"]
 
     def composed(k: int):
         mine = picks(k)
         return earlier(k) if mine is None and earlier is not None else mine
 
-    monkeypatch.setattr(tries, "edit_verified", functools.partial(current, picks=composed))
+    monkeypatch.setitem(_SCRIPTED, "picks", composed)
+
+
+def scripted() -> Scripted:
+    """This test's scripted answers as the CLI takes them (its context object)."""
+    return Scripted(picks=_SCRIPTED["picks"])
+
+
+def invoke(args: list[str], **kwargs) -> Result:
+    """CliRunner().invoke(cli.app, args, ...) with this test's scripted answers."""
+    return CliRunner().invoke(cli.app, args, obj=scripted(), **kwargs)
 
 
 def inject_e2e(monkeypatch, pick_for: pipeline.PickFor) -> None:

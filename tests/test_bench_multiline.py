@@ -9,15 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from cadedit.bench.multiline import CORPUS, gold_text, judge, load_cases
-from cadedit.cli import app
 from cadedit.decode import script_picker
 from cadedit.document import Document
 from cadedit.model import encode, token_bytes
 from cadedit.regions import scoped_source
-from tests.scripting import inject_picks
+from tests.scripting import inject_picks, invoke
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
 
 SOURCE = '''\
@@ -77,8 +75,8 @@ def test_bench_multiline_reports_forwards_floor_and_whether_each_answer_did_what
     monkeypatch.chdir(tmp_path)
     # case 2 (add type hints) is answered with a changed comparison and no hint: cadedit's checks fail it
     answering(monkeypatch, RENAMED, SOURCE.replace("digits > 3", "digits >= 3"))
-    result = CliRunner().invoke(app, ["bench", "multiline", "--model", str(tiny_dir), "--dtype", "fp32", "--threads",
-                                      "1", "--corpus", str(corpus), "--json", "out.json"])
+    result = invoke(["bench", "multiline", "--model", str(tiny_dir), "--dtype", "fp32", "--threads",
+                     "1", "--corpus", str(corpus), "--json", "out.json"])
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "out.json").read_text())
     rename, hints = data["rows"]
@@ -94,7 +92,7 @@ def test_bench_multiline_reports_forwards_floor_and_whether_each_answer_did_what
 
 
 def test_bench_multiline_refuses_a_folder_without_cases(tmp_path, tiny_dir):
-    result = CliRunner().invoke(app, ["bench", "multiline", "--model", str(tiny_dir), "--corpus", str(tmp_path)])
+    result = invoke(["bench", "multiline", "--model", str(tiny_dir), "--corpus", str(tmp_path)])
     assert result.exit_code == 1
     assert f"{tmp_path}: no cases.jsonl" in result.output
 

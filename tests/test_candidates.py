@@ -13,10 +13,8 @@ import random
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
 import cadedit.pipeline as pipeline
-from cadedit import cli
 from cadedit.bench import candidates as bench_candidates
 from cadedit.decode import Row, decode_rows, sampling_picker, script_picker
 from cadedit.document import Document
@@ -24,7 +22,7 @@ from cadedit.errors import BudgetError
 from cadedit.model import CachedLM, LoadedModel, encode, new_cache, token_bytes
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.pipeline import branch_key, edit_candidates, edit_file
-from tests.scripting import given, inject_branches, inject_picks, spelling
+from tests.scripting import given, inject_branches, inject_picks, invoke, spelling
 from tests.test_rewrite import BEFORE as COLORS, editing_model
 from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, load_once, _models, work  # noqa: F401 - fixtures
 from tests.test_verify import CORPUS, TOK, prepared_for
@@ -156,8 +154,8 @@ def scripted_rows(monkeypatch):
 
 
 def fix(tiny_dir, *args: str):
-    return CliRunner().invoke(cli.app, ["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
-                                        "--threads", "1", *args])
+    return invoke(["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
+                   "--threads", "1", *args])
 
 
 def test_with_a_test_and_no_candidates_asked_a_failing_try_makes_four_and_without_a_test_one(tiny_dir, work, scripted_rows, monkeypatch):
@@ -272,9 +270,9 @@ def test_fix_with_candidates_without_test_takes_the_likeliest_that_changes_the_f
 
 def test_when_no_candidate_passes_the_next_try_is_k_candidates_again_with_the_feedback(tiny_dir, work, scripted_rows):
     calls = scripted_rows(WRONG, WRONG, then=GOOD)  # both rows of try 2 spell GOOD
-    result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
-                                          "--threads", "1", "--candidates", "2", "--candidates-by", "sample",
-                                          "--test", GREP_TEST, "--json"])
+    result = invoke(["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
+                     "--threads", "1", "--candidates", "2", "--candidates-by", "sample",
+                     "--test", GREP_TEST, "--json"])
     assert result.exit_code == 0, result.output
     assert calls == [2]  # try 1's batch (try 2's rows are scripted alike)
     lines = [line for line in result.stderr.splitlines() if ": try " in line]
@@ -311,8 +309,8 @@ def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(t
     corpus.write_text(json.dumps({"id": "add", "language": "python", "before": buggy, "after": fixed,
                                   "instruction": "Fix add.", "test": "assert add(2, 3) == 5\n"}) + "\n")
     out = tmp_path / "c.json"
-    result = CliRunner().invoke(cli.app, ["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
-                                          "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    result = invoke(["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
+                     "--dtype", "fp32", "--threads", "1", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (row,) = data["corpora"][0]["cases"]
@@ -324,8 +322,8 @@ def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(t
     assert summary["pass_k"] == 1 and summary["pass_one"] == 0 and summary["n"] == 1
     assert "any of 4 1/1" in result.stdout
     assert row["regions"] == [[1, 2]] and data["scoped"]  # "Fix add." scoped as `cadedit fix` scopes it
-    whole = CliRunner().invoke(cli.app, ["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
-                                         "--dtype", "fp32", "--threads", "1", "--scoping", "off", "--json", str(out)])
+    whole = invoke(["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
+                    "--dtype", "fp32", "--threads", "1", "--scoping", "off", "--json", str(out)])
     assert whole.exit_code == 0, whole.output
     data = json.loads(out.read_text())
     assert data["corpora"][0]["cases"][0]["regions"] == [] and not data["scoped"]

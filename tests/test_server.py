@@ -29,7 +29,7 @@ from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
 from cadedit.program import format
 from cadedit.resolve import to_display_program
-from tests.scripting import every_try, inject_picks
+from tests.scripting import every_try, inject_picks, invoke
 from tests.tinymodel import save_model
 
 BEFORE = b"def add(a, b):\r\n    return a - b\r\n\r\n\r\nprint(add(1, 2))\r\n"
@@ -352,34 +352,27 @@ def test_serve_status_while_the_server_is_still_loading(sock):
 
 
 def test_fix_uses_the_running_server_and_loads_nothing_itself(held, tiny_dir, sock, scripted, tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
     import cadedit.model
-    from cadedit import cli
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_bytes(BEFORE)
     monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: pytest.fail("fix loaded the model itself"))
     with serving(held, sock, pick_for=scripted):
-        result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
-                                              "--no-scope", "--tries", "1", "--write"])
+        result = invoke(["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
+                         "--no-scope", "--tries", "1", "--write"])
     assert result.exit_code == 0, result.output
     assert "using the cadedit server" in result.stderr
     assert (tmp_path / "a.py").read_bytes() == AFTER
 
 
 def test_fix_loads_locally_when_the_server_is_turned_off(held, tiny_dir, sock, scripted, tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from cadedit import cli
-
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CADEDIT_SERVER", "0")
     (tmp_path / "a.py").write_bytes(BEFORE)
     inject_picks(monkeypatch, every_try(scripted))  # the local edit's answer
     with serving(held, sock, pick_for=scripted):
-        result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
-                                              "--no-scope", "--tries", "1", "--dtype", "fp32", "--threads", "1"])
+        result = invoke(["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
+                         "--no-scope", "--tries", "1", "--dtype", "fp32", "--threads", "1"])
     assert result.exit_code == 0, result.output
     assert "using the cadedit server" not in result.stderr and "loaded in" in result.stderr
 
@@ -514,18 +507,14 @@ def test_fix_with_a_test_branches_through_the_server_as_it_does_locally(held, ti
     same candidates as the local default (`CADEDIT_SERVER=0`)."""
     import json
 
-    from typer.testing import CliRunner
-
-    from cadedit import cli
-
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_bytes(BEFORE)
     args = ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "verify", "--no-scope", "--tries", "1",
             "--max-new-tokens", "40", "--test", "false", "--json", "--dtype", "fp32", "--threads", "1"]
     with serving(held, sock):
-        remote = CliRunner().invoke(cli.app, args)
+        remote = invoke(args)
     monkeypatch.setenv("CADEDIT_SERVER", "0")
-    mine = CliRunner().invoke(cli.app, args)
+    mine = invoke(args)
     assert "using the cadedit server" in remote.stderr and "using the cadedit server" not in mine.stderr
     assert remote.exit_code == mine.exit_code != 0, remote.output
 

@@ -23,7 +23,7 @@ from cadedit.bench.options import (PACKAGES, BackendOpt, CaseContextOpt, CorpusO
                                    JsonOpt, KernelOpt, LimitOpt, MaxNewOpt, ModelOpt, PackagesOpt, ScopeContextOpt,
                                    SpansOpt, TaskSeedOpt, TasksOpt, TestTimeoutOpt, ThreadsOpt, TokenizerOpt, TrialsOpt,
                                    int_list, longfile_roots, span_lengths)
-from cadedit.cli_common import _Engine, _EngineTimeout, context_lines, err, say, sub_app
+from cadedit.cli_common import _Engine, _EngineTimeout, context_lines, err, say, scripted_picks, sub_app
 from cadedit.errors import CadeditError
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_DTYPE, DEFAULT_MODE
 from cadedit.settings import DEFAULT_TRIES, DEFAULT_WHERE_BY, READ_LATER, WHERE_BY
@@ -868,6 +868,7 @@ TRIES_WHERE = {"first": (True, False), "on": (True, False), "later": (False, Tru
 
 @app.command()
 def tries(
+    ctx: typer.Context,
     corpus: CorpusOpt,
     model: ModelOpt = None,
     backend: BackendOpt = None,
@@ -921,7 +922,7 @@ def tries(
         return {**meta, "corpora": [{"name": name, "summary": bt.summarize(cases, rows), "cases": cases}
                                     for name, cases in done.items()]}
 
-    done = run_corpora(corpora, "tries", lambda name, case: bt.run_case(editor, case, settings), to_json, json_path,
+    done = run_corpora(corpora, "tries", lambda name, case: bt.run_case(editor, case, settings, scripted_picks(ctx)), to_json, json_path,
                        lambda row: say(_tries_line(row, rows)))
     for name, cases in done.items():
         _print_tries(name, bt.summarize(cases, rows), rows, editor.name)
@@ -1001,6 +1002,7 @@ WhereByOpt = Annotated[str, typer.Option(
 
 @app.command()
 def longfile(
+    ctx: typer.Context,
     model: ModelOpt = None,
     backend: BackendOpt = None,
     packages: PackagesOpt = PACKAGES,
@@ -1044,7 +1046,8 @@ def longfile(
     meta = {**_model_meta("longfile", loaded), "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
             "first": first, "context": context, "where": where, "where_by": where_by, "oracle_test": tested}
     done = run_corpora({"tasks": tasks}, "longfile",
-                       lambda _, item: lf.run_task(loaded, *item, around, max_tries, where_by, tested),
+                       lambda _, item: lf.run_task(loaded, *item, around, max_tries, where_by, tested,
+                                                   scripted_picks(ctx)),
                        lambda done: {**meta, "summary": _longfile_summary(done["tasks"]), "rows": done["tasks"]},
                        json_path, lambda row: say(_longfile_line(row)), work)
     for key, summary in _longfile_summary(done["tasks"]).items():
