@@ -19,9 +19,9 @@ import typer
 
 from cadedit import __version__
 from cadedit.errors import CadeditError
-from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
-from cadedit.cli_common import _Context, _Engine, _engine_for, _EngineTimeout, context_lines, scripted_picks
-from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
+from cadedit.cli_common import BackendOpt, DtypeOpt, files_text, MaxNewOpt, ModelOpt, server_for, ThreadsOpt  # noqa: F401
+from cadedit.cli_common import context_lines, engine_for, EngineOpt, EngineTimeoutOpt, ScopeContextOpt, scripted_picks
+from cadedit.cli_common import err, escape_markup, report_error, say, warn  # noqa: F401
 from cadedit.settings import (CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, DEFAULT_WHERE_BY,
                               TEST_TIMEOUT, WHERE_BY, Mode)
 
@@ -252,13 +252,13 @@ _Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Per-phase timin
 
 @app.command()
 def fix(ctx: typer.Context, args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt = False, check: _Check = False,
-        show_program: _ShowProgram = False, as_json: _Json = False, model: _Model = None, threads: _Threads = None,
-        dtype: _Dtype = "auto", temperature: _Temperature = 0.0, top_p: _TopP = 1.0, seed: _Seed = None,
-        max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = DEFAULT_TRIES,
+        show_program: _ShowProgram = False, as_json: _Json = False, model: ModelOpt = None, threads: ThreadsOpt = None,
+        dtype: DtypeOpt = "auto", temperature: _Temperature = 0.0, top_p: _TopP = 1.0, seed: _Seed = None,
+        max_new_tokens: MaxNewOpt = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = DEFAULT_TRIES,
         test: _Test = None, test_timeout: _TestTimeout = TEST_TIMEOUT, allow_no_change: _AllowNoChange = False,
         lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
-        context: _Context = str(CONTEXT_LINES), backend: _Backend = None, engine: _Engine = None,
-        engine_timeout: _EngineTimeout = None, candidates: _Candidates = None,
+        context: ScopeContextOpt = str(CONTEXT_LINES), backend: BackendOpt = None, engine: EngineOpt = None,
+        engine_timeout: EngineTimeoutOpt = None, candidates: _Candidates = None,
         candidates_by: _CandidatesBy = CANDIDATES_BY, where: _Where = False,
         where_by: _WhereBy = DEFAULT_WHERE_BY, stdin_filename: _StdinFilename = None) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
@@ -296,7 +296,7 @@ def fix(ctx: typer.Context, args: _FixArgs, instruction_opt: _InstructionOpt = N
         if value not in ways:
             raise typer.BadParameter(f"{value!r} is not one of {', '.join(ways)}", param_hint=hint)
     run = _Run(tries, _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope, where), candidates,
-               (engine, engine_timeout), quiet, verbose, candidates_by, stdin_filename, scripted_picks(ctx))
+               engine, engine_timeout, quiet, verbose, candidates_by, stdin_filename, scripted_picks(ctx))
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1:
         if as_json or show_program:
@@ -418,7 +418,8 @@ class _Run:
     tries: int
     scoping: _Scoping
     candidates: int | None = None  # None: tries.candidates_for's default (by whether a test decides)
-    engine: tuple = (None, None)  # --engine, --engine-timeout
+    engine: str | None = None  # --engine: a shared engine's URL (None: the warm server or the model here)
+    engine_timeout: float | None = None  # --engine-timeout
     quiet: bool = False
     verbose: bool = False
     candidates_by: str = CANDIDATES_BY  # --candidates-by (settings.CANDIDATE_WAYS)
@@ -473,12 +474,12 @@ def _load(options, run: _Run, once_for: int = 1):
     """The editor (results.Editor): a shared engine's when one is named, the warm server's when one serves
     it, else the model loaded here (with its timings)."""
     quiet, verbose = run.quiet, run.verbose
-    remote = _engine_for(run.engine[0], run.engine[1], options.model)
+    remote = engine_for(run.engine, run.engine_timeout, options.model)
     if remote is not None:
         if not quiet:
             say(f"{remote.name}: using the engine")
         return remote
-    client = _server_for(options, None if quiet else say)
+    client = server_for(options, None if quiet else say)
     if client is not None:
         if not quiet:
             say(f"{client.name}: using the cadedit server (pid {client.pid}; `cadedit serve stop` to stop it)")
@@ -494,7 +495,7 @@ def _load(options, run: _Run, once_for: int = 1):
         loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)
     say(f"{loaded.name} loaded in {loaded.load_seconds:.1f} s ({loaded.backend}, "
         f"{str(loaded.dtype).removeprefix('torch.')}, {loaded.threads} threads)"
-        + (f" (once for {_files(once_for)})" if once_for > 1 else ""))
+        + (f" (once for {files_text(once_for)})" if once_for > 1 else ""))
     if verbose:
         say(f"  backend: {loaded.backend}, {loaded.backend_reason}")
         say(f"  dtype: {loaded.dtype_reason}")
@@ -851,7 +852,7 @@ class _Progress:
 
     def __enter__(self):
         if not self.quiet:
-            self.status = err.status(_escape(f"{self.path}: loading the model ..."))
+            self.status = err.status(escape_markup(f"{self.path}: loading the model ..."))
             self.status.__enter__()
         return self
 

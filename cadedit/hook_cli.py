@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cadedit.cli_common import _Dtype, _Engine, _engine_for, _EngineTimeout, _files, _MaxNew, _Model, _server_for
-from cadedit.cli_common import _escape, _Threads, err, say, scripted_picks
+from cadedit.cli_common import DtypeOpt, engine_for, EngineOpt, EngineTimeoutOpt, files_text, MaxNewOpt, ModelOpt
+from cadedit.cli_common import err, escape_markup, say, scripted_picks, server_for, ThreadsOpt
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
 
@@ -52,9 +52,9 @@ def hook_uninstall() -> None:
 
 
 @app.command("run")
-def hook_run(ctx: typer.Context, files: _HookFiles = None, fix: _HookFix = False, model: _Model = None, threads: _Threads = None,
-             dtype: _Dtype = "auto", max_new_tokens: _MaxNew = None, engine: _Engine = None,
-             engine_timeout: _EngineTimeout = None) -> None:
+def hook_run(ctx: typer.Context, files: _HookFiles = None, fix: _HookFix = False, model: ModelOpt = None, threads: ThreadsOpt = None,
+             dtype: DtypeOpt = "auto", max_new_tokens: MaxNewOpt = None, engine: EngineOpt = None,
+             engine_timeout: EngineTimeoutOpt = None) -> None:
     """Apply each rule's instruction to the staged files it matches; print the diffs, exit 1 if any would change.
 
     --fix writes the edits to the working tree instead. The model loads once, only if a staged file matches a rule.
@@ -83,7 +83,7 @@ def hook_run(ctx: typer.Context, files: _HookFiles = None, fix: _HookFix = False
         if not targets:
             say("cadedit hook: no staged file matches a rule; nothing to do")
             return
-        remote = _engine_for(engine, engine_timeout, model, root)
+        remote = engine_for(engine, engine_timeout, model, root)
         edit = _hook_editor(model, root, len(targets), threads, dtype, max_new_tokens, settings, remote,
                             scripted_picks(ctx))
         counts = _hook_report(R.run(repository, targets, edit, fix))
@@ -91,7 +91,7 @@ def hook_run(ctx: typer.Context, files: _HookFiles = None, fix: _HookFix = False
         exc.hint = (exc.hint + "\n" if exc.hint else "") + "to commit once without the hook: git commit --no-verify"
         raise
     summary = ", ".join(f"{n} {status.value}" for status, n in counts.items() if n)
-    say(f"cadedit hook: {_files(len(targets))}: {summary} ({time.perf_counter() - start:.1f} s in all)")
+    say(f"cadedit hook: {files_text(len(targets))}: {summary} ({time.perf_counter() - start:.1f} s in all)")
     if counts[R.Status.WOULD_CHANGE]:
         say("to write these changes: cadedit hook run --fix")
     if counts[R.Status.FIXED]:
@@ -119,7 +119,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     asked = settings.candidates if settings is not None and settings.candidates else None
     options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens,
                           mode=mode)
-    editor = remote or _server_for(options, lambda message: say(f"cadedit hook: {message}"))
+    editor = remote or server_for(options, lambda message: say(f"cadedit hook: {message}"))
     if remote is not None:
         say(f"cadedit hook: {remote.name}: using the engine")
     elif editor is not None:
@@ -131,12 +131,12 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
 
         hardware.progress = say  # the first run's probes and conversion say what they do
         try:
-            with err.status(_escape(f"cadedit hook: loading {options.model} ...")):
+            with err.status(escape_markup(f"cadedit hook: loading {options.model} ...")):
                 loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)
         except ModelError as exc:
             exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
             raise
-        say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(n_files)})")
+        say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {files_text(n_files)})")
         editor = LocalEditor(loaded)
 
     def edit(document, rule, path: str) -> str:

@@ -23,7 +23,7 @@ from cadedit.bench.options import (PACKAGES, BackendOpt, CaseContextOpt, CorpusO
                                    JsonOpt, KernelOpt, LimitOpt, MaxNewOpt, ModelOpt, PackagesOpt, ScopeContextOpt,
                                    SpansOpt, TaskSeedOpt, TasksOpt, TestTimeoutOpt, ThreadsOpt, TokenizerOpt, TrialsOpt,
                                    int_list, longfile_roots, span_lengths)
-from cadedit.cli_common import _Engine, _EngineTimeout, context_lines, err, say, scripted_picks, sub_app
+from cadedit.cli_common import EngineOpt, EngineTimeoutOpt, context_lines, err, say, scripted_picks, sub_app
 from cadedit.errors import CadeditError
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_DTYPE, DEFAULT_MODE
 from cadedit.settings import DEFAULT_TRIES, DEFAULT_WHERE_BY, READ_LATER, WHERE_BY
@@ -891,8 +891,8 @@ def tries(
     candidates_by: Annotated[str, typer.Option(
         "--candidates-by", help="How a try's candidates after the first are made, as `cadedit fix --candidates-by`: "
                                 "branch or sample.")] = CANDIDATES_BY,
-    engine: _Engine = None,
-    engine_timeout: _EngineTimeout = None,
+    engine: EngineOpt = None,
+    engine_timeout: EngineTimeoutOpt = None,
     where: _TriesWhere = "later" if READ_LATER else "off",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
