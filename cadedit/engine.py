@@ -113,7 +113,7 @@ def check_url(url: str) -> str:
 
 
 class EngineClient(Editor):
-    """An OpenAI-compatible engine as a results.Editor (the engine decodes: pick_for and picks are not
+    """An OpenAI-compatible engine as a results.Editor (the engine decodes: make_sampler and factories are not
     used), with name, backend, dtype, threads and load_seconds as a LoadedModel has them."""
 
     loaded = None  # no logits here: no where-step through an engine
@@ -172,7 +172,7 @@ class EngineClient(Editor):
     # -- an edit -------------------------------------------------------------------------------
 
     def edit_candidates(self, document: Document, instruction: str, options: EditOptions | None = None, k: int = 2,
-                        on_step=None, numbers: range | None = None, picks=None) -> list[EditCandidate]:
+                        on_step=None, numbers: range | None = None, factories=None) -> list[EditCandidate]:
         """`--candidates k` through the engine: k requests sent at once (an engine that batches serves
         them together), candidate 1 with the try's own sampling, the others sampled as
         tries.candidate_sampling seeds them (`numbers`: which of them; default 1..k). The engine's
@@ -194,7 +194,7 @@ class EngineClient(Editor):
         return _together(one, numbers or range(1, k + 1))
 
     def edit_branches(self, document: Document, instruction: str, options: EditOptions | None, k: int, accept,
-                      on_step=None, picks=None) -> list[EditCandidate]:
+                      on_step=None, factories=None) -> list[EditCandidate]:
         """pipeline.edit_branches through the engine: candidate 1 is the plain completion, asked with the
         top log-probabilities of each token (TOP_LOGPROBS); if accept(it) is false, k-1 branches are sent at once,
         each the answer up to one of the tokens where the model hesitated most (the smallest margins
@@ -228,7 +228,7 @@ class EngineClient(Editor):
         return EditCandidate(result, logprob[0])
 
     def edit(self, document: Document, instruction: str, options: EditOptions | None = None, on_step=None,
-             pick_for=None) -> EditResult:
+             make_sampler=None) -> EditResult:
         """The edit of `document` the engine's model writes; see the module docstring."""
         return self._edit(document, instruction, options or EditOptions())
 

@@ -293,7 +293,7 @@ class _Edit:
 
 @dataclass(frozen=True)
 class _TryPlan:
-    """One try as it is asked: its number, its options (sampling, scope, layout and TryState), its picker
+    """One try as it is asked: its number, its options (sampling, scope, layout and TryState), its sampler
     factory (picks(number): one, a batched try's list of them, or None) and its test's reporter."""
 
     number: int
@@ -309,9 +309,9 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     editor: what decodes (results.Editor: pipeline.LocalEditor, the warm server's client or a shared
     engine's; no where-step but with a local model). attempts.candidates: every try decodes
     this many (None: candidates_for's default), made as attempts.candidates_by says. picks(k) may give
-    try k's picker factory (pipeline.PickFor: the picker from the prepared request; None: the try's
+    try k's sampler factory (pipeline.SamplerFactory: the sampler from the prepared request; None: the try's
     sampling) or a batched try's list of `candidates` factories (one factory there: every candidate's),
-    picks(0) the where-step's (loaded -> picker, as where.where_picker); tests script answers with it
+    picks(0) the where-step's (loaded -> sampler, as where.where_sampler); tests script answers with it
     (local models only)."""
     candidates_by = attempts.candidates_by or CANDIDATES_BY
     edit = _Edit(editor, document, instruction, plan, report.on_step)
@@ -383,16 +383,16 @@ def _told(document: Document, plan: CheckPlan, last: Try) -> str:
     return feedback(last.checks, Edited(document.path, document.text, last.result.new_text, last.regions, cwd))
 
 
-def _where(document: Document, instruction: str, options: EditOptions, editor: Editor, pick_for) -> Any:
+def _where(document: Document, instruction: str, options: EditOptions, editor: Editor, make_sampler) -> Any:
     """The where-step's answer, or None when it does not apply (a remote editor, or the model could not
-    answer); pick_for(loaded) gives its picker (None: where.where_picker)."""
+    answer); make_sampler(loaded) gives its sampler (None: where.where_sampler)."""
     loaded = editor.loaded
     if not (options.locate and options.regions) or loaded is None:
         return None
     from cadedit.errors import CadeditError
     from cadedit.where import locate
 
-    pick = pick_for(loaded) if pick_for is not None else None
+    pick = make_sampler(loaded) if make_sampler is not None else None
     try:
         where = locate(loaded, document, instruction, options.regions, pick, options.where_by, options.context)
     except CadeditError:  # e.g. out of its few tokens: the tries retype the definitions, as without it
@@ -419,25 +419,25 @@ def _read_later(document: Document, options: EditOptions, plan: CheckPlan, edito
     return replace(where, later=True) if where is not None and where.spread else None
 
 
-def candidate_picks(k: int, first: Sampling) -> list:
-    """The picker factories of `--candidates k` (pipeline.PickFor, candidate_sampling each)."""
+def candidate_factories(k: int, first: Sampling) -> list:
+    """The sampler factories of `--candidates k` (pipeline.SamplerFactory, candidate_sampling each)."""
     return [_sampling_for(candidate_sampling(i, first)) for i in range(1, k + 1)]
 
 
-def branch_picks(k: int, sampling: Sampling) -> list:
-    """The picker factories of k branched candidates: each goes on with the try's own sampling."""
+def branch_factories(k: int, sampling: Sampling) -> list:
+    """The sampler factories of k branched candidates: each goes on with the try's own sampling."""
     return [_sampling_for(sampling)] * k
 
 
 def _sampling_for(sampling: Sampling):
-    """A picker factory: the sampling picker (imports the model code when called)."""
+    """A sampler factory: the sampling sampler (imports the model code when called)."""
 
-    def pick_for(loaded, document, prepared):
-        from cadedit.decode import sampling_picker
+    def make_sampler(loaded, document, prepared):
+        from cadedit.decode import sampler_for
 
-        return sampling_picker(sampling)
+        return sampler_for(sampling)
 
-    return pick_for
+    return make_sampler
 
 
 def _one_try(edit: _Edit, this: _TryPlan) -> Try:
@@ -446,7 +446,7 @@ def _one_try(edit: _Edit, this: _TryPlan) -> Try:
     current, document = this.options, edit.document
     sampling = current.sampling
     try:
-        result = edit.editor.edit(document, edit.instruction, current, on_step=edit.on_step, pick_for=this.pick)
+        result = edit.editor.edit(document, edit.instruction, current, on_step=edit.on_step, make_sampler=this.pick)
     except BudgetError as exc:
         return Try(this.number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
                    current.regions, getattr(exc, "engine", None))
@@ -478,11 +478,11 @@ def _batched_try(edit: _Edit, this: _TryPlan, k: int, checked: dict[str, Try], b
         rejoined = replace(current, attempt=replace(current.attempt, rejoin=number <= REJOIN_TRIES))
         found = editor.edit_branches(document, instruction, rejoined, k,
                                      lambda first: checker.check(0, first, time.perf_counter() - start),
-                                     on_step=edit.on_step, picks=scripted or branch_picks(k, current.sampling))
+                                     on_step=edit.on_step, factories=scripted or branch_factories(k, current.sampling))
         rest = range(1, len(found))
     else:
         found = editor.edit_candidates(document, instruction, current, k, on_step=edit.on_step,
-                                       picks=scripted or candidate_picks(k, current.sampling))
+                                       factories=scripted or candidate_factories(k, current.sampling))
         rest = range(k)
     decode_seconds = time.perf_counter() - start - checker.seconds  # candidate 1's checks are its own
     for i in sorted(rest, key=lambda i: -found[i].logprob):

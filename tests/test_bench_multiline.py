@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cadedit.bench.multiline import CORPUS, gold_text, judge, load_cases
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.document import Document
 from cadedit.model import encode, token_bytes
 from cadedit.regions import scoped_source
@@ -59,13 +59,13 @@ def answering(monkeypatch, *texts: str) -> None:
     calls = []
 
     def picks(k: int):
-        def pick_for(loaded, document, prepared):
+        def make_sampler(loaded, document, prepared):
             after = Document.from_text(texts[len(calls)])
             calls.append(prepared)
             answer = scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
-            return script_picker(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
+            return script_sampler(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
 
-        return pick_for if k else None
+        return make_sampler if k else None
 
     inject_picks(monkeypatch, picks)
 

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.document import Document
 from cadedit.model import encode, token_bytes
 from cadedit.regions import scoped_source
-from tests.scripting import inject_picks, invoke, scripted_picker
+from tests.scripting import inject_picks, invoke, scripted_sampler
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
@@ -35,22 +35,22 @@ def answers(monkeypatch, *texts: str) -> list:
     def picks(k: int):
         after = Document.from_text(texts[min(k, len(texts)) - 1])
 
-        def pick_for(loaded, document, prepared):
+        def make_sampler(loaded, document, prepared):
             seen.append(prepared)
             if prepared.regions:
                 answer = scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
-                return script_picker(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
-            return scripted_picker(loaded, document, prepared, after)
+                return script_sampler(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
+            return scripted_sampler(loaded, document, prepared, after)
 
-        return pick_for if k else None  # 0: the where-step, scripted by the tests that ask where
+        return make_sampler if k else None  # 0: the where-step, scripted by the tests that ask where
 
     inject_picks(monkeypatch, picks)
     return seen
 
 
 def where_says(monkeypatch, answer: str) -> None:
-    """The where-step's picker spells `answer` (tries.edit_verified's picks(0))."""
-    inject_picks(monkeypatch, lambda k: None if k else (lambda loaded: script_picker(answer, token_bytes(loaded))))
+    """The where-step's sampler spells `answer` (tries.edit_verified's picks(0))."""
+    inject_picks(monkeypatch, lambda k: None if k else (lambda loaded: script_sampler(answer, token_bytes(loaded))))
 
 
 def corpus(tmp_path, n: int = 1):
@@ -128,14 +128,14 @@ def test_tries_with_candidates_scores_try_one_by_its_first_passing_candidate(tmp
     def spell(text: str):
         after = Document.from_text(text)
 
-        def pick_for(loaded, document, prepared):
+        def make_sampler(loaded, document, prepared):
             asked.append(prepared.regions)
             if prepared.regions:
                 answer = scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
-                return script_picker(answer, token_bytes(loaded), lambda t: encode(loaded.tokenizer, t))
-            return scripted_picker(loaded, document, prepared, after)
+                return script_sampler(answer, token_bytes(loaded), lambda t: encode(loaded.tokenizer, t))
+            return scripted_sampler(loaded, document, prepared, after)
 
-        return pick_for
+        return make_sampler
 
     def picks(k: int):
         return [spell(BUGGY + other), spell(wrong), spell(FIXED + other)] if k == 1 else spell(wrong) if k else None

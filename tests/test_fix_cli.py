@@ -17,7 +17,7 @@ from cadedit.document import Document
 from cadedit.options import Mode
 from cadedit.program import parse
 from cadedit.resolve import resolve
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from tests.scripting import editing, every_try, inject_picks, invoke, spelling
 from tests.tinymodel import save_model
 
@@ -167,7 +167,7 @@ def test_file_too_large_for_the_context_is_refused_before_any_model_work(work, s
     def no_decode(loaded, document, prepared):
         pytest.fail("the model ran")
 
-    inject_picks(monkeypatch, every_try(no_decode))  # each decode starts with its picker
+    inject_picks(monkeypatch, every_try(no_decode))  # each decode starts with its sampler
     (work / "big.py").write_text("".join(f"value_{k} = {k} * {k}\n" for k in range(200)))
     result = fix("big.py", "Fix.", "--model", str(small_context_dir), "--mode", mode)
     assert result.exit_code == 1, result.output
@@ -257,7 +257,7 @@ def script_display_program(monkeypatch, text: str) -> None:
     """Make the model write exactly this display-form program (what a model sees and writes)."""
 
     def spell(loaded, document, prepared):
-        return script_picker(text, pipeline.grammar_for(loaded).vocab.tokens)
+        return script_sampler(text, pipeline.grammar_for(loaded).vocab.tokens)
 
     inject_picks(monkeypatch, every_try(spell))
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.model import encode, token_bytes
 from tests.scripting import inject_picks, invoke
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
@@ -92,11 +92,11 @@ def answering(monkeypatch):
 
     def script(answer):
         def picks(k: int):
-            def pick_for(loaded, document, prepared):
+            def make_sampler(loaded, document, prepared):
                 asked.append(prepared)
-                return script_picker(answer(prepared), token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
+                return script_sampler(answer(prepared), token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
 
-            return pick_for if k else None
+            return make_sampler if k else None
 
         inject_picks(monkeypatch, picks)
         return asked

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 import cadedit.pipeline as pipeline
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.model import token_bytes
 from tests.scripting import inject_picks, invoke
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
@@ -78,11 +78,11 @@ def scripted(monkeypatch):
         def picks(k: int):
             answer = answers[min(k, len(answers)) - 1]
 
-            def pick_for(loaded, document, prepared):
+            def make_sampler(loaded, document, prepared):
                 calls.append(Call(loaded.tokenizer.decode(list(prepared.prompt_ids)), prepared))
-                return script_picker(answer(prepared), token_bytes(loaded))
+                return script_sampler(answer(prepared), token_bytes(loaded))
 
-            return pick_for if k else None  # 0: the where-step (tests/test_where.py scripts it)
+            return make_sampler if k else None  # 0: the where-step (tests/test_where.py scripts it)
 
         inject_picks(monkeypatch, picks)
         return calls

@@ -24,7 +24,7 @@ import pytest
 
 import cadedit.model as model_module
 import cadedit.pipeline as pipeline
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.model import token_bytes
 from tests.conftest import as_foreground
 from tests.scripting import inject_picks, invoke
@@ -90,12 +90,12 @@ def scripted(monkeypatch):
         def picks(k: int):
             answer = answers[min(k, len(answers)) - 1]
 
-            def pick_for(loaded, document, prepared):
+            def make_sampler(loaded, document, prepared):
                 calls.append(Call(loaded.tokenizer.decode(list(prepared.prompt_ids)), prepared))
                 text = answer(prepared) if callable(answer) else answer + prepared.fence + "\n"
-                return script_picker(text, token_bytes(loaded))
+                return script_sampler(text, token_bytes(loaded))
 
-            return pick_for if k else None  # 0: the where-step, not scripted here
+            return make_sampler if k else None  # 0: the where-step, not scripted here
 
         inject_picks(monkeypatch, picks)
         return calls
@@ -391,13 +391,13 @@ DRIVER = textwrap.dedent("""\
     import os, sys
     from cadedit import cli
     from cadedit.cli_common import Scripted
-    from cadedit.decode import script_picker
+    from cadedit.decode import script_sampler
     from cadedit.model import token_bytes
 
     ANSWER = os.environ["SCRIPTED_ANSWER"]
 
     def spell(loaded, document, prepared):
-        return script_picker(ANSWER + prepared.fence + "\\n", token_bytes(loaded))
+        return script_sampler(ANSWER + prepared.fence + "\\n", token_bytes(loaded))
 
     sys.argv[0] = "cadedit"
     cli.app(prog_name="cadedit", obj=Scripted(picks=lambda k: spell if k else None))

@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.model import encode, language_model, load_model, token_bytes
 from cadedit.where import LineNumberCursor, surprise_score
 from tests.scripting import inject_picks, invoke
@@ -32,15 +32,15 @@ VAGUE = "There is a bug in `parse`, fix it."
 
 @pytest.fixture
 def where_says(monkeypatch):
-    """where_says("50\\n"): the where-step's picker spells that answer; returns the calls made."""
+    """where_says("50\\n"): the where-step's sampler spells that answer; returns the calls made."""
     calls: list[str] = []
 
     def script(answer: str):
-        def picker(loaded):  # called when the where-step runs
+        def sampler(loaded):  # called when the where-step runs
             calls.append(answer)
-            return script_picker(answer, token_bytes(loaded))
+            return script_sampler(answer, token_bytes(loaded))
 
-        inject_picks(monkeypatch, lambda k: None if k else picker)
+        inject_picks(monkeypatch, lambda k: None if k else sampler)
         return calls
 
     return script
