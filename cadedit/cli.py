@@ -19,9 +19,9 @@ import typer
 
 from cadedit import __version__
 from cadedit.errors import CadeditError
-from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
-from cadedit.cli_common import _Context, _Engine, _engine_for, _EngineTimeout, context_lines
-from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
+from cadedit.cli_common import BackendOpt, DtypeOpt, files_text, MaxNewOpt, ModelOpt, server_for, ThreadsOpt  # noqa: F401
+from cadedit.cli_common import context_lines, engine_for, EngineOpt, EngineTimeoutOpt, ScopeContextOpt, scripted_picks
+from cadedit.cli_common import err, escape_markup, report_error, say, warn  # noqa: F401
 from cadedit.settings import (CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, DEFAULT_WHERE_BY,
                               TEST_TIMEOUT, WHERE_BY, Mode)
 
@@ -251,14 +251,14 @@ _Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Per-phase timin
 
 
 @app.command()
-def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt = False, check: _Check = False,
-        show_program: _ShowProgram = False, as_json: _Json = False, model: _Model = None, threads: _Threads = None,
-        dtype: _Dtype = "auto", temperature: _Temperature = 0.0, top_p: _TopP = 1.0, seed: _Seed = None,
-        max_new_tokens: _MaxNew = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = DEFAULT_TRIES,
+def fix(ctx: typer.Context, args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt = False, check: _Check = False,
+        show_program: _ShowProgram = False, as_json: _Json = False, model: ModelOpt = None, threads: ThreadsOpt = None,
+        dtype: DtypeOpt = "auto", temperature: _Temperature = 0.0, top_p: _TopP = 1.0, seed: _Seed = None,
+        max_new_tokens: MaxNewOpt = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = DEFAULT_TRIES,
         test: _Test = None, test_timeout: _TestTimeout = TEST_TIMEOUT, allow_no_change: _AllowNoChange = False,
         lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
-        context: _Context = str(CONTEXT_LINES), backend: _Backend = None, engine: _Engine = None,
-        engine_timeout: _EngineTimeout = None, candidates: _Candidates = None,
+        context: ScopeContextOpt = str(CONTEXT_LINES), backend: BackendOpt = None, engine: EngineOpt = None,
+        engine_timeout: EngineTimeoutOpt = None, candidates: _Candidates = None,
         candidates_by: _CandidatesBy = CANDIDATES_BY, where: _Where = False,
         where_by: _WhereBy = DEFAULT_WHERE_BY, stdin_filename: _StdinFilename = None) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
@@ -296,7 +296,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
         if value not in ways:
             raise typer.BadParameter(f"{value!r} is not one of {', '.join(ways)}", param_hint=hint)
     run = _Run(tries, _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope, where), candidates,
-               (engine, engine_timeout), quiet, verbose, candidates_by, stdin_filename)
+               engine, engine_timeout, quiet, verbose, candidates_by, stdin_filename, scripted_picks(ctx))
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1:
         if as_json or show_program:
@@ -340,8 +340,8 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
     if stdin and plan.test:
         raise typer.BadParameter("--test runs against a file; give a file, not stdin", param_hint="--test")
     document = _stdin_document(run) if stdin else Document.read(file)
-    loaded = _load(options, run)
-    outcome = _edit_checked(document, instruction, options, plan, run, loaded)
+    editor = _load(options, run)
+    outcome = _edit_checked(document, instruction, options, plan, run, editor)
     best = outcome.shown
     diff_text = unified_diff(document.text, best.result.new_text, "-" if stdin else display_path(Path(file))) if (
         best is not None) else ""
@@ -418,11 +418,13 @@ class _Run:
     tries: int
     scoping: _Scoping
     candidates: int | None = None  # None: tries.candidates_for's default (by whether a test decides)
-    engine: tuple = (None, None)  # --engine, --engine-timeout
+    engine: str | None = None  # --engine: a shared engine's URL (None: the warm server or the model here)
+    engine_timeout: float | None = None  # --engine-timeout
     quiet: bool = False
     verbose: bool = False
     candidates_by: str = CANDIDATES_BY  # --candidates-by (settings.CANDIDATE_WAYS)
     stdin_name: str | None = None  # --stdin-filename: the name piped text is edited under
+    picks: object = None  # tries.edit_verified's picks: answers a test scripted (cli_common.Scripted); None: the model's
 
 
 @dataclass(frozen=True)
@@ -469,41 +471,42 @@ class _Outcome:
 
 
 def _load(options, run: _Run, once_for: int = 1):
-    """The model: a shared engine's when one is named, the warm server's when one serves it, else loaded
-    here (with its timings)."""
+    """The editor (results.Editor): a shared engine's when one is named, the warm server's when one serves
+    it, else the model loaded here (with its timings)."""
     quiet, verbose = run.quiet, run.verbose
-    remote = _engine_for(run.engine[0], run.engine[1], options.model)
+    remote = engine_for(run.engine, run.engine_timeout, options.model)
     if remote is not None:
         if not quiet:
             say(f"{remote.name}: using the engine")
         return remote
-    client = _server_for(options, None if quiet else say)
+    client = server_for(options, None if quiet else say)
     if client is not None:
         if not quiet:
             say(f"{client.name}: using the cadedit server (pid {client.pid}; `cadedit serve stop` to stop it)")
         return client
     from cadedit import hardware
     from cadedit.model import load_model
+    from cadedit.pipeline import LocalEditor
 
     hardware.progress = None if quiet else say  # the first run's probes and conversion say what they do
     if quiet:
-        return load_model(options.model, options.device, options.dtype, options.threads, options.backend)
+        return LocalEditor(load_model(options.model, options.device, options.dtype, options.threads, options.backend))
     with err.status("loading the model ..."):
         loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)
     say(f"{loaded.name} loaded in {loaded.load_seconds:.1f} s ({loaded.backend}, "
         f"{str(loaded.dtype).removeprefix('torch.')}, {loaded.threads} threads)"
-        + (f" (once for {_files(once_for)})" if once_for > 1 else ""))
+        + (f" (once for {files_text(once_for)})" if once_for > 1 else ""))
     if verbose:
         say(f"  backend: {loaded.backend}, {loaded.backend_reason}")
         say(f"  dtype: {loaded.dtype_reason}")
         say("  load: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in loaded.phases))
-    return loaded
+    return LocalEditor(loaded)
 
 
-def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) -> _Outcome:
+def _edit_checked(document, instruction: str, options, plan, run: _Run, editor) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
     from cadedit.scope import plan_edit
-    from cadedit.tries import edit_verified
+    from cadedit.tries import Attempts, Reporters, edit_verified
 
     scoping, quiet = run.scoping, run.quiet
     options, scope = plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on, scoping.where)
@@ -518,9 +521,10 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
     with progress:
         if options.locate:
             progress.update_text(f"{document.path}: asking the model which line to change ...")
-        verified = edit_verified(document, instruction, options, plan, run.tries, loaded=loaded, on_try=on_try,
-                                 on_step=progress.update, on_test=on_test, on_where=on_where,
-                                 candidates=run.candidates, candidates_by=run.candidates_by)
+        verified = edit_verified(document, instruction, options, plan,
+                                 Attempts(run.tries, run.candidates, run.candidates_by), editor=editor,
+                                 picks=run.picks, report=Reporters(on_try, progress.update, on_test, on_where))
+    loaded = editor.loaded or editor  # the local model's own figures (phases, dtype, first forward), else the client's
     first = getattr(loaded, "first_forward", lambda: None)()
     if run.verbose and first is not None:
         say(f"  first forward {first:.2f} s after the process started")
@@ -749,11 +753,11 @@ def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, show
 
     quiet, write, check = run.quiet, shown.write, shown.check
     documents = [Document.read(f) for f in dict.fromkeys(files)]
-    loaded = _load(options, replace(run, verbose=False), once_for=len(documents))
+    editor = _load(options, replace(run, verbose=False), once_for=len(documents))
     edited, failed = [], []
     for document in documents:
         outcome = _edit_checked(document, instruction, options, replace(plan, test=None), replace(run, verbose=False),
-                                loaded)
+                                editor)
         answer = outcome.verified.answer
         if answer is None:
             failed.append(document.path)
@@ -848,7 +852,7 @@ class _Progress:
 
     def __enter__(self):
         if not self.quiet:
-            self.status = err.status(_escape(f"{self.path}: loading the model ..."))
+            self.status = err.status(escape_markup(f"{self.path}: loading the model ..."))
             self.status.__enter__()
         return self
 

@@ -5,7 +5,9 @@ lookup. A leaf: it imports no other command module, so each of them imports on i
 from __future__ import annotations
 
 import os
-from typing import Annotated, Optional
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -28,6 +30,21 @@ _typer_type_shown = typer.core.TyperOption.display_type_rich
 typer.core.TyperOption.display_type_rich = _flag_type_shown
 
 
+@dataclass(frozen=True)
+class Scripted:
+    """Answers scripted for the model, given to the app as its context object (`app(obj=Scripted(...))`,
+    CliRunner().invoke(app, args, obj=...)): tests spell known answers through the real decode loop.
+    Nothing a user types sets it; without it the model answers."""
+
+    picks: Callable[[int], Any] | None = None  # tries.edit_verified's picks (fix, the hook, bench tries)
+
+
+def scripted_picks(ctx: typer.Context) -> Callable[[int], Any] | None:
+    """The picks a caller scripted on the app's context (Scripted), else None: the model answers."""
+    scripted = ctx.find_object(Scripted)
+    return scripted.picks if scripted is not None else None
+
+
 def sub_app(name: str, help: str) -> typer.Typer:
     """A command group (`cadedit serve`, `cadedit bench`) as cli.py mounts it: no completion, no
     pretty tracebacks (cli.py's _Group turns errors into one line)."""
@@ -36,13 +53,13 @@ def sub_app(name: str, help: str) -> typer.Typer:
 
 def report_error(message: str, hint: str | None = None) -> None:
     """The one-line error (and hint) every failure ends as."""
-    err.print(f"[bold red]error:[/] {_escape(message)}", soft_wrap=True, highlight=False)
+    err.print(f"[bold red]error:[/] {escape_markup(message)}", soft_wrap=True, highlight=False)
     if hint:
-        err.print(f"[yellow]hint:[/] {_escape(hint)}", soft_wrap=True, highlight=False)
+        err.print(f"[yellow]hint:[/] {escape_markup(hint)}", soft_wrap=True, highlight=False)
 
 
 def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/] {_escape(message)}", soft_wrap=True, highlight=False)
+    err.print(f"[yellow]warning:[/] {escape_markup(message)}", soft_wrap=True, highlight=False)
 
 
 def say(message: str) -> None:
@@ -50,11 +67,11 @@ def say(message: str) -> None:
     err.print(message, highlight=False, markup=False, soft_wrap=True)
 
 
-def _files(n: int) -> str:
+def files_text(n: int) -> str:
     return f"{n} file" if n == 1 else f"{n} files"
 
 
-def _escape(text: str) -> str:
+def escape_markup(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
@@ -68,25 +85,25 @@ def _one_of(value: str | None, choices: tuple[str, ...], name: str) -> str | Non
     return value
 
 
-_Model = Annotated[Optional[str], typer.Option(
+ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", "-m", show_default=False,
     help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
          "pyproject.toml \\[tool.cadedit] once approved with `cadedit trust`, then in ~/.config/cadedit/config.toml, "
          f"then {DEFAULT_MODEL}).")]
-_Threads = Annotated[Optional[int], typer.Option(
+ThreadsOpt = Annotated[Optional[int], typer.Option(
     "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
-_Dtype = Annotated[str, typer.Option(
+DtypeOpt = Annotated[str, typer.Option(
     "--dtype", callback=lambda v: _one_of(v, DTYPES, "--dtype"), help="auto, fp32, bf16, fp16, bf16-int8 (one-token steps through int8 weights) or bf16-int4 (through a GGUF's "
     "own 4-bit weights, int8 where it has none). auto: bf16 on CUDA; "
     "on CPU what a probe measured faster on this machine (once, cached).")]
-_Backend = Annotated[Optional[str], typer.Option(
+BackendOpt = Annotated[Optional[str], typer.Option(
     "--backend", show_default=False, callback=lambda v: _one_of(v, BACKENDS, "--backend"),
     help="auto, torch or llama (a GGUF through llama.cpp at its own size). Default: CADEDIT_BACKEND, then `backend` "
          "in .cadedit.toml, then auto: a GGUF runs on whichever backend measured faster on this CPU (once, cached).")]
-_MaxNew = Annotated[Optional[int], typer.Option(
+MaxNewOpt = Annotated[Optional[int], typer.Option(
     "--max-new-tokens", min=1, show_default=False, help="Budget of new tokens (default: twice the file's + 256; a scoped edit: 1.5x its regions' + 128).")]
 
-_Context = Annotated[str, typer.Option(
+ScopeContextOpt = Annotated[str, typer.Option(
     "--context", metavar="N|all",
     help="Scoped edits: lines shown to the model on each side of the lines it retypes (with the file's first "
          "lines), or all for the whole file.")]
@@ -101,18 +118,18 @@ def context_lines(value: str) -> int | None:
     return int(value)
 
 
-_Engine = Annotated[Optional[str], typer.Option(
+EngineOpt = Annotated[Optional[str], typer.Option(
     "--engine", metavar="URL", show_default=False,
     help="A shared OpenAI-compatible inference engine (vLLM, SGLang, llama-server, Ollama) that does the model "
          "work, e.g. http://gpu-box:8000/v1; cadedit keeps the prompt, checks and diffs. Default: CADEDIT_ENGINE, "
          "then `engine` in your own ~/.config/cadedit/config.toml (never a repository's); none: the local model. The API key comes from CADEDIT_ENGINE_KEY or "
          "OPENAI_API_KEY. With --engine, --model names the engine's model (default: the first it serves).")]
-_EngineTimeout = Annotated[Optional[float], typer.Option(
+EngineTimeoutOpt = Annotated[Optional[float], typer.Option(
     "--engine-timeout", min=0.1, show_default=False,
     help=f"Seconds one engine request may take (default: `engine_timeout` in the settings, else {ENGINE_TIMEOUT:g}).")]
 
 
-def _engine_for(engine: str | None, timeout: float | None, model: str | None, cwd=None):
+def engine_for(engine: str | None, timeout: float | None, model: str | None, cwd=None):
     """The shared engine's client when --engine, CADEDIT_ENGINE or the settings name one, else None."""
     from cadedit.settings import choose_engine, choose_engine_timeout
 
@@ -124,7 +141,7 @@ def _engine_for(engine: str | None, timeout: float | None, model: str | None, cw
     return EngineClient(url, choose_engine_timeout(timeout, cwd), model)
 
 
-def _server_for(options, tell=None):
+def server_for(options, tell=None):
     """The warm server (`cadedit serve start`) when one runs with this model and dtype and is free (or
     frees up within SERVER_BUSY_WAIT; tell(message) says it is busy), else None."""
     if os.environ.get("CADEDIT_SERVER", "1") == "0":

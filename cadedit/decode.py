@@ -5,7 +5,7 @@ completion and returns the token ids it took, with statistics. Each step asks th
 is allowed (a mask, or None for any token), what is forced (literals), what to splice (the lines of
 a copy just closed) and whether it is done, and asks the *drafter* what to propose. One forward
 carries everything the model has not seen yet -- the picked token, forced literals, a spliced span
--- plus the draft; the picker walks the draft and keeps the longest prefix it agrees with, the cache
+-- plus the draft; the sampler walks the draft and keeps the longest prefix it agrees with, the cache
 is cropped past the rest (paper §2.3-2.4: one forward per decision, never one per forced, copied or
 accepted token). The modes (cadedit.pipeline builds them):
 
@@ -17,7 +17,7 @@ accepted token). The modes (cadedit.pipeline builds them):
 | lookup  | fenced text                              | n-grams of prompt + output (draft.py) |
 
 Candidates side by side (`--candidates`) are rows of the same loop (decode_rows; decode is its one-row
-case): each row has its own cursor, picker, drafter, ids and crop; the prompt is fed once and the
+case): each row has its own cursor, sampler, drafter, ids and crop; the prompt is fed once and the
 cache forked into rows, and each forward carries every unfinished row's tokens and draft. Branches
 (decode_branches) are rows forked from a finished decode's cache where it hesitated; a branch given
 that decode's answer (Rejoin) takes its rest once it writes a stretch of it again.
@@ -78,16 +78,16 @@ class Logits(Protocol):
 
 
 # (logits [V], mask or None, ids so far, drafted guess or None) -> the chosen id
-Picker = Callable[[np.ndarray, "np.ndarray | None", Sequence[int], "int | None"], int]
+Sampler = Callable[[np.ndarray, "np.ndarray | None", Sequence[int], "int | None"], int]
 SpanIds = Callable[[Copy], Sequence[int]]
 Drafter = Callable[[Cursor, Sequence[int]], list[int]]  # (cursor, ids so far) -> drafted ids
 
 
 # -- picking a token ---------------------------------------------------------------------------
 #
-# Logits reach the pickers as float32 numpy rows ([V] each): llama.cpp hands them over as they are,
+# Logits reach the samplers as float32 numpy rows ([V] each): llama.cpp hands them over as they are,
 # torch's model converts a row when the loop reads it (cadedit.qwen2.LogitRows). So the loop and
-# its pickers need no torch, and a llama.cpp process never imports it (the largest import of a cold start).
+# its samplers need no torch, and a llama.cpp process never imports it (the largest import of a cold start).
 
 
 def allowed_array(mask: np.ndarray, width: int) -> np.ndarray:
@@ -137,7 +137,7 @@ def sample(logits: np.ndarray, allowed: np.ndarray | None, sampling: Sampling, r
     return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), len(probs) - 1))
 
 
-def sampling_picker(sampling: Sampling = Sampling()) -> Picker:
+def sampler_for(sampling: Sampling = Sampling()) -> Sampler:
     """The model's own choice among the tokens the cursor allows (greedy unless temperature > 0)."""
     rng = np.random.default_rng(sampling.seed)
 
@@ -152,8 +152,8 @@ def sampling_picker(sampling: Sampling = Sampling()) -> Picker:
     return pick
 
 
-def script_picker(target: str, tokens: Sequence[bytes], encode: Callable[[str], list[int]] | None = None) -> Picker:
-    """A picker that spells out `target`, ignoring the logits: the token the tokenizer would start the
+def script_sampler(target: str, tokens: Sequence[bytes], encode: Callable[[str], list[int]] | None = None) -> Sampler:
+    """A sampler that spells out `target`, ignoring the logits: the token the tokenizer would start the
     rest of the text with (`encode`, when given and allowed), else the longest allowed token that
     continues it. Used to force a known answer through the real loop (tests, benchmarks)."""
     goal = target.encode("utf-8")
@@ -236,12 +236,12 @@ def _follow(cursor: Cursor, pending: _Pending, ids: list[int], span_ids: SpanIds
             _splice_if_complete(cursor, pending, span_ids)
 
 
-def _accept(cursor: Cursor, logits: Logits, draft: Sequence[int], pick: Picker, ids: list[int],
+def _accept(cursor: Cursor, logits: Logits, draft: Sequence[int], pick: Sampler, ids: list[int],
             span_ids: SpanIds | None) -> tuple[_Pending, int, int, int]:
-    """Keep the drafted tokens the picker itself chooses, then make the usual step at the first
+    """Keep the drafted tokens the sampler itself chooses, then make the usual step at the first
     position it disagrees (or after the last). Returns what to feed next, how many drafted tokens
-    were kept (they are in the cache already), how many of those the picker chose (the rest were
-    forced literals the draft matched), and how many tokens the picker chose in all."""
+    were kept (they are in the cache already), how many of those the sampler chose (the rest were
+    forced literals the draft matched), and how many tokens the sampler chose in all."""
     picked = chosen_kept = 0
     for i, guess in enumerate(draft):
         forced = cursor.forced()
@@ -335,13 +335,13 @@ def logprob_through(through: Sequence[tuple[int, float]], end: int) -> float:
 
 
 class Row:
-    """One candidate of a batched decode: its own cursor, picker, drafter, ids, what it feeds next,
+    """One candidate of a batched decode: its own cursor, sampler, drafter, ids, what it feeds next,
     the model's log-probability of the tokens it picked, and a budget error if it ran out. With
     `record`, also where it hesitated (Alternative: the next choice at each picked token) and the
     log-probability so far after each picked token (`through`), for branches of it (decode_branches).
     A branch's `rejoin` is the answer it branched from (None: it decodes to its end)."""
 
-    def __init__(self, cursor: Cursor, pick: Picker, drafter: Drafter | None = None, score: bool = False,
+    def __init__(self, cursor: Cursor, pick: Sampler, drafter: Drafter | None = None, score: bool = False,
                  record: bool = False):
         self.cursor, self.drafter = cursor, drafter
         self.pick = _scored(pick, self, record) if score or record else pick
@@ -359,8 +359,8 @@ class Row:
         return self.error is None and not self.cursor.is_done()
 
 
-def _scored(pick: Picker, row: Row, record: bool = False) -> Picker:
-    """The picker, adding the model's log-probability of each token it picks to row.logprob; with
+def _scored(pick: Sampler, row: Row, record: bool = False) -> Sampler:
+    """The sampler, adding the model's log-probability of each token it picks to row.logprob; with
     `record`, noting the likeliest other token the cursor allowed there in row.alternatives."""
     def scored(logits: np.ndarray, mask: np.ndarray | None, ids: Sequence[int], guess: int | None = None) -> int:
         token = pick(logits, mask, ids, guess)
@@ -513,7 +513,7 @@ def _feed_distinct(lm: LM, rows: Sequence[Row], active: list[int], feeds: list[l
 
 def _row_step(lm: LM, row: Row, index: int | None, logits: Logits, draft: list[int], span_ids: SpanIds | None,
               forward: float) -> Step:
-    """One row after a forward: keep what its picker agrees with, crop the rest from its cache."""
+    """One row after a forward: keep what its sampler agrees with, crop the rest from its cache."""
     fed, start_pick = row.pending, time.perf_counter()
     row.pending, kept, chosen_kept, picked = _accept(row.cursor, logits, draft, row.pick, row.ids, span_ids)
     if index is None:
@@ -541,7 +541,7 @@ def _row_budget(row: Row, budget: int, alone: bool) -> None:
         row.error = exc
 
 
-def decode_steps(lm: LM, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds | None, pick: Picker,
+def decode_steps(lm: LM, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds | None, pick: Sampler,
                  budget: int, ids: list[int], drafter: Drafter | None = None, reused: int = 0) -> Iterator[Step]:
     """The loop for one row: one Step per forward pass, until the cursor is done; ids collects the
     tokens as they come."""
@@ -571,7 +571,7 @@ def add_step(stats: DecodeStats, step: Step) -> DecodeStats:
     return DecodeStats(**values)
 
 
-def decode(lm: LM, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds | None, pick: Picker, budget: int,
+def decode(lm: LM, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds | None, pick: Sampler, budget: int,
            on_step: Callable[[DecodeStats, Step], None] | None = None, drafter: Drafter | None = None,
            reused: int = 0) -> Decoded:
     """Run the loop until the cursor is done; on_step sees the running statistics (progress display)."""

@@ -2,7 +2,7 @@
 
 Contract: propose(text, document) returns text that may continue the program text written so far
 (display form: "\\n" newlines), or "" when there is no good guess. A draft is only a guess: the
-decode loop feeds it with the forward it makes anyway and keeps the longest prefix the picker
+decode loop feeds it with the forward it makes anyway and keeps the longest prefix the sampler
 itself would have chosen, so a wrong draft changes nothing but the width of that forward. Where a
 16-token forward costs about what a 1-token one does (bf16 with AMX) drafts are nearly free; where it
 costs several steps (fp32, AVX2) they are not, so drafts are capped and only made where they usually

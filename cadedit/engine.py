@@ -34,7 +34,7 @@ from cadedit.fence import writes_again
 from cadedit.options import EditOptions, Mode
 from cadedit.request import SPECIAL_TEXTS, Request, build_request, default_budget, read_answer, render_chatml
 from cadedit.resolve import resolve
-from cadedit.results import DecodeStats, EditCandidate, EditResult
+from cadedit.results import DecodeStats, EditCandidate, EditResult, Editor
 from cadedit.settings import ENGINE_TIMEOUT
 
 KEY_ENVS = ("CADEDIT_ENGINE_KEY", "OPENAI_API_KEY")  # the API key, from the environment only
@@ -112,9 +112,12 @@ def check_url(url: str) -> str:
     return url.rstrip("/")
 
 
-class EngineClient:
-    """An OpenAI-compatible engine, used like a LoadedModel by tries.edit_verified (it has edit())."""
+class EngineClient(Editor):
+    """An OpenAI-compatible engine as a results.Editor (the engine decodes: make_sampler and factories are not
+    used), with name, backend, dtype, threads and load_seconds as a LoadedModel has them."""
 
+    loaded = None  # no logits here: no where-step through an engine
+    shared_engine = True
     backend = "engine"
     dtype = ""
     threads = 0
@@ -169,7 +172,7 @@ class EngineClient:
     # -- an edit -------------------------------------------------------------------------------
 
     def edit_candidates(self, document: Document, instruction: str, options: EditOptions | None = None, k: int = 2,
-                        on_step=None, numbers: range | None = None) -> list[EditCandidate]:
+                        on_step=None, numbers: range | None = None, factories=None) -> list[EditCandidate]:
         """`--candidates k` through the engine: k requests sent at once (an engine that batches serves
         them together), candidate 1 with the try's own sampling, the others sampled as
         tries.candidate_sampling seeds them (`numbers`: which of them; default 1..k). The engine's
@@ -191,16 +194,16 @@ class EngineClient:
         return _together(one, numbers or range(1, k + 1))
 
     def edit_branches(self, document: Document, instruction: str, options: EditOptions | None, k: int, accept,
-                      on_step=None) -> list[EditCandidate]:
+                      on_step=None, factories=None) -> list[EditCandidate]:
         """pipeline.edit_branches through the engine: candidate 1 is the plain completion, asked with the
         top log-probabilities of each token (TOP_LOGPROBS); if accept(it) is false, k-1 branches are sent at once,
         each the answer up to one of the tokens where the model hesitated most (the smallest margins
         between its pick and its next choice) with the next choice in its place, completed with the
         try's own sampling; none that would write candidate 1 again or that an earlier try took
-        (options.branched, hesitation_key each), as pipeline.branch_points leaves out locally. Each scores
+        (options.attempt.branched, hesitation_key each), as pipeline.branch_points leaves out locally. Each scores
         the engine's log-probability of its tokens, as locally. An engine that gives no log-probabilities
         gets sampled candidates 2..k instead (edit_candidates). Fenced modes only. Returns the candidates
-        decoded: [candidate 1] when it was accepted. options.rejoin has no effect here: the engine
+        decoded: [candidate 1] when it was accepted. options.attempt.rejoin has no effect here: the engine
         completes each branch itself."""
         options = options or EditOptions()
         trace: list[Hesitation] = []
@@ -209,7 +212,7 @@ class EngineClient:
             return [first]
         if not trace:  # no log-probabilities from this engine
             return [first, *self.edit_candidates(document, instruction, options, k, on_step, range(2, k + 1))]
-        points = hesitations(trace, k - 1, options.branched)
+        points = hesitations(trace, k - 1, options.attempt.branched)
         made = _together(lambda point: self._candidate(document, instruction, options, forced=point), points)
         return [first, *(replace(c, branch=hesitation_key(p)) for c, p in zip(made, points))]
 
@@ -224,7 +227,8 @@ class EngineClient:
             return EditCandidate(None, logprob[0], exc)
         return EditCandidate(result, logprob[0])
 
-    def edit(self, document: Document, instruction: str, options: EditOptions | None = None, on_step=None) -> EditResult:
+    def edit(self, document: Document, instruction: str, options: EditOptions | None = None, on_step=None,
+             make_sampler=None) -> EditResult:
         """The edit of `document` the engine's model writes; see the module docstring."""
         return self._edit(document, instruction, options or EditOptions())
 

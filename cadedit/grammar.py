@@ -9,7 +9,7 @@ Lifetimes: compile_grammar(vocab) (cached per vocabulary, in memory) -> Grammar.
 (lazy, no compile step) -> Constraint.cursor() per decode. Pure: numpy only.
 
 How: a byte-level machine whose states are tuples `(kind, *fields)`; a token is read byte by byte.
-The kinds refine the paper's five states (Figure 7; `Constraint.figure7` maps a state to its one):
+The kinds refine the paper's five states (Figure 7; `Constraint.program_state` maps a state to its one):
 
   Kind      fields            reading                                   Figure 7
   OPEN      pos               `<program>\n` (forced)                    AWAIT_OP (the entry arrow)
@@ -86,7 +86,7 @@ class Kind(enum.IntEnum):
 OPEN, OP, LINE_I, SEP, LINE_J, COPY_END, BODY, GEN_END, END, STOP = Kind
 
 
-class Figure7(enum.Enum):
+class ProgramState(enum.Enum):
     """The paper's five decoder states (§2.3, Figure 7)."""
 
     AWAIT_OP = "op boundary: `<` or `</`"
@@ -96,11 +96,11 @@ class Figure7(enum.Enum):
     CLOSE = "`</program>`, then the end"
 
 
-# The Figure 7 state of each kind but OP, which Constraint.figure7 reads from its prefix.
-FIGURE7 = {
-    OPEN: Figure7.AWAIT_OP, LINE_I: Figure7.COPY_LINES, SEP: Figure7.COPY_LINES, LINE_J: Figure7.COPY_LINES,
-    COPY_END: Figure7.COPY_LINES, BODY: Figure7.GEN_BODY, GEN_END: Figure7.GEN_BODY, END: Figure7.CLOSE,
-    STOP: Figure7.CLOSE,
+# The Figure 7 state of each kind but OP, which Constraint.program_state reads from its prefix.
+PROGRAM_STATES = {
+    OPEN: ProgramState.AWAIT_OP, LINE_I: ProgramState.COPY_LINES, SEP: ProgramState.COPY_LINES,
+    LINE_J: ProgramState.COPY_LINES, COPY_END: ProgramState.COPY_LINES, BODY: ProgramState.GEN_BODY,
+    GEN_END: ProgramState.GEN_BODY, END: ProgramState.CLOSE, STOP: ProgramState.CLOSE,
 }
 # Kinds whose states carry `lo` on without reading it: their masks may be shared (Constraint._shared_key).
 _SHAREABLE = (OP, BODY, GEN_END)
@@ -278,19 +278,19 @@ class Constraint:
         }
         self._forced: dict = {}
 
-    def cursor(self) -> "Cursor":
-        return Cursor(self)
+    def cursor(self) -> "ProgramCursor":
+        return ProgramCursor(self)
 
-    def figure7(self, s: tuple) -> Figure7:
+    def program_state(self, s: tuple) -> ProgramState:
         """The paper's Figure 7 state that s refines (the table in the module docstring)."""
         if s[0] != OP:
-            return FIGURE7[s[0]]
+            return PROGRAM_STATES[s[0]]
         prefix, sx = s[1], self.syntax
         if not prefix:
-            return Figure7.AWAIT_OP
+            return ProgramState.AWAIT_OP
         if sx.copy_open.startswith(prefix) or sx.gen_open.startswith(prefix):
-            return Figure7.AFTER_LT
-        return Figure7.CLOSE
+            return ProgramState.AFTER_LT
+        return ProgramState.CLOSE
 
     # -- the byte machine -------------------------------------------------------------------
 
@@ -530,8 +530,8 @@ def _greedy(data: bytes, by_bytes: dict) -> tuple[int, ...]:
     return tuple(ids)
 
 
-class Cursor:
-    """One decode's position in the constraint: advance, rollback, masks, forced, copies."""
+class ProgramCursor:
+    """One decode's position in the program grammar's constraint (a decode.Cursor): advance, rollback, masks, forced, copies."""
 
     def __init__(self, constraint: Constraint):
         self.constraint = constraint

@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cadedit.cli_common import _Dtype, _Engine, _engine_for, _EngineTimeout, _files, _MaxNew, _Model, _server_for
-from cadedit.cli_common import _escape, _Threads, err, say
+from cadedit.cli_common import DtypeOpt, engine_for, EngineOpt, EngineTimeoutOpt, files_text, MaxNewOpt, ModelOpt
+from cadedit.cli_common import err, escape_markup, say, scripted_picks, server_for, ThreadsOpt
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
 
@@ -52,9 +52,9 @@ def hook_uninstall() -> None:
 
 
 @app.command("run")
-def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = None, threads: _Threads = None,
-             dtype: _Dtype = "auto", max_new_tokens: _MaxNew = None, engine: _Engine = None,
-             engine_timeout: _EngineTimeout = None) -> None:
+def hook_run(ctx: typer.Context, files: _HookFiles = None, fix: _HookFix = False, model: ModelOpt = None, threads: ThreadsOpt = None,
+             dtype: DtypeOpt = "auto", max_new_tokens: MaxNewOpt = None, engine: EngineOpt = None,
+             engine_timeout: EngineTimeoutOpt = None) -> None:
     """Apply each rule's instruction to the staged files it matches; print the diffs, exit 1 if any would change.
 
     --fix writes the edits to the working tree instead. The model loads once, only if a staged file matches a rule.
@@ -83,14 +83,15 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
         if not targets:
             say("cadedit hook: no staged file matches a rule; nothing to do")
             return
-        remote = _engine_for(engine, engine_timeout, model, root)
-        edit = _hook_editor(model, root, len(targets), threads, dtype, max_new_tokens, settings, remote)
+        remote = engine_for(engine, engine_timeout, model, root)
+        edit = _hook_editor(model, root, len(targets), threads, dtype, max_new_tokens, settings, remote,
+                            scripted_picks(ctx))
         counts = _hook_report(R.run(repository, targets, edit, fix))
     except CadeditError as exc:
         exc.hint = (exc.hint + "\n" if exc.hint else "") + "to commit once without the hook: git commit --no-verify"
         raise
     summary = ", ".join(f"{n} {status.value}" for status, n in counts.items() if n)
-    say(f"cadedit hook: {_files(len(targets))}: {summary} ({time.perf_counter() - start:.1f} s in all)")
+    say(f"cadedit hook: {files_text(len(targets))}: {summary} ({time.perf_counter() - start:.1f} s in all)")
     if counts[R.Status.WOULD_CHANGE]:
         say("to write these changes: cadedit hook run --fix")
     if counts[R.Status.FIXED]:
@@ -100,9 +101,9 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
 
 
 def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: str, max_new_tokens, settings=None,
-                 remote=None):
+                 remote=None, picks=None):
     """Load the model once (or use the shared engine `remote`); an edit(document, rule) -> new text that
-    reuses it for every file.
+    reuses it for every file (picks: tries.edit_verified's, answers a test scripted).
 
     Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
     candidate in the working tree, restored afterwards); no change is a valid answer here."""
@@ -111,30 +112,32 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     from cadedit.options import EditOptions
     from cadedit.settings import DEFAULT_TRIES
     from cadedit.scope import plan_edit
-    from cadedit.tries import CheckPlan, edit_verified
+    from cadedit.tries import Attempts, CheckPlan, edit_verified
 
     mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE
     tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES
     asked = settings.candidates if settings is not None and settings.candidates else None
     options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens,
                           mode=mode)
-    loaded = remote or _server_for(options, lambda message: say(f"cadedit hook: {message}"))
+    editor = remote or server_for(options, lambda message: say(f"cadedit hook: {message}"))
     if remote is not None:
         say(f"cadedit hook: {remote.name}: using the engine")
-    elif loaded is not None:
-        say(f"cadedit hook: {loaded.name}: using the cadedit server (pid {loaded.pid})")
+    elif editor is not None:
+        say(f"cadedit hook: {editor.name}: using the cadedit server (pid {editor.pid})")
     else:
         from cadedit import hardware
         from cadedit.model import load_model
+        from cadedit.pipeline import LocalEditor
 
         hardware.progress = say  # the first run's probes and conversion say what they do
         try:
-            with err.status(_escape(f"cadedit hook: loading {options.model} ...")):
+            with err.status(escape_markup(f"cadedit hook: loading {options.model} ...")):
                 loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)
         except ModelError as exc:
             exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
             raise
-        say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(n_files)})")
+        say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {files_text(n_files)})")
+        editor = LocalEditor(loaded)
 
     def edit(document, rule, path: str) -> str:
         from cadedit.document import Document
@@ -146,7 +149,8 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
             _testable(root, target, shown(path))
         plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False, target=target)
         scoped, _ = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
-        verified = edit_verified(on_disk, rule.instruction, scoped, plan, tries, loaded=loaded, candidates=asked)
+        verified = edit_verified(on_disk, rule.instruction, scoped, plan, Attempts(tries, asked), editor=editor,
+                                 picks=picks)
         if verified.answer is None:
             best = verified.best
             raise CheckFailedError(f"no try of {verified.made} passed its checks"

@@ -1,4 +1,5 @@
-"""The user's choices for one edit, as the decode sees them (defaults from cadedit.settings). Pure: no torch."""
+"""The user's choices for one edit, as the decode sees them (defaults from cadedit.settings), and what
+one try of it adds (TryState, set by cadedit.tries). Pure: no torch."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from cadedit.settings import (
     Mode,
 )
 
-__all__ = ["CONTEXT_LINES", "DEFAULT_CANDIDATES", "DEFAULT_MODE", "EditOptions", "Mode", "Sampling"]
+__all__ = ["CONTEXT_LINES", "DEFAULT_CANDIDATES", "DEFAULT_MODE", "EditOptions", "Mode", "Sampling", "TryState"]
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,25 @@ class Sampling:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+
+
+@dataclass(frozen=True)
+class TryState:
+    """What one try of an edit adds to the user's choices (cadedit.tries sets it per try; a plain edit
+    keeps the defaults)."""
+
+    feedback: str = ""  # what failed in the previous try, for the prompt
+    # Branched candidates (pipeline.edit_branches): a branch that writes a stretch of candidate 1's
+    # answer again takes candidate 1's rest instead of decoding it (decode.REJOIN_TOKENS). The tries
+    # set it per try (settings.REJOIN_TRIES).
+    rejoin: bool = True
+    # (line, byte column, token id, log-probability) each: where the where-step's reading expected other
+    # tokens on the line it named, and which (cadedit.where.surprise); a branched try branches there first.
+    expected: tuple = ()
+    # The branch points earlier tries of this edit branched at (pipeline.branch_key each; through an
+    # engine, engine.hesitation_key): a branch from the same answer with the same token writes what that
+    # one wrote, so edit_branches takes the next.
+    branched: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -58,15 +78,4 @@ class EditOptions:
     # first lines); None: the whole file. Measured (docs/measurements/context-window.md): on long files the
     # whole file costs most of the time and did not make small models more exact.
     context: int | None = CONTEXT_LINES
-    feedback: str = ""  # what failed in the previous try, for the prompt (cadedit.tries)
-    # Branched candidates (pipeline.edit_branches): a branch that writes a stretch of candidate 1's
-    # answer again takes candidate 1's rest instead of decoding it (decode.REJOIN_TOKENS). The tries
-    # set it per try (settings.REJOIN_TRIES).
-    rejoin: bool = True
-    # (line, byte column, token id, log-probability) each: where the where-step's reading expected other
-    # tokens on the line it named, and which (cadedit.where.surprise); a branched try branches there first.
-    expected: tuple = ()
-    # The branch points earlier tries of this edit branched at (pipeline.branch_key each; through an
-    # engine, engine.hesitation_key): a branch from the same answer with the same token writes what that
-    # one wrote, so edit_branches takes the next.
-    branched: tuple[int, ...] = ()
+    attempt: TryState = field(default_factory=TryState)  # this try's state (cadedit.tries)

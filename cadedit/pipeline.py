@@ -5,7 +5,7 @@ refuses a file whose prompt cannot fit the model's context before any model work
 mode's cursor and drafter (the MODES table), and reports the answer as a copy/gen program
 resolved strictly against the document. Nothing is written here: the caller shows or applies
 EditResult.new_text. The helpers (prepare, run_decode) are public so benchmarks reuse exactly this
-code path. A caller may choose the decode's picker once the request is prepared (pick_for: tests
+code path. A caller may choose the decode's sampler once the request is prepared (make_sampler: tests
 and benchmarks spell a known answer, which needs the prepared fence and source). edit_candidates
 decodes several candidates side by side; edit_branches decodes one, and only if the caller
 rejects it, branches of it from its own cache.
@@ -20,10 +20,10 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from cadedit import program as P
-from cadedit.decode import Candidate, Decoded, DecodeStats, Picker, Row, Step, branch, decode
+from cadedit.decode import Candidate, Decoded, DecodeStats, Sampler, Row, Step, branch, decode
 from cadedit.decode import Alternative, branch_limit, decode_branches, decode_candidates, logprob_through
-from cadedit.decode import sampling_picker
-from cadedit.results import EditCandidate, EditResult, result_json  # noqa: F401 - re-exported
+from cadedit.decode import sampler_for
+from cadedit.results import EditCandidate, Editor, EditResult, result_json  # noqa: F401 - re-exported
 from cadedit.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import BudgetError, CadeditError, ModelError
@@ -57,8 +57,8 @@ class Prepared:
     draft_indented: tuple[str, str] | None = None  # scoped: source and tail in the file's own indentation
 
 
-# A decode's picker, chosen from its prepared request (e.g. a scripted answer in the prepared fence).
-PickFor = Callable[[LoadedModel, Document, Prepared], Picker]
+# A decode's sampler, chosen from its prepared request (e.g. a scripted answer in the prepared fence).
+SamplerFactory = Callable[[LoadedModel, Document, Prepared], Sampler]
 
 
 def prepare(loaded: LoadedModel, document: Document, instruction: str, options: EditOptions) -> Prepared:
@@ -186,7 +186,7 @@ MODES: dict[Mode, ModeRow] = {
 }
 
 
-def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick: Picker,
+def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick: Sampler,
                on_step: Callable[[DecodeStats, Step], None] | None = None, draft: bool = True) -> Decoded:
     """One decode for `document` in the prepared mode, reusing the cached prompt prefix."""
     cursor, span_ids, drafter = mode_parts(loaded, document, prepared, draft)
@@ -194,14 +194,14 @@ def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick
         return decode(lm, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step, drafter, reused)
 
 
-def run_candidates(loaded: LoadedModel, document: Document, prepared: Prepared, picks: Sequence[Picker],
+def run_candidates(loaded: LoadedModel, document: Document, prepared: Prepared, samplers: Sequence[Sampler],
                    on_step: Callable[[DecodeStats, Step], None] | None = None, draft: bool = True) -> list[Candidate]:
-    """len(picks) candidates decoded side by side (decode.decode_rows): the prompt fed once, each row
-    with its own cursor, drafter and picker; each with the model's log-probability of its picks."""
+    """len(samplers) candidates decoded side by side (decode.decode_rows): the prompt fed once, each row
+    with its own cursor, drafter and sampler; each with the model's log-probability of its picks."""
     rows, span_ids = [], None
-    for pick in picks:
+    for sampler in samplers:
         cursor, span_ids, drafter = mode_parts(loaded, document, prepared, draft)
-        rows.append(Row(cursor, pick, drafter, score=True))
+        rows.append(Row(cursor, sampler, drafter, score=True))
     with _prompt_cache(loaded, prepared) as (lm, reused):
         return decode_candidates(lm, rows, prepared.prompt_ids, span_ids, prepared.budget, on_step, reused)
 
@@ -243,11 +243,11 @@ def placed_program(document: Document, prepared: Prepared, decoded: Decoded) -> 
 
 
 def edit_file(document: Document, instruction: str, options: EditOptions = EditOptions(), *,
-              loaded: LoadedModel | None = None, pick_for: PickFor | None = None,
+              loaded: LoadedModel | None = None, make_sampler: SamplerFactory | None = None,
               on_step: Callable[[DecodeStats, Step], None] | None = None,
               on_loaded: Callable[[LoadedModel], None] | None = None) -> EditResult:
-    """Edit one document as the instruction says; see the module docstring. pick_for: the decode's
-    picker from the prepared request (None: the options' sampling)."""
+    """Edit one document as the instruction says; see the module docstring. make_sampler: the decode's
+    sampler from the prepared request (None: the options' sampling)."""
     # 1. The model (the caller may pass one already loaded).
     loaded = loaded or load_model(options.model, options.device, options.dtype, options.threads, options.backend)
     if on_loaded is not None:
@@ -255,7 +255,7 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
     # 2. The prompt as token ids; a file that cannot fit is refused here, before any model work.
     prepared = prepare(loaded, document, instruction, options)
     # 3. Decode: one loop, the mode's cursor and drafter.
-    pick = pick_for(loaded, document, prepared) if pick_for is not None else sampling_picker(options.sampling)
+    pick = make_sampler(loaded, document, prepared) if make_sampler is not None else sampler_for(options.sampling)
     decoded = run_decode(loaded, document, prepared, pick, on_step, draft=options.draft)
     # 4. The answer as a program in the file's own newlines, resolved strictly against the file.
     program, problem = placed_program(document, prepared, decoded)
@@ -263,14 +263,54 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
                       loaded.name, len(prepared.prompt_ids), problem)
 
 
-def edit_candidates(document: Document, instruction: str, options: EditOptions, picks: Sequence[PickFor], *,
+@dataclass(frozen=True)
+class LocalEditor(Editor):
+    """The model loaded in this process as a results.Editor: edit_file, edit_candidates and
+    edit_branches with it; factories None: every candidate with the options' sampling."""
+
+    loaded: LoadedModel
+    shared_engine = False
+
+    @property
+    def name(self) -> str:
+        return self.loaded.name
+
+    @property
+    def load_seconds(self) -> float:
+        return self.loaded.load_seconds
+
+    def edit(self, document: Document, instruction: str, options: EditOptions, *,
+             on_step: Callable[[DecodeStats, Step], None] | None = None,
+             make_sampler: SamplerFactory | None = None) -> EditResult:
+        return edit_file(document, instruction, options, loaded=self.loaded, make_sampler=make_sampler, on_step=on_step)
+
+    def edit_candidates(self, document: Document, instruction: str, options: EditOptions, k: int, *,
+                        on_step: Callable[[DecodeStats, Step], None] | None = None,
+                        factories: Sequence[SamplerFactory] | None = None) -> list[EditCandidate]:
+        factories = factories or [_sampled(options)] * k
+        return edit_candidates(document, instruction, options, factories, loaded=self.loaded, on_step=on_step)
+
+    def edit_branches(self, document: Document, instruction: str, options: EditOptions, k: int,
+                      accept: Callable[[EditCandidate], bool], *,
+                      on_step: Callable[[DecodeStats, Step], None] | None = None,
+                      factories: Sequence[SamplerFactory] | None = None) -> list[EditCandidate]:
+        factories = factories or [_sampled(options)] * k
+        return edit_branches(document, instruction, options, factories, accept, loaded=self.loaded, on_step=on_step)
+
+
+def _sampled(options: EditOptions) -> SamplerFactory:
+    """A sampler factory: the options' sampling, whatever the request."""
+    return lambda loaded, document, prepared: sampler_for(options.sampling)
+
+
+def edit_candidates(document: Document, instruction: str, options: EditOptions, factories: Sequence[SamplerFactory], *,
                     loaded: LoadedModel, on_step: Callable[[DecodeStats, Step], None] | None = None) -> list[EditCandidate]:
-    """edit_file for len(picks) candidates at once: one prompt, one batched decode, one edit each;
-    picks: each candidate's picker factory (tries.candidate_picks gives `--candidates`')."""
+    """edit_file for len(factories) candidates at once: one prompt, one batched decode, one edit each;
+    factories: each candidate's sampler factory (tries.candidate_factories gives `--candidates`')."""
     prepared = prepare(loaded, document, instruction, options)
-    pickers = [pick_for(loaded, document, prepared) for pick_for in picks]
+    samplers = [make_sampler(loaded, document, prepared) for make_sampler in factories]
     return [_edit_candidate(loaded, document, prepared, found)
-            for found in run_candidates(loaded, document, prepared, pickers, on_step, draft=options.draft)]
+            for found in run_candidates(loaded, document, prepared, samplers, on_step, draft=options.draft)]
 
 
 def _edit_candidate(loaded: LoadedModel, document: Document, prepared: Prepared, found: Candidate) -> EditCandidate:
@@ -286,43 +326,44 @@ def _edit_candidate(loaded: LoadedModel, document: Document, prepared: Prepared,
     return EditCandidate(result, found.logprob)
 
 
-def edit_branches(document: Document, instruction: str, options: EditOptions, picks: Sequence[PickFor],
+def edit_branches(document: Document, instruction: str, options: EditOptions, factories: Sequence[SamplerFactory],
                   accept: Callable[[EditCandidate], bool], *, loaded: LoadedModel,
                   on_step: Callable[[DecodeStats, Step], None] | None = None) -> list[EditCandidate]:
-    """len(picks) candidates, one after the other's hesitations: candidate 1 is the plain decode (picks[0]);
+    """len(factories) candidates, one after the other's hesitations: candidate 1 is the plain decode (factories[0]);
     if accept(it) is false, the others branch from it where the model hesitated most (branch_points:
-    the smallest margins between its pick and its next choice) and go on with their own pickers,
-    decoded side by side from candidate 1's cache (decode.decode_branches); with options.rejoin, a branch that
+    the smallest margins between its pick and its next choice) and go on with their own samplers,
+    decoded side by side from candidate 1's cache (decode.decode_branches); with options.attempt.rejoin, a branch that
     writes a stretch of candidate 1's answer again takes its rest (decode.REJOIN_TOKENS). Returns the candidates
     decoded: [candidate 1] when it was accepted. Fenced modes only (a program's copies splice spans
     between its ids, which branch() does not replay)."""
     prepared = prepare(loaded, document, instruction, options)
-    pickers = [pick_for(loaded, document, prepared) for pick_for in picks]
+    samplers = [make_sampler(loaded, document, prepared) for make_sampler in factories]
     cursor, _, drafter = mode_parts(loaded, document, prepared, options.draft)
-    first_row = Row(cursor, pickers[0], drafter, record=True)
+    first_row = Row(cursor, samplers[0], drafter, record=True)
     with _prompt_cache(loaded, prepared) as (lm, reused):
         try:
             [found] = decode_candidates(lm, [first_row], prepared.prompt_ids, None, prepared.budget, on_step, reused)
         except BudgetError as exc:  # out of budget: the branches may still finish
             found = Candidate(None, first_row.logprob, exc, tuple(first_row.alternatives))
     first = _edit_candidate(loaded, document, prepared, found)
-    if accept(first) or len(picks) == 1:
+    if accept(first) or len(factories) == 1:
         return [first]
     ids, tokens = first_row.ids, token_bytes(loaded)
-    points = branch_points(found.alternatives, ids, len(picks) - 1, tokens, prepared.fence, options.branched)
+    points = branch_points(found.alternatives, ids, len(factories) - 1, tokens, prepared.fence, options.attempt.branched)
     # Where the where-step's reading expected other tokens: those branches first, then the hesitations;
-    # none an earlier try branched at from the same answer (options.branched).
-    expected = [e for e in expected_points(document, options.expected, ids, first_row.through, tokens)
-                if branch_key(ids, e) not in options.branched]
+    # none an earlier try branched at from the same answer (options.attempt.branched).
+    attempt = options.attempt
+    expected = [e for e in expected_points(document, attempt.expected, ids, first_row.through, tokens)
+                if branch_key(ids, e) not in attempt.branched]
     taken = {e.at for e in expected}
-    points = [*expected, *(p for p in points if p.at not in taken)][: len(picks) - 1]
+    points = [*expected, *(p for p in points if p.at not in taken)][: len(factories) - 1]
     if not points:
         return [first]
     rows, prefixes = [], []
-    for alternative, pick in zip(points, pickers[1:]):
+    for alternative, pick in zip(points, samplers[1:]):
         cursor, _, drafter = mode_parts(loaded, document, prepared, options.draft)
         row = Row(cursor, pick, drafter, score=True)
-        branch(row, ids, alternative, first_row.through if options.rejoin and found.decoded is not None else None)
+        branch(row, ids, alternative, first_row.through if attempt.rejoin and found.decoded is not None else None)
         rows.append(row)
         prefixes.append(list(prepared.prompt_ids) + ids[: alternative.at])
     lm = language_model(loaded)

@@ -91,13 +91,13 @@ def build_request(document: Document, instruction: str, options: EditOptions) ->
     fence = fence_for(document.text)
     if regions:
         context = context_spans(document.n_lines, regions, options.context)
-        messages = scoped_messages(document, instruction, fence, regions, options.referenced, options.feedback,
+        messages = scoped_messages(document, instruction, fence, regions, options.referenced, options.attempt.feedback,
                                    options.layout, context)
         layout = scoped_layout(document, fence, regions)
         return Request(mode, tuple(messages), layout.opening, layout.source, 0, "edit a smaller file, or split it first",
                        fence, layout.source, regions, layout.headers, layout.tail, task,
                        (layout.indented_source, layout.indented_tail) if layout.indented_source else None)
-    messages = rewrite_messages(document, instruction, fence, options.feedback, options.layout)
+    messages = rewrite_messages(document, instruction, fence, options.attempt.feedback, options.layout)
     source = fenced_source(document, fence)
     return Request(mode, tuple(messages), fence + language_tag(document.path) + "\n", source, 0,
                    "edit a smaller file, or use --mode program", fence, source, task=task)

@@ -6,12 +6,17 @@ tries loop build and read them without importing the model code.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from cadedit.document import Document
-from cadedit.options import Mode
+from cadedit.options import EditOptions, Mode
 from cadedit.program import Program
 from cadedit.program import format as format_program
+
+if TYPE_CHECKING:  # annotations only: the model code stays unimported for a server's or an engine's client
+    from cadedit.model import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -20,12 +25,12 @@ class Step:
 
     phase: str  # "prefill" | "step" | "forced" | "splice": the most expensive kind of token it fed
     prompt: int  # prompt tokens fed
-    sampled: int  # tokens the picker chose after this forward (kept drafted ones included)
+    sampled: int  # tokens the sampler chose after this forward (kept drafted ones included)
     forced: int  # forced literal tokens that followed
     spliced: int  # copied-line tokens fed
     copies: int  # copies whose lines were fed
     drafted: int  # drafted tokens fed
-    kept: int  # drafted tokens kept that the picker chose (forced literals a draft matched are `forced`)
+    kept: int  # drafted tokens kept that the sampler chose (forced literals a draft matched are `forced`)
     forward_seconds: float
     pick_seconds: float
     token: int  # the last token so far
@@ -38,12 +43,12 @@ class DecodeStats:
     forward_passes: int = 0
     tokens_prompt: int = 0  # prompt tokens fed (a reused prompt prefix is not fed again)
     tokens_reused: int = 0  # prompt tokens whose KV cache was kept from an earlier decode
-    tokens_sampled: int = 0  # tokens the picker chose (accepted drafted tokens included)
+    tokens_sampled: int = 0  # tokens the sampler chose (accepted drafted tokens included)
     tokens_forced: int = 0
     tokens_spliced: int = 0  # copied-line tokens (program mode)
     copies: int = 0
     tokens_drafted: int = 0
-    drafts_kept: int = 0  # drafted tokens the picker agreed with
+    drafts_kept: int = 0  # drafted tokens the sampler agreed with
     seconds_prefill: float = 0.0
     seconds_steps: float = 0.0
     seconds_forced: float = 0.0
@@ -115,6 +120,35 @@ class EditCandidate:
     logprob: float
     error: Exception | None = None
     branch: int = 0  # a branch's point (pipeline.branch_key); 0: not a branch
+
+
+class Editor(Protocol):
+    """What makes an edit's answers (tries.edit_verified edits through one): the model loaded in this
+    process (pipeline.LocalEditor), the warm server's client (server.ServerClient) or a shared engine's
+    (engine.EngineClient). on_step sees the decode's steps; make_sampler (a pipeline.SamplerFactory) and factories (one
+    each candidate) choose the decode's samplers from the prepared request, which only a local model
+    uses (tests script answers with them); the others decode as the options' sampling says."""
+
+    name: str
+    load_seconds: float
+    # The model in this process, for the where-step that reads its logits (cadedit.where); None
+    # through a server or an engine, which then makes no where-step.
+    loaded: LoadedModel | None
+    shared_engine: bool  # a shared engine decodes (settings.default_candidates' defaults differ)
+
+    def edit(self, document: Document, instruction: str, options: EditOptions, *,
+             on_step: Callable | None = None, make_sampler: Callable | None = None) -> EditResult:
+        """One answer (pipeline.edit_file)."""
+
+    def edit_candidates(self, document: Document, instruction: str, options: EditOptions, k: int, *,
+                        on_step: Callable | None = None,
+                        factories: Sequence[Callable] | None = None) -> list[EditCandidate]:
+        """k answers decoded side by side (pipeline.edit_candidates)."""
+
+    def edit_branches(self, document: Document, instruction: str, options: EditOptions, k: int,
+                      accept: Callable[[EditCandidate], bool], *, on_step: Callable | None = None,
+                      factories: Sequence[Callable] | None = None) -> list[EditCandidate]:
+        """Candidate 1, then if accept(it) is false up to k-1 branches of it (pipeline.edit_branches)."""
 
 
 def result_json(result: EditResult, diff_text: str) -> dict:

@@ -11,7 +11,7 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from cadedit.cli_common import _Backend, _Dtype, _escape, _Model, _Threads, err, say, sub_app
+from cadedit.cli_common import BackendOpt, DtypeOpt, err, escape_markup, ModelOpt, say, sub_app, ThreadsOpt
 from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT
 
 app = sub_app("serve", "A local server that keeps the model loaded (and its last prompt cached) between edits.")
@@ -45,8 +45,8 @@ def _duration(seconds: float) -> str:
 
 
 @app.command("start")
-def start(model: _Model = None, dtype: _Dtype = "auto", threads: _Threads = None, foreground: _Foreground = False,
-          idle_timeout: _IdleTimeout = IDLE_TIMEOUT, max_rss_gb: _MaxRss = None, backend: _Backend = None,
+def start(model: ModelOpt = None, dtype: DtypeOpt = "auto", threads: ThreadsOpt = None, foreground: _Foreground = False,
+          idle_timeout: _IdleTimeout = IDLE_TIMEOUT, max_rss_gb: _MaxRss = None, backend: BackendOpt = None,
           answer_timeout: _AnswerTimeout = SERVER_ANSWER_TIMEOUT) -> None:
     """Load the model once and serve edits on a Unix socket (one per user) until stopped or idle.
 
@@ -66,7 +66,7 @@ def start(model: _Model = None, dtype: _Dtype = "auto", threads: _Threads = None
         say(f"cadedit server: loading {config.model} ...")
         run_server(config, on_ready=lambda status: say(_serving(status)))
         return
-    with err.status(_escape(f"starting the cadedit server (loading {config.model}) ...")):
+    with err.status(escape_markup(f"starting the cadedit server (loading {config.model}) ...")):
         status = start_daemon(config)
     say(_serving(status))
 

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from cadedit.errors import CadeditError
+from cadedit.results import Editor
 from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT, SERVER_BUSY_WAIT, not_own
 
 PROTOCOL = 1
@@ -137,8 +138,14 @@ def options_from_wire(data: dict):
                           "regions": tuple(tuple(r) for r in data["regions"]),
                           "wider": tuple(tuple(tuple(r) for r in level) for level in data.get("wider", ())),
                           "referenced": tuple(data["referenced"]),
-                          "expected": tuple(tuple(e) for e in data.get("expected", ())),
-                          "branched": tuple(data.get("branched", ()))})
+                          "attempt": _attempt_from_wire(data.get("attempt", {}))})
+
+
+def _attempt_from_wire(data: dict):
+    from cadedit.options import TryState
+
+    return TryState(**{**data, "expected": tuple(tuple(e) for e in data.get("expected", ())),
+                       "branched": tuple(data.get("branched", ()))})
 
 
 def result_to_wire(result) -> dict:
@@ -192,8 +199,13 @@ def error_from_wire(data: dict) -> CadeditError:
 # -- the client -------------------------------------------------------------------------------
 
 
-class ServerClient:
-    """A running server, used like a LoadedModel: name, dtype, threads, load_seconds (0.0: already loaded)."""
+class ServerClient(Editor):
+    """A running server as a results.Editor (edit_file and its candidates run there; scripted samplers
+    do not travel, so make_sampler and factories are not used), with name, dtype, threads and load_seconds
+    (0.0: already loaded) as a LoadedModel has them."""
+
+    loaded = None  # the model is in the server's process: no where-step here
+    shared_engine = False
 
     def __init__(self, socket_path: Path, status: dict):
         self.socket_path = socket_path
@@ -215,12 +227,13 @@ class ServerClient:
     def stop(self) -> dict:
         return _ask(self.socket_path, {"op": "stop"}, 5.0)
 
-    def edit(self, document, instruction: str, options=None, on_step: Callable | None = None):
+    def edit(self, document, instruction: str, options=None, on_step: Callable | None = None, make_sampler=None):
         """edit_file(document, instruction, options) run by the server; the same EditResult, or its error."""
         return result_from_wire(self._edit(document, instruction, options, on_step, 1), document)
 
-    def edit_candidates(self, document, instruction: str, options=None, k: int = 2, on_step: Callable | None = None):
-        """pipeline.edit_candidates with `--candidates k`'s pickers, run by the server: k EditCandidates."""
+    def edit_candidates(self, document, instruction: str, options=None, k: int = 2, on_step: Callable | None = None,
+                        factories=None):
+        """pipeline.edit_candidates with `--candidates k`'s samplers, run by the server: k EditCandidates."""
         answer = self._edit(document, instruction, options, on_step, k)
         if "candidates" not in answer:
             raise ServerError("the cadedit server does not decode candidates side by side",
@@ -228,7 +241,7 @@ class ServerClient:
         return [candidate_from_wire(c, document) for c in answer["candidates"]]
 
     def edit_branches(self, document, instruction: str, options, k: int, accept: Callable,
-                      on_step: Callable | None = None):
+                      on_step: Callable | None = None, factories=None):
         """pipeline.edit_branches run by the server: it sends candidate 1, accept(candidate 1) is asked
         here (where the user's test runs) and answered; if false, the server decodes the k-1 branches
         from its own cache. Returns the candidates decoded, as edit_branches does."""
@@ -484,9 +497,9 @@ class _Hold:
 class _Server:
     """The state of one serve(): the model, one lock for edits, counters for status."""
 
-    def __init__(self, socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int, pick_for=None,
+    def __init__(self, socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int, make_sampler=None,
                  answer_timeout: float = SERVER_ANSWER_TIMEOUT):
-        self.socket_path, self.loaded, self.pick_for = socket_path, loaded, pick_for
+        self.socket_path, self.loaded, self.make_sampler = socket_path, loaded, make_sampler
         self.idle_timeout, self.max_rss_bytes, self.answer_timeout = idle_timeout, max_rss_bytes, answer_timeout
         self.edit_lock = threading.Lock()  # one decode at a time: the model has one KV cache
         self.busy_since = 0.0  # when the decode holding edit_lock took it
@@ -566,7 +579,7 @@ class _Server:
     def edit(self, request: dict, stream, conn: socket.socket) -> dict:
         from cadedit.document import Document
         from cadedit.pipeline import edit_branches, edit_candidates, edit_file
-        from cadedit.tries import branch_picks, candidate_picks
+        from cadedit.tries import branch_factories, candidate_factories
 
         options = options_from_wire(request["options"])
         if options.model is not None and resolve_spec(options.model) != resolve_spec(self.loaded.name):
@@ -579,14 +592,14 @@ class _Server:
             start = time.perf_counter()
             try:
                 if k > 1 and request.get("by") == "branch":
-                    found = edit_branches(document, request["instruction"], options, branch_picks(k, options.sampling),
+                    found = edit_branches(document, request["instruction"], options, branch_factories(k, options.sampling),
                                           self.asker(stream, conn, hold), loaded=self.loaded, on_step=on_step)
                 elif k > 1:
                     found = edit_candidates(document, request["instruction"], options,
-                                            candidate_picks(k, options.sampling), loaded=self.loaded, on_step=on_step)
+                                            candidate_factories(k, options.sampling), loaded=self.loaded, on_step=on_step)
                 else:
                     result = edit_file(document, request["instruction"], options, loaded=self.loaded, on_step=on_step,
-                                       pick_for=self.pick_for)
+                                       make_sampler=self.make_sampler)
             finally:
                 self.requests += 1
                 self.last_request = time.monotonic()
@@ -703,23 +716,23 @@ def _trim_heap() -> None:
 
 
 def serve(socket_path: Path, loaded, idle_timeout: float = IDLE_TIMEOUT, max_rss_bytes: int | None = None,
-          on_ready: Callable[[dict], None] | None = None, pick_for: Callable | None = None,
+          on_ready: Callable[[dict], None] | None = None, make_sampler: Callable | None = None,
           answer_timeout: float = SERVER_ANSWER_TIMEOUT) -> None:
     """Serve `loaded` on socket_path until a stop request, idle_timeout seconds without one (0: never),
-    SIGTERM or Ctrl-C. max_rss_bytes None: the RSS now plus CACHE_ROOM. pick_for: each single edit's
-    picker factory (pipeline.PickFor; None: the request's sampling; tests script answers with it).
+    SIGTERM or Ctrl-C. max_rss_bytes None: the RSS now plus CACHE_ROOM. make_sampler: each single edit's
+    sampler factory (pipeline.SamplerFactory; None: the request's sampling; tests script answers with it).
     answer_timeout: seconds a branched edit waits for its client's checks of candidate 1."""
     claim(socket_path)
     try:
-        _serve_claimed(socket_path, loaded, idle_timeout, max_rss_bytes, on_ready, pick_for, answer_timeout)
+        _serve_claimed(socket_path, loaded, idle_timeout, max_rss_bytes, on_ready, make_sampler, answer_timeout)
     finally:
         release(socket_path)
 
 
 def _serve_claimed(socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int | None,
-                   on_ready: Callable[[dict], None] | None, pick_for: Callable | None = None,
+                   on_ready: Callable[[dict], None] | None, make_sampler: Callable | None = None,
                    answer_timeout: float = SERVER_ANSWER_TIMEOUT) -> None:
-    server = _Server(socket_path, loaded, idle_timeout, max_rss_bytes or rss_bytes() + CACHE_ROOM, pick_for,
+    server = _Server(socket_path, loaded, idle_timeout, max_rss_bytes or rss_bytes() + CACHE_ROOM, make_sampler,
                      answer_timeout)
     listener = _listen(socket_path)
     try:

@@ -1,7 +1,7 @@
 """Verified edits: every candidate is checked; a failed try feeds back what failed and tries again.
 
-Contract: edit_verified(document, instruction, options, plan, tries, loaded=...) runs up to `tries`
-edits of one document through pipeline.edit_file and checks each candidate (cadedit.checks: that a
+Contract: edit_verified(document, instruction, options, plan, Attempts(tries), editor=...) runs up to
+`tries` edits of one document through pipeline.edit_file and checks each candidate (cadedit.checks: that a
 scoped answer could be placed exactly, the edited file's syntax, that it changed at all, and the
 user's test command with the candidate in place, the user's bytes restored afterwards). It stops
 at the first candidate that passes. Try 1 is the options' own sampling (greedy by default); try 2
@@ -41,12 +41,12 @@ from cadedit.checks import Candidate, Check, Edited, change_check, feedback, pla
 from cadedit.code_checks import CHECK_NAMES as CODE_CHECKS, code_checks
 from cadedit.document import Document
 from cadedit.errors import BudgetError
-from cadedit.options import EditOptions, Mode, Sampling
+from cadedit.options import EditOptions, Mode, Sampling, TryState
 from cadedit.oracle import oracle
 from cadedit.prompt import unquoted
 from cadedit.repair import repaired
 from cadedit.resolve import resolve
-from cadedit.results import EditResult
+from cadedit.results import Editor, EditResult
 from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, READ_BRANCHES, REJOIN_TRIES, TEST_TIMEOUT, default_candidates
 
 
@@ -260,23 +260,62 @@ def repaired_result(document: Document, result: EditResult | None, instruction: 
     return replace(result, new_text=text, program=program)
 
 
+@dataclass(frozen=True)
+class Attempts:
+    """How many tries an edit makes, and how each try makes its candidates."""
+
+    tries: int = DEFAULT_TRIES
+    candidates: int | None = None  # every try decodes this many (None: candidates_for's default)
+    candidates_by: str | None = None  # settings.CANDIDATE_WAYS (None: settings.CANDIDATES_BY; _batched_try)
+
+
+@dataclass(frozen=True)
+class Reporters:
+    """Who hears of the tries as they go (the CLI's progress lines): each try's candidates in order, the
+    decode's steps, a test starting (with the try's number), the where-step's answer."""
+
+    on_try: Callable[[Try], None] | None = None
+    on_step: Callable | None = None
+    on_test: Callable[[int], None] | None = None
+    on_where: Callable[[Any], None] | None = None
+
+
+@dataclass(frozen=True)
+class _Edit:
+    """What every try of one edit shares."""
+
+    editor: Editor
+    document: Document
+    instruction: str
+    plan: CheckPlan
+    on_step: Callable | None = None
+
+
+@dataclass(frozen=True)
+class _TryPlan:
+    """One try as it is asked: its number, its options (sampling, scope, layout and TryState), its sampler
+    factory (picks(number): one, a batched try's list of them, or None) and its test's reporter."""
+
+    number: int
+    options: EditOptions
+    pick: Any = None
+    on_test: Callable[[], None] | None = None
+
+
 def edit_verified(document: Document, instruction: str, options: EditOptions, plan: CheckPlan,
-                  tries: int = DEFAULT_TRIES, *, loaded: Any, picks: Callable[[int], Any] | None = None,
-                  on_try: Callable[[Try], None] | None = None, on_step=None,
-                  on_test: Callable[[int], None] | None = None, on_where: Callable[[Any], None] | None = None,
-                  candidates: int | None = None, candidates_by: str | None = None) -> Verified:
-    """Up to `tries` tries until a candidate passes its checks; see the module docstring.
-    loaded: a model.LoadedModel, or an editor with edit() (server.ServerClient: edit_file in the warm
-    server; engine.EngineClient: a shared engine; no where-step then). candidates: every try decodes
-    this many (None: candidates_for's default), made as candidates_by says (settings.CANDIDATE_WAYS;
-    None: settings.CANDIDATES_BY; _batched_try). picks(k) may give try k's picker
-    factory (pipeline.PickFor: the picker from the prepared request; None: the try's sampling) or a
-    batched try's list of `candidates` factories (one factory there: every candidate's), picks(0)
-    the where-step's (loaded -> picker, as where.where_picker); tests script answers with it (local
-    models only)."""
-    candidates_by = candidates_by or CANDIDATES_BY
-    edit, editors = _editors(loaded)
-    where = _reported(_where(document, instruction, options, loaded, picks(0) if picks else None), on_where)
+                  attempts: Attempts = Attempts(), *, editor: Editor, picks: Callable[[int], Any] | None = None,
+                  report: Reporters = Reporters()) -> Verified:
+    """Up to attempts.tries tries until a candidate passes its checks; see the module docstring.
+    editor: what decodes (results.Editor: pipeline.LocalEditor, the warm server's client or a shared
+    engine's; no where-step but with a local model). attempts.candidates: every try decodes
+    this many (None: candidates_for's default), made as attempts.candidates_by says. picks(k) may give
+    try k's sampler factory (pipeline.SamplerFactory: the sampler from the prepared request; None: the try's
+    sampling) or a batched try's list of `candidates` factories (one factory there: every candidate's),
+    picks(0) the where-step's (loaded -> sampler, as where.where_sampler); tests script answers with it
+    (local models only)."""
+    candidates_by = attempts.candidates_by or CANDIDATES_BY
+    edit = _Edit(editor, document, instruction, plan, report.on_step)
+    where = _reported(_where(document, instruction, options, editor, picks(0) if picks else None), report.on_where)
     done: list[Try] = []
     last: Try | None = None  # what the next try learns from: the previous try, or its best candidate
     told = ""
@@ -286,33 +325,30 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
     checked: dict[str, Try] = {}  # every candidate text checked so far: a later try's copy is not checked again
     branched: set[int] = set()  # every branch point taken so far: a later try branches elsewhere
     read = ()  # once try 1 failed (options.read_later): the points the later tries also branch at
-    branches = candidates != 1 and candidates_by == "branch"  # the reading's points become branches
-    for number in range(1, tries + 1):
+    branches = attempts.candidates != 1 and candidates_by == "branch"  # the reading's points become branches
+    for number in range(1, attempts.tries + 1):
         failed = {c.name for c in last.failed_checks} if last else set()
         widened = bool(failed & widen_after) and level < len(levels) - 1
         level += widened
         if UNQUOTED_AFTER in failed and not widened:  # copied where it was: ask without the quote
             layout = unquoted(layout)
-        if number == 2 and where is None and (where := _reported(_read_later(document, options, plan, loaded, picks,
-                                                                             branches), on_where)):
+        if number == 2 and where is None and (where := _reported(_read_later(document, options, plan, editor, picks,
+                                                                             branches), report.on_where)):
             read = where.spread[:READ_BRANCHES]
         located = where is not None and not where.later and level == 0  # this try retypes the line named
-        current = replace(options, sampling=sampling_for(number, options.sampling), feedback=told,
-                          regions=levels[level], wider=(), layout=layout, locate=False,
-                          expected=expected[level] or read, branched=tuple(sorted(branched)))
-        pick = picks(number) if picks else None
-        test_hook = None if on_test is None else (lambda: on_test(number))
-        k = candidates_for(candidates, plan, loaded, number, located)
+        current = replace(options, sampling=sampling_for(number, options.sampling), regions=levels[level], wider=(),
+                          layout=layout, locate=False,
+                          attempt=TryState(told, expected=expected[level] or read, branched=tuple(sorted(branched))))
+        on_test = report.on_test
+        this = _TryPlan(number, current, picks(number) if picks else None,
+                        None if on_test is None else (lambda: on_test(number)))
+        k = candidates_for(attempts.candidates, plan, editor, number, located)
         k += len(read) if k > 1 else 0  # the reading's branches beside the hesitations
-        if k > 1:
-            made = _batched_try(editors, document, instruction, current, plan, number, k, pick, on_step,
-                                test_hook, checked, candidates_by)
-        else:
-            made = [_one_try(edit, document, instruction, current, plan, number, pick, on_step, test_hook)]
+        made = _batched_try(edit, this, k, checked, candidates_by) if k > 1 else [_one_try(edit, this)]
         done += made
         branched |= {attempt.branch for attempt in made if attempt.branch}
-        for attempt in sorted(made, key=lambda t: t.candidate) if on_try else ():  # in order, not as checked
-            on_try(attempt)
+        for attempt in sorted(made, key=lambda t: t.candidate) if report.on_try else ():  # in order, not as checked
+            report.on_try(attempt)
         last = Verified(tuple(made)).best or made[-1]
         told = _told(document, plan, last)
         if any(attempt.passed for attempt in made):
@@ -329,13 +365,13 @@ def _ladder(document: Document, options: EditOptions, plan: CheckPlan, where: An
     return where.ladder(document, bool(plan.test))
 
 
-def candidates_for(asked: int | None, plan: CheckPlan, loaded: Any, number: int = 1, located: bool = False) -> int:
+def candidates_for(asked: int | None, plan: CheckPlan, editor: Editor, number: int = 1, located: bool = False) -> int:
     """The candidates try `number` decodes: as asked, else settings.default_candidates by whether a
-    test decides, whether `loaded` is a shared engine (engine.EngineClient), the try's number and
+    test decides, whether the editor is a shared engine's (engine.EngineClient), the try's number and
     whether the where-step named its line."""
     if asked is not None:
         return asked
-    return default_candidates(bool(plan.test), getattr(loaded, "backend", "") == "engine", number, located)
+    return default_candidates(bool(plan.test), editor.shared_engine, number, located)
 
 
 def _told(document: Document, plan: CheckPlan, last: Try) -> str:
@@ -347,15 +383,16 @@ def _told(document: Document, plan: CheckPlan, last: Try) -> str:
     return feedback(last.checks, Edited(document.path, document.text, last.result.new_text, last.regions, cwd))
 
 
-def _where(document: Document, instruction: str, options: EditOptions, loaded: Any, pick_for) -> Any:
-    """The where-step's answer, or None when it does not apply (or the model could not answer);
-    pick_for(loaded) gives its picker (None: where.where_picker)."""
-    if not (options.locate and options.regions) or hasattr(loaded, "edit"):
+def _where(document: Document, instruction: str, options: EditOptions, editor: Editor, make_sampler) -> Any:
+    """The where-step's answer, or None when it does not apply (a remote editor, or the model could not
+    answer); make_sampler(loaded) gives its sampler (None: where.where_sampler)."""
+    loaded = editor.loaded
+    if not (options.locate and options.regions) or loaded is None:
         return None
     from cadedit.errors import CadeditError
     from cadedit.where import locate
 
-    pick = pick_for(loaded) if pick_for is not None else None
+    pick = make_sampler(loaded) if make_sampler is not None else None
     try:
         where = locate(loaded, document, instruction, options.regions, pick, options.where_by, options.context)
     except CadeditError:  # e.g. out of its few tokens: the tries retype the definitions, as without it
@@ -370,7 +407,7 @@ def _reported(where: Any, on_where: Callable[[Any], None] | None) -> Any:
     return where
 
 
-def _read_later(document: Document, options: EditOptions, plan: CheckPlan, loaded: Any, picks,
+def _read_later(document: Document, options: EditOptions, plan: CheckPlan, editor: Editor, picks,
                 branches: bool) -> Any:
     """The definition read by surprise once try 1 failed its test (options.read_later; a local model; the
     tries branch: `branches`, not --candidates 1 nor --candidates-by sample), as a where.Where with
@@ -378,81 +415,48 @@ def _read_later(document: Document, options: EditOptions, plan: CheckPlan, loade
     if not (options.read_later and plan.test and branches):
         return None
     asked = replace(options, locate=True, where_by="surprise")
-    where = _where(document, "", asked, loaded, picks(0) if picks else None)
+    where = _where(document, "", asked, editor, picks(0) if picks else None)
     return replace(where, later=True) if where is not None and where.spread else None
 
 
-def _editors(loaded: Any):
-    """edit(document, instruction, options, on_step, pick_for) -> EditResult, and the batched editors:
-    edit_many(..., k, picks) -> k EditCandidates decoded side by side (picks None: candidate_picks),
-    locally or in the server, and edit_branched(..., k, picks, accept) -> candidate 1, then if
-    accept(it) is false its branches (pipeline.edit_branches, locally or in the server; None for an engine)."""
-    if hasattr(loaded, "edit"):
-        def edit(document, instruction, options, on_step, pick_for):
-            return loaded.edit(document, instruction, options, on_step=on_step)
-
-        def edit_remote(document, instruction, options, on_step, k, picks):
-            return loaded.edit_candidates(document, instruction, options, k, on_step=on_step)
-
-        def branch_remote(document, instruction, options, on_step, k, picks, accept):
-            return loaded.edit_branches(document, instruction, options, k, accept, on_step=on_step)
-        return edit, (edit_remote, branch_remote if hasattr(loaded, "edit_branches") else None)
-    from cadedit.pipeline import edit_branches, edit_candidates, edit_file
-
-    def edit(document, instruction, options, on_step, pick_for):
-        return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick_for=pick_for)
-
-    def edit_many(document, instruction, options, on_step, k, picks):
-        picks = picks or candidate_picks(k, options.sampling)
-        return edit_candidates(document, instruction, options, picks, loaded=loaded, on_step=on_step)
-
-    def edit_branched(document, instruction, options, on_step, k, picks, accept):
-        picks = picks or branch_picks(k, options.sampling)
-        return edit_branches(document, instruction, options, picks, accept, loaded=loaded, on_step=on_step)
-
-    return edit, (edit_many, edit_branched)
-
-
-def candidate_picks(k: int, first: Sampling) -> list:
-    """The picker factories of `--candidates k` (pipeline.PickFor, candidate_sampling each)."""
+def candidate_factories(k: int, first: Sampling) -> list:
+    """The sampler factories of `--candidates k` (pipeline.SamplerFactory, candidate_sampling each)."""
     return [_sampling_for(candidate_sampling(i, first)) for i in range(1, k + 1)]
 
 
-def branch_picks(k: int, sampling: Sampling) -> list:
-    """The picker factories of k branched candidates: each goes on with the try's own sampling."""
+def branch_factories(k: int, sampling: Sampling) -> list:
+    """The sampler factories of k branched candidates: each goes on with the try's own sampling."""
     return [_sampling_for(sampling)] * k
 
 
 def _sampling_for(sampling: Sampling):
-    """A picker factory: the sampling picker (imports the model code when called)."""
+    """A sampler factory: the sampling sampler (imports the model code when called)."""
 
-    def pick_for(loaded, document, prepared):
-        from cadedit.decode import sampling_picker
+    def make_sampler(loaded, document, prepared):
+        from cadedit.decode import sampler_for
 
-        return sampling_picker(sampling)
+        return sampler_for(sampling)
 
-    return pick_for
+    return make_sampler
 
 
-def _one_try(edit, document: Document, instruction: str, current: EditOptions, plan: CheckPlan, number: int,
-             pick_for, on_step, on_test) -> Try:
+def _one_try(edit: _Edit, this: _TryPlan) -> Try:
     """One candidate and its checks."""
     start = time.perf_counter()
+    current, document = this.options, edit.document
     sampling = current.sampling
     try:
-        result = edit(document, instruction, current, on_step, pick_for)
+        result = edit.editor.edit(document, edit.instruction, current, on_step=edit.on_step, make_sampler=this.pick)
     except BudgetError as exc:
-        return Try(number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
+        return Try(this.number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
                    current.regions, getattr(exc, "engine", None))
-    result = repaired_result(document, result, instruction)
-    checks = check_candidate(document, result.new_text, plan, on_test, instruction, result.placement)
-    return Try(number, sampling.temperature, result, checks, time.perf_counter() - start, regions=current.regions)
+    result = repaired_result(document, result, edit.instruction)
+    checks = check_candidate(document, result.new_text, edit.plan, this.on_test, edit.instruction, result.placement)
+    return Try(this.number, sampling.temperature, result, checks, time.perf_counter() - start, regions=current.regions)
 
 
-def _batched_try(editors, document: Document, instruction: str, current: EditOptions, plan: CheckPlan,
-                 number: int, k: int, picks, on_step, on_test, checked: dict[str, Try],
-                 by: str = CANDIDATES_BY) -> list[Try]:
-    """Try `number` as k candidates, checked until one passes: with --test the first that passes its test,
+def _batched_try(edit: _Edit, this: _TryPlan, k: int, checked: dict[str, Try], by: str = CANDIDATES_BY) -> list[Try]:
+    """Try `this.number` as k candidates, checked until one passes: with --test the first that passes its test,
     without it the highest-scoring that passes syntax and change; duplicates are checked once, and a copy
     of a candidate an earlier try checked (`checked`, by text; updated here) takes its checks, not run again.
     Returns every candidate as a Try, in the order checked (the ones after the winner unchecked).
@@ -461,22 +465,50 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
     by "branch" (a local model, a fenced mode): candidate 1 is decoded and checked first; only if it
     fails are the others decoded, each branching from it where it hesitated (pipeline.edit_branches; in
     the first REJOIN_TRIES tries taking its rest once they write it again), then checked by log-probability."""
-    edit_many, edit_branched = editors
+    current, number = this.options, this.number
     # A program's copies splice spans between its ids, which a branch cannot replay (fenced modes only).
-    branched = by == "branch" and edit_branched is not None and Mode(current.mode) is not Mode.PROGRAM
+    branched = by == "branch" and Mode(current.mode) is not Mode.PROGRAM
     samplings = [current.sampling if branched else candidate_sampling(i, current.sampling) for i in range(1, k + 1)]
     start = time.perf_counter()
+    picks = this.pick
     scripted = list(picks) if isinstance(picks, (list, tuple)) else [picks] * k if picks is not None else None
-    made: list[Try] = []
-    seen: dict[str, int] = {}
-    checking = [0.0]  # seconds spent in checks so far (not decode time)
+    checker = _Checker(edit, this, k, tuple(samplings), checked)
+    editor, document, instruction = edit.editor, edit.document, edit.instruction
+    if branched:
+        rejoined = replace(current, attempt=replace(current.attempt, rejoin=number <= REJOIN_TRIES))
+        found = editor.edit_branches(document, instruction, rejoined, k,
+                                     lambda first: checker.check(0, first, time.perf_counter() - start),
+                                     on_step=edit.on_step, factories=scripted or branch_factories(k, current.sampling))
+        rest = range(1, len(found))
+    else:
+        found = editor.edit_candidates(document, instruction, current, k, on_step=edit.on_step,
+                                       factories=scripted or candidate_factories(k, current.sampling))
+        rest = range(k)
+    decode_seconds = time.perf_counter() - start - checker.seconds  # candidate 1's checks are its own
+    for i in sorted(rest, key=lambda i: -found[i].logprob):
+        checker.check(i, found[i], decode_seconds)
+    return checker.made
 
-    def check(i: int, c, decode_seconds: float) -> bool:
+
+class _Checker:
+    """A batched try's candidates checked one by one (_batched_try): each as a Try into `made`, the texts
+    seen in this try and the seconds spent in checks so far (not decode time)."""
+
+    def __init__(self, edit: _Edit, this: _TryPlan, k: int, samplings: tuple[Sampling, ...],
+                 checked: dict[str, Try]):
+        self.edit, self.this, self.k, self.samplings, self.checked = edit, this, k, samplings, checked
+        self.made: list[Try] = []
+        self.seen: dict[str, int] = {}
+        self.seconds = 0.0
+
+    def check(self, i: int, c, decode_seconds: float) -> bool:
         """Candidate i+1's Try into `made`; whether it passed."""
-        t, candidate = samplings[i].temperature, i + 1
-        common = dict(regions=current.regions, candidate=candidate, of=k, logprob=c.logprob, branch=c.branch)
+        edit, made, seen, number = self.edit, self.made, self.seen, self.this.number
+        t, candidate = self.samplings[i].temperature, i + 1
+        common = dict(regions=self.this.options.regions, candidate=candidate, of=self.k, logprob=c.logprob,
+                      branch=c.branch)
         winner = next((m.candidate for m in made if m.passed), 0)
-        c = replace(c, result=repaired_result(document, c.result, instruction))
+        c = replace(c, result=repaired_result(edit.document, c.result, edit.instruction))
         if c.result is None:
             error = getattr(c.error, "message", str(c.error))
             made.append(Try(number, t, None, (), decode_seconds, error, getattr(c.error, "hint", None), **common))
@@ -484,7 +516,7 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
             why = (f"the same as candidate {seen[c.result.new_text]}" if c.result.new_text in seen
                    else f"not checked: candidate {winner} passed first")
             made.append(Try(number, t, c.result, (), decode_seconds, why, **common))
-        elif (earlier := checked.get(c.result.new_text)) is not None:  # failed in an earlier try: its checks stand
+        elif (earlier := self.checked.get(c.result.new_text)) is not None:  # failed in an earlier try: its checks stand
             seen[c.result.new_text] = candidate
             which = f"try {earlier.number}" + (f"'s candidate {earlier.candidate}" if earlier.candidate else "")
             carried = tuple(replace(check, seconds=0.0) for check in earlier.checks)  # not run this time
@@ -492,20 +524,9 @@ def _batched_try(editors, document: Document, instruction: str, current: EditOpt
         else:
             seen[c.result.new_text] = candidate
             began = time.perf_counter()
-            checks = check_candidate(document, c.result.new_text, plan, on_test, instruction, c.result.placement)
-            checking[0] += time.perf_counter() - began
+            checks = check_candidate(edit.document, c.result.new_text, edit.plan, self.this.on_test, edit.instruction,
+                                     c.result.placement)
+            self.seconds += time.perf_counter() - began
             made.append(Try(number, t, c.result, checks, decode_seconds + time.perf_counter() - began, **common))
-            checked[c.result.new_text] = made[-1]
+            self.checked[c.result.new_text] = made[-1]
         return made[-1].passed
-
-    if branched:
-        found = edit_branched(document, instruction, replace(current, rejoin=number <= REJOIN_TRIES), on_step, k,
-                              scripted, lambda first: check(0, first, time.perf_counter() - start))
-        rest = range(1, len(found))
-    else:
-        found = edit_many(document, instruction, current, on_step, k, scripted)
-        rest = range(k)
-    decode_seconds = time.perf_counter() - start - checking[0]  # candidate 1's checks are its own
-    for i in sorted(rest, key=lambda i: -found[i].logprob):
-        check(i, found[i], decode_seconds)
-    return made

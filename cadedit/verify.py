@@ -3,7 +3,7 @@
 Contract: VerifyDrafter(source, encode, token_bytes, budget) is a decode-loop drafter
 (cadedit.decode.Drafter). Wherever the output so far is aligned with the source text, it proposes
 the next stretch of the source; the loop checks it in the one forward it makes anyway and keeps
-the longest prefix the picker agrees with, so greedy output equals one-token-at-a-time decoding.
+the longest prefix the sampler agrees with, so greedy output equals one-token-at-a-time decoding.
 Drafts grow geometrically while accepted in full and shrink back after a miss (Schedule). A scoped
 edit's drafter also knows the file's lines after its region (`tail`): a model that runs past the
 region's closing fence and retypes them gets them drafted too, instead of one token a forward. It

@@ -278,11 +278,11 @@ def _answer_tokens(token_bytes: Sequence[bytes]) -> tuple[tuple[int, str], ...]:
     return _CANDIDATES[key][1]
 
 
-def where_picker(loaded):
-    """The where-step's picker: the model's greedy choice (tries.edit_verified's picks(0) may give another)."""
-    from cadedit.decode import sampling_picker
+def where_sampler(loaded):
+    """The where-step's sampler: the model's greedy choice (tries.edit_verified's picks(0) may give another)."""
+    from cadedit.decode import sampler_for
 
-    return sampling_picker()
+    return sampler_for()
 
 
 def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple[int, int]], pick=None,
@@ -309,7 +309,7 @@ def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple
         cursor = LineNumberCursor(tokens, ends, [k for a, b in regions for k in range(a, b + 1)])
     lm = language_model(loaded)
     budget = WHERE_BUDGET if not quote else WHERE_BUDGET + max(len(b) for b in cursor.bodies)
-    decoded = decode(lm, cursor, prompt_ids, None, pick or where_picker(loaded), budget, None, None,
+    decoded = decode(lm, cursor, prompt_ids, None, pick or where_sampler(loaded), budget, None, None,
                      lm.reuse(prompt_ids))
     lines = cursor.lines()
     return Where(tuple(tuple(r) for r in regions), lines, cursor.text(), located_levels(document, lines, regions),

@@ -1,14 +1,14 @@
 """Scripted answers: the tiny random model 'chooses' a known answer through the real decode loop
 (real model, real cursor, real drafter), injected through public seams only:
 
-- `cadedit fix` and the hook: tries.edit_verified's `picks=` (picks(k): try k's picker factory,
-  pipeline.PickFor; picks(0): the where-step's, loaded -> picker). inject_picks gives every
-  edit_verified the CLI makes those picks (the CLI looks the function up on cadedit.tries when it
-  runs).
-- `cadedit bench`: the runners' own `pick_for=` / `picks=` parameters, the same way (the bench CLI
-  looks them up on their modules when it runs); the server: serve(pick_for=).
+- `cadedit fix`, the hook, `cadedit bench tries / multiline / longfile`: tries.edit_verified's `picks=`
+  (picks(k): try k's sampler factory, pipeline.SamplerFactory; picks(0): the where-step's, loaded -> sampler),
+  which the CLI takes from its context object (cli_common.Scripted: `app(obj=Scripted(picks))`).
+  inject_picks sets this test's picks and invoke() runs the CLI with them.
+- `cadedit bench e2e`: the runner's own `make_sampler=` parameter (the bench CLI looks it up on its
+  module when it runs); the server: serve(make_sampler=).
 
-A picker factory gets (loaded, document, prepared) once the request is prepared, so a script can
+A sampler factory gets (loaded, document, prepared) once the request is prepared, so a script can
 use the prepared fence, source and regions, and record what was asked.
 """
 
@@ -18,8 +18,12 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from cadedit import pipeline, tries
-from cadedit.decode import Picker, script_picker
+from click.testing import Result
+from typer.testing import CliRunner
+
+from cadedit import cli, pipeline
+from cadedit.cli_common import Scripted
+from cadedit.decode import Sampler, script_sampler
 from cadedit.document import Document
 from cadedit.model import encode, token_bytes
 from cadedit.options import Mode
@@ -29,69 +33,82 @@ from cadedit.prompt import fenced_source
 from cadedit.resolve import to_display_program
 
 
+# This test's scripted answers, which invoke() gives the CLI; monkeypatch puts them back after each test.
+_SCRIPTED: dict[str, Any] = {"picks": None}
+
+
 def inject_picks(monkeypatch, picks: Callable[[int], Any]) -> None:
-    """Every tries.edit_verified call from here on (cadedit fix, the hook) runs with picks=picks;
-    where picks(k) is None, picks injected before answer (a where-step script and a tries script
-    compose)."""
-    current = tries.edit_verified
-    earlier = current.keywords.get("picks") if isinstance(current, functools.partial) else None
+    """Every CLI run by invoke() from here on (cadedit fix, the hook, bench tries) edits with
+    picks=picks; where picks(k) is None, picks injected before answer (a where-step script and a
+    tries script compose)."""
+    earlier = _SCRIPTED["picks"]
 
     def composed(k: int):
         mine = picks(k)
         return earlier(k) if mine is None and earlier is not None else mine
 
-    monkeypatch.setattr(tries, "edit_verified", functools.partial(current, picks=composed))
+    monkeypatch.setitem(_SCRIPTED, "picks", composed)
 
 
-def inject_e2e(monkeypatch, pick_for: pipeline.PickFor) -> None:
-    """`cadedit bench e2e` builds its mode methods with pick_for (bench.e2e.methods' own parameter)."""
+def scripted() -> Scripted:
+    """This test's scripted answers as the CLI takes them (its context object)."""
+    return Scripted(picks=_SCRIPTED["picks"])
+
+
+def invoke(args: list[str], **kwargs) -> Result:
+    """CliRunner().invoke(cli.app, args, ...) with this test's scripted answers."""
+    return CliRunner().invoke(cli.app, args, obj=scripted(), **kwargs)
+
+
+def inject_e2e(monkeypatch, make_sampler: pipeline.SamplerFactory) -> None:
+    """`cadedit bench e2e` builds its mode methods with make_sampler (bench.e2e.methods' own parameter)."""
     from cadedit.bench import e2e
 
-    monkeypatch.setattr(e2e, "methods", functools.partial(e2e.methods, pick_for=pick_for))
+    monkeypatch.setattr(e2e, "methods", functools.partial(e2e.methods, make_sampler=make_sampler))
 
 
-def scripted_picker(loaded, document: Document, prepared: pipeline.Prepared, after: Document) -> Picker:
-    """A picker that makes the model 'choose' `after` in the prepared mode: the oracle program in
+def scripted_sampler(loaded, document: Document, prepared: pipeline.Prepared, after: Document) -> Sampler:
+    """A sampler that makes the model 'choose' `after` in the prepared mode: the oracle program in
     program mode; in the fenced modes the new file's display text and the closing fence."""
     if prepared.mode is Mode.PROGRAM:
         target = format(to_display_program(oracle(document, after), document))
-        return script_picker(target, pipeline.grammar_for(loaded).vocab.tokens)
+        return script_sampler(target, pipeline.grammar_for(loaded).vocab.tokens)
     assert not prepared.regions, "a scoped answer has segments; these scripts retype whole files"
     answer = fenced_source(after, prepared.fence)
-    return script_picker(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
+    return script_sampler(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
 
 
-def given(pick: Picker) -> pipeline.PickFor:
-    """A picker factory that gives `pick` whatever the request."""
+def given(pick: Sampler) -> pipeline.SamplerFactory:
+    """A sampler factory that gives `pick` whatever the request."""
     return lambda loaded, document, prepared: pick
 
 
-def spelling(answer: Callable[[pipeline.Prepared], str]) -> pipeline.PickFor:
-    """A picker factory that spells answer(prepared), the whole answer text (fence and all)."""
-    return lambda loaded, document, prepared: script_picker(answer(prepared), token_bytes(loaded))
+def spelling(answer: Callable[[pipeline.Prepared], str]) -> pipeline.SamplerFactory:
+    """A sampler factory that spells answer(prepared), the whole answer text (fence and all)."""
+    return lambda loaded, document, prepared: script_sampler(answer(prepared), token_bytes(loaded))
 
 
 def editing(edit: Callable[[Document], Document],
-            on_prepared: Callable[[pipeline.Prepared], None] | None = None) -> pipeline.PickFor:
-    """A picker factory whose answer is edit(document) (scripted_picker); on_prepared sees each
+            on_prepared: Callable[[pipeline.Prepared], None] | None = None) -> pipeline.SamplerFactory:
+    """A sampler factory whose answer is edit(document) (scripted_sampler); on_prepared sees each
     decode's prepared request first."""
 
-    def pick_for(loaded, document: Document, prepared: pipeline.Prepared) -> Picker:
+    def make_sampler(loaded, document: Document, prepared: pipeline.Prepared) -> Sampler:
         if on_prepared is not None:
             on_prepared(prepared)
-        return scripted_picker(loaded, document, prepared, edit(document))
+        return scripted_sampler(loaded, document, prepared, edit(document))
 
-    return pick_for
+    return make_sampler
 
 
-def every_try(pick_for: pipeline.PickFor) -> Callable[[int], Any]:
+def every_try(make_sampler: pipeline.SamplerFactory) -> Callable[[int], Any]:
     """picks for edit_verified: the same factory for every try, the where-step unscripted."""
-    return lambda k: pick_for if k else None
+    return lambda k: make_sampler if k else None
 
 
 def inject_branches(monkeypatch, old: bytes, new: bytes) -> list:
     """Branches (pipeline.edit_branches) start where candidate 1's ids first spell `old` and take the
-    token that spells `new` there, wherever the random model hesitated: the branch rows' own pickers
+    token that spells `new` there, wherever the random model hesitated: the branch rows' own samplers
     then spell the rest (a script continues by the bytes spelled so far). Returns what each call was
     given and gave: (candidate 1's ids, the points, the branch points taken before)."""
     from cadedit.results import Alternative

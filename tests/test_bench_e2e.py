@@ -3,7 +3,7 @@ test harness on real python3 / node subprocesses, and the speedup arithmetic on 
 
 The model's choices are scripted through the real decode loop (the oracle program of the gold in
 program mode; the gold and its closing fence in the fenced modes; given through bench.e2e.methods'
-pick_for, tests/scripting.py), so exact match and test outcomes are known; one test runs the modes
+make_sampler, tests/scripting.py), so exact match and test outcomes are known; one test runs the modes
 unscripted on a budget too small to finish.
 """
 

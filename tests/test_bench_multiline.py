@@ -9,15 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from cadedit.bench.multiline import CORPUS, gold_text, judge, load_cases
-from cadedit.cli import app
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.document import Document
 from cadedit.model import encode, token_bytes
 from cadedit.regions import scoped_source
-from tests.scripting import inject_picks
+from tests.scripting import inject_picks, invoke
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
 
 SOURCE = '''\
@@ -61,13 +59,13 @@ def answering(monkeypatch, *texts: str) -> None:
     calls = []
 
     def picks(k: int):
-        def pick_for(loaded, document, prepared):
+        def make_sampler(loaded, document, prepared):
             after = Document.from_text(texts[len(calls)])
             calls.append(prepared)
             answer = scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
-            return script_picker(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
+            return script_sampler(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
 
-        return pick_for if k else None
+        return make_sampler if k else None
 
     inject_picks(monkeypatch, picks)
 
@@ -77,8 +75,8 @@ def test_bench_multiline_reports_forwards_floor_and_whether_each_answer_did_what
     monkeypatch.chdir(tmp_path)
     # case 2 (add type hints) is answered with a changed comparison and no hint: cadedit's checks fail it
     answering(monkeypatch, RENAMED, SOURCE.replace("digits > 3", "digits >= 3"))
-    result = CliRunner().invoke(app, ["bench", "multiline", "--model", str(tiny_dir), "--dtype", "fp32", "--threads",
-                                      "1", "--corpus", str(corpus), "--json", "out.json"])
+    result = invoke(["bench", "multiline", "--model", str(tiny_dir), "--dtype", "fp32", "--threads",
+                     "1", "--corpus", str(corpus), "--json", "out.json"])
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "out.json").read_text())
     rename, hints = data["rows"]
@@ -94,7 +92,7 @@ def test_bench_multiline_reports_forwards_floor_and_whether_each_answer_did_what
 
 
 def test_bench_multiline_refuses_a_folder_without_cases(tmp_path, tiny_dir):
-    result = CliRunner().invoke(app, ["bench", "multiline", "--model", str(tiny_dir), "--corpus", str(tmp_path)])
+    result = invoke(["bench", "multiline", "--model", str(tiny_dir), "--corpus", str(tmp_path)])
     assert result.exit_code == 1
     assert f"{tmp_path}: no cases.jsonl" in result.output
 

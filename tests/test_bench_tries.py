@@ -4,19 +4,15 @@ table counts, scoped long-file edits scored against the original."""
 
 from __future__ import annotations
 
-import functools
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from cadedit.bench import tries as bench_tries
-from cadedit.cli import app
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.document import Document
 from cadedit.model import encode, token_bytes
 from cadedit.regions import scoped_source
-from tests.scripting import inject_picks, scripted_picker
+from tests.scripting import inject_picks, invoke, scripted_sampler
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"
@@ -31,31 +27,30 @@ def long_context_dir(tmp_path_factory):
 
 
 def answers(monkeypatch, *texts: str) -> list:
-    """Try k of each run answers texts[k] (the last one repeats), through tries.edit_verified's picks:
-    bench longfile runs it as `cadedit fix` does, bench tries takes picks itself (run_case's
-    parameter). Returns the prepared requests decoded."""
+    """Try k of each run answers texts[k] (the last one repeats), through tries.edit_verified's picks,
+    which bench tries and bench longfile take from the CLI's context as `cadedit fix` does
+    (tests/scripting.py). Returns the prepared requests decoded."""
     seen = []
 
     def picks(k: int):
         after = Document.from_text(texts[min(k, len(texts)) - 1])
 
-        def pick_for(loaded, document, prepared):
+        def make_sampler(loaded, document, prepared):
             seen.append(prepared)
             if prepared.regions:
                 answer = scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
-                return script_picker(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
-            return scripted_picker(loaded, document, prepared, after)
+                return script_sampler(answer, token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
+            return scripted_sampler(loaded, document, prepared, after)
 
-        return pick_for if k else None  # 0: the where-step, scripted by the tests that ask where
+        return make_sampler if k else None  # 0: the where-step, scripted by the tests that ask where
 
     inject_picks(monkeypatch, picks)
-    monkeypatch.setattr(bench_tries, "run_case", functools.partial(bench_tries.run_case, picks=picks))
     return seen
 
 
 def where_says(monkeypatch, answer: str) -> None:
-    """The where-step's picker spells `answer` (tries.edit_verified's picks(0))."""
-    inject_picks(monkeypatch, lambda k: None if k else (lambda loaded: script_picker(answer, token_bytes(loaded))))
+    """The where-step's sampler spells `answer` (tries.edit_verified's picks(0))."""
+    inject_picks(monkeypatch, lambda k: None if k else (lambda loaded: script_sampler(answer, token_bytes(loaded))))
 
 
 def corpus(tmp_path, n: int = 1):
@@ -71,9 +66,9 @@ def test_tries_counts_the_single_try_checks_only_and_the_test_loop(tmp_path, mon
     # Checks only: try 1 unchanged, try 2 wrong but it parses and changes, so it is the answer.
     answers(monkeypatch, BUGGY, "def add(a, b):\n    return a * b\n", FIXED)
     out = tmp_path / "t.json"
-    result = CliRunner().invoke(app, ["bench", "tries", "-c", str(corpus(tmp_path)), "--model", str(tiny_dir),
-                                      "--tries", "5", "--check-tries", "3", "--candidates", "1", "--dtype", "fp32",
-                                      "--threads", "1", "--json", str(out)])
+    result = invoke(["bench", "tries", "-c", str(corpus(tmp_path)), "--model", str(tiny_dir),
+                     "--tries", "5", "--check-tries", "3", "--candidates", "1", "--dtype", "fp32",
+                     "--threads", "1", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (row,) = data["corpora"][0]["cases"]
@@ -92,9 +87,9 @@ def test_tries_counts_the_single_try_checks_only_and_the_test_loop(tmp_path, mon
 def test_tries_without_the_checks_run(tmp_path, monkeypatch, tiny_dir):
     answers(monkeypatch, FIXED)
     out = tmp_path / "t.json"
-    result = CliRunner().invoke(app, ["bench", "tries", "-c", str(corpus(tmp_path, 2)), "--model", str(tiny_dir),
-                                      "--tries", "1", "--check-tries", "0", "--dtype", "fp32", "--threads", "1",
-                                      "--json", str(out)])
+    result = invoke(["bench", "tries", "-c", str(corpus(tmp_path, 2)), "--model", str(tiny_dir),
+                     "--tries", "1", "--check-tries", "0", "--dtype", "fp32", "--threads", "1",
+                     "--json", str(out)])
     assert result.exit_code == 0, result.output
     rows = json.loads(out.read_text())["corpora"][0]["cases"]
     assert [r["single"]["passed"] for r in rows] == [True, True]
@@ -105,9 +100,9 @@ def test_tries_decodes_as_many_candidates_a_try_as_fix_would(tmp_path, monkeypat
     """No --candidates: the loop with the test makes 4 candidates a try, the checks alone 1 (fix's defaults)."""
     answers(monkeypatch, BUGGY, FIXED)
     out = tmp_path / "t.json"
-    result = CliRunner().invoke(app, ["bench", "tries", "-c", str(corpus(tmp_path)), "--model", str(tiny_dir),
-                                      "--tries", "3", "--check-tries", "2", "--dtype", "fp32", "--threads", "1",
-                                      "--json", str(out)])
+    result = invoke(["bench", "tries", "-c", str(corpus(tmp_path)), "--model", str(tiny_dir),
+                     "--tries", "3", "--check-tries", "2", "--dtype", "fp32", "--threads", "1",
+                     "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["candidates"] == [4, 8] and data["candidates_checks_only"] == 1
@@ -133,27 +128,27 @@ def test_tries_with_candidates_scores_try_one_by_its_first_passing_candidate(tmp
     def spell(text: str):
         after = Document.from_text(text)
 
-        def pick_for(loaded, document, prepared):
+        def make_sampler(loaded, document, prepared):
             asked.append(prepared.regions)
             if prepared.regions:
                 answer = scoped_source(after, prepared.fence, prepared.regions, prepared.headers)
-                return script_picker(answer, token_bytes(loaded), lambda t: encode(loaded.tokenizer, t))
-            return scripted_picker(loaded, document, prepared, after)
+                return script_sampler(answer, token_bytes(loaded), lambda t: encode(loaded.tokenizer, t))
+            return scripted_sampler(loaded, document, prepared, after)
 
-        return pick_for
+        return make_sampler
 
     def picks(k: int):
         return [spell(BUGGY + other), spell(wrong), spell(FIXED + other)] if k == 1 else spell(wrong) if k else None
 
-    monkeypatch.setattr(bench_tries, "run_case", functools.partial(bench_tries.run_case, picks=picks))
+    inject_picks(monkeypatch, picks)
     out = tmp_path / "t.json"
     cases = tmp_path / "c.jsonl"
     cases.write_text(json.dumps({"id": "case", "language": "python", "before": BUGGY + other, "after": FIXED + other,
                                  "instruction": "Fix add.", "test": TEST}) + "\n")
-    result = CliRunner().invoke(app, ["bench", "tries", "-c", str(cases), "--model", str(tiny_dir),
-                                      "--tries", "3", "--check-tries", "0", "--candidates", "3", "--scoping", scoping,
-                                      "--candidates-by", "sample",
-                                      "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    result = invoke(["bench", "tries", "-c", str(cases), "--model", str(tiny_dir),
+                     "--tries", "3", "--check-tries", "0", "--candidates", "3", "--scoping", scoping,
+                     "--candidates-by", "sample",
+                     "--dtype", "fp32", "--threads", "1", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (row,) = data["corpora"][0]["cases"]
@@ -172,9 +167,9 @@ def test_longfile_scores_a_scoped_fix_of_a_real_module(tmp_path, monkeypatch, lo
     task = longfile.build_tasks([__import__("rich").__path__[0]], 1, seed=0)[0]
     answers(monkeypatch, task["after"])
     out = tmp_path / "l.json"
-    result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--packages", "rich", "-n", "1",
-                                      "--instructions", "explicit", "--scoping", "on", "--tries", "1",
-                                      "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    result = invoke(["bench", "longfile", "--model", str(long_context_dir), "--packages", "rich", "-n", "1",
+                     "--instructions", "explicit", "--scoping", "on", "--tries", "1",
+                     "--dtype", "fp32", "--threads", "1", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (row,) = data["rows"]
@@ -195,9 +190,9 @@ def test_longfile_vague_asks_where_first_and_compares_with_the_whole_function(tm
     answers(monkeypatch, task["after"])
     where_says(monkeypatch, f"{task['bug_line']}\n")
     out = tmp_path / "l.json"
-    result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
-                                      str(tasks_file), "-n", "1", "--instructions", "vague", "--where", "both", "--where-by", "number",
-                                      "--tries", "2", "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    result = invoke(["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
+                     str(tasks_file), "-n", "1", "--instructions", "vague", "--where", "both", "--where-by", "number",
+                     "--tries", "2", "--dtype", "fp32", "--threads", "1", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     located, whole = data["rows"]
@@ -234,10 +229,10 @@ def test_longfile_with_the_oracle_test_a_wrong_lines_change_fails_and_the_next_t
         answers(monkeypatch, "".join(lines), task["after"])
         where_says(monkeypatch, f"{wrong}\n")
         out = tmp_path / "l.json"
-        result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
-                                          str(tasks_file), "-n", "1", "--instructions", "vague", "--where-by", "number",
-                                          "--tries", "2", *flags, "--dtype", "fp32", "--threads", "1",
-                                          "--json", str(out)])
+        result = invoke(["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
+                         str(tasks_file), "-n", "1", "--instructions", "vague", "--where-by", "number",
+                         "--tries", "2", *flags, "--dtype", "fp32", "--threads", "1",
+                         "--json", str(out)])
         assert result.exit_code == 0, result.output
         data = json.loads(out.read_text())
         (row,) = data["rows"]
@@ -247,7 +242,7 @@ def test_longfile_with_the_oracle_test_a_wrong_lines_change_fails_and_the_next_t
 
 
 def test_longfile_rejects_an_unknown_where(tmp_path, long_context_dir):
-    result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--where", "maybe"])
+    result = invoke(["bench", "longfile", "--model", str(long_context_dir), "--where", "maybe"])
     assert result.exit_code == 2 and "--where" in result.output
 
 
@@ -262,9 +257,9 @@ def test_longfile_where_by_quote_takes_the_line_the_model_quotes(tmp_path, monke
     quoted = Document.from_text(task["before"]).display_lines()[task["bug_line"] - 1].strip()
     where_says(monkeypatch, quoted + "\n")
     out = tmp_path / "l.json"
-    result = CliRunner().invoke(app, ["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
-                                      str(tasks_file), "-n", "1", "--instructions", "vague", "--where-by", "quote",
-                                      "--tries", "1", "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    result = invoke(["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
+                     str(tasks_file), "-n", "1", "--instructions", "vague", "--where-by", "quote",
+                     "--tries", "1", "--dtype", "fp32", "--threads", "1", "--json", str(out)])
     assert result.exit_code == 0, result.output
     (row,) = json.loads(out.read_text())["rows"]
     assert task["bug_line"] in row["where"]["lines"] and row["where"]["answer"] == quoted
@@ -285,9 +280,9 @@ def test_tries_runs_a_polyglot_cases_test_files_beside_the_file_they_import(tmp_
                                 "input_code": STUB, "gold_code": FIXED, "solution_file": "adder.py",
                                 "test_files": {"adder_test.py": POLYGLOT_TEST}}) + "\n")
     out = tmp_path / "t.json"
-    result = CliRunner().invoke(app, ["bench", "tries", "-c", str(path), "--model", str(tiny_dir), "--tries", "3",
-                                      "--check-tries", "0", "--candidates", "1", "--dtype", "fp32", "--threads", "1",
-                                      "--json", str(out)])
+    result = invoke(["bench", "tries", "-c", str(path), "--model", str(tiny_dir), "--tries", "3",
+                     "--check-tries", "0", "--candidates", "1", "--dtype", "fp32", "--threads", "1",
+                     "--json", str(out)])
     assert result.exit_code == 0, result.output
     (row,) = json.loads(out.read_text())["corpora"][0]["cases"]
     assert "skipped" not in row and row["single"]["passed"] is False
@@ -308,9 +303,9 @@ def test_tries_with_where_reads_the_function_for_the_line_first(tmp_path, monkey
     for where, tries in (("on", "1"), ("later", "2"), ("off", "2")):
         seen = answers(monkeypatch, before)
         out = tmp_path / f"{where}.json"
-        result = CliRunner().invoke(app, ["bench", "tries", "-c", str(path), "--model", str(tiny_dir), "--tries", tries,
-                                          "--check-tries", "0", "--candidates", "1" if where == "on" else "2",
-                                          "--where", where, "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+        result = invoke(["bench", "tries", "-c", str(path), "--model", str(tiny_dir), "--tries", tries,
+                         "--check-tries", "0", "--candidates", "1" if where == "on" else "2",
+                         "--where", where, "--dtype", "fp32", "--threads", "1", "--json", str(out)])
         assert result.exit_code == 0, result.output
         data = json.loads(out.read_text())
         (rows[where],) = data["corpora"][0]["cases"]

@@ -1,5 +1,5 @@
 """Candidates decoded side by side (`--candidates K`) on the torch backend: the rows of one batched
-decode write exactly what separate decodes with the same pickers write (greedy and seeded samples),
+decode write exactly what separate decodes with the same samplers write (greedy and seeded samples),
 the batched KV cache equals separate feeds, one candidate is today's decode, and `cadedit fix
 --candidates 3 --test ...` checks the candidates in the order of their log-probability and takes the
 first that passes (scripted candidates through the real batched loop, real model, real checks)."""
@@ -13,18 +13,16 @@ import random
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
 import cadedit.pipeline as pipeline
-from cadedit import cli
 from cadedit.bench import candidates as bench_candidates
-from cadedit.decode import Row, decode_rows, sampling_picker, script_picker
+from cadedit.decode import Row, decode_rows, sampler_for, script_sampler
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.model import CachedLM, LoadedModel, encode, new_cache, token_bytes
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.pipeline import branch_key, edit_candidates, edit_file
-from tests.scripting import given, inject_branches, inject_picks, spelling
+from tests.scripting import given, inject_branches, inject_picks, invoke, spelling
 from tests.test_rewrite import BEFORE as COLORS, editing_model
 from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, load_once, _models, work  # noqa: F401 - fixtures
 from tests.test_verify import CORPUS, TOK, prepared_for
@@ -44,7 +42,7 @@ def rows_for(loaded: LoadedModel, prepared, samplings, mode: Mode) -> list[Row]:
     rows = []
     for sampling in samplings:
         cursor, _, drafter = pipeline.mode_parts(loaded, None, prepared, True)
-        rows.append(Row(cursor, sampling_picker(sampling), drafter, score=True))
+        rows.append(Row(cursor, sampler_for(sampling), drafter, score=True))
     return rows
 
 
@@ -108,11 +106,11 @@ def test_one_candidate_is_the_plain_edit_and_rows_share_one_prompt_prefill(monke
     loaded = editing_model(document)
     options = EditOptions(mode=Mode.VERIFY)
     plain = edit_file(document, "Rename teal to green.", options, loaded=loaded)
-    one = edit_candidates(document, "Rename teal to green.", options, [given(sampling_picker())], loaded=loaded)
+    one = edit_candidates(document, "Rename teal to green.", options, [given(sampler_for())], loaded=loaded)
     assert [c.result.new_text for c in one] == [plain.new_text] and one[0].error is None
     pipeline.language_model(loaded).reset()
     three = edit_candidates(document, "Rename teal to green.", options,
-                            [given(sampling_picker(s)) for s in SAMPLINGS[:3]], loaded=loaded)
+                            [given(sampler_for(s)) for s in SAMPLINGS[:3]], loaded=loaded)
     assert three[0].result.new_text == plain.new_text == "red:\ngreen;\nblue)\n"
     prompt = pipeline.prepare(loaded, document, "Rename teal to green.", options).prompt_ids
     for c in three:  # the prompt was fed once: every row counts the same prefill forward
@@ -135,12 +133,12 @@ def scripted_rows(monkeypatch):
 
     def script(*rows: str, then: str | None = None):
         def spell(answer: str, first: bool = False):
-            def pick_for(loaded, document, prepared):
+            def make_sampler(loaded, document, prepared):
                 if first:  # once per batched decode
                     calls.append(len(rows))
-                return script_picker(answer + prepared.fence + "\n", token_bytes(loaded))
+                return script_sampler(answer + prepared.fence + "\n", token_bytes(loaded))
 
-            return pick_for
+            return make_sampler
 
         batch = [spell(answer, first=k == 0) for k, answer in enumerate(rows)]
 
@@ -149,15 +147,15 @@ def scripted_rows(monkeypatch):
 
         inject_picks(monkeypatch, picks)
         monkeypatch.setattr(bench_candidates, "measure_case", functools.partial(bench_candidates.measure_case,
-                                                                                 picks=batch))
+                                                                                 factories=batch))
         return calls
 
     return script
 
 
 def fix(tiny_dir, *args: str):
-    return CliRunner().invoke(cli.app, ["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
-                                        "--threads", "1", *args])
+    return invoke(["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
+                   "--threads", "1", *args])
 
 
 def test_with_a_test_and_no_candidates_asked_a_failing_try_makes_four_and_without_a_test_one(tiny_dir, work, scripted_rows, monkeypatch):
@@ -272,9 +270,9 @@ def test_fix_with_candidates_without_test_takes_the_likeliest_that_changes_the_f
 
 def test_when_no_candidate_passes_the_next_try_is_k_candidates_again_with_the_feedback(tiny_dir, work, scripted_rows):
     calls = scripted_rows(WRONG, WRONG, then=GOOD)  # both rows of try 2 spell GOOD
-    result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
-                                          "--threads", "1", "--candidates", "2", "--candidates-by", "sample",
-                                          "--test", GREP_TEST, "--json"])
+    result = invoke(["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
+                     "--threads", "1", "--candidates", "2", "--candidates-by", "sample",
+                     "--test", GREP_TEST, "--json"])
     assert result.exit_code == 0, result.output
     assert calls == [2]  # try 1's batch (try 2's rows are scripted alike)
     lines = [line for line in result.stderr.splitlines() if ": try " in line]
@@ -311,8 +309,8 @@ def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(t
     corpus.write_text(json.dumps({"id": "add", "language": "python", "before": buggy, "after": fixed,
                                   "instruction": "Fix add.", "test": "assert add(2, 3) == 5\n"}) + "\n")
     out = tmp_path / "c.json"
-    result = CliRunner().invoke(cli.app, ["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
-                                          "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    result = invoke(["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
+                     "--dtype", "fp32", "--threads", "1", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (row,) = data["corpora"][0]["cases"]
@@ -324,8 +322,8 @@ def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(t
     assert summary["pass_k"] == 1 and summary["pass_one"] == 0 and summary["n"] == 1
     assert "any of 4 1/1" in result.stdout
     assert row["regions"] == [[1, 2]] and data["scoped"]  # "Fix add." scoped as `cadedit fix` scopes it
-    whole = CliRunner().invoke(cli.app, ["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
-                                         "--dtype", "fp32", "--threads", "1", "--scoping", "off", "--json", str(out)])
+    whole = invoke(["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
+                    "--dtype", "fp32", "--threads", "1", "--scoping", "off", "--json", str(out)])
     assert whole.exit_code == 0, whole.output
     data = json.loads(out.read_text())
     assert data["corpora"][0]["cases"][0]["regions"] == [] and not data["scoped"]
@@ -345,7 +343,7 @@ def test_program_mode_rows_each_spell_their_own_program_with_splices():
     picks = []
     for after in afters:
         target = format(to_display_program(oracle(before, Document.from_text(after, "case.py")), before))
-        spelled = script_picker(target, grammar_for(loaded).vocab.tokens, lambda t: encode(loaded.tokenizer, t))
+        spelled = script_sampler(target, grammar_for(loaded).vocab.tokens, lambda t: encode(loaded.tokenizer, t))
         picks.append(given(spelled))
     found = edit_candidates(before, "Edit.", EditOptions(mode=Mode.PROGRAM), picks, loaded=loaded)
     assert [c.result.new_text for c in found] == afters
@@ -387,7 +385,7 @@ def test_a_row_that_runs_far_past_candidate_1_is_stopped(tiny_dir):
     document = Document.from_text("def add(a, b):\n    return a - b\n", "solution.py")
     prepared = pipeline.prepare(loaded, document, "Fix add.", EditOptions())
     texts = [document.text, "".join(f"x{k} = {k}\n" for k in range(40))]  # the second is never drafted
-    picks = [script_picker(t + prepared.fence + "\n", token_bytes(loaded)) for t in texts]
+    picks = [script_sampler(t + prepared.fence + "\n", token_bytes(loaded)) for t in texts]
     first, second = pipeline.run_candidates(loaded, document, prepared, picks)
     assert first.decoded is not None and first.decoded.text.startswith(document.text)
     forwards = first.decoded.stats.forward_passes
@@ -400,7 +398,7 @@ def test_a_row_that_runs_far_past_candidate_1_is_stopped(tiny_dir):
 
 def forcing_picker(at: int, token: int):
     """Greedy, except that the pick at ids index `at` is `token` (a branch's reference decode)."""
-    greedy = sampling_picker()
+    greedy = sampler_for()
 
     def pick(logits, mask, ids, guess=None):
         return token if len(ids) == at else greedy(logits, mask, ids, guess)
@@ -417,7 +415,7 @@ def branches_against_forced_decodes(loaded: LoadedModel, prepared, n: int = 3, r
 
     lm = CachedLM(loaded.model, new_cache(loaded))
     cursor, _, drafter = pipeline.mode_parts(loaded, None, prepared, True)
-    first = Row(cursor, sampling_picker(), drafter, record=True)
+    first = Row(cursor, sampler_for(), drafter, record=True)
     run_rows(lm, [first], prepared)
     assert len(first.alternatives) >= n and all(a.margin >= 0 for a in first.alternatives)
     points = branch_points(first.alternatives, first.ids, n, token_bytes(loaded))
@@ -425,7 +423,7 @@ def branches_against_forced_decodes(loaded: LoadedModel, prepared, n: int = 3, r
     rows, prefixes = [], []
     for alternative in points:
         cursor, _, drafter = pipeline.mode_parts(loaded, None, prepared, True)
-        row = Row(cursor, sampling_picker(), drafter, score=True)
+        row = Row(cursor, sampler_for(), drafter, score=True)
         branch(row, first.ids, alternative)
         rows.append(row)
         prefixes.append(list(prepared.prompt_ids) + first.ids[: alternative.at])
@@ -492,12 +490,12 @@ def test_branch_points_leave_out_alternatives_that_would_write_the_answer_again(
 
 def test_the_branches_report_their_progress_after_candidate_1(tiny):
     """on_step follows candidate 1's decode, then the branches' (a status line keeps moving)."""
-    from cadedit.tries import branch_picks
+    from cadedit.tries import branch_factories
 
     document = Document.from_bytes(BEFORE, "a.py")
     options = EditOptions(mode=Mode.VERIFY, max_new_tokens=40)
     steps, at_check = [], []
-    found = pipeline.edit_branches(document, "Fix the bug.", options, branch_picks(3, options.sampling),
+    found = pipeline.edit_branches(document, "Fix the bug.", options, branch_factories(3, options.sampling),
                                    lambda first: at_check.append(len(steps)) or False, loaded=tiny,
                                    on_step=lambda stats, step: steps.append(stats.forward_passes))
     assert len(found) == 3 and at_check[0] > 0 and len(steps) > at_check[0]

@@ -8,15 +8,14 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from typer.testing import CliRunner
 
-from cadedit import cli
 from cadedit.code_checks import code_checks
 from tests.conftest import approve_settings
 from tests.test_candidates import scripted_rows  # noqa: F401 (a fixture)
 from tests.test_hook_cli import git, hook, make_repo, no_outer_git, staged  # noqa: F401 (a fixture)
 from tests.test_pipes import script_model
 from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, _models, fix, load_once, scripted, tries_lines, work  # noqa: F401 (fixtures)
+from tests.scripting import invoke
 
 MODULE = textwrap.dedent('''\
     """Number helpers."""
@@ -339,8 +338,8 @@ def test_a_tries_candidates_are_reported_in_order_one_line_each(work, tiny_dir, 
 
 
 def piped(tiny_dir, text: str, *args: str, instruction: str = "Add a docstring to the module."):
-    return CliRunner().invoke(cli.app, ["fix", "-", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
-                                        "--threads", "1", "--candidates", "1", "--no-scope", *args], input=text)
+    return invoke(["fix", "-", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
+                   "--threads", "1", "--candidates", "1", "--no-scope", *args], input=text)
 
 
 HALF = MODULE.split("def unit")[0]  # unit, total and biggest deleted

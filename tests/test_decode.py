@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cadedit import prompt
-from cadedit.decode import allowed_array, sample, sampling_picker, script_picker
+from cadedit.decode import allowed_array, sample, sampler_for, script_sampler
 from cadedit.diff import unified_diff
 from cadedit.document import Document
 from cadedit.errors import BudgetError
@@ -57,8 +57,8 @@ def program_options(**kwargs) -> EditOptions:
 
 def forced_edit(loaded, before: Document, after: Document, options: EditOptions | None = None, **kwargs):
     target = format(to_display_program(oracle(before, after), before))
-    pick = script_picker(target, grammar_for(loaded).vocab.tokens, lambda text: encode(loaded.tokenizer, text))
-    return edit_file(before, "Edit.", options or program_options(), loaded=loaded, pick_for=given(pick), **kwargs)
+    pick = script_sampler(target, grammar_for(loaded).vocab.tokens, lambda text: encode(loaded.tokenizer, text))
+    return edit_file(before, "Edit.", options or program_options(), loaded=loaded, make_sampler=given(pick), **kwargs)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -142,10 +142,10 @@ def test_drafts_do_not_change_what_the_random_model_picks(loaded):
     for seed in range(4):
         texts = []
         for draft in (False, True):
-            pick = _biased(sampling_picker(Sampling()), vocab_tokens, seed)
+            pick = _biased(sampler_for(Sampling()), vocab_tokens, seed)
             try:
                 texts.append(edit_file(before, "Edit.", program_options(max_new_tokens=120, draft=draft), loaded=loaded,
-                                       pick_for=given(pick)).program_text)
+                                       make_sampler=given(pick)).program_text)
             except BudgetError as exc:
                 texts.append(str(exc))
         assert texts[0] == texts[1]
@@ -277,7 +277,7 @@ def test_greedy_ignores_the_guess():
 def test_a_sampled_guess_is_reproducible_with_a_seed():
     picks = []
     for seed in (4, 4, 5):
-        pick = sampling_picker(Sampling(temperature=1.0, seed=seed))
+        pick = sampler_for(Sampling(temperature=1.0, seed=seed))
         picks.append([pick(LOGITS, None, [], guess) for guess in [0, 1, 3, None] * 25])
     assert picks[0] == picks[1] != picks[2]
 
@@ -320,10 +320,10 @@ def test_whatever_the_random_model_writes_resolves_and_its_diff_applies(loaded, 
     vocab_tokens = grammar_for(loaded).vocab.tokens
     finished = 0
     for seed in range(10):
-        pick = _biased(sampling_picker(Sampling(temperature=1.0, seed=seed)), vocab_tokens, seed)
+        pick = _biased(sampler_for(Sampling(temperature=1.0, seed=seed)), vocab_tokens, seed)
         try:
             result = edit_file(before, "Do something.", program_options(max_new_tokens=120), loaded=loaded,
-                               pick_for=given(pick))
+                               make_sampler=given(pick))
         except BudgetError:
             continue
         finished += 1
@@ -337,10 +337,10 @@ def test_same_seed_same_program_greedy_is_deterministic(loaded):
     vocab_tokens = grammar_for(loaded).vocab.tokens
     runs = []
     for seed in (5, 5, 6):
-        pick = _biased(sampling_picker(Sampling(temperature=1.0, seed=seed)), vocab_tokens, seed)
+        pick = _biased(sampler_for(Sampling(temperature=1.0, seed=seed)), vocab_tokens, seed)
         try:
             runs.append(edit_file(before, "Edit.", program_options(max_new_tokens=60), loaded=loaded,
-                                  pick_for=given(pick)).program_text)
+                                  make_sampler=given(pick)).program_text)
         except BudgetError as exc:
             runs.append(str(exc))
     assert runs[0] == runs[1] != runs[2]

@@ -185,11 +185,11 @@ def test_the_loop_raises_budget_error_when_the_answer_is_unfinished():
 
 
 def test_drafts_through_a_header_keep_the_agreed_prefix_and_crop_the_rest():
-    """A drafter's tokens ride along in one forward; the picker walks them, forced header tokens are
+    """A drafter's tokens ride along in one forward; the sampler walks them, forced header tokens are
     taken as they come, and the cache is cropped past the first disagreement."""
     lm, cursor = StubLM(), FenceCursor(HAND_VOCAB, EOS, "```", headers=[HEADER])
     drafts = iter([[0, 1, 4, 8, 9, 7, 7], []])
-    # the picker agrees with 0, 1, 4, (8, 9 forced), 7; then writes 5 instead of the second 7; then 1
+    # the sampler agrees with 0, 1, 4, (8, 9 forced), 7; then writes 5 instead of the second 7; then 1
     pick, asked = queue_picker([0, 1, 4, 7, 5, 1])
     decoded = decode(lm, cursor, [7], None, pick, budget=100, drafter=lambda c, ids: next(drafts))
     assert decoded.ids == (0, 1, 4, 8, 9, 7, 5, 1) and cursor.is_done()

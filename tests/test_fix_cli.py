@@ -11,16 +11,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 import cadedit.pipeline as pipeline
-from cadedit import cli
 from cadedit.document import Document
 from cadedit.options import Mode
 from cadedit.program import parse
 from cadedit.resolve import resolve
-from cadedit.decode import script_picker
-from tests.scripting import editing, every_try, inject_picks, spelling
+from cadedit.decode import script_sampler
+from tests.scripting import editing, every_try, inject_picks, invoke, spelling
 from tests.tinymodel import save_model
 
 BEFORE = b"def add(a, b):\r\n    return a - b\r\n\r\n\r\nprint(add(1, 2))\r\n"
@@ -56,7 +54,7 @@ def scripted(monkeypatch):
 
 def fix(*args: str, input: bytes | None = None):
     """The default mode (verify), the whole file retyped ("Fix add." names the function add)."""
-    return CliRunner().invoke(cli.app, ["fix", "--no-scope", *args], input=input)
+    return invoke(["fix", "--no-scope", *args], input=input)
 
 
 def test_fix_prints_the_diff_and_leaves_the_file_alone(work, tiny_dir, scripted):
@@ -127,7 +125,7 @@ def test_show_program_prints_a_program_that_apply_accepts(work, tiny_dir, script
     result = fix("a.py", "Fix add.", "--model", str(tiny_dir), "--show-program", "-q")
     assert result.exit_code == 0, result.output
     (work / "p").write_bytes(result.stdout_bytes)
-    applied = CliRunner().invoke(cli.app, ["apply", "a.py", "p", "--write"])
+    applied = invoke(["apply", "a.py", "p", "--write"])
     assert applied.exit_code == 0, applied.output
     assert (work / "a.py").read_bytes() == AFTER
 
@@ -169,7 +167,7 @@ def test_file_too_large_for_the_context_is_refused_before_any_model_work(work, s
     def no_decode(loaded, document, prepared):
         pytest.fail("the model ran")
 
-    inject_picks(monkeypatch, every_try(no_decode))  # each decode starts with its picker
+    inject_picks(monkeypatch, every_try(no_decode))  # each decode starts with its sampler
     (work / "big.py").write_text("".join(f"value_{k} = {k} * {k}\n" for k in range(200)))
     result = fix("big.py", "Fix.", "--model", str(small_context_dir), "--mode", mode)
     assert result.exit_code == 1, result.output
@@ -259,7 +257,7 @@ def script_display_program(monkeypatch, text: str) -> None:
     """Make the model write exactly this display-form program (what a model sees and writes)."""
 
     def spell(loaded, document, prepared):
-        return script_picker(text, pipeline.grammar_for(loaded).vocab.tokens)
+        return script_sampler(text, pipeline.grammar_for(loaded).vocab.tokens)
 
     inject_picks(monkeypatch, every_try(spell))
 
@@ -286,7 +284,7 @@ def test_a_long_instruction_is_an_instruction_not_a_file_name_error(work, tiny_d
 
 
 def test_debug_after_fix_is_accepted(work):
-    result = CliRunner().invoke(cli.app, ["fix", "nope.py", "Fix it.", "--debug"])
+    result = invoke(["fix", "nope.py", "Fix it.", "--debug"])
     assert result.exit_code == 1
     assert "Traceback" in result.stderr and "error: nope.py: no such file" in result.stderr
 

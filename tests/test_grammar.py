@@ -333,7 +333,7 @@ def test_each_state_of_the_walk_refines_its_figure7_state():
     for taken, _ in WALK:
         if taken is not None:
             assert cursor.advance(ID[taken])
-        seen.append(constraint.figure7(cursor.state).name)
+        seen.append(constraint.program_state(cursor.state).name)
     assert seen == FIG7_AFTER_WALK
 
 

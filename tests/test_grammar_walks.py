@@ -230,10 +230,10 @@ FIGURE7_EDGES = {("AWAIT_OP", "AFTER_LT"), ("AFTER_LT", "COPY_LINES"), ("AFTER_L
 
 def figure7_path(constraint, tokens, vocab):
     """The Figure 7 state after each byte of the tokens, runs of one state merged."""
-    state, path = constraint.start, [constraint.figure7(constraint.start).name]
+    state, path = constraint.start, [constraint.program_state(constraint.start).name]
     for byte in b"".join(vocab.tokens[t] for t in tokens if t not in vocab.eos_ids):
         state = constraint.step(state, byte)
-        name = constraint.figure7(state).name
+        name = constraint.program_state(state).name
         if name != path[-1]:
             path.append(name)
     return path
@@ -251,4 +251,4 @@ def test_random_walks_follow_the_figure7_transitions(tok, grammar, n_lines, mono
         assert path[0] == "AWAIT_OP" and path[-1] == "CLOSE" and path.count("CLOSE") == 1
         assert path.count("COPY_LINES") == len(parsed.copies)  # each copy passes through its digits once
         assert path.count("GEN_BODY") == len(parsed.ops) - len(parsed.copies)
-        assert constraint.figure7(cursor.state).name == "CLOSE" and cursor.state[0] == STOP
+        assert constraint.program_state(cursor.state).name == "CLOSE" and cursor.state[0] == STOP

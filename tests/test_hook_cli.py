@@ -16,15 +16,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import cadedit.model
-from cadedit import cli
 from cadedit.errors import ConfigError
 from cadedit.options import Mode
 from tests.conftest import approve_settings
 from tests.test_pipes import script_model
 from tests.test_repo import write
+from tests.scripting import invoke
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -68,7 +67,7 @@ def make_repo(root: Path, model: Path | str | None, files: dict[str, bytes]) -> 
 
 
 def hook(*args: str):
-    return CliRunner().invoke(cli.app, ["hook", *args])
+    return invoke(["hook", *args])
 
 
 # ------------------------------------------------------------------------------- check and fix

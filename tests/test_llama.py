@@ -236,10 +236,10 @@ def test_program_mode_with_drafts_writes_what_it_writes_one_token_at_a_time(llam
     prepared = pipeline.prepare(llama_scaled, document, "Fix it.", options)
     runs = []
     for draft in (False, True):
-        from cadedit.decode import sampling_picker
+        from cadedit.decode import sampler_for
 
         try:
-            runs.append(pipeline.run_decode(llama_scaled, document, prepared, sampling_picker(Sampling()), draft=draft).ids)
+            runs.append(pipeline.run_decode(llama_scaled, document, prepared, sampler_for(Sampling()), draft=draft).ids)
         except Exception as exc:  # noqa: BLE001 - the random model may run out of budget: both must
             runs.append(type(exc).__name__)
     assert runs[0] == runs[1]
@@ -417,13 +417,13 @@ def test_an_lm_studio_model_by_name(colors, editing_gguf):
 
 def test_a_second_decode_of_the_same_prompt_feeds_one_token(editing_gguf):
     """Two decodes of one prompt on llama.cpp: the second feeds one token (CachedLM.reuse), as on torch."""
-    from cadedit.decode import sampling_picker
+    from cadedit.decode import sampler_for
 
     loaded = load_model(str(editing_gguf), threads=1, backend="llama")
     document = Document.from_text(COLORS, "colors.txt")
     prepared = pipeline.prepare(loaded, document, "Rename teal to green.", EditOptions(mode=Mode.REWRITE))
-    first = pipeline.run_decode(loaded, document, prepared, sampling_picker(Sampling()))
-    again = pipeline.run_decode(loaded, document, prepared, sampling_picker(Sampling()))
+    first = pipeline.run_decode(loaded, document, prepared, sampler_for(Sampling()))
+    again = pipeline.run_decode(loaded, document, prepared, sampler_for(Sampling()))
     assert again.stats.tokens_prompt == 1 < first.stats.tokens_prompt
     assert again.ids == first.ids and first.text == "red:\ngreen;\nblue)\n"
 

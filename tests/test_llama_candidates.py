@@ -1,7 +1,7 @@
 """Candidates side by side on the llama.cpp backend: rows are sequence ids of one context (the prompt's
 cells shared through llama_memory_seq_cp), fed together in one llama_batch. Rows equal separate feeds
 within llama.cpp's own noise (tests/test_llama.py: 1e-3), each row writes what a separate decode with
-its picker writes (on the scaled model, whose argmaxes stand far above that noise), and `cadedit fix
+its sampler writes (on the scaled model, whose argmaxes stand far above that noise), and `cadedit fix
 --candidates` runs on the backend through the console script.
 
 Without llama-cpp-python these tests skip, unless CADEDIT_REQUIRE_LLAMA=1 (CI sets it).

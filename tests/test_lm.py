@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import cadedit.pipeline as pipeline
-from cadedit.decode import DecodeStats, decode, sampling_picker
+from cadedit.decode import DecodeStats, decode, sampler_for
 from cadedit.document import Document
 from cadedit.errors import BudgetError, ModelError
 from cadedit.model import LoadedModel, CachedLM, language_model
@@ -104,7 +104,7 @@ def run_reusing(loaded, prepared: pipeline.Prepared):
     cursor, span_ids, drafter = pipeline.mode_parts(loaded, None, prepared, True)
     seen = [DecodeStats(tokens_reused=reused)]
     try:
-        decoded = decode(lm, cursor, prepared.prompt_ids, span_ids, sampling_picker(), prepared.budget,
+        decoded = decode(lm, cursor, prepared.prompt_ids, span_ids, sampler_for(), prepared.budget,
                          lambda stats, step: seen.append(stats), drafter, reused)
     except BudgetError:
         return tuple(cursor.ids), seen[-1], lm
@@ -137,7 +137,7 @@ def test_run_decode_reports_the_reused_prompt(tiny):
     seen = []
     for _ in range(2):
         try:
-            pipeline.run_decode(tiny, document, prepared, sampling_picker(), on_step=lambda s, step: seen.append(s))
+            pipeline.run_decode(tiny, document, prepared, sampler_for(), on_step=lambda s, step: seen.append(s))
         except BudgetError:
             pass
         seen.append(None)

@@ -20,12 +20,10 @@ import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from cadedit import cli
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.model import encode, token_bytes
-from tests.scripting import inject_picks
+from tests.scripting import inject_picks, invoke
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
 
 DATA = Path(__file__).parent / "data" / "multiline"
@@ -94,11 +92,11 @@ def answering(monkeypatch):
 
     def script(answer):
         def picks(k: int):
-            def pick_for(loaded, document, prepared):
+            def make_sampler(loaded, document, prepared):
                 asked.append(prepared)
-                return script_picker(answer(prepared), token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
+                return script_sampler(answer(prepared), token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
 
-            return pick_for if k else None
+            return make_sampler if k else None
 
         inject_picks(monkeypatch, picks)
         return asked
@@ -108,9 +106,9 @@ def answering(monkeypatch):
 
 def fix_json(tiny_dir, name: str, a: int, b: int, exit_code: int | tuple[int, ...] = 0) -> dict:
     """`cadedit fix --json` on lines a-b, one try (an answer that changes nothing fails it: exit 3)."""
-    result = CliRunner().invoke(cli.app, ["fix", name, "Rename some names.", "--lines", f"{a}-{b}", "--json", "--quiet",
-                                          "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                                          "--candidates", "1", "--tries", "1"])
+    result = invoke(["fix", name, "Rename some names.", "--lines", f"{a}-{b}", "--json", "--quiet",
+                     "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
+                     "--candidates", "1", "--tries", "1"])
     assert result.exit_code in (exit_code if isinstance(exit_code, tuple) else (exit_code,)), result.output
     return json.loads(result.stdout)
 

@@ -15,13 +15,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import cadedit.model
-from cadedit import cli
 from cadedit.document import Document
 from cadedit.options import Mode
-from tests.scripting import editing, every_try, inject_picks
+from tests.scripting import editing, every_try, inject_picks, invoke
 
 pytestmark = pytest.mark.skipif(not (shutil.which("patch") and shutil.which("git")), reason="needs patch and git")
 
@@ -66,7 +64,7 @@ def make_tree(root: Path, files: dict[str, bytes], in_git: bool) -> Path:
 
 def fix(*args: str):
     """`cadedit fix` in its default mode (verify), retyping whole files: the instruction names no region."""
-    return CliRunner().invoke(cli.app, ["fix", "--no-scope", *args])
+    return invoke(["fix", "--no-scope", *args])
 
 
 def apply_with(tool: str, tree: Path, diff: bytes, cwd: str = ".") -> None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cadedit import pipeline
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.document import Document
 from cadedit.model import LoadedModel, language_model, token_bytes
 from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
@@ -31,7 +31,7 @@ def loaded():
 def edit(loaded, instruction: str, **options):
     answer = DOC.text.replace("f(", "g(") + "```\n"
     return pipeline.edit_file(DOC, instruction, EditOptions(mode=Mode.VERIFY, **options), loaded=loaded,
-                              pick_for=given(script_picker(answer, token_bytes(loaded))))
+                              make_sampler=given(script_sampler(answer, token_bytes(loaded))))
 
 
 def store_files():
@@ -63,7 +63,7 @@ def test_a_short_file_is_stored_too(loaded):
     prepared = pipeline.prepare(loaded, short, "Rename f to g.", EditOptions(mode=Mode.VERIFY))
     assert PREFIX_MIN_TOKENS <= prepared.reuse_at < 256
     pipeline.edit_file(short, "Rename f to g.", EditOptions(mode=Mode.VERIFY), loaded=loaded,
-                       pick_for=given(script_picker(answer, token_bytes(loaded))))
+                       make_sampler=given(script_sampler(answer, token_bytes(loaded))))
     assert len(store_files()) == 1
 
 

@@ -181,7 +181,7 @@ def test_every_mode_writes_the_models_edit(mode):
 def run_mode(document: Document, loaded: LoadedModel, mode: Mode, **kwargs):
     """prepare + run_decode as edit_file does, keeping the decoded ids."""
     prepared = prepare(loaded, document, "Rename.", options(mode, **kwargs))
-    return pipeline.run_decode(loaded, document, prepared, pipeline.sampling_picker(Sampling()))
+    return pipeline.run_decode(loaded, document, prepared, pipeline.sampler_for(Sampling()))
 
 
 def test_verify_and_lookup_write_the_rewrites_ids_in_fewer_forwards():

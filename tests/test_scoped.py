@@ -13,13 +13,11 @@ import json
 from dataclasses import dataclass
 
 import pytest
-from typer.testing import CliRunner
 
 import cadedit.pipeline as pipeline
-from cadedit import cli
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.model import token_bytes
-from tests.scripting import inject_picks
+from tests.scripting import inject_picks, invoke
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
 
 LINES = [
@@ -80,11 +78,11 @@ def scripted(monkeypatch):
         def picks(k: int):
             answer = answers[min(k, len(answers)) - 1]
 
-            def pick_for(loaded, document, prepared):
+            def make_sampler(loaded, document, prepared):
                 calls.append(Call(loaded.tokenizer.decode(list(prepared.prompt_ids)), prepared))
-                return script_picker(answer(prepared), token_bytes(loaded))
+                return script_sampler(answer(prepared), token_bytes(loaded))
 
-            return pick_for if k else None  # 0: the where-step (tests/test_where.py scripts it)
+            return make_sampler if k else None  # 0: the where-step (tests/test_where.py scripts it)
 
         inject_picks(monkeypatch, picks)
         return calls
@@ -113,8 +111,8 @@ def verbatim(body: str):
 def fix(tiny_dir, instruction: str, *args: str):
     """`cadedit fix` with one candidate a try: the answers `scripted` gives are tries (with --test the
     default would make try 1 several candidates: tests/test_candidates.py)."""
-    return CliRunner().invoke(cli.app, ["fix", "a.py", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
-                                        "--threads", "1", "--candidates", "1", *args])
+    return invoke(["fix", "a.py", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
+                   "--threads", "1", "--candidates", "1", *args])
 
 
 def scope_line(stderr: str) -> str:
@@ -488,8 +486,8 @@ def test_json_has_the_scope(work, tiny_dir, scripted):
 def test_stdin_with_lines_prints_the_whole_edited_file(work, tiny_dir, scripted):
     before = make(newline="\r\n", final=False)
     scripted(retype(("return x - 2", "return x * 2")))
-    result = CliRunner().invoke(cli.app, ["fix", "-", "Fix it.", "--lines", "6", "--model", str(tiny_dir),
-                                          "--dtype", "fp32", "--threads", "1"], input=before)
+    result = invoke(["fix", "-", "Fix it.", "--lines", "6", "--model", str(tiny_dir),
+                     "--dtype", "fp32", "--threads", "1"], input=before)
     assert result.exit_code == 0, result.output
     assert result.stdout_bytes == make(newline="\r\n", final=False, l6="    return x * 2")
     assert "<stdin>.py: scope: line 6 (--lines 6)" in result.stderr  # Python by its content
@@ -564,8 +562,8 @@ def test_javascript_function_scope(work, tiny_dir, scripted):
     pytest.importorskip("tree_sitter_javascript")
     (work / "a.js").write_bytes(make(JS))
     calls = scripted(retype(("x - 2", "x * 2")))
-    result = CliRunner().invoke(cli.app, ["fix", "a.js", "Fix the bug in `second`", "--model", str(tiny_dir),
-                                          "--dtype", "fp32", "--threads", "1", "--write"])
+    result = invoke(["fix", "a.js", "Fix the bug in `second`", "--model", str(tiny_dir),
+                     "--dtype", "fp32", "--threads", "1", "--write"])
     assert result.exit_code == 0, result.output
     assert "a.js: scope: lines 5-7 (function second)" in result.stderr
     assert calls[0].prompt.endswith("Lines 5-7:\n```javascript\n")
@@ -577,8 +575,8 @@ def test_javascript_answer_past_the_closing_brace_is_trimmed(work, tiny_dir, scr
     (work / "a.js").write_bytes(make(JS))
     # --lines 1-2, but the model closes the function (line 3) and goes on into the next one.
     scripted(verbatim("function first(x) {\n  return x + 10;\n}\n\nfunction second(x) {\n"))
-    result = CliRunner().invoke(cli.app, ["fix", "a.js", "Fix it.", "--lines", "1-2", "--model", str(tiny_dir),
-                                          "--dtype", "fp32", "--threads", "1", "--write"])
+    result = invoke(["fix", "a.js", "Fix it.", "--lines", "1-2", "--model", str(tiny_dir),
+                     "--dtype", "fp32", "--threads", "1", "--write"])
     assert result.exit_code == 0, result.output
     assert (work / "a.js").read_bytes() == make(JS, l2="  return x + 10;")
 

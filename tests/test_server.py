@@ -1,5 +1,5 @@
 """The warm server (cadedit.server) with the tiny random Qwen2: in a thread of this process for the
-protocol (the model's choices scripted through serve()'s pick_for, so answers are exact), in a subprocess
+protocol (the model's choices scripted through serve()'s make_sampler, so answers are exact), in a subprocess
 for the `cadedit serve` commands. Sockets live in a short folder under /tmp (CADEDIT_RUNTIME_DIR):
 a Unix socket path holds about 100 bytes."""
 
@@ -22,14 +22,14 @@ import pytest
 
 import cadedit.pipeline as pipeline
 from cadedit import errors, server
-from cadedit.decode import DecodeStats, script_picker
+from cadedit.decode import DecodeStats, script_sampler
 from cadedit.document import Document
 from cadedit.model import language_model, load_model
 from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
 from cadedit.program import format
 from cadedit.resolve import to_display_program
-from tests.scripting import every_try, inject_picks
+from tests.scripting import every_try, inject_picks, invoke
 from tests.tinymodel import save_model
 
 BEFORE = b"def add(a, b):\r\n    return a - b\r\n\r\n\r\nprint(add(1, 2))\r\n"
@@ -70,16 +70,16 @@ def sock(run_dir):
 
 @pytest.fixture
 def scripted():
-    """A picker factory (pipeline.PickFor): the model 'chooses' the oracle program of each document's
-    known edit; the server takes it as serve(pick_for=...), a local edit as edit_file's."""
+    """A sampler factory (pipeline.SamplerFactory): the model 'chooses' the oracle program of each document's
+    known edit; the server takes it as serve(make_sampler=...), a local edit as edit_file's."""
     answers = {BEFORE: AFTER, OTHER_BEFORE: OTHER_AFTER}
 
-    def pick_for(loaded, document, prepared):
+    def make_sampler(loaded, document, prepared):
         after = Document.from_bytes(answers[document.to_bytes()])
         target = format(to_display_program(oracle(document, after), document))
-        return script_picker(target, pipeline.grammar_for(loaded).vocab.tokens)
+        return script_sampler(target, pipeline.grammar_for(loaded).vocab.tokens)
 
-    return pick_for
+    return make_sampler
 
 
 @contextlib.contextmanager
@@ -137,11 +137,11 @@ def test_the_client_path_imports_neither_torch_nor_transformers(run_dir):
 def test_an_edit_through_the_server_is_the_local_edit(held, local, tiny_dir, sock, scripted):
     document = Document.from_bytes(BEFORE, "a.py")
     steps = []
-    with serving(held, sock, pick_for=scripted):
+    with serving(held, sock, make_sampler=scripted):
         client = server.connect(str(tiny_dir))
         assert client is not None and (client.name, client.load_seconds) == (str(tiny_dir), 0.0)
         remote = client.edit(document, "Fix add.", options(tiny_dir), on_step=lambda stats, step: steps.append(stats))
-    mine = pipeline.edit_file(document, "Fix add.", options(tiny_dir), loaded=local, pick_for=scripted)
+    mine = pipeline.edit_file(document, "Fix add.", options(tiny_dir), loaded=local, make_sampler=scripted)
     assert remote.new_text == mine.new_text == AFTER.decode()
     assert (remote.program, remote.program_text, remote.mode, remote.prompt_tokens) == (
         mine.program, mine.program_text, mine.mode, mine.prompt_tokens)
@@ -152,7 +152,7 @@ def test_an_edit_through_the_server_is_the_local_edit(held, local, tiny_dir, soc
 
 def test_the_second_edit_reuses_the_cached_prompt(held, tiny_dir, sock, scripted):
     document = Document.from_bytes(BEFORE, "a.py")
-    with serving(held, sock, pick_for=scripted):
+    with serving(held, sock, make_sampler=scripted):
         client = server.connect(str(tiny_dir))
         first = client.edit(document, "Fix add.", options(tiny_dir))
         second = client.edit(document, "Fix add.", options(tiny_dir))
@@ -190,7 +190,7 @@ def test_two_clients_at_once_are_served_in_turn(held, local, tiny_dir, sock, scr
 
     documents = [Document.from_bytes(BEFORE, "a.py"), Document.from_bytes(OTHER_BEFORE, "b.py")]
     results: dict[str, str] = {}
-    with serving(held, sock, pick_for=watched):
+    with serving(held, sock, make_sampler=watched):
         client = server.connect(str(tiny_dir))
         threads = [threading.Thread(target=lambda d=d: results.__setitem__(
             d.path, client.edit(d, "Fix it.", options(tiny_dir)).new_text)) for d in documents]
@@ -222,7 +222,7 @@ def test_status_then_stop(held, tiny_dir, sock):
 
 def test_above_the_memory_bound_the_cache_is_dropped(held, tiny_dir, sock, scripted):
     document = Document.from_bytes(BEFORE, "a.py")
-    with serving(held, sock, max_rss_bytes=1, pick_for=scripted):
+    with serving(held, sock, max_rss_bytes=1, make_sampler=scripted):
         client = server.connect(str(tiny_dir))
         client.edit(document, "Fix add.", options(tiny_dir))
         second = client.edit(document, "Fix add.", options(tiny_dir))
@@ -352,34 +352,27 @@ def test_serve_status_while_the_server_is_still_loading(sock):
 
 
 def test_fix_uses_the_running_server_and_loads_nothing_itself(held, tiny_dir, sock, scripted, tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
     import cadedit.model
-    from cadedit import cli
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_bytes(BEFORE)
     monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: pytest.fail("fix loaded the model itself"))
-    with serving(held, sock, pick_for=scripted):
-        result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
-                                              "--no-scope", "--tries", "1", "--write"])
+    with serving(held, sock, make_sampler=scripted):
+        result = invoke(["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
+                         "--no-scope", "--tries", "1", "--write"])
     assert result.exit_code == 0, result.output
     assert "using the cadedit server" in result.stderr
     assert (tmp_path / "a.py").read_bytes() == AFTER
 
 
 def test_fix_loads_locally_when_the_server_is_turned_off(held, tiny_dir, sock, scripted, tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from cadedit import cli
-
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CADEDIT_SERVER", "0")
     (tmp_path / "a.py").write_bytes(BEFORE)
     inject_picks(monkeypatch, every_try(scripted))  # the local edit's answer
-    with serving(held, sock, pick_for=scripted):
-        result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
-                                              "--no-scope", "--tries", "1", "--dtype", "fp32", "--threads", "1"])
+    with serving(held, sock, make_sampler=scripted):
+        result = invoke(["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
+                         "--no-scope", "--tries", "1", "--dtype", "fp32", "--threads", "1"])
     assert result.exit_code == 0, result.output
     assert "using the cadedit server" not in result.stderr and "loaded in" in result.stderr
 
@@ -448,13 +441,13 @@ def test_a_client_that_drips_its_request_cannot_keep_the_server_from_stopping(he
 
 
 def test_candidates_side_by_side_through_the_server_are_the_local_ones(held, local, tiny_dir, sock):
-    from cadedit.tries import candidate_picks
+    from cadedit.tries import candidate_factories
 
     document = Document.from_bytes(BEFORE, "a.py")
     chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
     with serving(held, sock):
         remote = server.connect(str(tiny_dir)).edit_candidates(document, "Fix add.", chosen, 3)
-    mine = pipeline.edit_candidates(document, "Fix add.", chosen, candidate_picks(3, chosen.sampling), loaded=local)
+    mine = pipeline.edit_candidates(document, "Fix add.", chosen, candidate_factories(3, chosen.sampling), loaded=local)
     assert len(remote) == len(mine) == 3
     for theirs, ours in zip(remote, mine):
         assert (theirs.result is None) == (ours.result is None)
@@ -470,7 +463,7 @@ def test_branches_through_the_server_are_the_local_ones_and_candidate_1_is_check
                                                                                           passes):
     """The server sends candidate 1, the client's accept decides; a rejected one is followed by the
     branches the server decodes from its own cache, as a local edit_branches decodes them."""
-    from cadedit.tries import branch_picks
+    from cadedit.tries import branch_factories
 
     document = Document.from_bytes(BEFORE, "a.py")
     chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
@@ -478,7 +471,7 @@ def test_branches_through_the_server_are_the_local_ones_and_candidate_1_is_check
     with serving(held, sock):
         remote = server.connect(str(tiny_dir)).edit_branches(
             document, "Fix add.", chosen, 3, lambda first: asked.append(first) or passes)
-    mine = pipeline.edit_branches(document, "Fix add.", chosen, branch_picks(3, chosen.sampling),
+    mine = pipeline.edit_branches(document, "Fix add.", chosen, branch_factories(3, chosen.sampling),
                                   lambda first: mine_asked.append(first) or passes, loaded=local)
     assert len(asked) == len(mine_asked) == 1 and len(remote) == len(mine) == (1 if passes else 3)
     for theirs, ours in zip([*asked, *remote], [*mine_asked, *mine]):
@@ -514,18 +507,14 @@ def test_fix_with_a_test_branches_through_the_server_as_it_does_locally(held, ti
     same candidates as the local default (`CADEDIT_SERVER=0`)."""
     import json
 
-    from typer.testing import CliRunner
-
-    from cadedit import cli
-
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_bytes(BEFORE)
     args = ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "verify", "--no-scope", "--tries", "1",
             "--max-new-tokens", "40", "--test", "false", "--json", "--dtype", "fp32", "--threads", "1"]
     with serving(held, sock):
-        remote = CliRunner().invoke(cli.app, args)
+        remote = invoke(args)
     monkeypatch.setenv("CADEDIT_SERVER", "0")
-    mine = CliRunner().invoke(cli.app, args)
+    mine = invoke(args)
     assert "using the cadedit server" in remote.stderr and "using the cadedit server" not in mine.stderr
     assert remote.exit_code == mine.exit_code != 0, remote.output
 
@@ -568,7 +557,7 @@ def test_a_client_checking_candidate_1_holds_up_no_other_edit_and_serve_stop_sto
     the server serves other edits: `cadedit fix` through it is answered at once; the branches after it
     are the local ones still (fed from whatever the cache lost meanwhile). `cadedit serve stop` stops a
     server whose client never answers, and that client is told so."""
-    from cadedit.tries import branch_picks
+    from cadedit.tries import branch_factories
 
     document = Document.from_bytes(BEFORE, "a.py")
     chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
@@ -591,7 +580,7 @@ def test_a_client_checking_candidate_1_holds_up_no_other_edit_and_serve_stop_sto
         assert '"waiting": 1' in status.stdout and '"busy": false' in status.stdout
         go.set()
         thread.join(120)
-        mine = pipeline.edit_branches(document, "Fix add.", chosen, branch_picks(3, chosen.sampling),
+        mine = pipeline.edit_branches(document, "Fix add.", chosen, branch_factories(3, chosen.sampling),
                                       lambda first: False, loaded=local)
         assert [c.result.new_text if c.result else c.error.message for c in remote[0]] == [
             c.result.new_text if c.result else c.error.message for c in mine]
@@ -625,7 +614,7 @@ def test_the_server_waits_for_a_clients_answer_only_so_long(held, tiny_dir, sock
 
 def test_a_client_that_finds_the_server_busy_is_told_and_loads_the_model_itself(held, tiny_dir, sock, scripted,
                                                                                   tmp_path, monkeypatch):
-    """An edit on the server takes long (here its picker waits): `cadedit fix` says the server is busy
+    """An edit on the server takes long (here its sampler waits): `cadedit fix` says the server is busy
     and for how long, waits SERVER_BUSY_WAIT for it, then loads the model itself and edits."""
     inside, go = threading.Event(), threading.Event()
 
@@ -636,7 +625,7 @@ def test_a_client_that_finds_the_server_busy_is_told_and_loads_the_model_itself(
 
     (tmp_path / "b.py").write_bytes(OTHER_BEFORE)
     monkeypatch.chdir(tmp_path)
-    with serving(held, sock, pick_for=slow):
+    with serving(held, sock, make_sampler=slow):
         out: list = []
         thread = threading.Thread(target=lambda: out.append(server.connect(str(tiny_dir)).edit(
             Document.from_bytes(BEFORE, "a.py"), "Fix add.", options(tiny_dir))), daemon=True)

@@ -21,15 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import cadedit.model as model_module
 import cadedit.pipeline as pipeline
-from cadedit import cli
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.model import token_bytes
 from tests.conftest import as_foreground
-from tests.scripting import inject_picks
+from tests.scripting import inject_picks, invoke
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -92,12 +90,12 @@ def scripted(monkeypatch):
         def picks(k: int):
             answer = answers[min(k, len(answers)) - 1]
 
-            def pick_for(loaded, document, prepared):
+            def make_sampler(loaded, document, prepared):
                 calls.append(Call(loaded.tokenizer.decode(list(prepared.prompt_ids)), prepared))
                 text = answer(prepared) if callable(answer) else answer + prepared.fence + "\n"
-                return script_picker(text, token_bytes(loaded))
+                return script_sampler(text, token_bytes(loaded))
 
-            return pick_for if k else None  # 0: the where-step, not scripted here
+            return make_sampler if k else None  # 0: the where-step, not scripted here
 
         inject_picks(monkeypatch, picks)
         return calls
@@ -108,8 +106,8 @@ def scripted(monkeypatch):
 def fix(tiny_dir, *args: str, instruction: str = INSTRUCTION):
     """`cadedit fix` with one candidate a try (scripted answers are tries; with --test the default would
     make try 1 several candidates: tests/test_candidates.py)."""
-    return CliRunner().invoke(cli.app, ["fix", "a.py", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
-                                        "--threads", "1", "--candidates", "1", *args])
+    return invoke(["fix", "a.py", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
+                   "--threads", "1", "--candidates", "1", *args])
 
 
 def tries_lines(stderr: str) -> list[str]:
@@ -390,20 +388,19 @@ def test_the_test_is_not_run_for_a_candidate_that_does_not_parse(work, tiny_dir,
 # -- 4. signals while the test runs (a real process) -------------------------------------------
 
 DRIVER = textwrap.dedent("""\
-    import functools, os, sys
-    import cadedit.tries as tries
+    import os, sys
     from cadedit import cli
-    from cadedit.decode import script_picker
+    from cadedit.cli_common import Scripted
+    from cadedit.decode import script_sampler
     from cadedit.model import token_bytes
 
     ANSWER = os.environ["SCRIPTED_ANSWER"]
 
     def spell(loaded, document, prepared):
-        return script_picker(ANSWER + prepared.fence + "\\n", token_bytes(loaded))
+        return script_sampler(ANSWER + prepared.fence + "\\n", token_bytes(loaded))
 
-    tries.edit_verified = functools.partial(tries.edit_verified, picks=lambda k: spell if k else None)
     sys.argv[0] = "cadedit"
-    cli.main()
+    cli.app(prog_name="cadedit", obj=Scripted(picks=lambda k: spell if k else None))
 """)
 
 
@@ -587,8 +584,8 @@ def test_bad_test_options_are_usage_errors(work, tiny_dir, scripted, args):
 
 def test_test_with_stdin_is_a_usage_error(work, tiny_dir, scripted):
     calls = scripted(GOOD)
-    result = CliRunner().invoke(cli.app, ["fix", "-", INSTRUCTION, "--model", str(tiny_dir), "--test", "true"],
-                                input=BEFORE)
+    result = invoke(["fix", "-", INSTRUCTION, "--model", str(tiny_dir), "--test", "true"],
+                    input=BEFORE)
     assert result.exit_code == 2 and calls == []
 
 
@@ -657,9 +654,9 @@ def test_several_files_are_tested_together(work, tiny_dir, scripted):
     (work / "b.py").write_bytes(BEFORE)
     scripted(GOOD)
     both = "grep -q 'a + b' a.py && grep -q 'a + b' b.py"
-    result = CliRunner().invoke(cli.app, ["fix", "a.py", "b.py", "-i", INSTRUCTION, "--model", str(tiny_dir),
-                                          "--dtype", "fp32", "--threads", "1", "--tries", "1", "--test", both,
-                                          "--write"])
+    result = invoke(["fix", "a.py", "b.py", "-i", INSTRUCTION, "--model", str(tiny_dir),
+                     "--dtype", "fp32", "--threads", "1", "--tries", "1", "--test", both,
+                     "--write"])
     assert result.exit_code == 0, result.output
     assert (work / "a.py").read_bytes() == (work / "b.py").read_bytes() == GOOD.encode()
 
@@ -684,8 +681,8 @@ def _node_missing() -> bool:
 def test_syntax_check_per_file_type(work, tiny_dir, scripted, name, before, broken, good, detail):
     (work / name).write_text(before)
     calls = scripted(broken, good)
-    result = CliRunner().invoke(cli.app, ["fix", name, INSTRUCTION, "--model", str(tiny_dir), "--dtype", "fp32",
-                                          "--threads", "1", "--write"])
+    result = invoke(["fix", name, INSTRUCTION, "--model", str(tiny_dir), "--dtype", "fp32",
+                     "--threads", "1", "--write"])
     assert result.exit_code == 0, result.output
     assert f"try 1 of 3: failed: syntax ({detail})" in result.stderr
     assert f"did not parse: {detail}" in calls[1].prompt

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import cadedit.pipeline as pipeline
-from cadedit.decode import DecodeStats, Step, decode, sampling_picker
+from cadedit.decode import DecodeStats, Step, decode, sampler_for
 from cadedit.document import Document
 from cadedit.errors import BudgetError
 from cadedit.fence import FenceCursor
@@ -128,7 +128,7 @@ def run_loop(lm, prompt, budget: int, drafter=None, sampling: Sampling = Samplin
         running[0] = stats
 
     try:
-        decoded = decode(lm, cursor, prompt, None, sampling_picker(sampling), budget, on_step, drafter)
+        decoded = decode(lm, cursor, prompt, None, sampler_for(sampling), budget, on_step, drafter)
     except BudgetError:
         assert not cursor.is_done()
         return Run(tuple(cursor.ids), False, running[0], tuple(steps))

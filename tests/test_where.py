@@ -14,13 +14,11 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from cadedit import cli
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.model import encode, language_model, load_model, token_bytes
 from cadedit.where import LineNumberCursor, surprise_score
-from tests.scripting import inject_picks
+from tests.scripting import inject_picks, invoke
 from tests.test_scoped import fix, retype, scripted, verbatim, work  # noqa: F401 - fixtures
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures
 
@@ -34,15 +32,15 @@ VAGUE = "There is a bug in `parse`, fix it."
 
 @pytest.fixture
 def where_says(monkeypatch):
-    """where_says("50\\n"): the where-step's picker spells that answer; returns the calls made."""
+    """where_says("50\\n"): the where-step's sampler spells that answer; returns the calls made."""
     calls: list[str] = []
 
     def script(answer: str):
-        def picker(loaded):  # called when the where-step runs
+        def sampler(loaded):  # called when the where-step runs
             calls.append(answer)
-            return script_picker(answer, token_bytes(loaded))
+            return script_sampler(answer, token_bytes(loaded))
 
-        inject_picks(monkeypatch, lambda k: None if k else picker)
+        inject_picks(monkeypatch, lambda k: None if k else sampler)
         return calls
 
     return script
@@ -267,8 +265,8 @@ def test_a_located_try_without_a_test_branches_first_where_the_reading_expected_
     tokens the reading expected otherwise (Where.expected), most surprising first."""
     scripted(unchanged)
     (work / "a.py").write_text(BUGGY, encoding="utf-8")
-    result = CliRunner().invoke(cli.app, ["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
-                                          "--threads", "1", "--where", "--json"])
+    result = invoke(["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
+                     "--threads", "1", "--where", "--json"])
     data = json.loads(result.stdout)
     expected = data["where"]["expected"]
     assert expected and all(line == data["where"]["lines"][0] for line, *_ in expected)
@@ -361,7 +359,7 @@ def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_bra
     branches = pipeline.edit_branches
 
     def recording(document, instruction, options, *args, **kwargs):
-        asked.append(options.expected)
+        asked.append(options.attempt.expected)
         return branches(document, instruction, options, *args, **kwargs)
 
     monkeypatch.setattr(pipeline, "edit_branches", recording)
@@ -369,8 +367,8 @@ def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_bra
     test = ["--test", "grep -q 'return v1 + v2' a.py"]
     scripted(unchanged, unchanged, fixed_line)
     (work / "a.py").write_text(BUGGY, encoding="utf-8")
-    result = CliRunner().invoke(cli.app, ["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
-                                          "--threads", "1", "--json", *test])
+    result = invoke(["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
+                     "--threads", "1", "--json", *test])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     where = data["where"]
@@ -390,7 +388,7 @@ def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_bra
         # try 1 passes; no test; sampled candidates, which have no branch points to put the reading's tokens at
         scripted(*answers)
         (work / "a.py").write_text(BUGGY, encoding="utf-8")
-        result = CliRunner().invoke(cli.app, ["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
-                                              "--threads", "1", "--json", *args])
+        result = invoke(["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
+                         "--threads", "1", "--json", *args])
         assert result.exit_code == 0 and json.loads(result.stdout)["where"] is None, result.output
     assert "read:" not in result.stderr

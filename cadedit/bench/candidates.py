@@ -4,8 +4,8 @@ Contract: measure_case(loaded, case, k) edits the case's input twice in verify m
 fix` scopes it, unless scoped=False) from an empty KV
 cache (no prompt reused; the caller turns the prefix store off): once as `cadedit fix` does today (one greedy candidate,
 pipeline.edit_file) and once as `--candidates k` does on try 1 (pipeline.edit_candidates: candidate
-1 greedy, the others sampled as cadedit.tries.candidate_sampling seeds them; measure_case's picks
-may give other pickers), in alternating order from case to case. It reports both walls (prompt
+1 greedy, the others sampled as cadedit.tries.candidate_sampling seeds them; measure_case's factories
+may give other samplers), in alternating order from case to case. It reports both walls (prompt
 included) and their decode steps alone (the prompt's prefill taken out), whether candidate 1 wrote
 what the single decode wrote, how many distinct answers the k rows gave, and, when the case has a
 test (bench/harness.py), which of them pass it (pass@1 against pass@k).
@@ -24,24 +24,24 @@ from cadedit.errors import BudgetError
 from cadedit.model import LoadedModel, language_model
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.settings import BENCH_TEST_TIMEOUT
-from cadedit.tries import candidate_picks
+from cadedit.tries import candidate_factories
 
 
-def _single(loaded: LoadedModel, case: Case, options: EditOptions, pick_for: pipeline.PickFor) -> dict:
+def _single(loaded: LoadedModel, case: Case, options: EditOptions, make_sampler: pipeline.SamplerFactory) -> dict:
     language_model(loaded).reset()
     start = time.perf_counter()
     try:
-        result = pipeline.edit_file(document_for(case), case.instruction, options, loaded=loaded, pick_for=pick_for)
+        result = pipeline.edit_file(document_for(case), case.instruction, options, loaded=loaded, make_sampler=make_sampler)
     except BudgetError:
         return {"seconds": time.perf_counter() - start, "prefill": None, "text": None, "forwards": None}
     return {"seconds": time.perf_counter() - start, "prefill": result.stats.seconds_prefill, "text": result.new_text,
             "forwards": result.stats.forward_passes}
 
 
-def _batched(loaded: LoadedModel, case: Case, options: EditOptions, picks: list[pipeline.PickFor]) -> dict:
+def _batched(loaded: LoadedModel, case: Case, options: EditOptions, factories: list[pipeline.SamplerFactory]) -> dict:
     language_model(loaded).reset()
     start = time.perf_counter()
-    found = pipeline.edit_candidates(document_for(case), case.instruction, options, picks, loaded=loaded)
+    found = pipeline.edit_candidates(document_for(case), case.instruction, options, factories, loaded=loaded)
     seconds = time.perf_counter() - start
     stats = [c.result.stats for c in found if c.result is not None]
     return {"seconds": seconds, "prefill": stats[0].seconds_prefill if stats else None,
@@ -50,20 +50,20 @@ def _batched(loaded: LoadedModel, case: Case, options: EditOptions, picks: list[
 
 
 def measure_case(loaded: LoadedModel, case: Case, k: int, order: int = 0, test_timeout: float = BENCH_TEST_TIMEOUT,
-                 picks: list[pipeline.PickFor] | None = None, scoped: bool = True) -> dict:
+                 factories: list[pipeline.SamplerFactory] | None = None, scoped: bool = True) -> dict:
     """One case: the single decode and the k-row decode (which first: `order` even, the single one).
-    picks: the k rows' picker factories (None: candidate_picks, as `--candidates k`); the single
+    factories: the k rows' sampler factories (None: candidate_factories, as `--candidates k`); the single
     decode takes the first (greedy). scoped: the scope from the instruction first, as `cadedit fix`
     resolves it (else the whole file)."""
     from cadedit.scope import plan_edit
 
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY)
     options, _ = plan_edit(document_for(case), case.instruction, options, scoping=scoped)
-    picks = picks or candidate_picks(k, Sampling())
+    factories = factories or candidate_factories(k, Sampling())
     if order % 2 == 0:
-        one, many = _single(loaded, case, options, picks[0]), _batched(loaded, case, options, picks)
+        one, many = _single(loaded, case, options, factories[0]), _batched(loaded, case, options, factories)
     else:
-        many, one = _batched(loaded, case, options, picks), _single(loaded, case, options, picks[0])
+        many, one = _batched(loaded, case, options, factories), _single(loaded, case, options, factories[0])
     row = {"id": case.id, "k": k, "regions": [list(r) for r in options.regions], "one_seconds": one["seconds"], "k_seconds": many["seconds"],
            "ratio": many["seconds"] / one["seconds"], "one_forwards": one["forwards"], "k_forwards": many["forwards"],
            "greedy_same": one["text"] is not None and many["texts"][0] == one["text"],

@@ -23,7 +23,7 @@ from cadedit.bench.options import (PACKAGES, BackendOpt, CaseContextOpt, CorpusO
                                    JsonOpt, KernelOpt, LimitOpt, MaxNewOpt, ModelOpt, PackagesOpt, ScopeContextOpt,
                                    SpansOpt, TaskSeedOpt, TasksOpt, TestTimeoutOpt, ThreadsOpt, TokenizerOpt, TrialsOpt,
                                    int_list, longfile_roots, span_lengths)
-from cadedit.cli_common import _Engine, _EngineTimeout, context_lines, err, say, sub_app
+from cadedit.cli_common import EngineOpt, EngineTimeoutOpt, context_lines, err, say, scripted_picks, sub_app
 from cadedit.errors import CadeditError
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_DTYPE, DEFAULT_MODE
 from cadedit.settings import DEFAULT_TRIES, DEFAULT_WHERE_BY, READ_LATER, WHERE_BY
@@ -908,6 +908,7 @@ TRIES_WHERE = {"first": (True, False), "on": (True, False), "later": (False, Tru
 
 @app.command()
 def tries(
+    ctx: typer.Context,
     corpus: CorpusOpt,
     model: ModelOpt = None,
     backend: BackendOpt = None,
@@ -930,8 +931,8 @@ def tries(
     candidates_by: Annotated[str, typer.Option(
         "--candidates-by", help="How a try's candidates after the first are made, as `cadedit fix --candidates-by`: "
                                 "branch or sample.")] = CANDIDATES_BY,
-    engine: _Engine = None,
-    engine_timeout: _EngineTimeout = None,
+    engine: EngineOpt = None,
+    engine_timeout: EngineTimeoutOpt = None,
     where: _TriesWhere = "later" if READ_LATER else "off",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
@@ -945,14 +946,14 @@ def tries(
     from cadedit.bench import tries as bt
 
     corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
-    loaded = _tries_model(model, dtype, threads, backend, engine, engine_timeout)
+    editor = _tries_model(model, dtype, threads, backend, engine, engine_timeout)
     scoped = _choice(scoping, "--scoping", {"on": True, "off": False})
     by = _choice(candidates_by, "--candidates-by", {way: way for way in CANDIDATE_WAYS})
-    options = _tries_options(None if engine else loaded.name, mode, layout)
+    options = _tries_options(None if engine else editor.name, mode, layout)
     located, read = _choice(where, "--where", TRIES_WHERE)
     settings = bt.TriesSettings(max_tries, check_tries, test_timeout, options, scoped, k, by, engine is not None,
                                 located, read)
-    meta = {**_model_meta("tries", loaded), "mode": mode, "layout": settings.options.layout, "context": context,
+    meta = {**_model_meta("tries", editor.loaded or editor), "mode": mode, "layout": settings.options.layout, "context": context,
             "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped, "where": where,
             "candidates": settings.with_test, "candidates_checks_only": settings.checks_only, "candidates_by": by}
     rows = _tries_rows(max_tries, check_tries)
@@ -961,17 +962,20 @@ def tries(
         return {**meta, "corpora": [{"name": name, "summary": bt.summarize(cases, rows), "cases": cases}
                                     for name, cases in done.items()]}
 
-    done = run_corpora(corpora, "tries", lambda name, case: bt.run_case(loaded, case, settings), to_json, json_path,
+    done = run_corpora(corpora, "tries", lambda name, case: bt.run_case(editor, case, settings, scripted_picks(ctx)), to_json, json_path,
                        lambda row: say(_tries_line(row, rows)))
     for name, cases in done.items():
-        _print_tries(name, bt.summarize(cases, rows), rows, loaded.name)
+        _print_tries(name, bt.summarize(cases, rows), rows, editor.name)
 
 
 def _tries_model(model: str | None, dtype: str, threads: int | None, backend: str | None, engine: str | None,
                  engine_timeout: float | None):
-    """The model the tries run on: the engine's client where --engine is given, else the local model."""
+    """The editor the tries run with (results.Editor): the engine's client where --engine is given, else
+    the local model."""
     if engine is None:
-        return _load_model(model, "auto", dtype, threads, backend, warm_up=False)[0]
+        from cadedit.pipeline import LocalEditor
+
+        return LocalEditor(_load_model(model, "auto", dtype, threads, backend, warm_up=False)[0])
     from cadedit.engine import EngineClient
     from cadedit.settings import ENGINE_TIMEOUT
 
@@ -1038,6 +1042,7 @@ WhereByOpt = Annotated[str, typer.Option(
 
 @app.command()
 def longfile(
+    ctx: typer.Context,
     model: ModelOpt = None,
     backend: BackendOpt = None,
     packages: PackagesOpt = PACKAGES,
@@ -1081,7 +1086,8 @@ def longfile(
     meta = {**_model_meta("longfile", loaded), "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
             "first": first, "context": context, "where": where, "where_by": where_by, "oracle_test": tested}
     done = run_corpora({"tasks": tasks}, "longfile",
-                       lambda _, item: lf.run_task(loaded, *item, around, max_tries, where_by, tested),
+                       lambda _, item: lf.run_task(loaded, *item, around, max_tries, where_by, tested,
+                                                   scripted_picks(ctx)),
                        lambda done: {**meta, "summary": _longfile_summary(done["tasks"]), "rows": done["tasks"]},
                        json_path, lambda row: say(_longfile_line(row)), work)
     for key, summary in _longfile_summary(done["tasks"]).items():

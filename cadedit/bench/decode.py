@@ -1,7 +1,7 @@
 """`cadedit bench decode`: the decode loop on oracle programs against the bound of eq. (3).
 
 Contract: oracle_case(loaded, case, draft) forces the case's oracle program through the real loop
-(pipeline.prepare and run_decode in program mode, decode.script_picker choosing: real masks,
+(pipeline.prepare and run_decode in program mode, decode.script_sampler choosing: real masks,
 forced literals, copy splices and, with draft, drafted program tokens) and checks that it resolves
 to the gold; then the same model regenerates the gold file one token per forward after the same
 prompt, taking the argmax each step (what greedy decoding costs). Both clocks leave the prompt
@@ -29,7 +29,7 @@ from cadedit.bench.ceiling import CaseCeiling, Ceiling, SpeedupCurve, bounds, ca
 from cadedit.bench.corpus import Case
 from cadedit.bench.e2e import document_for
 from cadedit.bench.tokens import TokenCounter
-from cadedit.decode import script_picker
+from cadedit.decode import script_sampler
 from cadedit.document import Document
 from cadedit.errors import CadeditError
 from cadedit.model import LoadedModel, CachedLM, encode, new_cache
@@ -79,7 +79,7 @@ def oracle_case(loaded: LoadedModel, case: Case, draft: bool = True, counter: To
     options = EditOptions(model=loaded.name, mode=Mode.PROGRAM, draft=draft)
     prepared = pipeline.prepare(loaded, document, case.instruction, options)
     target = format(to_display_program(oracle(document, after), document))
-    pick = script_picker(target, pipeline.grammar_for(loaded).vocab.tokens, lambda text: encode(loaded.tokenizer, text))
+    pick = script_sampler(target, pipeline.grammar_for(loaded).vocab.tokens, lambda text: encode(loaded.tokenizer, text))
     decoded = pipeline.run_decode(loaded, document, prepared, pick, draft=draft)
     if resolve(pipeline.answer_program(document, prepared, decoded), document) != case.after:
         raise CadeditError(f"{case.id}: the loop did not spell the oracle program (got {decoded.text[-60:]!r})")

@@ -101,16 +101,16 @@ class E2ESettings:
 # -- the methods: decoding modes of `cadedit fix` ------------------------------------------------
 
 
-def mode_method(mode: Mode, scoped: bool = False, pick_for: pipeline.PickFor | None = None) -> Method:
+def mode_method(mode: Mode, scoped: bool = False, make_sampler: pipeline.SamplerFactory | None = None) -> Method:
     """One decoding mode, through exactly the code path of `cadedit fix`; scoped: the scope from the
-    instruction first, as `cadedit fix` resolves it (no scope found: the whole file). pick_for:
-    the decode's picker from the prepared request (None: greedy; tests script answers with it)."""
+    instruction first, as `cadedit fix` resolves it (no scope found: the whole file). make_sampler:
+    the decode's sampler from the prepared request (None: greedy; tests script answers with it)."""
     from cadedit.scope import plan_edit
 
     def edit(loaded: LoadedModel, document: Document, instruction: str, max_new_tokens: int | None) -> Edited:
         options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, mode=mode)
         options, _ = plan_edit(document, instruction, options, scoping=scoped)
-        result = pipeline.edit_file(document, instruction, options, loaded=loaded, pick_for=pick_for)
+        result = pipeline.edit_file(document, instruction, options, loaded=loaded, make_sampler=make_sampler)
         s = result.stats
         return Edited(result.new_text, result.program_text, s.forward_passes, s.tokens_new, s.tokens_copied,
                       s.seconds_prefill, s.tokens_prompt, s.tokens_new - s.drafts_kept)
@@ -119,10 +119,10 @@ def mode_method(mode: Mode, scoped: bool = False, pick_for: pipeline.PickFor | N
 
 
 def methods(names: Sequence[str], peers: dict[str, Method] | None = None,
-            pick_for: pipeline.PickFor | None = None) -> dict[str, Method]:
+            make_sampler: pipeline.SamplerFactory | None = None) -> dict[str, Method]:
     """The methods to run per case, in order: the first is measured, the second is its baseline.
     A peer (llama-rewrite, llama-lookup) comes built from `peers` (bench/peers.py loads them);
-    pick_for goes to every mode's decodes (mode_method)."""
+    make_sampler goes to every mode's decodes (mode_method)."""
     chosen: dict[str, Method] = {}
     for name in names:
         if name in PEERS:
@@ -131,10 +131,10 @@ def methods(names: Sequence[str], peers: dict[str, Method] | None = None,
             chosen[name] = peers[name]
             continue
         if name == FIX:  # one try: later tries' wider scopes do not come into it
-            chosen[name] = mode_method(DEFAULT_MODE, scoped=True, pick_for=pick_for)
+            chosen[name] = mode_method(DEFAULT_MODE, scoped=True, make_sampler=make_sampler)
             continue
         try:
-            chosen[name] = mode_method(Mode(name), pick_for=pick_for)
+            chosen[name] = mode_method(Mode(name), make_sampler=make_sampler)
         except ValueError:
             raise CadeditError(f"unknown method {name!r}", hint=f"use some of {', '.join(METHODS)}") from None
     if not chosen:

@@ -102,10 +102,11 @@ def read_tasks(path: str | Path) -> list[dict]:
 
 
 def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around: int | None, tries: int,
-             where_by: str = DEFAULT_WHERE_BY, tested: bool = False) -> dict:
+             where_by: str = DEFAULT_WHERE_BY, tested: bool = False, picks=None) -> dict:
     """One task edited as `cadedit fix` edits it (scope from the instruction unless not `scoped`, the
     where-step (naming the line by `where_by`) when `located`, verify mode, tries with syntax/no-change
-    checks, and when `tested` a test that passes the original file only, as `--test`): its row."""
+    checks, and when `tested` a test that passes the original file only, as `--test`): its row. picks:
+    tries.edit_verified's (answers a test scripted; cli_common.Scripted)."""
     import tempfile
     import time
     from contextlib import nullcontext
@@ -114,7 +115,8 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
     from cadedit.errors import CadeditError
     from cadedit.options import EditOptions, Mode
     from cadedit.scope import plan_edit
-    from cadedit.tries import CheckPlan, edit_verified
+    from cadedit.pipeline import LocalEditor
+    from cadedit.tries import Attempts, CheckPlan, edit_verified
 
     instruction = task["instruction"] if kind == "explicit" else task["instruction_vague"]
     document = Document.from_text(task["before"], task["path"])
@@ -128,7 +130,8 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
     try:
         with tempfile.TemporaryDirectory(prefix="cadedit-longfile-") if tested else nullcontext() as folder:
             plan = oracle_plan(Path(folder), document, task["after"]) if tested else CheckPlan()
-            verified = edit_verified(document, instruction, options, plan, tries, loaded=loaded)
+            verified = edit_verified(document, instruction, options, plan, Attempts(tries), editor=LocalEditor(loaded),
+                                     picks=picks)
     except CadeditError as exc:  # e.g. a file too large for the model: that task fails, the rest go on
         return {**row, "seconds": time.perf_counter() - start, "tries": 0, "first_seconds": 0.0, "answered": False,
                 "first": None, "verified": None, "error": exc.message, "forward_passes": 0}

@@ -163,7 +163,8 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
     from cadedit.document import Document
     from cadedit.options import EditOptions, Mode
     from cadedit.scope import plan_edit
-    from cadedit.tries import CheckPlan, edit_verified
+    from cadedit.pipeline import LocalEditor
+    from cadedit.tries import Attempts, CheckPlan, edit_verified
 
     document = Document.from_text(case["before"], case["file"])
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=CONTEXT_LINES)
@@ -171,8 +172,8 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
     row = {"id": case["id"], "split": case["split"], "file": case["file"], "regions": [list(r) for r in options.regions]}
     start = time.perf_counter()
     try:
-        verified = edit_verified(document, case["instruction"], options, CheckPlan(), tries, loaded=loaded,
-                                 candidates=1, **({"picks": picks} if picks is not None else {}))
+        verified = edit_verified(document, case["instruction"], options, CheckPlan(), Attempts(tries, 1),
+                                 editor=LocalEditor(loaded), **({"picks": picks} if picks is not None else {}))
     except CadeditError as exc:
         return {**row, "wall": time.perf_counter() - start, "error": exc.message, "ok": False, "why": exc.message}
     wall = time.perf_counter() - start
@@ -226,6 +227,7 @@ def _line(row: dict) -> str:
 
 
 def multiline(
+    ctx: typer.Context,
     model: ModelOpt = None,
     backend: BackendOpt = None,
     corpus: Annotated[Path, typer.Option("--corpus", help="A folder with cases.jsonl and files/.")] = CORPUS,
@@ -243,7 +245,7 @@ def multiline(
     Example: cadedit bench multiline --model MODEL --json multiline.json
     """
     from cadedit.bench.cli import _load_model, _model_meta, out, run_corpora  # bench.cli imports this module
-    from cadedit.cli_common import say
+    from cadedit.cli_common import say, scripted_picks
 
     if split not in ("all", *SPLITS):
         raise typer.BadParameter(f"{split!r}: expected one of all, {', '.join(SPLITS)}", param_hint="--split")
@@ -252,7 +254,8 @@ def multiline(
     rates = measure_rates(loaded)
     meta = {**_model_meta("multiline", loaded), "corpus": str(corpus), "split": split, "tries": max_tries,
             "prefill_ms_per_token": rates[0], "step_ms": rates[1]}
-    done = run_corpora({"cases": cases}, "multiline", lambda _, case: run_case(loaded, case, max_tries, rates),
+    done = run_corpora({"cases": cases}, "multiline", lambda _, case: run_case(loaded, case, max_tries, rates,
+                                                                               scripted_picks(ctx)),
                        lambda done: {**meta, "summary": summarize(done["cases"]), "rows": done["cases"]},
                        json_path, lambda row: say(_line(row)))
     for part, summary in summarize(done["cases"]).items():

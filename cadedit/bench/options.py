@@ -13,7 +13,8 @@ from typing import Annotated
 
 import typer
 
-from cadedit.cli_common import _Backend, _Context, _Dtype, _MaxNew, _Model, _Threads
+# The model options and --context of scoped edits are `cadedit fix`'s own (re-exported for the bench commands).
+from cadedit.cli_common import BackendOpt, DtypeOpt, MaxNewOpt, ModelOpt, ScopeContextOpt, ThreadsOpt  # noqa: F401
 
 # -- what to measure on --------------------------------------------------------------------------
 
@@ -31,15 +32,9 @@ JsonOpt = Annotated[Path | None, typer.Option("--json", metavar="PATH", help="Wr
 
 # -- the model and how it runs (the same options as `cadedit fix`) --------------------------------
 
-ModelOpt = _Model
-BackendOpt = _Backend
-DtypeOpt = _Dtype
-ThreadsOpt = _Threads
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:k].")]
 TokenizerOpt = Annotated[str | None, typer.Option(
     "--tokenizer", metavar="PATH", help="tokenizer.json, a model folder, a .gguf file or a hub id (default: the model's, see --model).")]
-ScopeContextOpt = _Context  # scoped edits: the lines shown around the regions
-MaxNewOpt = _MaxNew
 
 # -- the kernel speedup s(N) and the bounds of eq. (3) ------------------------------------------
 

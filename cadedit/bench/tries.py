@@ -1,6 +1,6 @@
 """Verified edits on a corpus (`cadedit bench tries`): tries and checks measured the way users get them.
 
-Contract: run_case(loaded, case, settings, picks=None) writes the case's input as a file in a fresh
+Contract: run_case(editor, case, settings, picks=None) writes the case's input as a file in a fresh
 folder and runs cadedit.tries.edit_verified on it twice (with `picks`, its seam for scripted
 answers): with the corpus's own test as the `--test` command (up to settings.tries tries), and
 with the syntax and no-change checks only (settings.check_tries tries). Every candidate of both
@@ -24,11 +24,11 @@ from cadedit.bench.corpus import Case
 from cadedit.bench.harness import JS_MD5_SHIM, has_test, interpreter, run_test, runner_for, write_test_files
 from cadedit.bench.report import median
 from cadedit.document import Document
-from cadedit.model import LoadedModel
 from cadedit.options import EditOptions
+from cadedit.results import Editor
 from cadedit.scope import plan_edit
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATES_BY, DEFAULT_TRIES, READ_LATER, default_candidates
-from cadedit.tries import CheckPlan, Verified, edit_verified
+from cadedit.tries import Attempts, CheckPlan, Verified, edit_verified
 
 SUFFIX = {"python": ".py", "node": ".js"}
 
@@ -114,7 +114,7 @@ def _single(judged: list[dict]) -> dict:
     return {**row, "answered": True}
 
 
-def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings,
+def run_case(editor: Editor, case: Case, settings: TriesSettings,
              picks: Callable[[int], Any] | None = None) -> dict:
     runner = runner_for(case.language)
     if runner is None or not has_test(case):
@@ -127,14 +127,15 @@ def run_case(loaded: LoadedModel, case: Case, settings: TriesSettings,
         options, _ = plan_edit(document, case.instruction, settings.options, scoping=settings.scoped,
                                where=settings.where, read=settings.read)
         with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
-        tested = edit_verified(document, case.instruction, options, with_test, settings.tries, loaded=loaded,
-                               picks=picks, candidates=settings.candidates, candidates_by=settings.candidates_by)
+        tested = edit_verified(document, case.instruction, options, with_test,
+                               Attempts(settings.tries, settings.candidates, settings.candidates_by), editor=editor,
+                               picks=picks)
         tested_rows = _judged(tested, case, settings.test_timeout)
         checked_rows = []
         if settings.check_tries:
-            checked = edit_verified(document, case.instruction, options, CheckPlan(), settings.check_tries,
-                                    loaded=loaded, picks=picks, candidates=settings.checks_only,
-                                    candidates_by=settings.candidates_by)
+            checked = edit_verified(document, case.instruction, options, CheckPlan(),
+                                    Attempts(settings.check_tries, settings.checks_only, settings.candidates_by),
+                                    editor=editor, picks=picks)
             checked_rows = _judged(checked, case, settings.test_timeout)
     single = _single(tested_rows)
     row = {"id": case.id, "language": case.language, "regions": [list(r) for r in options.regions], "single": single,
