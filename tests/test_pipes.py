@@ -195,11 +195,12 @@ def test_file_and_instruction_usage_errors(tmp_path, monkeypatch, args, message)
 # The real console-script entry with a real shell pipe; the driver scripts the model like script_model().
 DRIVER = """
 import pytest
+from tests.scripting import scripted
 from tests.test_pipes import script_model
-from cadedit.cli import main
+from cadedit.cli import app
 with pytest.MonkeyPatch.context() as mp:
     script_model(mp)
-    main()
+    app(prog_name="cadedit", obj=scripted())
 """
 
 
