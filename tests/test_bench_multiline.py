@@ -90,6 +90,9 @@ def test_bench_multiline_reports_forwards_floor_and_whether_each_answer_did_what
     assert (hints["id"], hints["ok"], hints["why"]) == ("hints", False, "no answer passed cadedit's checks")
     assert data["summary"]["tune"]["ok"] == 1 and data["summary"]["heldout"]["ok"] == 0
     assert data["prefill_ms_per_token"] > 0 and data["step_ms"] > 0
+    # What a k-token forward costs: measured once before the cases (and said), kept with the results.
+    assert [k for k, _ in data["forward_costs"]] == [1, 4, 16, 64, 256]
+    assert "measuring what a forward of 1 to 256 tokens costs" in result.stderr
     assert "tune: 1/1 done as asked, 1/1 within the forward bound" in result.stdout
     assert "heldout: 0/1 done as asked" in result.stdout
 
