@@ -250,11 +250,17 @@ def cpu_steps(threads: int) -> tuple[str, str]:
 
 def _measured_once(key: str, answers: tuple[str, ...], measure) -> tuple[str, Path]:
     """The answer stored for key in the per-machine measurement cache, or measure() stored there."""
+    return measured_once(key, lambda answer: answer in answers, measure)
+
+
+def measured_once(key: str, valid: Callable[[object], bool], measure: Callable[[], object]) -> tuple[object, Path]:
+    """The value stored for key in the per-machine measurement cache where valid(it), else measure()
+    (a JSON value) stored there; and the cache file's path."""
     import json
 
     path = user_cache("cpu-dtype.json")
     known = _measurements(path)
-    if known.get(key) in answers:
+    if key in known and valid(known[key]):
         return known[key], path
     answer = measure()
     if cache_problem(path) is None:  # never into another user's folder

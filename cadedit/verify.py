@@ -4,7 +4,9 @@ Contract: VerifyDrafter(source, encode, token_bytes, budget) is a decode-loop dr
 (cadedit.decode.Drafter). Wherever the output so far is aligned with the source text, it proposes
 the next stretch of the source; the loop checks it in the one forward it makes anyway and keeps
 the longest prefix the sampler agrees with, so greedy output equals one-token-at-a-time decoding.
-Drafts grow geometrically while accepted in full and shrink back after a miss (Schedule). A scoped
+Draft lengths come from `lengths`: by default they grow geometrically while accepted in full and
+shrink back after a miss (Schedule); the pipeline passes lengths fitted to what a forward of k
+tokens costs on the loaded model (cadedit.forward_cost.FittedLengths). A scoped
 edit's drafter also knows the file's lines after its region (`tail`): a model that runs past the
 region's closing fence and retypes them gets them drafted too, instead of one token a forward. It
 may also be given the same answer in other indentation (`also`): a scoped method is asked for
@@ -24,6 +26,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 
 RECENT = 8  # output lines remembered to place a line that occurs more than once in the source
@@ -59,6 +62,21 @@ class Schedule:
 
     def next(self, size: int, accepted_all: bool) -> int:
         return min(size * self.grow, self.most) if accepted_all else self.start
+
+    def first(self) -> int:
+        return self.start
+
+    def after(self, size: int, drafted: int, kept: int) -> int:
+        """The next draft's length, a draft of `size` tokens asked (`drafted` made) having kept `kept`."""
+        return self.next(size, kept == drafted)
+
+
+class Lengths(Protocol):
+    """How long each draft is: first(), then after(size asked, tokens drafted, tokens kept) after each
+    draft (Schedule; forward_cost.FittedLengths)."""
+
+    def first(self) -> int: ...
+    def after(self, size: int, drafted: int, kept: int) -> int: ...
 
 
 class Aligner:
@@ -215,7 +233,7 @@ def _occurrences(text: bytes, part: bytes) -> list[int]:
 
 
 class VerifyDrafter:
-    """Drafts the source after the aligned point; the draft size follows the Schedule.
+    """Drafts the source after the aligned point; the draft size follows `lengths` (a Schedule by default).
 
     The loop calls it before each forward with the output ids so far; it follows the new ids in
     the source (Aligner) and learns from how many tokens its last draft kept. With `also` (the same
@@ -224,15 +242,16 @@ class VerifyDrafter:
     """
 
     def __init__(self, source: str, encode: Callable[[str], list[int]], token_bytes: Sequence[bytes], budget: int,
-                 schedule: Schedule = Schedule(), tail: str = "", also: tuple[str, str] | None = None):
+                 schedule: Lengths = Schedule(), tail: str = "", also: tuple[str, str] | None = None):
         # tail: text after the answer that a model running past it may retype (a scoped region's next lines)
         self.aligners = [Aligner(source, encode, tail)]
         if also is not None and also[0] != source:
             self.aligners.append(Aligner(also[0], encode, also[1]))
         self.token_bytes, self.budget, self.schedule = token_bytes, budget, schedule
-        self.size = schedule.start
+        self.size = schedule.first()
         self.seen = 0
         self.last: tuple[int, int] | None = None  # (output length, draft length) of the last proposal
+        self.sizes: list[int] = []  # the length asked of each draft made (tests and benchmarks read them)
 
     @property
     def aligner(self) -> Aligner:
@@ -245,11 +264,13 @@ class VerifyDrafter:
     def __call__(self, cursor, ids: Sequence[int]) -> list[int]:
         if self.last is not None and self.last[1]:
             kept = len(ids) - self.last[0] - 1
-            self.size = self.schedule.next(self.size, kept == self.last[1])
+            self.size = self.schedule.after(self.size, self.last[1], kept)
         for token in ids[self.seen :]:
             for aligner in self.aligners:
                 aligner.advance(self.token_bytes[token])
         self.seen = len(ids)
         draft = self.aligner.draft(min(self.size, self.budget - len(ids)))
         self.last = (len(ids), len(draft))
+        if draft:
+            self.sizes.append(self.size)
         return draft

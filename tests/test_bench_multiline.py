@@ -16,6 +16,7 @@ from cadedit.document import Document
 from cadedit.model import encode, token_bytes
 from cadedit.regions import scoped_source
 from tests.scripting import inject_picks, invoke
+from tests.test_bench_peers import fake_llama  # noqa: F401 - fixture: a fake llama_cpp module
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
 
 SOURCE = '''\
@@ -87,6 +88,9 @@ def test_bench_multiline_reports_forwards_floor_and_whether_each_answer_did_what
     assert (hints["id"], hints["ok"], hints["why"]) == ("hints", False, "no answer passed cadedit's checks")
     assert data["summary"]["tune"]["ok"] == 1 and data["summary"]["heldout"]["ok"] == 0
     assert data["prefill_ms_per_token"] > 0 and data["step_ms"] > 0
+    # What a k-token forward costs: measured once before the cases (and said), kept with the results.
+    assert [k for k, _ in data["forward_costs"]] == [1, 4, 16, 64, 256]
+    assert "measuring what a forward of 1 to 256 tokens costs" in result.stderr
     assert "tune: 1/1 done as asked, 1/1 within the forward bound" in result.stdout
     assert "heldout: 0/1 done as asked" in result.stdout
 
@@ -108,3 +112,48 @@ def test_the_repo_corpus_has_both_parts_and_its_golds_and_checks_hold():
             assert after != case["before"] and judge(case, after) == (True, "")
         else:  # the file as it is does not pass a case's check
             assert not judge(case, case["before"])[0] or "same_code" in case["check"], case["id"]
+
+
+def test_llama_lookup_answers_each_cases_first_prompt_beside_cadedit(tmp_path, monkeypatch, tiny_dir, corpus,
+                                                                      fake_llama):
+    """--llama-lookup: llama.cpp with prompt lookup (a fake llama_cpp module, tests/test_bench_peers.py)
+    gets the prompt of cadedit's first try byte for byte and the same budget; its answer is judged
+    as cadedit's is; each row and each part's summary carry its forwards and wall beside cadedit's."""
+    from cadedit import pipeline
+    from cadedit.bench.multiline import case_request
+    from cadedit.model import load_model, token_bytes
+    from tests.test_bench_peers import FakeLlama, fake_piece
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("cadedit.bench.multiline.lookup_gguf", lambda loaded: tmp_path / "model.gguf")
+    answering(monkeypatch, RENAMED, SOURCE)
+    loaded = load_model(str(tiny_dir), "cpu", "fp32", 1)
+    prompts = {}
+    for case in CASES:
+        case = {**case, "before": SOURCE}
+        document, options = case_request(loaded, case)
+        prepared = pipeline.prepare(loaded, document, case["instruction"], options)
+        prompt = b"".join(token_bytes(loaded)[t] for t in prepared.prompt_ids)
+        after = Document.from_text(RENAMED if case["id"] == "rename" else SOURCE)
+        prompts[prompt] = scoped_source(after, prepared.fence, prepared.regions, prepared.headers).encode()
+    monkeypatch.setattr(FakeLlama, "answer", staticmethod(lambda prompt: prompts[prompt] + b"<|im_end|>"))
+    result = CliRunner().invoke(app, ["bench", "multiline", "--model", str(tiny_dir), "--dtype", "fp32", "--threads",
+                                      "1", "--corpus", str(corpus), "--llama-lookup", "--json", "out.json"])
+    assert result.exit_code == 0, result.output
+    ((llm),) = FakeLlama.made
+    assert [b"".join(fake_piece(t, True) for t in tokens) for tokens, _ in llm.generated] == list(prompts)
+    assert llm.kwargs["n_threads"] == 1 and llm.kwargs["draft_model"].num_pred_tokens == 10
+    data = json.loads((tmp_path / "out.json").read_text())
+    rename, hints = data["rows"]
+    assert (rename["llama_ok"], hints["llama_ok"]) == (True, False)
+    assert 1 < rename["llama_forwards"] < rename["llama_tokens_new"]  # the prompt's forward, then 4 tokens a forward
+    assert data["summary"]["tune"]["median_llama_over_cadedit"] == rename["llama_wall"] / rename["wall"]
+    assert data["llama_lookup"]["draft"] == "LlamaPromptLookupDecoding(num_pred_tokens=10)"
+    assert "tune: 1/1 done as asked" in result.stdout and "llama.cpp with prompt lookup: 1/1 done as asked" in result.stdout
+
+
+def test_llama_lookup_needs_a_gguf(tmp_path, tiny_dir, corpus, fake_llama):
+    result = CliRunner().invoke(app, ["bench", "multiline", "--model", str(tiny_dir), "--corpus", str(corpus),
+                                      "--llama-lookup"])
+    assert result.exit_code == 2
+    assert "--llama-lookup runs the model's GGUF" in result.output

@@ -1,10 +1,15 @@
 """Forwards of scripted multi-line answers (docs/measurements/multiline-edits.md), run from the repo root:
-    PYTHONPATH=. python tools/multiline_forwards.py [GGUF]
+    PYTHONPATH=. python tools/multiline_forwards.py [GGUF] [COSTS]
+
+COSTS (a cost curve as JSON, e.g. `forward_costs` of `bench multiline --json`): instead, each answer's
+forwards and their cost in one-token steps under that curve, drafts from the fixed schedule beside
+drafts fitted to the curve (cadedit.forward_cost.FittedLengths).
 
 Scripted answers through the real decode loop with Qwen2.5's tokenizer (from the 0.5B GGUF) and a
 model that is never asked (zero logits; the script picks): forwards for an answer equal to the region
 and for one with a name renamed on every third line, as the model writes it (the file's indentation)."""
 import inspect
+import json
 import sys
 from pathlib import Path
 
@@ -30,10 +35,23 @@ class FakeLM:
     def feed(self, ids, keep=1): return np.zeros((keep, len(TB)), dtype=np.float32)
     def crop(self, n): pass
 
-def run(dedented, indented, answer):
-    d = VerifyDrafter(dedented, enc, TB, 8000, **({"also": (indented, "")} if HAS_ALSO else {}))
-    out = decode(FakeLM(), FenceCursor(TB, EOS, "```"), [1, 2], None, script_picker(answer, TB, enc), 8000, None, d)
-    return out.stats.forward_passes, len(out.ids)
+CURVE = None
+if len(sys.argv) > 2:
+    from cadedit.forward_cost import CostCurve, FittedLengths
+    from cadedit.verify import Schedule
+    CURVE = CostCurve.from_json(json.loads(sys.argv[2]))
+
+
+def run(dedented, indented, answer, lengths=None):
+    steps = []
+    d = VerifyDrafter(dedented, enc, TB, 8000, **({"also": (indented, "")} if HAS_ALSO else {}),
+                      **({"schedule": lengths} if lengths is not None else {}))
+    out = decode(FakeLM(), FenceCursor(TB, EOS, "```"), [1, 2], None, script_picker(answer, TB, enc), 8000,
+                 lambda stats, step: steps.append(step), d)
+    if lengths is None:
+        return out.stats.forward_passes, len(out.ids)
+    cost = sum(CURVE.cost(s.sampled + s.forced + s.drafted) for s in steps if not s.prompt)
+    return out.stats.forward_passes, cost
 
 def case(name, region):
     ind = common_indent(region)
@@ -51,6 +69,17 @@ src = open("/usr/lib/python3.11/textwrap.py").read().splitlines(keepends=True)
 s = next(i for i, l in enumerate(src) if "def _wrap_chunks" in l); e = next(i for i in range(s + 1, len(src)) if src[i].startswith("    def "))
 ded, full, _ = case("textwrap.py", "".join(src[s:e]))
 rows.append(("textwrap _wrap_chunks, cur_line -> current_line", ded, full, full.replace("cur_line", "current_line")))
+if CURVE is not None:
+    for layout, ded, full, ren in rows:
+        cells = []
+        for answer in (full, ren):
+            n = len(enc(answer))
+            for lengths in (Schedule(), FittedLengths(CURVE)):
+                f, c = run(ded, full, answer, lengths)
+                cells.append(f"{f} / {c:.0f}")
+            cells.insert(len(cells) - 2, str(n))
+        print(f"| {layout} | " + " | ".join(cells) + " |")
+    sys.exit(0)
 for layout, ded, full, ren in rows:
     f1, n1 = run(ded, full, full)
     f2, n2 = run(ded, full, ren)

@@ -19,13 +19,17 @@ import json
 import re
 import statistics
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from cadedit.bench.options import BackendOpt, DtypeOpt, JsonOpt, ModelOpt, ThreadsOpt
+from cadedit import hardware
+from cadedit.bench.peers import LOOKUP_TOKENS
 from cadedit.errors import CadeditError, ModelError
+from cadedit.forward_cost import forward_costs
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "multiline"
@@ -160,15 +164,10 @@ def floor_seconds(prompt: int, new: int, changed: int, prefill_ms: float, step_m
 def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: Any = None) -> dict:
     """One case edited as `cadedit fix FILE INSTRUCTION --candidates 1 --tries TRIES` edits it: its row.
     picks: tries.edit_verified's (tests script the answer with it)."""
-    from cadedit.document import Document
-    from cadedit.options import EditOptions, Mode
-    from cadedit.scope import plan_edit
     from cadedit.pipeline import LocalEditor
     from cadedit.tries import Attempts, CheckPlan, edit_verified
 
-    document = Document.from_text(case["before"], case["file"])
-    options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=CONTEXT_LINES)
-    options, _ = plan_edit(document, case["instruction"], options)
+    document, options = case_request(loaded, case)
     row = {"id": case["id"], "split": case["split"], "file": case["file"], "regions": [list(r) for r in options.regions]}
     start = time.perf_counter()
     try:
@@ -194,6 +193,62 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
             "over_floor": wall / floor if floor else None, "seconds_decode": sum(s.seconds_total for s in stats)}
 
 
+def case_request(loaded, case: dict):
+    """The case's document and the options `cadedit fix` edits it with (scope planned from the instruction)."""
+    from cadedit.document import Document
+    from cadedit.options import EditOptions, Mode
+    from cadedit.scope import plan_edit
+
+    document = Document.from_text(case["before"], case["file"])
+    options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=CONTEXT_LINES)
+    return document, plan_edit(document, case["instruction"], options)[0]
+
+
+# -- llama.cpp beside it -------------------------------------------------------------------------
+
+
+def lookup_row(peer, loaded, case: dict) -> dict:
+    """llama.cpp with its prompt lookup (bench/peers.py's llama-lookup) answering the prompt of the
+    case's first try, greedily, the same budget, stopped where cadedit stops: wall, forwards, tokens,
+    and whether its answer does what was asked."""
+    from cadedit import pipeline
+    from cadedit.resolve import resolve
+    from cadedit.results import Decoded, DecodeStats
+
+    document, options = case_request(loaded, case)
+    prepared = pipeline.prepare(loaded, document, case["instruction"], options)
+    start = time.perf_counter()
+    try:
+        ids, raw, prompt, _ = peer.retype(loaded, document, prepared)
+    except CadeditError as exc:
+        return {"llama_wall": time.perf_counter() - start, "llama_forwards": peer.forwards, "llama_ok": False,
+                "llama_why": exc.message}
+    wall = time.perf_counter() - start
+    row = {"llama_wall": wall, "llama_forwards": peer.forwards, "llama_tokens_new": len(ids),
+           "llama_tokens_prompt": len(prompt)}
+    try:
+        program = pipeline.answer_program(document, prepared, Decoded(raw, tuple(ids), DecodeStats()))
+        ok, why = judge(case, resolve(program, document))
+    except CadeditError as exc:
+        ok, why = False, exc.message
+    return {**row, "llama_ok": ok, "llama_why": why}
+
+
+def lookup_context(loaded, cases: list[dict]) -> int:
+    """llama.cpp's n_ctx for the run: the largest first-try prompt + budget (+ a forward's draft)."""
+    from cadedit import pipeline
+
+    need = 512
+    for case in cases:
+        document, options = case_request(loaded, case)
+        try:
+            prepared = pipeline.prepare(loaded, document, case["instruction"], options)
+        except CadeditError:
+            continue
+        need = max(need, len(prepared.prompt_ids) + prepared.budget + LOOKUP_TOKENS + 32)
+    return min(need, loaded.context_limit)
+
+
 # -- summaries and the command -------------------------------------------------------------------
 
 
@@ -214,6 +269,11 @@ def summarize(rows: list[dict]) -> dict:
             "most_over_floor": max(ratios) if ratios else None,
             "wall_total": sum(r["wall"] for r in part),
         }
+        speedups = [r["llama_wall"] / r["wall"] for r in part if "llama_wall" in r and r.get("wall")]
+        if speedups:
+            summary[split].update(llama_ok=sum(r["llama_ok"] for r in part),
+                                  llama_forwards=sum(r.get("llama_forwards", 0) for r in part),
+                                  median_llama_over_cadedit=statistics.median(speedups))
     return summary
 
 
@@ -221,9 +281,13 @@ def _line(row: dict) -> str:
     if row.get("error"):
         return f"{row['id']}: {row['error']}"
     over = f"{row['over_floor']:.2f}x floor" if row.get("over_floor") else "no floor"
+    llama = ""
+    if "llama_wall" in row:
+        llama = (f"; llama.cpp lookup {row['llama_forwards']} fwd, {row['llama_wall']:.1f} s "
+                 f"({row['llama_wall'] / row['wall']:.1f}x), {'ok' if row['llama_ok'] else 'NOT ok'}")
     return (f"{row['id']} [{row['split']}]: {'ok' if row['ok'] else 'NOT ok (' + row['why'] + ')'}, "
             f"{row['forwards']} fwd (bound {row['forward_bound']}), {row['tokens_new']} new, "
-            f"{row['changed_tokens']} changed in {row['changed_lines']} lines, {row['wall']:.1f} s, {over}")
+            f"{row['changed_tokens']} changed in {row['changed_lines']} lines, {row['wall']:.1f} s, {over}{llama}")
 
 
 def multiline(
@@ -236,6 +300,9 @@ def multiline(
     dtype: DtypeOpt = DEFAULT_DTYPE,
     threads: ThreadsOpt = None,
     json_path: JsonOpt = None,
+    llama_lookup: Annotated[bool, typer.Option(
+        "--llama-lookup", help="Also run llama.cpp with its prompt lookup drafts (llama-cpp-python's "
+        "LlamaPromptLookupDecoding) on each case's prompt, same GGUF and threads.")] = False,
 ) -> None:
     """Everyday multi-line edits on real code (renames, type hints, docstrings, logging, validation,
     try/except, deleting and moving blocks, comments; Python and JavaScript), each as `cadedit fix`
@@ -252,10 +319,20 @@ def multiline(
     cases = load_cases(corpus, split)
     loaded, _ = _load_model(model, "auto", dtype, threads, backend)
     rates = measure_rates(loaded)
+    hardware.progress = hardware.progress or say  # the once-only measurement says what it does
+    curve = forward_costs(loaded)  # measured (once per machine) before any case is timed
     meta = {**_model_meta("multiline", loaded), "corpus": str(corpus), "split": split, "tries": max_tries,
-            "prefill_ms_per_token": rates[0], "step_ms": rates[1]}
-    done = run_corpora({"cases": cases}, "multiline", lambda _, case: run_case(loaded, case, max_tries, rates,
-                                                                               scripted_picks(ctx)),
+            "prefill_ms_per_token": rates[0], "step_ms": rates[1], "forward_costs": curve.to_json()}
+    peer = _lookup_peer(loaded, cases) if llama_lookup else None
+    if peer is not None:
+        meta["llama_lookup"] = {"draft": f"LlamaPromptLookupDecoding(num_pred_tokens={LOOKUP_TOKENS})",
+                                "llama_cpp_python": metadata.version("llama_cpp_python")}
+
+    def one(_, case: dict) -> dict:
+        row = run_case(loaded, case, max_tries, rates, scripted_picks(ctx))
+        return {**row, **lookup_row(peer, loaded, case)} if peer is not None else row
+
+    done = run_corpora({"cases": cases}, "multiline", one,
                        lambda done: {**meta, "summary": summarize(done["cases"]), "rows": done["cases"]},
                        json_path, lambda row: say(_line(row)))
     for part, summary in summarize(done["cases"]).items():
@@ -263,4 +340,24 @@ def multiline(
         out.print(f"{part}: {summary['ok']}/{summary['n']} done as asked, {summary['within_forward_bound']}/"
                   f"{summary['n']} within the forward bound, {summary['forwards']} forwards for "
                   f"{summary['tokens_new']} new tokens, wall / floor median "
-                  + (f"{ratio:.2f}, most {summary['most_over_floor']:.2f}" if ratio else "-"))
+                  + (f"{ratio:.2f}, most {summary['most_over_floor']:.2f}" if ratio else "-")
+                  + (f"; llama.cpp with prompt lookup: {summary['llama_ok']}/{summary['n']} done as asked, "
+                     f"{summary['llama_forwards']} forwards, wall median {summary['median_llama_over_cadedit']:.1f}x "
+                     "cadedit's" if "median_llama_over_cadedit" in summary else ""))
+
+
+def _lookup_peer(loaded, cases: list[dict]):
+    """llama.cpp with prompt lookup on the loaded model's GGUF and threads (bench/peers.py)."""
+    from cadedit.bench.peers import load_peers
+
+    gguf = lookup_gguf(loaded)
+    if gguf is None:
+        raise typer.BadParameter("--llama-lookup runs the model's GGUF: pass --model FILE.gguf", param_hint="--llama-lookup")
+    return load_peers(["llama-lookup"], str(gguf), loaded.threads, lookup_context(loaded, cases))["llama-lookup"]
+
+
+def lookup_gguf(loaded) -> Path | None:
+    """The loaded model's GGUF file (None: a model folder)."""
+    from cadedit.model_files import gguf_path
+
+    return gguf_path(loaded.name)

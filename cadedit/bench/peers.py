@@ -108,12 +108,22 @@ class LlamaPeer:
         from cadedit import pipeline
         from cadedit.bench.e2e import Edited
         from cadedit.results import Decoded, DecodeStats
-        from cadedit.model import token_bytes
         from cadedit.options import EditOptions, Mode
         from cadedit.resolve import resolve
 
         options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, mode=Mode.REWRITE)
         prepared = pipeline.prepare(loaded, document, instruction, options)
+        ids, raw, prompt, prefill = self.retype(loaded, document, prepared)
+        stats = DecodeStats(forward_passes=self.forwards, tokens_prompt=len(prompt), tokens_sampled=len(ids))
+        program = pipeline.answer_program(document, prepared, Decoded(raw, tuple(ids), stats))
+        return Edited(resolve(program, document), raw, self.forwards, len(ids), max(0, len(ids) - self.forwards),
+                      prefill)
+
+    def retype(self, loaded, document, prepared) -> tuple[list[int], str, list[int], float]:
+        """The prepared request's prompt (pipeline.prepare: the text cadedit's ids spell, tokenised
+        again by llama.cpp) answered greedily: (ids, the answer's text, the prompt's ids, prefill seconds)."""
+        from cadedit.model import token_bytes
+
         vocab = token_bytes(loaded)
         prompt = self.llm.tokenize(b"".join(vocab[t] for t in prepared.prompt_ids), add_bos=False, special=True)
         budget = min(prepared.budget, self.llm.n_ctx() - len(prompt) - _ROOM)
@@ -122,10 +132,7 @@ class LlamaPeer:
                              f"{self.llm.n_ctx()} tokens", hint="raise --llama-ctx")
         ids, prefill = self.generate(prompt, prepared.fence, budget)
         raw = b"".join(self.pieces[t] for t in ids if t not in self.eos).decode("utf-8", errors="replace")
-        stats = DecodeStats(forward_passes=self.forwards, tokens_prompt=len(prompt), tokens_sampled=len(ids))
-        program = pipeline.answer_program(document, prepared, Decoded(raw, tuple(ids), stats))
-        return Edited(resolve(program, document), raw, self.forwards, len(ids), max(0, len(ids) - self.forwards),
-                      prefill)
+        return ids, raw, prompt, prefill
 
     def generate(self, prompt: Sequence[int], fence: str, budget: int) -> tuple[list[int], float]:
         """Greedy tokens up to the stopping rule, and the seconds until the first one (the prefill)."""

@@ -1,0 +1,149 @@
+"""Verify draft lengths fitted to what a forward of k tokens costs (cadedit.forward_cost): the cost
+curve is measured from the model's own forwards (here a fake LM on a fake clock, steep or flat),
+drafts chosen from a steep curve stay short where a flat curve's are long, the answer is the same
+either way (and the same as one token a forward), the fitted lengths cost less than the fixed
+schedule on a steep curve, and the real CLI measures once and reads the cache after."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import statistics
+
+import pytest
+
+from cadedit.forward_cost import WIDTHS, CostCurve, FittedLengths, measure_curve
+from cadedit.settings import user_cache
+from cadedit.verify import Schedule, VerifyDrafter
+from tests.test_verify import CORPUS, FENCE, TOK, TOKEN_BYTES, ScriptedLM, encode_text, run_loop
+
+
+def steep(k: int) -> float:
+    """A CPU where wide forwards cost nearly their width: 16 tokens ~4 steps, 64 ~13 (llama.cpp on one thread)."""
+    return 0.8 + 0.19 * k
+
+
+def flat(k: int) -> float:
+    """bf16 with AMX: up to 16 tokens cost about one step, 256 about three."""
+    return 1.0 + max(0, k - 16) / 120
+
+
+class ClockLM:
+    """A decode.LM on a fake clock: each feed of k ids advances it by cost(k); ids is its cache."""
+
+    def __init__(self, cost):
+        self.cost, self.now = cost, 0.0
+        self.ids: list[int] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def feed(self, ids, keep=1):
+        self.now += self.cost(len(ids))
+        self.ids += list(ids)
+
+    def crop(self, n):
+        del self.ids[len(self.ids) - n :]
+
+
+@pytest.mark.parametrize("cost", [steep, flat])
+def test_the_curve_is_what_forwards_of_each_width_cost_relative_to_one_token(cost):
+    lm = ClockLM(cost)
+    curve = measure_curve(lm, vocab=500, room=4096, clock=lm.clock)
+    assert [k for k, _ in curve.points] == list(WIDTHS)
+    for k, c in curve.points:
+        assert c == pytest.approx(cost(k) / cost(1), rel=1e-2)
+    assert lm.ids == []  # the cache is left as it was
+    assert curve.cost(40) == pytest.approx((cost(16) + (cost(64) - cost(16)) / 2) / cost(1), rel=1e-2)
+
+
+def test_a_small_context_measures_the_widths_that_fit():
+    lm = ClockLM(steep)
+    curve = measure_curve(lm, vocab=500, room=200, clock=lm.clock)
+    assert [k for k, _ in curve.points] == [1, 4, 16, 64]
+    assert curve.cost(512) > curve.cost(64)  # past the last width: along the last two
+
+
+def curve_of(cost) -> CostCurve:
+    return CostCurve(tuple((k, cost(k) / cost(1)) for k in WIDTHS))
+
+
+def test_uncertain_acceptance_drafts_short_on_a_steep_curve_and_long_on_a_flat_one():
+    for p, steep_most, flat_least in ((0.9, 8, 16), (0.97, 16, 48)):
+        assert curve_of(steep).best_draft(p, 256) <= steep_most
+        assert curve_of(flat).best_draft(p, 256) >= flat_least
+    # Everything kept: long drafts on both (a wide forward still yields more per step than a narrow one).
+    assert curve_of(steep).best_draft(0.999, 256) >= 64 and curve_of(flat).best_draft(0.999, 256) == 256
+
+
+def renamed_every_third_line(lines: list[str]) -> list[str]:
+    """The first name of every third non-blank line renamed (`x` -> `x_1`), the rest of the line as it was."""
+    out = list(lines)
+    for k in range(1, len(out), 3):
+        found = re.search(r"[A-Za-z_]\w*", out[k])
+        if found:
+            out[k] = out[k][: found.end()] + "_1" + out[k][found.end() :]
+    return out
+
+
+def decode_with(lengths, before: list[str], after: list[str]):
+    """The loop over a scripted model writing `after`; the drafter's source is `before`."""
+    prompt, target = [5, 6, 7], encode_text("".join(after) + FENCE + "\n")
+    drafter = None
+    if lengths is not None:
+        drafter = VerifyDrafter("".join(before) + FENCE + "\n", encode_text, TOKEN_BYTES, 10_000, lengths)
+    run = run_loop(ScriptedLM(len(prompt), target, TOK.eos_token_id), prompt, 10_000, drafter)
+    return run, drafter
+
+
+def steps_cost(run, cost) -> float:
+    """The decode's forwards in one-token steps on a CPU with this cost (the prompt's forward left out)."""
+    return sum(cost(step.sampled + step.forced + step.drafted) / cost(1) for step in run.steps if not step.prompt)
+
+
+def test_fitted_lengths_differ_by_curve_and_leave_the_answer_as_it_is():
+    rng = random.Random(3)
+    before = [rng.choice(CORPUS) for _ in range(90)]
+    after = renamed_every_third_line(before)
+    assert after != before
+    greedy, _ = decode_with(None, before, after)
+    on_steep, steep_drafter = decode_with(FittedLengths(curve_of(steep)), before, after)
+    on_flat, flat_drafter = decode_with(FittedLengths(curve_of(flat)), before, after)
+    assert on_steep.ids == on_flat.ids == greedy.ids
+    assert statistics.median(steep_drafter.sizes) <= 16 < statistics.median(flat_drafter.sizes)
+    assert max(steep_drafter.sizes) < max(flat_drafter.sizes)
+    # Each curve's own lengths cost it less than the other's, and less than the fixed schedule's.
+    fixed, _ = decode_with(Schedule(), before, after)
+    assert fixed.ids == greedy.ids
+    assert steps_cost(on_steep, steep) < min(steps_cost(on_flat, steep), steps_cost(fixed, steep))
+    assert steps_cost(on_flat, flat) <= min(steps_cost(on_steep, flat), steps_cost(fixed, flat))
+
+
+def test_an_unchanged_answer_drafts_long_even_on_a_steep_curve():
+    before = CORPUS * 3
+    greedy, _ = decode_with(None, before, before)
+    run, drafter = decode_with(FittedLengths(curve_of(steep)), before, before)
+    assert run.ids == greedy.ids
+    assert run.stats.forward_passes <= len(greedy.ids) // 40
+    assert max(drafter.sizes) >= 128
+
+
+def test_the_cli_measures_the_costs_once_and_reads_them_after(tmp_path, monkeypatch, tiny_dir, run_cli):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("def add(a, b):\n    return a - b\n")
+    args = ("fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--max-new-tokens", "40", "--tries", "1",
+            "--allow-no-change", "--threads")
+    first = run_cli(*args, "1", cwd=tmp_path)
+    assert first.returncode in (0, 3), first.stderr
+    assert b"measuring what a forward of 1 to 256 tokens costs" in first.stderr
+    assert b"a forward of k tokens costs k=1: 1.0, k=4: " in first.stderr
+    stored = {key: value for key, value in json.loads(user_cache("cpu-dtype.json").read_text()).items()
+              if "|forward-costs-" in key}
+    assert len(stored) == 1 and [k for k, _ in next(iter(stored.values()))] == list(WIDTHS)
+    second = run_cli(*args, "1", cwd=tmp_path)
+    assert second.returncode in (0, 3), second.stderr
+    assert b"measuring what a forward" not in second.stderr
+    # Another thread count is another measurement.
+    third = run_cli(*args, "2", cwd=tmp_path)
+    assert b"measuring what a forward" in third.stderr
