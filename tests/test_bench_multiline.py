@@ -137,7 +137,7 @@ def test_llama_lookup_answers_each_cases_first_prompt_beside_cadedit(tmp_path, m
         after = Document.from_text(RENAMED if case["id"] == "rename" else SOURCE)
         prompts[prompt] = scoped_source(after, prepared.fence, prepared.regions, prepared.headers).encode()
     monkeypatch.setattr(FakeLlama, "answer", staticmethod(lambda prompt: prompts[prompt] + b"<|im_end|>"))
-    result = CliRunner().invoke(app, ["bench", "multiline", "--model", str(tiny_dir), "--dtype", "fp32", "--threads",
+    result = invoke(["bench", "multiline", "--model", str(tiny_dir), "--dtype", "fp32", "--threads",
                                       "1", "--corpus", str(corpus), "--llama-lookup", "--json", "out.json"])
     assert result.exit_code == 0, result.output
     ((llm),) = FakeLlama.made
@@ -153,7 +153,7 @@ def test_llama_lookup_answers_each_cases_first_prompt_beside_cadedit(tmp_path, m
 
 
 def test_llama_lookup_needs_a_gguf(tmp_path, tiny_dir, corpus, fake_llama):
-    result = CliRunner().invoke(app, ["bench", "multiline", "--model", str(tiny_dir), "--corpus", str(corpus),
+    result = invoke(["bench", "multiline", "--model", str(tiny_dir), "--corpus", str(corpus),
                                       "--llama-lookup"])
     assert result.exit_code == 2
     assert "--llama-lookup runs the model's GGUF" in result.output

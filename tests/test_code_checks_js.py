@@ -7,10 +7,9 @@ the scopes one at a time on the check itself.
 from __future__ import annotations
 
 import pytest
-from typer.testing import CliRunner
 
-from cadedit import cli
 from cadedit.code_checks import code_checks
+from tests.scripting import invoke
 from tests.test_tries_cli import load_once, scripted, tries_lines, work, _models  # noqa: F401 (fixtures)
 
 # `$` is defined nowhere in the file: a global of the page that loads it (jQuery).
@@ -29,8 +28,8 @@ module.exports = { total };
 
 
 def fix_js(tiny_dir, instruction: str, *args: str):
-    return CliRunner().invoke(cli.app, ["fix", "app.js", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
-                                        "--threads", "1", "--candidates", "1", "--no-scope", "--write", *args])
+    return invoke(["fix", "app.js", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
+                   "--threads", "1", "--candidates", "1", "--no-scope", "--write", *args])
 
 
 @pytest.fixture
