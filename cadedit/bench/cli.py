@@ -112,14 +112,10 @@ def _load_model(model: str | None, device: str, dtype: str, threads: int | None,
                warm_up: bool = True) -> tuple:
     """The model loaded under a status line and, with warm_up, warmed up (bench.e2e.warm_up, so the first
     case's clock holds no one-off costs): (the loaded model, the warm-up seconds)."""
-    from cadedit import hardware
-    from cadedit.forward_cost import forward_costs
     from cadedit.model import load_model as load
 
     with err.status("loading the model ..."):
         loaded = load(model, device, dtype, threads, backend)
-        hardware.progress = hardware.progress or say  # the once-only measurements say what they do
-        forward_costs(loaded)  # verify's draft lengths, measured once per machine: before any case's clock
         if not warm_up:
             return loaded, 0.0
         from cadedit.bench.e2e import warm_up as warm

@@ -26,6 +26,7 @@ from typing import Annotated, Any
 import typer
 
 from cadedit.bench.options import BackendOpt, DtypeOpt, JsonOpt, ModelOpt, ThreadsOpt
+from cadedit import hardware
 from cadedit.bench.peers import LOOKUP_TOKENS
 from cadedit.errors import CadeditError, ModelError
 from cadedit.forward_cost import forward_costs
@@ -318,6 +319,7 @@ def multiline(
     cases = load_cases(corpus, split)
     loaded, _ = _load_model(model, "auto", dtype, threads, backend)
     rates = measure_rates(loaded)
+    hardware.progress = hardware.progress or say  # the once-only measurement says what it does
     curve = forward_costs(loaded)  # measured (once per machine) before any case is timed
     meta = {**_model_meta("multiline", loaded), "corpus": str(corpus), "split": split, "tries": max_tries,
             "prefill_ms_per_token": rates[0], "step_ms": rates[1], "forward_costs": curve.to_json()}
