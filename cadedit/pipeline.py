@@ -28,7 +28,6 @@ from cadedit.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import BudgetError, CadeditError, ModelError
 from cadedit.fence import FenceCursor, writes_again
-from cadedit.forward_cost import FittedLengths, forward_costs
 from cadedit.model import LoadedModel, chat_prompt, check_ids, encode, eos_ids, language_model, load_model, token_bytes
 from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
@@ -160,10 +159,10 @@ def _fenced_parts(loaded: LoadedModel, document: Document, prepared: Prepared, d
 
 
 def _verify_drafter(loaded: LoadedModel, prepared: Prepared) -> VerifyDrafter:
-    # Draft lengths fitted to what a k-token forward costs on this model, backend and CPU (measured once).
+    # The fixed schedule: lengths fitted to the measured forward cost (forward_cost.FittedLengths) are
+    # not on until a scoped edit with a header forced between its regions decodes right under them.
     return VerifyDrafter(prepared.source, lambda text: encode(loaded.tokenizer, text), token_bytes(loaded),
-                         prepared.budget, FittedLengths(forward_costs(loaded)), tail=prepared.draft_tail,
-                         also=prepared.draft_indented)
+                         prepared.budget, tail=prepared.draft_tail, also=prepared.draft_indented)
 
 
 def _lookup_drafter(loaded: LoadedModel, prepared: Prepared) -> LookupDrafter:
