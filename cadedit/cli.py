@@ -24,6 +24,10 @@ from cadedit.cli_common import _Context, _Engine, _engine_for, _EngineTimeout, c
 from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
 from cadedit.settings import (CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, DEFAULT_WHERE_BY,
                               TEST_TIMEOUT, WHERE_BY, Mode)
+from cadedit.document import Document
+from cadedit.errors import ApplyError, CheckFailedError, DocumentError
+from cadedit.options import EditOptions, Sampling
+from cadedit.settings import approve, forget, USER_ONLY_KEYS
 
 def _debug(ctx: typer.Context) -> bool:
     return (bool(ctx.params.get("debug")) or ctx.meta.get("cadedit.debug", False)
@@ -99,7 +103,7 @@ def root(
 def write_stdout(text: str) -> None:
     """Data on stdout, byte for byte (CR and CRLF inside programs survive); a closed or full stdout
     is a one-line error, a closed pipe raises BrokenPipeError (typer exits 1)."""
-    from cadedit.diff import write_bytes
+    from cadedit.diff import write_bytes  # lazy: keeps `cadedit --help` light
 
     write_bytes(sys.stdout, text.encode("utf-8"))
 
@@ -107,7 +111,7 @@ def write_stdout(text: str) -> None:
 def display_path(path: Path) -> str:
     """The path for diff headers: relative to the repository root inside a git work tree (as `git diff`
     writes it; `git apply` takes it from any subdirectory), else to the working directory (`patch -p1`)."""
-    from cadedit.repo import diff_path
+    from cadedit.repo import diff_path  # lazy: keeps `cadedit --help` light
 
     return diff_path(path)
 
@@ -115,7 +119,6 @@ def display_path(path: Path) -> str:
 def check_patch_path(path: str | Path) -> None:
     """Refuse to print a diff whose header patch cannot apply: outside a git work tree, a file
     outside the working directory would be named a/../f, and `patch -p1` refuses `..` names."""
-    from cadedit.errors import DocumentError
 
     name = display_path(Path(path))
     if name == ".." or name.startswith("../"):
@@ -125,8 +128,7 @@ def check_patch_path(path: str | Path) -> None:
 
 def read_program(source: str):
     """Parse a program from a file, or from stdin for "-" (same checks as any document)."""
-    from cadedit.document import Document
-    from cadedit.program import parse
+    from cadedit.program import parse  # lazy: keeps `cadedit --help` light
 
     document = Document.read_stream(sys.stdin.buffer) if source == "-" else Document.read(source)
     return parse(document.text)
@@ -143,9 +145,8 @@ def oracle(
 
     Example: cadedit oracle a.py b.py > edit.program
     """
-    from cadedit.document import Document
-    from cadedit.oracle import oracle as make_oracle
-    from cadedit.program import format as format_program
+    from cadedit.oracle import oracle as make_oracle  # lazy: keeps `cadedit --help` light
+    from cadedit.program import format as format_program  # lazy: keeps `cadedit --help` light
 
     write_stdout(format_program(make_oracle(Document.read(before), Document.read(after))))
 
@@ -158,9 +159,8 @@ def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: Cli
 
     Example: cadedit oracle a.py b.py > p && cadedit apply a.py p | patch -p1
     """
-    from cadedit.diff import count_changes, show, unified_diff, write_atomic
-    from cadedit.document import Document
-    from cadedit.resolve import Bounds, resolve_ops
+    from cadedit.diff import count_changes, show, unified_diff, write_atomic  # lazy: keeps `cadedit --help` light
+    from cadedit.resolve import Bounds, resolve_ops  # lazy: keeps `cadedit --help` light
 
     document = Document.read(file)
     if not write:
@@ -282,8 +282,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
 
               cadedit fix app.py "Fix line 95" --engine http://gpu-box:8000/v1   (a shared engine decodes)
     """
-    from cadedit.options import EditOptions, Sampling
-    from cadedit.tries import CheckPlan
+    from cadedit.tries import CheckPlan  # lazy: keeps `cadedit --help` light
 
     _refuse_clashes(check, write, no_scope, lines, scope, mode)
     files, instruction = _fix_arguments(args, instruction_opt)
@@ -331,8 +330,7 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
     """One file (or stdin): its tries, then the answer shown, written or reported as failed."""
     import json
 
-    from cadedit.diff import unified_diff
-    from cadedit.document import Document
+    from cadedit.diff import unified_diff  # lazy: keeps `cadedit --help` light
 
     stdin = file == "-"
     if stdin and shown.write:
@@ -356,9 +354,7 @@ def _stdin_document(run: _Run):
     """Piped text as a document named as --stdin-filename says (its language, checks and scope), else by
     the language its content shows (said on stderr); DocumentError for a whole-file edit of text whose
     language is unknown (no syntax or code check could catch a rewrite that deletes half of it)."""
-    from cadedit.document import Document
-    from cadedit.errors import DocumentError
-    from cadedit.languages import guess_suffix, language_of
+    from cadedit.languages import guess_suffix, language_of  # lazy: keeps `cadedit --help` light
 
     if run.stdin_name:
         return Document.read_stream(sys.stdin.buffer, run.stdin_name)
@@ -378,8 +374,8 @@ def _stdin_document(run: _Run):
 
 def _show_answer(document, file: str, answer, diff_text: str, plan, run: _Run, shown: _Shown) -> None:
     """The passing answer: a summary line, then the diff, program or text on stdout, or the file written."""
-    from cadedit.diff import count_changes, show, write_atomic
-    from cadedit.program import format as format_program
+    from cadedit.diff import count_changes, show, write_atomic  # lazy: keeps `cadedit --help` light
+    from cadedit.program import format as format_program  # lazy: keeps `cadedit --help` light
 
     result = answer.result
     if not run.quiet:
@@ -448,7 +444,7 @@ class _Outcome:
         return self.verified.closest if self.tested else self.verified.answer or self.verified.best
 
     def to_json(self, diff_text: str) -> dict:
-        from cadedit.results import result_json
+        from cadedit.results import result_json  # lazy: keeps `cadedit --help` light
 
         shown = self.shown
         data = result_json(shown.result, diff_text) if shown is not None else {
@@ -482,8 +478,8 @@ def _load(options, run: _Run, once_for: int = 1):
         if not quiet:
             say(f"{client.name}: using the cadedit server (pid {client.pid}; `cadedit serve stop` to stop it)")
         return client
-    from cadedit import hardware
-    from cadedit.model import load_model
+    from cadedit import hardware  # lazy: keeps `cadedit --help` light
+    from cadedit.model import load_model  # lazy: keeps `cadedit --help` light
 
     hardware.progress = None if quiet else say  # the first run's probes and conversion say what they do
     if quiet:
@@ -502,8 +498,8 @@ def _load(options, run: _Run, once_for: int = 1):
 
 def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
-    from cadedit.scope import plan_edit
-    from cadedit.tries import edit_verified
+    from cadedit.scope import plan_edit  # lazy: keeps `cadedit --help` light
+    from cadedit.tries import edit_verified  # lazy: keeps `cadedit --help` light
 
     scoping, quiet = run.scoping, run.quiet
     options, scope = plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on, scoping.where)
@@ -531,7 +527,7 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
 
 def _reporters(document, options, run: _Run, progress):
     """on_try and on_where: one line on stderr per try (and for the where-step), more with --verbose."""
-    from cadedit.scope import span_text
+    from cadedit.scope import span_text  # lazy: keeps `cadedit --help` light
 
     quiet, verbose, tries = run.quiet, run.verbose, run.tries
     previous: dict = {}
@@ -573,8 +569,6 @@ def _reporters(document, options, run: _Run, progress):
 def _reread(document):
     """The file again after a test ran with candidates in place: checks.py put the user's bytes back
     (a new inode and mtime); anything else means the file changed under cadedit."""
-    from cadedit.document import Document
-    from cadedit.errors import ApplyError
 
     current = Document.read(document.path)
     if current.lines != document.lines:
@@ -585,7 +579,6 @@ def _reread(document):
 
 def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
     """No candidate passed: nothing is written; the best one's diff goes to stderr, marked as failing."""
-    from cadedit.errors import CheckFailedError
 
     shown, best = outcome.shown, outcome.verified.best
     n = outcome.verified.made
@@ -604,8 +597,7 @@ def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
 def _recover(files) -> None:
     """A file a killed cadedit run left with its untested candidate gets its original back first; a file
     another run is testing a candidate in is refused (it does not hold the user's text now)."""
-    from cadedit.errors import ApplyError
-    from cadedit.sandbox import FAILED, SKIPPED, held_by, recover_file
+    from cadedit.sandbox import FAILED, SKIPPED, held_by, recover_file  # lazy: keeps `cadedit --help` light
 
     for file in files:
         if file == "-":
@@ -631,7 +623,7 @@ def recover() -> None:
 
     Example: cadedit recover
     """
-    from cadedit.sandbox import FAILED, recover_all
+    from cadedit.sandbox import FAILED, recover_all  # lazy: keeps `cadedit --help` light
 
     done = recover_all()
     for each in done:
@@ -656,7 +648,6 @@ def trust(folder: Annotated[Path, typer.Argument(
     """
     import json
 
-    from cadedit.settings import USER_ONLY_KEYS, approve, forget
 
     if remove:
         gone = forget(folder)
@@ -714,7 +705,6 @@ def _split_fix_arguments(args: list[str], instruction: str | None) -> tuple[list
 def _text_instruction(instruction: str) -> None:
     """An instruction with bytes that are not UTF-8 (the shell passed them through; Python keeps them as
     lone surrogates) cannot be put in the prompt: a one-line error saying where the first one is."""
-    from cadedit.errors import DocumentError
 
     bad = next((k for k, ch in enumerate(instruction) if 0xD800 <= ord(ch) <= 0xDFFF), None)
     if bad is not None:
@@ -726,8 +716,7 @@ def _text_instruction(instruction: str) -> None:
 
 def _text_names(files: list[str]) -> None:
     """The prompt names the file: a name that is not UTF-8 cannot be put in front of the model."""
-    from cadedit.errors import DocumentError
-    from cadedit.repo import printable
+    from cadedit.repo import printable  # lazy: keeps `cadedit --help` light
 
     for name in files:
         if printable(name) != name:
@@ -743,9 +732,7 @@ def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, show
     files may pass only as a whole."""
     from dataclasses import replace
 
-    from cadedit.diff import count_changes, show, unified_diff
-    from cadedit.document import Document
-    from cadedit.errors import CheckFailedError
+    from cadedit.diff import count_changes, show, unified_diff  # lazy: keeps `cadedit --help` light
 
     quiet, write, check = run.quiet, shown.write, shown.check
     documents = [Document.read(f) for f in dict.fromkeys(files)]
@@ -782,8 +769,7 @@ def _test_together(edited: list, plan, quiet: bool) -> None:
     """Run --test once with every changed file's answer in place (all restored afterwards)."""
     import contextlib
 
-    from cadedit.checks import Candidate, candidate_in_place, run_command
-    from cadedit.errors import CheckFailedError
+    from cadedit.checks import Candidate, candidate_in_place, run_command  # lazy: keeps `cadedit --help` light
 
     with contextlib.ExitStack() as stack:
         placements = []
@@ -803,7 +789,7 @@ def _test_together(edited: list, plan, quiet: bool) -> None:
 def _write_all(changes: list, quiet: bool) -> None:
     """Write every (document, new text) or none: each file is checked before the first write, and
     if a write still fails the files already written get their old bytes back."""
-    from cadedit.diff import check_unchanged, check_writable, raise_for_signal, signals_deferred, write_atomic
+    from cadedit.diff import check_unchanged, check_writable, raise_for_signal, signals_deferred, write_atomic  # lazy: keeps `cadedit --help` light
 
     for document, _ in changes:
         check_unchanged(document)
@@ -826,8 +812,7 @@ def _write_all(changes: list, quiet: bool) -> None:
 
 def _roll_back(written: list, exc: BaseException) -> None:
     """Give the files already written their old bytes back; say in the error's hint how that went."""
-    from cadedit.diff import write_atomic
-    from cadedit.document import Document
+    from cadedit.diff import write_atomic  # lazy: keeps `cadedit --help` light
 
     failed = []
     for document in reversed(written):

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from cadedit.settings import BACKENDS, DEFAULT_MODEL, DTYPES, ENGINE_TIMEOUT
+from cadedit.settings import choose_engine, choose_engine_timeout
 
 # emoji=False: rich would turn `:x:` in a diff or `ollama:m:latest` in a message into emoji (d[:x:] -> d[❌]);
 # user text is printed without markup (say, markup=False) or escaped (report_error, warn, status).
@@ -114,12 +115,11 @@ _EngineTimeout = Annotated[Optional[float], typer.Option(
 
 def _engine_for(engine: str | None, timeout: float | None, model: str | None, cwd=None):
     """The shared engine's client when --engine, CADEDIT_ENGINE or the settings name one, else None."""
-    from cadedit.settings import choose_engine, choose_engine_timeout
 
     url = choose_engine(engine, cwd)
     if url is None:
         return None
-    from cadedit.engine import EngineClient
+    from cadedit.engine import EngineClient  # lazy: keeps `cadedit --help` light
 
     return EngineClient(url, choose_engine_timeout(timeout, cwd), model)
 
@@ -129,7 +129,7 @@ def _server_for(options, tell=None):
     frees up within SERVER_BUSY_WAIT; tell(message) says it is busy), else None."""
     if os.environ.get("CADEDIT_SERVER", "1") == "0":
         return None
-    from cadedit.server import connect
+    from cadedit.server import connect  # lazy: keeps `cadedit --help` light
 
     client = connect(options.model, on_busy=tell)
     if client is None:

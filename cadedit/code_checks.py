@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from cadedit.checks import Check
 from cadedit.document import Document
 from cadedit.languages import language_of
+from cadedit.outline import outline
 
 NAMES, KEPT, BODY, PUBLIC, ASKED = "names", "kept", "body", "public", "asked"
 CHECK_NAMES = (NAMES, KEPT, BODY, PUBLIC, ASKED)
@@ -436,7 +437,6 @@ def _short(text: str) -> str:
 def _outline_checks(path: str, before: str, after: str, instruction: str, parser: str) -> tuple[Check, ...]:
     """Definitions removed and bodies copied, by the tree-sitter outline's definitions and their text;
     names are not resolved for these languages."""
-    from cadedit.outline import outline
 
     old_doc, new_doc = Document.from_text(before, path), Document.from_text(after, path)
     old, new = outline(old_doc, parser), outline(new_doc, parser)

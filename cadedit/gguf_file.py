@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from cadedit.errors import ModelError
+from cadedit.tokenizer import Tokenizer
 
 MAGIC = b"GGUF"
 ARCHITECTURES = ("qwen2",)  # what cadedit's prompts, grammar and tests are written for
@@ -233,7 +234,6 @@ def gguf_tokenizer(path: Path, meta: dict):
     """cadedit's Tokenizer for a GGUF: its vocabulary and merges, its special tokens, its chat template."""
     from tokenizers import Tokenizer as Backend
 
-    from cadedit.tokenizer import Tokenizer
 
     try:
         backend = Backend.from_str(tokenizer_json(path, meta))

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 from cadedit.atomic import replace_file
 from cadedit.errors import ModelError
 from cadedit.settings import cache_problem, user_cache
+from cadedit import gguf_file, llamacpp
+from cadedit.llamacpp import LlamaModel, VARIANTS
 
 if TYPE_CHECKING:
     import torch
@@ -130,7 +132,7 @@ def _time_linear(dtype: "torch.dtype", rows: int, reps: int = 9, step: str = "",
         def run():
             torch._weight_int8pack_mm(x, q, scale)
     elif step == "int4":
-        from cadedit.steps import GROUP, pack_int4
+        from cadedit.steps import GROUP, pack_int4  # lazy: imports torch (the backend boundary)
 
         groups = (out_features, in_features // GROUP)
         packed, scales = pack_int4(torch.randint(0, 16, shape, dtype=torch.uint8), torch.rand(groups), torch.zeros(groups))
@@ -312,7 +314,6 @@ def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str,
     keep torch; a GGUF runs on whichever does an edit's model work faster on this CPU (llama.cpp's
     load included: repacking is paid by every process; torch only if TORCH_MARGIN faster), measured
     once per machine and model file (both sides in the same process) and cached."""
-    from cadedit import llamacpp
 
     if setting == "torch":
         return "torch", "--backend torch"
@@ -334,9 +335,8 @@ def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str,
 
     def measure() -> str:
         nonlocal cost, measured
-        from cadedit.gguf_file import read_metadata
 
-        meta = read_metadata(gguf)
+        meta = gguf_file.read_metadata(gguf)
         if cost is None:  # the variant was measured in an earlier run: its cost again, for the comparison
             cost = llama_work_seconds(gguf, meta, threads, _WORK, *llamacpp.VARIANTS[variant])
             measured = f"an edit's model work: {variant} {cost:.2f} s"
@@ -360,15 +360,13 @@ def probe_llama(gguf: Path, threads: int) -> tuple[str, float | None, str]:
     """The llama.cpp configuration (llamacpp.VARIANTS) that does an edit's model work fastest on this
     CPU for this model file, measured once and cached; with its cost and what was measured when
     measured now (else None and "")."""
-    from cadedit import llamacpp
-    from cadedit.gguf_file import read_metadata
 
     costs: dict[str, float] = {}
 
     def measure() -> str:
         tell(f"measuring which backend runs {gguf.name} faster on this CPU (once per machine and model file; "
              f"{probe_estimate(gguf)})")
-        meta = read_metadata(gguf)
+        meta = gguf_file.read_metadata(gguf)
         for name, (repack, flash) in llamacpp.VARIANTS.items():
             costs[name] = llama_work_seconds(gguf, meta, threads, _WORK, repack, flash)
         return min(costs, key=costs.get)
@@ -380,7 +378,6 @@ def probe_llama(gguf: Path, threads: int) -> tuple[str, float | None, str]:
 
 def backend_key(gguf: Path, threads: int) -> str:
     """The measurement cache's key for the backend of this model file on this CPU and thread count."""
-    from cadedit import llamacpp
 
     st = gguf.stat()
     return f"{_cpu_identity(threads)}|backend|{gguf.name}:{st.st_size}|{llamacpp.build()}|{PROBE}"
@@ -389,7 +386,6 @@ def backend_key(gguf: Path, threads: int) -> str:
 def llama_variant(gguf: Path, threads: int) -> str:
     """llama.cpp's configuration for this model file: as the backend probe measured, else llama.cpp's
     own defaults (an explicit --backend llama does not wait for a probe)."""
-    from cadedit.llamacpp import VARIANTS
 
     known = _measurements(user_cache("cpu-dtype.json")).get(backend_key(gguf, threads) + "|llama")
     return known if known in VARIANTS else "llama"
@@ -418,7 +414,7 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     it than 1 and 3 did (docs/measurements/design-figures.md). The linear layers alone leave out the rest of
     each forward, and with it torch looked faster than the whole model ran."""
     torch = _import_torch()
-    from cadedit.qwen2 import Config
+    from cadedit.qwen2 import Config  # lazy: imports torch (the backend boundary)
 
     arch = meta.get("general.architecture", "")
     config = Config(
@@ -488,7 +484,7 @@ def _forward_work_seconds(config, layers: int, dtype: "torch.dtype", step: str) 
 
     import torch
 
-    from cadedit.qwen2 import Qwen2
+    from cadedit.qwen2 import Qwen2  # lazy: imports torch (the backend boundary)
 
     config = dataclasses.replace(config, num_hidden_layers=layers)
     with torch.inference_mode():
@@ -501,7 +497,7 @@ def _forward_work_seconds(config, layers: int, dtype: "torch.dtype", step: str) 
             model.lm_head.weight = model.model.embed_tokens.weight
         model.eval()
         if step in ("int8", "int4"):
-            from cadedit.steps import quantize_int4, use_step_weights
+            from cadedit.steps import quantize_int4, use_step_weights  # lazy: imports torch (the backend boundary)
 
             linears = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
             four_bit = {name: (lambda n=name: quantize_int4(model.get_submodule(n).weight)) for name in linears} \
@@ -524,7 +520,6 @@ def llama_work_seconds(path: Path, meta: dict, threads: int, work=_WORK, repack:
                        flash: bool | None = False) -> float:
     """llama.cpp's time for `work` on this GGUF as llamacpp.LlamaModel runs it (work_seconds), plus
     the model's load (repacking copies every weight: a cost each process pays again)."""
-    from cadedit.llamacpp import LlamaModel
 
     start = time.perf_counter()
     model = LlamaModel(path, meta, threads, n_ctx=2 * len(_filler(1)), repack=repack, flash=flash)

@@ -15,6 +15,10 @@ from cadedit.cli_common import _Dtype, _Engine, _engine_for, _EngineTimeout, _fi
 from cadedit.cli_common import _escape, _Threads, err, say
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
+from cadedit.document import Document
+from cadedit.errors import ApplyError, CheckFailedError, ModelError
+from cadedit.options import EditOptions
+from cadedit.settings import choose_model, DEFAULT_TRIES
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -33,7 +37,7 @@ def hook_install(force: Annotated[bool, typer.Option(
         "--force", help="Replace a pre-commit hook cadedit did not write (kept as pre-commit.cadedit-backup).",
 )] = False) -> None:
     """Write .git/hooks/pre-commit so that every `git commit` runs `cadedit hook run` first."""
-    from cadedit.repo import install_hook, open_repo
+    from cadedit.repo import install_hook, open_repo  # lazy: keeps `cadedit --help` light
 
     hook, backup = install_hook(open_repo(), force)
     if backup is not None:
@@ -45,7 +49,7 @@ def hook_install(force: Annotated[bool, typer.Option(
 @app.command("uninstall")
 def hook_uninstall() -> None:
     """Remove the pre-commit hook that `cadedit hook install` wrote (never another one)."""
-    from cadedit.repo import open_repo, uninstall_hook
+    from cadedit.repo import open_repo, uninstall_hook  # lazy: keeps `cadedit --help` light
 
     hook, restored = uninstall_hook(open_repo())
     say(f"removed {hook}" + (f"; restored the previous hook from {restored.name}" if restored else ""))
@@ -72,7 +76,7 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
     """
     import time
 
-    from cadedit import repo as R
+    from cadedit import repo as R  # lazy: keeps `cadedit --help` light
 
     start = time.perf_counter()
     try:
@@ -106,12 +110,8 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
 
     Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
     candidate in the working tree, restored afterwards); no change is a valid answer here."""
-    from cadedit.settings import choose_model
-    from cadedit.errors import CheckFailedError, ModelError
-    from cadedit.options import EditOptions
-    from cadedit.settings import DEFAULT_TRIES
-    from cadedit.scope import plan_edit
-    from cadedit.tries import CheckPlan, edit_verified
+    from cadedit.scope import plan_edit  # lazy: keeps `cadedit --help` light
+    from cadedit.tries import CheckPlan, edit_verified  # lazy: keeps `cadedit --help` light
 
     mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE
     tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES
@@ -124,8 +124,8 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     elif loaded is not None:
         say(f"cadedit hook: {loaded.name}: using the cadedit server (pid {loaded.pid})")
     else:
-        from cadedit import hardware
-        from cadedit.model import load_model
+        from cadedit import hardware  # lazy: keeps `cadedit --help` light
+        from cadedit.model import load_model  # lazy: keeps `cadedit --help` light
 
         hardware.progress = say  # the first run's probes and conversion say what they do
         try:
@@ -137,8 +137,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
         say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(n_files)})")
 
     def edit(document, rule, path: str) -> str:
-        from cadedit.document import Document
-        from cadedit.repo import shown
+        from cadedit.repo import shown  # lazy: keeps `cadedit --help` light
 
         on_disk = Document(document.lines, str(root / document.path))  # named as the prompt shows it
         target = root / path  # the working-tree file the test puts candidates into: its exact name
@@ -161,8 +160,7 @@ def _testable(root: Path, target: Path, shown: str) -> None:
     tree, never through a link and never a FIFO (opening one would block the hook)."""
     import stat as stat_module
 
-    from cadedit.errors import ApplyError
-    from cadedit.repo import _outside_work_tree
+    from cadedit.repo import _outside_work_tree  # lazy: keeps `cadedit --help` light
 
     try:
         mode = target.lstat().st_mode
@@ -177,8 +175,8 @@ def _testable(root: Path, target: Path, shown: str) -> None:
 
 def _hook_report(outcomes) -> dict:
     """Print each file's outcome as it comes (diffs on stdout); count them by status."""
-    from cadedit.diff import count_changes, show
-    from cadedit.repo import Status, shown
+    from cadedit.diff import count_changes, show  # lazy: keeps `cadedit --help` light
+    from cadedit.repo import Status, shown  # lazy: keeps `cadedit --help` light
 
     counts = {status: 0 for status in Status}
     for outcome in outcomes:

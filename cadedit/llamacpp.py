@@ -32,6 +32,7 @@ import numpy as np
 
 from cadedit.errors import ModelError
 from cadedit.settings import MAX_CANDIDATES, READ_BRANCHES
+from cadedit.gguf_file import architecture, context_length, eos_ids
 
 EXTRA = "llama"  # pyproject's optional-dependencies entry
 BUILD_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
@@ -198,7 +199,6 @@ class LlamaModel:
                  flash: bool | None = False):
         lib = self.lib = require()
         _silence(lib)
-        from cadedit.gguf_file import architecture, context_length, eos_ids
 
         arch = architecture(path, meta)
         trained = context_length(path, meta, arch)

@@ -30,7 +30,14 @@ from cadedit.settings import cache_problem, choose_model, user_cache
 from cadedit.errors import ModelError
 from cadedit.hardware import choose_backend_for, choose_device, choose_dtype, cpu_steps, default_threads
 from cadedit.hardware import llama_variant, tell
-from cadedit.prefix_store import weights_identity
+from cadedit import gguf_file
+from cadedit.gguf_file import check_model, four_bit_layers, gguf_tokenizer
+from cadedit.llamacpp import LlamaModel, VARIANTS, weights_name
+from cadedit.model_files import gguf_path
+from cadedit.settings import choose_backend
+from cadedit.tokenizer import Tokenizer
+from cadedit.vocab import token_bytes_of
+from cadedit.model_files import weights_identity
 
 if TYPE_CHECKING:
     import torch
@@ -135,7 +142,6 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"
 
 def _source(spec: str) -> tuple[str, bool]:
     """(what to pass to from_pretrained, whether it is a hub id) for --model SPEC (a GGUF is converted)."""
-    from cadedit.model_files import gguf_path
 
     gguf = gguf_path(spec)
     if gguf is not None:
@@ -174,7 +180,6 @@ def _load_tokenizer(folder: Path):
     """tokenizer.json read directly (cadedit.tokenizer); a folder with only vocab + merges files goes
     through transformers, which can build one from them."""
     if (folder / "tokenizer.json").is_file():
-        from cadedit.tokenizer import Tokenizer
 
         return _round_trips(Tokenizer.from_folder(folder), folder)
     from transformers import AutoTokenizer
@@ -234,8 +239,6 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
                threads: int | None = None, backend: str | None = None) -> LoadedModel:
     """Load tokenizer + model. spec: a hub id, a model folder, a .gguf file or an Ollama / LM Studio
     name (None: choose_model()); backend: auto, torch or llama (None: config.choose_backend())."""
-    from cadedit.settings import choose_backend
-    from cadedit.model_files import gguf_path
 
     start = time.perf_counter()
     before = process_seconds()
@@ -244,7 +247,6 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
     threads = threads or default_threads()
     gguf = gguf_path(spec)
     if gguf is not None:
-        from cadedit.gguf_file import check_model
 
         check_model(gguf)  # before llama.cpp (the backend probe too) or the converter reads it
     name, reason = choose_backend_for(choose_backend(backend), gguf, device, dtype, threads)
@@ -256,11 +258,9 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
 
 def _load_llama(spec: str, gguf: Path, threads: int, reason: str, start: float, phases: list,
                 variant: str) -> LoadedModel:
-    from cadedit.gguf_file import gguf_tokenizer, read_metadata
-    from cadedit.llamacpp import VARIANTS, LlamaModel, weights_name
 
     t = time.perf_counter()
-    meta = read_metadata(gguf)
+    meta = gguf_file.read_metadata(gguf)
     phases.append(("metadata", time.perf_counter() - t))
 
     def tokenizer_timed():
@@ -307,7 +307,7 @@ def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, 
     folder = _folder(source, hub)
     tokenizer = _load_tokenizer(folder)
     t = phase("tokenizer", t)
-    from cadedit.qwen2 import load_qwen2
+    from cadedit.qwen2 import load_qwen2  # lazy: imports torch (the backend boundary)
 
     model = load_qwen2(folder, torch_dtype, device)
     t = phase("weights", t)
@@ -330,13 +330,11 @@ def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, 
 def _step_weights(model, spec: str, dtype: "torch.dtype", steps: str) -> str:
     """Give the model its copies for one-token steps (cadedit.steps): where steps is "int4", a GGUF's own
     4-bit tensors and an int4 LM head; int8 for every other layer."""
-    from cadedit.model_files import gguf_path
-    from cadedit.steps import use_step_weights
+    from cadedit.steps import use_step_weights  # lazy: imports torch (the backend boundary)
 
     gguf = gguf_path(spec) if steps == "int4" else None
     four_bit = {}
     if gguf is not None:
-        from cadedit.gguf_file import four_bit_layers
 
         four_bit = four_bit_layers(gguf)
     return use_step_weights(model, weights_identity(model, spec, dtype), four_bit, int4_head=steps == "int4",
@@ -447,7 +445,6 @@ def language_model(loaded: LoadedModel) -> CachedLM:
 
 def token_bytes(loaded: LoadedModel) -> Sequence[bytes]:
     """Each token id's bytes, as wide as the model's logits."""
-    from cadedit.vocab import token_bytes_of
 
     return token_bytes_of(loaded.tokenizer, n_logits=loaded.model.config.vocab_size)
 

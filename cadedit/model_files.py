@@ -88,3 +88,20 @@ def lmstudio_gguf(name: str) -> Path:
         shown = ", ".join(p.name for p in found[:4]) + (" ..." if len(found) > 4 else "")
         raise ModelError(f"lmstudio:{name}: {len(found)} GGUF files match ({shown})", hint="name the file more fully")
     return found[0]
+
+
+def weights_identity(model, name: str, dtype) -> str:
+    """The model's weight and config files (path, size, mtime) and dtype: what cached tensors derived from them must match."""
+    source = str(getattr(model, "folder", "") or name)
+    parts = [str(source), str(dtype)]
+    folder = Path(source)
+    if folder.is_file():
+        st = folder.stat()
+        parts.append(f"{folder.name}:{st.st_size}:{st.st_mtime_ns}")
+    elif folder.is_dir():
+        for weights in sorted([*folder.glob("*.safetensors"), *folder.glob("*.json")]):
+            st = weights.stat()
+            parts.append(f"{weights.name}:{st.st_size}:{st.st_mtime_ns}")
+    else:
+        parts.append(f"object:{id(model)}")  # an in-memory model: its own process only
+    return "|".join(parts)

@@ -34,6 +34,8 @@ from cadedit.options import EditOptions, Mode
 from cadedit.request import PROGRAM_ROOM, build_request, default_budget, parse_mode, read_answer, scoped_regions
 from cadedit.resolve import resolve
 from cadedit.verify import VerifyDrafter
+from cadedit.grammar import compile_grammar
+from cadedit.vocab import vocab_from_tokenizer
 
 
 
@@ -118,8 +120,6 @@ _GRAMMARS: dict[int, tuple[object, object]] = {}
 
 def grammar_for(loaded: LoadedModel):
     """The program grammar compiled against this model's vocabulary (once per tokenizer)."""
-    from cadedit.grammar import compile_grammar
-    from cadedit.vocab import vocab_from_tokenizer
 
     key = id(loaded.tokenizer)
     if key not in _GRAMMARS:

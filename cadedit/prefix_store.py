@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from cadedit.atomic import replace_file
 from cadedit.settings import cache_problem, user_cache
+from cadedit.llamacpp import version
+from cadedit.model_files import weights_identity
 
 if TYPE_CHECKING:
     from cadedit.model import CachedLM, LoadedModel
@@ -95,25 +97,9 @@ def model_identity(loaded: LoadedModel) -> str:
     files (path, size, mtime), the dtype, the step weights."""
     backend = loaded.backend
     if backend == "llama":
-        from cadedit.llamacpp import version
 
         backend += f"-{version()}"
     return (f"{backend}|{weights_identity(loaded.model, loaded.name, loaded.dtype)}"
             + (f"|{loaded.steps}-steps" if loaded.steps else ""))
 
 
-def weights_identity(model, name: str, dtype) -> str:
-    """The model's weight and config files (path, size, mtime) and dtype: what cached tensors derived from them must match."""
-    source = str(getattr(model, "folder", "") or name)
-    parts = [str(source), str(dtype)]
-    folder = Path(source)
-    if folder.is_file():
-        st = folder.stat()
-        parts.append(f"{folder.name}:{st.st_size}:{st.st_mtime_ns}")
-    elif folder.is_dir():
-        for weights in sorted([*folder.glob("*.safetensors"), *folder.glob("*.json")]):
-            st = weights.stat()
-            parts.append(f"{weights.name}:{st.st_size}:{st.st_mtime_ns}")
-    else:
-        parts.append(f"object:{id(model)}")  # an in-memory model: its own process only
-    return "|".join(parts)

@@ -25,6 +25,7 @@ from cadedit.settings import SETTINGS_FILE
 from cadedit.settings import approved, repository_files
 from cadedit.document import Document
 from cadedit.errors import CadeditError, ConfigError
+from cadedit.diff import unified_diff, write_atomic
 
 # (the staged document, named for the prompt; the rule; the file's repository path, exact) -> the edited text.
 # Repository paths are str that os.fsencode turns back into git's bytes exactly (os.fsdecode of git's
@@ -388,7 +389,6 @@ def shown(path: str) -> str:
 
 def run(repo, targets: Sequence[Staged], edit: EditFn, fix: bool = False) -> Iterator[Outcome]:
     """Edit each target's staged content; yield an Outcome per file as soon as it is known."""
-    from cadedit.diff import unified_diff
 
     for staged in targets:
         try:
@@ -409,7 +409,6 @@ def run(repo, targets: Sequence[Staged], edit: EditFn, fix: bool = False) -> Ite
 
 def write_fix(root: Path, path: str, staged: bytes, edited: bytes, diff_text: str) -> Outcome:
     """Bring the staged content's edit into the working-tree file without losing unstaged work."""
-    from cadedit.diff import write_atomic
 
     target = root / path
     outside = _outside_work_tree(root, target)

@@ -35,6 +35,12 @@ from pathlib import Path
 
 from cadedit.errors import CadeditError
 from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT, SERVER_BUSY_WAIT, not_own
+from cadedit import errors
+from cadedit.document import Document
+from cadedit.options import EditOptions, Mode, Sampling
+from cadedit.program import format as format_program, parse
+from cadedit.results import DecodeStats, EditCandidate, EditResult, Step
+from cadedit.settings import choose_model
 
 PROTOCOL = 1
 REQUEST_TIMEOUT = 10.0  # seconds a client has to send its request line once connected
@@ -127,7 +133,6 @@ def options_to_wire(options) -> dict:
 
 
 def options_from_wire(data: dict):
-    from cadedit.options import EditOptions, Mode, Sampling
 
     unknown = set(data) - {f.name for f in dataclasses.fields(EditOptions)}
     if unknown:
@@ -142,7 +147,6 @@ def options_from_wire(data: dict):
 
 
 def result_to_wire(result) -> dict:
-    from cadedit.program import format as format_program
 
     return {"mode": result.mode.value, "program": format_program(result.program), "program_text": result.program_text,
             "new_text": result.new_text, "stats": dataclasses.asdict(result.stats), "model": result.model,
@@ -157,16 +161,12 @@ def candidate_to_wire(candidate) -> dict:
 
 
 def candidate_from_wire(data: dict, document):
-    from cadedit.results import EditCandidate
 
     return EditCandidate(result_from_wire(data["result"], document) if data["result"] else None, data["logprob"],
                          error_from_wire(data["error"]) if data["error"] else None, data.get("branch", 0))
 
 
 def result_from_wire(data: dict, document):
-    from cadedit.options import Mode
-    from cadedit.program import parse
-    from cadedit.results import DecodeStats, EditResult
 
     return EditResult(document, Mode(data["mode"]), parse(data["program"]), data["program_text"], data["new_text"],
                       DecodeStats(**data["stats"]), data["model"], data["prompt_tokens"], data.get("placement", ""))
@@ -178,7 +178,6 @@ def error_to_wire(exc: CadeditError) -> dict:
 
 def error_from_wire(data: dict) -> CadeditError:
     """The server's error as the same class (any CadeditError of cadedit.errors, or ServerError)."""
-    from cadedit import errors
 
     cls = getattr(errors, data.get("type", ""), None) or {"ServerError": ServerError}.get(data.get("type"))
     if not (isinstance(cls, type) and issubclass(cls, CadeditError)):
@@ -249,9 +248,7 @@ class ServerClient:
 
     def _edit(self, document, instruction: str, options, on_step: Callable | None, k: int, by: str = "sample",
               reply: Callable | None = None) -> dict:
-        from cadedit.options import EditOptions
 
-        from cadedit.settings import choose_model
 
         options = options or EditOptions()
         # The model resolved here, where the user's cwd and settings are; the server refuses another one.
@@ -261,7 +258,6 @@ class ServerClient:
                    "candidates": k, "by": by, "wait": SERVER_BUSY_WAIT}
         for message in _exchange(self.socket_path, request, None, reply):
             if "progress" in message and on_step is not None:
-                from cadedit.results import DecodeStats, Step
 
                 on_step(DecodeStats(**message["progress"]["stats"]), Step(**message["progress"]["step"]))
             elif "result" in message:
@@ -274,7 +270,6 @@ def connect(model_spec: str | None = None, socket_path: Path | None = None, wait
             on_busy: Callable[[str], None] | None = None) -> ServerClient | None:
     """A client of the running server if it holds the model choose_model(model_spec) names and is free
     within `wait` seconds, else None. While it is busy with another edit, on_busy(message) says so."""
-    from cadedit.settings import choose_model
 
     wanted = resolve_spec(choose_model(model_spec))
     try:
@@ -550,7 +545,7 @@ class _Server:
                 hint=f"see its log, {log_file(self.socket_path)}"))})
 
     def status(self) -> dict:
-        from cadedit.model import language_model
+        from cadedit.model import language_model  # lazy: the client side (connect, status) imports no numpy or torch
 
         memory = _status_bytes()
         return {"protocol": PROTOCOL, "model": self.loaded.name, "dtype": str(self.loaded.dtype),
@@ -564,9 +559,8 @@ class _Server:
                 "waiting": len(self.waiting), "answer_timeout": self.answer_timeout, "socket": str(self.socket_path)}
 
     def edit(self, request: dict, stream, conn: socket.socket) -> dict:
-        from cadedit.document import Document
-        from cadedit.pipeline import edit_branches, edit_candidates, edit_file
-        from cadedit.tries import branch_picks, candidate_picks
+        from cadedit.pipeline import edit_branches, edit_candidates, edit_file  # lazy: the client side (connect, status) imports no numpy or torch
+        from cadedit.tries import branch_picks, candidate_picks  # lazy: the client side (connect, status) imports no numpy or torch
 
         options = options_from_wire(request["options"])
         if options.model is not None and resolve_spec(options.model) != resolve_spec(self.loaded.name):
@@ -681,7 +675,7 @@ class _Server:
 
     def bound_memory(self) -> None:
         """Drop the KV cache when the process holds more than max_rss_bytes (the next prompt is fed whole)."""
-        from cadedit.model import language_model
+        from cadedit.model import language_model  # lazy: the client side (connect, status) imports no numpy or torch
 
         rss = rss_bytes()
         if self.max_rss_bytes and rss > self.max_rss_bytes:
@@ -802,7 +796,7 @@ class ServerConfig:
 
 def run_server(config: ServerConfig, on_ready: Callable[[dict], None] | None = None) -> None:
     """In this process: claim the socket (before the slow load, so a second start fails at once), load, serve."""
-    from cadedit.model import load_model
+    from cadedit.model import load_model  # lazy: keeps `cadedit --help` light
 
     socket_path = Path(config.socket) if config.socket else default_socket()
     claim(socket_path)

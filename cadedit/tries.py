@@ -48,6 +48,11 @@ from cadedit.repair import repaired
 from cadedit.resolve import resolve
 from cadedit.results import EditResult
 from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, READ_BRANCHES, REJOIN_TRIES, TEST_TIMEOUT, default_candidates
+from cadedit import pipeline
+from cadedit.decode import sampling_picker
+from cadedit.errors import CadeditError
+from cadedit.pipeline import edit_candidates, edit_file
+from cadedit.where import locate
 
 
 TRY_TEMPERATURE = 0.7
@@ -352,8 +357,6 @@ def _where(document: Document, instruction: str, options: EditOptions, loaded: A
     pick_for(loaded) gives its picker (None: where.where_picker)."""
     if not (options.locate and options.regions) or hasattr(loaded, "edit"):
         return None
-    from cadedit.errors import CadeditError
-    from cadedit.where import locate
 
     pick = pick_for(loaded) if pick_for is not None else None
     try:
@@ -397,7 +400,6 @@ def _editors(loaded: Any):
         def branch_remote(document, instruction, options, on_step, k, picks, accept):
             return loaded.edit_branches(document, instruction, options, k, accept, on_step=on_step)
         return edit, (edit_remote, branch_remote if hasattr(loaded, "edit_branches") else None)
-    from cadedit.pipeline import edit_branches, edit_candidates, edit_file
 
     def edit(document, instruction, options, on_step, pick_for):
         return edit_file(document, instruction, options, loaded=loaded, on_step=on_step, pick_for=pick_for)
@@ -408,7 +410,7 @@ def _editors(loaded: Any):
 
     def edit_branched(document, instruction, options, on_step, k, picks, accept):
         picks = picks or branch_picks(k, options.sampling)
-        return edit_branches(document, instruction, options, picks, accept, loaded=loaded, on_step=on_step)
+        return pipeline.edit_branches(document, instruction, options, picks, accept, loaded=loaded, on_step=on_step)
 
     return edit, (edit_many, edit_branched)
 
@@ -427,7 +429,6 @@ def _sampling_for(sampling: Sampling):
     """A picker factory: the sampling picker (imports the model code when called)."""
 
     def pick_for(loaded, document, prepared):
-        from cadedit.decode import sampling_picker
 
         return sampling_picker(sampling)
 

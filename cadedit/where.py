@@ -25,6 +25,11 @@ import numpy as np
 from cadedit.document import Document
 from cadedit.errors import ModelError
 from cadedit.settings import CONTEXT_LINES, DEFAULT_WHERE_BY, WHERE_BY
+from cadedit.decode import decode, sampling_picker
+from cadedit.model import chat_prompt, encode, eos_ids, language_model, token_bytes
+from cadedit.outline import outline, parser_of
+from cadedit.prompt import WHERE_ANSWER, where_messages
+from cadedit.scope import located_levels, merge_spans, span_text
 
 __all__ = ["WHERE_BY", "Where", "LineNumberCursor", "LineTextCursor", "locate", "surprise", "surprise_score"]
 
@@ -70,7 +75,6 @@ class Where:
 
     def describe(self) -> str:
         """One line for stderr: "where: the model named line 57 of lines 40-120; try 1 retypes line 57"."""
-        from cadedit.scope import span_text
 
         named = ", ".join(map(str, self.lines))
         asked = ", ".join(span_text(a, b) for a, b in self.asked)
@@ -88,7 +92,6 @@ class Where:
         the named line's expected tokens at the first. Where a test decides (`tested`: a wrong line's
         change fails) and the reading found runners-up, a try that retypes the statements of the named
         line and of those comes before the definition, its branches spread over their surprising tokens."""
-        from cadedit.scope import located_levels, merge_spans
 
         levels, expected = list(self.levels), [self.expected] + [()] * (len(self.levels) - 1)
         if tested and self.runners_up and len(levels) > 1:
@@ -280,7 +283,6 @@ def _answer_tokens(token_bytes: Sequence[bytes]) -> tuple[tuple[int, str], ...]:
 
 def where_picker(loaded):
     """The where-step's picker: the model's greedy choice (tries.edit_verified's picks(0) may give another)."""
-    from cadedit.decode import sampling_picker
 
     return sampling_picker()
 
@@ -288,10 +290,6 @@ def where_picker(loaded):
 def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple[int, int]], pick=None,
            by: str = DEFAULT_WHERE_BY, around: int | None = CONTEXT_LINES) -> Where:
     """Ask the model which line of `regions` the instruction is about; see the module docstring."""
-    from cadedit.decode import decode
-    from cadedit.model import chat_prompt, eos_ids, language_model, token_bytes
-    from cadedit.prompt import WHERE_ANSWER, where_messages
-    from cadedit.scope import located_levels
 
     if by == "surprise":
         return surprise(loaded, document, regions, around)
@@ -324,9 +322,6 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
     the line named is the one with the most surprising token (surprise_score), and Where.expected says
     where its surprising tokens are and what the model expected instead. Only code is scored: comments and
     docstrings (outline's prose) are text the model could not have guessed, and no test runs them."""
-    from cadedit.model import encode, language_model, token_bytes
-    from cadedit.outline import outline, parser_of
-    from cadedit.scope import located_levels
 
     start = time.perf_counter()
     tokens, lines = token_bytes(loaded), document.display_lines()

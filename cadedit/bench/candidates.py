@@ -25,6 +25,7 @@ from cadedit.model import LoadedModel, language_model
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.settings import BENCH_TEST_TIMEOUT
 from cadedit.tries import candidate_picks
+from cadedit.scope import plan_edit
 
 
 def _single(loaded: LoadedModel, case: Case, options: EditOptions, pick_for: pipeline.PickFor) -> dict:
@@ -55,7 +56,6 @@ def measure_case(loaded: LoadedModel, case: Case, k: int, order: int = 0, test_t
     picks: the k rows' picker factories (None: candidate_picks, as `--candidates k`); the single
     decode takes the first (greedy). scoped: the scope from the instruction first, as `cadedit fix`
     resolves it (else the whole file)."""
-    from cadedit.scope import plan_edit
 
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY)
     options, _ = plan_edit(document_for(case), case.instruction, options, scoping=scoped)

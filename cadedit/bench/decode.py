@@ -37,6 +37,7 @@ from cadedit.options import EditOptions, Mode
 from cadedit.oracle import oracle
 from cadedit.program import format
 from cadedit.resolve import resolve, to_display_program
+from cadedit.bench.kernel import KernelSettings, sweep
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,6 @@ def bound(rows: Sequence[OracleRow], curve: SpeedupCurve) -> float:
 def measured_curve(loaded: LoadedModel, prefix: int, trials: int, spans: Sequence[int]) -> SpeedupCurve:
     """s(N) on this machine after a `prefix`-token cache (bench/kernel.py's sweep, AR beyond 8 steps
     scaled per token)."""
-    from cadedit.bench.kernel import KernelSettings, sweep
 
     settings = KernelSettings(prefix=prefix, spans=tuple(spans), trials=trials, ar_max=8)
     points = sweep(loaded.model, torch.device(loaded.device), settings)

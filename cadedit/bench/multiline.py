@@ -27,6 +27,10 @@ import typer
 from cadedit.bench.options import BackendOpt, DtypeOpt, JsonOpt, ModelOpt, ThreadsOpt
 from cadedit.errors import CadeditError, ModelError
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
+from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
+from cadedit.cli_common import say
+from cadedit.document import Document
+from cadedit.options import EditOptions, Mode
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "multiline"
 SPLITS = ("tune", "heldout")
@@ -110,8 +114,8 @@ def _code(text: str, which: str) -> str:
 def changes(tokenizer, before: str, after: str) -> tuple[int, int]:
     """Tokens of `after` outside the token runs it shares with `before`, and the lines added, changed
     or deleted (a replaced stretch counts its longer side)."""
-    from cadedit.align import opcodes
-    from cadedit.model import encode
+    from cadedit.align import opcodes  # lazy: keeps `cadedit --help` light
+    from cadedit.model import encode  # lazy: keeps `cadedit --help` light
 
     old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
     lines, tokens = 0, 0
@@ -131,7 +135,7 @@ def changes(tokenizer, before: str, after: str) -> tuple[int, int]:
 def measure_rates(loaded) -> tuple[float, float]:
     """(prefill ms per token over FLOOR_SPAN tokens, one-token step ms: the median of FLOOR_STEPS),
     on a fresh cache of the loaded model, whatever its backend."""
-    from cadedit.model import CachedLM, encode, new_cache
+    from cadedit.model import CachedLM, encode, new_cache  # lazy: keeps `cadedit --help` light
 
     ids = (encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 64) * 2)[:FLOOR_SPAN]
     lm = CachedLM(loaded.model, new_cache(loaded))
@@ -160,10 +164,8 @@ def floor_seconds(prompt: int, new: int, changed: int, prefill_ms: float, step_m
 def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: Any = None) -> dict:
     """One case edited as `cadedit fix FILE INSTRUCTION --candidates 1 --tries TRIES` edits it: its row.
     picks: tries.edit_verified's (tests script the answer with it)."""
-    from cadedit.document import Document
-    from cadedit.options import EditOptions, Mode
-    from cadedit.scope import plan_edit
-    from cadedit.tries import CheckPlan, edit_verified
+    from cadedit.scope import plan_edit  # lazy: keeps `cadedit --help` light
+    from cadedit.tries import CheckPlan, edit_verified  # lazy: keeps `cadedit --help` light
 
     document = Document.from_text(case["before"], case["file"])
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=CONTEXT_LINES)
@@ -242,8 +244,6 @@ def multiline(
 
     Example: cadedit bench multiline --model MODEL --json multiline.json
     """
-    from cadedit.bench.cli import _load_model, _model_meta, out, run_corpora  # bench.cli imports this module
-    from cadedit.cli_common import say
 
     if split not in ("all", *SPLITS):
         raise typer.BadParameter(f"{split!r}: expected one of all, {', '.join(SPLITS)}", param_hint="--split")

@@ -45,7 +45,7 @@ MaxNewOpt = _MaxNew
 
 
 def _counting(value: str) -> str:
-    from cadedit.bench.ceiling import COUNTINGS
+    from cadedit.bench.ceiling import COUNTINGS  # lazy: keeps `cadedit --help` light
 
     if value not in COUNTINGS:
         raise typer.BadParameter(f"use one of {', '.join(COUNTINGS)}", param_hint="--counting")

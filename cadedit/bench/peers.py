@@ -28,6 +28,14 @@ import time
 from collections.abc import Sequence
 
 from cadedit.errors import BudgetError, CadeditError, ModelError
+from cadedit import pipeline
+from cadedit.bench.corpus import document_for, Edited
+from cadedit.fence import Stopper
+from cadedit.llamacpp import version as llama_version
+from cadedit.model import token_bytes
+from cadedit.options import EditOptions, Mode
+from cadedit.resolve import resolve
+from cadedit.results import Decoded, DecodeStats
 
 PEERS = ("llama-rewrite", "llama-lookup")
 LOOKUP_TOKENS = 10  # LlamaPromptLookupDecoding(num_pred_tokens=10), as its documentation shows
@@ -105,12 +113,6 @@ class LlamaPeer:
         self.llm.reset()
 
     def __call__(self, loaded, document, instruction: str, max_new_tokens: int | None):
-        from cadedit import pipeline
-        from cadedit.bench.e2e import Edited
-        from cadedit.results import Decoded, DecodeStats
-        from cadedit.model import token_bytes
-        from cadedit.options import EditOptions, Mode
-        from cadedit.resolve import resolve
 
         options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, mode=Mode.REWRITE)
         prepared = pipeline.prepare(loaded, document, instruction, options)
@@ -129,7 +131,6 @@ class LlamaPeer:
 
     def generate(self, prompt: Sequence[int], fence: str, budget: int) -> tuple[list[int], float]:
         """Greedy tokens up to the stopping rule, and the seconds until the first one (the prefill)."""
-        from cadedit.fence import Stopper
 
         stopper = Stopper(self.pieces, self.eos, fence)
         self.forwards, ids, prefill = 0, [], 0.0
@@ -152,9 +153,6 @@ class LlamaPeer:
 
 def context_for(loaded, cases: Sequence, max_new_tokens: int | None) -> int:
     """n_ctx for the run: the largest rewrite prompt + budget over the cases, within the model's limit."""
-    from cadedit import pipeline
-    from cadedit.bench.e2e import document_for
-    from cadedit.options import EditOptions, Mode
 
     options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, mode=Mode.REWRITE)
     need = 512
@@ -189,6 +187,5 @@ def load_peers(names: Sequence[str], gguf: str, threads: int, n_ctx: int) -> dic
 
 
 def version() -> str | None:
-    from cadedit.llamacpp import version as llama_version
 
     return llama_version()
