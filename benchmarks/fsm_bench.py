@@ -35,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cadedit import program  # noqa: E402
+from cadedit.text import program  # noqa: E402
 from cadedit.grammar import BODY, GRAMMAR_PATH, STOP, compile_grammar  # noqa: E402
 from cadedit.vocab import vocab_from_tokenizer  # noqa: E402
 

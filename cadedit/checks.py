@@ -32,10 +32,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadedit.diff import raise_for_signal, signals_deferred
-from cadedit.document import line_body, split_lines
+from cadedit.text.diff import raise_for_signal, signals_deferred
+from cadedit.text.document import line_body, split_lines
 from cadedit.errors import ApplyError, ConfigError
-from cadedit.languages import Language, language_of
+from cadedit.text.languages import Language, language_of
 from cadedit.sandbox import Placement, SandboxError
 
 TAIL_LINES = 60

@@ -24,7 +24,7 @@ from cadedit.cli_common import _Context, _Engine, _engine_for, _EngineTimeout, c
 from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
 from cadedit.settings import (CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, DEFAULT_WHERE_BY,
                               TEST_TIMEOUT, WHERE_BY, Mode)
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import ApplyError, CheckFailedError, DocumentError
 from cadedit.options import EditOptions, Sampling
 from cadedit.settings import approve, forget, USER_ONLY_KEYS
@@ -103,7 +103,7 @@ def root(
 def write_stdout(text: str) -> None:
     """Data on stdout, byte for byte (CR and CRLF inside programs survive); a closed or full stdout
     is a one-line error, a closed pipe raises BrokenPipeError (typer exits 1)."""
-    from cadedit.diff import write_bytes  # lazy: keeps `cadedit --help` light
+    from cadedit.text.diff import write_bytes  # lazy: keeps `cadedit --help` light
 
     write_bytes(sys.stdout, text.encode("utf-8"))
 
@@ -128,7 +128,7 @@ def check_patch_path(path: str | Path) -> None:
 
 def read_program(source: str):
     """Parse a program from a file, or from stdin for "-" (same checks as any document)."""
-    from cadedit.program import parse  # lazy: keeps `cadedit --help` light
+    from cadedit.text.program import parse  # lazy: keeps `cadedit --help` light
 
     document = Document.read_stream(sys.stdin.buffer) if source == "-" else Document.read(source)
     return parse(document.text)
@@ -145,8 +145,8 @@ def oracle(
 
     Example: cadedit oracle a.py b.py > edit.program
     """
-    from cadedit.oracle import oracle as make_oracle  # lazy: keeps `cadedit --help` light
-    from cadedit.program import format as format_program  # lazy: keeps `cadedit --help` light
+    from cadedit.text.oracle import oracle as make_oracle  # lazy: keeps `cadedit --help` light
+    from cadedit.text.program import format as format_program  # lazy: keeps `cadedit --help` light
 
     write_stdout(format_program(make_oracle(Document.read(before), Document.read(after))))
 
@@ -159,8 +159,8 @@ def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: Cli
 
     Example: cadedit oracle a.py b.py > p && cadedit apply a.py p | patch -p1
     """
-    from cadedit.diff import count_changes, show, unified_diff, write_atomic  # lazy: keeps `cadedit --help` light
-    from cadedit.resolve import Bounds, resolve_ops  # lazy: keeps `cadedit --help` light
+    from cadedit.text.diff import count_changes, show, unified_diff, write_atomic  # lazy: keeps `cadedit --help` light
+    from cadedit.text.resolve import Bounds, resolve_ops  # lazy: keeps `cadedit --help` light
 
     document = Document.read(file)
     if not write:
@@ -330,7 +330,7 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
     """One file (or stdin): its tries, then the answer shown, written or reported as failed."""
     import json
 
-    from cadedit.diff import unified_diff  # lazy: keeps `cadedit --help` light
+    from cadedit.text.diff import unified_diff  # lazy: keeps `cadedit --help` light
 
     stdin = file == "-"
     if stdin and shown.write:
@@ -354,7 +354,7 @@ def _stdin_document(run: _Run):
     """Piped text as a document named as --stdin-filename says (its language, checks and scope), else by
     the language its content shows (said on stderr); DocumentError for a whole-file edit of text whose
     language is unknown (no syntax or code check could catch a rewrite that deletes half of it)."""
-    from cadedit.languages import guess_suffix, language_of  # lazy: keeps `cadedit --help` light
+    from cadedit.text.languages import guess_suffix, language_of  # lazy: keeps `cadedit --help` light
 
     if run.stdin_name:
         return Document.read_stream(sys.stdin.buffer, run.stdin_name)
@@ -374,8 +374,8 @@ def _stdin_document(run: _Run):
 
 def _show_answer(document, file: str, answer, diff_text: str, plan, run: _Run, shown: _Shown) -> None:
     """The passing answer: a summary line, then the diff, program or text on stdout, or the file written."""
-    from cadedit.diff import count_changes, show, write_atomic  # lazy: keeps `cadedit --help` light
-    from cadedit.program import format as format_program  # lazy: keeps `cadedit --help` light
+    from cadedit.text.diff import count_changes, show, write_atomic  # lazy: keeps `cadedit --help` light
+    from cadedit.text.program import format as format_program  # lazy: keeps `cadedit --help` light
 
     result = answer.result
     if not run.quiet:
@@ -732,7 +732,7 @@ def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, show
     files may pass only as a whole."""
     from dataclasses import replace
 
-    from cadedit.diff import count_changes, show, unified_diff  # lazy: keeps `cadedit --help` light
+    from cadedit.text.diff import count_changes, show, unified_diff  # lazy: keeps `cadedit --help` light
 
     quiet, write, check = run.quiet, shown.write, shown.check
     documents = [Document.read(f) for f in dict.fromkeys(files)]
@@ -789,7 +789,7 @@ def _test_together(edited: list, plan, quiet: bool) -> None:
 def _write_all(changes: list, quiet: bool) -> None:
     """Write every (document, new text) or none: each file is checked before the first write, and
     if a write still fails the files already written get their old bytes back."""
-    from cadedit.diff import check_unchanged, check_writable, raise_for_signal, signals_deferred, write_atomic  # lazy: keeps `cadedit --help` light
+    from cadedit.text.diff import check_unchanged, check_writable, raise_for_signal, signals_deferred, write_atomic  # lazy: keeps `cadedit --help` light
 
     for document, _ in changes:
         check_unchanged(document)
@@ -812,7 +812,7 @@ def _write_all(changes: list, quiet: bool) -> None:
 
 def _roll_back(written: list, exc: BaseException) -> None:
     """Give the files already written their old bytes back; say in the error's hint how that went."""
-    from cadedit.diff import write_atomic  # lazy: keeps `cadedit --help` light
+    from cadedit.text.diff import write_atomic  # lazy: keeps `cadedit --help` light
 
     failed = []
     for document in reversed(written):

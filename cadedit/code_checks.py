@@ -26,8 +26,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from cadedit.checks import Check
-from cadedit.document import Document
-from cadedit.languages import language_of
+from cadedit.text.document import Document
+from cadedit.text.languages import language_of
 from cadedit.outline import outline
 
 NAMES, KEPT, BODY, PUBLIC, ASKED = "names", "kept", "body", "public", "asked"

@@ -40,7 +40,7 @@ import numpy as np
 
 from cadedit.errors import BudgetError, ModelError, ProgramError
 from cadedit.options import Sampling
-from cadedit.program import Copy
+from cadedit.text.program import Copy
 from cadedit.results import Alternative, Decoded, DecodeStats, Step  # noqa: F401 - re-exported
 
 

@@ -24,8 +24,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from cadedit.document import Document
-from cadedit.program import CLOSE, COPY_CLOSE, COPY_OPEN, GEN_CLOSE, GEN_OPEN, OPEN
+from cadedit.text.document import Document
+from cadedit.text.program import CLOSE, COPY_CLOSE, COPY_OPEN, GEN_CLOSE, GEN_OPEN, OPEN
 
 _COPY = re.compile(r'<copy lines="([0-9]+)-([0-9]+)"/>\n')
 _PARTIAL_COPY = re.compile(r'<copy lines="([0-9]*)(?:-([0-9]*))?\Z')

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from cadedit.document import Document, line_terminator
+from cadedit.text.document import Document, line_terminator
 
 
 def fence_for(text: str) -> str:

@@ -57,7 +57,7 @@ from typing import Callable
 import numpy as np
 
 from cadedit.errors import ProgramError
-from cadedit.program import Copy
+from cadedit.text.program import Copy
 from cadedit.vocab import BodyTables, Vocab, utf8_run, utf8_step
 
 GRAMMAR_PATH = Path(__file__).parent / "grammars" / "program.lark"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cadedit.atomic import replace_file
+from cadedit.text.atomic import replace_file
 from cadedit.errors import ModelError
 from cadedit.settings import cache_problem, user_cache
 from cadedit import gguf_file, llamacpp

@@ -15,7 +15,7 @@ from cadedit.cli_common import _Dtype, _Engine, _engine_for, _EngineTimeout, _fi
 from cadedit.cli_common import _escape, _Threads, err, say
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import ApplyError, CheckFailedError, ModelError
 from cadedit.options import EditOptions
 from cadedit.settings import choose_model, DEFAULT_TRIES
@@ -175,7 +175,7 @@ def _testable(root: Path, target: Path, shown: str) -> None:
 
 def _hook_report(outcomes) -> dict:
     """Print each file's outcome as it comes (diffs on stdout); count them by status."""
-    from cadedit.diff import count_changes, show  # lazy: keeps `cadedit --help` light
+    from cadedit.text.diff import count_changes, show  # lazy: keeps `cadedit --help` light
     from cadedit.repo import Status, shown  # lazy: keeps `cadedit --help` light
 
     counts = {status: 0 for status in Status}

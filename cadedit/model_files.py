@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from cadedit.document import read_regular
+from cadedit.text.document import read_regular
 from cadedit.errors import CadeditError, ModelError
 
 _MODEL_LAYER = "application/vnd.ollama.image.model"

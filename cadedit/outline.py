@@ -20,8 +20,8 @@ import os
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
-from cadedit.document import Document
-from cadedit.languages import PARSERS, language_of
+from cadedit.text.document import Document
+from cadedit.text.languages import PARSERS, language_of
 from cadedit.settings import OUTLINE_BYTES
 
 PYTHON, JAVASCRIPT, TYPESCRIPT, TSX = PARSERS  # outline's parsers, named in languages.py's table

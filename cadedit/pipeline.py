@@ -19,12 +19,12 @@ import os
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
-from cadedit import program as P
+from cadedit.text import program as P
 from cadedit.decode import Candidate, Decoded, DecodeStats, Picker, Row, Step, branch, decode
 from cadedit.decode import Alternative, branch_limit, decode_branches, decode_candidates, logprob_through
 from cadedit.decode import sampling_picker
 from cadedit.results import EditCandidate, EditResult, result_json  # noqa: F401 - re-exported
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import BudgetError, CadeditError, ModelError
 from cadedit.fence import FenceCursor, writes_again
@@ -32,7 +32,7 @@ from cadedit.model import LoadedModel, chat_prompt, check_ids, encode, eos_ids, 
 from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
 from cadedit.request import PROGRAM_ROOM, build_request, default_budget, parse_mode, read_answer, scoped_regions
-from cadedit.resolve import resolve
+from cadedit.text.resolve import resolve
 from cadedit.verify import VerifyDrafter
 from cadedit.grammar import compile_grammar
 from cadedit.vocab import vocab_from_tokenizer

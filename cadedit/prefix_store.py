@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cadedit.atomic import replace_file
+from cadedit.text.atomic import replace_file
 from cadedit.settings import cache_problem, user_cache
 from cadedit.llamacpp import version
 from cadedit.model_files import weights_identity

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from cadedit.document import Document
-from cadedit.languages import fence_tag
-from cadedit.program import CLOSE, OPEN, Copy, Gen, Program, format_op
+from cadedit.text.document import Document
+from cadedit.text.languages import fence_tag
+from cadedit.text.program import CLOSE, OPEN, Copy, Gen, Program, format_op
 
 SYSTEM = """\
 You edit a file by writing a short edit program instead of retyping the whole file.
@@ -143,7 +143,7 @@ Reply with the complete edited file in one code block and nothing else.
 Copy every line that the instruction does not change exactly as it is, including comments, blank lines and indentation."""
 
 def language_tag(path: str) -> str:
-    """The code fence's language tag for a file name (cadedit.languages)."""
+    """The code fence's language tag for a file name (cadedit.text.languages)."""
     return fence_tag(path)
 
 

@@ -18,7 +18,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from cadedit.document import Document, line_terminator
+from cadedit.text.document import Document, line_terminator
 from cadedit.fence import output_text
 from cadedit.prompt import region_header
 

@@ -17,7 +17,7 @@ import re
 import typing
 
 from cadedit.code_checks import asks_to_remove
-from cadedit.languages import language_of
+from cadedit.text.languages import language_of
 
 # Modules a bare name most likely means: the standard library's, by their usual import name.
 _MODULES = frozenset({

@@ -23,9 +23,9 @@ from pathlib import Path
 from cadedit.settings import DEFAULT_MODE, DEFAULT_MODEL, DEFAULT_TRIES, FILE_KEYS, MAX_CANDIDATES, MAX_TRIES, MODES
 from cadedit.settings import SETTINGS_FILE
 from cadedit.settings import approved, repository_files
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import CadeditError, ConfigError
-from cadedit.diff import unified_diff, write_atomic
+from cadedit.text.diff import unified_diff, write_atomic
 
 # (the staged document, named for the prompt; the rule; the file's repository path, exact) -> the edited text.
 # Repository paths are str that os.fsencode turns back into git's bytes exactly (os.fsdecode of git's

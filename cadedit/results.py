@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.options import Mode
-from cadedit.program import Program
-from cadedit.program import format as format_program
+from cadedit.text.program import Program
+from cadedit.text.program import format as format_program
 
 
 @dataclass(frozen=True)

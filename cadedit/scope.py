@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import ScopeError
 from cadedit.options import EditOptions, Mode
 from cadedit.outline import LANGUAGES, Definition, Outline, display_name, outline, parser_of

@@ -36,9 +36,9 @@ from pathlib import Path
 from cadedit.errors import CadeditError
 from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT, SERVER_BUSY_WAIT, not_own
 from cadedit import errors
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.program import format as format_program, parse
+from cadedit.text.program import format as format_program, parse
 from cadedit.results import DecodeStats, EditCandidate, EditResult, Step
 from cadedit.settings import choose_model
 

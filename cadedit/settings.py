@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadedit.document import read_regular
+from cadedit.text.document import read_regular
 from cadedit.errors import CadeditError, ConfigError
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from cadedit.atomic import replace_file
+from cadedit.text.atomic import replace_file
 from cadedit.settings import cache_problem, user_cache
 
 GROUP = 32  # weights per scale in an int4 copy: the GGUF 4-bit formats' own group

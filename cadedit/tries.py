@@ -39,13 +39,13 @@ from typing import Any
 
 from cadedit.checks import Candidate, Check, Edited, change_check, feedback, placement_check, run_test, syntax_check
 from cadedit.code_checks import CHECK_NAMES as CODE_CHECKS, code_checks
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.oracle import oracle
+from cadedit.text.oracle import oracle
 from cadedit.prompt import unquoted
 from cadedit.repair import repaired
-from cadedit.resolve import resolve
+from cadedit.text.resolve import resolve
 from cadedit.results import EditResult
 from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, READ_BRANCHES, REJOIN_TRIES, TEST_TIMEOUT, default_candidates
 from cadedit import pipeline

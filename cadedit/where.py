@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import ModelError
 from cadedit.settings import CONTEXT_LINES, DEFAULT_WHERE_BY, WHERE_BY
 from cadedit.decode import decode, sampling_picker

@@ -20,13 +20,13 @@ from typing import Any
 
 from cadedit import pipeline, tries
 from cadedit.decode import Picker, script_picker
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.model import encode, token_bytes
 from cadedit.options import Mode
-from cadedit.oracle import oracle
-from cadedit.program import format
+from cadedit.text.oracle import oracle
+from cadedit.text.program import format
 from cadedit.prompt import fenced_source
-from cadedit.resolve import to_display_program
+from cadedit.text.resolve import to_display_program
 
 
 def inject_picks(monkeypatch, picks: Callable[[int], Any]) -> None:

@@ -14,12 +14,12 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cadedit import align
-from cadedit.diff import diff_lines, unified_diff
-from cadedit.document import Document
-from cadedit.oracle import oracle
-from cadedit.program import Copy
-from cadedit.resolve import resolve
+from cadedit.text import align
+from cadedit.text.diff import diff_lines, unified_diff
+from cadedit.text.document import Document
+from cadedit.text.oracle import oracle
+from cadedit.text.program import Copy
+from cadedit.text.resolve import resolve
 
 
 def big_pair(n: int, seed: int = 0) -> tuple[list[str], list[str]]:

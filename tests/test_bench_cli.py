@@ -106,7 +106,7 @@ def test_roundtrip_command(files):
 
 def test_roundtrip_failure_exits_1(files, monkeypatch):
     from cadedit.bench import roundtrip as rt
-    from cadedit.program import Gen, Program
+    from cadedit.text.program import Gen, Program
 
     corpus, _, _ = files
     monkeypatch.setattr(rt, "oracle", lambda before, after: Program((Gen("nope\n"),)))

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from cadedit.bench.multiline import CORPUS, gold_text, judge, load_cases
 from cadedit.cli import app
 from cadedit.decode import script_picker
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.model import encode, token_bytes
 from cadedit.regions import scoped_source
 from tests.scripting import inject_picks

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import cadedit.pipeline as pipeline
 from cadedit.bench import peers as pe
 from cadedit.cli import app
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.model import load_model, render_chat
 from cadedit.options import EditOptions, Mode

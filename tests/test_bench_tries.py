@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cadedit.bench import tries as bench_tries
 from cadedit.cli import app
 from cadedit.decode import script_picker
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.model import encode, token_bytes
 from cadedit.regions import scoped_source
 from tests.scripting import inject_picks, scripted_picker

@@ -19,7 +19,7 @@ import cadedit.pipeline as pipeline
 from cadedit import cli
 from cadedit.bench import candidates as bench_candidates
 from cadedit.decode import Row, decode_rows, sampling_picker, script_picker
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.model import CachedLM, LoadedModel, encode, new_cache, token_bytes
 from cadedit.options import EditOptions, Mode, Sampling
@@ -333,10 +333,10 @@ def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(t
 
 def test_program_mode_rows_each_spell_their_own_program_with_splices():
     from cadedit.model import encode
-    from cadedit.oracle import oracle
+    from cadedit.text.oracle import oracle
     from cadedit.pipeline import grammar_for
-    from cadedit.program import format
-    from cadedit.resolve import to_display_program
+    from cadedit.text.program import format
+    from cadedit.text.resolve import to_display_program
     from tests.tinytok import make_tokenizer
 
     loaded = LoadedModel(make_model(), make_tokenizer(), "tiny", "cpu", torch.float32, 1, 4096, 0.0)

@@ -31,7 +31,7 @@ from cadedit.checks import (
     syntax_check,
 )
 from cadedit.errors import ApplyError, ConfigError
-from cadedit.languages import SUFFIXES, fence_tag, language_of
+from cadedit.text.languages import SUFFIXES, fence_tag, language_of
 
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
 REPO = Path(__file__).resolve().parents[1]
@@ -253,7 +253,7 @@ def test_feedback_is_empty_when_everything_passed_or_was_skipped():
 
 
 def test_checks_import_neither_torch_nor_transformers():
-    code = "import sys, cadedit.checks, cadedit.languages; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    code = "import sys, cadedit.checks, cadedit.text.languages; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     assert out.stdout.strip() == "[]"

@@ -13,15 +13,15 @@ import pytest
 
 from cadedit import prompt
 from cadedit.decode import allowed_array, sample, sampling_picker, script_picker
-from cadedit.diff import unified_diff
-from cadedit.document import Document
+from cadedit.text.diff import unified_diff
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.model import LoadedModel, encode
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.oracle import oracle
+from cadedit.text.oracle import oracle
 from cadedit.pipeline import edit_file, grammar_for
-from cadedit.program import Copy, Gen, Program, format
-from cadedit.resolve import to_display_program, to_document_program
+from cadedit.text.program import Copy, Gen, Program, format
+from cadedit.text.resolve import to_display_program, to_document_program
 from tests.scripting import given
 from tests.tinymodel import make_model
 from tests.tinytok import make_tokenizer

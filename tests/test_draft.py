@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.draft import LOOKUP_NGRAM, LOOKUP_TOKENS, LookupDrafter, propose, read
 
 DOC = Document.from_text(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit import engine as engine_module
 from cadedit.engine import EngineClient, number_range, program_gbnf
 from cadedit.errors import BudgetError
@@ -578,7 +578,7 @@ def test_the_hook_runs_through_the_engine(engine, tmp_path, where):
 
 def test_the_client_imports_no_torch(engine, tmp_path):
     url = engine(Script([("x = 2", "stop")]))
-    code = ("import sys; from cadedit.engine import EngineClient; from cadedit.document import Document; "
+    code = ("import sys; from cadedit.engine import EngineClient; from cadedit.text.document import Document; "
             f"r = EngineClient({url!r}).edit(Document.from_text('x = 1\\n', 'a.py'), 'Set x to 2.'); "
             "print(repr(r.new_text), 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cadedit.decode import decode
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.fence import FenceCursor, Stopper, fence_for, output_text
 

@@ -6,10 +6,10 @@ import random
 import numpy as np
 import pytest
 
-from cadedit import program
+from cadedit.text import program
 from cadedit.grammar import GRAMMAR_PATH, compile_grammar, line_viable, load_syntax, read_syntax
 from cadedit.errors import ProgramError
-from cadedit.program import Copy
+from cadedit.text.program import Copy
 from cadedit.vocab import Vocab
 
 PIECES = [

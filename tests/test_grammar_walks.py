@@ -7,10 +7,10 @@ import re
 import numpy as np
 import pytest
 
-from cadedit import program
-from cadedit.document import Document
+from cadedit.text import program
+from cadedit.text.document import Document
 from cadedit.grammar import BODY, END, GRAMMAR_PATH, OP, STOP, compile_grammar
-from cadedit.resolve import Bounds, resolve
+from cadedit.text.resolve import Bounds, resolve
 from cadedit.vocab import vocab_from_tokenizer
 from tinytok import make_tokenizer
 

@@ -15,9 +15,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "cadedit"
 
 # Bottom first: a module imports from its own layer and those listed before it, never from a later one.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("base", ["cadedit", "cadedit.errors", "cadedit.atomic", "cadedit.document", "cadedit.settings"]),
-    ("text", ["cadedit.program", "cadedit.resolve", "cadedit.align", "cadedit.oracle",
-              "cadedit.diff", "cadedit.languages"]),
+    ("base", ["cadedit", "cadedit.errors", "cadedit.text.atomic", "cadedit.text.document", "cadedit.settings"]),
+    ("text", ["cadedit.text.program", "cadedit.text.resolve", "cadedit.text.align", "cadedit.text.oracle",
+              "cadedit.text.diff", "cadedit.text.languages"]),
     ("ask", ["cadedit.options", "cadedit.results", "cadedit.request", "cadedit.prompt", "cadedit.fence",
              "cadedit.regions", "cadedit.verify", "cadedit.draft"]),
     ("scope", ["cadedit.outline", "cadedit.scope"]),

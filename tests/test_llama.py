@@ -28,7 +28,7 @@ if os.environ.get("CADEDIT_REQUIRE_LLAMA") != "1":
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'cadedit[llama]')")
 
 import cadedit.pipeline as pipeline
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.gguf_file import gguf_tokenizer, read_metadata
 from cadedit.model import CachedLM, load_model, new_cache
 from cadedit.prefix_store import PrefixStore, model_identity

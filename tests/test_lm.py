@@ -13,7 +13,7 @@ import torch
 
 import cadedit.pipeline as pipeline
 from cadedit.decode import DecodeStats, decode, sampling_picker
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError, ModelError
 from cadedit.model import LoadedModel, CachedLM, language_model
 from cadedit.options import EditOptions, Mode

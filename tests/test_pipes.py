@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import cadedit.model
 from cadedit import cli
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.options import Mode
 from tests.scripting import editing, every_try, inject_picks
 

@@ -12,7 +12,7 @@ import torch
 
 from cadedit import pipeline
 from cadedit.decode import script_picker
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.model import LoadedModel, language_model, token_bytes
 from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode

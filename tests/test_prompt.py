@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from cadedit.document import Document
-from cadedit.program import Copy, Program, format, parse
+from cadedit.text.document import Document
+from cadedit.text.program import Copy, Program, format, parse
 from cadedit.prompt import EXAMPLES, VARIANTS, build_messages, interleaved
-from cadedit.resolve import resolve
+from cadedit.text.resolve import resolve
 
 DOC = Document.from_text("import os\n\ndef main():\n    print(os.getcwd())\n", "src/tool.py")
 

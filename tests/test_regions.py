@@ -14,7 +14,7 @@ import itertools
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.regions import dedent, scoped_text
 
 FENCE = "```"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cadedit import repo as r
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import ConfigError, ModelError
 from tests.conftest import approve_settings
 

@@ -13,15 +13,15 @@ import pytest
 import torch
 
 import cadedit.pipeline as pipeline
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError, ModelError
 from cadedit.model import LoadedModel
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.pipeline import edit_file, prepare
-from cadedit.program import Copy, Gen, Program
+from cadedit.text.program import Copy, Gen, Program
 from cadedit.prompt import REWRITE_SYSTEM, fenced_source, language_tag, rewrite_messages
-from cadedit.oracle import oracle
-from cadedit.resolve import resolve, to_document_program
+from cadedit.text.oracle import oracle
+from cadedit.text.resolve import resolve, to_document_program
 from cadedit.settings import MIN_ANSWER_TOKENS
 from cadedit.vocab import vocab_from_tokenizer
 from tests.test_verify import fenced_run

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import CadeditError, ScopeError
 from cadedit.outline import outline
 from cadedit.scope import Region, Scope, find_line_refs, merge_regions, parse_line_ranges, resolve_scope

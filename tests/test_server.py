@@ -23,12 +23,12 @@ import pytest
 import cadedit.pipeline as pipeline
 from cadedit import errors, server
 from cadedit.decode import DecodeStats, script_picker
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.model import language_model, load_model
 from cadedit.options import EditOptions, Mode
-from cadedit.oracle import oracle
-from cadedit.program import format
-from cadedit.resolve import to_display_program
+from cadedit.text.oracle import oracle
+from cadedit.text.program import format
+from cadedit.text.resolve import to_display_program
 from tests.scripting import every_try, inject_picks
 from tests.tinymodel import save_model
 

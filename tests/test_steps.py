@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import cadedit.hardware as M
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.gguf_file import FOUR_BIT, decode_four_bit, four_bit_layers
 from cadedit.steps import EXACT_TOP, StepLinear, pack_int4, quantize, quantize_int4, unpack_int4, use_step_weights
 from tests.conftest import console_script

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cadedit import server
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.server import ServerError
 from cadedit.model import LoadedModel, chat_prompt, encode
 from cadedit.options import EditOptions, Mode

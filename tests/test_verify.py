@@ -14,7 +14,7 @@ import torch
 
 import cadedit.pipeline as pipeline
 from cadedit.decode import DecodeStats, Step, decode, sampling_picker
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.fence import FenceCursor
 from cadedit.model import LoadedModel, CachedLM, encode, new_cache

@@ -278,7 +278,7 @@ def test_a_located_try_without_a_test_branches_first_where_the_reading_expected_
 
 
 def test_the_expected_token_becomes_a_branch_point_where_candidate_1_has_a_token_at_its_column():
-    from cadedit.document import Document
+    from cadedit.text.document import Document
     from cadedit.pipeline import expected_points
 
     tokens = [b"```\n", b"x", b" =", b" a", b" -", b" b", b"\n", b" +", b"```", b" - b"]

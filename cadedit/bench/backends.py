@@ -63,7 +63,7 @@ def backends(
     import json
 
     from cadedit import hardware, llamacpp  # lazy: keeps `cadedit --help` light
-    from cadedit.atomic import replace_file  # lazy: keeps `cadedit --help` light
+    from cadedit.text.atomic import replace_file  # lazy: keeps `cadedit --help` light
     from cadedit.gguf_file import read_metadata  # lazy: keeps `cadedit --help` light
     from cadedit.model_files import gguf_path  # lazy: keeps `cadedit --help` light
 

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import CadeditError
 
 

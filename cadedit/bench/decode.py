@@ -30,13 +30,13 @@ from cadedit.bench.corpus import Case
 from cadedit.bench.e2e import document_for
 from cadedit.bench.tokens import TokenCounter
 from cadedit.decode import script_picker
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import CadeditError
 from cadedit.model import LoadedModel, CachedLM, encode, new_cache
 from cadedit.options import EditOptions, Mode
-from cadedit.oracle import oracle
-from cadedit.program import format
-from cadedit.resolve import resolve, to_display_program
+from cadedit.text.oracle import oracle
+from cadedit.text.program import format
+from cadedit.text.resolve import resolve, to_display_program
 from cadedit.bench.kernel import KernelSettings, sweep
 
 

@@ -25,7 +25,7 @@ from cadedit.bench.corpus import Case
 from cadedit.bench.peers import PEERS
 from cadedit.bench.harness import Verdict, has_test, run_test
 from cadedit.bench.report import median
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import CadeditError
 from cadedit.model import LoadedModel, encode, new_cache
 from cadedit.options import DEFAULT_MODE, EditOptions, Mode

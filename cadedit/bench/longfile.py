@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.outline import PYTHON, outline
 from cadedit.settings import DEFAULT_WHERE_BY
 from cadedit import tries as tries_module

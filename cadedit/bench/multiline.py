@@ -29,7 +29,7 @@ from cadedit.errors import CadeditError, ModelError
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
 from cadedit.cli_common import say
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.options import EditOptions, Mode
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "multiline"
@@ -114,7 +114,7 @@ def _code(text: str, which: str) -> str:
 def changes(tokenizer, before: str, after: str) -> tuple[int, int]:
     """Tokens of `after` outside the token runs it shares with `before`, and the lines added, changed
     or deleted (a replaced stretch counts its longer side)."""
-    from cadedit.align import opcodes  # lazy: keeps `cadedit --help` light
+    from cadedit.text.align import opcodes  # lazy: keeps `cadedit --help` light
     from cadedit.model import encode  # lazy: keeps `cadedit --help` light
 
     old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)

@@ -34,7 +34,7 @@ from cadedit.fence import Stopper
 from cadedit.llamacpp import version as llama_version
 from cadedit.model import token_bytes
 from cadedit.options import EditOptions, Mode
-from cadedit.resolve import resolve
+from cadedit.text.resolve import resolve
 from cadedit.results import Decoded, DecodeStats
 
 PEERS = ("llama-rewrite", "llama-lookup")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cadedit.errors import ModelError
 from cadedit.settings import cache_problem
-from cadedit.atomic import replace_file
+from cadedit.text.atomic import replace_file
 from cadedit.settings import choose_model, user_cache
 
 

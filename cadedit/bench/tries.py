@@ -23,7 +23,7 @@ from typing import Any
 from cadedit.bench.corpus import Case
 from cadedit.bench.harness import JS_MD5_SHIM, has_test, interpreter, run_test, runner_for, write_test_files
 from cadedit.bench.report import median
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.model import LoadedModel
 from cadedit.options import EditOptions
 from cadedit.scope import plan_edit

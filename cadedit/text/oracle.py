@@ -11,9 +11,9 @@ Pure: no torch, no transformers.
 
 from __future__ import annotations
 
-from cadedit.align import opcodes
-from cadedit.document import BOM, Document
-from cadedit.program import Copy, Gen, Op, Program
+from cadedit.text.align import opcodes
+from cadedit.text.document import BOM, Document
+from cadedit.text.program import Copy, Gen, Op, Program
 
 
 def oracle(before: Document, after: Document) -> Program:

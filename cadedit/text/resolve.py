@@ -19,9 +19,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from cadedit.document import BOM, Document, line_terminator
+from cadedit.text.document import BOM, Document, line_terminator
 from cadedit.errors import ProgramError
-from cadedit.program import Copy, Gen, Op, Program, format_op
+from cadedit.text.program import Copy, Gen, Op, Program, format_op
 
 
 class Bounds(str, enum.Enum):

@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from cadedit.align import grouped_opcodes, opcodes
-from cadedit.atomic import replace_file
-from cadedit.document import Document
+from cadedit.text.align import grouped_opcodes, opcodes
+from cadedit.text.atomic import replace_file
+from cadedit.text.document import Document
 from cadedit.errors import ApplyError, OutputError
 
 if TYPE_CHECKING:
