@@ -30,9 +30,9 @@ from cadedit.text.document import Document
 from cadedit.engine_answer import Completion, read_completion, read_models
 from cadedit.engine_http import call_json
 from cadedit.errors import BudgetError, EngineError
-from cadedit.fence import writes_again
+from cadedit.prompt.fence import writes_again
 from cadedit.options import EditOptions, Mode
-from cadedit.request import SPECIAL_TEXTS, Request, build_request, default_budget, read_answer, render_chatml
+from cadedit.prompt.request import SPECIAL_TEXTS, Request, build_request, default_budget, read_answer, render_chatml
 from cadedit.text.resolve import resolve
 from cadedit.results import DecodeStats, EditCandidate, EditResult
 from cadedit.settings import ENGINE_TIMEOUT

@@ -43,7 +43,7 @@ from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.text.oracle import oracle
-from cadedit.prompt import unquoted
+from cadedit.prompt.messages import unquoted
 from cadedit.repair import repaired
 from cadedit.text.resolve import resolve
 from cadedit.results import EditResult

@@ -28,7 +28,7 @@ from cadedit.settings import CONTEXT_LINES, DEFAULT_WHERE_BY, WHERE_BY
 from cadedit.decode import decode, sampling_picker
 from cadedit.model import chat_prompt, encode, eos_ids, language_model, token_bytes
 from cadedit.outline import outline, parser_of
-from cadedit.prompt import WHERE_ANSWER, where_messages
+from cadedit.prompt.messages import WHERE_ANSWER, where_messages
 from cadedit.scope import located_levels, merge_spans, span_text
 
 __all__ = ["WHERE_BY", "Where", "LineNumberCursor", "LineTextCursor", "locate", "surprise", "surprise_score"]

@@ -25,7 +25,7 @@ from cadedit.model import encode, token_bytes
 from cadedit.options import Mode
 from cadedit.text.oracle import oracle
 from cadedit.text.program import format
-from cadedit.prompt import fenced_source
+from cadedit.prompt.messages import fenced_source
 from cadedit.text.resolve import to_display_program
 
 

@@ -25,7 +25,7 @@ from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.model import load_model, render_chat
 from cadedit.options import EditOptions, Mode
-from cadedit.prompt import fenced_source, language_tag, rewrite_messages
+from cadedit.prompt.messages import fenced_source, language_tag, rewrite_messages
 from tests.bench_helpers import record, write_corpus
 from tests.scripting import editing, inject_e2e
 

@@ -15,7 +15,7 @@ from cadedit.cli import app
 from cadedit.decode import script_picker
 from cadedit.text.document import Document
 from cadedit.model import encode, token_bytes
-from cadedit.regions import scoped_source
+from cadedit.prompt.regions import scoped_source
 from tests.scripting import inject_picks, scripted_picker
 
 BUGGY = "def add(a, b):\n    return a - b\n"

@@ -60,7 +60,7 @@ def test_unknown_language_has_no_record_and_an_empty_tag(path):
 
 
 def test_the_prompt_tags_fences_from_this_one_table():
-    from cadedit.prompt import language_tag
+    from cadedit.prompt.messages import language_tag
 
     for suffix, language in SUFFIXES.items():
         assert language_tag(f"src/x{suffix}") == language.fence

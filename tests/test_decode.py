@@ -11,7 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from cadedit import prompt
+from cadedit.prompt import messages as prompt
 from cadedit.decode import allowed_array, sample, sampling_picker, script_picker
 from cadedit.text.diff import unified_diff
 from cadedit.text.document import Document

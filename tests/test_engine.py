@@ -23,7 +23,7 @@ from cadedit import engine as engine_module
 from cadedit.engine import EngineClient, number_range, program_gbnf
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Mode
-from cadedit.request import build_request, render_chatml
+from cadedit.prompt.request import build_request, render_chatml
 from cadedit.tokenizer import Tokenizer
 from tests.conftest import console_script
 

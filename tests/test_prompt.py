@@ -10,7 +10,7 @@ import pytest
 
 from cadedit.text.document import Document
 from cadedit.text.program import Copy, Program, format, parse
-from cadedit.prompt import EXAMPLES, VARIANTS, build_messages, interleaved
+from cadedit.prompt.messages import EXAMPLES, VARIANTS, build_messages, interleaved
 from cadedit.text.resolve import resolve
 
 DOC = Document.from_text("import os\n\ndef main():\n    print(os.getcwd())\n", "src/tool.py")

@@ -15,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from cadedit.text.document import Document
-from cadedit.regions import dedent, scoped_text
+from cadedit.prompt.regions import dedent, scoped_text
 
 FENCE = "```"
 INDENTS = ("", "    ", "        ")

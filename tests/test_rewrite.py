@@ -19,7 +19,7 @@ from cadedit.model import LoadedModel
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.pipeline import edit_file, prepare
 from cadedit.text.program import Copy, Gen, Program
-from cadedit.prompt import REWRITE_SYSTEM, fenced_source, language_tag, rewrite_messages
+from cadedit.prompt.messages import REWRITE_SYSTEM, fenced_source, language_tag, rewrite_messages
 from cadedit.text.oracle import oracle
 from cadedit.text.resolve import resolve, to_document_program
 from cadedit.settings import MIN_ANSWER_TOKENS

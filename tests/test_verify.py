@@ -16,7 +16,7 @@ import cadedit.pipeline as pipeline
 from cadedit.decode import DecodeStats, Step, decode, sampling_picker
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError
-from cadedit.fence import FenceCursor
+from cadedit.prompt.fence import FenceCursor
 from cadedit.model import LoadedModel, CachedLM, encode, new_cache
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.verify import Aligner, Schedule, VerifyDrafter

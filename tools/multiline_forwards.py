@@ -12,11 +12,11 @@ import numpy as np
 
 from cadedit.gguf_file import read_metadata, gguf_tokenizer
 from cadedit.vocab import token_bytes_of
-from cadedit.fence import FenceCursor
+from cadedit.prompt.fence import FenceCursor
 from cadedit.verify import VerifyDrafter
 from cadedit.decode import decode, script_picker
 from cadedit.model import encode
-from cadedit.regions import dedent, common_indent
+from cadedit.prompt.regions import dedent, common_indent
 from tests.test_multiline_drafts import DATA, changed_tokens, region_of, renamed_every_third_line
 
 P = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.home() / ".cache/cadedit-dev/qwen2.5-coder-0.5b-instruct.gguf"

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from cadedit.errors import BudgetError, CadeditError, ModelError
 from cadedit import pipeline
 from cadedit.bench.corpus import document_for, Edited
-from cadedit.fence import Stopper
+from cadedit.prompt.fence import Stopper
 from cadedit.llamacpp import version as llama_version
 from cadedit.model import token_bytes
 from cadedit.options import EditOptions, Mode

@@ -19,8 +19,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from cadedit.text.document import Document, line_terminator
-from cadedit.fence import output_text
-from cadedit.prompt import region_header
+from cadedit.prompt.fence import output_text
+from cadedit.prompt.messages import region_header
 
 
 def common_indent(text: str) -> str:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from cadedit.text import program as P
 from cadedit.text.document import Document
 from cadedit.errors import ModelError
-from cadedit.fence import fence_for, output_text
+from cadedit.prompt.fence import fence_for, output_text
 from cadedit.options import EditOptions, Mode
 from cadedit.text.oracle import oracle
-from cadedit.prompt import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, rewrite_messages
-from cadedit.prompt import scoped_messages
-from cadedit.regions import context_spans, scoped_layout, scoped_text
+from cadedit.prompt.messages import LAYOUTS, VARIANTS, build_messages, fenced_source, language_tag, rewrite_messages
+from cadedit.prompt.messages import scoped_messages
+from cadedit.prompt.regions import context_spans, scoped_layout, scoped_text
 from cadedit.text.resolve import to_document_program
 from cadedit.settings import MIN_ANSWER_TOKENS
 
