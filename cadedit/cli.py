@@ -498,7 +498,7 @@ def _load(options, run: _Run, once_for: int = 1):
 
 def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
-    from cadedit.scope import plan_edit  # lazy: keeps `cadedit --help` light
+    from cadedit.scope.plan import plan_edit  # lazy: keeps `cadedit --help` light
     from cadedit.tries import edit_verified  # lazy: keeps `cadedit --help` light
 
     scoping, quiet = run.scoping, run.quiet
@@ -527,7 +527,7 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) 
 
 def _reporters(document, options, run: _Run, progress):
     """on_try and on_where: one line on stderr per try (and for the where-step), more with --verbose."""
-    from cadedit.scope import span_text  # lazy: keeps `cadedit --help` light
+    from cadedit.scope.plan import span_text  # lazy: keeps `cadedit --help` light
 
     quiet, verbose, tries = run.quiet, run.verbose, run.tries
     previous: dict = {}

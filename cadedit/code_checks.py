@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from cadedit.checks import Check
 from cadedit.text.document import Document
 from cadedit.text.languages import language_of
-from cadedit.outline import outline
+from cadedit.scope.outline import outline
 
 NAMES, KEPT, BODY, PUBLIC, ASKED = "names", "kept", "body", "public", "asked"
 CHECK_NAMES = (NAMES, KEPT, BODY, PUBLIC, ASKED)

@@ -110,7 +110,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
 
     Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
     candidate in the working tree, restored afterwards); no change is a valid answer here."""
-    from cadedit.scope import plan_edit  # lazy: keeps `cadedit --help` light
+    from cadedit.scope.plan import plan_edit  # lazy: keeps `cadedit --help` light
     from cadedit.tries import CheckPlan, edit_verified  # lazy: keeps `cadedit --help` light
 
     mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE

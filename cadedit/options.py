@@ -40,13 +40,13 @@ class EditOptions:
     draft: bool = True  # program mode: guess program tokens ahead and verify them in the same forward
     mode: Mode = DEFAULT_MODE
     # The line ranges (1-based, inclusive, in file order) the model retypes; the rest is copied by
-    # construction. Empty: the whole file. Fenced modes only (cadedit.scope resolves them).
+    # construction. Empty: the whole file. Fenced modes only (cadedit.scope.plan resolves them).
     regions: tuple[tuple[int, int], ...] = ()
-    # Wider scopes for later tries, each holding the one before (cadedit.scope: for a line
+    # Wider scopes for later tries, each holding the one before (cadedit.scope.plan: for a line
     # reference, its statement, then its function; cadedit.tries). Empty: no widening.
     wider: tuple[tuple[tuple[int, int], ...], ...] = ()
     # The regions are definitions the instruction names without a line: the tries first find where
-    # (cadedit.where) and retype from that line up (cadedit.scope.located_levels).
+    # (cadedit.where) and retype from that line up (cadedit.scope.plan.located_levels).
     locate: bool = False
     where_by: str = DEFAULT_WHERE_BY  # how the where-step finds the line (cadedit.where.WHERE_BY)
     # The regions are definitions the instruction names without a line and the where-step does not run

@@ -1,5 +1,5 @@
 """The where-step: before a scoped edit of a definition whose instruction names no line, find the
-line to change, then climb the scope ladder from there (cadedit.scope.located_levels).
+line to change, then climb the scope ladder from there (cadedit.scope.plan.located_levels).
 
 Contract: locate(loaded, document, instruction, regions, pick=None, by) finds the line one of three
 ways (WHERE_BY). "surprise" (the default, settings.DEFAULT_WHERE_BY) reads the regions' code as plain
@@ -27,9 +27,9 @@ from cadedit.errors import ModelError
 from cadedit.settings import CONTEXT_LINES, DEFAULT_WHERE_BY, WHERE_BY
 from cadedit.decode import decode, sampling_picker
 from cadedit.model import chat_prompt, encode, eos_ids, language_model, token_bytes
-from cadedit.outline import outline, parser_of
+from cadedit.scope.outline import outline, parser_of
 from cadedit.prompt.messages import WHERE_ANSWER, where_messages
-from cadedit.scope import located_levels, merge_spans, span_text
+from cadedit.scope.plan import located_levels, merge_spans, span_text
 
 __all__ = ["WHERE_BY", "Where", "LineNumberCursor", "LineTextCursor", "locate", "surprise", "surprise_score"]
 

@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, list[str]]] = [
               "cadedit.text.diff", "cadedit.text.languages"]),
     ("ask", ["cadedit.options", "cadedit.results", "cadedit.prompt.request", "cadedit.prompt.messages", "cadedit.prompt.fence",
              "cadedit.prompt.regions", "cadedit.verify", "cadedit.draft"]),
-    ("scope", ["cadedit.outline", "cadedit.scope"]),
+    ("scope", ["cadedit.scope.outline", "cadedit.scope.plan"]),
     ("grammar", ["cadedit.vocab", "cadedit.grammar"]),
     ("backends", ["cadedit.tokenizer", "cadedit.gguf_file", "cadedit.model_files", "cadedit.steps",
                   "cadedit.qwen2", "cadedit.llamacpp", "cadedit.hardware", "cadedit.prefix_store",

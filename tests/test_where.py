@@ -326,7 +326,7 @@ def test_where_a_test_decides_the_next_try_retypes_the_next_surprising_lines_bef
     statements of the named line and of the next most surprising lines (where.RUNNERS_UP), its branches
     put in what the reading expected on each of them in turn (Where.spread); then the function. Without
     a test nothing tells a wrong line's change from the fix, so the next try is the function, as before."""
-    from cadedit.scope import merge_spans
+    from cadedit.scope.plan import merge_spans
 
     for args, answers in ((("--test", "grep -q 'return v1 + v2' a.py"), (unchanged, unchanged)), ((), (unchanged,))):
         scripted(*answers, fixed_line)

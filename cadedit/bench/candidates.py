@@ -25,7 +25,7 @@ from cadedit.model import LoadedModel, language_model
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.settings import BENCH_TEST_TIMEOUT
 from cadedit.tries import candidate_picks
-from cadedit.scope import plan_edit
+from cadedit.scope.plan import plan_edit
 
 
 def _single(loaded: LoadedModel, case: Case, options: EditOptions, pick_for: pipeline.PickFor) -> dict:

@@ -31,7 +31,7 @@ from cadedit.model import LoadedModel, encode, new_cache
 from cadedit.options import DEFAULT_MODE, EditOptions, Mode
 from cadedit.settings import BENCH_TEST_TIMEOUT
 from cadedit.model import CachedLM
-from cadedit.scope import plan_edit
+from cadedit.scope.plan import plan_edit
 from cadedit.bench.corpus import Edited, document_for
 
 MODES = tuple(m.value for m in Mode)

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cadedit.text.document import Document
-from cadedit.outline import PYTHON, outline
+from cadedit.scope.outline import PYTHON, outline
 from cadedit.settings import DEFAULT_WHERE_BY
 from cadedit import tries as tries_module
 from cadedit.errors import CadeditError
 from cadedit.options import EditOptions, Mode
-from cadedit.scope import plan_edit
+from cadedit.scope.plan import plan_edit
 from cadedit.tries import CheckPlan
 
 # Each operator and the one it becomes; the text is how it is written between its operands.

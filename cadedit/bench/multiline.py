@@ -164,7 +164,7 @@ def floor_seconds(prompt: int, new: int, changed: int, prefill_ms: float, step_m
 def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: Any = None) -> dict:
     """One case edited as `cadedit fix FILE INSTRUCTION --candidates 1 --tries TRIES` edits it: its row.
     picks: tries.edit_verified's (tests script the answer with it)."""
-    from cadedit.scope import plan_edit  # lazy: keeps `cadedit --help` light
+    from cadedit.scope.plan import plan_edit  # lazy: keeps `cadedit --help` light
     from cadedit.tries import CheckPlan, edit_verified  # lazy: keeps `cadedit --help` light
 
     document = Document.from_text(case["before"], case["file"])

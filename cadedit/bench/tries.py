@@ -26,7 +26,7 @@ from cadedit.bench.report import median
 from cadedit.text.document import Document
 from cadedit.model import LoadedModel
 from cadedit.options import EditOptions
-from cadedit.scope import plan_edit
+from cadedit.scope.plan import plan_edit
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATES_BY, DEFAULT_TRIES, READ_LATER, default_candidates
 from cadedit.tries import CheckPlan, Verified, edit_verified
 

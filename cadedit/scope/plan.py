@@ -27,7 +27,7 @@ from itertools import islice
 from cadedit.text.document import Document
 from cadedit.errors import ScopeError
 from cadedit.options import EditOptions, Mode
-from cadedit.outline import LANGUAGES, Definition, Outline, display_name, outline, parser_of
+from cadedit.scope.outline import LANGUAGES, Definition, Outline, display_name, outline, parser_of
 from cadedit.settings import READ_LATER
 
 
