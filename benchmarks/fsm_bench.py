@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from cadedit.text import program  # noqa: E402
 from cadedit.grammar import BODY, GRAMMAR_PATH, STOP, compile_grammar  # noqa: E402
-from cadedit.vocab import vocab_from_tokenizer  # noqa: E402
+from cadedit.backends.vocab import vocab_from_tokenizer  # noqa: E402
 
 CODE = '''def parse(text: str) -> list[int]:
     """Numbers in text; `<` and `</e` are fine here, and so is 日本語 and ⟨escaped⟩ text."""

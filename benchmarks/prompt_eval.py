@@ -47,7 +47,7 @@ def own_case(loaded, case, variant: str, timeout: float) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     from cadedit.bench.corpus import load_corpus
-    from cadedit.model import load_model
+    from cadedit.backends.model import load_model
     from cadedit.prompt.messages import VARIANTS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -478,8 +478,8 @@ def _load(options, run: _Run, once_for: int = 1):
         if not quiet:
             say(f"{client.name}: using the cadedit server (pid {client.pid}; `cadedit serve stop` to stop it)")
         return client
-    from cadedit import hardware  # lazy: keeps `cadedit --help` light
-    from cadedit.model import load_model  # lazy: keeps `cadedit --help` light
+    from cadedit.backends import hardware  # lazy: keeps `cadedit --help` light
+    from cadedit.backends.model import load_model  # lazy: keeps `cadedit --help` light
 
     hardware.progress = None if quiet else say  # the first run's probes and conversion say what they do
     if quiet:

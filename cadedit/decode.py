@@ -56,7 +56,7 @@ class Cursor(Protocol):
 
 
 class LM(Protocol):
-    """One KV cache over a causal LM (cadedit.model.CachedLM). Candidates decoded side by side also
+    """One KV cache over a causal LM (cadedit.backends.model.CachedLM). Candidates decoded side by side also
     need rows: fork(k) copies the cache into k rows (row 0 is the cache itself; fork(1) drops the
     others), feed_rows feeds each listed row its own ids in one forward ([keep_i, V] logits each),
     crop_row(i, n) forgets row i's last n positions, copy_row(j, i) gives row i (a prefix of
@@ -86,7 +86,7 @@ Drafter = Callable[[Cursor, Sequence[int]], list[int]]  # (cursor, ids so far) -
 # -- picking a token ---------------------------------------------------------------------------
 #
 # Logits reach the pickers as float32 numpy rows ([V] each): llama.cpp hands them over as they are,
-# torch's model converts a row when the loop reads it (cadedit.qwen2.LogitRows). So the loop and
+# torch's model converts a row when the loop reads it (cadedit.backends.torch.qwen2.LogitRows). So the loop and
 # its pickers need no torch, and a llama.cpp process never imports it (the largest import of a cold start).
 
 

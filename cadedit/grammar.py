@@ -27,7 +27,7 @@ The kinds refine the paper's five states (Figure 7; `Constraint.figure7` maps a 
 
 `lo` is the lowest line the next copy may start at (1 unless monotonic), `has_op` whether an op
 was written (the program may close), `node` the gen body's position in the reserved-literal
-automaton, `utf8` its UTF-8 decoder state (cadedit.vocab).
+automaton, `utf8` its UTF-8 decoder state (cadedit.backends.vocab).
 
 Masks are cached per state: gen-body masks come from per-vocabulary vectorised tables (UTF-8
 decoder state x node of the reserved-literal automaton), the others from walking the byte-sorted
@@ -58,7 +58,7 @@ import numpy as np
 
 from cadedit.errors import ProgramError
 from cadedit.text.program import Copy
-from cadedit.vocab import BodyTables, Vocab, utf8_run, utf8_step
+from cadedit.backends.vocab import BodyTables, Vocab, utf8_run, utf8_step
 
 GRAMMAR_PATH = Path(__file__).parent / "grammars" / "program.lark"
 

@@ -124,8 +124,8 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     elif loaded is not None:
         say(f"cadedit hook: {loaded.name}: using the cadedit server (pid {loaded.pid})")
     else:
-        from cadedit import hardware  # lazy: keeps `cadedit --help` light
-        from cadedit.model import load_model  # lazy: keeps `cadedit --help` light
+        from cadedit.backends import hardware  # lazy: keeps `cadedit --help` light
+        from cadedit.backends.model import load_model  # lazy: keeps `cadedit --help` light
 
         hardware.progress = say  # the first run's probes and conversion say what they do
         try:

@@ -28,14 +28,14 @@ from cadedit.text.document import Document
 from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import BudgetError, CadeditError, ModelError
 from cadedit.prompt.fence import FenceCursor, writes_again
-from cadedit.model import LoadedModel, chat_prompt, check_ids, encode, eos_ids, language_model, load_model, token_bytes
-from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
+from cadedit.backends.model import LoadedModel, chat_prompt, check_ids, encode, eos_ids, language_model, load_model, token_bytes
+from cadedit.backends.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
 from cadedit.prompt.request import PROGRAM_ROOM, build_request, default_budget, parse_mode, read_answer, scoped_regions
 from cadedit.text.resolve import resolve
 from cadedit.verify import VerifyDrafter
 from cadedit.grammar import compile_grammar
-from cadedit.vocab import vocab_from_tokenizer
+from cadedit.backends.vocab import vocab_from_tokenizer
 
 
 

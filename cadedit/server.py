@@ -545,7 +545,7 @@ class _Server:
                 hint=f"see its log, {log_file(self.socket_path)}"))})
 
     def status(self) -> dict:
-        from cadedit.model import language_model  # lazy: the client side (connect, status) imports no numpy or torch
+        from cadedit.backends.model import language_model  # lazy: the client side (connect, status) imports no numpy or torch
 
         memory = _status_bytes()
         return {"protocol": PROTOCOL, "model": self.loaded.name, "dtype": str(self.loaded.dtype),
@@ -675,7 +675,7 @@ class _Server:
 
     def bound_memory(self) -> None:
         """Drop the KV cache when the process holds more than max_rss_bytes (the next prompt is fed whole)."""
-        from cadedit.model import language_model  # lazy: the client side (connect, status) imports no numpy or torch
+        from cadedit.backends.model import language_model  # lazy: the client side (connect, status) imports no numpy or torch
 
         rss = rss_bytes()
         if self.max_rss_bytes and rss > self.max_rss_bytes:
@@ -796,7 +796,7 @@ class ServerConfig:
 
 def run_server(config: ServerConfig, on_ready: Callable[[dict], None] | None = None) -> None:
     """In this process: claim the socket (before the slow load, so a second start fails at once), load, serve."""
-    from cadedit.model import load_model  # lazy: keeps `cadedit --help` light
+    from cadedit.backends.model import load_model  # lazy: keeps `cadedit --help` light
 
     socket_path = Path(config.socket) if config.socket else default_socket()
     claim(socket_path)

@@ -26,7 +26,7 @@ from cadedit.text.document import Document
 from cadedit.errors import ModelError
 from cadedit.settings import CONTEXT_LINES, DEFAULT_WHERE_BY, WHERE_BY
 from cadedit.decode import decode, sampling_picker
-from cadedit.model import chat_prompt, encode, eos_ids, language_model, token_bytes
+from cadedit.backends.model import chat_prompt, encode, eos_ids, language_model, token_bytes
 from cadedit.scope.outline import outline, parser_of
 from cadedit.prompt.messages import WHERE_ANSWER, where_messages
 from cadedit.scope.plan import located_levels, merge_spans, span_text

@@ -21,7 +21,7 @@ from typing import Any
 from cadedit import pipeline, tries
 from cadedit.decode import Picker, script_picker
 from cadedit.text.document import Document
-from cadedit.model import encode, token_bytes
+from cadedit.backends.model import encode, token_bytes
 from cadedit.options import Mode
 from cadedit.text.oracle import oracle
 from cadedit.text.program import format

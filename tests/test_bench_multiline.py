@@ -15,7 +15,7 @@ from cadedit.bench.multiline import CORPUS, gold_text, judge, load_cases
 from cadedit.cli import app
 from cadedit.decode import script_picker
 from cadedit.text.document import Document
-from cadedit.model import encode, token_bytes
+from cadedit.backends.model import encode, token_bytes
 from cadedit.prompt.regions import scoped_source
 from tests.scripting import inject_picks
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once

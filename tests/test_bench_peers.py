@@ -23,7 +23,7 @@ from cadedit.bench import peers as pe
 from cadedit.cli import app
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError
-from cadedit.model import load_model, render_chat
+from cadedit.backends.model import load_model, render_chat
 from cadedit.options import EditOptions, Mode
 from cadedit.prompt.messages import fenced_source, language_tag, rewrite_messages
 from tests.bench_helpers import record, write_corpus

@@ -14,7 +14,7 @@ from cadedit.bench import tries as bench_tries
 from cadedit.cli import app
 from cadedit.decode import script_picker
 from cadedit.text.document import Document
-from cadedit.model import encode, token_bytes
+from cadedit.backends.model import encode, token_bytes
 from cadedit.prompt.regions import scoped_source
 from tests.scripting import inject_picks, scripted_picker
 

@@ -21,7 +21,7 @@ from cadedit.bench import candidates as bench_candidates
 from cadedit.decode import Row, decode_rows, sampling_picker, script_picker
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError
-from cadedit.model import CachedLM, LoadedModel, encode, new_cache, token_bytes
+from cadedit.backends.model import CachedLM, LoadedModel, encode, new_cache, token_bytes
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.pipeline import branch_key, edit_candidates, edit_file
 from tests.scripting import given, inject_branches, inject_picks, spelling
@@ -332,7 +332,7 @@ def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(t
 
 
 def test_program_mode_rows_each_spell_their_own_program_with_splices():
-    from cadedit.model import encode
+    from cadedit.backends.model import encode
     from cadedit.text.oracle import oracle
     from cadedit.pipeline import grammar_for
     from cadedit.text.program import format
@@ -381,7 +381,7 @@ def test_rows_that_agree_are_computed_once(tiny):
 
 def test_a_row_that_runs_far_past_candidate_1_is_stopped(tiny_dir):
     from cadedit import decode
-    from cadedit.model import load_model
+    from cadedit.backends.model import load_model
 
     loaded = load_model(str(tiny_dir), dtype="fp32", threads=1)
     document = Document.from_text("def add(a, b):\n    return a - b\n", "solution.py")

@@ -16,7 +16,7 @@ from cadedit.decode import allowed_array, sample, sampling_picker, script_picker
 from cadedit.text.diff import unified_diff
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError
-from cadedit.model import LoadedModel, encode
+from cadedit.backends.model import LoadedModel, encode
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.text.oracle import oracle
 from cadedit.pipeline import edit_file, grammar_for
@@ -73,7 +73,7 @@ def test_forcing_the_oracle_program_reproduces_the_gold_file_exactly(loaded, nam
 
 
 class Recording:
-    """Wraps the loaded model's LM (cadedit.model.CachedLM) for one decode: what each forward
+    """Wraps the loaded model's LM (cadedit.backends.model.CachedLM) for one decode: what each forward
     is fed; what its cache holds is the LM's own id list (fed ids, minus cropped drafts)."""
 
     def __init__(self, inner):

@@ -24,7 +24,7 @@ from cadedit.engine import EngineClient, number_range, program_gbnf
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Mode
 from cadedit.prompt.request import build_request, render_chatml
-from cadedit.tokenizer import Tokenizer
+from cadedit.backends.torch.tokenizer import Tokenizer
 from tests.conftest import console_script
 
 QWEN_TEMPLATE = (Path(__file__).parent / "data" / "qwen2.5-chat-template.jinja").read_text()

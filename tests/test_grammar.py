@@ -10,7 +10,7 @@ from cadedit.text import program
 from cadedit.grammar import GRAMMAR_PATH, compile_grammar, line_viable, load_syntax, read_syntax
 from cadedit.errors import ProgramError
 from cadedit.text.program import Copy
-from cadedit.vocab import Vocab
+from cadedit.backends.vocab import Vocab
 
 PIECES = [
     "<program>\n", "<", "copy", ' lines="', "1", "2", "0", "12", "-", '"/>\n', '"/', ">\n<", "gen",

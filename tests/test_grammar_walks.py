@@ -11,7 +11,7 @@ from cadedit.text import program
 from cadedit.text.document import Document
 from cadedit.grammar import BODY, END, GRAMMAR_PATH, OP, STOP, compile_grammar
 from cadedit.text.resolve import Bounds, resolve
-from cadedit.vocab import vocab_from_tokenizer
+from cadedit.backends.vocab import vocab_from_tokenizer
 from tinytok import make_tokenizer
 
 CLOSING_TEXT = '0123456789-"/>\n</gen>\n</program>\n'

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import cadedit.model
+import cadedit.backends.model
 from cadedit import cli
 from cadedit.errors import ConfigError
 from cadedit.options import Mode
@@ -41,8 +41,8 @@ def no_outer_git(monkeypatch):
 def loads(monkeypatch):
     """Calls of model.load_model (the hook imports it lazily, so patching the module is enough)."""
     calls = []
-    real = cadedit.model.load_model
-    monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = cadedit.backends.model.load_model
+    monkeypatch.setattr(cadedit.backends.model, "load_model", lambda *a, **k: calls.append(a) or real(*a, **k))
     return calls
 
 
@@ -152,7 +152,7 @@ def test_files_arguments_limit_the_run_to_those_files(tmp_path, monkeypatch, tin
 
 
 def test_no_matching_staged_file_exits_0_without_loading_the_model(tmp_path, monkeypatch):
-    monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(cadedit.backends.model, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     root = make_repo(tmp_path / "w", "no/such/model", {"a.py": b"old\n"})
     write(root, {"notes.txt": b"old\n", "b.py": b"old, not staged\n"})
     git(root, "add", "notes.txt")

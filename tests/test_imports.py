@@ -21,10 +21,10 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("ask", ["cadedit.options", "cadedit.results", "cadedit.prompt.request", "cadedit.prompt.messages", "cadedit.prompt.fence",
              "cadedit.prompt.regions", "cadedit.verify", "cadedit.draft"]),
     ("scope", ["cadedit.scope.outline", "cadedit.scope.plan"]),
-    ("grammar", ["cadedit.vocab", "cadedit.grammar"]),
-    ("backends", ["cadedit.tokenizer", "cadedit.gguf_file", "cadedit.model_files", "cadedit.steps",
-                  "cadedit.qwen2", "cadedit.llamacpp", "cadedit.hardware", "cadedit.prefix_store",
-                  "cadedit.model"]),
+    ("grammar", ["cadedit.backends.vocab", "cadedit.grammar"]),
+    ("backends", ["cadedit.backends.torch.tokenizer", "cadedit.backends.llama.gguf_file", "cadedit.backends.model_files", "cadedit.backends.torch.steps",
+                  "cadedit.backends.torch.qwen2", "cadedit.backends.llama.llamacpp", "cadedit.backends.hardware", "cadedit.backends.prefix_store",
+                  "cadedit.backends.model"]),
     ("decode", ["cadedit.decode", "cadedit.pipeline", "cadedit.where"]),
     ("tries", ["cadedit.sandbox", "cadedit.guard", "cadedit.checks", "cadedit.code_checks",
                "cadedit.repair", "cadedit.tries"]),
@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("cli", ["cadedit.serve_cli", "cadedit.hook_cli", "cadedit.cli",
              "cadedit.bench.cli", "cadedit.entry", "cadedit.__main__"]),
 ]
-MAX_LAZY = 120  # imports of cadedit's own modules inside functions (the CLI's keep `cadedit --help` light)
+MAX_LAZY = 121  # imports of cadedit's own modules inside functions (the CLI's keep `cadedit --help` light)
 
 
 def modules(root: Path = PACKAGE) -> dict[str, Path]:

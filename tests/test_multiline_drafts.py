@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from cadedit import cli
 from cadedit.decode import script_picker
-from cadedit.model import encode, token_bytes
+from cadedit.backends.model import encode, token_bytes
 from tests.scripting import inject_picks
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
 
@@ -133,7 +133,7 @@ def changed_tokens(tokenizer, before: str, after: str) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_dir):
-    from cadedit.model import load_model
+    from cadedit.backends.model import load_model
 
     return load_model(str(tiny_dir), dtype="fp32", threads=1).tokenizer
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import cadedit.model
+import cadedit.backends.model
 from cadedit import cli
 from cadedit.text.document import Document
 from cadedit.options import Mode
@@ -137,8 +137,8 @@ def test_several_files_make_one_patch_and_load_the_model_once(tmp_path, monkeypa
     base = make_tree(tmp_path / "base", files, in_git=True)
     monkeypatch.chdir(base)
     loads = []
-    real_load = cadedit.model.load_model
-    monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    real_load = cadedit.backends.model.load_model
+    monkeypatch.setattr(cadedit.backends.model, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
     # c.py needs no change: accepted with --allow-no-change (else a candidate must change the file)
     shown = fix("a.py", "src/b.py", "c.py", "-i", "Rename old.", "--model", str(tiny_dir), "--allow-no-change")
     assert shown.exit_code == 0, shown.output

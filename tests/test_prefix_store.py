@@ -13,8 +13,8 @@ import torch
 from cadedit import pipeline
 from cadedit.decode import script_picker
 from cadedit.text.document import Document
-from cadedit.model import LoadedModel, language_model, token_bytes
-from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
+from cadedit.backends.model import LoadedModel, language_model, token_bytes
+from cadedit.backends.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
 from tests.scripting import given
 from tests.tinymodel import make_model

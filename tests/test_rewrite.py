@@ -15,7 +15,7 @@ import torch
 import cadedit.pipeline as pipeline
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError, ModelError
-from cadedit.model import LoadedModel
+from cadedit.backends.model import LoadedModel
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.pipeline import edit_file, prepare
 from cadedit.text.program import Copy, Gen, Program
@@ -23,7 +23,7 @@ from cadedit.prompt.messages import REWRITE_SYSTEM, fenced_source, language_tag,
 from cadedit.text.oracle import oracle
 from cadedit.text.resolve import resolve, to_document_program
 from cadedit.settings import MIN_ANSWER_TOKENS
-from cadedit.vocab import vocab_from_tokenizer
+from cadedit.backends.vocab import vocab_from_tokenizer
 from tests.test_verify import fenced_run
 from tests.tinymodel import make_model, save_native
 from tests.tinytok import make_tokenizer

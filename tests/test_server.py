@@ -24,7 +24,7 @@ import cadedit.pipeline as pipeline
 from cadedit import errors, server
 from cadedit.decode import DecodeStats, script_picker
 from cadedit.text.document import Document
-from cadedit.model import language_model, load_model
+from cadedit.backends.model import language_model, load_model
 from cadedit.options import EditOptions, Mode
 from cadedit.text.oracle import oracle
 from cadedit.text.program import format
@@ -354,12 +354,12 @@ def test_serve_status_while_the_server_is_still_loading(sock):
 def test_fix_uses_the_running_server_and_loads_nothing_itself(held, tiny_dir, sock, scripted, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import cadedit.model
+    import cadedit.backends.model
     from cadedit import cli
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_bytes(BEFORE)
-    monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: pytest.fail("fix loaded the model itself"))
+    monkeypatch.setattr(cadedit.backends.model, "load_model", lambda *a, **k: pytest.fail("fix loaded the model itself"))
     with serving(held, sock, pick_for=scripted):
         result = CliRunner().invoke(cli.app, ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
                                               "--no-scope", "--tries", "1", "--write"])
@@ -390,7 +390,7 @@ def test_the_memory_bound_counts_the_servers_own_memory_not_the_weight_files_it_
     import torch
     from safetensors.torch import save_file
 
-    from cadedit.qwen2 import read_safetensors
+    from cadedit.backends.torch.qwen2 import read_safetensors
     from cadedit.server import _status_bytes, rss_bytes
 
     if "RssAnon" not in _status_bytes():

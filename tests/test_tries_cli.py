@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import cadedit.model as model_module
+import cadedit.backends.model as model_module
 import cadedit.pipeline as pipeline
 from cadedit import cli
 from cadedit.decode import script_picker
-from cadedit.model import token_bytes
+from cadedit.backends.model import token_bytes
 from tests.conftest import as_foreground
 from tests.scripting import inject_picks
 
@@ -53,7 +53,7 @@ def _models():
 
 @pytest.fixture(autouse=True)
 def load_once(monkeypatch, _models):
-    """The CLI loads the model through cadedit.model.load_model; load each folder once per session
+    """The CLI loads the model through cadedit.backends.model.load_model; load each folder once per session
     (the load is most of a tiny-model run; the decode loop, checks and printing stay real)."""
     real = model_module.load_model
 
@@ -394,7 +394,7 @@ DRIVER = textwrap.dedent("""\
     import cadedit.tries as tries
     from cadedit import cli
     from cadedit.decode import script_picker
-    from cadedit.model import token_bytes
+    from cadedit.backends.model import token_bytes
 
     ANSWER = os.environ["SCRIPTED_ANSWER"]
 

@@ -17,10 +17,10 @@ from cadedit.decode import DecodeStats, Step, decode, sampling_picker
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.prompt.fence import FenceCursor
-from cadedit.model import LoadedModel, CachedLM, encode, new_cache
+from cadedit.backends.model import LoadedModel, CachedLM, encode, new_cache
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.verify import Aligner, Schedule, VerifyDrafter
-from cadedit.vocab import vocab_from_tokenizer
+from cadedit.backends.vocab import vocab_from_tokenizer
 from tests.tinymodel import scaled_model
 from tests.tinytok import _MORE, make_tokenizer
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from cadedit import cli
 from cadedit.decode import script_picker
-from cadedit.model import encode, language_model, load_model, token_bytes
+from cadedit.backends.model import encode, language_model, load_model, token_bytes
 from cadedit.where import LineNumberCursor, surprise_score
 from tests.scripting import inject_picks
 from tests.test_scoped import fix, retype, scripted, verbatim, work  # noqa: F401 - fixtures
@@ -164,7 +164,7 @@ def test_a_function_after_other_code_is_read_after_it_and_without_room_beside_th
     named. The reading feeds a row beside the LM's cache; where that row finds no room (llama.cpp's
     context full), the cache itself is emptied and read in, and the same line is named."""
     from cadedit.errors import ModelError
-    from cadedit.model import CachedLM
+    from cadedit.backends.model import CachedLM
 
     lines = ["def helper(x):", "    return x * 2", "", "", *LINES]
     expected = least_expected_line(tiny_dir, 5, 54, lines)

@@ -21,7 +21,7 @@ from cadedit.bench.e2e import document_for
 from cadedit.bench.harness import has_test, run_test, runner_for
 from cadedit.bench.report import median
 from cadedit.errors import BudgetError
-from cadedit.model import LoadedModel, language_model
+from cadedit.backends.model import LoadedModel, language_model
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.settings import BENCH_TEST_TIMEOUT
 from cadedit.tries import candidate_picks

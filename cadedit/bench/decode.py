@@ -32,7 +32,7 @@ from cadedit.bench.tokens import TokenCounter
 from cadedit.decode import script_picker
 from cadedit.text.document import Document
 from cadedit.errors import CadeditError
-from cadedit.model import LoadedModel, CachedLM, encode, new_cache
+from cadedit.backends.model import LoadedModel, CachedLM, encode, new_cache
 from cadedit.options import EditOptions, Mode
 from cadedit.text.oracle import oracle
 from cadedit.text.program import format

@@ -27,10 +27,10 @@ from cadedit.bench.harness import Verdict, has_test, run_test
 from cadedit.bench.report import median
 from cadedit.text.document import Document
 from cadedit.errors import CadeditError
-from cadedit.model import LoadedModel, encode, new_cache
+from cadedit.backends.model import LoadedModel, encode, new_cache
 from cadedit.options import DEFAULT_MODE, EditOptions, Mode
 from cadedit.settings import BENCH_TEST_TIMEOUT
-from cadedit.model import CachedLM
+from cadedit.backends.model import CachedLM
 from cadedit.scope.plan import plan_edit
 from cadedit.bench.corpus import Edited, document_for
 

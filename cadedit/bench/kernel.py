@@ -24,8 +24,8 @@ import torch
 
 from cadedit.bench.report import median
 from cadedit.errors import ModelError
-from cadedit import model
-from cadedit.llamacpp import version
+from cadedit.backends import model
+from cadedit.backends.llama.llamacpp import version
 
 SPANS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -60,7 +60,7 @@ ATTENTION = ("eager", "sdpa")
 
 def load(spec: str | None, device: str = "auto", dtype: str = "auto", threads: int | None = None,
          attn: str = "eager", backend: str | None = None):
-    """The model through cadedit.model.load_model; on torch with attention written out (`eager`, what
+    """The model through cadedit.backends.model.load_model; on torch with attention written out (`eager`, what
     the paper measured) or torch's fused kernel (`sdpa`, what cadedit fix uses)."""
 
     if attn not in ATTENTION:

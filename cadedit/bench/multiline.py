@@ -115,7 +115,7 @@ def changes(tokenizer, before: str, after: str) -> tuple[int, int]:
     """Tokens of `after` outside the token runs it shares with `before`, and the lines added, changed
     or deleted (a replaced stretch counts its longer side)."""
     from cadedit.text.align import opcodes  # lazy: keeps `cadedit --help` light
-    from cadedit.model import encode  # lazy: keeps `cadedit --help` light
+    from cadedit.backends.model import encode  # lazy: keeps `cadedit --help` light
 
     old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
     lines, tokens = 0, 0
@@ -135,7 +135,7 @@ def changes(tokenizer, before: str, after: str) -> tuple[int, int]:
 def measure_rates(loaded) -> tuple[float, float]:
     """(prefill ms per token over FLOOR_SPAN tokens, one-token step ms: the median of FLOOR_STEPS),
     on a fresh cache of the loaded model, whatever its backend."""
-    from cadedit.model import CachedLM, encode, new_cache  # lazy: keeps `cadedit --help` light
+    from cadedit.backends.model import CachedLM, encode, new_cache  # lazy: keeps `cadedit --help` light
 
     ids = (encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 64) * 2)[:FLOOR_SPAN]
     lm = CachedLM(loaded.model, new_cache(loaded))

@@ -31,8 +31,8 @@ from cadedit.errors import BudgetError, CadeditError, ModelError
 from cadedit import pipeline
 from cadedit.bench.corpus import document_for, Edited
 from cadedit.prompt.fence import Stopper
-from cadedit.llamacpp import version as llama_version
-from cadedit.model import token_bytes
+from cadedit.backends.llama.llamacpp import version as llama_version
+from cadedit.backends.model import token_bytes
 from cadedit.options import EditOptions, Mode
 from cadedit.text.resolve import resolve
 from cadedit.results import Decoded, DecodeStats
@@ -100,7 +100,7 @@ class LlamaPeer:
         llm.eval = counted_eval
 
     def _eos_ids(self) -> frozenset[int]:
-        """llama.cpp's EOS and Qwen's two end tokens (cadedit.model.eos_ids stops at the same ones)."""
+        """llama.cpp's EOS and Qwen's two end tokens (cadedit.backends.model.eos_ids stops at the same ones)."""
         ids = {self.llm.token_eos()}
         for special in (b"<|im_end|>", b"<|endoftext|>"):
             found = self.llm.tokenize(special, add_bos=False, special=True)

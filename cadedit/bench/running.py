@@ -79,7 +79,7 @@ def _load_model(model: str | None, device: str, dtype: str, threads: int | None,
                warm_up: bool = True) -> tuple:
     """The model loaded under a status line and, with warm_up, warmed up (bench.e2e.warm_up, so the first
     case's clock holds no one-off costs): (the loaded model, the warm-up seconds)."""
-    from cadedit.model import load_model as load  # lazy: keeps `cadedit --help` light
+    from cadedit.backends.model import load_model as load  # lazy: keeps `cadedit --help` light
 
     with err.status("loading the model ..."):
         loaded = load(model, device, dtype, threads, backend)

@@ -24,7 +24,7 @@ from cadedit.bench.corpus import Case
 from cadedit.bench.harness import JS_MD5_SHIM, has_test, interpreter, run_test, runner_for, write_test_files
 from cadedit.bench.report import median
 from cadedit.text.document import Document
-from cadedit.model import LoadedModel
+from cadedit.backends.model import LoadedModel
 from cadedit.options import EditOptions
 from cadedit.scope.plan import plan_edit
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATES_BY, DEFAULT_TRIES, READ_LATER, default_candidates

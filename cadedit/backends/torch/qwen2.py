@@ -8,7 +8,7 @@ grow by doubling, so a one-token step does no concatenation. The numbers are tra
 (tests/test_qwen2.py compares the logits with its Qwen2ForCausalLM).
 
 Module names follow the checkpoint's (`model.layers.3.self_attn.q_proj`, `lm_head`), so a
-state dict loads as it is and cadedit.steps finds the linear layers by name.
+state dict loads as it is and cadedit.backends.torch.steps finds the linear layers by name.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ class KVCache:
         return [(k[:, :n].clone(), v[:, :n].clone()) for k, v in zip(self.keys, self.values)]
 
     def export(self, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """The first n positions, for the on-disk prefix store (cadedit.prefix_store.PrefixStore)."""
+        """The first n positions, for the on-disk prefix store (cadedit.backends.prefix_store.PrefixStore)."""
         return self.layers(n)
 
     def restore(self, layers, ids) -> None:
@@ -183,7 +183,7 @@ class KVCache:
         self.load(layers)
 
     def write_prefix(self, file, n: int) -> None:
-        """export(n) into an open file (cadedit.prefix_store): torch's format, read back without pickle."""
+        """export(n) into an open file (cadedit.backends.prefix_store): torch's format, read back without pickle."""
         torch.save(self.export(n), file)
 
     def read_prefix(self, path: Path, ids) -> None:
@@ -228,7 +228,7 @@ def _unset(*shape: int) -> nn.Parameter:
 
 
 class Linear(nn.Linear):
-    """nn.Linear without its random initialisation (cadedit.steps finds it as an nn.Linear)."""
+    """nn.Linear without its random initialisation (cadedit.backends.torch.steps finds it as an nn.Linear)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True):
         nn.Module.__init__(self)
@@ -360,7 +360,7 @@ class Qwen2(nn.Module):
     def __init__(self, config: Config):
         super().__init__()
         self.config = config
-        self.folder: Path | None = None  # where the weights came from (cadedit.model's identity of the model)
+        self.folder: Path | None = None  # where the weights came from (cadedit.backends.model's identity of the model)
         self.eos_token_ids: tuple[int, ...] = ()
         self.model = Body(config)
         self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -383,7 +383,7 @@ class Qwen2(nn.Module):
 
     @torch.inference_mode()
     def forward_logits(self, ids: list[list[int]], caches: list[KVCache], keeps: list[int]) -> list["LogitRows"]:
-        """What cadedit.model.CachedLM feeds: forward_rows on token id lists, each row's logits as
+        """What cadedit.backends.model.CachedLM feeds: forward_rows on token id lists, each row's logits as
         LogitRows (float32 numpy rows for the decode loop)."""
         tensors = [torch.tensor(row, dtype=torch.long, device=self.device) for row in ids]  # [T_i]
         if len(tensors) == 1:

@@ -1,12 +1,12 @@
 """The llama.cpp backend: a GGUF run at its own size by llama.cpp's kernels, as a model of the one LM interface.
 
 Contract: LlamaModel(path, threads) loads a GGUF through llama-cpp-python's C API (memory-mapped: no
-conversion, no second copy of the weights) and behaves as cadedit.qwen2.Qwen2 does for
-cadedit.model.CachedLM: model(ids, cache, keep) feeds ids after the cache's positions and returns
+conversion, no second copy of the weights) and behaves as cadedit.backends.torch.qwen2.Qwen2 does for
+cadedit.backends.model.CachedLM: model(ids, cache, keep) feeds ids after the cache's positions and returns
 the logits of the last `keep` of them ([keep, vocab], a float32 numpy array), new_cache() gives an empty cache,
 and the cache crops (llama_memory_seq_rm) and exports/restores a prefix (llama_state_seq_*) for the
 on-disk prefix store. So the decode loop, every mode, grammar masks, forced literals, splices and
-drafts are the same code on both backends. The tokenizer is the GGUF's own (cadedit.gguf_file).
+drafts are the same code on both backends. The tokenizer is the GGUF's own (cadedit.backends.llama.gguf_file).
 Nothing here imports torch: a process on this backend never loads it.
 
 One llama.cpp context holds one decode; several caches of one model take turns (a cache that is
@@ -32,7 +32,7 @@ import numpy as np
 
 from cadedit.errors import ModelError
 from cadedit.settings import MAX_CANDIDATES, READ_BRANCHES
-from cadedit.gguf_file import architecture, context_length, eos_ids
+from cadedit.backends.llama.gguf_file import architecture, context_length, eos_ids
 
 EXTRA = "llama"  # pyproject's optional-dependencies entry
 BUILD_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
@@ -92,7 +92,7 @@ def _silence(lib) -> None:
 
     The sink is a C function, not a Python callback: llama.cpp logs hundreds of lines while it loads
     a model, and a Python callback takes the GIL for each one, so the load (one C call that releases
-    the GIL) would stall behind whatever another thread runs meanwhile (cadedit.model builds the
+    the GIL) would stall behind whatever another thread runs meanwhile (cadedit.backends.model builds the
     tokenizer then). Py_IsInitialized takes no arguments and only reads a flag; the C calling
     conventions of the platforms llama.cpp runs on (x86-64 System V and Windows, AArch64) leave
     arguments a callee does not read unread and unharmed."""
@@ -177,7 +177,7 @@ class LlamaCache:
         self.ids = list(ids)
 
     def write_prefix(self, file, n: int) -> None:
-        """export(n) into an open file, after a header that names the format (cadedit.prefix_store)."""
+        """export(n) into an open file, after a header that names the format (cadedit.backends.prefix_store)."""
         file.write(STATE_MAGIC)
         file.write(self.export(n).tobytes())
 
@@ -206,7 +206,7 @@ class LlamaModel:
         params.n_gpu_layers = 0
         # Repacking: llama.cpp copies quantised weights into interleaved layouts for its CPU kernels
         # (a second copy in memory, the mapped file's pages aside). It speeds up one-token steps on
-        # some CPUs and slows prompts on others: the backend probe measures both (cadedit.model).
+        # some CPUs and slows prompts on others: the backend probe measures both (cadedit.backends.model).
         params.use_extra_bufts = repack
         self._model = lib.llama_model_load_from_file(str(path).encode(), params)
         if not self._model:
@@ -232,7 +232,7 @@ class LlamaModel:
         self.n_ctx = lib.llama_n_ctx(self._ctx)
         self.config = SimpleNamespace(vocab_size=self.n_vocab, max_position_embeddings=self.n_ctx)
         self.device = "cpu"
-        self.folder = path  # the model's identity for the prefix store (cadedit.model)
+        self.folder = path  # the model's identity for the prefix store (cadedit.backends.model)
         self.eos_token_ids = eos_ids(meta)
         self.threads = threads
         self.repack = repack
@@ -296,7 +296,7 @@ class LlamaModel:
         return self.forward_rows([ids], [cache], [keep])[0]
 
     def forward_logits(self, ids: list[list[int]], caches: list[LlamaCache], keeps: list[int]) -> list[np.ndarray]:
-        """What cadedit.model.CachedLM feeds: the rows' logits are numpy arrays already."""
+        """What cadedit.backends.model.CachedLM feeds: the rows' logits are numpy arrays already."""
         return self.forward_rows(ids, caches, keeps)
 
     def forward_rows(self, ids: list, caches: list[LlamaCache], keeps: list[int]) -> list[np.ndarray]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from cadedit.errors import ModelError
-from cadedit.tokenizer import Tokenizer
+from cadedit.backends.torch.tokenizer import Tokenizer
 
 MAGIC = b"GGUF"
 ARCHITECTURES = ("qwen2",)  # what cadedit's prompts, grammar and tests are written for
@@ -268,7 +268,7 @@ def context_length(path: Path, meta: dict, arch: str) -> int:
 # -- 4-bit weights as stored ------------------------------------------------------------------
 
 # Block formats whose weights are q * scale + low with q in 0..15 and one scale and low per 32
-# weights: torch's int4 kernel for one-token steps (cadedit.steps) computes with exactly that, so
+# weights: torch's int4 kernel for one-token steps (cadedit.backends.torch.steps) computes with exactly that, so
 # these pass to it as stored instead of being quantised a second time. Bytes per block, weights.
 FOUR_BIT = {"Q4_0": (18, 32), "Q4_1": (20, 32), "Q4_K": (144, 256)}
 
@@ -291,7 +291,7 @@ def four_bit_tensors(path: Path) -> tuple[dict, set[str]]:
     return found, names
 
 
-# cadedit.qwen2's linear layers (Hugging Face names) and the GGUF tensors llama.cpp's converter
+# cadedit.backends.torch.qwen2's linear layers (Hugging Face names) and the GGUF tensors llama.cpp's converter
 # writes them as.
 _LINEARS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 from cadedit.text.atomic import replace_file
 from cadedit.settings import cache_problem, user_cache
-from cadedit.llamacpp import version
-from cadedit.model_files import weights_identity
+from cadedit.backends.llama.llamacpp import version
+from cadedit.backends.model_files import weights_identity
 
 if TYPE_CHECKING:
-    from cadedit.model import CachedLM, LoadedModel
+    from cadedit.backends.model import CachedLM, LoadedModel
 
 
 # -- prompt prefixes on disk ---------------------------------------------------------------------
@@ -27,8 +27,8 @@ PREFIX_MIN_TOKENS = 32  # a prefix this short or longer loads faster than it pre
 class PrefixStore:
     """KV caches of prompt prefixes on disk, shared by every cadedit process of this user.
 
-    An entry is the cache's own record of a token prefix (cadedit.qwen2.KVCache: the key and value
-    tensors of every layer; cadedit.llamacpp.LlamaCache: llama.cpp's sequence state), keyed by the model's
+    An entry is the cache's own record of a token prefix (cadedit.backends.torch.qwen2.KVCache: the key and value
+    tensors of every layer; cadedit.backends.llama.llamacpp.LlamaCache: llama.cpp's sequence state), keyed by the model's
     identity (its weight files' paths, sizes and mtimes), the dtype and the prefix ids themselves,
     so a stale entry can never be found. Written to a temporary file and renamed (a reader sees a
     whole entry or none; a file that does not load is deleted and ignored); total size bounded. A

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 from cadedit.text.atomic import replace_file
 from cadedit.errors import ModelError
 from cadedit.settings import cache_problem, user_cache
-from cadedit import gguf_file, llamacpp
-from cadedit.llamacpp import LlamaModel, VARIANTS
+from cadedit.backends.llama import gguf_file
+from cadedit.backends.llama import llamacpp
+from cadedit.backends.llama.llamacpp import LlamaModel, VARIANTS
 
 if TYPE_CHECKING:
     import torch
@@ -118,7 +119,7 @@ def torch_version() -> str:
 def _time_linear(dtype: "torch.dtype", rows: int, reps: int = 9, step: str = "",
                  shape: tuple[int, int] = (4864, 896)) -> float:
     """Median seconds for one linear layer (default: a Qwen2.5-0.5B MLP projection) on `rows` tokens
-    (after a warm-up); step "int8" or "int4": through that weight kernel of one-token steps (cadedit.steps),
+    (after a warm-up); step "int8" or "int4": through that weight kernel of one-token steps (cadedit.backends.torch.steps),
     anything else: the weight itself."""
     import torch
 
@@ -132,7 +133,7 @@ def _time_linear(dtype: "torch.dtype", rows: int, reps: int = 9, step: str = "",
         def run():
             torch._weight_int8pack_mm(x, q, scale)
     elif step == "int4":
-        from cadedit.steps import GROUP, pack_int4  # lazy: imports torch (the backend boundary)
+        from cadedit.backends.torch.steps import GROUP, pack_int4  # lazy: imports torch (the backend boundary)
 
         groups = (out_features, in_features // GROUP)
         packed, scales = pack_int4(torch.randint(0, 16, shape, dtype=torch.uint8), torch.rand(groups), torch.zeros(groups))
@@ -183,7 +184,7 @@ def _cpu_identity(threads: int) -> str:
 
 
 # The long work a first run does once per machine or model file (the backend probe here, the GGUF's
-# conversion and the step weights in cadedit.model) says what it is doing while it does it, through this
+# conversion and the step weights in cadedit.backends.model) says what it is doing while it does it, through this
 # (the dtype and step-kernel probes take a second or two and say nothing): the command line points it at its stderr printer
 # unless --quiet; None (a library caller) says nothing. A first run sat minutes at "loading" silently.
 progress: Callable[[str], None] | None = None
@@ -226,11 +227,11 @@ def cpu_dtype(threads: int) -> tuple["torch.dtype", str]:
                                   else f"measured on this CPU earlier ({path})")
 
 
-STEPS = ("int4", "int8", "bf16")  # one-token step weights, most compact first (cadedit.steps)
+STEPS = ("int4", "int8", "bf16")  # one-token step weights, most compact first (cadedit.backends.torch.steps)
 
 
 def cpu_steps(threads: int) -> tuple[str, str]:
-    """How a bf16 model's one-token steps read their weights on this CPU (cadedit.steps): "int4"
+    """How a bf16 model's one-token steps read their weights on this CPU (cadedit.backends.torch.steps): "int4"
     (the GGUF's own 4-bit blocks where it has them, int8 for the rest), "int8" or "bf16", measured
     once per machine like cpu_dtype: int8 where it takes under 0.8x bf16's time, int4 where it
     also takes under 0.9x int8's (its numbers are the GGUF's own, int8's a second rounding)."""
@@ -405,7 +406,7 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     """torch's time for an edit's model work (_WORK) on a model of this GGUF's shape, without
     converting the GGUF; and the bytes its weights would take.
 
-    Timed as llama.cpp's side is, on cadedit's own forward (cadedit.qwen2: attention, norms, rope and
+    Timed as llama.cpp's side is, on cadedit's own forward (cadedit.backends.torch.qwen2: attention, norms, rope and
     the LM head included, with the step copies torch would use) after a prompt, on weights of the
     model's shape filled with a constant (real pages, so a step reads real memory). Two models of
     _PROBE_LAYERS layers give the cost of a layer and of the rest, so the whole model is never
@@ -414,7 +415,7 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     it than 1 and 3 did (docs/measurements/design-figures.md). The linear layers alone leave out the rest of
     each forward, and with it torch looked faster than the whole model ran."""
     torch = _import_torch()
-    from cadedit.qwen2 import Config  # lazy: imports torch (the backend boundary)
+    from cadedit.backends.torch.qwen2 import Config  # lazy: imports torch (the backend boundary)
 
     arch = meta.get("general.architecture", "")
     config = Config(
@@ -461,7 +462,7 @@ def torch_import_seconds() -> float:
 def torch_load_seconds(params: int, dtype: "torch.dtype") -> float:
     """What every process on torch pays before its first forward that llama.cpp's load (counted on its
     side of the probe) does not: importing torch, and where torch runs fp32, widening each of the
-    converted model's bf16 weights (cadedit.model's cache) to fp32, timed on a sample and scaled to
+    converted model's bf16 weights (cadedit.backends.model's cache) to fp32, timed on a sample and scaled to
     `params`. Left out, fp32 edits on an AVX2 CPU looked as fast as llama.cpp's and ran twice as
     long, most of the difference the load (docs/measurements/design-figures.md)."""
     torch = _import_torch()
@@ -484,7 +485,7 @@ def _forward_work_seconds(config, layers: int, dtype: "torch.dtype", step: str) 
 
     import torch
 
-    from cadedit.qwen2 import Qwen2  # lazy: imports torch (the backend boundary)
+    from cadedit.backends.torch.qwen2 import Qwen2  # lazy: imports torch (the backend boundary)
 
     config = dataclasses.replace(config, num_hidden_layers=layers)
     with torch.inference_mode():
@@ -497,7 +498,7 @@ def _forward_work_seconds(config, layers: int, dtype: "torch.dtype", step: str) 
             model.lm_head.weight = model.model.embed_tokens.weight
         model.eval()
         if step in ("int8", "int4"):
-            from cadedit.steps import quantize_int4, use_step_weights  # lazy: imports torch (the backend boundary)
+            from cadedit.backends.torch.steps import quantize_int4, use_step_weights  # lazy: imports torch (the backend boundary)
 
             linears = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
             four_bit = {name: (lambda n=name: quantize_int4(model.get_submodule(n).weight)) for name in linears} \
@@ -508,7 +509,7 @@ def _forward_work_seconds(config, layers: int, dtype: "torch.dtype", step: str) 
 
 
 def torch_work_seconds(model) -> float:
-    """_WORK's seconds on a cadedit.qwen2 model (work_seconds; its prompt-sized forward the best of 3:
+    """_WORK's seconds on a cadedit.backends.torch.qwen2 model (work_seconds; its prompt-sized forward the best of 3:
     on a model of a few layers it takes a fraction of a second, and its noise is extrapolated)."""
     import torch
 

@@ -3,10 +3,10 @@ decode loop feeds (feed / crop / reuse over one KV cache, whichever backend hold
 
 Contract: load_model(spec) returns a LoadedModel (tokenizer + causal LM ready for the decode loop)
 for a hub id (offline, only if already in the Hugging Face cache), a local folder, or a .gguf file,
-on the backend settings.choose_backend and hardware.choose_backend_for pick: torch (cadedit.qwen2;
+on the backend settings.choose_backend and hardware.choose_backend_for pick: torch (cadedit.backends.torch.qwen2;
 a GGUF is dequantised once and cached as safetensors under the user cache, written atomically) or
-llama.cpp (cadedit.llamacpp: the GGUF at its own size). The machine's threads, device and dtype
-come from cadedit.hardware; prompt prefixes on disk from cadedit.prefix_store. Every failure is a
+llama.cpp (cadedit.backends.llama.llamacpp: the GGUF at its own size). The machine's threads, device and dtype
+come from cadedit.backends.hardware; prompt prefixes on disk from cadedit.backends.prefix_store. Every failure is a
 one-line ModelError with a hint. Also here: the chat prompt as token ids (special-token text in a
 file stays text) and each token's bytes.
 """
@@ -28,16 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 from cadedit.settings import cache_problem, choose_model, user_cache
 from cadedit.errors import ModelError
-from cadedit.hardware import choose_backend_for, choose_device, choose_dtype, cpu_steps, default_threads
-from cadedit.hardware import llama_variant, tell
-from cadedit import gguf_file
-from cadedit.gguf_file import check_model, four_bit_layers, gguf_tokenizer
-from cadedit.llamacpp import LlamaModel, VARIANTS, weights_name
-from cadedit.model_files import gguf_path
+from cadedit.backends.hardware import choose_backend_for, choose_device, choose_dtype, cpu_steps, default_threads
+from cadedit.backends.hardware import llama_variant, tell
+from cadedit.backends.llama import gguf_file
+from cadedit.backends.llama.gguf_file import check_model, four_bit_layers, gguf_tokenizer
+from cadedit.backends.llama.llamacpp import LlamaModel, VARIANTS, weights_name
+from cadedit.backends.model_files import gguf_path
 from cadedit.settings import choose_backend
-from cadedit.tokenizer import Tokenizer
-from cadedit.vocab import token_bytes_of
-from cadedit.model_files import weights_identity
+from cadedit.backends.torch.tokenizer import Tokenizer
+from cadedit.backends.vocab import token_bytes_of
+from cadedit.backends.model_files import weights_identity
 
 if TYPE_CHECKING:
     import torch
@@ -60,8 +60,8 @@ class LoadedModel:
     load_seconds: float
     phases: tuple[tuple[str, float], ...] = ()  # (phase, seconds) of the load, in order
     dtype_reason: str = ""
-    steps: str = ""  # one-token steps read "int8" or "int4" copies of the weights (cadedit.steps), "": the weights
-    backend: str = "torch"  # "torch" (cadedit.qwen2) or "llama" (cadedit.llamacpp: the GGUF through llama.cpp)
+    steps: str = ""  # one-token steps read "int8" or "int4" copies of the weights (cadedit.backends.torch.steps), "": the weights
+    backend: str = "torch"  # "torch" (cadedit.backends.torch.qwen2) or "llama" (cadedit.backends.llama.llamacpp: the GGUF through llama.cpp)
     backend_reason: str = ""
 
     def first_forward(self) -> float | None:
@@ -177,7 +177,7 @@ def _folder(source: str, hub: bool) -> Path:
 
 
 def _load_tokenizer(folder: Path):
-    """tokenizer.json read directly (cadedit.tokenizer); a folder with only vocab + merges files goes
+    """tokenizer.json read directly (cadedit.backends.torch.tokenizer); a folder with only vocab + merges files goes
     through transformers, which can build one from them."""
     if (folder / "tokenizer.json").is_file():
 
@@ -307,7 +307,7 @@ def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, 
     folder = _folder(source, hub)
     tokenizer = _load_tokenizer(folder)
     t = phase("tokenizer", t)
-    from cadedit.qwen2 import load_qwen2  # lazy: imports torch (the backend boundary)
+    from cadedit.backends.torch.qwen2 import load_qwen2  # lazy: imports torch (the backend boundary)
 
     model = load_qwen2(folder, torch_dtype, device)
     t = phase("weights", t)
@@ -328,9 +328,9 @@ def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, 
 
 
 def _step_weights(model, spec: str, dtype: "torch.dtype", steps: str) -> str:
-    """Give the model its copies for one-token steps (cadedit.steps): where steps is "int4", a GGUF's own
+    """Give the model its copies for one-token steps (cadedit.backends.torch.steps): where steps is "int4", a GGUF's own
     4-bit tensors and an int4 LM head; int8 for every other layer."""
-    from cadedit.steps import use_step_weights  # lazy: imports torch (the backend boundary)
+    from cadedit.backends.torch.steps import use_step_weights  # lazy: imports torch (the backend boundary)
 
     gguf = gguf_path(spec) if steps == "int4" else None
     four_bit = {}
@@ -342,7 +342,7 @@ def _step_weights(model, spec: str, dtype: "torch.dtype", steps: str) -> str:
 
 
 def new_cache(loaded: LoadedModel):
-    """An empty KV cache for one decode (cadedit.qwen2.KVCache)."""
+    """An empty KV cache for one decode (cadedit.backends.torch.qwen2.KVCache)."""
     return loaded.model.new_cache()
 
 
