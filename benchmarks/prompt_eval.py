@@ -31,7 +31,7 @@ def own_case(loaded, case, variant: str, timeout: float) -> dict:
     from cadedit.bench.harness import run_test
     from cadedit.errors import CadeditError
     from cadedit.options import EditOptions, Mode
-    from cadedit.pipeline import edit_file
+    from cadedit.decode.pipeline import edit_file
 
     start = time.perf_counter()
     try:

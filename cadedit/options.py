@@ -46,9 +46,9 @@ class EditOptions:
     # reference, its statement, then its function; cadedit.tries). Empty: no widening.
     wider: tuple[tuple[tuple[int, int], ...], ...] = ()
     # The regions are definitions the instruction names without a line: the tries first find where
-    # (cadedit.where) and retype from that line up (cadedit.scope.plan.located_levels).
+    # (cadedit.decode.where) and retype from that line up (cadedit.scope.plan.located_levels).
     locate: bool = False
-    where_by: str = DEFAULT_WHERE_BY  # how the where-step finds the line (cadedit.where.WHERE_BY)
+    where_by: str = DEFAULT_WHERE_BY  # how the where-step finds the line (cadedit.decode.where.WHERE_BY)
     # The regions are definitions the instruction names without a line and the where-step does not run
     # first: once try 1 failed its test, the later tries branch where the model's reading of them least
     # expected the code written too (cadedit.tries, settings.READ_BRANCHES).
@@ -64,7 +64,7 @@ class EditOptions:
     # set it per try (settings.REJOIN_TRIES).
     rejoin: bool = True
     # (line, byte column, token id, log-probability) each: where the where-step's reading expected other
-    # tokens on the line it named, and which (cadedit.where.surprise); a branched try branches there first.
+    # tokens on the line it named, and which (cadedit.decode.where.surprise); a branched try branches there first.
     expected: tuple = ()
     # The branch points earlier tries of this edit branched at (pipeline.branch_key each; through an
     # engine, engine.hesitation_key): a branch from the same answer with the same token writes what that

@@ -559,7 +559,7 @@ class _Server:
                 "waiting": len(self.waiting), "answer_timeout": self.answer_timeout, "socket": str(self.socket_path)}
 
     def edit(self, request: dict, stream, conn: socket.socket) -> dict:
-        from cadedit.pipeline import edit_branches, edit_candidates, edit_file  # lazy: the client side (connect, status) imports no numpy or torch
+        from cadedit.decode.pipeline import edit_branches, edit_candidates, edit_file  # lazy: the client side (connect, status) imports no numpy or torch
         from cadedit.tries import branch_picks, candidate_picks  # lazy: the client side (connect, status) imports no numpy or torch
 
         options = options_from_wire(request["options"])

@@ -31,7 +31,7 @@ from cadedit.errors import CadeditError, ConfigError
 
 
 class Mode(str, enum.Enum):
-    """How the model writes the edit (cadedit.decode's table: a cursor and a drafter each)."""
+    """How the model writes the edit (cadedit.decode.loop's table: a cursor and a drafter each)."""
 
     PROGRAM = "program"  # an edit program of line copies and new text (Copy-as-Decode)
     REWRITE = "rewrite"  # the whole file retyped, one token per forward
@@ -78,7 +78,7 @@ TESTED_CANDIDATES = 4
 LATER_TESTED_CANDIDATES = 8
 MAX_CANDIDATES = 8
 # A definition named without a line (`cadedit fix app.js "Fix bugs in f."`) where a test decides: once try 1
-# failed, the model reads the definition as plain code (cadedit.where.surprise, a few prefill forwards) and
+# failed, the model reads the definition as plain code (cadedit.decode.where.surprise, a few prefill forwards) and
 # each later try adds this many branches, put in where the reading least expected the code written (the
 # most surprising token of the line it names and of its runners-up) beside candidate 1's hesitations.
 READ_BRANCHES = 3
@@ -126,7 +126,7 @@ OUTLINE_BYTES = 2 * 1024 * 1024
 # Scoped edits: lines shown on each side of the regions. The prompt is most of a long-file edit's
 # wall; 30 kept the held-out long-file tasks' exact answers of 60 (docs/measurements/context-window.md).
 CONTEXT_LINES = 30
-# How the where-step (`--where`, cadedit.where) finds the line: "surprise" (the line whose code the
+# How the where-step (`--where`, cadedit.decode.where) finds the line: "surprise" (the line whose code the
 # model least expected, read as plain code), "number" (the model names its line number, the lines
 # shown numbered) or "quote" (the model quotes its text). Asked, the 1.5B named a planted bug's
 # line in 0 of 9 by number and 0 of 8 by quote; by surprise it named 13 of 30 held-out bugs' lines

@@ -17,7 +17,7 @@ model keeps (model.CachedLM.reuse). A scoped edit with wider scopes (options.wid
 line reference's statement, block, function) climbs one after a candidate that did not parse or
 failed the test, and drops the region's quote after one that changed nothing. A scoped edit of a
 long definition whose instruction names no line (options.locate) first asks the model where
-(cadedit.where, a few tokens) and climbs from the line it names: the statement there, the function,
+(cadedit.decode.where, a few tokens) and climbs from the line it names: the statement there, the function,
 the definition; there a candidate that changed nothing widens too (the line named was not the one).
 Where a test decides, a try at the statements of the next most surprising lines comes before the
 function (_ladder). Without the where-step first, such a definition where a test decides is read the same
@@ -48,11 +48,11 @@ from cadedit.repair import repaired
 from cadedit.text.resolve import resolve
 from cadedit.results import EditResult
 from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, READ_BRANCHES, REJOIN_TRIES, TEST_TIMEOUT, default_candidates
-from cadedit import pipeline
-from cadedit.decode import sampling_picker
+from cadedit.decode import pipeline
+from cadedit.decode.loop import sampling_picker
 from cadedit.errors import CadeditError
-from cadedit.pipeline import edit_candidates, edit_file
-from cadedit.where import locate
+from cadedit.decode.pipeline import edit_candidates, edit_file
+from cadedit.decode.where import locate
 
 
 TRY_TEMPERATURE = 0.7
@@ -138,7 +138,7 @@ class Try:
 @dataclass(frozen=True)
 class Verified:
     tries: tuple[Try, ...]
-    where: Any = None  # the where-step's cadedit.where.Where, when one ran
+    where: Any = None  # the where-step's cadedit.decode.where.Where, when one ran
 
     @property
     def answer(self) -> Try | None:

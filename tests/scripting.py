@@ -18,8 +18,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from cadedit import pipeline, tries
-from cadedit.decode import Picker, script_picker
+from cadedit import tries
+from cadedit.decode import pipeline
+from cadedit.decode.loop import Picker, script_picker
 from cadedit.text.document import Document
 from cadedit.backends.model import encode, token_bytes
 from cadedit.options import Mode

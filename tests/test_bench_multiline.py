@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from cadedit.bench.multiline import CORPUS, gold_text, judge, load_cases
 from cadedit.cli import app
-from cadedit.decode import script_picker
+from cadedit.decode.loop import script_picker
 from cadedit.text.document import Document
 from cadedit.backends.model import encode, token_bytes
 from cadedit.prompt.regions import scoped_source

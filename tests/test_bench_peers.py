@@ -18,7 +18,7 @@ import types
 import pytest
 from typer.testing import CliRunner
 
-import cadedit.pipeline as pipeline
+import cadedit.decode.pipeline as pipeline
 from cadedit.bench import peers as pe
 from cadedit.cli import app
 from cadedit.text.document import Document

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from cadedit.bench import tries as bench_tries
 from cadedit.cli import app
-from cadedit.decode import script_picker
+from cadedit.decode.loop import script_picker
 from cadedit.text.document import Document
 from cadedit.backends.model import encode, token_bytes
 from cadedit.prompt.regions import scoped_source

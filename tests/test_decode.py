@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from cadedit.prompt import messages as prompt
-from cadedit.decode import allowed_array, sample, sampling_picker, script_picker
+from cadedit.decode.loop import allowed_array, sample, sampling_picker, script_picker
 from cadedit.text.diff import unified_diff
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.backends.model import LoadedModel, encode
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.text.oracle import oracle
-from cadedit.pipeline import edit_file, grammar_for
+from cadedit.decode.pipeline import edit_file, grammar_for
 from cadedit.text.program import Copy, Gen, Program, format
 from cadedit.text.resolve import to_display_program, to_document_program
 from tests.scripting import given
@@ -97,7 +97,7 @@ class Recording:
 
 @pytest.fixture
 def recording(monkeypatch):
-    import cadedit.pipeline as pipeline
+    import cadedit.decode.pipeline as pipeline
 
     made = []
     real = pipeline.language_model

@@ -1,14 +1,14 @@
 """Fenced text, the answer format of the rewrite modes (cadedit.prompt.fence): the fence, the stopping rule
 across token seams, the answer's text before its closing fence, and FenceCursor -- one segment, or
 several with forced headers between them -- on its own and driven by the real decode loop
-(cadedit.decode.decode) over a stub LM that records what each forward is fed."""
+(cadedit.decode.loop.decode) over a stub LM that records what each forward is fed."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from cadedit.decode import decode
+from cadedit.decode.loop import decode
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.prompt.fence import FenceCursor, Stopper, fence_for, output_text

@@ -13,13 +13,13 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-import cadedit.pipeline as pipeline
+import cadedit.decode.pipeline as pipeline
 from cadedit import cli
 from cadedit.text.document import Document
 from cadedit.options import Mode
 from cadedit.text.program import parse
 from cadedit.text.resolve import resolve
-from cadedit.decode import script_picker
+from cadedit.decode.loop import script_picker
 from tests.scripting import editing, every_try, inject_picks, spelling
 from tests.tinymodel import save_model
 

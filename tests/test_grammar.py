@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from cadedit.text import program
-from cadedit.grammar import GRAMMAR_PATH, compile_grammar, line_viable, load_syntax, read_syntax
+from cadedit.decode.fsm import GRAMMAR_PATH, compile_grammar, line_viable, load_syntax, read_syntax
 from cadedit.errors import ProgramError
 from cadedit.text.program import Copy
 from cadedit.backends.vocab import Vocab

@@ -9,7 +9,7 @@ import pytest
 
 from cadedit.text import program
 from cadedit.text.document import Document
-from cadedit.grammar import BODY, END, GRAMMAR_PATH, OP, STOP, compile_grammar
+from cadedit.decode.fsm import BODY, END, GRAMMAR_PATH, OP, STOP, compile_grammar
 from cadedit.text.resolve import Bounds, resolve
 from cadedit.backends.vocab import vocab_from_tokenizer
 from tinytok import make_tokenizer

@@ -231,7 +231,7 @@ def _hooks_repository(dest: Path) -> Path:
     for name in ("pyproject.toml", "README.md", ".pre-commit-hooks.yaml"):
         shutil.copy2(PROJECT / name, dest / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("cadedit", "grammars"):
+    for folder in ("cadedit",):
         shutil.copytree(PROJECT / folder, dest / folder, symlinks=True, ignore=ignore)
     git(dest, "init", "-q")
     git(dest, "add", "-A")

@@ -27,7 +27,7 @@ import torch
 if os.environ.get("CADEDIT_REQUIRE_LLAMA") != "1":
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'cadedit[llama]')")
 
-import cadedit.pipeline as pipeline
+import cadedit.decode.pipeline as pipeline
 from cadedit.text.document import Document
 from cadedit.backends.llama.gguf_file import gguf_tokenizer, read_metadata
 from cadedit.backends.model import CachedLM, load_model, new_cache
@@ -154,7 +154,7 @@ def test_the_reading_in_a_row_beside_the_cache_reads_as_from_nothing_and_leaves_
     """where.surprise feeds a row of its own (a sequence of the context, emptied): what it reads is what an
     empty cache reads, and the cache keeps the prompt it held for the next try to reuse."""
     from cadedit.backends.model import language_model
-    from cadedit.where import surprise
+    from cadedit.decode.where import surprise
 
     document = Document.from_text("def area(w, h):\n    s = w * h\n    return s - 0\n", "a.py")
     lm = language_model(llama_tiny)
@@ -236,7 +236,7 @@ def test_program_mode_with_drafts_writes_what_it_writes_one_token_at_a_time(llam
     prepared = pipeline.prepare(llama_scaled, document, "Fix it.", options)
     runs = []
     for draft in (False, True):
-        from cadedit.decode import sampling_picker
+        from cadedit.decode.loop import sampling_picker
 
         try:
             runs.append(pipeline.run_decode(llama_scaled, document, prepared, sampling_picker(Sampling()), draft=draft).ids)
@@ -280,7 +280,7 @@ def test_a_fix_on_the_llama_backend_never_imports_torch(colors, editing_gguf, tm
                               cwd=colors, capture_output=True, text=True, timeout=120, env=env)
         assert done.returncode == 0 and "+green;" in done.stdout, done.stderr[-2000:]
         imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-        assert "cadedit.backends.llama.llamacpp" in imported and "cadedit.decode" in imported  # the run is the one meant
+        assert "cadedit.backends.llama.llamacpp" in imported and "cadedit.decode.loop" in imported  # the run is the one meant
         assert not {name for name in imported if name.split(".")[0] in ("torch", "transformers")}, run
         assert list((tmp_path / "cache" / "cadedit" / "prefixes").glob("*.kv"))  # stored, then loaded
 
@@ -418,7 +418,7 @@ def test_an_lm_studio_model_by_name(colors, editing_gguf):
 
 def test_a_second_decode_of_the_same_prompt_feeds_one_token(editing_gguf):
     """Two decodes of one prompt on llama.cpp: the second feeds one token (CachedLM.reuse), as on torch."""
-    from cadedit.decode import sampling_picker
+    from cadedit.decode.loop import sampling_picker
 
     loaded = load_model(str(editing_gguf), threads=1, backend="llama")
     document = Document.from_text(COLORS, "colors.txt")

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-import cadedit.pipeline as pipeline
-from cadedit.decode import DecodeStats, decode, sampling_picker
+import cadedit.decode.pipeline as pipeline
+from cadedit.decode.loop import DecodeStats, decode, sampling_picker
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError, ModelError
 from cadedit.backends.model import LoadedModel, CachedLM, language_model

@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cadedit import cli
-from cadedit.decode import script_picker
+from cadedit.decode.loop import script_picker
 from cadedit.backends.model import encode, token_bytes
 from tests.scripting import inject_picks
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once

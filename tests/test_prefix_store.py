@@ -10,8 +10,8 @@ import os
 import pytest
 import torch
 
-from cadedit import pipeline
-from cadedit.decode import script_picker
+from cadedit.decode import pipeline
+from cadedit.decode.loop import script_picker
 from cadedit.text.document import Document
 from cadedit.backends.model import LoadedModel, language_model, token_bytes
 from cadedit.backends.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity

@@ -12,12 +12,12 @@ import random
 import pytest
 import torch
 
-import cadedit.pipeline as pipeline
+import cadedit.decode.pipeline as pipeline
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError, ModelError
 from cadedit.backends.model import LoadedModel
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.pipeline import edit_file, prepare
+from cadedit.decode.pipeline import edit_file, prepare
 from cadedit.text.program import Copy, Gen, Program
 from cadedit.prompt.messages import REWRITE_SYSTEM, fenced_source, language_tag, rewrite_messages
 from cadedit.text.oracle import oracle

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import pytest
 from typer.testing import CliRunner
 
-import cadedit.pipeline as pipeline
+import cadedit.decode.pipeline as pipeline
 from cadedit import cli
-from cadedit.decode import script_picker
+from cadedit.decode.loop import script_picker
 from cadedit.backends.model import token_bytes
 from tests.scripting import inject_picks
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-import cadedit.pipeline as pipeline
+import cadedit.decode.pipeline as pipeline
 from cadedit import errors, server
-from cadedit.decode import DecodeStats, script_picker
+from cadedit.decode.loop import DecodeStats, script_picker
 from cadedit.text.document import Document
 from cadedit.backends.model import language_model, load_model
 from cadedit.options import EditOptions, Mode

@@ -24,9 +24,9 @@ import pytest
 from typer.testing import CliRunner
 
 import cadedit.backends.model as model_module
-import cadedit.pipeline as pipeline
+import cadedit.decode.pipeline as pipeline
 from cadedit import cli
-from cadedit.decode import script_picker
+from cadedit.decode.loop import script_picker
 from cadedit.backends.model import token_bytes
 from tests.conftest import as_foreground
 from tests.scripting import inject_picks
@@ -393,7 +393,7 @@ DRIVER = textwrap.dedent("""\
     import functools, os, sys
     import cadedit.tries as tries
     from cadedit import cli
-    from cadedit.decode import script_picker
+    from cadedit.decode.loop import script_picker
     from cadedit.backends.model import token_bytes
 
     ANSWER = os.environ["SCRIPTED_ANSWER"]

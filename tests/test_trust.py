@@ -15,7 +15,7 @@ from cadedit.text.document import Document
 from cadedit.server import ServerError
 from cadedit.backends.model import LoadedModel, chat_prompt, encode
 from cadedit.options import EditOptions, Mode
-from cadedit.pipeline import prepare
+from cadedit.decode.pipeline import prepare
 from tests.conftest import console_script
 from tests.tinymodel import make_model
 from tests.tinytok import make_tokenizer

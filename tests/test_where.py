@@ -17,9 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from cadedit import cli
-from cadedit.decode import script_picker
+from cadedit.decode.loop import script_picker
 from cadedit.backends.model import encode, language_model, load_model, token_bytes
-from cadedit.where import LineNumberCursor, surprise_score
+from cadedit.decode.where import LineNumberCursor, surprise_score
 from tests.scripting import inject_picks
 from tests.test_scoped import fix, retype, scripted, verbatim, work  # noqa: F401 - fixtures
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures
@@ -239,7 +239,7 @@ def test_the_cursor_allows_only_the_regions_line_numbers(work, tiny_dir):
 
 
 def test_the_quote_cursor_allows_only_the_regions_lines_text():
-    from cadedit.where import LineTextCursor
+    from cadedit.decode.where import LineTextCursor
 
     pieces = [b"ret", b"urn", b" x", b" y", b"\n", b"", b"pass", b"return"]
     cursor = LineTextCursor(pieces, [4, 5], {1: "def f():", 2: "    return x", 3: "    return y", 4: "    return x"})
@@ -279,7 +279,7 @@ def test_a_located_try_without_a_test_branches_first_where_the_reading_expected_
 
 def test_the_expected_token_becomes_a_branch_point_where_candidate_1_has_a_token_at_its_column():
     from cadedit.text.document import Document
-    from cadedit.pipeline import expected_points
+    from cadedit.decode.pipeline import expected_points
 
     tokens = [b"```\n", b"x", b" =", b" a", b" -", b" b", b"\n", b" +", b"```", b" - b"]
     document = Document.from_text("x = a - b\n", "a.py")
@@ -354,7 +354,7 @@ def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_bra
     later try keeps its scope and adds a branch at each of the reading's first points (Where.spread,
     settings.READ_BRANCHES) to its 8 candidates; --json has the reading (later: true). A try 1 that
     passes reads nothing, and without a test or with sampled candidates nothing is read."""
-    from cadedit import pipeline
+    from cadedit.decode import pipeline
     from cadedit.settings import READ_BRANCHES
 
     asked: list[tuple] = []

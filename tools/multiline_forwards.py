@@ -13,8 +13,8 @@ import numpy as np
 from cadedit.backends.llama.gguf_file import read_metadata, gguf_tokenizer
 from cadedit.backends.vocab import token_bytes_of
 from cadedit.prompt.fence import FenceCursor
-from cadedit.verify import VerifyDrafter
-from cadedit.decode import decode, script_picker
+from cadedit.decode.verify import VerifyDrafter
+from cadedit.decode.loop import decode, script_picker
 from cadedit.backends.model import encode
 from cadedit.prompt.regions import dedent, common_indent
 from tests.test_multiline_drafts import DATA, changed_tokens, region_of, renamed_every_third_line

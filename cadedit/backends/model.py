@@ -377,7 +377,7 @@ class CachedLM:
     def feed_rows(self, rows: Sequence[int], ids: Sequence[Sequence[int]], keeps: Sequence[int]) -> list:
         """Feed row i (0: the cache itself, then the rows fork made) its ids, all in one forward;
         the logits of each row's last keeps[i] positions ([keep, V] each, float32 numpy rows:
-        cadedit.decode.Logits)."""
+        cadedit.decode.loop.Logits)."""
         ids = [[int(i) for i in row_ids] for row_ids in ids]
         for row_ids in ids:
             check_ids(row_ids, self.model.config.vocab_size)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from cadedit import pipeline
+from cadedit.decode import pipeline
 from cadedit.bench.corpus import Case
 from cadedit.bench.e2e import document_for
 from cadedit.bench.harness import has_test, run_test, runner_for

@@ -679,7 +679,7 @@ def decode(
 
 def _decode_curve(loaded, corpora: dict[str, list], kernel: Path | None, trials: int, spans: tuple[int, ...]):
     """s(N) from --kernel, else measured on the loaded model after a prefix as long as the first case's prompt."""
-    from cadedit import pipeline  # lazy: keeps `cadedit --help` light
+    from cadedit.decode import pipeline  # lazy: keeps `cadedit --help` light
     from cadedit.bench import decode as dc  # lazy: imports torch; `cadedit bench --help` must not
     from cadedit.bench.ceiling import load_curve  # lazy: keeps `cadedit --help` light
     from cadedit.bench.e2e import document_for  # lazy: keeps `cadedit --help` light

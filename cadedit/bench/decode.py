@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from cadedit import pipeline
+from cadedit.decode import pipeline
 from cadedit.bench.ceiling import CaseCeiling, Ceiling, SpeedupCurve, bounds, case_ceiling
 from cadedit.bench.corpus import Case
 from cadedit.bench.e2e import document_for
 from cadedit.bench.tokens import TokenCounter
-from cadedit.decode import script_picker
+from cadedit.decode.loop import script_picker
 from cadedit.text.document import Document
 from cadedit.errors import CadeditError
 from cadedit.backends.model import LoadedModel, CachedLM, encode, new_cache

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from cadedit import pipeline
+from cadedit.decode import pipeline
 from cadedit.bench.corpus import Case
 from cadedit.bench.peers import PEERS
 from cadedit.bench.harness import Verdict, has_test, run_test

@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 
 from cadedit.errors import BudgetError, CadeditError, ModelError
-from cadedit import pipeline
+from cadedit.decode import pipeline
 from cadedit.bench.corpus import document_for, Edited
 from cadedit.prompt.fence import Stopper
 from cadedit.backends.llama.llamacpp import version as llama_version

@@ -63,7 +63,7 @@ class FenceCursor:
         self._done = False
         self._eos = False
 
-    # -- the cursor protocol (cadedit.decode.Cursor) --
+    # -- the cursor protocol (cadedit.decode.loop.Cursor) --
 
     def allowed_mask(self):
         return None  # every token

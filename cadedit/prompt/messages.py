@@ -249,7 +249,7 @@ def scoped_messages(document: Document, instruction: str, fence: str, regions: S
     return [{"role": "system", "content": SCOPED_SYSTEM}, {"role": "user", "content": user + _after(feedback)}]
 
 
-# -- the where-step's prompt: which line of a long definition to change (cadedit.where) ----------
+# -- the where-step's prompt: which line of a long definition to change (cadedit.decode.where) ----------
 
 WHERE_SYSTEM = """\
 You find where a file must change. You receive lines of a file, each after its line number, and an instruction.

@@ -51,7 +51,7 @@ class Scope:
     # not parse or failed the test retypes the next one (cadedit.tries). Empty: nothing wider.
     wider: tuple[tuple[Region, ...], ...] = ()
     # The regions are definitions the instruction names and no line is named: with --where, find the
-    # line first (cadedit.where), then climb from it.
+    # line first (cadedit.decode.where), then climb from it.
     locate: bool = False
 
     @property
@@ -336,7 +336,7 @@ def plan_edit(document: Document, instruction: str, options: EditOptions, lines:
     """What every edit does first (`cadedit fix`, the hook, the server's clients, the benchmarks): the
     scope from --lines/--scope or the instruction, then the options for it. No scope (None) when
     scoping is off (--no-scope) or the mode writes an edit program, which always sees the whole file.
-    where: find the line first (cadedit.where) when the scope is a definition and no line is named
+    where: find the line first (cadedit.decode.where) when the scope is a definition and no line is named
     (`cadedit fix --where`; off by default: docs/measurements/where-step.md); read: else, read the
     definition for the later tries' branches (options.read_later; settings.READ_LATER by default)."""
     if not scoping or options.mode == Mode.PROGRAM:
@@ -358,7 +358,7 @@ def scoped_options(options: EditOptions, scope: Scope, instruction: str, path: s
 def located_levels(document: Document, lines: Sequence[int], regions: Sequence[tuple[int, int]],
                    language: str | None = None,
                    found: Outline | None = None) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """The tries' scopes after the where-step named `lines` inside `regions` (cadedit.where), narrowest
+    """The tries' scopes after the where-step named `lines` inside `regions` (cadedit.decode.where), narrowest
     first: the statements those lines are on, the functions around them, then `regions` themselves;
     each level holds the one before, and a level equal to the one before drops out. The block level
     of a line reference's ladder is left out: a wrong line costs one try before the function."""

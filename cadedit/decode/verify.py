@@ -1,7 +1,7 @@
 """Verified copy: the source's own lines as drafts for a rewrite (the verify mode's drafter).
 
 Contract: VerifyDrafter(source, encode, token_bytes, budget) is a decode-loop drafter
-(cadedit.decode.Drafter). Wherever the output so far is aligned with the source text, it proposes
+(cadedit.decode.loop.Drafter). Wherever the output so far is aligned with the source text, it proposes
 the next stretch of the source; the loop checks it in the one forward it makes anyway and keeps
 the longest prefix the picker agrees with, so greedy output equals one-token-at-a-time decoding.
 Drafts grow geometrically while accepted in full and shrink back after a miss (Schedule). A scoped

@@ -185,7 +185,7 @@ def draft_ids(cursor, text: str, encode: Callable[[str], list[int]], token_bytes
 
 def make_drafter(propose: Callable[[str], str], encode: Callable[[str], list[int]], token_bytes: Sequence[bytes],
                  limit: int = DRAFT_LIMIT) -> Callable[[object], list[int]]:
-    """A drafter from a text guesser (cadedit.draft.propose bound to a document)."""
+    """A drafter from a text guesser (cadedit.decode.draft.propose bound to a document)."""
 
     def drafter(cursor) -> list[int]:
         text = propose(cursor.text())

@@ -7,7 +7,7 @@ a copy just closed) and whether it is done, and asks the *drafter* what to propo
 carries everything the model has not seen yet -- the picked token, forced literals, a spliced span
 -- plus the draft; the picker walks the draft and keeps the longest prefix it agrees with, the cache
 is cropped past the rest (paper §2.3-2.4: one forward per decision, never one per forced, copied or
-accepted token). The modes (cadedit.pipeline builds them):
+accepted token). The modes (cadedit.decode.pipeline builds them):
 
 | mode    | cursor                                   | drafter                               |
 |---------|------------------------------------------|---------------------------------------|

@@ -6,7 +6,7 @@ ways (WHERE_BY). "surprise" (the default, settings.DEFAULT_WHERE_BY) reads the r
 code, in forwards of prompt prefill with no decode, and names the line where the model least
 expected what is written: the largest p(its own next-token choice) - p(the token there)
 (surprise_score). "number" shows the model the regions' lines with their numbers and the instruction,
-and decodes its answer through the one decode loop (cadedit.decode) with a LineNumberCursor: only
+and decodes its answer through the one decode loop (cadedit.decode.loop) with a LineNumberCursor: only
 the regions' line numbers, at most MOST_LINES of them separated by commas, then the end of the
 answer -- a few tokens. "quote" decodes one line's text instead (LineTextCursor). Each returns a
 Where: the lines named and the scopes the tries retype, narrowest first (the statements on those
@@ -25,7 +25,7 @@ import numpy as np
 from cadedit.text.document import Document
 from cadedit.errors import ModelError
 from cadedit.settings import CONTEXT_LINES, DEFAULT_WHERE_BY, WHERE_BY
-from cadedit.decode import decode, sampling_picker
+from cadedit.decode.loop import decode, sampling_picker
 from cadedit.backends.model import chat_prompt, encode, eos_ids, language_model, token_bytes
 from cadedit.scope.outline import outline, parser_of
 from cadedit.prompt.messages import WHERE_ANSWER, where_messages
@@ -183,7 +183,7 @@ class LineNumberCursor(_AnswerCursor):
         parts = self._parts(self._text if text is None else text)
         return parts is not None and parts[-1].strip() in self.numbers
 
-    # -- the cursor protocol (cadedit.decode.Cursor) --
+    # -- the cursor protocol (cadedit.decode.loop.Cursor) --
 
     def allowed_mask(self) -> np.ndarray:
         mask = np.zeros(len(self.token_bytes), dtype=bool)

@@ -20,12 +20,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from cadedit.text import program as P
-from cadedit.decode import Candidate, Decoded, DecodeStats, Picker, Row, Step, branch, decode
-from cadedit.decode import Alternative, branch_limit, decode_branches, decode_candidates, logprob_through
-from cadedit.decode import sampling_picker
+from cadedit.decode.loop import Candidate, Decoded, DecodeStats, Picker, Row, Step, branch, decode
+from cadedit.decode.loop import Alternative, branch_limit, decode_branches, decode_candidates, logprob_through
+from cadedit.decode.loop import sampling_picker
 from cadedit.results import EditCandidate, EditResult, result_json  # noqa: F401 - re-exported
 from cadedit.text.document import Document
-from cadedit.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
+from cadedit.decode.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import BudgetError, CadeditError, ModelError
 from cadedit.prompt.fence import FenceCursor, writes_again
 from cadedit.backends.model import LoadedModel, chat_prompt, check_ids, encode, eos_ids, language_model, load_model, token_bytes
@@ -33,8 +33,8 @@ from cadedit.backends.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_
 from cadedit.options import EditOptions, Mode
 from cadedit.prompt.request import PROGRAM_ROOM, build_request, default_budget, parse_mode, read_answer, scoped_regions
 from cadedit.text.resolve import resolve
-from cadedit.verify import VerifyDrafter
-from cadedit.grammar import compile_grammar
+from cadedit.decode.verify import VerifyDrafter
+from cadedit.decode.fsm import compile_grammar
 from cadedit.backends.vocab import vocab_from_tokenizer
 
 
