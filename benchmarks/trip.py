@@ -56,7 +56,7 @@ def opaque(module: str, frame) -> bool:
 def trace_fix(args) -> tuple[list[str], collections.Counter]:
     from typer.testing import CliRunner
 
-    from cadedit import tries
+    from cadedit.tries import loop as tries
     from cadedit.cli import app
     from tests.tinymodel import save_model
 

@@ -282,7 +282,7 @@ def fix(args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt
 
               cadedit fix app.py "Fix line 95" --engine http://gpu-box:8000/v1   (a shared engine decodes)
     """
-    from cadedit.tries import CheckPlan  # lazy: keeps `cadedit --help` light
+    from cadedit.tries.loop import CheckPlan  # lazy: keeps `cadedit --help` light
 
     _refuse_clashes(check, write, no_scope, lines, scope, mode)
     files, instruction = _fix_arguments(args, instruction_opt)
@@ -499,7 +499,7 @@ def _load(options, run: _Run, once_for: int = 1):
 def _edit_checked(document, instruction: str, options, plan, run: _Run, loaded) -> _Outcome:
     """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
     from cadedit.scope.plan import plan_edit  # lazy: keeps `cadedit --help` light
-    from cadedit.tries import edit_verified  # lazy: keeps `cadedit --help` light
+    from cadedit.tries.loop import edit_verified  # lazy: keeps `cadedit --help` light
 
     scoping, quiet = run.scoping, run.quiet
     options, scope = plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on, scoping.where)
@@ -597,7 +597,7 @@ def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
 def _recover(files) -> None:
     """A file a killed cadedit run left with its untested candidate gets its original back first; a file
     another run is testing a candidate in is refused (it does not hold the user's text now)."""
-    from cadedit.sandbox import FAILED, SKIPPED, held_by, recover_file  # lazy: keeps `cadedit --help` light
+    from cadedit.tries.sandbox import FAILED, SKIPPED, held_by, recover_file  # lazy: keeps `cadedit --help` light
 
     for file in files:
         if file == "-":
@@ -623,7 +623,7 @@ def recover() -> None:
 
     Example: cadedit recover
     """
-    from cadedit.sandbox import FAILED, recover_all  # lazy: keeps `cadedit --help` light
+    from cadedit.tries.sandbox import FAILED, recover_all  # lazy: keeps `cadedit --help` light
 
     done = recover_all()
     for each in done:
@@ -769,7 +769,7 @@ def _test_together(edited: list, plan, quiet: bool) -> None:
     """Run --test once with every changed file's answer in place (all restored afterwards)."""
     import contextlib
 
-    from cadedit.checks import Candidate, candidate_in_place, run_command  # lazy: keeps `cadedit --help` light
+    from cadedit.tries.checks import Candidate, candidate_in_place, run_command  # lazy: keeps `cadedit --help` light
 
     with contextlib.ExitStack() as stack:
         placements = []

@@ -36,7 +36,7 @@ from cadedit.prompt.request import SPECIAL_TEXTS, Request, build_request, defaul
 from cadedit.text.resolve import resolve
 from cadedit.results import DecodeStats, EditCandidate, EditResult
 from cadedit.settings import ENGINE_TIMEOUT
-from cadedit.tries import candidate_sampling
+from cadedit.tries.loop import candidate_sampling
 
 KEY_ENVS = ("CADEDIT_ENGINE_KEY", "OPENAI_API_KEY")  # the API key, from the environment only
 BYTES_PER_TOKEN = 3  # the budget without a tokenizer: code runs ~3-4 bytes a token in Qwen's vocabulary

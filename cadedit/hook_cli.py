@@ -1,6 +1,6 @@
 """`cadedit hook`: the git pre-commit hook (install, uninstall, run), on the staged files the rules of
 .cadedit.toml match. Wiring only: the staging, rules and writes are cadedit.repo's, the edits
-cadedit.tries' as `cadedit fix` makes them; cli.py registers `app` as the `hook` sub-command and
+cadedit.tries.loop' as `cadedit fix` makes them; cli.py registers `app` as the `hook` sub-command and
 formats the CadeditErrors raised here. Importing this module imports no torch.
 """
 
@@ -111,7 +111,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
     candidate in the working tree, restored afterwards); no change is a valid answer here."""
     from cadedit.scope.plan import plan_edit  # lazy: keeps `cadedit --help` light
-    from cadedit.tries import CheckPlan, edit_verified  # lazy: keeps `cadedit --help` light
+    from cadedit.tries.loop import CheckPlan, edit_verified  # lazy: keeps `cadedit --help` light
 
     mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE
     tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES

@@ -43,7 +43,7 @@ class EditOptions:
     # construction. Empty: the whole file. Fenced modes only (cadedit.scope.plan resolves them).
     regions: tuple[tuple[int, int], ...] = ()
     # Wider scopes for later tries, each holding the one before (cadedit.scope.plan: for a line
-    # reference, its statement, then its function; cadedit.tries). Empty: no widening.
+    # reference, its statement, then its function; cadedit.tries.loop). Empty: no widening.
     wider: tuple[tuple[tuple[int, int], ...], ...] = ()
     # The regions are definitions the instruction names without a line: the tries first find where
     # (cadedit.decode.where) and retype from that line up (cadedit.scope.plan.located_levels).
@@ -51,14 +51,14 @@ class EditOptions:
     where_by: str = DEFAULT_WHERE_BY  # how the where-step finds the line (cadedit.decode.where.WHERE_BY)
     # The regions are definitions the instruction names without a line and the where-step does not run
     # first: once try 1 failed its test, the later tries branch where the model's reading of them least
-    # expected the code written too (cadedit.tries, settings.READ_BRANCHES).
+    # expected the code written too (cadedit.tries.loop, settings.READ_BRANCHES).
     read_later: bool = False
     referenced: tuple[int, ...] = ()  # lines the instruction names by number, quoted in the prompt
     # Scoped edits: how many lines on each side of the regions the prompt shows (with the file's
     # first lines); None: the whole file. Measured (docs/measurements/context-window.md): on long files the
     # whole file costs most of the time and did not make small models more exact.
     context: int | None = CONTEXT_LINES
-    feedback: str = ""  # what failed in the previous try, for the prompt (cadedit.tries)
+    feedback: str = ""  # what failed in the previous try, for the prompt (cadedit.tries.loop)
     # Branched candidates (pipeline.edit_branches): a branch that writes a stretch of candidate 1's
     # answer again takes candidate 1's rest instead of decoding it (decode.REJOIN_TOKENS). The tries
     # set it per try (settings.REJOIN_TRIES).

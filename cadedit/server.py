@@ -560,7 +560,7 @@ class _Server:
 
     def edit(self, request: dict, stream, conn: socket.socket) -> dict:
         from cadedit.decode.pipeline import edit_branches, edit_candidates, edit_file  # lazy: the client side (connect, status) imports no numpy or torch
-        from cadedit.tries import branch_picks, candidate_picks  # lazy: the client side (connect, status) imports no numpy or torch
+        from cadedit.tries.loop import branch_picks, candidate_picks  # lazy: the client side (connect, status) imports no numpy or torch
 
         options = options_from_wire(request["options"])
         if options.model is not None and resolve_spec(options.model) != resolve_spec(self.loaded.name):

@@ -67,7 +67,7 @@ DEFAULT_DTYPE = "auto"
 DEFAULT_LAYOUT = Layout.AUTO
 DEFAULT_TRIES = 3  # candidates until one passes its checks (fix, the hook)
 MAX_TRIES = 20
-# Candidates each try decodes side by side (`--candidates`; cadedit.tries): docs/measurements/candidates.md. Where a test decides (--test, a hook rule's test), 4 on a local model: more of them pass
+# Candidates each try decodes side by side (`--candidates`; cadedit.tries.loop): docs/measurements/candidates.md. Where a test decides (--test, a hook rule's test), 4 on a local model: more of them pass
 # for a fraction more of the wall; without a test the checks cannot tell the right one, and a shared
 # engine need not batch the requests, so one.
 DEFAULT_CANDIDATES = 1

@@ -3,7 +3,7 @@
 
 - `cadedit fix` and the hook: tries.edit_verified's `picks=` (picks(k): try k's picker factory,
   pipeline.PickFor; picks(0): the where-step's, loaded -> picker). inject_picks gives every
-  edit_verified the CLI makes those picks (the CLI looks the function up on cadedit.tries when it
+  edit_verified the CLI makes those picks (the CLI looks the function up on cadedit.tries.loop when it
   runs).
 - `cadedit bench`: the runners' own `pick_for=` / `picks=` parameters, the same way (the bench CLI
   looks them up on their modules when it runs); the server: serve(pick_for=).
@@ -18,7 +18,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from cadedit import tries
+from cadedit.tries import loop as tries
 from cadedit.decode import pipeline
 from cadedit.decode.loop import Picker, script_picker
 from cadedit.text.document import Document

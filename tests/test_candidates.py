@@ -492,7 +492,7 @@ def test_branch_points_leave_out_alternatives_that_would_write_the_answer_again(
 
 def test_the_branches_report_their_progress_after_candidate_1(tiny):
     """on_step follows candidate 1's decode, then the branches' (a status line keeps moving)."""
-    from cadedit.tries import branch_picks
+    from cadedit.tries.loop import branch_picks
 
     document = Document.from_bytes(BEFORE, "a.py")
     options = EditOptions(mode=Mode.VERIFY, max_new_tokens=40)

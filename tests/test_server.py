@@ -448,7 +448,7 @@ def test_a_client_that_drips_its_request_cannot_keep_the_server_from_stopping(he
 
 
 def test_candidates_side_by_side_through_the_server_are_the_local_ones(held, local, tiny_dir, sock):
-    from cadedit.tries import candidate_picks
+    from cadedit.tries.loop import candidate_picks
 
     document = Document.from_bytes(BEFORE, "a.py")
     chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
@@ -470,7 +470,7 @@ def test_branches_through_the_server_are_the_local_ones_and_candidate_1_is_check
                                                                                           passes):
     """The server sends candidate 1, the client's accept decides; a rejected one is followed by the
     branches the server decodes from its own cache, as a local edit_branches decodes them."""
-    from cadedit.tries import branch_picks
+    from cadedit.tries.loop import branch_picks
 
     document = Document.from_bytes(BEFORE, "a.py")
     chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
@@ -568,7 +568,7 @@ def test_a_client_checking_candidate_1_holds_up_no_other_edit_and_serve_stop_sto
     the server serves other edits: `cadedit fix` through it is answered at once; the branches after it
     are the local ones still (fed from whatever the cache lost meanwhile). `cadedit serve stop` stops a
     server whose client never answers, and that client is told so."""
-    from cadedit.tries import branch_picks
+    from cadedit.tries.loop import branch_picks
 
     document = Document.from_bytes(BEFORE, "a.py")
     chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)

@@ -391,7 +391,7 @@ def test_the_test_is_not_run_for_a_candidate_that_does_not_parse(work, tiny_dir,
 
 DRIVER = textwrap.dedent("""\
     import functools, os, sys
-    import cadedit.tries as tries
+    import cadedit.tries.loop as tries
     from cadedit import cli
     from cadedit.decode.loop import script_picker
     from cadedit.backends.model import token_bytes

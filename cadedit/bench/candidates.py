@@ -4,7 +4,7 @@ Contract: measure_case(loaded, case, k) edits the case's input twice in verify m
 fix` scopes it, unless scoped=False) from an empty KV
 cache (no prompt reused; the caller turns the prefix store off): once as `cadedit fix` does today (one greedy candidate,
 pipeline.edit_file) and once as `--candidates k` does on try 1 (pipeline.edit_candidates: candidate
-1 greedy, the others sampled as cadedit.tries.candidate_sampling seeds them; measure_case's picks
+1 greedy, the others sampled as cadedit.tries.loop.candidate_sampling seeds them; measure_case's picks
 may give other pickers), in alternating order from case to case. It reports both walls (prompt
 included) and their decode steps alone (the prompt's prefill taken out), whether candidate 1 wrote
 what the single decode wrote, how many distinct answers the k rows gave, and, when the case has a
@@ -24,7 +24,7 @@ from cadedit.errors import BudgetError
 from cadedit.backends.model import LoadedModel, language_model
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.settings import BENCH_TEST_TIMEOUT
-from cadedit.tries import candidate_picks
+from cadedit.tries.loop import candidate_picks
 from cadedit.scope.plan import plan_edit
 
 

@@ -24,11 +24,11 @@ from pathlib import Path
 from cadedit.text.document import Document
 from cadedit.scope.outline import PYTHON, outline
 from cadedit.settings import DEFAULT_WHERE_BY
-from cadedit import tries as tries_module
+from cadedit.tries import loop as tries_module
 from cadedit.errors import CadeditError
 from cadedit.options import EditOptions, Mode
 from cadedit.scope.plan import plan_edit
-from cadedit.tries import CheckPlan
+from cadedit.tries.loop import CheckPlan
 
 # Each operator and the one it becomes; the text is how it is written between its operands.
 _SWAPS: dict[type, tuple[type, str, str]] = {

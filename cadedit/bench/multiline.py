@@ -165,7 +165,7 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
     """One case edited as `cadedit fix FILE INSTRUCTION --candidates 1 --tries TRIES` edits it: its row.
     picks: tries.edit_verified's (tests script the answer with it)."""
     from cadedit.scope.plan import plan_edit  # lazy: keeps `cadedit --help` light
-    from cadedit.tries import CheckPlan, edit_verified  # lazy: keeps `cadedit --help` light
+    from cadedit.tries.loop import CheckPlan, edit_verified  # lazy: keeps `cadedit --help` light
 
     document = Document.from_text(case["before"], case["file"])
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=CONTEXT_LINES)

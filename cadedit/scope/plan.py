@@ -48,7 +48,7 @@ class Scope:
     note: str = ""  # why the scope is the whole file, for the caller to show
     # Wider scopes, each holding the one before: for a line reference inside a function, the
     # statement the line is on, the block around it, then the function. A try whose candidate did
-    # not parse or failed the test retypes the next one (cadedit.tries). Empty: nothing wider.
+    # not parse or failed the test retypes the next one (cadedit.tries.loop). Empty: nothing wider.
     wider: tuple[tuple[Region, ...], ...] = ()
     # The regions are definitions the instruction names and no line is named: with --where, find the
     # line first (cadedit.decode.where), then climb from it.

@@ -16,7 +16,7 @@ import ast
 import re
 import typing
 
-from cadedit.code_checks import asks_to_remove
+from cadedit.tries.code_checks import asks_to_remove
 from cadedit.text.languages import language_of
 
 # Modules a bare name most likely means: the standard library's, by their usual import name.

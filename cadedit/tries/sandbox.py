@@ -8,7 +8,7 @@ mtime comes back with the original bytes. Before the candidate is written:
   the same file is refused with a one-line error naming the run that holds it;
 - the original is on disk, durably: a journal entry (path, inode, mode, the original's and the
   candidate's bytes) in the user's state folder, fsync'd with its folder;
-- a guard process (python -m cadedit.guard) watches this one through a pipe. If cadedit dies by a
+- a guard process (python -m cadedit.tries.guard) watches this one through a pipe. If cadedit dies by a
   signal it cannot handle (SIGKILL, the OOM killer, SIGQUIT ...), the guard ends the test's process
   group and puts the original back from the journal.
 The file is opened once; its identity and bytes are checked through that descriptor, again right
@@ -533,7 +533,7 @@ class Placement:
         _restoring(folder, key).unlink(missing_ok=True)  # a mark no entry owns says nothing about this one
         _write_durably(journal, _dump(self.entry))
         self.journal = journal
-        self.guard = subprocess.Popen([sys.executable, "-m", "cadedit.guard", str(journal)], stdin=subprocess.PIPE,
+        self.guard = subprocess.Popen([sys.executable, "-m", "cadedit.tries.guard", str(journal)], stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         self._place()
 

@@ -25,7 +25,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from cadedit.checks import Check
+from cadedit.tries.checks import Check
 from cadedit.text.document import Document
 from cadedit.text.languages import language_of
 from cadedit.scope.outline import outline

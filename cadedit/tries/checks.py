@@ -4,7 +4,7 @@ Contract: syntax_check(), change_check() and run_test() each return one Check an
 a failure the user must see (ApplyError: the file changed on disk, or cannot be restored).
 A Check with passed=False is what the next try is told about, through feedback(); a skipped Check
 has passed=True, so `all(check.passed for check in checks)` decides a try. run_test() puts the
-candidate's bytes into the file's own inode (cadedit.sandbox: journaled, locked, guarded), runs the
+candidate's bytes into the file's own inode (cadedit.tries.sandbox: journaled, locked, guarded), runs the
 test command in its own process group, and puts the user's original bytes and mtime back: after a
 pass, a failure, a crash, a timeout, a test that deletes the file, KeyboardInterrupt, SIGTERM and
 SIGHUP; after SIGKILL of cadedit its guard does. A file saved by the user during the test keeps
@@ -36,7 +36,7 @@ from cadedit.text.diff import raise_for_signal, signals_deferred
 from cadedit.text.document import line_body, split_lines
 from cadedit.errors import ApplyError, ConfigError
 from cadedit.text.languages import Language, language_of
-from cadedit.sandbox import Placement, SandboxError
+from cadedit.tries.sandbox import Placement, SandboxError
 
 TAIL_LINES = 60
 TAIL_CHARS = 4000
@@ -50,7 +50,7 @@ _EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 @dataclass(frozen=True)
 class Check:
-    """One check on a candidate: "syntax", the code checks (cadedit.code_checks), "change" or "test"
+    """One check on a candidate: "syntax", the code checks (cadedit.tries.code_checks), "change" or "test"
     ("placement" only when it failed).
 
     detail is one line ("line 3: invalid syntax", "exit 1", "node not on PATH: ..."); output_tail
@@ -287,7 +287,7 @@ def feedback(checks: Sequence[Check], edited: Edited | None = None) -> str:
     return "\n\n".join(parts)
 
 
-# What the next try is told after a code check failed (cadedit.code_checks; detail: its one line).
+# What the next try is told after a code check failed (cadedit.tries.code_checks; detail: its one line).
 _CODE_FEEDBACK = {
     "names": "Your previous answer leaves a name undefined or unused ({detail}): import or define every name "
              "you use, and keep the lines that define them.",
@@ -490,7 +490,7 @@ def candidate_in_place(candidate: Candidate) -> Iterator[Placement]:
     Refuses with ApplyError, the file untouched, if it changed since it was read (a save while the
     candidate was going in included), is not a regular file this user may write, or another cadedit
     run has a candidate in it. The bytes go into the
-    file's own inode (cadedit.sandbox: journal, lock, guard), so nothing but the bytes changes, and
+    file's own inode (cadedit.tries.sandbox: journal, lock, guard), so nothing but the bytes changes, and
     the original comes back after anything the block does or raises: KeyboardInterrupt,
     SystemExit(143) on SIGTERM, SystemExit(129) on SIGHUP; after SIGKILL the guard gives it back.
     Signals that arrive while the file is being written wait until it is done. The placement's

@@ -1,4 +1,4 @@
-"""The guard of a test run (python -m cadedit.guard JOURNAL): started by cadedit.sandbox before a
+"""The guard of a test run (python -m cadedit.tries.guard JOURNAL): started by cadedit.tries.sandbox before a
 candidate goes into the user's file, it reads its parent's pipe. "pgid N" names the test's process
 group; "done" means cadedit put the original back itself. At end of file without "done" (cadedit was
 killed), it ends the test's process group and gives the original back from the journal, saying so on
@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from cadedit.sandbox import end_group, recover
+from cadedit.tries.sandbox import end_group, recover
 
 
 def main(journal: Path) -> int:

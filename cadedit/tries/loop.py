@@ -1,7 +1,7 @@
 """Verified edits: every candidate is checked; a failed try feeds back what failed and tries again.
 
 Contract: edit_verified(document, instruction, options, plan, tries, loaded=...) runs up to `tries`
-edits of one document through pipeline.edit_file and checks each candidate (cadedit.checks: that a
+edits of one document through pipeline.edit_file and checks each candidate (cadedit.tries.checks: that a
 scoped answer could be placed exactly, the edited file's syntax, that it changed at all, and the
 user's test command with the candidate in place, the user's bytes restored afterwards). It stops
 at the first candidate that passes. Try 1 is the options' own sampling (greedy by default); try 2
@@ -37,14 +37,14 @@ from pathlib import Path
 
 from typing import Any
 
-from cadedit.checks import Candidate, Check, Edited, change_check, feedback, placement_check, run_test, syntax_check
-from cadedit.code_checks import CHECK_NAMES as CODE_CHECKS, code_checks
+from cadedit.tries.checks import Candidate, Check, Edited, change_check, feedback, placement_check, run_test, syntax_check
+from cadedit.tries.code_checks import CHECK_NAMES as CODE_CHECKS, code_checks
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.text.oracle import oracle
 from cadedit.prompt.messages import unquoted
-from cadedit.repair import repaired
+from cadedit.tries.repair import repaired
 from cadedit.text.resolve import resolve
 from cadedit.results import EditResult
 from cadedit.settings import CANDIDATES_BY, DEFAULT_TRIES, READ_BRANCHES, REJOIN_TRIES, TEST_TIMEOUT, default_candidates
@@ -233,7 +233,7 @@ def candidate_sampling(k: int, first: Sampling) -> Sampling:
 def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test: Callable[[], None] | None = None,
                     instruction: str = "", placement: str = "") -> tuple[Check, ...]:
     """Placement (a scoped answer that could not be placed exactly: `placement` says why), syntax, the
-    code checks (cadedit.code_checks: names, kept, body, public) and change first; the test command
+    code checks (cadedit.tries.code_checks: names, kept, body, public) and change first; the test command
     only when all pass (it is the slow one)."""
     syntax = syntax_check(document.path, document.text, new_text)
     # The code checks read the candidate's code: not one that does not parse.
@@ -253,7 +253,7 @@ def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test:
 
 def repaired_result(document: Document, result: EditResult | None, instruction: str) -> EditResult | None:
     """The result with the imports its new names need and `__all__` after an asked-for deletion
-    (cadedit.repair: lines outside a scoped answer's region), its program recomputed to match."""
+    (cadedit.tries.repair: lines outside a scoped answer's region), its program recomputed to match."""
     if result is None:
         return None
     text = repaired(document.path, document.text, result.new_text, instruction)
