@@ -119,7 +119,7 @@ def _engine_for(engine: str | None, timeout: float | None, model: str | None, cw
     url = choose_engine(engine, cwd)
     if url is None:
         return None
-    from cadedit.engine import EngineClient  # lazy: keeps `cadedit --help` light
+    from cadedit.server.engine import EngineClient  # lazy: keeps `cadedit --help` light
 
     return EngineClient(url, choose_engine_timeout(timeout, cwd), model)
 
@@ -129,7 +129,7 @@ def _server_for(options, tell=None):
     frees up within SERVER_BUSY_WAIT; tell(message) says it is busy), else None."""
     if os.environ.get("CADEDIT_SERVER", "1") == "0":
         return None
-    from cadedit.server import connect  # lazy: keeps `cadedit --help` light
+    from cadedit.server.warm import connect  # lazy: keeps `cadedit --help` light
 
     client = connect(options.model, on_busy=tell)
     if client is None:

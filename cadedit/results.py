@@ -1,6 +1,6 @@
 """What a decode and an edit produce, whatever the mode: counts, steps, the edited text.
 
-Frozen dataclasses with no torch, so that a client of the warm server (cadedit.server) and the
+Frozen dataclasses with no torch, so that a client of the warm server (cadedit.server.warm) and the
 tries loop build and read them without importing the model code.
 """
 
@@ -99,7 +99,7 @@ class EditResult:
     # A scoped answer a repair could not place in its regions exactly (regions.scoped_text): why, and
     # new_text is the answer placed without that repair; "" when it was placed exactly.
     placement: str = ""
-    engine: dict | None = None  # what a shared engine reported (cadedit.engine.Usage), None for a local edit
+    engine: dict | None = None  # what a shared engine reported (cadedit.server.engine.Usage), None for a local edit
 
     @property
     def changed(self) -> bool:

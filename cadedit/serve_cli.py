@@ -1,4 +1,4 @@
-"""`cadedit serve start|stop|status`: the warm server (cadedit.server) as commands.
+"""`cadedit serve start|stop|status`: the warm server (cadedit.server.warm) as commands.
 
 Wiring only; cli.py registers `app` as the `serve` sub-command and formats the CadeditErrors raised
 here. Importing this module imports neither torch nor transformers (start --foreground loads the model
@@ -57,7 +57,7 @@ def start(model: _Model = None, dtype: _Dtype = "auto", threads: _Threads = None
 
               cadedit serve start --foreground --idle-timeout 0
     """
-    from cadedit.server import ServerConfig, resolve_spec, run_server, start_daemon  # lazy: keeps `cadedit --help` light
+    from cadedit.server.warm import ServerConfig, resolve_spec, run_server, start_daemon  # lazy: keeps `cadedit --help` light
 
     config = ServerConfig(model=resolve_spec(choose_model(model)), dtype=dtype, threads=threads, backend=backend,
                           idle_timeout=idle_timeout, max_rss_bytes=int(max_rss_gb * 2**30) if max_rss_gb else None,
@@ -74,7 +74,7 @@ def start(model: _Model = None, dtype: _Dtype = "auto", threads: _Threads = None
 @app.command("stop")
 def stop() -> None:
     """Stop the running server (an edit under way finishes first). Exit 0 also when none was running."""
-    from cadedit.server import stop as stop_server  # lazy: keeps `cadedit --help` light
+    from cadedit.server.warm import stop as stop_server  # lazy: keeps `cadedit --help` light
 
     pid = stop_server()
     say(f"stopped the cadedit server (pid {pid})" if pid is not None else "no cadedit server was running")
@@ -86,7 +86,7 @@ def status(as_json: _Json = False) -> None:
 
     Exit codes: 0 a server answered, 1 none is running.
     """
-    from cadedit.server import ServerClient, ServerError, default_socket, running_pid  # lazy: keeps `cadedit --help` light
+    from cadedit.server.warm import ServerClient, ServerError, default_socket, running_pid  # lazy: keeps `cadedit --help` light
 
     try:
         data = ServerClient.open().status()

@@ -1,4 +1,4 @@
-"""The warm server (cadedit.server) with the tiny random Qwen2: in a thread of this process for the
+"""The warm server (cadedit.server.warm) with the tiny random Qwen2: in a thread of this process for the
 protocol (the model's choices scripted through serve()'s pick_for, so answers are exact), in a subprocess
 for the `cadedit serve` commands. Sockets live in a short folder under /tmp (CADEDIT_RUNTIME_DIR):
 a Unix socket path holds about 100 bytes."""
@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 import cadedit.decode.pipeline as pipeline
-from cadedit import errors, server
+from cadedit import errors
+from cadedit.server import warm as server
 from cadedit.decode.loop import DecodeStats, script_picker
 from cadedit.text.document import Document
 from cadedit.backends.model import language_model, load_model
@@ -391,7 +392,7 @@ def test_the_memory_bound_counts_the_servers_own_memory_not_the_weight_files_it_
     from safetensors.torch import save_file
 
     from cadedit.backends.torch.qwen2 import read_safetensors
-    from cadedit.server import _status_bytes, rss_bytes
+    from cadedit.server.warm import _status_bytes, rss_bytes
 
     if "RssAnon" not in _status_bytes():
         pytest.skip("no RssAnon in /proc/self/status")

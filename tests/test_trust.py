@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cadedit import server
+from cadedit.server import warm as server
 from cadedit.text.document import Document
-from cadedit.server import ServerError
+from cadedit.server.warm import ServerError
 from cadedit.backends.model import LoadedModel, chat_prompt, encode
 from cadedit.options import EditOptions, Mode
 from cadedit.decode.pipeline import prepare

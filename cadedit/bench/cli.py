@@ -849,7 +849,7 @@ def _tries_model(model: str | None, dtype: str, threads: int | None, backend: st
     """The model the tries run on: the engine's client where --engine is given, else the local model."""
     if engine is None:
         return _load_model(model, "auto", dtype, threads, backend, warm_up=False)[0]
-    from cadedit.engine import EngineClient  # lazy: keeps `cadedit --help` light
+    from cadedit.server.engine import EngineClient  # lazy: keeps `cadedit --help` light
 
     return EngineClient(engine, engine_timeout or ENGINE_TIMEOUT, model)
 

@@ -4,7 +4,7 @@ Contract: build_request(document, instruction, options) gives the chat messages,
 prefilled opening (the fence header; none in program mode), the fence, the regions and what an
 unchanged answer prints; read_answer(document, request, text) turns the model's answer text into a
 copy/gen program in the file's own newlines. pipeline.prepare tokenises a Request for a local model;
-cadedit.engine renders it as ChatML text (render_chatml) for an inference engine. Both read the
+cadedit.server.engine renders it as ChatML text (render_chatml) for an inference engine. Both read the
 answer here, so a local edit and an engine's edit of the same text are the same edit.
 Pure: no torch, no tokenizer.
 """

@@ -14,7 +14,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from cadedit.engine_http import short
+from cadedit.server.engine_http import short
 from cadedit.errors import EngineError
 
 MAX_COUNT = 2**53  # a token count past this is no engine's (and would not survive a JSON reader as an int)

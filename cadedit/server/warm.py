@@ -827,7 +827,7 @@ def start_daemon(config: ServerConfig, timeout: float = START_TIMEOUT) -> dict:
         log.unlink()  # a fresh log; O_EXCL below: never a file someone linked here
     with os.fdopen(_open_private(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as out:
         child = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from cadedit.server import _daemon_main; _daemon_main(sys.argv[1])",
+            [sys.executable, "-c", "import sys; from cadedit.server.warm import _daemon_main; _daemon_main(sys.argv[1])",
              json.dumps(dataclasses.asdict(config))],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
     deadline = time.monotonic() + timeout

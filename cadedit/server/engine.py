@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 
 from cadedit.text import program as P
 from cadedit.text.document import Document
-from cadedit.engine_answer import Completion, read_completion, read_models
-from cadedit.engine_http import call_json
+from cadedit.server.engine_answer import Completion, read_completion, read_models
+from cadedit.server.engine_http import call_json
 from cadedit.errors import BudgetError, EngineError
 from cadedit.prompt.fence import writes_again
 from cadedit.options import EditOptions, Mode
