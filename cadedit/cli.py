@@ -111,7 +111,7 @@ def write_stdout(text: str) -> None:
 def display_path(path: Path) -> str:
     """The path for diff headers: relative to the repository root inside a git work tree (as `git diff`
     writes it; `git apply` takes it from any subdirectory), else to the working directory (`patch -p1`)."""
-    from cadedit.repo import diff_path  # lazy: keeps `cadedit --help` light
+    from cadedit.git.repo import diff_path  # lazy: keeps `cadedit --help` light
 
     return diff_path(path)
 
@@ -716,7 +716,7 @@ def _text_instruction(instruction: str) -> None:
 
 def _text_names(files: list[str]) -> None:
     """The prompt names the file: a name that is not UTF-8 cannot be put in front of the model."""
-    from cadedit.repo import printable  # lazy: keeps `cadedit --help` light
+    from cadedit.git.repo import printable  # lazy: keeps `cadedit --help` light
 
     for name in files:
         if printable(name) != name:

@@ -1,5 +1,5 @@
 """`cadedit hook`: the git pre-commit hook (install, uninstall, run), on the staged files the rules of
-.cadedit.toml match. Wiring only: the staging, rules and writes are cadedit.repo's, the edits
+.cadedit.toml match. Wiring only: the staging, rules and writes are cadedit.git.repo's, the edits
 cadedit.tries.loop' as `cadedit fix` makes them; cli.py registers `app` as the `hook` sub-command and
 formats the CadeditErrors raised here. Importing this module imports no torch.
 """
@@ -37,7 +37,7 @@ def hook_install(force: Annotated[bool, typer.Option(
         "--force", help="Replace a pre-commit hook cadedit did not write (kept as pre-commit.cadedit-backup).",
 )] = False) -> None:
     """Write .git/hooks/pre-commit so that every `git commit` runs `cadedit hook run` first."""
-    from cadedit.repo import install_hook, open_repo  # lazy: keeps `cadedit --help` light
+    from cadedit.git.repo import install_hook, open_repo  # lazy: keeps `cadedit --help` light
 
     hook, backup = install_hook(open_repo(), force)
     if backup is not None:
@@ -49,7 +49,7 @@ def hook_install(force: Annotated[bool, typer.Option(
 @app.command("uninstall")
 def hook_uninstall() -> None:
     """Remove the pre-commit hook that `cadedit hook install` wrote (never another one)."""
-    from cadedit.repo import open_repo, uninstall_hook  # lazy: keeps `cadedit --help` light
+    from cadedit.git.repo import open_repo, uninstall_hook  # lazy: keeps `cadedit --help` light
 
     hook, restored = uninstall_hook(open_repo())
     say(f"removed {hook}" + (f"; restored the previous hook from {restored.name}" if restored else ""))
@@ -76,7 +76,7 @@ def hook_run(files: _HookFiles = None, fix: _HookFix = False, model: _Model = No
     """
     import time
 
-    from cadedit import repo as R  # lazy: keeps `cadedit --help` light
+    from cadedit.git import repo as R  # lazy: keeps `cadedit --help` light
 
     start = time.perf_counter()
     try:
@@ -137,7 +137,7 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
         say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {_files(n_files)})")
 
     def edit(document, rule, path: str) -> str:
-        from cadedit.repo import shown  # lazy: keeps `cadedit --help` light
+        from cadedit.git.repo import shown  # lazy: keeps `cadedit --help` light
 
         on_disk = Document(document.lines, str(root / document.path))  # named as the prompt shows it
         target = root / path  # the working-tree file the test puts candidates into: its exact name
@@ -160,7 +160,7 @@ def _testable(root: Path, target: Path, shown: str) -> None:
     tree, never through a link and never a FIFO (opening one would block the hook)."""
     import stat as stat_module
 
-    from cadedit.repo import _outside_work_tree  # lazy: keeps `cadedit --help` light
+    from cadedit.git.repo import _outside_work_tree  # lazy: keeps `cadedit --help` light
 
     try:
         mode = target.lstat().st_mode
@@ -176,7 +176,7 @@ def _testable(root: Path, target: Path, shown: str) -> None:
 def _hook_report(outcomes) -> dict:
     """Print each file's outcome as it comes (diffs on stdout); count them by status."""
     from cadedit.text.diff import count_changes, show  # lazy: keeps `cadedit --help` light
-    from cadedit.repo import Status, shown  # lazy: keeps `cadedit --help` light
+    from cadedit.git.repo import Status, shown  # lazy: keeps `cadedit --help` light
 
     counts = {status: 0 for status in Status}
     for outcome in outcomes:

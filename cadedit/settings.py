@@ -139,7 +139,7 @@ LAYOUTS = tuple(layout.value for layout in Layout)
 
 SETTINGS_FILE = ".cadedit.toml"
 SETTINGS_BYTES = 1 << 20  # a settings file (or a pyproject.toml) larger than this is not one
-# What a settings file may set: the model and how it runs, and the hook's [[rules]] (cadedit.repo).
+# What a settings file may set: the model and how it runs, and the hook's [[rules]] (cadedit.git.repo).
 FILE_KEYS = ("model", "backend", "mode", "tries", "candidates", "engine", "engine_timeout", "rules")
 # What a repository's file never sets, approved or not: the engine decides where the user's code and
 # API key are sent, so it comes only from the command line, the environment or the user's own config.

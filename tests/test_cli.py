@@ -498,7 +498,7 @@ def test_a_piped_diff_is_the_plain_patch_whatever_the_colour_settings(work, env)
                                   ["hook", "run", "--debug"], ["hook", "--debug", "run"]])
 def test_debug_is_accepted_after_the_command_too(work, monkeypatch, args):
     monkeypatch.setattr("cadedit.text.oracle.oracle", _crash)
-    monkeypatch.setattr("cadedit.repo.open_repo", _crash)
+    monkeypatch.setattr("cadedit.git.repo.open_repo", _crash)
     result = invoke(*args)
     assert result.exit_code == 1, result.output
     assert "Traceback" in result.stderr and "error: internal error: RuntimeError: boom" in result.stderr

@@ -25,7 +25,7 @@ from tests.conftest import console_script
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
-RULE_KEYS = {"files", "instruction", "test"}  # cadedit.repo reads exactly these in a [[rules]] table
+RULE_KEYS = {"files", "instruction", "test"}  # cadedit.git.repo reads exactly these in a [[rules]] table
 README_MOST_LINES = 300
 # A citation of the manual from code: docs/PAGE.md, optionally #anchor.
 CITATION = re.compile(r"docs/([\w./-]+\.md)(?:#([\w-]+))?")

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("decode", ["cadedit.decode.loop", "cadedit.decode.pipeline", "cadedit.decode.where"]),
     ("tries", ["cadedit.tries.sandbox", "cadedit.tries.guard", "cadedit.tries.checks", "cadedit.tries.code_checks",
                "cadedit.tries.repair", "cadedit.tries.loop"]),
-    ("server", ["cadedit.repo", "cadedit.server.engine_http", "cadedit.server.engine_answer", "cadedit.server.engine",
+    ("server", ["cadedit.git.repo", "cadedit.server.engine_http", "cadedit.server.engine_answer", "cadedit.server.engine",
                 "cadedit.server.warm"]),
     ("console", ["cadedit.cli_common"]),
     ("bench", ["cadedit.bench.*"]),
