@@ -57,7 +57,7 @@ def trace_fix(args) -> tuple[list[str], collections.Counter]:
     from typer.testing import CliRunner
 
     from cadedit.tries import loop as tries
-    from cadedit.cli import app
+    from cadedit.cli.root import app
     from tests.tinymodel import save_model
 
     path: list[str] = []

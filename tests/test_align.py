@@ -106,7 +106,7 @@ def test_apply_and_oracle_on_200000_lines_hand_difflib_only_small_pieces(tmp_pat
     """Through the CLI: `cadedit oracle` and `cadedit apply` on the 200,000-line file (not timed)."""
     from typer.testing import CliRunner
 
-    from cadedit import cli
+    from cadedit.cli import root as cli
 
     seen = []
     real = difflib.SequenceMatcher

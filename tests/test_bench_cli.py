@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cadedit.cli import app
+from cadedit.cli.root import app
 from tests.conftest import approve_settings
 from tests.bench_helpers import CASES, record, write_byte_tokenizer, write_corpus
 
@@ -163,7 +163,7 @@ def test_model_free_commands_never_import_torch(files, command):
     corpus, tok, _ = files
     args = ["bench", command[0], "-c", str(corpus), *[str(tok) if a == "TOK" else a for a in command[1:]]]
     code = (
-        "import sys\nfrom typer.testing import CliRunner\nfrom cadedit.cli import app\n"
+        "import sys\nfrom typer.testing import CliRunner\nfrom cadedit.cli.root import app\n"
         f"r = CliRunner().invoke(app, {args!r})\nassert r.exit_code == 0, r.output\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))\n"
     )

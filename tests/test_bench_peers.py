@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 import cadedit.decode.pipeline as pipeline
 from cadedit.bench import peers as pe
-from cadedit.cli import app
+from cadedit.cli.root import app
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.backends.model import load_model, render_chat

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cadedit.bench import tries as bench_tries
-from cadedit.cli import app
+from cadedit.cli.root import app
 from cadedit.decode.loop import script_picker
 from cadedit.text.document import Document
 from cadedit.backends.model import encode, token_bytes

@@ -16,7 +16,7 @@ import torch
 from typer.testing import CliRunner
 
 import cadedit.decode.pipeline as pipeline
-from cadedit import cli
+from cadedit.cli import root as cli
 from cadedit.bench import candidates as bench_candidates
 from cadedit.decode.loop import Row, decode_rows, sampling_picker, script_picker
 from cadedit.text.document import Document

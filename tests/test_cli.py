@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cadedit import __version__, cli
+from cadedit import __version__
+from cadedit.cli import root as cli
 from cadedit.text.program import Copy, Gen, Program, format
 
 needs_patch = pytest.mark.skipif(shutil.which("patch") is None, reason="patch(1) not installed")
@@ -307,7 +308,7 @@ def test_commands_without_a_model_never_import_torch(tmp_path, args):
     (tmp_path / "b.py").write_bytes(AFTER)
     (tmp_path / "p").write_text(format(Program((Copy(1, 2),))))
     probe = (
-        "import sys\nfrom cadedit.cli import main\nsys.argv = ['cadedit', *sys.argv[1:]]\n"
+        "import sys\nfrom cadedit.cli.root import main\nsys.argv = ['cadedit', *sys.argv[1:]]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'accelerate', 'gguf'})\n"
         "sys.stderr.write(f'HEAVY={heavy}')\n"
@@ -623,7 +624,7 @@ def hooked(*args):
     os.kill(os.getpid(), getattr(signal, name))
     return real(*args) if when == "fsync" else result
 setattr(os, when, hooked)
-from cadedit.cli import main
+from cadedit.cli.root import main
 sys.argv = ["cadedit", "apply", "a.py", "p", "--write"]
 main()
 """

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from cadedit import cli
+from cadedit.cli import root as cli
 from cadedit.tries.code_checks import code_checks
 from tests.conftest import approve_settings
 from tests.test_candidates import scripted_rows  # noqa: F401 (a fixture)

@@ -178,7 +178,7 @@ def test_every_option_is_in_the_manual(command, page):
     """A new option of a command shows up in its manual page, or this fails."""
     import typer
 
-    from cadedit.cli import app
+    from cadedit.cli.root import app
 
     found = typer.main.get_command(app)
     for name in command:

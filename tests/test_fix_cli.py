@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import cadedit.decode.pipeline as pipeline
-from cadedit import cli
+from cadedit.cli import root as cli
 from cadedit.text.document import Document
 from cadedit.options import Mode
 from cadedit.text.program import parse

@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 import cadedit.backends.model
-from cadedit import cli
+from cadedit.cli import root as cli
 from cadedit.errors import ConfigError
 from cadedit.options import Mode
 from tests.conftest import approve_settings

@@ -1,7 +1,7 @@
 """The house's imports point one way. Every import statement of cadedit counts (module level, inside
 functions, under TYPE_CHECKING): no cycle among cadedit's modules, no edge from a layer to a later one
 in LAYERS, few imports of cadedit's own modules inside functions, each with a comment saying why, and
-every module imports on its own in a fresh interpreter (`python -c "import cadedit.hook_cli"` once
+every module imports on its own in a fresh interpreter (`python -c "import cadedit.cli.hook"` once
 raised ImportError)."""
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ LAYERS: list[tuple[str, list[str]]] = [
                "cadedit.tries.repair", "cadedit.tries.loop"]),
     ("server", ["cadedit.git.repo", "cadedit.server.engine_http", "cadedit.server.engine_answer", "cadedit.server.engine",
                 "cadedit.server.warm"]),
-    ("console", ["cadedit.cli_common"]),
+    ("console", ["cadedit.cli.common"]),
     ("bench", ["cadedit.bench.*"]),
-    ("cli", ["cadedit.serve_cli", "cadedit.hook_cli", "cadedit.cli",
+    ("cli", ["cadedit.cli.serve", "cadedit.cli.hook", "cadedit.cli.root",
              "cadedit.bench.cli", "cadedit.entry", "cadedit.__main__"]),
 ]
 MAX_LAZY = 121  # imports of cadedit's own modules inside functions (the CLI's keep `cadedit --help` light)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cadedit import cli
+from cadedit.cli import root as cli
 from cadedit.decode.loop import script_picker
 from cadedit.backends.model import encode, token_bytes
 from tests.scripting import inject_picks

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 import cadedit.backends.model
-from cadedit import cli
+from cadedit.cli import root as cli
 from cadedit.text.document import Document
 from cadedit.options import Mode
 from tests.scripting import editing, every_try, inject_picks
@@ -198,7 +198,7 @@ def test_file_and_instruction_usage_errors(tmp_path, monkeypatch, args, message)
 DRIVER = """
 import pytest
 from tests.test_pipes import script_model
-from cadedit.cli import main
+from cadedit.cli.root import main
 with pytest.MonkeyPatch.context() as mp:
     script_model(mp)
     main()

@@ -277,7 +277,7 @@ def work(tmp_path, monkeypatch):
 def fix(*args: str, input: bytes | None = None):
     from typer.testing import CliRunner
 
-    from cadedit import cli
+    from cadedit.cli import root as cli
 
     return CliRunner().invoke(cli.app, ["fix", *args], input=input)
 

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 import cadedit.decode.pipeline as pipeline
-from cadedit import cli
+from cadedit.cli import root as cli
 from cadedit.decode.loop import script_picker
 from cadedit.backends.model import token_bytes
 from tests.scripting import inject_picks

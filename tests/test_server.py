@@ -121,7 +121,7 @@ def counts(stats: DecodeStats) -> dict:
 
 def test_the_client_path_imports_neither_torch_nor_transformers(run_dir):
     probe = (
-        "import sys\nfrom cadedit import server\nfrom cadedit.cli import main\n"
+        "import sys\nfrom cadedit import server\nfrom cadedit.cli.root import main\n"
         "assert server.connect('some/model') is None\n"
         "sys.argv = ['cadedit', 'serve', 'status']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
@@ -356,7 +356,7 @@ def test_fix_uses_the_running_server_and_loads_nothing_itself(held, tiny_dir, so
     from typer.testing import CliRunner
 
     import cadedit.backends.model
-    from cadedit import cli
+    from cadedit.cli import root as cli
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_bytes(BEFORE)
@@ -372,7 +372,7 @@ def test_fix_uses_the_running_server_and_loads_nothing_itself(held, tiny_dir, so
 def test_fix_loads_locally_when_the_server_is_turned_off(held, tiny_dir, sock, scripted, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from cadedit import cli
+    from cadedit.cli import root as cli
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CADEDIT_SERVER", "0")
@@ -517,7 +517,7 @@ def test_fix_with_a_test_branches_through_the_server_as_it_does_locally(held, ti
 
     from typer.testing import CliRunner
 
-    from cadedit import cli
+    from cadedit.cli import root as cli
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_bytes(BEFORE)

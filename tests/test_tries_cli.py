@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 import cadedit.backends.model as model_module
 import cadedit.decode.pipeline as pipeline
-from cadedit import cli
+from cadedit.cli import root as cli
 from cadedit.decode.loop import script_picker
 from cadedit.backends.model import token_bytes
 from tests.conftest import as_foreground
@@ -392,7 +392,7 @@ def test_the_test_is_not_run_for_a_candidate_that_does_not_parse(work, tiny_dir,
 DRIVER = textwrap.dedent("""\
     import functools, os, sys
     import cadedit.tries.loop as tries
-    from cadedit import cli
+    from cadedit.cli import root as cli
     from cadedit.decode.loop import script_picker
     from cadedit.backends.model import token_bytes
 

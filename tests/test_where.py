@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from cadedit import cli
+from cadedit.cli import root as cli
 from cadedit.decode.loop import script_picker
 from cadedit.backends.model import encode, language_model, load_model, token_bytes
 from cadedit.decode.where import LineNumberCursor, surprise_score

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from cadedit.bench.options import JsonOpt, ModelOpt, ThreadsOpt
-from cadedit.cli_common import say
+from cadedit.cli.common import say
 from cadedit.errors import ModelError
 from cadedit.settings import choose_model
 

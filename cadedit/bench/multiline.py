@@ -28,7 +28,7 @@ from cadedit.bench.options import BackendOpt, DtypeOpt, JsonOpt, ModelOpt, Threa
 from cadedit.errors import CadeditError, ModelError
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
-from cadedit.cli_common import say
+from cadedit.cli.common import say
 from cadedit.text.document import Document
 from cadedit.options import EditOptions, Mode
 

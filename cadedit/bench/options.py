@@ -1,7 +1,7 @@
 """The options that several `cadedit bench` commands take, each declared once as a Typer Annotated alias
 (a command writes only its default), and the parsers of their values.
 
-A leaf: it imports typer, cadedit.cli_common and cadedit.settings only, so every bench module can use
+A leaf: it imports typer, cadedit.cli.common and cadedit.settings only, so every bench module can use
 it without importing another command. An option only one command takes is declared beside that
 command in bench/cli.py.
 """
@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from cadedit.cli_common import _Backend, _Context, _Dtype, _MaxNew, _Model, _Threads
+from cadedit.cli.common import _Backend, _Context, _Dtype, _MaxNew, _Model, _Threads
 
 # -- what to measure on --------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cadedit.text.atomic import replace_file
-from cadedit.cli_common import err
+from cadedit.cli.common import err
 from cadedit.errors import CadeditError
 
 T = TypeVar("T")

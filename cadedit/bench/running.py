@@ -10,7 +10,7 @@ from typing import TypeVar
 from rich.console import Console
 
 from cadedit.bench.report import ResultsFile, progress, table
-from cadedit.cli_common import err
+from cadedit.cli.common import err
 
 T = TypeVar("T")
 

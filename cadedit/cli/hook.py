@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from cadedit.cli_common import _Dtype, _Engine, _engine_for, _EngineTimeout, _files, _MaxNew, _Model, _server_for
-from cadedit.cli_common import _escape, _Threads, err, say
+from cadedit.cli.common import _Dtype, _Engine, _engine_for, _EngineTimeout, _files, _MaxNew, _Model, _server_for
+from cadedit.cli.common import _escape, _Threads, err, say
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
 from cadedit.text.document import Document

@@ -11,7 +11,7 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from cadedit.cli_common import _Backend, _Dtype, _escape, _Model, _Threads, err, say, sub_app
+from cadedit.cli.common import _Backend, _Dtype, _escape, _Model, _Threads, err, say, sub_app
 from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT
 from cadedit.settings import choose_model
 

@@ -19,9 +19,9 @@ import typer
 
 from cadedit import __version__
 from cadedit.errors import CadeditError
-from cadedit.cli_common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
-from cadedit.cli_common import _Context, _Engine, _engine_for, _EngineTimeout, context_lines
-from cadedit.cli_common import _escape, err, report_error, say, warn  # noqa: F401
+from cadedit.cli.common import _Backend, _Dtype, _files, _MaxNew, _Model, _server_for, _Threads  # noqa: F401
+from cadedit.cli.common import _Context, _Engine, _engine_for, _EngineTimeout, context_lines
+from cadedit.cli.common import _escape, err, report_error, say, warn  # noqa: F401
 from cadedit.settings import (CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, DEFAULT_WHERE_BY,
                               TEST_TIMEOUT, WHERE_BY, Mode)
 from cadedit.text.document import Document
@@ -864,11 +864,11 @@ class _Progress:
                 f"{stats.forward_passes} forward passes, {stats.seconds_total or stats.seconds_forwards:.1f} s")
 
 
-from cadedit.hook_cli import app as hook_app  # noqa: E402 - light: imports no torch
+from cadedit.cli.hook import app as hook_app  # noqa: E402 - light: imports no torch
 
 app.add_typer(hook_app, name="hook")
 
-from cadedit.serve_cli import app as serve_app  # noqa: E402 - light: imports no torch
+from cadedit.cli.serve import app as serve_app  # noqa: E402 - light: imports no torch
 
 app.add_typer(serve_app, name="serve")
 
