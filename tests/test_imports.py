@@ -14,26 +14,21 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "cadedit"
 
 # Bottom first: a module imports from its own layer and those listed before it, never from a later one.
+# `pkg.*` is a folder of cadedit (the package and everything in it); the first entry that names a module wins.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("base", ["cadedit", "cadedit.errors", "cadedit.text.atomic", "cadedit.text.document", "cadedit.settings"]),
-    ("text", ["cadedit.text.program", "cadedit.text.resolve", "cadedit.text.align", "cadedit.text.oracle",
-              "cadedit.text.diff", "cadedit.text.languages"]),
-    ("ask", ["cadedit.options", "cadedit.results", "cadedit.prompt.request", "cadedit.prompt.messages", "cadedit.prompt.fence",
-             "cadedit.prompt.regions", "cadedit.decode.verify", "cadedit.decode.draft"]),
-    ("scope", ["cadedit.scope.outline", "cadedit.scope.plan"]),
-    ("grammar", ["cadedit.backends.vocab", "cadedit.decode.fsm"]),
-    ("backends", ["cadedit.backends.torch.tokenizer", "cadedit.backends.llama.gguf_file", "cadedit.backends.model_files", "cadedit.backends.torch.steps",
-                  "cadedit.backends.torch.qwen2", "cadedit.backends.llama.llamacpp", "cadedit.backends.hardware", "cadedit.backends.prefix_store",
-                  "cadedit.backends.model"]),
-    ("decode", ["cadedit.decode.loop", "cadedit.decode.pipeline", "cadedit.decode.where"]),
-    ("tries", ["cadedit.tries.sandbox", "cadedit.tries.guard", "cadedit.tries.checks", "cadedit.tries.code_checks",
-               "cadedit.tries.repair", "cadedit.tries.loop"]),
-    ("server", ["cadedit.git.repo", "cadedit.server.engine_http", "cadedit.server.engine_answer", "cadedit.server.engine",
-                "cadedit.server.warm"]),
-    ("console", ["cadedit.cli.common"]),
+    ("errors", ["cadedit", "cadedit.errors"]),
+    ("text", ["cadedit.text.*"]),
+    ("settings", ["cadedit.settings", "cadedit.options", "cadedit.results"]),
+    ("prompt", ["cadedit.prompt.*"]),
+    ("scope", ["cadedit.scope.*"]),
+    ("backends", ["cadedit.backends.*"]),
+    ("decode", ["cadedit.decode.*"]),
+    ("tries", ["cadedit.tries.*"]),
+    ("git", ["cadedit.git.*"]),
+    ("server", ["cadedit.server.*"]),
+    ("console", ["cadedit.cli.common"]),  # the one console and shared options: bench/ uses them too
     ("bench", ["cadedit.bench.*"]),
-    ("cli", ["cadedit.cli.serve", "cadedit.cli.hook", "cadedit.cli.root",
-             "cadedit.bench.cli", "cadedit.entry", "cadedit.__main__"]),
+    ("cli", ["cadedit.cli.*", "cadedit.entry", "cadedit.__main__"]),
 ]
 MAX_LAZY = 121  # imports of cadedit's own modules inside functions (the CLI's keep `cadedit --help` light)
 
@@ -74,7 +69,7 @@ def graph(root: Path = PACKAGE) -> dict[str, list[tuple[int, str, bool]]]:
 
 def layer_of(name: str) -> int:
     for index, (_, members) in enumerate(LAYERS):
-        if name in members or any(m.endswith(".*") and name.startswith(m[:-1]) for m in members):
+        if name in members or any(m.endswith(".*") and (name == m[:-2] or name.startswith(m[:-1])) for m in members):
             return index
     raise AssertionError(f"{name} is in no layer of tests/test_imports.py's LAYERS: add it")
 
