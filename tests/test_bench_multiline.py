@@ -6,7 +6,6 @@ is well formed (every gold applies, every check holds on no answer but a right o
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

@@ -551,7 +551,7 @@ def unreadable(work, monkeypatch):
     """secret.py behaves as a mode-000 file does for a user who is not root (root reads anything)."""
     (work / "secret.py").write_bytes(BEFORE)
     os.chmod(work / "secret.py", 0)
-    real_access, real_open, real_stat = os.access, os.open, os.stat
+    real_access, real_open = os.access, os.open
     denied = lambda path: os.path.basename(os.fspath(path)) == "secret.py"  # noqa: E731
 
     def access(path, mode, *args, **kwargs):

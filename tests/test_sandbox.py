@@ -97,7 +97,7 @@ def test_a_run_whose_guard_died_too_is_given_back_by_the_next_run_or_recover(wor
 
 
 def test_the_next_fix_of_the_file_gives_the_original_back_first(work, tiny_dir):
-    proc = killed_with_its_guard(work, tiny_dir)
+    killed_with_its_guard(work, tiny_dir)
     (work / "started").unlink()
     again = start_cadedit(work, tiny_dir, "--tries", "1")
     out, err = again.communicate(timeout=120)

@@ -20,10 +20,16 @@ from cadedit.prompt.regions import dedent, common_indent
 from tests.test_multiline_drafts import DATA, changed_tokens, region_of, renamed_every_third_line
 
 P = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.home() / ".cache/cadedit-dev/qwen2.5-coder-0.5b-instruct.gguf"
-meta = read_metadata(P); tok = gguf_tokenizer(P, meta)
+meta = read_metadata(P)
+tok = gguf_tokenizer(P, meta)
 TB = token_bytes_of(tok, n_logits=len(meta["tokenizer.ggml.tokens"]))
 EOS = frozenset({tok.convert_tokens_to_ids("<|im_end|>")})
-enc = lambda t: encode(tok, t)
+
+
+def enc(t):
+    return encode(tok, t)
+
+
 HAS_ALSO = "also" in inspect.signature(VerifyDrafter).parameters
 
 class FakeLM:
@@ -48,11 +54,12 @@ for layout in ["method", "nested-function", "class-body", "decorated-method", "m
     lines = (DATA / name).read_text().splitlines(keepends=True)
     rows.append((layout, *case(name, "".join(lines[a - 1 : b]))))
 src = open("/usr/lib/python3.11/textwrap.py").read().splitlines(keepends=True)
-s = next(i for i, l in enumerate(src) if "def _wrap_chunks" in l); e = next(i for i in range(s + 1, len(src)) if src[i].startswith("    def "))
+s = next(i for i, line in enumerate(src) if "def _wrap_chunks" in line)
+e = next(i for i in range(s + 1, len(src)) if src[i].startswith("    def "))
 ded, full, _ = case("textwrap.py", "".join(src[s:e]))
 rows.append(("textwrap _wrap_chunks, cur_line -> current_line", ded, full, full.replace("cur_line", "current_line")))
 for layout, ded, full, ren in rows:
     f1, n1 = run(ded, full, full)
     f2, n2 = run(ded, full, ren)
-    t, l = changed_tokens(tok, full, ren)
-    print(f"| {layout} | {n1} | {f1} | {n2} | {f2} | {t} | {l} | {t + 3 * l + 5} |")
+    t, lines_changed = changed_tokens(tok, full, ren)
+    print(f"| {layout} | {n1} | {f1} | {n2} | {f2} | {t} | {lines_changed} | {t + 3 * lines_changed + 5} |")
