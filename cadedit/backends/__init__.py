@@ -2,4 +2,4 @@
 Qwen2 forward, its one-token steps and the tokenizer; llama/ the llama.cpp backend and GGUF
 files; hardware.py measures which backend, device and dtype are faster; prefix_store.py
 keeps prompt prefixes on disk. torch is imported only inside torch/ and behind model.py's
-loader. Imports: text, prompt, settings."""
+loader. Imports: text, settings, errors."""
