@@ -121,7 +121,7 @@ def counts(stats: DecodeStats) -> dict:
 
 def test_the_client_path_imports_neither_torch_nor_transformers(run_dir):
     probe = (
-        "import sys\nfrom cadedit import server\nfrom cadedit.cli.root import main\n"
+        "import sys\nfrom cadedit.server import warm as server\nfrom cadedit.cli.root import main\n"
         "assert server.connect('some/model') is None\n"
         "sys.argv = ['cadedit', 'serve', 'status']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
