@@ -1,4 +1,4 @@
-"""Microbenchmark of the program FSM (cadedit.grammar) on a real tokenizer: build times and mask times.
+"""Microbenchmark of the program FSM (cadedit.decode.fsm) on a real tokenizer: build times and mask times.
 
 Reports, for the tokenizer at PATH (a Hugging Face folder, a folder holding a .gguf, or a .gguf file;
 default $CADEDIT_DEV_MODELS or ~/.cache/cadedit-dev):
@@ -35,9 +35,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cadedit import program  # noqa: E402
-from cadedit.grammar import BODY, GRAMMAR_PATH, STOP, compile_grammar  # noqa: E402
-from cadedit.vocab import vocab_from_tokenizer  # noqa: E402
+from cadedit.text import program  # noqa: E402
+from cadedit.decode.fsm import BODY, GRAMMAR_PATH, STOP, compile_grammar  # noqa: E402
+from cadedit.backends.vocab import vocab_from_tokenizer  # noqa: E402
 
 CODE = '''def parse(text: str) -> list[int]:
     """Numbers in text; `<` and `</e` are fine here, and so is 日本語 and ⟨escaped⟩ text."""

@@ -1,11 +1,11 @@
-"""One-token steps through int4 weights against int8 and bf16 (the kernels cadedit.steps chooses
+"""One-token steps through int4 weights against int8 and bf16 (the kernels cadedit.backends.torch.steps chooses
 among), on the Qwen2.5-0.5B's linear shapes (random weights: only the kernels' speed is measured).
 
     python benchmarks/int4_steps.py [--threads 2]
 
 Per shape the median of 50 calls of each kernel with one token of bf16 activations, timed as the
-per-machine choice times them (cadedit.hardware._time_linear: torch's `_weight_int8pack_mm`,
-`_weight_int4pack_mm_for_cpu` with cadedit.steps.GROUP, a bf16 linear); then one step's total over
+per-machine choice times them (cadedit.backends.hardware._time_linear: torch's `_weight_int8pack_mm`,
+`_weight_int4pack_mm_for_cpu` with cadedit.backends.torch.steps.GROUP, a bf16 linear); then one step's total over
 the 24 layers' q/k/v/o, gate/up/down and the LM head.
 """
 
@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from cadedit.hardware import _time_linear
+from cadedit.backends.hardware import _time_linear
 
 # (out, in, per step): 24 layers of q and o (896x896), k and v (128x896), gate and up (4864x896),
 # down (896x4864), and the tied LM head once.

@@ -1,11 +1,11 @@
-"""Which prompt makes the model choose better spans: every variant in cadedit.prompt.VARIANTS (or the
+"""Which prompt makes the model choose better spans: every variant in cadedit.prompt.messages.VARIANTS (or the
 ones named) on the same corpus cases, program mode, greedy, drafts on.
 
 Per variant: programs that finished (no budget error), exact matches, tests passed, and how close
 the edited file is to gold compared with the input (line-level difflib ratio; > 0 means the edit
 moved the file towards gold, < 0 that it damaged it), copies per program, wall clock. Cases come
 from the shared corpus loader (cadedit.bench.corpus), tests run through cadedit.bench.harness.
-The numbers in cadedit/prompt.py were measured on whole HumanEvalFix files with their docstrings
+The numbers in cadedit/prompt/messages.py were measured on whole HumanEvalFix files with their docstrings
 (a generic corpus with before = input_code_docs, after = gold_code_docs).
 
   python benchmarks/prompt_eval.py --corpus DATA/humanevalfix_python.jsonl --model MODEL --cases 6
@@ -31,7 +31,7 @@ def own_case(loaded, case, variant: str, timeout: float) -> dict:
     from cadedit.bench.harness import run_test
     from cadedit.errors import CadeditError
     from cadedit.options import EditOptions, Mode
-    from cadedit.pipeline import edit_file
+    from cadedit.decode.pipeline import edit_file
 
     start = time.perf_counter()
     try:
@@ -47,8 +47,8 @@ def own_case(loaded, case, variant: str, timeout: float) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     from cadedit.bench.corpus import load_corpus
-    from cadedit.model import load_model
-    from cadedit.prompt import VARIANTS
+    from cadedit.backends.model import load_model
+    from cadedit.prompt.messages import VARIANTS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", required=True, help="a corpus JSONL (cadedit/bench/corpus.py)")

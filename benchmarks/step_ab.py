@@ -15,7 +15,7 @@ import argparse
 import statistics
 import time
 
-from cadedit.model import language_model, load_model
+from cadedit.backends.model import language_model, load_model
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ forward, the tokenizer, the grammar's vocabulary) are one step each, not followe
 loop and the one model interface by design. --tree runs another checkout of cadedit (a before/after
 comparison). Prints the number of stays (consecutive steps in one module), the modules visited, how many times
 the document came back to a module it had left (a return from a call included), each module's
-count of stays, and how many times each module was entered by a call. With --show, the path itself.
+count of stays, and how many times each module was entered by a call. With --by layer the rooms are
+cadedit's folders (text/, prompt/, decode/ ...) instead of its modules. With --show, the path itself.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# the flat layout's names and the layered one's (--tree may run either)
 OPAQUE = {"decode.decode", "decode.decode_rows", "qwen2", "tokenizer", "model", "llamacpp", "vocab", "grammar",
-          "hardware", "steps", "prefix_store"}
+          "hardware", "steps", "prefix_store",
+          "decode.loop.decode", "decode.loop.decode_rows", "backends", "decode.fsm"}
 SOURCE = '''def mean(values):
     total = 0
     for value in values:
@@ -50,14 +53,19 @@ def module_of(frame) -> str | None:
 
 def opaque(module: str, frame) -> bool:
     qual = f"{module}.{frame.f_code.co_qualname}" if hasattr(frame.f_code, "co_qualname") else module
-    return module in OPAQUE or any(qual.startswith(o) for o in OPAQUE)
+    return module in OPAQUE or any(qual == o or qual.startswith(o + ".") for o in OPAQUE)
+
+
+def room(module: str, by: str) -> str:
+    """Where a step stays: its module, or with --by layer its folder (a top-level module is its own)."""
+    return module.split(".")[0] if by == "layer" else module
 
 
 def trace_fix(args) -> tuple[list[str], collections.Counter]:
     from typer.testing import CliRunner
 
-    from cadedit import tries
-    from cadedit.cli import app
+    from cadedit.tries import loop as tries
+    from cadedit.cli.root import app
     from tests.tinymodel import save_model
 
     path: list[str] = []
@@ -141,10 +149,19 @@ def main() -> None:
     parser.add_argument("--show", action="store_true")
     parser.add_argument("--accessors", action="store_true",
                         help="also follow the document's own methods (its lines, its text) as visits to document.py")
+    parser.add_argument("--by", choices=["module", "layer"], default="module",
+                        help="count stays per module, or per layer (a folder of cadedit; a top-level module is its own)")
     parser.add_argument("--tree", type=Path, default=ROOT, help="the cadedit checkout to trace (default: this one)")
     args = parser.parse_args()
     sys.path.insert(0, str(args.tree.resolve()))
     path, entered = trace_fix(args)
+    if args.by == "layer":
+        rooms = [room(m, "layer") for m in path]
+        path = [m for i, m in enumerate(rooms) if i == 0 or rooms[i - 1] != m]
+        by_layer: collections.Counter = collections.Counter()
+        for module, count in entered.items():
+            by_layer[room(module, "layer")] += count
+        entered = by_layer
     found = summarize(path)
     print(f"{found['stays']} stays in {found['modules']} modules, {found['returns']} returns to a module already left")
     print("  stays: " + ", ".join(f"{m} {n}" for m, n in found["per_module"]))

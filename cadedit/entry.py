@@ -8,7 +8,7 @@ import sys
 
 def main() -> None:
     try:
-        from cadedit.cli import main as run
+        from cadedit.cli.root import main as run  # lazy: Ctrl-C while the CLI imports exits 130 quietly
 
         run()
     except KeyboardInterrupt:

@@ -1,5 +1,5 @@
 """The user's choices for one edit, as the decode sees them (defaults from cadedit.settings), and what
-one try of it adds (TryState, set by cadedit.tries). Pure: no torch."""
+one try of it adds (TryState, set by cadedit.tries.loop). Pure: no torch."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class Sampling:
 
 @dataclass(frozen=True)
 class TryState:
-    """What one try of an edit adds to the user's choices (cadedit.tries sets it per try; a plain edit
+    """What one try of an edit adds to the user's choices (cadedit.tries.loop sets it per try; a plain edit
     keeps the defaults)."""
 
     feedback: str = ""  # what failed in the previous try, for the prompt
@@ -38,7 +38,7 @@ class TryState:
     # set it per try (settings.REJOIN_TRIES).
     rejoin: bool = True
     # (line, byte column, token id, log-probability) each: where the where-step's reading expected other
-    # tokens on the line it named, and which (cadedit.where.surprise); a branched try branches there first.
+    # tokens on the line it named, and which (cadedit.decode.where.surprise); a branched try branches there first.
     expected: tuple = ()
     # The branch points earlier tries of this edit branched at (pipeline.branch_key each; through an
     # engine, engine.hesitation_key): a branch from the same answer with the same token writes what that
@@ -60,22 +60,22 @@ class EditOptions:
     draft: bool = True  # program mode: guess program tokens ahead and verify them in the same forward
     mode: Mode = DEFAULT_MODE
     # The line ranges (1-based, inclusive, in file order) the model retypes; the rest is copied by
-    # construction. Empty: the whole file. Fenced modes only (cadedit.scope resolves them).
+    # construction. Empty: the whole file. Fenced modes only (cadedit.scope.plan resolves them).
     regions: tuple[tuple[int, int], ...] = ()
-    # Wider scopes for later tries, each holding the one before (cadedit.scope: for a line
-    # reference, its statement, then its function; cadedit.tries). Empty: no widening.
+    # Wider scopes for later tries, each holding the one before (cadedit.scope.plan: for a line
+    # reference, its statement, then its function; cadedit.tries.loop). Empty: no widening.
     wider: tuple[tuple[tuple[int, int], ...], ...] = ()
     # The regions are definitions the instruction names without a line: the tries first find where
-    # (cadedit.where) and retype from that line up (cadedit.scope.located_levels).
+    # (cadedit.decode.where) and retype from that line up (cadedit.scope.plan.located_levels).
     locate: bool = False
-    where_by: str = DEFAULT_WHERE_BY  # how the where-step finds the line (cadedit.where.WHERE_BY)
+    where_by: str = DEFAULT_WHERE_BY  # how the where-step finds the line (cadedit.decode.where.WHERE_BY)
     # The regions are definitions the instruction names without a line and the where-step does not run
     # first: once try 1 failed its test, the later tries branch where the model's reading of them least
-    # expected the code written too (cadedit.tries, settings.READ_BRANCHES).
+    # expected the code written too (cadedit.tries.loop, settings.READ_BRANCHES).
     read_later: bool = False
     referenced: tuple[int, ...] = ()  # lines the instruction names by number, quoted in the prompt
     # Scoped edits: how many lines on each side of the regions the prompt shows (with the file's
     # first lines); None: the whole file. Measured (docs/measurements/context-window.md): on long files the
     # whole file costs most of the time and did not make small models more exact.
     context: int | None = CONTEXT_LINES
-    attempt: TryState = field(default_factory=TryState)  # this try's state (cadedit.tries)
+    attempt: TryState = field(default_factory=TryState)  # this try's state (cadedit.tries.loop)

@@ -1,6 +1,6 @@
 """What a decode and an edit produce, whatever the mode: counts, steps, the edited text.
 
-Frozen dataclasses with no torch, so that a client of the warm server (cadedit.server) and the
+Frozen dataclasses with no torch, so that a client of the warm server (cadedit.server.warm) and the
 tries loop build and read them without importing the model code.
 """
 
@@ -8,15 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.options import EditOptions, Mode
-from cadedit.program import Program
-from cadedit.program import format as format_program
-
-if TYPE_CHECKING:  # annotations only: the model code stays unimported for a server's or an engine's client
-    from cadedit.model import LoadedModel
+from cadedit.text.program import Program
+from cadedit.text.program import format as format_program
 
 
 @dataclass(frozen=True)
@@ -104,7 +101,7 @@ class EditResult:
     # A scoped answer a repair could not place in its regions exactly (regions.scoped_text): why, and
     # new_text is the answer placed without that repair; "" when it was placed exactly.
     placement: str = ""
-    engine: dict | None = None  # what a shared engine reported (cadedit.engine.Usage), None for a local edit
+    engine: dict | None = None  # what a shared engine reported (cadedit.server.engine.Usage), None for a local edit
 
     @property
     def changed(self) -> bool:
@@ -131,9 +128,10 @@ class Editor(Protocol):
 
     name: str
     load_seconds: float
-    # The model in this process, for the where-step that reads its logits (cadedit.where); None
+    # The model in this process (a backends.model.LoadedModel: results sits below backends/, so the
+    # annotation names no class), for the where-step that reads its logits (cadedit.decode.where); None
     # through a server or an engine, which then makes no where-step.
-    loaded: LoadedModel | None
+    loaded: Any | None
     shared_engine: bool  # a shared engine decodes (settings.default_candidates' defaults differ)
 
     def edit(self, document: Document, instruction: str, options: EditOptions, *,

@@ -26,12 +26,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadedit.document import read_regular
+from cadedit.text.document import read_regular
 from cadedit.errors import CadeditError, ConfigError
 
 
 class Mode(str, enum.Enum):
-    """How the model writes the edit (cadedit.decode's table: a cursor and a drafter each)."""
+    """How the model writes the edit (cadedit.decode.loop's table: a cursor and a drafter each)."""
 
     PROGRAM = "program"  # an edit program of line copies and new text (Copy-as-Decode)
     REWRITE = "rewrite"  # the whole file retyped, one token per forward
@@ -67,7 +67,7 @@ DEFAULT_DTYPE = "auto"
 DEFAULT_LAYOUT = Layout.AUTO
 DEFAULT_TRIES = 3  # candidates until one passes its checks (fix, the hook)
 MAX_TRIES = 20
-# Candidates each try decodes side by side (`--candidates`; cadedit.tries): docs/measurements/candidates.md. Where a test decides (--test, a hook rule's test), 4 on a local model: more of them pass
+# Candidates each try decodes side by side (`--candidates`; cadedit.tries.loop): docs/measurements/candidates.md. Where a test decides (--test, a hook rule's test), 4 on a local model: more of them pass
 # for a fraction more of the wall; without a test the checks cannot tell the right one, and a shared
 # engine need not batch the requests, so one.
 DEFAULT_CANDIDATES = 1
@@ -78,7 +78,7 @@ TESTED_CANDIDATES = 4
 LATER_TESTED_CANDIDATES = 8
 MAX_CANDIDATES = 8
 # A definition named without a line (`cadedit fix app.js "Fix bugs in f."`) where a test decides: once try 1
-# failed, the model reads the definition as plain code (cadedit.where.surprise, a few prefill forwards) and
+# failed, the model reads the definition as plain code (cadedit.decode.where.surprise, a few prefill forwards) and
 # each later try adds this many branches, put in where the reading least expected the code written (the
 # most surprising token of the line it names and of its runners-up) beside candidate 1's hesitations.
 READ_BRANCHES = 3
@@ -126,7 +126,7 @@ OUTLINE_BYTES = 2 * 1024 * 1024
 # Scoped edits: lines shown on each side of the regions. The prompt is most of a long-file edit's
 # wall; 30 kept the held-out long-file tasks' exact answers of 60 (docs/measurements/context-window.md).
 CONTEXT_LINES = 30
-# How the where-step (`--where`, cadedit.where) finds the line: "surprise" (the line whose code the
+# How the where-step (`--where`, cadedit.decode.where) finds the line: "surprise" (the line whose code the
 # model least expected, read as plain code), "number" (the model names its line number, the lines
 # shown numbered) or "quote" (the model quotes its text). Asked, the 1.5B named a planted bug's
 # line in 0 of 9 by number and 0 of 8 by quote; by surprise it named 13 of 30 held-out bugs' lines
@@ -139,7 +139,7 @@ LAYOUTS = tuple(layout.value for layout in Layout)
 
 SETTINGS_FILE = ".cadedit.toml"
 SETTINGS_BYTES = 1 << 20  # a settings file (or a pyproject.toml) larger than this is not one
-# What a settings file may set: the model and how it runs, and the hook's [[rules]] (cadedit.repo).
+# What a settings file may set: the model and how it runs, and the hook's [[rules]] (cadedit.git.repo).
 FILE_KEYS = ("model", "backend", "mode", "tries", "candidates", "engine", "engine_timeout", "rules")
 # What a repository's file never sets, approved or not: the engine decides where the user's code and
 # API key are sent, so it comes only from the command line, the environment or the user's own config.

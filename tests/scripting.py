@@ -21,16 +21,17 @@ from typing import Any
 from click.testing import Result
 from typer.testing import CliRunner
 
-from cadedit import cli, pipeline
-from cadedit.cli_common import Scripted
-from cadedit.decode import Sampler, script_sampler
-from cadedit.document import Document
-from cadedit.model import encode, token_bytes
+from cadedit.cli import root as cli
+from cadedit.decode import pipeline
+from cadedit.cli.common import Scripted
+from cadedit.decode.loop import Sampler, script_sampler
+from cadedit.text.document import Document
+from cadedit.backends.model import encode, token_bytes
 from cadedit.options import Mode
-from cadedit.oracle import oracle
-from cadedit.program import format
-from cadedit.prompt import fenced_source
-from cadedit.resolve import to_display_program
+from cadedit.text.oracle import oracle
+from cadedit.text.program import format
+from cadedit.prompt.messages import fenced_source
+from cadedit.text.resolve import to_display_program
 
 
 # This test's scripted answers, which invoke() gives the CLI; monkeypatch puts them back after each test.

@@ -14,12 +14,12 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cadedit import align
-from cadedit.diff import diff_lines, unified_diff
-from cadedit.document import Document
-from cadedit.oracle import oracle
-from cadedit.program import Copy
-from cadedit.resolve import resolve
+from cadedit.text import align
+from cadedit.text.diff import diff_lines, unified_diff
+from cadedit.text.document import Document
+from cadedit.text.oracle import oracle
+from cadedit.text.program import Copy
+from cadedit.text.resolve import resolve
 
 
 def big_pair(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -106,7 +106,7 @@ def test_apply_and_oracle_on_200000_lines_hand_difflib_only_small_pieces(tmp_pat
     """Through the CLI: `cadedit oracle` and `cadedit apply` on the 200,000-line file (not timed)."""
     from typer.testing import CliRunner
 
-    from cadedit import cli
+    from cadedit.cli import root as cli
 
     seen = []
     real = difflib.SequenceMatcher

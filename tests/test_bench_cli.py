@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cadedit.cli import app
+from cadedit.cli.root import app
 from tests.conftest import approve_settings
 from tests.bench_helpers import CASES, record, write_byte_tokenizer, write_corpus
 
@@ -106,7 +106,7 @@ def test_roundtrip_command(files):
 
 def test_roundtrip_failure_exits_1(files, monkeypatch):
     from cadedit.bench import roundtrip as rt
-    from cadedit.program import Gen, Program
+    from cadedit.text.program import Gen, Program
 
     corpus, _, _ = files
     monkeypatch.setattr(rt, "oracle", lambda before, after: Program((Gen("nope\n"),)))
@@ -163,7 +163,7 @@ def test_model_free_commands_never_import_torch(files, command):
     corpus, tok, _ = files
     args = ["bench", command[0], "-c", str(corpus), *[str(tok) if a == "TOK" else a for a in command[1:]]]
     code = (
-        "import sys\nfrom typer.testing import CliRunner\nfrom cadedit.cli import app\n"
+        "import sys\nfrom typer.testing import CliRunner\nfrom cadedit.cli.root import app\n"
         f"r = CliRunner().invoke(app, {args!r})\nassert r.exit_code == 0, r.output\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))\n"
     )

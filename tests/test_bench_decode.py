@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from cadedit.bench import decode as dc
 from cadedit.bench.ceiling import CaseCeiling, SpeedupCurve
-from cadedit.cli import app
+from cadedit.cli.root import app
 from tests.bench_helpers import CASES, write_corpus
 
 CURVE = {"results": [{"n": 1, "speedup": 1.0}, {"n": 4, "speedup": 2.0}, {"n": 64, "speedup": 8.0}]}

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from cadedit.bench import e2e as ee
 from cadedit.bench.corpus import Case, case_from_record
 from cadedit.bench.harness import Verdict, run_test, runnable_program
-from cadedit.cli import app
-from cadedit.document import Document
+from cadedit.cli.root import app
+from cadedit.text.document import Document
 from cadedit.errors import CadeditError
 from cadedit.options import Mode
 from tests.bench_helpers import record, write_corpus

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from cadedit import cli
+from cadedit.cli import root as cli
 from cadedit.bench import everyday as ev
 
 CASES = {c.instruction: c for c in ev.load_cases()}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cadedit.cli import app
+from cadedit.cli.root import app
 from tests.bench_helpers import record, write_corpus
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -62,7 +62,7 @@ def test_plot_writes_a_png(tmp_path):
 def test_kernel_command_writes_json_and_plot(tmp_path):
     from typer.testing import CliRunner
 
-    from cadedit.cli import app
+    from cadedit.cli.root import app
 
     folder = save_model(tmp_path / "tiny")
     out = tmp_path / "k.json"
@@ -89,7 +89,7 @@ def test_kernel_command_writes_json_and_plot(tmp_path):
 def test_kernel_command_times_either_attention_and_refuses_others(tmp_path, attn):
     from typer.testing import CliRunner
 
-    from cadedit.cli import app
+    from cadedit.cli.root import app
 
     folder = save_model(tmp_path / "tiny")
     args = ["bench", "kernel", "--model", str(folder), "--spans", "1", "--trials", "1", "--prefix", "8",

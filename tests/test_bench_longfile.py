@@ -11,7 +11,7 @@ import pytest
 
 from cadedit.bench.corpus import load_corpus
 from cadedit.bench.longfile import _is_exact_mutation, apply_swap, build_tasks, candidate_swaps, score, write_tasks
-from cadedit.document import Document
+from cadedit.text.document import Document
 
 MODULE = '''\
 """A module."""

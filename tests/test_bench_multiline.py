@@ -6,15 +6,14 @@ is well formed (every gold applies, every check holds on no answer but a right o
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from cadedit.bench.multiline import CORPUS, gold_text, judge, load_cases
-from cadedit.decode import script_sampler
-from cadedit.document import Document
-from cadedit.model import encode, token_bytes
-from cadedit.regions import scoped_source
+from cadedit.decode.loop import script_sampler
+from cadedit.text.document import Document
+from cadedit.backends.model import encode, token_bytes
+from cadedit.prompt.regions import scoped_source
 from tests.scripting import inject_picks, invoke
 from tests.test_bench_peers import fake_llama  # noqa: F401 - fixture: a fake llama_cpp module
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
@@ -119,9 +118,9 @@ def test_llama_lookup_answers_each_cases_first_prompt_beside_cadedit(tmp_path, m
     """--llama-lookup: llama.cpp with prompt lookup (a fake llama_cpp module, tests/test_bench_peers.py)
     gets the prompt of cadedit's first try byte for byte and the same budget; its answer is judged
     as cadedit's is; each row and each part's summary carry its forwards and wall beside cadedit's."""
-    from cadedit import pipeline
+    from cadedit.decode import pipeline
     from cadedit.bench.multiline import case_request
-    from cadedit.model import load_model, token_bytes
+    from cadedit.backends.model import load_model, token_bytes
     from tests.test_bench_peers import FakeLlama, fake_piece
 
     monkeypatch.chdir(tmp_path)

@@ -7,7 +7,7 @@ import json
 
 from typer.testing import CliRunner
 
-from cadedit.cli import app
+from cadedit.cli.root import app
 
 
 def test_overhead_runs_two_fix_processes_and_times_the_step_in_every_dtype(tiny_dir, tmp_path):

@@ -18,14 +18,14 @@ import types
 import pytest
 from typer.testing import CliRunner
 
-import cadedit.pipeline as pipeline
+import cadedit.decode.pipeline as pipeline
 from cadedit.bench import peers as pe
-from cadedit.cli import app
-from cadedit.document import Document
+from cadedit.cli.root import app
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError
-from cadedit.model import load_model, render_chat
+from cadedit.backends.model import load_model, render_chat
 from cadedit.options import EditOptions, Mode
-from cadedit.prompt import fenced_source, language_tag, rewrite_messages
+from cadedit.prompt.messages import fenced_source, language_tag, rewrite_messages
 from tests.bench_helpers import record, write_corpus
 from tests.scripting import editing, inject_e2e
 

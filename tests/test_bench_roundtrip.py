@@ -7,7 +7,7 @@ import pytest
 from cadedit.bench import perturb as pt
 from cadedit.bench import roundtrip as rt
 from cadedit.bench.corpus import case_from_record
-from cadedit.program import Copy, Gen, Program
+from cadedit.text.program import Copy, Gen, Program
 from tests.bench_helpers import CASES, record
 
 CORPUS = [case_from_record(r, f"t:{k}") for k, r in enumerate(CASES, 1)]

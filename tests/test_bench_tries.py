@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from cadedit.decode import script_sampler
-from cadedit.document import Document
-from cadedit.model import encode, token_bytes
-from cadedit.regions import scoped_source
+from cadedit.decode.loop import script_sampler
+from cadedit.text.document import Document
+from cadedit.backends.model import encode, token_bytes
+from cadedit.prompt.regions import scoped_source
 from tests.scripting import inject_picks, invoke, scripted_sampler
 
 BUGGY = "def add(a, b):\n    return a - b\n"

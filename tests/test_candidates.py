@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-import cadedit.pipeline as pipeline
+import cadedit.decode.pipeline as pipeline
 from cadedit.bench import candidates as bench_candidates
-from cadedit.decode import Row, decode_rows, sampler_for, script_sampler
-from cadedit.document import Document
+from cadedit.decode.loop import Row, decode_rows, sampler_for, script_sampler
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError
-from cadedit.model import CachedLM, LoadedModel, encode, new_cache, token_bytes
+from cadedit.backends.model import CachedLM, LoadedModel, encode, new_cache, token_bytes
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.pipeline import branch_key, edit_candidates, edit_file
+from cadedit.decode.pipeline import branch_key, edit_candidates, edit_file
 from tests.scripting import given, inject_branches, inject_picks, invoke, spelling
 from tests.test_rewrite import BEFORE as COLORS, editing_model
 from tests.test_tries_cli import BEFORE, GOOD, GREP_TEST, WRONG, load_once, _models, work  # noqa: F401 - fixtures
@@ -330,11 +330,11 @@ def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(t
 
 
 def test_program_mode_rows_each_spell_their_own_program_with_splices():
-    from cadedit.model import encode
-    from cadedit.oracle import oracle
-    from cadedit.pipeline import grammar_for
-    from cadedit.program import format
-    from cadedit.resolve import to_display_program
+    from cadedit.backends.model import encode
+    from cadedit.text.oracle import oracle
+    from cadedit.decode.pipeline import grammar_for
+    from cadedit.text.program import format
+    from cadedit.text.resolve import to_display_program
     from tests.tinytok import make_tokenizer
 
     loaded = LoadedModel(make_model(), make_tokenizer(), "tiny", "cpu", torch.float32, 1, 4096, 0.0)
@@ -378,8 +378,8 @@ def test_rows_that_agree_are_computed_once(tiny):
 
 
 def test_a_row_that_runs_far_past_candidate_1_is_stopped(tiny_dir):
-    from cadedit import decode
-    from cadedit.model import load_model
+    from cadedit.decode import loop as decode
+    from cadedit.backends.model import load_model
 
     loaded = load_model(str(tiny_dir), dtype="fp32", threads=1)
     document = Document.from_text("def add(a, b):\n    return a - b\n", "solution.py")
@@ -410,8 +410,8 @@ def branches_against_forced_decodes(loaded: LoadedModel, prepared, n: int = 3, r
     """Decode greedily with the hesitations recorded, branch n rows from it (decode_branches, from that
     decode's cache) and check each row against a fresh decode that forces its alternative: the same
     ids, text and log-probability, the cache it branched from left as it was. Returns the rows."""
-    from cadedit.decode import branch, decode_branches
-    from cadedit.pipeline import branch_points
+    from cadedit.decode.loop import branch, decode_branches
+    from cadedit.decode.pipeline import branch_points
 
     lm = CachedLM(loaded.model, new_cache(loaded))
     cursor, _, drafter = pipeline.mode_parts(loaded, None, prepared, True)
@@ -452,7 +452,7 @@ def test_a_branch_writes_what_a_fresh_decode_forced_to_its_alternative_writes(ti
 
 
 def test_branch_points_take_the_nearest_ties_and_leave_out_splits_of_the_picked_token():
-    from cadedit.pipeline import branch_points
+    from cadedit.decode.pipeline import branch_points
     from cadedit.results import Alternative
 
     tokens = [b"", b"ab", b"a", b"x", b"b", b"y"]
@@ -464,7 +464,7 @@ def test_branch_points_take_the_nearest_ties_and_leave_out_splits_of_the_picked_
 
 
 def test_branch_points_leave_out_the_points_an_earlier_try_took():
-    from cadedit.pipeline import branch_points
+    from cadedit.decode.pipeline import branch_points
     from cadedit.results import Alternative
 
     tokens, ids = [b"", b"a", b"b", b"c", b"d"], [1, 2, 2]
@@ -477,7 +477,7 @@ def test_branch_points_leave_out_the_points_an_earlier_try_took():
 def test_branch_points_leave_out_alternatives_that_would_write_the_answer_again():
     """One token for two of the answer's ("ab" for "a" "b") spells it again; one that ends the code as the
     answer does with another whitespace before the fence ("}\n\n" for "}\n") writes it again too."""
-    from cadedit.pipeline import branch_points
+    from cadedit.decode.pipeline import branch_points
     from cadedit.results import Alternative
 
     tokens = [b"", b"a", b"b", b"ab", b"}\n", b"}\n\n", b"```", b"c", b"}"]
@@ -490,7 +490,7 @@ def test_branch_points_leave_out_alternatives_that_would_write_the_answer_again(
 
 def test_the_branches_report_their_progress_after_candidate_1(tiny):
     """on_step follows candidate 1's decode, then the branches' (a status line keeps moving)."""
-    from cadedit.tries import branch_factories
+    from cadedit.tries.loop import branch_factories
 
     document = Document.from_bytes(BEFORE, "a.py")
     options = EditOptions(mode=Mode.VERIFY, max_new_tokens=40)
@@ -508,7 +508,7 @@ def test_a_branch_that_writes_what_the_file_lacks_may_take_a_forward_per_token_o
     lines the file lacks, one token a forward (no draft to take). They may take a forward per token
     candidate 1 wrote after the branch point (decode.branch_limit), where twice candidate 1's forwards
     plus the slack would stop them before the end: the fix passes."""
-    from cadedit import decode
+    from cadedit.decode import loop as decode
 
     tail = "".join(f"x{k} = {k}\n" for k in range(30))
     fixed = GOOD + "".join(f"y{k} = [{k}]\n" for k in range(30))
@@ -526,7 +526,7 @@ def test_a_branch_that_writes_candidate_1s_text_again_takes_its_rest_without_dec
     rest. Once a branch has written REJOIN_TOKENS ids of candidate 1's answer again it takes the rest
     as its own (decode.REJOIN_TOKENS) instead of verifying it: the fix passes and is written whole,
     the branch decoded a few tokens past its branch point, and its statistics count the rest as copied."""
-    from cadedit import decode
+    from cadedit.decode import loop as decode
 
     tail = "".join(f"x{k} = {k}\n" for k in range(40))
     _, data, first, branched = fixed_by_a_branch(tiny_dir, work, scripted_rows, monkeypatch, tail, GOOD + tail)
@@ -558,7 +558,7 @@ def test_later_tries_decode_their_branches_to_the_end(tiny_dir, work, monkeypatc
     try 1 (settings.REJOIN_TRIES) a branch takes candidate 1's rest once it has written a stretch of it
     again, so its answer keeps candidate 1's last line and fails the test; try 2 decodes its branches
     to the end, and the fix passes there."""
-    from cadedit import decode
+    from cadedit.decode import loop as decode
 
     tail = "".join(f"x{k} = {k}\n" for k in range(40))
     (work / "a.py").write_text(BEFORE.decode() + tail)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from cadedit import checks
-from cadedit.checks import (
+from cadedit.tries import checks
+from cadedit.tries.checks import (
     Candidate,
     Check,
     candidate_in_place,
@@ -31,7 +31,7 @@ from cadedit.checks import (
     syntax_check,
 )
 from cadedit.errors import ApplyError, ConfigError
-from cadedit.languages import SUFFIXES, fence_tag, language_of
+from cadedit.text.languages import SUFFIXES, fence_tag, language_of
 
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node not installed")
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def test_unknown_language_has_no_record_and_an_empty_tag(path):
 
 
 def test_the_prompt_tags_fences_from_this_one_table():
-    from cadedit.prompt import language_tag
+    from cadedit.prompt.messages import language_tag
 
     for suffix, language in SUFFIXES.items():
         assert language_tag(f"src/x{suffix}") == language.fence
@@ -253,7 +253,7 @@ def test_feedback_is_empty_when_everything_passed_or_was_skipped():
 
 
 def test_checks_import_neither_torch_nor_transformers():
-    code = "import sys, cadedit.checks, cadedit.languages; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    code = "import sys, cadedit.tries.checks, cadedit.text.languages; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
     assert out.stdout.strip() == "[]"
@@ -405,7 +405,7 @@ def test_missing_file_is_refused(user_file):
 
 
 def test_a_candidate_that_cannot_be_written_is_an_apply_error(user_file, monkeypatch):
-    from cadedit import sandbox
+    from cadedit.tries import sandbox
 
     real, calls = sandbox.write_fd, []
 
@@ -483,7 +483,7 @@ DRIVER = textwrap.dedent(
     """
     import signal, sys
     from pathlib import Path
-    from cadedit.checks import Candidate, run_test
+    from cadedit.tries.checks import Candidate, run_test
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started with SIGINT ignored
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

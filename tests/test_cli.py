@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cadedit import __version__, cli
-from cadedit.program import Copy, Gen, Program, format
+from cadedit import __version__
+from cadedit.cli import root as cli
+from cadedit.text.program import Copy, Gen, Program, format
 
 needs_patch = pytest.mark.skipif(shutil.which("patch") is None, reason="patch(1) not installed")
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
@@ -141,7 +142,7 @@ def test_strict_mode_hints_at_clip(work):
 
 def test_write_refuses_a_file_changed_while_cadedit_worked(work, monkeypatch):
     (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
-    import cadedit.resolve as resolve
+    import cadedit.text.resolve as resolve
 
     real = resolve.resolve_ops
 
@@ -185,7 +186,7 @@ def _crash(*args, **kwargs):
 
 
 def test_internal_error_is_one_line_without_debug(work, monkeypatch):
-    monkeypatch.setattr("cadedit.oracle.oracle", _crash)
+    monkeypatch.setattr("cadedit.text.oracle.oracle", _crash)
     result = invoke("oracle", "a.py", "b.py")
     assert result.exit_code == 1
     assert result.stderr.splitlines() == ["error: internal error: RuntimeError: boom", "hint: rerun with --debug for the traceback"]
@@ -193,7 +194,7 @@ def test_internal_error_is_one_line_without_debug(work, monkeypatch):
 
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_debug_shows_the_traceback(work, monkeypatch, how):
-    monkeypatch.setattr("cadedit.oracle.oracle", _crash)
+    monkeypatch.setattr("cadedit.text.oracle.oracle", _crash)
     if how == "env":
         monkeypatch.setenv("CADEDIT_DEBUG", "1")
     result = invoke(*(["--debug"] if how == "flag" else []), "oracle", "a.py", "b.py")
@@ -212,7 +213,7 @@ def test_ctrl_c_exits_130(work, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("cadedit.oracle.oracle", interrupted)
+    monkeypatch.setattr("cadedit.text.oracle.oracle", interrupted)
     assert invoke("oracle", "a.py", "b.py").exit_code == 130
 
 
@@ -307,7 +308,7 @@ def test_commands_without_a_model_never_import_torch(tmp_path, args):
     (tmp_path / "b.py").write_bytes(AFTER)
     (tmp_path / "p").write_text(format(Program((Copy(1, 2),))))
     probe = (
-        "import sys\nfrom cadedit.cli import main\nsys.argv = ['cadedit', *sys.argv[1:]]\n"
+        "import sys\nfrom cadedit.cli.root import main\nsys.argv = ['cadedit', *sys.argv[1:]]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'accelerate', 'gguf'})\n"
         "sys.stderr.write(f'HEAVY={heavy}')\n"
@@ -389,9 +390,9 @@ def test_dev_zero_is_refused_without_reading_it(work):
 
 
 def test_a_file_over_the_size_cap_is_refused(work, monkeypatch):
-    import cadedit.document
+    import cadedit.text.document
 
-    monkeypatch.setattr(cadedit.document, "MAX_BYTES", 10)
+    monkeypatch.setattr(cadedit.text.document, "MAX_BYTES", 10)
     (work / "p").write_text(format(Program((Copy(1, 1),))))
     result = invoke("apply", "a.py", "p")
     assert result.exit_code == 1
@@ -497,8 +498,8 @@ def test_a_piped_diff_is_the_plain_patch_whatever_the_colour_settings(work, env)
 @pytest.mark.parametrize("args", [["oracle", "a.py", "b.py", "--debug"], ["oracle", "--debug", "a.py", "b.py"],
                                   ["hook", "run", "--debug"], ["hook", "--debug", "run"]])
 def test_debug_is_accepted_after_the_command_too(work, monkeypatch, args):
-    monkeypatch.setattr("cadedit.oracle.oracle", _crash)
-    monkeypatch.setattr("cadedit.repo.open_repo", _crash)
+    monkeypatch.setattr("cadedit.text.oracle.oracle", _crash)
+    monkeypatch.setattr("cadedit.git.repo.open_repo", _crash)
     result = invoke(*args)
     assert result.exit_code == 1, result.output
     assert "Traceback" in result.stderr and "error: internal error: RuntimeError: boom" in result.stderr
@@ -550,7 +551,7 @@ def unreadable(work, monkeypatch):
     """secret.py behaves as a mode-000 file does for a user who is not root (root reads anything)."""
     (work / "secret.py").write_bytes(BEFORE)
     os.chmod(work / "secret.py", 0)
-    real_access, real_open, real_stat = os.access, os.open, os.stat
+    real_access, real_open = os.access, os.open
     denied = lambda path: os.path.basename(os.fspath(path)) == "secret.py"  # noqa: E731
 
     def access(path, mode, *args, **kwargs):
@@ -615,7 +616,7 @@ def test_utf16_and_utf32_files_are_named_as_such(work, data, kind):
 
 SIGNAL_SCRIPT = """
 import os, signal, sys
-import cadedit.diff
+import cadedit.text.diff
 when, name = sys.argv[1], sys.argv[2]
 real = getattr(os, when)
 def hooked(*args):
@@ -623,7 +624,7 @@ def hooked(*args):
     os.kill(os.getpid(), getattr(signal, name))
     return real(*args) if when == "fsync" else result
 setattr(os, when, hooked)
-from cadedit.cli import main
+from cadedit.cli.root import main
 sys.argv = ["cadedit", "apply", "a.py", "p", "--write"]
 main()
 """
@@ -683,9 +684,9 @@ def test_a_pipe_with_write_is_refused_as_a_pipe(work):
 
 
 def test_a_program_on_stdin_is_read_up_to_the_cap_only(work, monkeypatch):
-    import cadedit.document
+    import cadedit.text.document
 
-    monkeypatch.setattr(cadedit.document, "MAX_BYTES", 64)
+    monkeypatch.setattr(cadedit.text.document, "MAX_BYTES", 64)
     result = invoke("apply", "a.py", "-", input=b"<program>\n" + b" " * 100 + b"</program>\n")
     assert result.exit_code == 1
     assert result.stderr == "error: <stdin>: larger than 64 bytes; cadedit edits source files\n"

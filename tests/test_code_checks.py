@@ -1,4 +1,4 @@
-"""The code checks (cadedit.code_checks) through `cadedit fix`, with scripted candidates: each
+"""The code checks (cadedit.tries.code_checks) through `cadedit fix`, with scripted candidates: each
 breakage a small model makes while the file still parses fails its named check with a one-line
 reason, that reason reaches the next try's prompt, and nothing is written until a try passes.
 """
@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from cadedit.code_checks import code_checks
+from cadedit.tries.code_checks import code_checks
 from tests.conftest import approve_settings
 from tests.test_candidates import scripted_rows  # noqa: F401 (a fixture)
 from tests.test_hook_cli import git, hook, make_repo, no_outer_git, staged  # noqa: F401 (a fixture)

@@ -1,4 +1,4 @@
-"""The names check on JavaScript (cadedit.js_names through cadedit.code_checks): `cadedit fix app.js`
+"""The names check on JavaScript (cadedit.scope.js_names through cadedit.tries.code_checks): `cadedit fix app.js`
 with scripted candidates fails one that leaves a name undefined, with a one-line reason the next try
 is told, and writes nothing; a global the file already used is no new problem. The table below pins
 the scopes one at a time on the check itself.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from cadedit.code_checks import code_checks
+from cadedit.tries.code_checks import code_checks
 from tests.scripting import invoke
 from tests.test_tries_cli import load_once, scripted, tries_lines, work, _models  # noqa: F401 (fixtures)
 

@@ -11,17 +11,17 @@ import subprocess
 import numpy as np
 import pytest
 
-from cadedit import prompt
-from cadedit.decode import allowed_array, sample, sampler_for, script_sampler
-from cadedit.diff import unified_diff
-from cadedit.document import Document
+from cadedit.prompt import messages as prompt
+from cadedit.decode.loop import allowed_array, sample, sampler_for, script_sampler
+from cadedit.text.diff import unified_diff
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError
-from cadedit.model import LoadedModel, encode
+from cadedit.backends.model import LoadedModel, encode
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.oracle import oracle
-from cadedit.pipeline import edit_file, grammar_for
-from cadedit.program import Copy, Gen, Program, format
-from cadedit.resolve import to_display_program, to_document_program
+from cadedit.text.oracle import oracle
+from cadedit.decode.pipeline import edit_file, grammar_for
+from cadedit.text.program import Copy, Gen, Program, format
+from cadedit.text.resolve import to_display_program, to_document_program
 from tests.scripting import given
 from tests.tinymodel import make_model
 from tests.tinytok import make_tokenizer
@@ -73,7 +73,7 @@ def test_forcing_the_oracle_program_reproduces_the_gold_file_exactly(loaded, nam
 
 
 class Recording:
-    """Wraps the loaded model's LM (cadedit.model.CachedLM) for one decode: what each forward
+    """Wraps the loaded model's LM (cadedit.backends.model.CachedLM) for one decode: what each forward
     is fed; what its cache holds is the LM's own id list (fed ids, minus cropped drafts)."""
 
     def __init__(self, inner):
@@ -97,7 +97,7 @@ class Recording:
 
 @pytest.fixture
 def recording(monkeypatch):
-    import cadedit.pipeline as pipeline
+    import cadedit.decode.pipeline as pipeline
 
     made = []
     real = pipeline.language_model

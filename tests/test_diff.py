@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from unidiff import PatchSet
 
-from cadedit import diff as diffmod
-from cadedit.diff import NO_NEWLINE, count_changes, diff_lines, show, unified_diff, write_atomic
-from cadedit.document import Document
+from cadedit.text import diff as diffmod
+from cadedit.text.diff import NO_NEWLINE, count_changes, diff_lines, show, unified_diff, write_atomic
+from cadedit.text.document import Document
 from cadedit.errors import ApplyError
 
 needs_patch = pytest.mark.skipif(shutil.which("patch") is None, reason="patch(1) not installed")

@@ -25,7 +25,7 @@ from tests.conftest import console_script
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
-RULE_KEYS = {"files", "instruction", "test"}  # cadedit.repo reads exactly these in a [[rules]] table
+RULE_KEYS = {"files", "instruction", "test"}  # cadedit.git.repo reads exactly these in a [[rules]] table
 README_MOST_LINES = 300
 # A citation of the manual from code: docs/PAGE.md, optionally #anchor.
 CITATION = re.compile(r"docs/([\w./-]+\.md)(?:#([\w-]+))?")
@@ -178,7 +178,7 @@ def test_every_option_is_in_the_manual(command, page):
     """A new option of a command shows up in its manual page, or this fails."""
     import typer
 
-    from cadedit.cli import app
+    from cadedit.cli.root import app
 
     found = typer.main.get_command(app)
     for name in command:

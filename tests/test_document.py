@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cadedit.document import BOM, Document, line_body, line_terminator, split_lines
+from cadedit.text.document import BOM, Document, line_body, line_terminator, split_lines
 from cadedit.errors import DocumentError
 
 terminators = st.sampled_from(["\n", "\r\n", "\r"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cadedit.document import Document
-from cadedit.draft import LOOKUP_NGRAM, LOOKUP_TOKENS, LookupDrafter, propose, read
+from cadedit.text.document import Document
+from cadedit.decode.draft import LOOKUP_NGRAM, LOOKUP_TOKENS, LookupDrafter, propose, read
 
 DOC = Document.from_text(
     "def f(xs):\n"  # 1

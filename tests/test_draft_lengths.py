@@ -1,4 +1,4 @@
-"""Verify draft lengths fitted to what a forward of k tokens costs (cadedit.forward_cost): the cost
+"""Verify draft lengths fitted to what a forward of k tokens costs (cadedit.backends.forward_cost): the cost
 curve is measured from the model's own forwards (here a fake LM on a fake clock, steep or flat),
 drafts chosen from a steep curve stay short where a flat curve's are long, the answer is the same
 either way (and the same as one token a forward), and the fitted lengths cost less than the fixed
@@ -12,8 +12,8 @@ import statistics
 
 import pytest
 
-from cadedit.forward_cost import WIDTHS, CostCurve, FittedLengths, measure_curve
-from cadedit.verify import Schedule, VerifyDrafter
+from cadedit.backends.forward_cost import WIDTHS, CostCurve, FittedLengths, measure_curve
+from cadedit.decode.verify import Schedule, VerifyDrafter
 from tests.test_verify import CORPUS, FENCE, TOK, TOKEN_BYTES, ScriptedLM, encode_text, run_loop
 
 

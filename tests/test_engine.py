@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from cadedit.document import Document
-from cadedit import engine as engine_module
-from cadedit.engine import EngineClient, number_range, program_gbnf
+from cadedit.text.document import Document
+from cadedit.server import engine as engine_module
+from cadedit.server.engine import EngineClient, number_range, program_gbnf
 from cadedit.errors import BudgetError
 from cadedit.options import EditOptions, Mode
-from cadedit.request import build_request, render_chatml
-from cadedit.tokenizer import Tokenizer
+from cadedit.prompt.request import build_request, render_chatml
+from cadedit.backends.torch.tokenizer import Tokenizer
 from tests.conftest import console_script
 
 QWEN_TEMPLATE = (Path(__file__).parent / "data" / "qwen2.5-chat-template.jinja").read_text()
@@ -469,8 +469,8 @@ def test_bench_tries_measures_edits_through_an_engine_as_fix_sends_them(engine, 
 
 
 def test_token_logprobs_read_both_forms_and_the_kept_tokens_spell_the_text():
-    from cadedit.engine import _kept
-    from cadedit.engine_answer import token_logprobs
+    from cadedit.server.engine import _kept
+    from cadedit.server.engine_answer import token_logprobs
 
     legacy = {"logprobs": legacy_logprobs([("a", -0.1, {"b": -2.0}), ("c", -0.2, {})])}
     chat = {"logprobs": {"content": [{"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "b", "logprob": -2.0},
@@ -578,7 +578,7 @@ def test_the_hook_runs_through_the_engine(engine, tmp_path, where):
 
 def test_the_client_imports_no_torch(engine, tmp_path):
     url = engine(Script([("x = 2", "stop")]))
-    code = ("import sys; from cadedit.engine import EngineClient; from cadedit.document import Document; "
+    code = ("import sys; from cadedit.server.engine import EngineClient; from cadedit.text.document import Document; "
             f"r = EngineClient({url!r}).edit(Document.from_text('x = 1\\n', 'a.py'), 'Set x to 2.'); "
             "print(repr(r.new_text), 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,

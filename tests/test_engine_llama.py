@@ -24,7 +24,7 @@ if os.environ.get("CADEDIT_REQUIRE_LLAMA") != "1":
     pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] not installed "
                         "(tools/install-llama.sh)")
 
-from cadedit.document import Document  # noqa: E402
+from cadedit.text.document import Document  # noqa: E402
 from tests.test_engine import cli, colors, no_keys  # noqa: E402, F401 - the engine tests' fixtures and runner
 from tests.test_rewrite import BEFORE as COLORS, editing_model  # noqa: E402
 from tests.tinygguf import save_gguf  # noqa: E402

@@ -1,17 +1,17 @@
-"""Fenced text, the answer format of the rewrite modes (cadedit.fence): the fence, the stopping rule
+"""Fenced text, the answer format of the rewrite modes (cadedit.prompt.fence): the fence, the stopping rule
 across token seams, the answer's text before its closing fence, and FenceCursor -- one segment, or
 several with forced headers between them -- on its own and driven by the real decode loop
-(cadedit.decode.decode) over a stub LM that records what each forward is fed."""
+(cadedit.decode.loop.decode) over a stub LM that records what each forward is fed."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from cadedit.decode import decode
-from cadedit.document import Document
+from cadedit.decode.loop import decode
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError
-from cadedit.fence import FenceCursor, Stopper, fence_for, output_text
+from cadedit.prompt.fence import FenceCursor, Stopper, fence_for, output_text
 
 HAND_VOCAB = (b"x", b"\n", b"``", b"`", b"```\n", b"\n```", b"<eos>", b"y", b"# b\n", b"```py\n")
 EOS = frozenset({6})

@@ -12,12 +12,12 @@ import json
 
 import pytest
 
-import cadedit.pipeline as pipeline
-from cadedit.document import Document
+import cadedit.decode.pipeline as pipeline
+from cadedit.text.document import Document
 from cadedit.options import Mode
-from cadedit.program import parse
-from cadedit.resolve import resolve
-from cadedit.decode import script_sampler
+from cadedit.text.program import parse
+from cadedit.text.resolve import resolve
+from cadedit.decode.loop import script_sampler
 from tests.scripting import editing, every_try, inject_picks, invoke, spelling
 from tests.tinymodel import save_model
 
@@ -319,9 +319,9 @@ def test_a_damaged_model_folder_is_a_one_line_error(work, tiny_dir, tmp_path, da
 
 
 def test_stdin_is_read_up_to_the_cap_only(work, monkeypatch):
-    import cadedit.document
+    import cadedit.text.document
 
-    monkeypatch.setattr(cadedit.document, "MAX_BYTES", 16)
+    monkeypatch.setattr(cadedit.text.document, "MAX_BYTES", 16)
     result = fix("-", "Fix add.", input=b"x = 1\n" * 10)
     assert result.exit_code == 1
     assert result.stderr == "error: <stdin>: larger than 16 bytes; cadedit edits source files\n"

@@ -6,11 +6,11 @@ import random
 import numpy as np
 import pytest
 
-from cadedit import program
-from cadedit.grammar import GRAMMAR_PATH, compile_grammar, line_viable, load_syntax, read_syntax
+from cadedit.text import program
+from cadedit.decode.fsm import GRAMMAR_PATH, compile_grammar, line_viable, load_syntax, read_syntax
 from cadedit.errors import ProgramError
-from cadedit.program import Copy
-from cadedit.vocab import Vocab
+from cadedit.text.program import Copy
+from cadedit.backends.vocab import Vocab
 
 PIECES = [
     "<program>\n", "<", "copy", ' lines="', "1", "2", "0", "12", "-", '"/>\n', '"/', ">\n<", "gen",

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from cadedit.errors import ModelError
-from cadedit.vocab import UTF8_STATES, Vocab, build_index, utf8_run, vocab_from_tokenizer
+from cadedit.backends.vocab import UTF8_STATES, Vocab, build_index, utf8_run, vocab_from_tokenizer
 from tinytok import VOCAB_SIZE, make_tokenizer
 
 
@@ -42,7 +42,7 @@ def hand_tokenizer(pieces, merges, decoder=True):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from cadedit.vocab import _byte_decoder
+    from cadedit.backends.vocab import _byte_decoder
 
     alphabet = sorted(_byte_decoder())
     vocab = {ch: i for i, ch in enumerate(alphabet)}

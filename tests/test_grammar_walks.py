@@ -7,11 +7,11 @@ import re
 import numpy as np
 import pytest
 
-from cadedit import program
-from cadedit.document import Document
-from cadedit.grammar import BODY, END, GRAMMAR_PATH, OP, STOP, compile_grammar
-from cadedit.resolve import Bounds, resolve
-from cadedit.vocab import vocab_from_tokenizer
+from cadedit.text import program
+from cadedit.text.document import Document
+from cadedit.decode.fsm import BODY, END, GRAMMAR_PATH, OP, STOP, compile_grammar
+from cadedit.text.resolve import Bounds, resolve
+from cadedit.backends.vocab import vocab_from_tokenizer
 from tinytok import make_tokenizer
 
 CLOSING_TEXT = '0123456789-"/>\n</gen>\n</program>\n'

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import cadedit.model
+import cadedit.backends.model
 from cadedit.errors import ConfigError
 from cadedit.options import Mode
 from tests.conftest import approve_settings
@@ -40,8 +40,8 @@ def no_outer_git(monkeypatch):
 def loads(monkeypatch):
     """Calls of model.load_model (the hook imports it lazily, so patching the module is enough)."""
     calls = []
-    real = cadedit.model.load_model
-    monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: calls.append(a) or real(*a, **k))
+    real = cadedit.backends.model.load_model
+    monkeypatch.setattr(cadedit.backends.model, "load_model", lambda *a, **k: calls.append(a) or real(*a, **k))
     return calls
 
 
@@ -151,7 +151,7 @@ def test_files_arguments_limit_the_run_to_those_files(tmp_path, monkeypatch, tin
 
 
 def test_no_matching_staged_file_exits_0_without_loading_the_model(tmp_path, monkeypatch):
-    monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(cadedit.backends.model, "load_model", lambda *a, **k: pytest.fail("model loaded"))
     root = make_repo(tmp_path / "w", "no/such/model", {"a.py": b"old\n"})
     write(root, {"notes.txt": b"old\n", "b.py": b"old, not staged\n"})
     git(root, "add", "notes.txt")
@@ -230,7 +230,7 @@ def _hooks_repository(dest: Path) -> Path:
     for name in ("pyproject.toml", "README.md", ".pre-commit-hooks.yaml"):
         shutil.copy2(PROJECT / name, dest / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("cadedit", "grammars"):
+    for folder in ("cadedit",):
         shutil.copytree(PROJECT / folder, dest / folder, symlinks=True, ignore=ignore)
     git(dest, "init", "-q")
     git(dest, "add", "-A")

@@ -114,7 +114,7 @@ def test_a_test_sees_the_candidate_and_unstaged_work_survives(tmp_path, monkeypa
 
 
 def test_candidates_come_from_the_settings_and_the_first_that_passes_wins(tmp_path, monkeypatch, tiny_dir):
-    from cadedit.document import Document
+    from cadedit.text.document import Document
     from tests.scripting import editing, inject_branches, inject_picks
 
     seen = []  # each row's prepared request

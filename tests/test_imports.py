@@ -1,6 +1,8 @@
-"""The house's imports point one way: no module of cadedit imports one that (directly or through
-others) imports it back at import time, and every module imports on its own in a fresh interpreter
-(`python -c "import cadedit.hook_cli"` once raised ImportError)."""
+"""The house's imports point one way. Every import statement of cadedit counts (module level, inside
+functions, under TYPE_CHECKING): no cycle among cadedit's modules, no edge from a layer to a later one
+in LAYERS, few imports of cadedit's own modules inside functions, each with a comment saying why, and
+every module imports on its own in a fresh interpreter (`python -c "import cadedit.cli.hook"` once
+raised ImportError)."""
 
 from __future__ import annotations
 
@@ -11,47 +13,123 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "cadedit"
 
+# Bottom first: a module imports from its own layer and those listed before it, never from a later one.
+# `pkg.*` is a folder of cadedit (the package and everything in it); the first entry that names a module wins.
+LAYERS: list[tuple[str, list[str]]] = [
+    ("errors", ["cadedit", "cadedit.errors"]),
+    ("text", ["cadedit.text.*"]),
+    ("settings", ["cadedit.settings", "cadedit.options", "cadedit.results"]),
+    ("prompt", ["cadedit.prompt.*"]),
+    ("scope", ["cadedit.scope.*"]),
+    ("backends", ["cadedit.backends.*"]),
+    ("decode", ["cadedit.decode.*"]),
+    ("tries", ["cadedit.tries.*"]),
+    ("git", ["cadedit.git.*"]),
+    ("server", ["cadedit.server.*"]),
+    ("console", ["cadedit.cli.common"]),  # the one console and shared options: bench/ uses them too
+    ("bench", ["cadedit.bench.*"]),
+    ("cli", ["cadedit.cli.*", "cadedit.entry", "cadedit.__main__"]),
+]
+# Imports of cadedit's own modules inside functions: the CLI's keep `cadedit --help` light (among them
+# the CLI's and the bench's pipeline.LocalEditor, made only once a model loads, and the bench's gold checks).
+MAX_LAZY = 125
 
-def modules() -> dict[str, Path]:
+
+def modules(root: Path = PACKAGE) -> dict[str, Path]:
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
         found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
-def top_level_imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """The cadedit modules `name` imports when it is imported (module level, not inside functions)."""
-    out = set()
-    tree = ast.parse(path.read_text())
-    for node in tree.body:
+def imports(name: str, path: Path, known: set[str]) -> list[tuple[int, str, bool]]:
+    """(line, imported cadedit module, whether inside a function) for every import statement of `name`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    inside = {id(node) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for node in ast.walk(fn) if node is not fn}
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out |= {alias.name for alias in node.names if alias.name in known}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module in known:
-                out.add(node.module)
-            out |= {f"{node.module}.{alias.name}" for alias in node.names if f"{node.module}.{alias.name}" in known}
-    return out - {name}
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        out += [(node.lineno, target, id(node) in inside) for target in targets if target in known and target != name]
+    return out
 
 
-def test_no_import_cycle_at_import_time():
-    known = modules()
-    graph = {name: top_level_imports(name, path, set(known)) for name, path in known.items()}
+def graph(root: Path = PACKAGE) -> dict[str, list[tuple[int, str, bool]]]:
+    known = modules(root)
+    return {name: imports(name, path, set(known)) for name, path in known.items()}
+
+
+def layer_of(name: str) -> int:
+    for index, (_, members) in enumerate(LAYERS):
+        if name in members or any(m.endswith(".*") and (name == m[:-2] or name.startswith(m[:-1])) for m in members):
+            return index
+    raise AssertionError(f"{name} is in no layer of tests/test_imports.py's LAYERS: add it")
+
+
+def cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a list of modules, or None."""
     state: dict[str, int] = {}
 
-    def visit(name: str, trail: list[str]) -> None:
+    def visit(name: str, trail: list[str]) -> list[str] | None:
         state[name] = 1
-        for other in sorted(graph[name]):
+        for other in sorted(edges.get(name, ())):
             if state.get(other) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(trail[trail.index(other):] + [name, other])
-                                     if other in trail else f"import cycle through {name} -> {other}")
-            if other not in state:
-                visit(other, trail + [name])
+                return trail[trail.index(other):] + [name, other] if other in trail else [name, other]
+            if other not in state and (found := visit(other, trail + [name])):
+                return found
         state[name] = 2
+        return None
 
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [])
+    for name in sorted(edges):
+        if name not in state and (found := visit(name, [])):
+            return found
+    return None
+
+
+def test_no_import_cycle_counting_every_import():
+    edges = {name: {target for _, target, _ in found} for name, found in graph().items()}
+    found = cycle(edges)
+    assert found is None, "import cycle: " + " -> ".join(found)
+
+
+def test_the_cycle_check_sees_an_import_inside_a_function(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg import b\n")
+    (package / "b.py").write_text("def late():\n    from pkg.a import x\n")
+    edges = {name: {t for _, t, _ in found} for name, found in graph(package).items()}
+    assert cycle(edges) in (["pkg.a", "pkg.b", "pkg.a"], ["pkg.b", "pkg.a", "pkg.b"])
+
+
+def test_every_module_is_in_a_layer_and_imports_point_down():
+    up = sorted({f"{name}:{line} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+                 for name, found in graph().items() for line, target, _ in found if layer_of(target) > layer_of(name)})
+    assert not up, "imports pointing up the layers:\n" + "\n".join(up)
+
+
+def test_imports_inside_functions_are_few_and_say_why():
+    lazy = sorted({(name, line) for name, found in graph().items() for line, _, inside in found if inside})
+    assert len(lazy) <= MAX_LAZY, f"{len(lazy)} imports of cadedit inside functions (at most {MAX_LAZY})"
+    paths = modules()
+    silent = []
+    for name, line in lazy:
+        statement = next(node for node in ast.walk(ast.parse(paths[name].read_text(encoding="utf-8")))
+                         if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno == line)
+        text = paths[name].read_text(encoding="utf-8").splitlines()[statement.end_lineno - 1]
+        if "#" not in text:
+            silent.append(f"{name}:{line}")
+    assert not silent, "imports of cadedit inside functions without a comment saying why: " + ", ".join(silent)
 
 
 def test_every_module_imports_on_its_own():

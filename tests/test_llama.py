@@ -27,13 +27,13 @@ import torch
 if os.environ.get("CADEDIT_REQUIRE_LLAMA") != "1":
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'cadedit[llama]')")
 
-import cadedit.pipeline as pipeline
-from cadedit.document import Document
-from cadedit.gguf_file import gguf_tokenizer, read_metadata
-from cadedit.model import CachedLM, load_model, new_cache
-from cadedit.prefix_store import PrefixStore, model_identity
+import cadedit.decode.pipeline as pipeline
+from cadedit.text.document import Document
+from cadedit.backends.llama.gguf_file import gguf_tokenizer, read_metadata
+from cadedit.backends.model import CachedLM, load_model, new_cache
+from cadedit.backends.prefix_store import PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.vocab import vocab_from_tokenizer
+from cadedit.backends.vocab import vocab_from_tokenizer
 from tests.conftest import console_script
 from tests.test_rewrite import BEFORE as COLORS, editing_model
 from tests.test_verify import CORPUS, fenced_run, prepared_for
@@ -48,7 +48,7 @@ SAME = 1e-3  # llama.cpp against itself, the same positions fed in other batches
 
 
 def close(got, expected, atol: float) -> bool:
-    """Logits (numpy arrays, cadedit.qwen2.LogitRows or tensors) equal within atol."""
+    """Logits (numpy arrays, cadedit.backends.torch.qwen2.LogitRows or tensors) equal within atol."""
     return np.allclose(np.asarray(got, dtype=np.float32), np.asarray(expected, dtype=np.float32), atol=atol)
 
 
@@ -153,8 +153,8 @@ def test_two_caches_of_one_model_take_turns(llama_tiny):
 def test_the_reading_in_a_row_beside_the_cache_reads_as_from_nothing_and_leaves_the_cache_as_it_was(llama_tiny):
     """where.surprise feeds a row of its own (a sequence of the context, emptied): what it reads is what an
     empty cache reads, and the cache keeps the prompt it held for the next try to reuse."""
-    from cadedit.model import language_model
-    from cadedit.where import surprise
+    from cadedit.backends.model import language_model
+    from cadedit.decode.where import surprise
 
     document = Document.from_text("def area(w, h):\n    s = w * h\n    return s - 0\n", "a.py")
     lm = language_model(llama_tiny)
@@ -172,7 +172,7 @@ def test_the_reading_in_a_row_beside_the_cache_reads_as_from_nothing_and_leaves_
 
 
 def test_a_long_feed_is_split_into_batches_and_keeps_its_last_rows(llama_tiny):
-    from cadedit import llamacpp
+    from cadedit.backends.llama import llamacpp
 
     ids = (TOK.encode("for i in range(10):\n    print(i, fib(i))\n") * 80)[: llamacpp.N_BATCH + 100]
     lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
@@ -204,7 +204,7 @@ def test_a_damaged_prefix_entry_is_deleted_and_ignored(llama_tiny, tmp_path):
     torch.save(torch.zeros(10, dtype=torch.uint8), store.path(identity, ids).parent.mkdir(parents=True) or store.path(identity, ids))
     lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
     assert not store.load(lm, identity, ids) and not store.path(identity, ids).exists() and lm.ids == []
-    from cadedit.llamacpp import STATE_MAGIC
+    from cadedit.backends.llama.llamacpp import STATE_MAGIC
 
     store.path(identity, ids).write_bytes(STATE_MAGIC + bytes(4000))  # this backend's header, not its state
     assert not store.load(lm, identity, ids) and not store.path(identity, ids).exists() and lm.ids == []
@@ -236,7 +236,7 @@ def test_program_mode_with_drafts_writes_what_it_writes_one_token_at_a_time(llam
     prepared = pipeline.prepare(llama_scaled, document, "Fix it.", options)
     runs = []
     for draft in (False, True):
-        from cadedit.decode import sampler_for
+        from cadedit.decode.loop import sampler_for
 
         try:
             runs.append(pipeline.run_decode(llama_scaled, document, prepared, sampler_for(Sampling()), draft=draft).ids)
@@ -280,7 +280,7 @@ def test_a_fix_on_the_llama_backend_never_imports_torch(colors, editing_gguf, tm
                               cwd=colors, capture_output=True, text=True, timeout=120, env=env)
         assert done.returncode == 0 and "+green;" in done.stdout, done.stderr[-2000:]
         imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-        assert "cadedit.llamacpp" in imported and "cadedit.decode" in imported  # the run is the one meant
+        assert "cadedit.backends.llama.llamacpp" in imported and "cadedit.decode.loop" in imported  # the run is the one meant
         assert not {name for name in imported if name.split(".")[0] in ("torch", "transformers")}, run
         assert list((tmp_path / "cache" / "cadedit" / "prefixes").glob("*.kv"))  # stored, then loaded
 
@@ -301,7 +301,7 @@ def test_auto_measures_the_backends_once_and_says_why(colors, editing_gguf, tmp_
 
 
 def test_bench_backends_times_both_sides_of_autos_probe_and_says_what_auto_would_pick(editing_gguf, tiny_dir, tmp_path):
-    from cadedit import hardware
+    from cadedit.backends import hardware
 
     out = tmp_path / "b.json"
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -318,7 +318,8 @@ def test_bench_backends_times_both_sides_of_autos_probe_and_says_what_auto_would
 
 
 def test_backend_measurements_are_keyed_by_the_llama_builds_cpu_features(editing_gguf):
-    from cadedit import hardware, llamacpp
+    from cadedit.backends import hardware
+    from cadedit.backends.llama import llamacpp
 
     version, _, features = llamacpp.build().partition(":")
     assert version == llamacpp.version() and len(features) == 12
@@ -417,7 +418,7 @@ def test_an_lm_studio_model_by_name(colors, editing_gguf):
 
 def test_a_second_decode_of_the_same_prompt_feeds_one_token(editing_gguf):
     """Two decodes of one prompt on llama.cpp: the second feeds one token (CachedLM.reuse), as on torch."""
-    from cadedit.decode import sampler_for
+    from cadedit.decode.loop import sampler_for
 
     loaded = load_model(str(editing_gguf), threads=1, backend="llama")
     document = Document.from_text(COLORS, "colors.txt")

@@ -20,11 +20,11 @@ import numpy as np
 if os.environ.get("CADEDIT_REQUIRE_LLAMA") != "1":
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'cadedit[llama]')")
 
-from cadedit import llamacpp
-from cadedit.document import Document
-from cadedit.model import CachedLM, new_cache
+from cadedit.backends.llama import llamacpp
+from cadedit.text.document import Document
+from cadedit.backends.model import CachedLM, new_cache
 from cadedit.options import Mode, Sampling
-from tests.test_candidates import SAMPLINGS, branches_against_forced_decodes, rows_for, run_rows
+from tests.test_candidates import branches_against_forced_decodes, rows_for, run_rows
 from tests.test_llama import (SAME, TOK, cli, colors, editing_gguf, llama_scaled, llama_tiny, scaled_gguf,  # noqa: F401
                               tiny_gguf)
 from tests.test_verify import CORPUS, prepared_for

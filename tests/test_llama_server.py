@@ -33,7 +33,7 @@ SERVER = shutil.which("llama-server", path=str(Path(sys.executable).parent)) or 
 if SERVER is None and not REQUIRED:
     pytest.skip("llama-server not installed (tools/install-llama.sh)", allow_module_level=True)
 
-from cadedit.document import Document  # noqa: E402
+from cadedit.text.document import Document  # noqa: E402
 from tests.conftest import console_script  # noqa: E402
 from tests.test_engine import cli, colors, no_keys  # noqa: E402, F401 - the engine tests' fixtures and runner
 from tests.test_engine_llama import _free_port, _stop  # noqa: E402

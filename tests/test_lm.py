@@ -1,4 +1,4 @@
-"""CachedLM (cadedit.model), the decode loop's language model: it knows the ids its KV cache
+"""CachedLM (cadedit.backends.model), the decode loop's language model: it knows the ids its KV cache
 holds, crops them with the cache, starts over after a failed forward, and keeps the cache of the
 prefix a new prompt shares with the last decode -- so a second decode feeds only the rest and writes
 exactly the ids a fresh cache gives (fp64 tiny model: batched and stepwise logits agree)."""
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-import cadedit.pipeline as pipeline
-from cadedit.decode import DecodeStats, decode, sampler_for
-from cadedit.document import Document
+import cadedit.decode.pipeline as pipeline
+from cadedit.decode.loop import DecodeStats, decode, sampler_for
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError, ModelError
-from cadedit.model import LoadedModel, CachedLM, language_model
+from cadedit.backends.model import LoadedModel, CachedLM, language_model
 from cadedit.options import EditOptions, Mode
 from tests.test_verify import CORPUS, fenced_run, tiny  # noqa: F401 - tiny is a fixture
 from tests.tinymodel import make_model

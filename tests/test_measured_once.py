@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from cadedit import hardware
+from cadedit.backends import hardware
 from cadedit.settings import user_cache
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from cadedit import hardware as H
-from cadedit import model as M
+from cadedit.backends import hardware as H
+from cadedit.backends import model as M
 from cadedit import settings as S
 from cadedit.errors import ConfigError, ModelError
 from tests.conftest import approve_settings
@@ -238,7 +238,8 @@ def test_failed_gguf_conversion_leaves_no_cache_entry(tmp_path, monkeypatch):
 def test_auto_runs_a_gguf_on_the_backend_that_measured_faster(monkeypatch, tmp_path, torch_seconds, chosen):
     """llama.cpp's edit work (its load included) 10 s against torch's estimate: torch only where it is
     clearly faster (a near tie runs the GGUF at its own size)."""
-    from cadedit import gguf_file, llamacpp
+    from cadedit.backends.llama import gguf_file
+    from cadedit.backends.llama import llamacpp
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     gguf = tmp_path / "m.gguf"
@@ -322,7 +323,7 @@ def test_a_cpu_build_of_torch_is_told_from_its_version_file_without_importing_it
 
 @pytest.mark.parametrize("step", ["bf16", "int8", "int4"])
 def test_the_torch_probe_runs_the_real_forward_with_the_step_copies_and_leaves_no_files(monkeypatch, tmp_path, step):
-    from cadedit.qwen2 import Config
+    from cadedit.backends.torch.qwen2 import Config
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     config = Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=5,
@@ -336,7 +337,7 @@ def test_the_torch_probe_runs_the_real_forward_with_the_step_copies_and_leaves_n
 
 def test_gguf_metadata_reads_as_the_gguf_package_reads_it_and_any_cut_is_a_model_error(tmp_path):
     gguf = pytest.importorskip("gguf")
-    from cadedit.gguf_file import read_metadata
+    from cadedit.backends.llama.gguf_file import read_metadata
     from tests.tinygguf import save_gguf
 
     path = save_gguf(tmp_path / "tiny.gguf")

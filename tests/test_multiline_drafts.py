@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from cadedit.decode import script_sampler
-from cadedit.model import encode, token_bytes
+from cadedit.decode.loop import script_sampler
+from cadedit.backends.model import encode, token_bytes
 from tests.scripting import inject_picks, invoke
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
 
@@ -131,7 +131,7 @@ def changed_tokens(tokenizer, before: str, after: str) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_dir):
-    from cadedit.model import load_model
+    from cadedit.backends.model import load_model
 
     return load_model(str(tiny_dir), dtype="fp32", threads=1).tokenizer
 

@@ -2,10 +2,10 @@
 
 import random
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.bench.perturb import perturb
-from cadedit.oracle import oracle
-from cadedit.program import Copy, Gen, Program
+from cadedit.text.oracle import oracle
+from cadedit.text.program import Copy, Gen, Program
 
 
 def test_oracle_program_shape():

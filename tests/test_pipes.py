@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-import cadedit.model
-from cadedit.document import Document
+import cadedit.backends.model
+from cadedit.text.document import Document
 from cadedit.options import Mode
 from tests.scripting import editing, every_try, inject_picks, invoke
 
@@ -135,8 +135,8 @@ def test_several_files_make_one_patch_and_load_the_model_once(tmp_path, monkeypa
     base = make_tree(tmp_path / "base", files, in_git=True)
     monkeypatch.chdir(base)
     loads = []
-    real_load = cadedit.model.load_model
-    monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    real_load = cadedit.backends.model.load_model
+    monkeypatch.setattr(cadedit.backends.model, "load_model", lambda *a, **k: loads.append(a) or real_load(*a, **k))
     # c.py needs no change: accepted with --allow-no-change (else a candidate must change the file)
     shown = fix("a.py", "src/b.py", "c.py", "-i", "Rename old.", "--model", str(tiny_dir), "--allow-no-change")
     assert shown.exit_code == 0, shown.output
@@ -197,7 +197,7 @@ DRIVER = """
 import pytest
 from tests.scripting import scripted
 from tests.test_pipes import script_model
-from cadedit.cli import app
+from cadedit.cli.root import app
 with pytest.MonkeyPatch.context() as mp:
     script_model(mp)
     app(prog_name="cadedit", obj=scripted())

@@ -10,11 +10,11 @@ import os
 import pytest
 import torch
 
-from cadedit import pipeline
-from cadedit.decode import script_sampler
-from cadedit.document import Document
-from cadedit.model import LoadedModel, language_model, token_bytes
-from cadedit.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
+from cadedit.decode import pipeline
+from cadedit.decode.loop import script_sampler
+from cadedit.text.document import Document
+from cadedit.backends.model import LoadedModel, language_model, token_bytes
+from cadedit.backends.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
 from tests.scripting import given
 from tests.tinymodel import make_model

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cadedit.errors import ProgramError
-from cadedit.program import ESC, RESERVED, Copy, Gen, Program, escape, format, parse, unescape
+from cadedit.text.program import ESC, RESERVED, Copy, Gen, Program, escape, format, parse, unescape
 
 # Adversarial alphabet: pieces of every reserved literal, the escape character, newlines.
 pieces = st.sampled_from(list(RESERVED) + ["<", "/", ">", "gen", "copy", "program", ESC, ESC * 2, "\n", "\r\n", "a", " ", '"'])

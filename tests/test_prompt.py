@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from cadedit.document import Document
-from cadedit.program import Copy, Program, format, parse
-from cadedit.prompt import EXAMPLES, VARIANTS, build_messages, interleaved
-from cadedit.resolve import resolve
+from cadedit.text.document import Document
+from cadedit.text.program import Copy, Program, format, parse
+from cadedit.prompt.messages import EXAMPLES, VARIANTS, build_messages, interleaved
+from cadedit.text.resolve import resolve
 
 DOC = Document.from_text("import os\n\ndef main():\n    print(os.getcwd())\n", "src/tool.py")
 
@@ -60,8 +60,9 @@ def test_stdin_documents_are_called_the_file():
     assert messages[-1]["content"].startswith("File the file (1 line):\n1 | x = 1\n")
 
 
-PURE = ("prompt", "program", "document", "resolve", "oracle", "diff", "fence", "verify", "draft", "options", "regions",
-        "results", "checks", "tries", "scope", "languages")
+PURE = ("prompt.messages", "text.program", "text.document", "text.resolve", "text.oracle", "text.diff", "prompt.fence",
+        "decode.verify", "decode.draft", "options", "prompt.regions", "results", "tries.checks", "tries.loop", "scope.plan",
+        "text.languages")
 
 
 @pytest.mark.parametrize("module", PURE)

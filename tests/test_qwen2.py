@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from cadedit.errors import ModelError
-from cadedit.qwen2 import Config, build, load_qwen2, read_safetensors
-from cadedit.tokenizer import Tokenizer
+from cadedit.backends.torch.qwen2 import Config, build, load_qwen2, read_safetensors
+from cadedit.backends.torch.tokenizer import Tokenizer
 from tests.tinymodel import make_config, make_hf_model, make_model, save_model
 from tests.tinytok import make_tokenizer
 
@@ -214,7 +214,7 @@ def test_a_tensor_after_an_odd_sized_one_is_read_whole(tmp_path):
 
 
 def test_token_bytes_looked_up_one_by_one_equal_the_whole_table(tmp_path):
-    from cadedit.vocab import TokenBytes, vocab_from_tokenizer
+    from cadedit.backends.vocab import TokenBytes, vocab_from_tokenizer
 
     hf = make_tokenizer()
     hf.save_pretrained(str(tmp_path))

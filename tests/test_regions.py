@@ -14,8 +14,8 @@ import itertools
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from cadedit.document import Document
-from cadedit.regions import dedent, scoped_text
+from cadedit.text.document import Document
+from cadedit.prompt.regions import dedent, scoped_text
 
 FENCE = "```"
 INDENTS = ("", "    ", "        ")

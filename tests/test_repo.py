@@ -1,4 +1,4 @@
-"""cadedit.repo on real git repositories, with an injected deterministic edit in place of a model:
+"""cadedit.git.repo on real git repositories, with an injected deterministic edit in place of a model:
 settings, globs, staged-file selection, staged blobs (not the working tree), check and fix modes,
 partially staged files (unstaged hunks survive byte for byte, overlaps are refused untouched),
 hook install/uninstall and diff paths."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from cadedit import repo as r
-from cadedit.document import Document
+from cadedit.git import repo as r
+from cadedit.text.document import Document
 from cadedit.errors import ConfigError, ModelError
 from tests.conftest import approve_settings
 

@@ -4,11 +4,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cadedit.document import BOM, Document
+from cadedit.text.document import BOM, Document
 from cadedit.errors import ProgramError
-from cadedit.oracle import oracle
-from cadedit.program import Copy, Gen, Program, format, parse
-from cadedit.resolve import Bounds, resolve, resolve_ops
+from cadedit.text.oracle import oracle
+from cadedit.text.program import Copy, Gen, Program, format, parse
+from cadedit.text.resolve import Bounds, resolve, resolve_ops
 
 # Small line pool so that before/after share many lines; random terminators incl. none at the end.
 line_bodies = st.sampled_from(["", " ", "\t", "x", "x ", "def f():", "    return 1", "}", "</gen>", "<copy", "\u27e8", "é"])
@@ -120,7 +120,7 @@ def test_resolve_is_deterministic():
 # -- the BOM, last-line and CRLF rules, across the resolver, the oracle and the display form -------
 
 from cadedit.errors import ProgramError as _ProgramError  # noqa: E402
-from cadedit.resolve import to_display_program, to_document_program  # noqa: E402
+from cadedit.text.resolve import to_display_program, to_document_program  # noqa: E402
 
 plain_bodies = st.sampled_from(["", "x", "y = 2", "    return 1", "é", "\t"])
 

@@ -12,18 +12,18 @@ import random
 import pytest
 import torch
 
-import cadedit.pipeline as pipeline
-from cadedit.document import Document
+import cadedit.decode.pipeline as pipeline
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError, ModelError
-from cadedit.model import LoadedModel
+from cadedit.backends.model import LoadedModel
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.pipeline import edit_file, prepare
-from cadedit.program import Copy, Gen, Program
-from cadedit.prompt import REWRITE_SYSTEM, fenced_source, language_tag, rewrite_messages
-from cadedit.oracle import oracle
-from cadedit.resolve import resolve, to_document_program
+from cadedit.decode.pipeline import edit_file, prepare
+from cadedit.text.program import Copy, Gen, Program
+from cadedit.prompt.messages import REWRITE_SYSTEM, fenced_source, language_tag, rewrite_messages
+from cadedit.text.oracle import oracle
+from cadedit.text.resolve import resolve, to_document_program
 from cadedit.settings import MIN_ANSWER_TOKENS
-from cadedit.vocab import vocab_from_tokenizer
+from cadedit.backends.vocab import vocab_from_tokenizer
 from tests.test_verify import fenced_run
 from tests.tinymodel import make_model, save_native
 from tests.tinytok import make_tokenizer
@@ -277,7 +277,7 @@ def work(tmp_path, monkeypatch):
 def fix(*args: str, input: bytes | None = None):
     from typer.testing import CliRunner
 
-    from cadedit import cli
+    from cadedit.cli import root as cli
 
     return CliRunner().invoke(cli.app, ["fix", *args], input=input)
 

@@ -1,5 +1,5 @@
 """`--test` never costs the user's file: a candidate goes into the file's own inode (journaled,
-locked, guarded: cadedit.sandbox) and the original comes back whatever kills cadedit; a second run
+locked, guarded: cadedit.tries.sandbox) and the original comes back whatever kills cadedit; a second run
 on the file is refused; a save made during the test is kept; nothing but the bytes changes.
 
 Through the real `cadedit fix` process (tests/test_tries_cli's driver spells a scripted answer with
@@ -43,7 +43,7 @@ def guards() -> list[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if b"cadedit.guard" in (entry / "cmdline").read_bytes():
+                if b"cadedit.tries.guard" in (entry / "cmdline").read_bytes():
                     found.append(int(entry.name))
             except OSError:
                 pass
@@ -97,7 +97,7 @@ def test_a_run_whose_guard_died_too_is_given_back_by_the_next_run_or_recover(wor
 
 
 def test_the_next_fix_of_the_file_gives_the_original_back_first(work, tiny_dir):
-    proc = killed_with_its_guard(work, tiny_dir)
+    killed_with_its_guard(work, tiny_dir)
     (work / "started").unlink()
     again = start_cadedit(work, tiny_dir, "--tries", "1")
     out, err = again.communicate(timeout=120)

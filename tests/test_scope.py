@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import CadeditError, ScopeError
-from cadedit.outline import outline
-from cadedit.scope import Region, Scope, find_line_refs, merge_regions, parse_line_ranges, resolve_scope
+from cadedit.scope.outline import outline
+from cadedit.scope.plan import Region, Scope, find_line_refs, merge_regions, parse_line_ranges, resolve_scope
 
 PY = """\
 import os
@@ -614,7 +614,7 @@ def test_outline_qualnames_and_kinds():
 
 
 def test_scope_imports_no_torch():
-    code = "import sys, cadedit.scope; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    code = "import sys, cadedit.scope.plan; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "[]"
 
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-import cadedit.pipeline as pipeline
-from cadedit.decode import script_sampler
-from cadedit.model import token_bytes
+import cadedit.decode.pipeline as pipeline
+from cadedit.decode.loop import script_sampler
+from cadedit.backends.model import token_bytes
 from tests.scripting import inject_picks, invoke
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures: each model folder loads once
 

@@ -1,4 +1,4 @@
-"""The warm server (cadedit.server) with the tiny random Qwen2: in a thread of this process for the
+"""The warm server (cadedit.server.warm) with the tiny random Qwen2: in a thread of this process for the
 protocol (the model's choices scripted through serve()'s make_sampler, so answers are exact), in a subprocess
 for the `cadedit serve` commands. Sockets live in a short folder under /tmp (CADEDIT_RUNTIME_DIR):
 a Unix socket path holds about 100 bytes."""
@@ -20,15 +20,16 @@ from pathlib import Path
 
 import pytest
 
-import cadedit.pipeline as pipeline
-from cadedit import errors, server
-from cadedit.decode import DecodeStats, script_sampler
-from cadedit.document import Document
-from cadedit.model import language_model, load_model
+import cadedit.decode.pipeline as pipeline
+from cadedit import errors
+from cadedit.server import warm as server
+from cadedit.decode.loop import DecodeStats, script_sampler
+from cadedit.text.document import Document
+from cadedit.backends.model import language_model, load_model
 from cadedit.options import EditOptions, Mode
-from cadedit.oracle import oracle
-from cadedit.program import format
-from cadedit.resolve import to_display_program
+from cadedit.text.oracle import oracle
+from cadedit.text.program import format
+from cadedit.text.resolve import to_display_program
 from tests.scripting import every_try, inject_picks, invoke
 from tests.tinymodel import save_model
 
@@ -120,7 +121,7 @@ def counts(stats: DecodeStats) -> dict:
 
 def test_the_client_path_imports_neither_torch_nor_transformers(run_dir):
     probe = (
-        "import sys\nfrom cadedit import server\nfrom cadedit.cli import main\n"
+        "import sys\nfrom cadedit.server import warm as server\nfrom cadedit.cli.root import main\n"
         "assert server.connect('some/model') is None\n"
         "sys.argv = ['cadedit', 'serve', 'status']\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
@@ -352,11 +353,11 @@ def test_serve_status_while_the_server_is_still_loading(sock):
 
 
 def test_fix_uses_the_running_server_and_loads_nothing_itself(held, tiny_dir, sock, scripted, tmp_path, monkeypatch):
-    import cadedit.model
+    import cadedit.backends.model
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_bytes(BEFORE)
-    monkeypatch.setattr(cadedit.model, "load_model", lambda *a, **k: pytest.fail("fix loaded the model itself"))
+    monkeypatch.setattr(cadedit.backends.model, "load_model", lambda *a, **k: pytest.fail("fix loaded the model itself"))
     with serving(held, sock, make_sampler=scripted):
         result = invoke(["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
                          "--no-scope", "--tries", "1", "--write"])
@@ -383,8 +384,8 @@ def test_the_memory_bound_counts_the_servers_own_memory_not_the_weight_files_it_
     import torch
     from safetensors.torch import save_file
 
-    from cadedit.qwen2 import read_safetensors
-    from cadedit.server import _status_bytes, rss_bytes
+    from cadedit.backends.torch.qwen2 import read_safetensors
+    from cadedit.server.warm import _status_bytes, rss_bytes
 
     if "RssAnon" not in _status_bytes():
         pytest.skip("no RssAnon in /proc/self/status")
@@ -441,7 +442,7 @@ def test_a_client_that_drips_its_request_cannot_keep_the_server_from_stopping(he
 
 
 def test_candidates_side_by_side_through_the_server_are_the_local_ones(held, local, tiny_dir, sock):
-    from cadedit.tries import candidate_factories
+    from cadedit.tries.loop import candidate_factories
 
     document = Document.from_bytes(BEFORE, "a.py")
     chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
@@ -463,7 +464,7 @@ def test_branches_through_the_server_are_the_local_ones_and_candidate_1_is_check
                                                                                           passes):
     """The server sends candidate 1, the client's accept decides; a rejected one is followed by the
     branches the server decodes from its own cache, as a local edit_branches decodes them."""
-    from cadedit.tries import branch_factories
+    from cadedit.tries.loop import branch_factories
 
     document = Document.from_bytes(BEFORE, "a.py")
     chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)
@@ -557,7 +558,7 @@ def test_a_client_checking_candidate_1_holds_up_no_other_edit_and_serve_stop_sto
     the server serves other edits: `cadedit fix` through it is answered at once; the branches after it
     are the local ones still (fed from whatever the cache lost meanwhile). `cadedit serve stop` stops a
     server whose client never answers, and that client is told so."""
-    from cadedit.tries import branch_factories
+    from cadedit.tries.loop import branch_factories
 
     document = Document.from_bytes(BEFORE, "a.py")
     chosen = EditOptions(model=str(tiny_dir), mode=Mode.VERIFY, max_new_tokens=40)

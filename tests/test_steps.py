@@ -1,4 +1,4 @@
-"""One-token steps through int8 and int4 weight copies (cadedit.steps): numbers, the GGUF's own 4-bit
+"""One-token steps through int8 and int4 weight copies (cadedit.backends.torch.steps): numbers, the GGUF's own 4-bit
 blocks, the on-disk copy, the CLI."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-import cadedit.hardware as M
-from cadedit.document import Document
-from cadedit.gguf_file import FOUR_BIT, decode_four_bit, four_bit_layers
-from cadedit.steps import EXACT_TOP, StepLinear, pack_int4, quantize, quantize_int4, unpack_int4, use_step_weights
+import cadedit.backends.hardware as M
+from cadedit.text.document import Document
+from cadedit.backends.llama.gguf_file import FOUR_BIT, decode_four_bit, four_bit_layers
+from cadedit.backends.torch.steps import EXACT_TOP, StepLinear, pack_int4, quantize, quantize_int4, unpack_int4, use_step_weights
 from tests.conftest import console_script
 from tests.test_rewrite import BEFORE as COLORS
 from tests.test_rewrite import editing_model

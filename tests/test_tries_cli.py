@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-import cadedit.model as model_module
-import cadedit.pipeline as pipeline
-from cadedit.decode import script_sampler
-from cadedit.model import token_bytes
+import cadedit.backends.model as model_module
+import cadedit.decode.pipeline as pipeline
+from cadedit.decode.loop import script_sampler
+from cadedit.backends.model import token_bytes
 from tests.conftest import as_foreground
 from tests.scripting import inject_picks, invoke
 
@@ -51,7 +51,7 @@ def _models():
 
 @pytest.fixture(autouse=True)
 def load_once(monkeypatch, _models):
-    """The CLI loads the model through cadedit.model.load_model; load each folder once per session
+    """The CLI loads the model through cadedit.backends.model.load_model; load each folder once per session
     (the load is most of a tiny-model run; the decode loop, checks and printing stay real)."""
     real = model_module.load_model
 
@@ -389,10 +389,10 @@ def test_the_test_is_not_run_for_a_candidate_that_does_not_parse(work, tiny_dir,
 
 DRIVER = textwrap.dedent("""\
     import os, sys
-    from cadedit import cli
-    from cadedit.cli_common import Scripted
-    from cadedit.decode import script_sampler
-    from cadedit.model import token_bytes
+    from cadedit.cli import root as cli
+    from cadedit.cli.common import Scripted
+    from cadedit.decode.loop import script_sampler
+    from cadedit.backends.model import token_bytes
 
     ANSWER = os.environ["SCRIPTED_ANSWER"]
 

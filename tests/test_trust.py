@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from cadedit import server
-from cadedit.document import Document
-from cadedit.server import ServerError
-from cadedit.model import LoadedModel, chat_prompt, encode
+from cadedit.server import warm as server
+from cadedit.text.document import Document
+from cadedit.server.warm import ServerError
+from cadedit.backends.model import LoadedModel, chat_prompt, encode
 from cadedit.options import EditOptions, Mode
-from cadedit.pipeline import prepare
+from cadedit.decode.pipeline import prepare
 from tests.conftest import console_script
 from tests.tinymodel import make_model
 from tests.tinytok import make_tokenizer
@@ -131,7 +131,7 @@ def test_trust_without_settings_is_a_one_line_error(tmp_path):
 def test_converted_weights_another_user_could_plant_are_not_run(tmp_path, owner, mode, where):
     """A GGUF on torch runs the weights converted into the cache: a cache folder, entry or file that
     another user owns or may write is refused in one line, never loaded."""
-    from cadedit.model import gguf_cache_dir
+    from cadedit.backends.model import gguf_cache_dir
     from tests.tinygguf import save_gguf
     from tests.tinymodel import make_hf_model
 

@@ -12,15 +12,15 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 
-import cadedit.pipeline as pipeline
-from cadedit.decode import DecodeStats, Step, decode, sampler_for
-from cadedit.document import Document
+import cadedit.decode.pipeline as pipeline
+from cadedit.decode.loop import DecodeStats, Step, decode, sampler_for
+from cadedit.text.document import Document
 from cadedit.errors import BudgetError
-from cadedit.fence import FenceCursor
-from cadedit.model import LoadedModel, CachedLM, encode, new_cache
+from cadedit.prompt.fence import FenceCursor
+from cadedit.backends.model import LoadedModel, CachedLM, encode, new_cache
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.verify import Aligner, Schedule, VerifyDrafter
-from cadedit.vocab import vocab_from_tokenizer
+from cadedit.decode.verify import Aligner, Schedule, VerifyDrafter
+from cadedit.backends.vocab import vocab_from_tokenizer
 from tests.tinymodel import scaled_model
 from tests.tinytok import _MORE, make_tokenizer
 

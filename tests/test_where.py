@@ -15,9 +15,9 @@ import json
 import numpy as np
 import pytest
 
-from cadedit.decode import script_sampler
-from cadedit.model import encode, language_model, load_model, token_bytes
-from cadedit.where import LineNumberCursor, surprise_score
+from cadedit.decode.loop import script_sampler
+from cadedit.backends.model import encode, language_model, load_model, token_bytes
+from cadedit.decode.where import LineNumberCursor, surprise_score
 from tests.scripting import inject_picks, invoke
 from tests.test_scoped import fix, retype, scripted, verbatim, work  # noqa: F401 - fixtures
 from tests.test_tries_cli import _models, load_once  # noqa: F401 - fixtures
@@ -162,7 +162,7 @@ def test_a_function_after_other_code_is_read_after_it_and_without_room_beside_th
     named. The reading feeds a row beside the LM's cache; where that row finds no room (llama.cpp's
     context full), the cache itself is emptied and read in, and the same line is named."""
     from cadedit.errors import ModelError
-    from cadedit.model import CachedLM
+    from cadedit.backends.model import CachedLM
 
     lines = ["def helper(x):", "    return x * 2", "", "", *LINES]
     expected = least_expected_line(tiny_dir, 5, 54, lines)
@@ -237,7 +237,7 @@ def test_the_cursor_allows_only_the_regions_line_numbers(work, tiny_dir):
 
 
 def test_the_quote_cursor_allows_only_the_regions_lines_text():
-    from cadedit.where import LineTextCursor
+    from cadedit.decode.where import LineTextCursor
 
     pieces = [b"ret", b"urn", b" x", b" y", b"\n", b"", b"pass", b"return"]
     cursor = LineTextCursor(pieces, [4, 5], {1: "def f():", 2: "    return x", 3: "    return y", 4: "    return x"})
@@ -276,8 +276,8 @@ def test_a_located_try_without_a_test_branches_first_where_the_reading_expected_
 
 
 def test_the_expected_token_becomes_a_branch_point_where_candidate_1_has_a_token_at_its_column():
-    from cadedit.document import Document
-    from cadedit.pipeline import expected_points
+    from cadedit.text.document import Document
+    from cadedit.decode.pipeline import expected_points
 
     tokens = [b"```\n", b"x", b" =", b" a", b" -", b" b", b"\n", b" +", b"```", b" - b"]
     document = Document.from_text("x = a - b\n", "a.py")
@@ -324,7 +324,7 @@ def test_where_a_test_decides_the_next_try_retypes_the_next_surprising_lines_bef
     statements of the named line and of the next most surprising lines (where.RUNNERS_UP), its branches
     put in what the reading expected on each of them in turn (Where.spread); then the function. Without
     a test nothing tells a wrong line's change from the fix, so the next try is the function, as before."""
-    from cadedit.scope import merge_spans
+    from cadedit.scope.plan import merge_spans
 
     for args, answers in ((("--test", "grep -q 'return v1 + v2' a.py"), (unchanged, unchanged)), ((), (unchanged,))):
         scripted(*answers, fixed_line)
@@ -352,7 +352,7 @@ def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_bra
     later try keeps its scope and adds a branch at each of the reading's first points (Where.spread,
     settings.READ_BRANCHES) to its 8 candidates; --json has the reading (later: true). A try 1 that
     passes reads nothing, and without a test or with sampled candidates nothing is read."""
-    from cadedit import pipeline
+    from cadedit.decode import pipeline
     from cadedit.settings import READ_BRANCHES
 
     asked: list[tuple] = []

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from cadedit.qwen2 import Config, Qwen2, build
+from cadedit.backends.torch.qwen2 import Config, Qwen2, build
 from tests.tinytok import make_tokenizer
 
 torch.set_num_threads(1)
@@ -60,7 +60,7 @@ def scaled_model(dtype: torch.dtype = torch.float32) -> Qwen2:
     """The tiny model with its weights scaled up so that it writes varied text with newlines instead
     of one repeated token, and the LM head rows of tokens that are not printable ASCII (or special)
     zeroed, so its output is valid text that drafts can follow; wide argmax margins."""
-    from cadedit.vocab import vocab_from_tokenizer
+    from cadedit.backends.vocab import vocab_from_tokenizer
 
     tokenizer = make_tokenizer()
     model = make_model(0).to(dtype)

@@ -3,7 +3,7 @@
 
 COSTS (a cost curve as JSON, e.g. `forward_costs` of `bench multiline --json`): instead, each answer's
 forwards and their cost in one-token steps under that curve, drafts from the fixed schedule beside
-drafts fitted to the curve (cadedit.forward_cost.FittedLengths).
+drafts fitted to the curve (cadedit.backends.forward_cost.FittedLengths).
 
 Scripted answers through the real decode loop with Qwen2.5's tokenizer (from the 0.5B GGUF) and a
 model that is never asked (zero logits; the script picks): forwards for an answer equal to the region
@@ -15,20 +15,26 @@ from pathlib import Path
 
 import numpy as np
 
-from cadedit.gguf_file import read_metadata, gguf_tokenizer
-from cadedit.vocab import token_bytes_of
-from cadedit.fence import FenceCursor
-from cadedit.verify import VerifyDrafter
-from cadedit.decode import decode, script_picker
-from cadedit.model import encode
-from cadedit.regions import dedent, common_indent
+from cadedit.backends.llama.gguf_file import read_metadata, gguf_tokenizer
+from cadedit.backends.vocab import token_bytes_of
+from cadedit.prompt.fence import FenceCursor
+from cadedit.decode.verify import VerifyDrafter
+from cadedit.decode.loop import decode, script_sampler
+from cadedit.backends.model import encode
+from cadedit.prompt.regions import dedent, common_indent
 from tests.test_multiline_drafts import DATA, changed_tokens, region_of, renamed_every_third_line
 
 P = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.home() / ".cache/cadedit-dev/qwen2.5-coder-0.5b-instruct.gguf"
-meta = read_metadata(P); tok = gguf_tokenizer(P, meta)
+meta = read_metadata(P)
+tok = gguf_tokenizer(P, meta)
 TB = token_bytes_of(tok, n_logits=len(meta["tokenizer.ggml.tokens"]))
 EOS = frozenset({tok.convert_tokens_to_ids("<|im_end|>")})
-enc = lambda t: encode(tok, t)
+
+
+def enc(t):
+    return encode(tok, t)
+
+
 HAS_ALSO = "also" in inspect.signature(VerifyDrafter).parameters
 
 class FakeLM:
@@ -37,8 +43,8 @@ class FakeLM:
 
 CURVE = None
 if len(sys.argv) > 2:
-    from cadedit.forward_cost import CostCurve, FittedLengths
-    from cadedit.verify import Schedule
+    from cadedit.backends.forward_cost import CostCurve, FittedLengths
+    from cadedit.decode.verify import Schedule
     CURVE = CostCurve.from_json(json.loads(sys.argv[2]))
 
 
@@ -46,7 +52,7 @@ def run(dedented, indented, answer, lengths=None):
     steps = []
     d = VerifyDrafter(dedented, enc, TB, 8000, **({"also": (indented, "")} if HAS_ALSO else {}),
                       **({"schedule": lengths} if lengths is not None else {}))
-    out = decode(FakeLM(), FenceCursor(TB, EOS, "```"), [1, 2], None, script_picker(answer, TB, enc), 8000,
+    out = decode(FakeLM(), FenceCursor(TB, EOS, "```"), [1, 2], None, script_sampler(answer, TB, enc), 8000,
                  lambda stats, step: steps.append(step), d)
     if lengths is None:
         return out.stats.forward_passes, len(out.ids)
@@ -66,7 +72,8 @@ for layout in ["method", "nested-function", "class-body", "decorated-method", "m
     lines = (DATA / name).read_text().splitlines(keepends=True)
     rows.append((layout, *case(name, "".join(lines[a - 1 : b]))))
 src = open("/usr/lib/python3.11/textwrap.py").read().splitlines(keepends=True)
-s = next(i for i, l in enumerate(src) if "def _wrap_chunks" in l); e = next(i for i in range(s + 1, len(src)) if src[i].startswith("    def "))
+s = next(i for i, line in enumerate(src) if "def _wrap_chunks" in line)
+e = next(i for i in range(s + 1, len(src)) if src[i].startswith("    def "))
 ded, full, _ = case("textwrap.py", "".join(src[s:e]))
 rows.append(("textwrap _wrap_chunks, cur_line -> current_line", ded, full, full.replace("cur_line", "current_line")))
 if CURVE is not None:
@@ -83,5 +90,5 @@ if CURVE is not None:
 for layout, ded, full, ren in rows:
     f1, n1 = run(ded, full, full)
     f2, n2 = run(ded, full, ren)
-    t, l = changed_tokens(tok, full, ren)
-    print(f"| {layout} | {n1} | {f1} | {n2} | {f2} | {t} | {l} | {t + 3 * l + 5} |")
+    t, lines_changed = changed_tokens(tok, full, ren)
+    print(f"| {layout} | {n1} | {f1} | {n2} | {f2} | {t} | {lines_changed} | {t + 3 * lines_changed + 5} |")

@@ -1,7 +1,7 @@
 """What `--backend auto` measures, again and again (`cadedit bench backends`).
 
 Contract: backends(model, rounds, ...) times, `rounds` times taking turns in one process, the two
-sides of auto's probe for a GGUF (cadedit.hardware): llama.cpp's edit work (hardware.llama_work_seconds,
+sides of auto's probe for a GGUF (cadedit.backends.hardware): llama.cpp's edit work (hardware.llama_work_seconds,
 as stored; its load included) and torch's estimate of the same work (hardware._torch_work_seconds:
 cadedit's forward on 2 and 6 layers of the model's shape, extrapolated, and its load). With --whole,
 also the whole model on torch (the GGUF converted once, as `--backend torch` does) loaded and doing
@@ -17,13 +17,16 @@ from typing import Annotated
 import typer
 
 from cadedit.bench.options import JsonOpt, ModelOpt, ThreadsOpt
+from cadedit.cli.common import say
+from cadedit.errors import ModelError
+from cadedit.settings import choose_model
 
 
 def whole_torch_seconds(gguf: Path, threads: int) -> float:
     """The converted model's own time for the probe's work (hardware.torch_work_seconds), its load
     included as the estimate includes it (the import of torch as this process timed it)."""
-    from cadedit import hardware
-    from cadedit.model import load_model
+    from cadedit.backends import hardware  # lazy: keeps `cadedit --help` light
+    from cadedit.backends.model import load_model  # lazy: keeps `cadedit --help` light
 
     loaded = load_model(str(gguf), threads=threads, backend="torch")
     load = sum(seconds for name, seconds in loaded.phases if name in ("dtype", "weights"))
@@ -31,7 +34,7 @@ def whole_torch_seconds(gguf: Path, threads: int) -> float:
 
 
 def measure_round(gguf: Path, meta: dict, threads: int, whole: bool) -> dict:
-    from cadedit import hardware
+    from cadedit.backends import hardware  # lazy: keeps `cadedit --help` light
 
     llama = hardware.llama_work_seconds(gguf, meta, threads)
     torch_estimate, need = hardware._torch_work_seconds(meta, threads)
@@ -59,13 +62,11 @@ def backends(
     """
     import json
 
-    from cadedit import hardware, llamacpp
-    from cadedit.atomic import replace_file
-    from cadedit.cli_common import say
-    from cadedit.errors import ModelError
-    from cadedit.gguf_file import read_metadata
-    from cadedit.model_files import gguf_path
-    from cadedit.settings import choose_model
+    from cadedit.backends import hardware  # lazy: keeps `cadedit --help` light
+    from cadedit.backends.llama import llamacpp  # lazy: keeps `cadedit --help` light
+    from cadedit.text.atomic import replace_file  # lazy: keeps `cadedit --help` light
+    from cadedit.backends.llama.gguf_file import read_metadata  # lazy: keeps `cadedit --help` light
+    from cadedit.backends.model_files import gguf_path  # lazy: keeps `cadedit --help` light
 
     gguf = gguf_path(model or choose_model())
     if gguf is None:

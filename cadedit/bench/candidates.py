@@ -4,7 +4,7 @@ Contract: measure_case(loaded, case, k) edits the case's input twice in verify m
 fix` scopes it, unless scoped=False) from an empty KV
 cache (no prompt reused; the caller turns the prefix store off): once as `cadedit fix` does today (one greedy candidate,
 pipeline.edit_file) and once as `--candidates k` does on try 1 (pipeline.edit_candidates: candidate
-1 greedy, the others sampled as cadedit.tries.candidate_sampling seeds them; measure_case's factories
+1 greedy, the others sampled as cadedit.tries.loop.candidate_sampling seeds them; measure_case's factories
 may give other samplers), in alternating order from case to case. It reports both walls (prompt
 included) and their decode steps alone (the prompt's prefill taken out), whether candidate 1 wrote
 what the single decode wrote, how many distinct answers the k rows gave, and, when the case has a
@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import time
 
-from cadedit import pipeline
+from cadedit.decode import pipeline
 from cadedit.bench.corpus import Case
 from cadedit.bench.e2e import document_for
 from cadedit.bench.harness import has_test, run_test, runner_for
 from cadedit.bench.report import median
 from cadedit.errors import BudgetError
-from cadedit.model import LoadedModel, language_model
+from cadedit.backends.model import LoadedModel, language_model
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.settings import BENCH_TEST_TIMEOUT
-from cadedit.tries import candidate_factories
+from cadedit.tries.loop import candidate_factories
+from cadedit.scope.plan import plan_edit
 
 
 def _single(loaded: LoadedModel, case: Case, options: EditOptions, make_sampler: pipeline.SamplerFactory) -> dict:
@@ -55,7 +56,6 @@ def measure_case(loaded: LoadedModel, case: Case, k: int, order: int = 0, test_t
     factories: the k rows' sampler factories (None: candidate_factories, as `--candidates k`); the single
     decode takes the first (greedy). scoped: the scope from the instruction first, as `cadedit fix`
     resolves it (else the whole file)."""
-    from cadedit.scope import plan_edit
 
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY)
     options, _ = plan_edit(document_for(case), case.instruction, options, scoping=scoped)

@@ -32,8 +32,8 @@ from cadedit.bench.corpus import Case
 from cadedit.bench.report import percentile
 from cadedit.bench.tokens import TokenCounter
 from cadedit.errors import CadeditError
-from cadedit.oracle import oracle
-from cadedit.program import Copy
+from cadedit.text.oracle import oracle
+from cadedit.text.program import Copy
 
 MIN_SPANS = (1, 2, 4, 8, 16, 32)
 COUNTINGS = ("paper", "splice")

@@ -12,51 +12,32 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
-from rich.console import Console
 
 from cadedit.bench.options import (PACKAGES, BackendOpt, CaseContextOpt, CorpusOpt, CountingOpt, DeviceOpt, DtypeOpt,
                                    JsonOpt, KernelOpt, LimitOpt, MaxNewOpt, ModelOpt, PackagesOpt, ScopeContextOpt,
                                    SpansOpt, TaskSeedOpt, TasksOpt, TestTimeoutOpt, ThreadsOpt, TokenizerOpt, TrialsOpt,
                                    int_list, longfile_roots, span_lengths)
-from cadedit.cli_common import EngineOpt, EngineTimeoutOpt, context_lines, err, say, scripted_picks, sub_app
+from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, context_lines, err, say, scripted_picks, sub_app
 from cadedit.errors import CadeditError
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_DTYPE, DEFAULT_MODE
 from cadedit.settings import DEFAULT_TRIES, DEFAULT_WHERE_BY, READ_LATER, WHERE_BY
+from cadedit.options import EditOptions, Mode
+from cadedit.settings import choose_model, ENGINE_TIMEOUT
+from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
 
 T = TypeVar("T")
 
-
-class _Out:
-    """Tables on stdout: terminal width on a terminal, wide enough for no truncation when piped."""
-
-    def print(self, renderable) -> None:
-        console = Console(markup=False, highlight=False, emoji=False)
-        if not console.is_terminal:
-            console = Console(width=200, markup=False, highlight=False, emoji=False)
-        console.print(renderable)
-
-    def table(self, title: str, columns: list[str], rows: list[list[str]], caption: str | None = None) -> None:
-        """A title line, the table, and a caption line (lines, so they never wrap to the table's width)."""
-        from cadedit.bench.report import table
-
-        self.print(title)
-        self.print(table(columns, rows))
-        if caption:
-            self.print(caption)
-
-
-out = _Out()
 
 app = sub_app("bench", "Reproduce the paper's measurements on any corpus, tokenizer, model and machine.")
 
 
 def load_corpora(paths: list[Path], limit: int | None, context: str = "body") -> dict[str, list]:
-    from cadedit.bench.corpus import CONTEXTS, load_corpus
+    from cadedit.bench.corpus import CONTEXTS, load_corpus  # lazy: keeps `cadedit --help` light
 
     if context not in CONTEXTS:
         raise typer.BadParameter(f"use one of {', '.join(CONTEXTS)}", param_hint="--context")
@@ -65,69 +46,6 @@ def load_corpora(paths: list[Path], limit: int | None, context: str = "body") ->
         name = path.stem if path.stem not in corpora else str(path)
         corpora[name] = load_corpus(path, limit, context)
     return corpora
-
-
-def run_cases(items: Iterable[T], total: int, description: str, step: Callable[[T], None],
-              save: Callable[[bool, bool], None]) -> None:
-    """step() each item under a progress bar; save(partial, force) after each (throttled) and on Ctrl-C."""
-    from cadedit.bench.report import progress
-
-    try:
-        for item in progress(items, total, description, err):
-            step(item)
-            save(True, False)
-    except KeyboardInterrupt:
-        save(True, True)
-        err.print("interrupted: partial results kept", highlight=False)
-        raise
-
-
-def run_corpora(corpora: dict[str, list], description: str, run_one: Callable[[str, object], T],
-                to_json: Callable[[dict[str, list[T]]], dict], json_path: Path | None,
-                show: Callable[[T], None] | None = None, work: list[tuple[str, object]] | None = None) -> dict[str, list[T]]:
-    """What every corpus benchmark does: run_one(corpus name, case) for each case of each corpus (or each
-    (name, item) of `work`) under a progress bar, the rows kept per corpus, to_json(rows) rewritten to
-    json_path as they come (partial, and kept on Ctrl-C) and once at the end; show(row) prints a line."""
-    from cadedit.bench.report import ResultsFile
-
-    done: dict[str, list[T]] = {name: [] for name in corpora}
-    results = ResultsFile(json_path)
-
-    def save(partial: bool, force: bool = True) -> None:
-        results.write(to_json(done), partial=partial, force=force)
-
-    def step(item: tuple[str, object]) -> None:
-        row = run_one(*item)
-        done[item[0]].append(row)
-        if show is not None:
-            show(row)
-
-    items = work if work is not None else [(name, case) for name, cases in corpora.items() for case in cases]
-    run_cases(items, len(items), description, step, save)
-    save(False)
-    return done
-
-
-def _load_model(model: str | None, device: str, dtype: str, threads: int | None, backend: str | None,
-               warm_up: bool = True) -> tuple:
-    """The model loaded under a status line and, with warm_up, warmed up (bench.e2e.warm_up, so the first
-    case's clock holds no one-off costs): (the loaded model, the warm-up seconds)."""
-    from cadedit.model import load_model as load
-
-    with err.status("loading the model ..."):
-        loaded = load(model, device, dtype, threads, backend)
-        if not warm_up:
-            return loaded, 0.0
-        from cadedit.bench.e2e import warm_up as warm
-
-        return loaded, warm(loaded)
-
-
-def _model_meta(command: str, loaded, *fields: str) -> dict:
-    """The head of a model benchmark's --json: the command, the model, the loaded model's `fields`
-    (device, backend), its dtype and threads."""
-    return {"command": command, "model": loaded.name, **{f: getattr(loaded, f) for f in fields},
-            "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads}
 
 
 # -- ceiling -------------------------------------------------------------------------------------
@@ -147,8 +65,8 @@ def ceiling(
 
     Example: cadedit bench ceiling -c humanevalfix_python.jsonl -c humanevalfix_js.jsonl --tokenizer model.gguf
     """
-    from cadedit.bench import ceiling as ce
-    from cadedit.bench.tokens import load_tokenizer, tokenizer_spec
+    from cadedit.bench import ceiling as ce  # lazy: keeps `cadedit --help` light
+    from cadedit.bench.tokens import load_tokenizer, tokenizer_spec  # lazy: keeps `cadedit --help` light
 
     corpora = load_corpora(corpus, limit)
     curve = ce.load_curve(kernel) if kernel else None
@@ -159,7 +77,7 @@ def ceiling(
 
 
 def _ceilings(done: dict[str, list]) -> list:
-    from cadedit.bench.ceiling import Ceiling
+    from cadedit.bench.ceiling import Ceiling  # lazy: keeps `cadedit --help` light
 
     rows = [Ceiling(name, tuple(cases)) for name, cases in done.items()]
     if len(rows) > 1:
@@ -168,7 +86,7 @@ def _ceilings(done: dict[str, list]) -> list:
 
 
 def _ceiling_json(done: dict[str, list], tokenizer: str, counting: str, curve) -> dict:
-    from cadedit.bench.ceiling import bounds, greedy_bounds
+    from cadedit.bench.ceiling import bounds, greedy_bounds  # lazy: keeps `cadedit --help` light
 
     corpora = []
     for row in _ceilings(done):
@@ -185,8 +103,8 @@ def _ceiling_json(done: dict[str, list], tokenizer: str, counting: str, curve) -
 
 
 def _print_ceiling(rows: list, curve, tokenizer: str, counting: str) -> None:
-    from cadedit.bench.ceiling import MIN_SPANS, bounds, greedy_bounds
-    from cadedit.bench.report import fmt_float, fmt_int, fmt_pct
+    from cadedit.bench.ceiling import MIN_SPANS, bounds, greedy_bounds  # lazy: keeps `cadedit --help` light
+    from cadedit.bench.report import fmt_float, fmt_int, fmt_pct  # lazy: keeps `cadedit --help` light
 
     line = []
     for row in rows:
@@ -223,7 +141,7 @@ def roundtrip(corpus: CorpusOpt, json_path: JsonOpt = None, limit: LimitOpt = No
 
     Example: cadedit bench roundtrip -c humanevalfix_python.jsonl
     """
-    from cadedit.bench import roundtrip as rt
+    from cadedit.bench import roundtrip as rt  # lazy: keeps `cadedit --help` light
 
     corpora = load_corpora(corpus, limit)
     done = run_corpora(corpora, "roundtrip", lambda name, case: rt.roundtrip_case(case),
@@ -264,7 +182,7 @@ def gold_checks(
 
     Example: cadedit bench checks -c humanevalfix_js.jsonl --context docs
     """
-    from cadedit.bench import gold
+    from cadedit.bench import gold  # lazy: keeps `cadedit --help` light
 
     corpora = load_corpora(corpus, limit, context)
     done = run_corpora(corpora, "checks", lambda name, case: gold.check_gold(case, reverse),
@@ -303,7 +221,7 @@ def perturb(
 
     Example: cadedit bench perturb -c humanevalfix_python.jsonl --eps 0,1,2 --trials 5 --seed 0
     """
-    from cadedit.bench import perturb as pt
+    from cadedit.bench import perturb as pt  # lazy: keeps `cadedit --help` light
 
     radii = int_list(eps, "--eps")
     if semantics not in pt.SEMANTICS:
@@ -325,8 +243,8 @@ def perturb(
 
 
 def _print_perturb(done: dict[str, list], radii: tuple[int, ...], semantics: str) -> None:
-    from cadedit.bench import perturb as pt
-    from cadedit.bench.report import fmt_pct
+    from cadedit.bench import perturb as pt  # lazy: keeps `cadedit --help` light
+    from cadedit.bench.report import fmt_pct  # lazy: keeps `cadedit --help` light
 
     rows = []
     for name, trials_ in done.items():
@@ -356,8 +274,8 @@ def formats(
 
     Example: cadedit bench formats -c humanevalfix_js.jsonl --tokenizer model.gguf
     """
-    from cadedit.bench import formats as fm
-    from cadedit.bench.tokens import load_tokenizer, tokenizer_spec
+    from cadedit.bench import formats as fm  # lazy: keeps `cadedit --help` light
+    from cadedit.bench.tokens import load_tokenizer, tokenizer_spec  # lazy: keeps `cadedit --help` light
 
     corpora = load_corpora(corpus, limit)
     tokens = load_tokenizer(tokenizer_spec(tokenizer, model))
@@ -371,8 +289,8 @@ def formats(
 
 
 def _formats_summary(rows: list) -> dict:
-    from cadedit.bench.formats import FORMATS
-    from cadedit.bench.report import median, percentile
+    from cadedit.bench.formats import FORMATS  # lazy: keeps `cadedit --help` light
+    from cadedit.bench.report import median, percentile  # lazy: keeps `cadedit --help` light
 
     summary = {}
     base = sum(r["program"].tokens for _, r in rows)
@@ -389,8 +307,8 @@ def _formats_summary(rows: list) -> dict:
 
 
 def _print_formats(done: dict[str, list], tokenizer: str) -> None:
-    from cadedit.bench.formats import FORMATS, LABELS
-    from cadedit.bench.report import fmt_float, fmt_int
+    from cadedit.bench.formats import FORMATS, LABELS  # lazy: keeps `cadedit --help` light
+    from cadedit.bench.report import fmt_float, fmt_int  # lazy: keeps `cadedit --help` light
 
     for name, rows in done.items():
         s = _formats_summary(rows)
@@ -409,7 +327,7 @@ def _print_formats(done: dict[str, list], tokenizer: str) -> None:
 
 
 def _print_reference(points, reference: list[dict], weights: str) -> None:
-    from cadedit.bench.report import fmt_float, table
+    from cadedit.bench.report import fmt_float, table  # lazy: keeps `cadedit --help` light
 
     rows = [[str(p.n), fmt_float(p.ar_ms, 2), fmt_float(own["ar_ms"], 2), fmt_float(p.ar_ms / own["ar_ms"], 2, "x"),
              fmt_float(p.pp_ms, 2), fmt_float(own["pp_ms"], 2), fmt_float(p.pp_ms / own["pp_ms"], 2, "x")]
@@ -451,7 +369,7 @@ def kernel(
 
     Example: cadedit bench kernel --model model.gguf --prefix 1024 --trials 5 --json kernel.json --plot kernel.png
     """
-    from cadedit.bench import kernel as kn
+    from cadedit.bench import kernel as kn  # lazy: imports torch; `cadedit bench --help` must not
 
     if reference_weights not in ("same", "defaults"):
         raise typer.BadParameter(f"{reference_weights!r} is not same or defaults", param_hint="--reference-weights")
@@ -476,8 +394,8 @@ def _kernel_sweeps(loaded, settings, meta: dict, reference: str | None, json_pat
     """The sweep over span lengths (and with `reference`, "same" or "defaults" as its weights,
     llama.cpp's own Llama.eval on the same ids, taking turns with the backend trial by trial, into
     meta["reference"]); results rewritten to json_path after each point, kept on Ctrl-C."""
-    from cadedit.bench import kernel as kn
-    from cadedit.bench.report import ProgressBar, ResultsFile
+    from cadedit.bench import kernel as kn  # lazy: imports torch; `cadedit bench --help` must not
+    from cadedit.bench.report import ProgressBar, ResultsFile  # lazy: keeps `cadedit --help` light
 
     points: list = []
     results = ResultsFile(json_path)
@@ -513,7 +431,7 @@ def _kernel_sweeps(loaded, settings, meta: dict, reference: str | None, json_pat
 
 
 def _print_kernel(points: list, meta: dict) -> None:
-    from cadedit.bench.report import fmt_float, table
+    from cadedit.bench.report import fmt_float, table  # lazy: keeps `cadedit --help` light
 
     rows = [[str(p.n), fmt_float(p.ar_ms, 2) + (" *" if p.extrapolated else ""), fmt_float(p.pp_ms, 2),
              fmt_float(p.speedup, 2, "x")] for p in points]
@@ -593,7 +511,7 @@ def e2e(
     """
     start = time.perf_counter()
     from cadedit.bench import e2e as ee  # torch and the pipeline: timed for the meta
-    from cadedit.bench.ceiling import load_curve
+    from cadedit.bench.ceiling import load_curve  # lazy: keeps `cadedit --help` light
 
     imports = time.perf_counter() - start
     names, peer_names = _e2e_methods(methods, gguf)
@@ -617,7 +535,7 @@ def e2e(
 
 def _e2e_corpora(paths: list[Path], limit: int | None, context: str, long: int) -> dict[str, list]:
     """The corpora's cases, and with --long N, N long cases of each (from all its cases) as a corpus of its own."""
-    from cadedit.bench import e2e as ee
+    from cadedit.bench import e2e as ee  # lazy: keeps `cadedit --help` light
 
     corpora = load_corpora(paths, limit, context)
     if long:
@@ -629,7 +547,7 @@ def _e2e_corpora(paths: list[Path], limit: int | None, context: str, long: int) 
 
 def _e2e_json(meta: dict, bounds: dict[str, dict], least) -> Callable[[dict[str, list]], dict]:
     """The --json of e2e: meta, then per corpus its summary, its bounds and its cases."""
-    from cadedit.bench import e2e as ee
+    from cadedit.bench import e2e as ee  # lazy: keeps `cadedit --help` light
 
     def to_json(done: dict[str, list]) -> dict:
         return {**meta, "corpora": [{"name": name, "n": len(rows), "summary": ee.summarize(rows, meta["baseline"], least),
@@ -641,8 +559,8 @@ def _e2e_json(meta: dict, bounds: dict[str, dict], least) -> Callable[[dict[str,
 
 def _e2e_methods(methods: str, gguf: Path | None) -> tuple[tuple[str, ...], list[str]]:
     """--methods checked: the names in order, and those that are llama.cpp peers (they need --gguf)."""
-    from cadedit.bench import e2e as ee
-    from cadedit.bench.peers import PEERS, require_llama
+    from cadedit.bench import e2e as ee  # lazy: keeps `cadedit --help` light
+    from cadedit.bench.peers import PEERS, require_llama  # lazy: keeps `cadedit --help` light
 
     names = tuple(m.strip() for m in methods.split(",") if m.strip())
     if not names or any(m not in ee.METHODS for m in names) or len(set(names)) < len(names):
@@ -657,7 +575,7 @@ def _e2e_methods(methods: str, gguf: Path | None) -> tuple[tuple[str, ...], list
 
 def _e2e_load(model, device: str, dtype: str, threads, backend, floor: bool):
     """The model loaded and warmed up, and (with --floor) the kernel measured for the compute floor."""
-    from cadedit.bench import e2e as ee
+    from cadedit.bench import e2e as ee  # lazy: keeps `cadedit --help` light
 
     loaded, warm = _load_model(model, device, dtype, threads, backend)
     least = None
@@ -671,8 +589,8 @@ def _e2e_load(model, device: str, dtype: str, threads, backend, floor: bool):
 def _e2e_peers(loaded, peer_names: list[str], gguf: Path | None, llama_ctx: int | None, corpora: dict[str, list],
                max_new_tokens: int | None, names: tuple[str, ...]) -> tuple[dict, dict]:
     """llama.cpp loaded for the llama-* methods (n_ctx fitted to the run), and the methods in order."""
-    from cadedit.bench import e2e as ee
-    from cadedit.bench import peers as pe
+    from cadedit.bench import e2e as ee  # lazy: keeps `cadedit --help` light
+    from cadedit.bench import peers as pe  # lazy: keeps `cadedit --help` light
 
     if not peer_names:
         return {}, ee.methods(names)
@@ -688,8 +606,8 @@ def _e2e_peers(loaded, peer_names: list[str], gguf: Path | None, llama_ctx: int 
 
 def _e2e_bounds(corpora: dict[str, list], loaded, counting: str, curve) -> dict[str, dict]:
     """bnd_exact and friends per corpus, over its oracle spans in the model's own tokens."""
-    from cadedit.bench.ceiling import Ceiling, bounds, case_ceiling
-    from cadedit.bench.tokens import TokenCounter
+    from cadedit.bench.ceiling import Ceiling, bounds, case_ceiling  # lazy: keeps `cadedit --help` light
+    from cadedit.bench.tokens import TokenCounter  # lazy: keeps `cadedit --help` light
 
     if curve is None:
         return {}
@@ -715,8 +633,8 @@ def _clip(text: str, width: int) -> str:
 
 
 def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, model: str, floor=None) -> None:
-    from cadedit.bench import e2e as ee
-    from cadedit.bench.report import fmt_float, fmt_int
+    from cadedit.bench import e2e as ee  # lazy: keeps `cadedit --help` light
+    from cadedit.bench.report import fmt_float, fmt_int  # lazy: keeps `cadedit --help` light
 
     rows, speed, first = [], [], ""
     for name, results in done.items():
@@ -773,8 +691,8 @@ def decode(
 
     Example: cadedit bench decode -c humanevalfix_python.jsonl --model MODEL --limit 10 --threads 2 --dtype fp32 [--no-draft]
     """
-    from cadedit.bench import decode as dc
-    from cadedit.bench.tokens import TokenCounter
+    from cadedit.bench import decode as dc  # lazy: imports torch; `cadedit bench --help` must not
+    from cadedit.bench.tokens import TokenCounter  # lazy: keeps `cadedit --help` light
 
     span_list = span_lengths(spans)
     corpora = load_corpora(corpus, limit)
@@ -801,11 +719,10 @@ def decode(
 
 def _decode_curve(loaded, corpora: dict[str, list], kernel: Path | None, trials: int, spans: tuple[int, ...]):
     """s(N) from --kernel, else measured on the loaded model after a prefix as long as the first case's prompt."""
-    from cadedit import pipeline
-    from cadedit.bench import decode as dc
-    from cadedit.bench.ceiling import load_curve
-    from cadedit.bench.e2e import document_for
-    from cadedit.options import EditOptions, Mode
+    from cadedit.decode import pipeline  # lazy: keeps `cadedit --help` light
+    from cadedit.bench import decode as dc  # lazy: imports torch; `cadedit bench --help` must not
+    from cadedit.bench.ceiling import load_curve  # lazy: keeps `cadedit --help` light
+    from cadedit.bench.e2e import document_for  # lazy: keeps `cadedit --help` light
 
     if kernel:
         return load_curve(kernel)
@@ -817,8 +734,8 @@ def _decode_curve(loaded, corpora: dict[str, list], kernel: Path | None, trials:
 
 
 def _print_decode(done: dict[str, list], curve, model: str, draft: bool) -> None:
-    from cadedit.bench import decode as dc
-    from cadedit.bench.report import fmt_float, fmt_pct
+    from cadedit.bench import decode as dc  # lazy: imports torch; `cadedit bench --help` must not
+    from cadedit.bench.report import fmt_float, fmt_pct  # lazy: keeps `cadedit --help` light
 
     rows = []
     for name, cases in done.items():
@@ -857,7 +774,7 @@ def candidates(
     """
     import os
 
-    from cadedit.bench import candidates as bc
+    from cadedit.bench import candidates as bc  # lazy: keeps `cadedit --help` light
 
     os.environ["CADEDIT_PREFIX_CACHE"] = "0"  # every decode feeds its whole prompt
     scoped = _choice(scoping, "--scoping", {"on": True, "off": False})
@@ -943,7 +860,7 @@ def tries(
 
     Example: cadedit bench tries -c humanevalfix_python.jsonl --model MODEL --limit 60 --json tries.json
     """
-    from cadedit.bench import tries as bt
+    from cadedit.bench import tries as bt  # lazy: keeps `cadedit --help` light
 
     corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
     editor = _tries_model(model, dtype, threads, backend, engine, engine_timeout)
@@ -973,11 +890,10 @@ def _tries_model(model: str | None, dtype: str, threads: int | None, backend: st
     """The editor the tries run with (results.Editor): the engine's client where --engine is given, else
     the local model."""
     if engine is None:
-        from cadedit.pipeline import LocalEditor
+        from cadedit.decode.pipeline import LocalEditor  # lazy: keeps `cadedit --help` light
 
         return LocalEditor(_load_model(model, "auto", dtype, threads, backend, warm_up=False)[0])
-    from cadedit.engine import EngineClient
-    from cadedit.settings import ENGINE_TIMEOUT
+    from cadedit.server.engine import EngineClient  # lazy: keeps `cadedit --help` light
 
     return EngineClient(engine, engine_timeout or ENGINE_TIMEOUT, model)
 
@@ -986,7 +902,6 @@ def _tries_options(model: str | None, mode: str, layout: str | None):
     """The EditOptions of every try: the loaded model, --mode and (when given) --layout."""
     from dataclasses import replace
 
-    from cadedit.options import EditOptions, Mode
 
     options = EditOptions(model=model, mode=Mode(mode))
     return replace(options, layout=layout) if layout else options
@@ -1072,7 +987,7 @@ def longfile(
 
     Example: cadedit bench longfile --model MODEL -n 30 --scoping both --json longfile.json
     """
-    from cadedit.bench import longfile as lf
+    from cadedit.bench import longfile as lf  # lazy: keeps `cadedit --help` light
 
     around = context_lines(context)
     if tasks_path is not None:
@@ -1186,8 +1101,7 @@ def everyday(
     """
     import json as json_module
 
-    from cadedit.bench import everyday as ev
-    from cadedit.settings import choose_model
+    from cadedit.bench import everyday as ev  # lazy: keeps `cadedit --help` light
 
     if part not in ("dev", "heldout", "all"):
         raise typer.BadParameter(f"{part!r} is not one of dev, heldout, all", param_hint="--part")

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import CadeditError
 
 
@@ -140,3 +140,27 @@ def load_corpus(path: str | Path, limit: int | None = None, context: str = "body
     if not cases:
         raise CorpusError(f"{p}: corpus has no cases")
     return cases
+
+
+EXTENSIONS = {"python": ".py", "py": ".py", "javascript": ".js", "js": ".js", "typescript": ".ts", "go": ".go",
+              "rust": ".rs", "java": ".java", "cpp": ".cpp", "c++": ".cpp", "c": ".c"}
+
+
+@dataclass(frozen=True)
+class Edited:
+    """What one method made of a document, and what it cost in model work."""
+
+    text: str
+    output: str  # the program text or the raw rewrite, as the model wrote it
+    forward_passes: int | None  # None: the decoder does not count them (transformers' prompt lookup)
+    tokens_new: int  # tokens the model produced (program: sampled + forced literals)
+    tokens_spliced: int = 0
+    seconds_prefill: float = 0.0
+    tokens_prompt: int | None = None  # prompt tokens fed (None: not counted, a peer)
+    tokens_stepped: int | None = None  # output tokens the model wrote one step each (not a kept draft)
+
+
+def document_for(case: Case) -> Document:
+    """The case's input as a file named for its language, so both prompts show a file name."""
+    ext = EXTENSIONS.get(case.language.lower())
+    return Document.from_text(case.before, f"solution{ext}" if ext else "<text>")

@@ -24,19 +24,20 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from cadedit import pipeline
+from cadedit.decode import pipeline
 from cadedit.bench.ceiling import CaseCeiling, Ceiling, SpeedupCurve, bounds, case_ceiling
 from cadedit.bench.corpus import Case
 from cadedit.bench.e2e import document_for
 from cadedit.bench.tokens import TokenCounter
-from cadedit.decode import script_sampler
-from cadedit.document import Document
+from cadedit.decode.loop import script_sampler
+from cadedit.text.document import Document
 from cadedit.errors import CadeditError
-from cadedit.model import LoadedModel, CachedLM, encode, new_cache
+from cadedit.backends.model import LoadedModel, CachedLM, encode, new_cache
 from cadedit.options import EditOptions, Mode
-from cadedit.oracle import oracle
-from cadedit.program import format
-from cadedit.resolve import resolve, to_display_program
+from cadedit.text.oracle import oracle
+from cadedit.text.program import format
+from cadedit.text.resolve import resolve, to_display_program
+from cadedit.bench.kernel import KernelSettings, sweep
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,6 @@ def bound(rows: Sequence[OracleRow], curve: SpeedupCurve) -> float:
 def measured_curve(loaded: LoadedModel, prefix: int, trials: int, spans: Sequence[int]) -> SpeedupCurve:
     """s(N) on this machine after a `prefix`-token cache (bench/kernel.py's sweep, AR beyond 8 steps
     scaled per token)."""
-    from cadedit.bench.kernel import KernelSettings, sweep
 
     settings = KernelSettings(prefix=prefix, spans=tuple(spans), trials=trials, ar_max=8)
     points = sweep(loaded.model, torch.device(loaded.device), settings)

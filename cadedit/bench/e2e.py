@@ -20,37 +20,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from cadedit import pipeline
+from cadedit.decode import pipeline
 from cadedit.bench.corpus import Case
 from cadedit.bench.peers import PEERS
 from cadedit.bench.harness import Verdict, has_test, run_test
 from cadedit.bench.report import median
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.errors import CadeditError
-from cadedit.model import LoadedModel, encode, new_cache
+from cadedit.backends.model import LoadedModel, encode, new_cache
 from cadedit.options import DEFAULT_MODE, EditOptions, Mode
 from cadedit.settings import BENCH_TEST_TIMEOUT
+from cadedit.backends.model import CachedLM
+from cadedit.scope.plan import plan_edit
+from cadedit.bench.corpus import Edited, document_for
 
 MODES = tuple(m.value for m in Mode)
 FIX = "fix"  # `cadedit fix`'s own edit: the scope from the instruction, then the default mode (one try)
 METHODS = (FIX,) + MODES + PEERS
 DEFAULT_METHODS = (DEFAULT_MODE.value, Mode.REWRITE.value)
-EXTENSIONS = {"python": ".py", "py": ".py", "javascript": ".js", "js": ".js", "typescript": ".ts", "go": ".go",
-              "rust": ".rs", "java": ".java", "cpp": ".cpp", "c++": ".cpp", "c": ".c"}
-
-
-@dataclass(frozen=True)
-class Edited:
-    """What one method made of a document, and what it cost in model work."""
-
-    text: str
-    output: str  # the program text or the raw rewrite, as the model wrote it
-    forward_passes: int | None  # None: the decoder does not count them (transformers' prompt lookup)
-    tokens_new: int  # tokens the model produced (program: sampled + forced literals)
-    tokens_spliced: int = 0
-    seconds_prefill: float = 0.0
-    tokens_prompt: int | None = None  # prompt tokens fed (None: not counted, a peer)
-    tokens_stepped: int | None = None  # output tokens the model wrote one step each (not a kept draft)
 
 
 Method = Callable[[LoadedModel, Document, str, "int | None"], Edited]
@@ -105,7 +92,6 @@ def mode_method(mode: Mode, scoped: bool = False, make_sampler: pipeline.Sampler
     """One decoding mode, through exactly the code path of `cadedit fix`; scoped: the scope from the
     instruction first, as `cadedit fix` resolves it (no scope found: the whole file). make_sampler:
     the decode's sampler from the prepared request (None: greedy; tests script answers with it)."""
-    from cadedit.scope import plan_edit
 
     def edit(loaded: LoadedModel, document: Document, instruction: str, max_new_tokens: int | None) -> Edited:
         options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, mode=mode)
@@ -143,12 +129,6 @@ def methods(names: Sequence[str], peers: dict[str, Method] | None = None,
 
 
 # -- one case ------------------------------------------------------------------------------------
-
-
-def document_for(case: Case) -> Document:
-    """The case's input as a file named for its language, so both prompts show a file name."""
-    ext = EXTENSIONS.get(case.language.lower())
-    return Document.from_text(case.before, f"solution{ext}" if ext else "<text>")
 
 
 def attempt(name: str, method: Method, loaded: LoadedModel, case: Case, settings: E2ESettings) -> Attempt:
@@ -225,7 +205,6 @@ def _bug_index(window: Sequence[Case], where: float) -> int:
 
 def warm_up(loaded: LoadedModel) -> float:
     """Compile the grammar and run one forward, so the first case's clock holds no one-off costs."""
-    from cadedit.model import CachedLM
 
     start = time.perf_counter()
     pipeline.grammar_for(loaded)
@@ -262,7 +241,7 @@ def measure_floor(loaded: LoadedModel, prefix: int = 1024, span: int = 512, tria
     """T_PP(span) / span and T_AR(1) after a `prefix`-token prompt, medians of `trials` (bench kernel)."""
     import torch
 
-    from cadedit.bench import kernel as kn
+    from cadedit.bench import kernel as kn  # lazy: imports torch; `cadedit bench --help` must not
 
     points = kn.sweep(loaded.model, torch.device(loaded.device), kn.KernelSettings(prefix, (1, span), trials))
     one, long = points

@@ -1,7 +1,7 @@
 """Edit formats head to head (paper §4.4, Table 3): output tokens and round-trip exact match.
 
 Four formats, each driven by the oracle edit of a case: full regeneration (the gold itself),
-Aider-style search/replace blocks, a unified diff (cadedit.diff with 3 lines of context, without
+Aider-style search/replace blocks, a unified diff (cadedit.text.diff with 3 lines of context, without
 the git line), and the copy/gen program. Each is written as text, counted in tokens, parsed back
 and applied to `before`; RT-EM means the result equals the gold byte for byte.
 Search/replace anchors are minimal, as derived from the line alignment: SEARCH is exactly the
@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 from cadedit.bench.corpus import Case
 from cadedit.bench.tokens import TokenCounter
-from cadedit.diff import NO_NEWLINE, diff_lines, unified_diff
+from cadedit.text.diff import NO_NEWLINE, diff_lines, unified_diff
 from cadedit.errors import ApplyError, CadeditError
-from cadedit.oracle import oracle
-from cadedit.program import format as format_program
-from cadedit.program import parse
-from cadedit.resolve import resolve
+from cadedit.text.oracle import oracle
+from cadedit.text.program import format as format_program
+from cadedit.text.program import parse
+from cadedit.text.resolve import resolve
 
 FORMATS = ("full", "search_replace", "unified_diff", "program")
 LABELS = {"full": "full regeneration", "search_replace": "search/replace", "unified_diff": "unified diff",

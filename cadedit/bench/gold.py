@@ -1,7 +1,7 @@
 """The checks on gold fixes (`cadedit bench checks`): which check would fail a correct edit.
 
 For each case the gold `after` goes through what every try's candidate goes through without a test:
-the repairs outside the retyped lines (cadedit.repair), then syntax, the code checks and change
+the repairs outside the retyped lines (cadedit.tries.repair), then syntax, the code checks and change
 (tries.check_candidate), with the case's instruction. A gold fix is right by construction, so every
 check it fails is a false alarm that would turn a passing edit into exit 3. The file is named by the
 case's language (or its solution_file), which decides the checks. Reversed, the case's `before` is
@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cadedit.bench.corpus import Case
-from cadedit.checks import Check
-from cadedit.code_checks import CHECK_NAMES
-from cadedit.document import Document
-from cadedit.repair import repaired
-from cadedit.tries import CheckPlan, check_candidate
+from cadedit.tries.checks import Check
+from cadedit.tries.code_checks import CHECK_NAMES
+from cadedit.text.document import Document
+from cadedit.tries.repair import repaired
+from cadedit.tries.loop import CheckPlan, check_candidate
 
 CHECKS = ("syntax", *CHECK_NAMES, "change")
 _SUFFIXES = {"python": ".py", "javascript": ".js", "js": ".js", "typescript": ".ts"}

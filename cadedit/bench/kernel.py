@@ -24,6 +24,8 @@ import torch
 
 from cadedit.bench.report import median
 from cadedit.errors import ModelError
+from cadedit.backends import model
+from cadedit.backends.llama.llamacpp import version
 
 SPANS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -58,13 +60,12 @@ ATTENTION = ("eager", "sdpa")
 
 def load(spec: str | None, device: str = "auto", dtype: str = "auto", threads: int | None = None,
          attn: str = "eager", backend: str | None = None):
-    """The model through cadedit.model.load_model; on torch with attention written out (`eager`, what
+    """The model through cadedit.backends.model.load_model; on torch with attention written out (`eager`, what
     the paper measured) or torch's fused kernel (`sdpa`, what cadedit fix uses)."""
-    from cadedit.model import load_model
 
     if attn not in ATTENTION:
         raise ModelError(f"attention implementation {attn!r} unknown", hint="use --attn eager or sdpa")
-    loaded = load_model(spec, device=device, dtype=dtype, threads=threads, backend=backend)
+    loaded = model.load_model(spec, device=device, dtype=dtype, threads=threads, backend=backend)
     if loaded.backend == "torch":
         loaded.model.set_eager_attention(attn == "eager")
     return loaded
@@ -250,7 +251,6 @@ def environment(device: torch.device, dtype, loaded=None) -> dict:
     if loaded is not None:
         env.update(backend=loaded.backend, threads=loaded.threads)
         if loaded.backend == "llama":
-            from cadedit.llamacpp import version
 
             env["llama_cpp"] = version()
     return env

@@ -21,9 +21,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cadedit.document import Document
-from cadedit.outline import PYTHON, outline
+from cadedit.text.document import Document
+from cadedit.scope.outline import PYTHON, outline
 from cadedit.settings import DEFAULT_WHERE_BY
+from cadedit.tries import loop as tries_module
+from cadedit.errors import CadeditError
+from cadedit.options import EditOptions, Mode
+from cadedit.scope.plan import plan_edit
+from cadedit.tries.loop import Attempts, CheckPlan
+from cadedit.decode.pipeline import LocalEditor
 
 # Each operator and the one it becomes; the text is how it is written between its operands.
 _SWAPS: dict[type, tuple[type, str, str]] = {
@@ -112,12 +118,6 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
     from contextlib import nullcontext
     from dataclasses import replace
 
-    from cadedit.errors import CadeditError
-    from cadedit.options import EditOptions, Mode
-    from cadedit.scope import plan_edit
-    from cadedit.pipeline import LocalEditor
-    from cadedit.tries import Attempts, CheckPlan, edit_verified
-
     instruction = task["instruction"] if kind == "explicit" else task["instruction_vague"]
     document = Document.from_text(task["before"], task["path"])
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=around)
@@ -130,8 +130,8 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
     try:
         with tempfile.TemporaryDirectory(prefix="cadedit-longfile-") if tested else nullcontext() as folder:
             plan = oracle_plan(Path(folder), document, task["after"]) if tested else CheckPlan()
-            verified = edit_verified(document, instruction, options, plan, Attempts(tries), editor=LocalEditor(loaded),
-                                     picks=picks)
+            verified = tries_module.edit_verified(document, instruction, options, plan, Attempts(tries),
+                                                  editor=LocalEditor(loaded), picks=picks)
     except CadeditError as exc:  # e.g. a file too large for the model: that task fails, the rest go on
         return {**row, "seconds": time.perf_counter() - start, "tries": 0, "first_seconds": 0.0, "answered": False,
                 "first": None, "verified": None, "error": exc.message, "forward_passes": 0}
@@ -152,7 +152,6 @@ def oracle_plan(folder: Path, document: Document, fixed: str):
     import shlex
     import sys
 
-    from cadedit.tries import CheckPlan
 
     target, original = folder / Path(document.path).name, folder / "fixed"
     target.write_bytes(document.to_bytes())

@@ -26,11 +26,20 @@ from typing import Annotated, Any
 import typer
 
 from cadedit.bench.options import BackendOpt, DtypeOpt, JsonOpt, ModelOpt, ThreadsOpt
-from cadedit import hardware
-from cadedit.bench.peers import LOOKUP_TOKENS
+from cadedit.backends import hardware
+from cadedit.bench.peers import LOOKUP_TOKENS, load_peers
+from cadedit.backends.model_files import gguf_path
+from cadedit.decode import pipeline
+from cadedit.decode.pipeline import LocalEditor
+from cadedit.results import Decoded, DecodeStats
+from cadedit.text.resolve import resolve
 from cadedit.errors import CadeditError, ModelError
-from cadedit.forward_cost import forward_costs
+from cadedit.backends.forward_cost import forward_costs
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
+from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
+from cadedit.cli.common import say, scripted_picks
+from cadedit.text.document import Document
+from cadedit.options import EditOptions, Mode
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "multiline"
 SPLITS = ("tune", "heldout")
@@ -114,8 +123,8 @@ def _code(text: str, which: str) -> str:
 def changes(tokenizer, before: str, after: str) -> tuple[int, int]:
     """Tokens of `after` outside the token runs it shares with `before`, and the lines added, changed
     or deleted (a replaced stretch counts its longer side)."""
-    from cadedit.align import opcodes
-    from cadedit.model import encode
+    from cadedit.text.align import opcodes  # lazy: keeps `cadedit --help` light
+    from cadedit.backends.model import encode  # lazy: keeps `cadedit --help` light
 
     old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
     lines, tokens = 0, 0
@@ -135,7 +144,7 @@ def changes(tokenizer, before: str, after: str) -> tuple[int, int]:
 def measure_rates(loaded) -> tuple[float, float]:
     """(prefill ms per token over FLOOR_SPAN tokens, one-token step ms: the median of FLOOR_STEPS),
     on a fresh cache of the loaded model, whatever its backend."""
-    from cadedit.model import CachedLM, encode, new_cache
+    from cadedit.backends.model import CachedLM, encode, new_cache  # lazy: keeps `cadedit --help` light
 
     ids = (encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 64) * 2)[:FLOOR_SPAN]
     lm = CachedLM(loaded.model, new_cache(loaded))
@@ -164,8 +173,7 @@ def floor_seconds(prompt: int, new: int, changed: int, prefill_ms: float, step_m
 def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: Any = None) -> dict:
     """One case edited as `cadedit fix FILE INSTRUCTION --candidates 1 --tries TRIES` edits it: its row.
     picks: tries.edit_verified's (tests script the answer with it)."""
-    from cadedit.pipeline import LocalEditor
-    from cadedit.tries import Attempts, CheckPlan, edit_verified
+    from cadedit.tries.loop import Attempts, CheckPlan, edit_verified  # lazy: keeps `cadedit --help` light
 
     document, options = case_request(loaded, case)
     row = {"id": case["id"], "split": case["split"], "file": case["file"], "regions": [list(r) for r in options.regions]}
@@ -195,9 +203,7 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
 
 def case_request(loaded, case: dict):
     """The case's document and the options `cadedit fix` edits it with (scope planned from the instruction)."""
-    from cadedit.document import Document
-    from cadedit.options import EditOptions, Mode
-    from cadedit.scope import plan_edit
+    from cadedit.scope.plan import plan_edit  # lazy: keeps `cadedit --help` light
 
     document = Document.from_text(case["before"], case["file"])
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=CONTEXT_LINES)
@@ -211,10 +217,6 @@ def lookup_row(peer, loaded, case: dict) -> dict:
     """llama.cpp with its prompt lookup (bench/peers.py's llama-lookup) answering the prompt of the
     case's first try, greedily, the same budget, stopped where cadedit stops: wall, forwards, tokens,
     and whether its answer does what was asked."""
-    from cadedit import pipeline
-    from cadedit.resolve import resolve
-    from cadedit.results import Decoded, DecodeStats
-
     document, options = case_request(loaded, case)
     prepared = pipeline.prepare(loaded, document, case["instruction"], options)
     start = time.perf_counter()
@@ -236,8 +238,6 @@ def lookup_row(peer, loaded, case: dict) -> dict:
 
 def lookup_context(loaded, cases: list[dict]) -> int:
     """llama.cpp's n_ctx for the run: the largest first-try prompt + budget (+ a forward's draft)."""
-    from cadedit import pipeline
-
     need = 512
     for case in cases:
         document, options = case_request(loaded, case)
@@ -311,9 +311,6 @@ def multiline(
 
     Example: cadedit bench multiline --model MODEL --json multiline.json
     """
-    from cadedit.bench.cli import _load_model, _model_meta, out, run_corpora  # bench.cli imports this module
-    from cadedit.cli_common import say, scripted_picks
-
     if split not in ("all", *SPLITS):
         raise typer.BadParameter(f"{split!r}: expected one of all, {', '.join(SPLITS)}", param_hint="--split")
     cases = load_cases(corpus, split)
@@ -348,8 +345,6 @@ def multiline(
 
 def _lookup_peer(loaded, cases: list[dict]):
     """llama.cpp with prompt lookup on the loaded model's GGUF and threads (bench/peers.py)."""
-    from cadedit.bench.peers import load_peers
-
     gguf = lookup_gguf(loaded)
     if gguf is None:
         raise typer.BadParameter("--llama-lookup runs the model's GGUF: pass --model FILE.gguf", param_hint="--llama-lookup")
@@ -358,6 +353,4 @@ def _lookup_peer(loaded, cases: list[dict]):
 
 def lookup_gguf(loaded) -> Path | None:
     """The loaded model's GGUF file (None: a model folder)."""
-    from cadedit.model_files import gguf_path
-
     return gguf_path(loaded.name)

@@ -1,7 +1,7 @@
 """The options that several `cadedit bench` commands take, each declared once as a Typer Annotated alias
 (a command writes only its default), and the parsers of their values.
 
-A leaf: it imports typer, cadedit.cli_common and cadedit.settings only, so every bench module can use
+A leaf: it imports typer, cadedit.cli.common and cadedit.settings only, so every bench module can use
 it without importing another command. An option only one command takes is declared beside that
 command in bench/cli.py.
 """
@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 # The model options and --context of scoped edits are `cadedit fix`'s own (re-exported for the bench commands).
-from cadedit.cli_common import BackendOpt, DtypeOpt, MaxNewOpt, ModelOpt, ScopeContextOpt, ThreadsOpt  # noqa: F401
+from cadedit.cli.common import BackendOpt, DtypeOpt, MaxNewOpt, ModelOpt, ScopeContextOpt, ThreadsOpt  # noqa: F401
 
 # -- what to measure on --------------------------------------------------------------------------
 
@@ -40,7 +40,7 @@ TokenizerOpt = Annotated[str | None, typer.Option(
 
 
 def _counting(value: str) -> str:
-    from cadedit.bench.ceiling import COUNTINGS
+    from cadedit.bench.ceiling import COUNTINGS  # lazy: keeps `cadedit --help` light
 
     if value not in COUNTINGS:
         raise typer.BadParameter(f"use one of {', '.join(COUNTINGS)}", param_hint="--counting")

@@ -28,6 +28,14 @@ import time
 from collections.abc import Sequence
 
 from cadedit.errors import BudgetError, CadeditError, ModelError
+from cadedit.decode import pipeline
+from cadedit.bench.corpus import document_for, Edited
+from cadedit.prompt.fence import Stopper
+from cadedit.backends.llama.llamacpp import version as llama_version
+from cadedit.backends.model import token_bytes
+from cadedit.options import EditOptions, Mode
+from cadedit.text.resolve import resolve
+from cadedit.results import Decoded, DecodeStats
 
 PEERS = ("llama-rewrite", "llama-lookup")
 LOOKUP_TOKENS = 10  # LlamaPromptLookupDecoding(num_pred_tokens=10), as its documentation shows
@@ -92,7 +100,7 @@ class LlamaPeer:
         llm.eval = counted_eval
 
     def _eos_ids(self) -> frozenset[int]:
-        """llama.cpp's EOS and Qwen's two end tokens (cadedit.model.eos_ids stops at the same ones)."""
+        """llama.cpp's EOS and Qwen's two end tokens (cadedit.backends.model.eos_ids stops at the same ones)."""
         ids = {self.llm.token_eos()}
         for special in (b"<|im_end|>", b"<|endoftext|>"):
             found = self.llm.tokenize(special, add_bos=False, special=True)
@@ -105,12 +113,6 @@ class LlamaPeer:
         self.llm.reset()
 
     def __call__(self, loaded, document, instruction: str, max_new_tokens: int | None):
-        from cadedit import pipeline
-        from cadedit.bench.e2e import Edited
-        from cadedit.results import Decoded, DecodeStats
-        from cadedit.options import EditOptions, Mode
-        from cadedit.resolve import resolve
-
         options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, mode=Mode.REWRITE)
         prepared = pipeline.prepare(loaded, document, instruction, options)
         ids, raw, prompt, prefill = self.retype(loaded, document, prepared)
@@ -122,8 +124,6 @@ class LlamaPeer:
     def retype(self, loaded, document, prepared) -> tuple[list[int], str, list[int], float]:
         """The prepared request's prompt (pipeline.prepare: the text cadedit's ids spell, tokenised
         again by llama.cpp) answered greedily: (ids, the answer's text, the prompt's ids, prefill seconds)."""
-        from cadedit.model import token_bytes
-
         vocab = token_bytes(loaded)
         prompt = self.llm.tokenize(b"".join(vocab[t] for t in prepared.prompt_ids), add_bos=False, special=True)
         budget = min(prepared.budget, self.llm.n_ctx() - len(prompt) - _ROOM)
@@ -136,7 +136,6 @@ class LlamaPeer:
 
     def generate(self, prompt: Sequence[int], fence: str, budget: int) -> tuple[list[int], float]:
         """Greedy tokens up to the stopping rule, and the seconds until the first one (the prefill)."""
-        from cadedit.fence import Stopper
 
         stopper = Stopper(self.pieces, self.eos, fence)
         self.forwards, ids, prefill = 0, [], 0.0
@@ -159,9 +158,6 @@ class LlamaPeer:
 
 def context_for(loaded, cases: Sequence, max_new_tokens: int | None) -> int:
     """n_ctx for the run: the largest rewrite prompt + budget over the cases, within the model's limit."""
-    from cadedit import pipeline
-    from cadedit.bench.e2e import document_for
-    from cadedit.options import EditOptions, Mode
 
     options = EditOptions(model=loaded.name, max_new_tokens=max_new_tokens, mode=Mode.REWRITE)
     need = 512
@@ -196,6 +192,5 @@ def load_peers(names: Sequence[str], gguf: str, threads: int, n_ctx: int) -> dic
 
 
 def version() -> str | None:
-    from cadedit.llamacpp import version as llama_version
 
     return llama_version()

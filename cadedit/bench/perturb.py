@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from cadedit.bench.corpus import Case
 from cadedit.bench.report import median
-from cadedit.oracle import oracle
-from cadedit.program import Copy, Op, Program
-from cadedit.resolve import Bounds, resolve
+from cadedit.text.oracle import oracle
+from cadedit.text.program import Copy, Op, Program
+from cadedit.text.resolve import Bounds, resolve
 
 EPSILONS = (0, 1, 2, 3, 5)
 SEMANTICS = ("cadedit", "paper")

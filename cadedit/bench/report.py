@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from cadedit.atomic import replace_file
-from cadedit.cli_common import err
+from cadedit.text.atomic import replace_file
+from cadedit.cli.common import err
 from cadedit.errors import CadeditError
 
 T = TypeVar("T")

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from cadedit.bench.corpus import Case
 from cadedit.errors import CadeditError
-from cadedit.oracle import oracle
-from cadedit.program import RESERVED, format, parse
-from cadedit.resolve import Bounds, resolve_ops
+from cadedit.text.oracle import oracle
+from cadedit.text.program import RESERVED, format, parse
+from cadedit.text.resolve import Bounds, resolve_ops
 
 MODES = (Bounds.STRICT, Bounds.CLIPPED)
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from cadedit.errors import ModelError
 from cadedit.settings import cache_problem
+from cadedit.text.atomic import replace_file
+from cadedit.settings import choose_model, user_cache
 
 
 class TokenCounter:
@@ -55,7 +57,6 @@ def _encoder(tokenizer: object) -> Callable[[str], list[int]]:
 def tokenizer_spec(tokenizer: str | None, model: str | None) -> str:
     """Which tokenizer to load: --tokenizer, else the model's, chosen as every command chooses it
     (--model, $CADEDIT_MODEL, `model` in .cadedit.toml / pyproject.toml, the default hub id)."""
-    from cadedit.settings import choose_model
 
     return tokenizer or choose_model(model)
 
@@ -97,7 +98,6 @@ def _from_transformers(spec: str, **kwargs):
 
 def cache_dir() -> Path:
     """The cadedit user cache (config.user_cache)."""
-    from cadedit.settings import user_cache
 
     return user_cache()
 
@@ -113,7 +113,6 @@ def _gguf_tokenizer_json(path: Path) -> Path:
                          hint="point XDG_CACHE_HOME at a folder of yours, or pass --tokenizer tokenizer.json")
     if not target.is_file():
         tok = _from_transformers(str(path.parent), gguf_file=path.name)
-        from cadedit.atomic import replace_file
 
         replace_file(target, tok.backend_tokenizer.to_str().encode("utf-8"), make_parent=True)
     return target

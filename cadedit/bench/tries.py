@@ -1,7 +1,7 @@
 """Verified edits on a corpus (`cadedit bench tries`): tries and checks measured the way users get them.
 
 Contract: run_case(editor, case, settings, picks=None) writes the case's input as a file in a fresh
-folder and runs cadedit.tries.edit_verified on it twice (with `picks`, its seam for scripted
+folder and runs cadedit.tries.loop.edit_verified on it twice (with `picks`, its seam for scripted
 answers): with the corpus's own test as the `--test` command (up to settings.tries tries), and
 with the syntax and no-change checks only (settings.check_tries tries). Every candidate of both
 runs is also judged by the corpus's test (bench/harness.py), so one run gives every row of the
@@ -23,12 +23,12 @@ from typing import Any
 from cadedit.bench.corpus import Case
 from cadedit.bench.harness import JS_MD5_SHIM, has_test, interpreter, run_test, runner_for, write_test_files
 from cadedit.bench.report import median
-from cadedit.document import Document
+from cadedit.text.document import Document
 from cadedit.options import EditOptions
 from cadedit.results import Editor
-from cadedit.scope import plan_edit
+from cadedit.scope.plan import plan_edit
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATES_BY, DEFAULT_TRIES, READ_LATER, default_candidates
-from cadedit.tries import Attempts, CheckPlan, Verified, edit_verified
+from cadedit.tries.loop import Attempts, CheckPlan, Verified, edit_verified
 
 SUFFIX = {"python": ".py", "node": ".js"}
 

@@ -1,0 +1,144 @@
+"""What a forward of k new tokens costs on the loaded model, and the draft lengths that follow from it.
+
+Contract: forward_costs(loaded) is the cost curve c(k) -- a forward of k new tokens with the logits
+of all k kept (what a verified draft needs), in one-token steps -- measured once per model file,
+backend, threads and CPU on a fresh cache of the loaded model, and kept in the per-machine
+measurement cache beside the backend probe's answers (hardware.measured_once). FittedLengths(curve)
+chooses each verify draft's length to maximise the tokens a forward is expected to yield per unit
+of its cost, given the acceptance this decode's drafts have met so far. No torch here.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cadedit.backends.hardware import _cpu_identity, measured_once, tell
+from cadedit.backends.model import CachedLM, new_cache
+from cadedit.backends.prefix_store import model_identity
+
+# The widths timed: c(k) between them is read off a straight line, past the last along the last
+# two. A forward of k tokens follows PREFIX tokens in the cache (an edit's drafts follow its prompt);
+# each width is the best of its REPS forwards (the narrow ones are short and noisy, the widest long).
+WIDTHS = (1, 4, 16, 64, 256)
+REPS = (7, 5, 3, 2, 1)
+PREFIX = 128
+MEASURE = "forward-costs-1"  # in the cache key: a change to how it is measured measures again
+
+# The acceptance a decode starts with, as (drafted tokens kept, drafts that missed): about a run of
+# 32 tokens a miss, what a retype's first drafts meet. Each draft's outcome is added after the
+# earlier ones are weighed by DECAY, so the last few drafts decide (misses come in clusters, at the
+# lines an edit changes), and a decode that keeps everything soon drafts as long as pays.
+PRIOR = (32.0, 1.0)
+DECAY = 0.7
+# Draft lengths considered (a forward carries the pending token and the draft: k + 1 new tokens).
+CHOICES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """c(k) at measured widths: ((k, seconds of a k-token forward / seconds of a one-token one), ...)."""
+
+    points: tuple[tuple[int, float], ...]
+
+    def cost(self, k: int) -> float:
+        """c(k), in one-token steps: linear between measured widths, past the last along the last two."""
+        points = self.points
+        if k <= points[0][0]:
+            return points[0][1]
+        for (k0, c0), (k1, c1) in zip(points, points[1:]):
+            if k <= k1:
+                return c0 + (c1 - c0) * (k - k0) / (k1 - k0)
+        (k0, c0), (k1, c1) = points[-2:] if len(points) > 1 else (points[0], (points[0][0] + 1, points[0][1]))
+        return c1 + max(0.0, (c1 - c0) / (k1 - k0)) * (k - k1)
+
+    def best_draft(self, p: float, most: int) -> int:
+        """The draft length (at most `most`, one of CHOICES) with the most tokens a forward yields per
+        unit of its cost, each drafted token kept with probability p given the ones before it."""
+        def rate(k: int) -> float:
+            kept = k if p >= 1 else p * (1 - p**k) / (1 - p)  # expected run of kept drafted tokens
+            return (1 + kept) / self.cost(k + 1)  # the sampler's own token, then the kept ones
+
+        return max((k for k in CHOICES if k <= most), key=rate, default=min(1, most))
+
+    def to_json(self) -> list:
+        return [[k, c] for k, c in self.points]
+
+    @classmethod
+    def from_json(cls, value: object) -> "CostCurve | None":
+        """The curve stored in the cache (None if it is not one: then it is measured again)."""
+        try:
+            points = tuple((int(k), float(c)) for k, c in value)  # type: ignore[union-attr]
+        except (TypeError, ValueError):
+            return None
+        ok = len(points) >= 2 and points[0] == (1, 1.0) and all(a[0] < b[0] for a, b in zip(points, points[1:])) \
+            and all(math.isfinite(c) and c > 0 for _, c in points)
+        return cls(points) if ok else None
+
+
+def measure_curve(lm, vocab: int, room: int, clock: Callable[[], float] = time.perf_counter) -> CostCurve:
+    """c(k) on `lm` (a decode.LM over an empty cache, left empty): PREFIX tokens, then each width's
+    forward, logits kept for all its tokens, cropped after each; the widths that fit `room` tokens."""
+    widths = [(k, reps) for k, reps in zip(WIDTHS, REPS) if PREFIX + k <= room]
+    filler = [(1000 + t) % vocab for t in range(PREFIX + widths[-1][0])]
+    lm.feed(filler[:PREFIX])
+    try:
+        lm.feed(filler[PREFIX : PREFIX + 4], keep=4)  # a first forward after the prefix pays one-off costs
+        lm.crop(4)
+        seconds = {}
+        for k, reps in widths:
+            best = math.inf
+            for _ in range(reps):
+                start = clock()
+                lm.feed(filler[PREFIX : PREFIX + k], keep=k)
+                best = min(best, clock() - start)
+                lm.crop(k)
+            seconds[k] = max(best, 1e-9)
+    finally:
+        lm.crop(len(lm.ids))
+    return CostCurve(tuple((k, round(seconds[k] / seconds[1], 3)) for k, _ in widths))
+
+
+def forward_costs(loaded) -> CostCurve:
+    """The loaded model's cost curve on this CPU, measured once (with a progress line) and cached."""
+    key = f"{_cpu_identity(loaded.threads)}|{MEASURE}|{model_identity(loaded)}"
+
+    def measure() -> list:
+        tell(f"measuring what a forward of 1 to {WIDTHS[-1]} tokens costs on {loaded.name} "
+             f"(once per machine, model file and threads; a few seconds to a minute)")
+        lm = CachedLM(loaded.model, new_cache(loaded))
+        curve = measure_curve(lm, loaded.model.config.vocab_size, loaded.context_limit)
+        tell("a forward of k tokens costs " + ", ".join(f"k={k}: {c:.1f}" for k, c in curve.points)
+             + " one-token steps here")
+        return curve.to_json()
+
+    value, _ = measured_once(key, lambda v: CostCurve.from_json(v) is not None, measure)
+    return CostCurve.from_json(value)
+
+
+class FittedLengths:
+    """Verify draft lengths fitted to a cost curve (verify.Lengths): each draft's length maximises
+    the expected tokens per unit cost (CostCurve.best_draft), with p the share of drafted tokens kept
+    among kept tokens and misses, weighed towards the latest drafts (PRIOR, DECAY). On a CPU where
+    wide forwards cost many steps the drafts stay short while acceptance is uncertain; where they
+    cost little more than a step, they are long from the start."""
+
+    def __init__(self, curve: CostCurve, most: int = 256):
+        self.curve, self.most = curve, most
+        self.kept, self.missed = PRIOR
+
+    @property
+    def p(self) -> float:
+        return self.kept / (self.kept + self.missed)
+
+    def first(self) -> int:
+        return self.curve.best_draft(self.p, self.most)
+
+    def after(self, size: int, drafted: int, kept: int) -> int:
+        """The next draft's length, a draft of `drafted` tokens having kept `kept`."""
+        self.kept = DECAY * self.kept + kept
+        self.missed = DECAY * self.missed + (kept < drafted)
+        return self.curve.best_draft(self.p, self.most)
+

@@ -1,0 +1,159 @@
+"""What every command line of cadedit shares (cli.py, hook_cli.py, serve_cli.py, bench/): the stderr
+console and its one-line messages, the model options, --context of scoped edits, the warm server
+lookup. A leaf: it imports no other command module, so each of them imports on its own."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+
+from cadedit.settings import BACKENDS, DEFAULT_MODEL, DTYPES, ENGINE_TIMEOUT
+from cadedit.settings import choose_engine, choose_engine_timeout
+
+# emoji=False: rich would turn `:x:` in a diff or `ollama:m:latest` in a message into emoji (d[:x:] -> d[❌]);
+# user text is printed without markup (say, markup=False) or escaped (report_error, warn, status).
+err = Console(stderr=True, soft_wrap=True, highlight=False, emoji=False)
+
+
+def _flag_type_shown(option: typer.core.TyperOption, ctx) -> str | None:
+    """The type column of --help: none for a flag (--write takes no value, so `<bool>` beside it reads as
+    if it wanted one), typer's label for every option that takes a value."""
+    return None if option.is_flag and option.metavar is None else _typer_type_shown(option, ctx)
+
+
+# typer labels every option with its type, flags included; this is the one place that changes it.
+_typer_type_shown = typer.core.TyperOption.display_type_rich
+typer.core.TyperOption.display_type_rich = _flag_type_shown
+
+
+@dataclass(frozen=True)
+class Scripted:
+    """Answers scripted for the model, given to the app as its context object (`app(obj=Scripted(...))`,
+    CliRunner().invoke(app, args, obj=...)): tests spell known answers through the real decode loop.
+    Nothing a user types sets it; without it the model answers."""
+
+    picks: Callable[[int], Any] | None = None  # tries.edit_verified's picks (fix, the hook, bench tries)
+
+
+def scripted_picks(ctx: typer.Context) -> Callable[[int], Any] | None:
+    """The picks a caller scripted on the app's context (Scripted), else None: the model answers."""
+    scripted = ctx.find_object(Scripted)
+    return scripted.picks if scripted is not None else None
+
+
+def sub_app(name: str, help: str) -> typer.Typer:
+    """A command group (`cadedit serve`, `cadedit bench`) as cli.py mounts it: no completion, no
+    pretty tracebacks (cli.py's _Group turns errors into one line)."""
+    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+def report_error(message: str, hint: str | None = None) -> None:
+    """The one-line error (and hint) every failure ends as."""
+    err.print(f"[bold red]error:[/] {escape_markup(message)}", soft_wrap=True, highlight=False)
+    if hint:
+        err.print(f"[yellow]hint:[/] {escape_markup(hint)}", soft_wrap=True, highlight=False)
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/] {escape_markup(message)}", soft_wrap=True, highlight=False)
+
+
+def say(message: str) -> None:
+    """A plain progress or summary line on stderr (no markup, no wrapping)."""
+    err.print(message, highlight=False, markup=False, soft_wrap=True)
+
+
+def files_text(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"
+
+
+def escape_markup(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+
+def _one_of(value: str | None, choices: tuple[str, ...], name: str) -> str | None:
+    """An option's value checked at the command line (a usage error, exit 2), not deep in the model code."""
+    if value is not None and value not in choices:
+        raise typer.BadParameter(f"unknown value {value!r}; use {', '.join(choices)}", param_hint=name)
+    return value
+
+
+ModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", "-m", show_default=False,
+    help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
+         "pyproject.toml \\[tool.cadedit] once approved with `cadedit trust`, then in ~/.config/cadedit/config.toml, "
+         f"then {DEFAULT_MODEL}).")]
+ThreadsOpt = Annotated[Optional[int], typer.Option(
+    "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
+DtypeOpt = Annotated[str, typer.Option(
+    "--dtype", callback=lambda v: _one_of(v, DTYPES, "--dtype"), help="auto, fp32, bf16, fp16, bf16-int8 (one-token steps through int8 weights) or bf16-int4 (through a GGUF's "
+    "own 4-bit weights, int8 where it has none). auto: bf16 on CUDA; "
+    "on CPU what a probe measured faster on this machine (once, cached).")]
+BackendOpt = Annotated[Optional[str], typer.Option(
+    "--backend", show_default=False, callback=lambda v: _one_of(v, BACKENDS, "--backend"),
+    help="auto, torch or llama (a GGUF through llama.cpp at its own size). Default: CADEDIT_BACKEND, then `backend` "
+         "in .cadedit.toml, then auto: a GGUF runs on whichever backend measured faster on this CPU (once, cached).")]
+MaxNewOpt = Annotated[Optional[int], typer.Option(
+    "--max-new-tokens", min=1, show_default=False, help="Budget of new tokens (default: twice the file's + 256; a scoped edit: 1.5x its regions' + 128).")]
+
+ScopeContextOpt = Annotated[str, typer.Option(
+    "--context", metavar="N|all",
+    help="Scoped edits: lines shown to the model on each side of the lines it retypes (with the file's first "
+         "lines), or all for the whole file.")]
+
+
+def context_lines(value: str) -> int | None:
+    """--context's value: a line count, or None for the whole file."""
+    if value.strip().lower() == "all":
+        return None
+    if not value.strip().isdigit():
+        raise typer.BadParameter(f"{value!r}: expected a number of lines or all", param_hint="--context")
+    return int(value)
+
+
+EngineOpt = Annotated[Optional[str], typer.Option(
+    "--engine", metavar="URL", show_default=False,
+    help="A shared OpenAI-compatible inference engine (vLLM, SGLang, llama-server, Ollama) that does the model "
+         "work, e.g. http://gpu-box:8000/v1; cadedit keeps the prompt, checks and diffs. Default: CADEDIT_ENGINE, "
+         "then `engine` in your own ~/.config/cadedit/config.toml (never a repository's); none: the local model. The API key comes from CADEDIT_ENGINE_KEY or "
+         "OPENAI_API_KEY. With --engine, --model names the engine's model (default: the first it serves).")]
+EngineTimeoutOpt = Annotated[Optional[float], typer.Option(
+    "--engine-timeout", min=0.1, show_default=False,
+    help=f"Seconds one engine request may take (default: `engine_timeout` in the settings, else {ENGINE_TIMEOUT:g}).")]
+
+
+def engine_for(engine: str | None, timeout: float | None, model: str | None, cwd=None):
+    """The shared engine's client when --engine, CADEDIT_ENGINE or the settings name one, else None."""
+
+    url = choose_engine(engine, cwd)
+    if url is None:
+        return None
+    from cadedit.server.engine import EngineClient  # lazy: keeps `cadedit --help` light
+
+    return EngineClient(url, choose_engine_timeout(timeout, cwd), model)
+
+
+def server_for(options, tell=None):
+    """The warm server (`cadedit serve start`) when one runs with this model and dtype and is free (or
+    frees up within SERVER_BUSY_WAIT; tell(message) says it is busy), else None."""
+    if os.environ.get("CADEDIT_SERVER", "1") == "0":
+        return None
+    from cadedit.server.warm import connect  # lazy: keeps `cadedit --help` light
+
+    client = connect(options.model, on_busy=tell)
+    if client is None:
+        return None
+    wanted = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(options.dtype, options.dtype)
+    if options.dtype != "auto" and wanted not in str(client.dtype):
+        return None  # asked for another dtype than the server holds: load locally
+    return client
+
+

@@ -1,0 +1,276 @@
+"""Verified copy: the source's own lines as drafts for a rewrite (the verify mode's drafter).
+
+Contract: VerifyDrafter(source, encode, token_bytes, budget) is a decode-loop drafter
+(cadedit.decode.loop.Drafter). Wherever the output so far is aligned with the source text, it proposes
+the next stretch of the source; the loop checks it in the one forward it makes anyway and keeps
+the longest prefix the sampler agrees with, so greedy output equals one-token-at-a-time decoding.
+Draft lengths come from `lengths`: by default they grow geometrically while accepted in full and
+shrink back after a miss (Schedule); cadedit.backends.forward_cost.FittedLengths fits them to what a
+forward of k tokens costs on the loaded model (measured by `cadedit bench multiline`). A scoped
+edit's drafter also knows the file's lines after its region (`tail`): a model that runs past the
+region's closing fence and retypes them gets them drafted too, instead of one token a forward. It
+may also be given the same answer in other indentation (`also`): a scoped method is asked for
+without its class's indentation, and small models often retype it with it all the same; the
+drafter follows whichever the output writes (otherwise every line is lost, one token a forward).
+After a change inside a line the source is found again from the line's last bytes (prompt lookup
+near the line being rewritten), so a rename costs its changed tokens and a forward or two.
+Identical ids need identical argmaxes from batched and one-token forwards: exact on the tests'
+fp64 model, and in fp32 on the real 0.5B model; in bf16 the two round differently and can part
+at a near tie. Pure: no torch, no transformers.
+"""
+
+from __future__ import annotations
+
+import difflib
+from bisect import bisect_left, bisect_right
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+RECENT = 8  # output lines remembered to place a line that occurs more than once in the source
+AHEAD = 4  # source lines after the last aligned one where a new output line may resume the source
+# Mid-line re-anchoring: the longest end of the output's current line, NGRAM_MIN to NGRAM_MOST bytes
+# with a non-blank byte, found in the source lines the output is rewriting (AHEAD of them). Shorter
+# ends (`x)`, ` = `) occur on most lines, so they count only after the point lost in its own line;
+# the cap bounds the work on a long line (minified code) to a few finds per token.
+NGRAM_MIN = 4
+NGRAM_MOST = 64
+SIMILAR = 0.5  # an unaligned output line this similar to the next source line is taken as its rewrite
+# Once a guess missed, the output is most likely new text (a docstring, a new statement) whose words
+# keep matching the source by chance; each guess then drafts this many tokens at most, to its line's
+# end, so a wrong one widens a forward by little.
+MISSED_DRAFT = 4
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Draft lengths in tokens: `start` after a miss, times `grow` after a full accept, at most `most`.
+
+    Why these numbers: with torch on an AVX-512 CPU a forward of up to ~16 tokens costs about two
+    one-token steps, so a 16-token draft that fails costs about one extra step and one that is
+    accepted saves about 14; past ~256 tokens a forward costs nearly linear time, so longer drafts
+    save little and a miss wastes seconds. Where a 16-token forward costs 6-8 steps (llama.cpp on
+    AVX2), shorter starts were tried and only added forwards: a retype's drafts are mostly kept
+    whole (docs/measurements/design-figures.md).
+    """
+
+    start: int = 16
+    grow: int = 2
+    most: int = 256
+
+    def next(self, size: int, accepted_all: bool) -> int:
+        return min(size * self.grow, self.most) if accepted_all else self.start
+
+    def first(self) -> int:
+        return self.start
+
+    def after(self, size: int, drafted: int, kept: int) -> int:
+        """The next draft's length, a draft of `size` tokens asked (`drafted` made) having kept `kept`."""
+        return self.next(size, kept == drafted)
+
+
+class Lengths(Protocol):
+    """How long each draft is: first(), then after(size asked, tokens drafted, tokens kept) after each
+    draft (Schedule; forward_cost.FittedLengths)."""
+
+    def first(self) -> int: ...
+    def after(self, size: int, drafted: int, kept: int) -> int: ...
+
+
+class Aligner:
+    """Where the output stands in the source text (a byte offset, or None), and the draft from there.
+
+    Alignment is kept while each output token's bytes continue the source at the anchor (a
+    different tokenisation of the same text stays aligned). Lost, it is found again as soon as the
+    output's current line starts like one of the next AHEAD source lines (the model skipped a line,
+    often a blank one); or mid-line, when the line's last NGRAM_MIN+ bytes occur in the line being
+    rewritten or the AHEAD after it (a renamed name, then the rest of the line as it was: the
+    longest such end wins, then the occurrence nearest after where the alignment was lost); or
+    when the output ends a line that equals a source line: among equal lines, the one whose
+    preceding lines match most output lines wins, then the one nearest after the last aligned line.
+    A line ended unaligned that resembles the next source line counts as its rewrite, so the next
+    line is looked for after it.
+    """
+
+    def __init__(self, source: str, encode: Callable[[str], list[int]], tail: str = ""):
+        self.answer_end = len(source.encode("utf-8"))  # drafts from before it stop there (the closing fence)
+        self.source = (source + tail).encode("utf-8")
+        self.encode = encode
+        self.lines = self.source.splitlines(keepends=True)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+        self.line_at = {offset: k for k, offset in enumerate(self.starts)}  # line k starts at offset
+        self.where: dict[bytes, list[int]] = {}
+        for k, line in enumerate(self.lines):
+            self.where.setdefault(line, []).append(k)
+        self.anchor: int | None = 0  # the output starts where the file starts (the prompt opens the fence)
+        self.lost = 0  # where the anchor was when the output last left the source
+        self.guessed = False  # the anchor is a mid-line lookup not yet followed to a line's end
+        self.missed = 0  # guesses that failed since the output last followed the source to a line's end
+        self.last_line = -1
+        self.partial = bytearray()
+        self.recent: deque[bytes] = deque(maxlen=RECENT)
+
+    def advance(self, piece: bytes) -> None:
+        """The output grew by `piece`: follow it in the source, or look for it again."""
+        if self.anchor is not None and self.source.startswith(piece, self.anchor):
+            self.anchor += len(piece)
+        elif self.anchor is not None:
+            if not self.guessed:  # a guess that failed leaves the point lost where it was
+                self.lost = self.anchor
+            self.missed += self.guessed
+            self.anchor = None
+        ended = self._take_lines(piece)
+        if self.anchor is None and ended:
+            self.anchor = self._relocate()
+            if self.anchor is None:
+                self.anchor = self._lookup(self.recent[-1], len(piece))
+                self.guessed = self.anchor is not None
+            if self.anchor is None and self._resembles_next(self.recent[-1]):
+                self.last_line += 1  # the line was a rewrite of the next source line: look after it
+        if self.anchor is None and self.partial.strip():
+            self.anchor = self._resume()
+            if self.anchor is None:
+                self.anchor = self._lookup(bytes(self.partial), len(piece))
+                self.guessed = self.anchor is not None
+        if self.anchor is not None and self.anchor in self.line_at:
+            self.last_line = self.line_at[self.anchor] - 1
+            self.guessed, self.missed = False, 0  # a whole line followed (or a line end found): trusted again
+
+    def draft(self, n_tokens: int) -> list[int]:
+        """Up to n_tokens ids of the source after the anchor (whole lines tokenised, then cut)."""
+        if self.anchor is None or self.anchor >= len(self.source) or n_tokens <= 0:
+            return []
+        # ~3.5 bytes per token in code: 6 per token reaches n_tokens nearly always; end on a line end.
+        stop = self.starts[min(bisect_left(self.starts, self.anchor + 6 * n_tokens), len(self.starts) - 1)]
+        if self.guessed and self.missed:  # after a guess that missed, new text: short drafts, to the line's end
+            stop = min(stop, self.starts[bisect_right(self.starts, self.anchor)])
+            n_tokens = min(n_tokens, MISSED_DRAFT)
+        if self.anchor < self.answer_end:
+            stop = min(stop, self.answer_end)
+        try:
+            text = self.source[self.anchor : stop].decode("utf-8")
+        except UnicodeDecodeError:  # the anchor is inside a character: no draft until it is past
+            return []
+        return self.encode(text)[:n_tokens]
+
+    def _take_lines(self, piece: bytes) -> bool:
+        """Add piece to the output's lines; whether a line ended."""
+        self.partial += piece
+        ended = False
+        while (cut := self.partial.find(b"\n")) >= 0:
+            self.recent.append(bytes(self.partial[: cut + 1]))
+            del self.partial[: cut + 1]
+            ended = True
+        return ended
+
+    def _resembles_next(self, line: bytes) -> bool:
+        k = self.last_line + 1
+        if k >= len(self.lines) or line in self.where:
+            return False
+        matcher = difflib.SequenceMatcher(None, line, self.lines[k], autojunk=False)
+        return matcher.quick_ratio() >= SIMILAR and matcher.ratio() >= SIMILAR
+
+    def _relocate(self) -> int | None:
+        candidates = self.where.get(self.recent[-1])
+        if not candidates:
+            return None
+        best = max(candidates, key=lambda k: (self._matched(k), k > self.last_line, -abs(k - self.last_line)))
+        self.last_line = best
+        return self.starts[best + 1]
+
+    def _lookup(self, line: bytes, last: int) -> int | None:
+        """The offset after the longest end of the output's `line` (its last `last` bytes at least: the
+        whole last token) found again near where the alignment was lost: an end of NGRAM_MIN to
+        NGRAM_MOST bytes, not all blank, in the source line being rewritten or the AHEAD after it,
+        nearest after the point lost, else nearest before it; a shorter end only after the point
+        lost in that point's own line (`)` after a renamed argument, `:\n` after a changed test, the
+        line's end)."""
+        first = self.last_line + 1
+        if first >= len(self.lines) or not line.strip():
+            return None
+        low, high = self.starts[first], self.starts[min(first + 1 + AHEAD, len(self.lines))]
+        own = bisect_right(self.starts, self.lost) - 1  # the line the alignment was lost in
+        own_end = self.starts[min(own + 1, len(self.lines))]
+        for size in range(min(len(line), NGRAM_MOST), max(last, 1) - 1, -1):
+            end = line[-size:]
+            blank = not end.strip()
+            if size >= NGRAM_MIN and not blank:
+                ends = [low + at + size for at in _occurrences(self.source[low:high], end)]
+            elif size < NGRAM_MIN and (not blank or end == b"\n"):
+                ends = [self.lost + at + size for at in _occurrences(self.source[self.lost : own_end], end)]
+            else:
+                continue
+            if ends:
+                after = [e for e in ends if e > self.lost]
+                return min(after) if after else max(ends)
+        return None
+
+    def _resume(self) -> int | None:
+        """The offset after the output's partial line in the nearest next source line it begins."""
+        for k in range(self.last_line + 1, min(self.last_line + 1 + AHEAD, len(self.lines))):
+            if self.lines[k].startswith(self.partial):
+                return self.starts[k] + len(self.partial)
+        return None
+
+    def _matched(self, k: int) -> int:
+        """How many of the latest output lines equal source lines ..k-1, k."""
+        n = 0
+        while n < len(self.recent) and k - n >= 0 and self.recent[-1 - n] == self.lines[k - n]:
+            n += 1
+        return n
+
+
+def _occurrences(text: bytes, part: bytes) -> list[int]:
+    found, at = [], text.find(part)
+    while at >= 0:
+        found.append(at)
+        at = text.find(part, at + 1)
+    return found
+
+
+class VerifyDrafter:
+    """Drafts the source after the aligned point; the draft size follows `lengths` (a Schedule by default).
+
+    The loop calls it before each forward with the output ids so far; it follows the new ids in
+    the source (Aligner) and learns from how many tokens its last draft kept. With `also` (the same
+    answer in other indentation, and its tail) it follows both and drafts from the one the output
+    is writing: aligned, then the one whose lines the latest output lines are, then the first.
+    """
+
+    def __init__(self, source: str, encode: Callable[[str], list[int]], token_bytes: Sequence[bytes], budget: int,
+                 schedule: Lengths = Schedule(), tail: str = "", also: tuple[str, str] | None = None):
+        # tail: text after the answer that a model running past it may retype (a scoped region's next lines)
+        self.aligners = [Aligner(source, encode, tail)]
+        if also is not None and also[0] != source:
+            self.aligners.append(Aligner(also[0], encode, also[1]))
+        self.token_bytes, self.budget, self.schedule = token_bytes, budget, schedule
+        self.size = schedule.first()
+        self.seen = 0
+        self.last: tuple[int, int] | None = None  # (output length, draft length) of the last proposal
+        self.sizes: list[int] = []  # the length asked of each draft made (tests and benchmarks read them)
+
+    @property
+    def aligner(self) -> Aligner:
+        """The aligner drafts come from."""
+        if len(self.aligners) == 1:
+            return self.aligners[0]
+        return max(self.aligners, key=lambda a: (a.anchor is not None, sum(line in a.where for line in a.recent),
+                                                 -self.aligners.index(a)))
+
+    def __call__(self, cursor, ids: Sequence[int]) -> list[int]:
+        if self.last is not None and self.last[1]:
+            kept = len(ids) - self.last[0] - 1
+            self.size = self.schedule.after(self.size, self.last[1], kept)
+        for token in ids[self.seen :]:
+            for aligner in self.aligners:
+                aligner.advance(self.token_bytes[token])
+        self.seen = len(ids)
+        draft = self.aligner.draft(min(self.size, self.budget - len(ids)))
+        self.last = (len(ids), len(draft))
+        if draft:
+            self.sizes.append(self.size)
+        return draft

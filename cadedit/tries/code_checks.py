@@ -1,0 +1,535 @@
+"""Checks that compare a candidate's code with the file's before the edit: what small models break
+while the file still parses (docs/checks.md says why each exists).
+
+Contract: code_checks(path, before, after, instruction) returns checks.Check records, each passed,
+failed with a one-line detail the next try is told, or skipped with a note (none for a language
+without a parser; "names", "kept" and "body" only for JavaScript, "kept" and "body" for TypeScript):
+- "names": names the edit leaves undefined or newly unused (Python through pyflakes, JavaScript
+  through cadedit.scope.js_names; only problems the file did not have before count);
+- "kept": definitions the edit removed, and for a request that asks for documentation, type hints
+  or logging only, statements it removed or changed; a function whose every `return` went;
+- "body": a function whose code became another definition's code;
+- "public": a top-level name removed while `__all__` or the module's other code still uses it;
+- "asked": a request for documentation, type hints or logging only whose candidate adds none; a
+  request to delete a named definition whose candidate keeps it.
+Python through `ast`; JavaScript/TypeScript by the tree-sitter outline (definitions and their
+text) and, for JavaScript, its scopes. Pure: no torch, no transformers; never raises for bad file content.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import difflib
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cadedit.tries.checks import Check
+from cadedit.text.document import Document
+from cadedit.scope.js_names import GROUPS, js_names
+from cadedit.text.languages import language_of
+from cadedit.scope.outline import JAVASCRIPT, outline
+
+NAMES, KEPT, BODY, PUBLIC, ASKED = "names", "kept", "body", "public", "asked"
+CHECK_NAMES = (NAMES, KEPT, BODY, PUBLIC, ASKED)
+# pyflakes findings that break a module or show a lost line; an import left unused by an asked-for
+# deletion is harmless and is not one of them.
+_FAILING = ("UndefinedName", "UndefinedLocal", "UndefinedExport", "UnusedVariable", "RedefinedWhileUnused",
+            "UnusedAnnotation")
+# A request for these changes no behaviour: the code apart from docstrings, annotations, imports
+# and logging must stay the same statement for statement.
+_NO_BEHAVIOUR = re.compile(r"\b(?:doc\s?strings?|comments?|type\s+hints?|type\s+annotations?|annotat\w*|typing|"
+                           r"typed|logging|log|logs|logger|debug\s+messages?|document\w*|jsdoc)\b", re.I)
+_BEHAVIOUR = re.compile(r"\b(?:fix\w*|bugs?|implement\w*|handle\w*|support\w*|refactor\w*|improve\w*|better|"
+                        r"optimi[sz]\w*|rename\w*|replace\w*|remove\w*|delete\w*|drop\w*|rewrite\w*|convert\w*|"
+                        r"validat\w*|raise\w*|simplif\w*|change\w*|move\w*|merge\w*|inline\w*|split\w*)\b", re.I)
+_REMOVAL = re.compile(r"\b(?:delete|remove|drop|erase|rename|merge|inline|replace|move|get rid of|strip|"
+                      r"clean\s?up|dead code|unused)\w*", re.I)
+_LOGGERS = {"logging", "logger", "log", "_log", "_logger", "LOGGER", "LOG", "console"}
+_SIMILAR = 0.8  # a changed body this close to another definition's (and closer than to its own) is a copy
+
+
+def code_checks(path: str, before: str, after: str, instruction: str) -> tuple[Check, ...]:
+    """The four checks of the module docstring for a candidate `after` of the file `path`."""
+    language = language_of(path)
+    parser = language.parser if language is not None else ""
+    if parser == "python":
+        return _python_checks(path, before, after, instruction)
+    if parser in ("javascript", "typescript", "tsx"):
+        return _outline_checks(path, before, after, instruction, parser)
+    return ()  # no parser for the language: nothing to compare
+
+
+def asks_for_behaviour(instruction: str) -> bool:
+    """Whether the instruction may change what code does: not when it asks only for documentation,
+    type hints or logging."""
+    return not _NO_BEHAVIOUR.search(instruction) or bool(_BEHAVIOUR.search(instruction))
+
+
+def asks_to_remove(instruction: str, name: str, named: set[str]) -> bool:
+    """Whether the instruction asks to remove (or rename, merge, move) definition `name`: a removal
+    word and the name, or a removal word and no definition named at all ("remove dead code")."""
+    if not _REMOVAL.search(instruction):
+        return False
+    words = set(re.findall(r"[A-Za-z_$][\w$]*", instruction))
+    return name in words or not (words & named)
+
+
+# -- Python --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Definition:
+    qualname: str
+    node: ast.AST
+    line: int
+
+
+def _python_checks(path: str, before: str, after: str, instruction: str) -> tuple[Check, ...]:
+    try:
+        old, new = ast.parse(before.removeprefix("\ufeff")), ast.parse(after.removeprefix("\ufeff"))
+    except (SyntaxError, ValueError, RecursionError):
+        return tuple(Check(name, True, True, "the code does not parse here") for name in CHECK_NAMES)
+    old_defs, new_defs = _definitions(old), _definitions(new)
+    removed = [d for q, d in old_defs.items() if q not in new_defs]
+    gone_public = _gone_public(old, new)
+    return (_names_check(path, old, new, gone_public), _kept_check(old, new, old_defs, new_defs, removed, instruction),
+            _body_check(old_defs, new_defs), _public_check(path, new, gone_public, removed, new_defs),
+            *_asked_check(old, new, instruction, after == before, old_defs, new_defs))
+
+
+def _definitions(tree: ast.Module) -> dict[str, _Definition]:
+    found: dict[str, _Definition] = {}
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qualname = prefix + child.name
+                found.setdefault(qualname, _Definition(qualname, child, child.lineno))
+                walk(child, qualname + ".")
+            elif isinstance(child, ast.stmt):
+                walk(child, prefix)  # a definition under `if`/`try` keeps its enclosing name
+
+    walk(tree, "")
+    return found
+
+
+def _flakes(path: str, tree: ast.Module) -> list | None:
+    """pyflakes' messages on a parsed module, None where pyflakes is not installed."""
+    try:
+        from pyflakes.checker import Checker
+    except ModuleNotFoundError:
+        return None
+    return [m for m in Checker(tree, filename=path).messages if type(m).__name__ in _FAILING]
+
+
+def _key(message) -> tuple:
+    return type(message).__name__, tuple(str(a) for a in message.message_args)
+
+
+def _said(message) -> str:
+    return f"line {message.lineno}: " + message.message % message.message_args
+
+
+def _names_check(path: str, old: ast.Module, new: ast.Module, gone_public: set[str]) -> Check:
+    """Undefined or newly unused names that the file did not have before. The public check reports
+    the ones about a removed top-level name; a new undefined name where an undefined one went is a
+    rename of what was already broken ("rename old to new" in a file that never defined `old`)."""
+    before, after = _flakes(path, old), _flakes(path, new)
+    if before is None or after is None:
+        return Check(NAMES, True, True, "pyflakes is not installed: names not checked")
+    had = Counter(_key(m) for m in before)
+    undefined = lambda found: Counter(_key(m) for m in found if type(m).__name__ == "UndefinedName")  # noqa: E731
+    renames = sum((undefined(before) - undefined(after)).values())
+    found = []
+    for message in after:
+        key = _key(message)
+        if had[key]:
+            had[key] -= 1
+        elif key[0] in ("UndefinedName", "UndefinedExport") and key[1][0] in gone_public:
+            continue
+        elif key[0] == "UndefinedName" and renames:
+            renames -= 1
+        else:
+            found.append(message)
+    if not found:
+        return Check(NAMES, True, detail="no new undefined or unused names")
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return Check(NAMES, False, detail=_said(found[0]) + more, output_tail="\n".join(_said(m) for m in found))
+
+
+def _kept_check(old: ast.Module, new: ast.Module, old_defs: dict, new_defs: dict, removed: list,
+                instruction: str) -> Check:
+    """Definitions removed that the instruction does not ask to remove; with a request that changes
+    no behaviour, any statement removed or changed; otherwise a function that lost every `return`."""
+    named = set(n.rsplit(".", 1)[-1] for n in old_defs)
+    unasked = [d for d in removed if not asks_to_remove(instruction, d.qualname.rsplit(".", 1)[-1], named)
+               and not any(d.qualname.startswith(r.qualname + ".") for r in removed) and not _generated(d, new_defs)]
+    if unasked:
+        first = unasked[0]
+        more = f" (and {len(unasked) - 1} more)" if len(unasked) > 1 else ""
+        return Check(KEPT, False, detail=f"removed `{first.qualname}` (line {first.line}), which the instruction "
+                                         f"does not ask to remove{more}")
+    if not asks_for_behaviour(instruction):
+        for qualname, d in old_defs.items():
+            if qualname in new_defs and _code(d.node) != _code(new_defs[qualname].node):
+                return Check(KEPT, False, detail=f"changed the code of `{qualname}` (line {d.line}), but the "
+                                                 "instruction asks only for documentation, type hints or logging")
+        lost = Counter(_module_code(old)) - Counter(_module_code(new))
+        if lost:
+            return Check(KEPT, False, detail=f"removed or changed `{_short(next(iter(lost)))}` at module level, "
+                                             "which the instruction does not ask for")
+    for qualname, d in old_defs.items():
+        if qualname in new_defs and _returns(d.node) and not _returns(new_defs[qualname].node):
+            return Check(KEPT, False, detail=f"removed every `return` of `{qualname}` (line {d.line})")
+    return Check(KEPT, True, detail="no definition or statement lost")
+
+
+# Methods a class gets without writing them: a dataclass-like decorator writes these, and Python
+# derives `__ne__` from `__eq__`; a rewrite into `@dataclass` removes them and loses nothing.
+_GENERATED = frozenset({"__init__", "__repr__", "__eq__", "__ne__", "__hash__", "__lt__", "__le__", "__gt__", "__ge__"})
+_DATACLASS_LIKE = frozenset({"dataclass", "define", "frozen", "mutable", "s", "attrs", "dataclass_transform"})
+
+
+def _generated(removed: _Definition, new_defs: dict) -> bool:
+    """Whether a removed method is one its class, still there, now gets generated (see _GENERATED)."""
+    owner, _, name = removed.qualname.rpartition(".")
+    cls = new_defs.get(owner)
+    if name not in _GENERATED or cls is None or not isinstance(cls.node, ast.ClassDef):
+        return False
+    if name == "__ne__":
+        return True
+    for decorator in cls.node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        spelled = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if spelled in _DATACLASS_LIKE:
+            return True
+    return False
+
+
+def _body_check(old_defs: dict, new_defs: dict) -> Check:
+    """A function whose changed code is closer to another definition's code than to its own."""
+    old_code = {q: _code(d.node, docstring=False) for q, d in old_defs.items()}
+    for qualname, d in new_defs.items():
+        if qualname not in old_code or isinstance(d.node, ast.ClassDef):
+            continue
+        code = _code(d.node, docstring=False)
+        if code == old_code[qualname]:
+            continue
+        own = _similarity(code, old_code[qualname])
+        for other, other_code in old_code.items():
+            if other != qualname and isinstance(old_defs[other].node, type(d.node)) and other_code.strip():
+                alike = _similarity(code, other_code)
+                if alike >= _SIMILAR and alike > own:
+                    return Check(BODY, False, detail=f"the body of `{qualname}` (line {d.line}) is now the code of "
+                                                     f"`{other}` (line {old_defs[other].line})")
+    return Check(BODY, True, detail="no body became another definition's")
+
+
+def _public_check(path: str, new: ast.Module, gone: set[str], removed: list, new_defs: dict) -> Check:
+    """A removed top-level name that `__all__` still lists or the module still uses; a removed method
+    the module still calls as an attribute (`self._dict_to_list` after a rename of the method alone)."""
+    kept_names = {q.rsplit(".", 1)[-1] for q in new_defs}
+    for d in removed:
+        name = d.qualname.rsplit(".", 1)[-1]
+        if "." in d.qualname and name not in kept_names:
+            use = next((n for n in ast.walk(new) if isinstance(n, ast.Attribute) and n.attr == name), None)
+            if use is not None:
+                return Check(PUBLIC, False, detail=f"removed `{d.qualname}`, which the module still uses "
+                                                   f"(`{ast.unparse(use)}`, line {use.lineno})")
+    if not gone:
+        return Check(PUBLIC, True, detail="no public name removed")
+    listed = _all_names(new)
+    for name in sorted(gone):
+        if name in listed:
+            return Check(PUBLIC, False, detail=f"removed `{name}`, which `__all__` still lists")
+    used = {m.message_args[0] for m in (_flakes(path, new) or []) if type(m).__name__ == "UndefinedName"}
+    for name in sorted(gone & used):
+        return Check(PUBLIC, False, detail=f"removed `{name}`, which the module still uses")
+    return Check(PUBLIC, True, detail="no removed name still used")
+
+
+_ASKS_DOCS = re.compile(r"\b(?:doc\s?strings?|document\w*)\b", re.I)
+_ASKS_HINTS = re.compile(r"\b(?:type\s+hints?|type\s+annotations?|annotat\w*|typing|typed)\b", re.I)
+_ASKS_LOGGING = re.compile(r"\b(?:logging|log|logs|logger|debug\s+messages?)\b", re.I)
+
+
+# "Delete the shorten function", "remove `join`": a definition named right after the verb, nothing after it.
+_DELETE_NAMED = re.compile(r"\b(?:delete|remove|drop)\s+(?:the\s+)?(?:(?:function|method|class)\s+)?`?"
+                           r"(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)`?(?:\s*\(\))?(?:\s+(?:function|method|class))?\s*[.!]?\s*$", re.I)
+
+
+def _asked_check(old: ast.Module, new: ast.Module, instruction: str, same: bool, old_defs: dict,
+                 new_defs: dict) -> tuple[Check, ...]:
+    deleted = _DELETE_NAMED.search(instruction.strip())
+    if deleted and not same:
+        name = deleted["name"]
+        wanted = [q for q in old_defs if q == name or q.rsplit(".", 1)[-1] == name]
+        if wanted and all(q in new_defs for q in wanted):
+            return (Check(ASKED, False, detail=f"keeps `{wanted[0]}`, which the instruction asks to delete"),)
+        if wanted:
+            return (Check(ASKED, True, detail=f"`{wanted[0]}` is deleted"),)
+    return _added_check(old, new, instruction, same)
+
+
+def _added_check(old: ast.Module, new: ast.Module, instruction: str, same: bool) -> tuple[Check, ...]:
+    """A request for documentation, type hints or logging only whose candidate adds none of what it
+    asks for (a small model's answer that changed only whitespace, or logged with print); no check for
+    other requests (a test decides what they ask), nor for a candidate that changed nothing (`same`:
+    the change check's, and a hook rule's file may already comply)."""
+    wanted = {"a docstring": (_ASKS_DOCS, _docstrings), "a type hint": (_ASKS_HINTS, _annotations),
+              "a logging call": (_ASKS_LOGGING, _logging_calls)}
+    asked = [(what, count) for what, (pattern, count) in wanted.items() if pattern.search(instruction)]
+    if asks_for_behaviour(instruction) or not asked or same:
+        return ()
+    if any(count(new) - count(old) > 0 or (what == "a docstring" and _docstring_set(new) - _docstring_set(old))
+           for what, count in asked):
+        return (Check(ASKED, True, detail="the asked-for addition is there"),)
+    return (Check(ASKED, False, detail="adds no " + " or ".join(what.split(" ", 1)[1] for what, _ in asked)
+                                       + ", which the instruction asks for"),)
+
+
+def _docstring_set(tree: ast.Module) -> set[str]:
+    return {ast.get_docstring(n, clean=False) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))} - {None}
+
+
+def _docstrings(tree: ast.Module) -> int:
+    return len(_docstring_set(tree))
+
+
+def _annotations(tree: ast.Module) -> int:
+    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.arg) and n.annotation is not None) + sum(
+        1 for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns is not None
+    ) + sum(1 for n in ast.walk(tree) if isinstance(n, ast.AnnAssign))
+
+
+def _logging_calls(tree: ast.Module) -> int:
+    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_logging(n) and not (
+        isinstance(n.func, ast.Name) and n.func.id == "print"))
+
+
+def _top_names(tree: ast.Module) -> set[str]:
+    """Names a module binds at top level: definitions, assignments, imports."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _gone_public(old: ast.Module, new: ast.Module) -> set[str]:
+    return {n for n in _top_names(old) - _top_names(new) if not n.startswith("_") or n in _all_names(old)}
+
+
+def _all_names(tree: ast.Module) -> set[str]:
+    """The strings an `__all__ = [...]` (or `+=`) at top level lists."""
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
+            names |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return names
+
+
+# -- code without documentation, annotations and logging ----------------------------------------
+
+
+class _Plain(ast.NodeTransformer):
+    """Strips what a documentation, type-hint or logging request may add: docstrings, annotations,
+    imports, logging and print calls, `logger = logging.getLogger(...)`; nested definitions are
+    compared on their own, so a definition keeps only its name here."""
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.annotation = None
+        return node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        if node.value is None:
+            return None
+        return ast.copy_location(ast.Assign(targets=[node.target], value=self.visit(node.value)), node)
+
+    def visit_Import(self, node):
+        return None
+
+    visit_ImportFrom = visit_Import
+
+    def visit_Expr(self, node: ast.Expr):
+        if _is_logging(node.value):
+            return None
+        return self.generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign):
+        if _is_logging(node.value):
+            return None
+        return self.generic_visit(node)
+
+
+def _is_logging(value: ast.AST) -> bool:
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    if isinstance(func, ast.Name):
+        return func.id == "print"
+    while isinstance(func, ast.Attribute):
+        func = func.value
+    return isinstance(func, ast.Name) and func.id in _LOGGERS
+
+
+def _strip_docstring(body: list) -> list:
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        return body[1:]
+    return body
+
+
+def _code(node: ast.AST, docstring: bool = False) -> str:
+    """A definition's own statements without documentation, annotations and logging, as text (nested
+    definitions by their name and arguments only)."""
+    node = copy.deepcopy(node)
+    body = [_stub(s) for s in (node.body if docstring else _strip_docstring(node.body))]
+    plain = _Plain()
+    statements = [s for s in (plain.visit(s) for s in body) if s is not None]
+    header = ""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        node.returns = None
+        header = ast.unparse(plain.visit(node.args))
+    return header + "\n" + "\n".join(ast.unparse(s) for s in statements)
+
+
+def _stub(statement: ast.stmt) -> ast.stmt:
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return ast.Expr(ast.Constant(f"<definition {statement.name}>"))
+    return statement
+
+
+def _module_code(tree: ast.Module) -> list[str]:
+    """The module's own statements (not definitions), each as text without documentation and logging."""
+    plain = _Plain()
+    found = []
+    for statement in _strip_docstring(tree.body):
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        kept = plain.visit(copy.deepcopy(statement))
+        if kept is not None and not _is_all(kept):
+            found.append(ast.unparse(kept))
+    return found
+
+
+def _is_all(statement: ast.stmt) -> bool:
+    targets = getattr(statement, "targets", None) or [getattr(statement, "target", None)]
+    return any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
+
+
+def _returns(node: ast.AST) -> bool:
+    """Whether a function returns a value somewhere in its own body (not a nested definition's)."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    todo = list(node.body)
+    while todo:
+        statement = todo.pop()
+        if isinstance(statement, ast.Return) and statement.value is not None:
+            return True
+        if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(c for c in ast.iter_child_nodes(statement) if isinstance(c, (ast.stmt, ast.excepthandler,
+                                                                                      ast.match_case)))
+    return False
+
+
+def _similarity(a: str, b: str) -> float:
+    x, y = a.split(), b.split()
+    matcher = difflib.SequenceMatcher(None, x, y, autojunk=False)
+    return matcher.ratio() if matcher.quick_ratio() >= _SIMILAR else 0.0
+
+
+def _short(text: str) -> str:
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= 60 else line[:60] + "…"
+
+
+# -- JavaScript / TypeScript ---------------------------------------------------------------------
+
+
+def _outline_checks(path: str, before: str, after: str, instruction: str, parser: str) -> tuple[Check, ...]:
+    """Definitions removed and bodies copied, by the tree-sitter outline's definitions and their text;
+    for JavaScript also names (cadedit.scope.js_names), not resolved for TypeScript."""
+
+    old_doc, new_doc = Document.from_text(before, path), Document.from_text(after, path)
+    old, new = outline(old_doc, parser), outline(new_doc, parser)
+    if not (old.known and new.known):
+        return ()
+    old_text = {d.qualname: _span(old_doc, d) for d in old.definitions}
+    new_text = {d.qualname: _span(new_doc, d) for d in new.definitions}
+    old_line = {d.qualname: d.start for d in old.definitions}
+    named = {q.rsplit(".", 1)[-1] for q in old_text}
+    unasked = [q for q in old_text if q not in new_text and not asks_to_remove(instruction, q.rsplit(".", 1)[-1], named)]
+    kept = Check(KEPT, True, detail="no definition lost")
+    if unasked:
+        kept = Check(KEPT, False, detail=f"removed `{unasked[0]}` (line {old_line[unasked[0]]}), which the instruction "
+                                         "does not ask to remove")
+    body = Check(BODY, True, detail="no body became another definition's")
+    for qualname, text in new_text.items():
+        own = old_text.get(qualname)
+        if own is None or _body_text(text) == _body_text(own):
+            continue
+        mine = _similarity(_body_text(text), _body_text(own))
+        for other, other_text in old_text.items():
+            alike = _similarity(_body_text(text), _body_text(other_text)) if other != qualname else 0.0
+            if alike >= _SIMILAR and alike > mine:
+                body = Check(BODY, False, detail=f"the body of `{qualname}` is now the code of `{other}` "
+                                                 f"(line {old_line[other]})")
+                break
+    if parser != JAVASCRIPT:
+        return kept, body
+    # Lines joined as the outline joins them: a line number means the same under CRLF or lone CR.
+    return _js_names_check("\n".join(old_doc.display_lines()), "\n".join(new_doc.display_lines())), kept, body
+
+
+def _js_names_check(before: str, after: str) -> Check:
+    """Undefined names and unused locals the file did not have before. A name the file already used
+    without defining it is a global of its platform (`$`, a test runner's `describe`, and then its
+    `expect`); a new undefined name where such a name went is a rename of what was already undefined."""
+    old, new = js_names(before), js_names(after)
+    if isinstance(old, str) or isinstance(new, str):
+        return Check(NAMES, True, True, f"names not checked: {new if isinstance(new, str) else old}")
+    had = {f.name for f in old.undefined}
+    known = had.union(*(group for group in GROUPS if group & had))
+    renames = len(had - {f.name for f in new.undefined})
+    forgiven = set(sorted({f.name for f in new.undefined} - known, key=_first_line(new.undefined))[:renames])
+    found = [f for f in new.undefined if f.name not in known | forgiven]
+    unused = Counter(f.name for f in old.unused)
+    for f in new.unused:
+        if unused[f.name]:
+            unused[f.name] -= 1
+        else:
+            found.append(f)
+    if not found:
+        return Check(NAMES, True, detail="no new undefined or unused names")
+    found.sort(key=lambda f: (f.line, f.column))
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return Check(NAMES, False, detail=found[0].said() + more, output_tail="\n".join(f.said() for f in found))
+
+
+def _first_line(findings: tuple) -> Callable[[str], int]:
+    lines: dict[str, int] = {}
+    for f in findings:
+        lines.setdefault(f.name, f.line)
+    return lambda name: lines[name]
+
+
+def _span(document: Document, definition) -> str:
+    return "\n".join(document.display_lines()[definition.start - 1:definition.end])
+
+
+def _body_text(text: str) -> str:
+    """A definition's text after its first line, comments dropped."""
+    lines = text.split("\n")[1:]
+    return "\n".join(line for line in lines if not line.strip().startswith(("//", "*", "/*")))
