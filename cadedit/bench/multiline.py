@@ -26,15 +26,10 @@ from typing import Annotated, Any
 import typer
 
 from cadedit.bench.options import BackendOpt, DtypeOpt, JsonOpt, ModelOpt, ThreadsOpt
-from cadedit.backends import hardware
-from cadedit.bench.peers import LOOKUP_TOKENS, load_peers
 from cadedit.backends.model_files import gguf_path
-from cadedit.decode import pipeline
-from cadedit.decode.pipeline import LocalEditor
 from cadedit.results import Decoded, DecodeStats
 from cadedit.text.resolve import resolve
 from cadedit.errors import CadeditError, ModelError
-from cadedit.backends.forward_cost import forward_costs
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
 from cadedit.cli.common import say, scripted_picks
@@ -173,6 +168,7 @@ def floor_seconds(prompt: int, new: int, changed: int, prefill_ms: float, step_m
 def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: Any = None) -> dict:
     """One case edited as `cadedit fix FILE INSTRUCTION --candidates 1 --tries TRIES` edits it: its row.
     picks: tries.edit_verified's (tests script the answer with it)."""
+    from cadedit.decode.pipeline import LocalEditor  # lazy: numpy; `cadedit serve status` imports this module
     from cadedit.tries.loop import Attempts, CheckPlan, edit_verified  # lazy: keeps `cadedit --help` light
 
     document, options = case_request(loaded, case)
@@ -217,6 +213,8 @@ def lookup_row(peer, loaded, case: dict) -> dict:
     """llama.cpp with its prompt lookup (bench/peers.py's llama-lookup) answering the prompt of the
     case's first try, greedily, the same budget, stopped where cadedit stops: wall, forwards, tokens,
     and whether its answer does what was asked."""
+    from cadedit.decode import pipeline  # lazy: numpy; `cadedit serve status` imports this module
+
     document, options = case_request(loaded, case)
     prepared = pipeline.prepare(loaded, document, case["instruction"], options)
     start = time.perf_counter()
@@ -238,6 +236,9 @@ def lookup_row(peer, loaded, case: dict) -> dict:
 
 def lookup_context(loaded, cases: list[dict]) -> int:
     """llama.cpp's n_ctx for the run: the largest first-try prompt + budget (+ a forward's draft)."""
+    from cadedit.bench.peers import LOOKUP_TOKENS  # lazy: numpy; `cadedit serve status` imports this module
+    from cadedit.decode import pipeline  # lazy: numpy; `cadedit serve status` imports this module
+
     need = 512
     for case in cases:
         document, options = case_request(loaded, case)
@@ -311,6 +312,10 @@ def multiline(
 
     Example: cadedit bench multiline --model MODEL --json multiline.json
     """
+    from cadedit.backends import hardware  # lazy: numpy; `cadedit serve status` imports this module
+    from cadedit.backends.forward_cost import forward_costs  # lazy: numpy; `cadedit serve status` imports this module
+    from cadedit.bench.peers import LOOKUP_TOKENS  # lazy: numpy; `cadedit serve status` imports this module
+
     if split not in ("all", *SPLITS):
         raise typer.BadParameter(f"{split!r}: expected one of all, {', '.join(SPLITS)}", param_hint="--split")
     cases = load_cases(corpus, split)
@@ -345,6 +350,8 @@ def multiline(
 
 def _lookup_peer(loaded, cases: list[dict]):
     """llama.cpp with prompt lookup on the loaded model's GGUF and threads (bench/peers.py)."""
+    from cadedit.bench.peers import load_peers  # lazy: numpy; `cadedit serve status` imports this module
+
     gguf = lookup_gguf(loaded)
     if gguf is None:
         raise typer.BadParameter("--llama-lookup runs the model's GGUF: pass --model FILE.gguf", param_hint="--llama-lookup")
