@@ -3,7 +3,7 @@
 
 - `cadedit fix`, the hook, `cadedit bench tries / multiline / longfile`: tries.edit_verified's `picks=`
   (picks(k): try k's sampler factory, pipeline.SamplerFactory; picks(0): the where-step's, loaded -> sampler),
-  which the CLI takes from its context object (cli_common.Scripted: `app(obj=Scripted(picks))`).
+  which the CLI takes from its context object (cli.common.Scripted: `app(obj=Scripted(picks))`).
   inject_picks sets this test's picks and invoke() runs the CLI with them.
 - `cadedit bench e2e`: the runner's own `make_sampler=` parameter (the bench CLI looks it up on its
   module when it runs); the server: serve(make_sampler=).

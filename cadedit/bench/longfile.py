@@ -112,7 +112,7 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
     """One task edited as `cadedit fix` edits it (scope from the instruction unless not `scoped`, the
     where-step (naming the line by `where_by`) when `located`, verify mode, tries with syntax/no-change
     checks, and when `tested` a test that passes the original file only, as `--test`): its row. picks:
-    tries.edit_verified's (answers a test scripted; cli_common.Scripted)."""
+    tries.edit_verified's (answers a test scripted; cli.common.Scripted)."""
     import tempfile
     import time
     from contextlib import nullcontext

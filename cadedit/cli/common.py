@@ -1,4 +1,4 @@
-"""What every command line of cadedit shares (cli.py, hook_cli.py, serve_cli.py, bench/): the stderr
+"""What every command line of cadedit shares (cli/root.py, cli/hook.py, cli/serve.py, bench/): the stderr
 console and its one-line messages, the model options, --context of scoped edits, the warm server
 lookup. A leaf: it imports no other command module, so each of them imports on its own."""
 

@@ -420,7 +420,7 @@ class _Run:
     verbose: bool = False
     candidates_by: str = CANDIDATES_BY  # --candidates-by (settings.CANDIDATE_WAYS)
     stdin_name: str | None = None  # --stdin-filename: the name piped text is edited under
-    picks: object = None  # tries.edit_verified's picks: answers a test scripted (cli_common.Scripted); None: the model's
+    picks: object = None  # tries.edit_verified's picks: answers a test scripted (cli.common.Scripted); None: the model's
 
 
 @dataclass(frozen=True)
