@@ -188,6 +188,42 @@ def test_one_line_edit_in_a_long_file_rejects_few_drafts():
     assert verified.drafts_rejected <= 4
 
 
+@dataclass(frozen=True)
+class Fixed:
+    """Every draft `size` tokens long (a verify.Lengths)."""
+
+    size: int
+
+    def first(self) -> int:
+        return self.size
+
+    def after(self, size: int, drafted: int, kept: int) -> int:
+        return self.size
+
+
+@pytest.mark.parametrize("size", range(1, 25))
+def test_a_draft_that_ends_where_a_forced_header_starts_hands_over_to_it(size):
+    """Two scoped regions: the header between them is forced. Whatever length the drafts have, one
+    of them ends right before the header in some case; the header is then fed as forced, nothing is
+    sampled there, and the answer equals one token a forward."""
+    header = "Lines 6-6, without their common indentation of 4 spaces:\n```python\n"
+    source = "return x + 1\n" + FENCE + "\n" + header + "return x - 2\n" + FENCE + "\n"
+    answer = "return x + 10\n" + FENCE + "\n" + header + "return x * 2\n" + FENCE + "\n"
+    head = encode_text(header)
+    first, second = answer.split(header)
+    target = encode_text(first) + head + encode_text(second)
+
+    def cursor() -> FenceCursor:
+        return FenceCursor(TOKEN_BYTES, EOS, FENCE, headers=[head])
+
+    prompt = [5, 6, 7]
+    greedy = run_loop(ScriptedLM(len(prompt), target, TOK.eos_token_id), prompt, 200, cursor=cursor())
+    drafter = VerifyDrafter(source, encode_text, TOKEN_BYTES, 200, Fixed(size))
+    verified = run_loop(ScriptedLM(len(prompt), target, TOK.eos_token_id), prompt, 200, drafter, cursor=cursor())
+    assert verified.ids == greedy.ids == tuple(target) and verified.finished
+    assert verified.stats.tokens_forced == greedy.stats.tokens_forced == len(head)
+
+
 def test_schedule_grows_while_accepted_and_restarts_after_a_miss():
     schedule = Schedule(start=16, grow=2, most=64)
     assert [schedule.next(16, True), schedule.next(32, True), schedule.next(64, True)] == [32, 64, 64]

@@ -257,6 +257,10 @@ def _accept(cursor: Cursor, logits: Logits, draft: Sequence[int], pick: Sampler,
             pending = _Pending()
             _follow(cursor, pending, ids, span_ids)
             return pending, i + 1, chosen_kept, picked
+    if cursor.forced():  # the draft ended where a literal starts: the literal is fed, nothing picked
+        pending = _Pending()
+        _follow(cursor, pending, ids, span_ids)
+        return pending, len(draft), chosen_kept, picked
     token = pick(logits[len(draft)], cursor.allowed_mask(), ids, None)  # [V]: the usual step
     _take(cursor, token, ids, "sampled")
     pending = _Pending(ids=[token])
