@@ -1,11 +1,12 @@
 """Verify draft lengths fitted to what a forward of k tokens costs (cadedit.backends.forward_cost): the cost
 curve is measured from the model's own forwards (here a fake LM on a fake clock, steep or flat),
 drafts chosen from a steep curve stay short where a flat curve's are long, the answer is the same
-either way (and the same as one token a forward), and the fitted lengths cost less than the fixed
-schedule on a steep curve."""
+either way (and the same as one token a forward), the fitted lengths cost less than the fixed
+schedule on a steep curve, and the real CLI measures once and reads the cache after."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import statistics
@@ -13,6 +14,7 @@ import statistics
 import pytest
 
 from cadedit.backends.forward_cost import WIDTHS, CostCurve, FittedLengths, measure_curve
+from cadedit.settings import user_cache
 from cadedit.decode.verify import Schedule, VerifyDrafter
 from tests.test_verify import CORPUS, FENCE, TOK, TOKEN_BYTES, ScriptedLM, encode_text, run_loop
 
@@ -125,3 +127,23 @@ def test_an_unchanged_answer_drafts_long_even_on_a_steep_curve():
     assert run.ids == greedy.ids
     assert run.stats.forward_passes <= len(greedy.ids) // 40
     assert max(drafter.sizes) >= 128
+
+
+def test_the_cli_measures_the_costs_once_and_reads_them_after(tmp_path, monkeypatch, tiny_dir, run_cli):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("def add(a, b):\n    return a - b\n")
+    args = ("fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--max-new-tokens", "40", "--tries", "1",
+            "--allow-no-change", "--threads")
+    first = run_cli(*args, "1", cwd=tmp_path)
+    assert first.returncode in (0, 3), first.stderr
+    assert b"measuring what a forward of 1 to 256 tokens costs" in first.stderr
+    assert b"a forward of k tokens costs k=1: 1.0, k=4: " in first.stderr
+    stored = {key: value for key, value in json.loads(user_cache("cpu-dtype.json").read_text()).items()
+              if "|forward-costs-" in key}
+    assert len(stored) == 1 and [k for k, _ in next(iter(stored.values()))] == list(WIDTHS)
+    second = run_cli(*args, "1", cwd=tmp_path)
+    assert second.returncode in (0, 3), second.stderr
+    assert b"measuring what a forward" not in second.stderr
+    # Another thread count is another measurement.
+    third = run_cli(*args, "2", cwd=tmp_path)
+    assert b"measuring what a forward" in third.stderr

@@ -28,6 +28,7 @@ from cadedit.text.document import Document
 from cadedit.decode.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import BudgetError, CadeditError, ModelError
 from cadedit.prompt.fence import FenceCursor, writes_again
+from cadedit.backends.forward_cost import FittedLengths, forward_costs
 from cadedit.backends.model import LoadedModel, chat_prompt, check_ids, encode, eos_ids, language_model, load_model, token_bytes
 from cadedit.backends.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
@@ -159,10 +160,10 @@ def _fenced_parts(loaded: LoadedModel, document: Document, prepared: Prepared, d
 
 
 def _verify_drafter(loaded: LoadedModel, prepared: Prepared) -> VerifyDrafter:
-    # The fixed schedule: lengths fitted to the measured forward cost (forward_cost.FittedLengths) are
-    # not on until a scoped edit with a header forced between its regions decodes right under them.
+    # Draft lengths fitted to what a k-token forward costs on this model, backend and CPU (measured once).
     return VerifyDrafter(prepared.source, lambda text: encode(loaded.tokenizer, text), token_bytes(loaded),
-                         prepared.budget, tail=prepared.draft_tail, also=prepared.draft_indented)
+                         prepared.budget, FittedLengths(forward_costs(loaded)), tail=prepared.draft_tail,
+                         also=prepared.draft_indented)
 
 
 def _lookup_drafter(loaded: LoadedModel, prepared: Prepared) -> LookupDrafter:

@@ -5,8 +5,8 @@ Contract: VerifyDrafter(source, encode, token_bytes, budget) is a decode-loop dr
 the next stretch of the source; the loop checks it in the one forward it makes anyway and keeps
 the longest prefix the sampler agrees with, so greedy output equals one-token-at-a-time decoding.
 Draft lengths come from `lengths`: by default they grow geometrically while accepted in full and
-shrink back after a miss (Schedule); cadedit.backends.forward_cost.FittedLengths fits them to what a
-forward of k tokens costs on the loaded model (measured by `cadedit bench multiline`). A scoped
+shrink back after a miss (Schedule); the pipeline passes lengths fitted to what a forward of k
+tokens costs on the loaded model (cadedit.backends.forward_cost.FittedLengths). A scoped
 edit's drafter also knows the file's lines after its region (`tail`): a model that runs past the
 region's closing fence and retypes them gets them drafted too, instead of one token a forward. It
 may also be given the same answer in other indentation (`also`): a scoped method is asked for
