@@ -113,7 +113,9 @@ def test_tries_decodes_as_many_candidates_a_try_as_fix_would(tmp_path, monkeypat
     assert row["test3"]["passed"] is True and row["test3"]["tries"] == 2
     summary = data["corpora"][0]["summary"]
     assert summary["greedy"]["passed"] == 0 and summary["try1_with_more"] == 1
-    assert summary["loop_over_greedy_median"] > 1 and summary["try1_decode_over_first_median"] > 1
+    # Walls: the loop costs more than its first candidate; try 1's branches at least as much as candidate 1
+    # (they may finish within the same forwards, so not strictly more on a busy machine).
+    assert summary["loop_over_greedy_median"] > 1 and summary["try1_decode_over_first_median"] >= 1
     assert "try 1 made more candidates in 1 cases" in result.output
 
 
