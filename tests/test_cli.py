@@ -331,6 +331,40 @@ def test_startup_imports_no_model_code(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
 
 
+@pytest.mark.parametrize("args", [["--help"], ["bench", "--help"]])
+def test_help_lists_every_command_without_importing_one(args):
+    """`cadedit --help` and `cadedit bench --help` list every command from the registries in cli/root.py
+    and bench/cli.py: no command's own module is imported, nor numpy or torch."""
+    code = ("import sys\nfrom cadedit.entry import main\nsys.argv = ['cadedit', *sys.argv[1:]]\ntry:\n    main()\n"
+            "except SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m in ('numpy', 'torch') or m.startswith('cadedit.')\n"
+            "             and m not in ('cadedit.cli.root', 'cadedit.cli.common', 'cadedit.bench.cli', 'cadedit.entry')\n"
+            "             and m.rpartition('.')[0] in ('cadedit.cli', 'cadedit.bench')))")
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
+    listed = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("│ ") and line[2] not in " -"]
+    from cadedit.bench.cli import _Bench
+
+    assert listed == list((_Bench if args[0] == "bench" else cli._Group).commands_by_name)
+
+
+def test_the_registries_give_each_commands_own_first_paragraph():
+    """The line `--help` lists for a command, written in cli/root.py or bench/cli.py, is the first paragraph
+    of the command's own help: the registry cannot drift from the command it names."""
+    import importlib
+    import inspect
+
+    from cadedit.bench.cli import _Bench
+    from cadedit.cli.common import command_of
+
+    for group in (cli._Group, _Bench):
+        for name, lazy in group.commands_by_name.items():
+            command = command_of(getattr(importlib.import_module(lazy.module), lazy.attribute), name)
+            assert inspect.cleandoc(command.help).split("\n\n")[0] == lazy.help, name
+            assert command.name == name
+
+
 # --- the repository's promises ---------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,13 +4,16 @@ lookup. A leaf: it imports no other command module, so each of them imports on i
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from difflib import get_close_matches
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from typer._click.exceptions import UsageError  # typer's own copy of click, whose errors its commands raise
 
 from cadedit.settings import BACKENDS, DEFAULT_MODEL, DTYPES, ENGINE_TIMEOUT
 from cadedit.settings import choose_engine, choose_engine_timeout
@@ -46,10 +49,72 @@ def scripted_picks(ctx: typer.Context) -> Callable[[int], Any] | None:
     return scripted.picks if scripted is not None else None
 
 
-def sub_app(name: str, help: str) -> typer.Typer:
+def sub_app(name: str, help: str, cls: type[typer.core.TyperGroup] | None = None) -> typer.Typer:
     """A command group (`cadedit serve`, `cadedit bench`) as cli.py mounts it: no completion, no
-    pretty tracebacks (cli.py's _Group turns errors into one line)."""
-    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+    pretty tracebacks (cli.py's _Group turns errors into one line); cls: a LazyGroup with its registry."""
+    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                       **({"cls": cls} if cls is not None else {}))
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A command a LazyGroup lists without importing it: the module that defines it, the name there (a
+    command function, or a typer.Typer for a command group) and the first paragraph of its help."""
+
+    module: str
+    attribute: str
+    help: str
+
+
+class LazyGroup(typer.core.TyperGroup):
+    """A command group that knows each command's name, one-line help and module (`commands_by_name`),
+    and imports that module only when the command runs or its own --help is asked (click's lazy
+    loading of subcommands): `cadedit --help` and `cadedit bench --help` list every command without
+    importing numpy or torch, and each command's module imports what it needs at module level."""
+
+    commands_by_name: dict[str, Lazy] = {}
+    _listing = False  # while this group's own --help lists its commands: stand-ins, nothing imported
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return [*self.commands_by_name, *(name for name in self.commands if name not in self.commands_by_name)]
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | typer.core.TyperGroup | None:
+        lazy = self.commands_by_name.get(cmd_name)
+        if lazy is None or cmd_name in self.commands:
+            return self.commands.get(cmd_name)
+        if self._listing:
+            return typer.core.TyperCommand(cmd_name, help=lazy.help)
+        self.commands[cmd_name] = command_of(getattr(importlib.import_module(lazy.module), lazy.attribute), cmd_name)
+        return self.commands[cmd_name]
+
+    def format_help(self, ctx: typer.Context, formatter) -> None:
+        self._listing = True
+        try:
+            return super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]):
+        """As typer's, with the suggestions for a mistyped name drawn from every command, loaded or not."""
+        try:
+            return self._click_resolve_command(ctx, args)
+        except UsageError as exc:
+            matches = get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if matches:
+                exc.message = f"{exc.message.rstrip('.')}. Did you mean {', '.join(repr(m) for m in matches)}?"
+            raise
+
+
+def command_of(target: Callable[..., Any] | typer.Typer, name: str) -> typer.core.TyperCommand | typer.core.TyperGroup:
+    """The click command typer makes of a command function (as `@app.command(name)` would) or of a Typer."""
+    if isinstance(target, typer.Typer):
+        command = typer.main.get_group(target)  # a group even when all its commands are lazy (bench/cli.py)
+    else:
+        single = typer.Typer(add_completion=False)
+        single.command(name)(target)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
 
 
 def report_error(message: str, hint: str | None = None) -> None:
@@ -136,7 +201,7 @@ def engine_for(engine: str | None, timeout: float | None, model: str | None, cwd
     url = choose_engine(engine, cwd)
     if url is None:
         return None
-    from cadedit.server.engine import EngineClient  # lazy: keeps `cadedit --help` light
+    from cadedit.server.engine import EngineClient  # lazy: imports numpy; every command imports this module
 
     return EngineClient(url, choose_engine_timeout(timeout, cwd), model)
 
@@ -146,7 +211,7 @@ def server_for(options, tell=None):
     frees up within SERVER_BUSY_WAIT; tell(message) says it is busy), else None."""
     if os.environ.get("CADEDIT_SERVER", "1") == "0":
         return None
-    from cadedit.server.warm import connect  # lazy: keeps `cadedit --help` light
+    from cadedit.server.warm import connect  # lazy: `cadedit --help` imports this module, and no server code
 
     client = connect(options.model, on_busy=tell)
     if client is None:

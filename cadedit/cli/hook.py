@@ -1,15 +1,25 @@
 """`cadedit hook`: the git pre-commit hook (install, uninstall, run), on the staged files the rules of
 .cadedit.toml match. Wiring only: the staging, rules and writes are cadedit.git.repo's, the edits
 cadedit.tries.loop' as `cadedit fix` makes them; cli.py registers `app` as the `hook` sub-command and
-formats the CadeditErrors raised here. Importing this module imports no torch.
+formats the CadeditErrors raised here. cli/root.py imports this module only when `cadedit hook` runs.
 """
 
 from __future__ import annotations
 
+import stat as stat_module
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from cadedit.backends import hardware
+from cadedit.backends import model as backend_model  # a module: tests count the loads of backend_model.load_model
+from cadedit.decode.pipeline import LocalEditor
+from cadedit.git import repo as R  # a module: tests put a crash in R.open_repo
+from cadedit.scope.plan import plan_edit
+from cadedit.text.diff import count_changes, show
+from cadedit.tries.loop import Attempts, CheckPlan, edit_verified
 
 from cadedit.cli.common import DtypeOpt, engine_for, EngineOpt, EngineTimeoutOpt, files_text, MaxNewOpt, ModelOpt
 from cadedit.cli.common import err, escape_markup, say, scripted_picks, server_for, ThreadsOpt
@@ -22,6 +32,7 @@ from cadedit.settings import choose_model, DEFAULT_TRIES
 
 app = typer.Typer(
     no_args_is_help=True,
+    add_completion=False,
     help="The git pre-commit hook: the \\[\\[rules]] of .cadedit.toml (or pyproject.toml \\[tool.cadedit]) "
     "on staged files.",
 )
@@ -37,9 +48,8 @@ def hook_install(force: Annotated[bool, typer.Option(
         "--force", help="Replace a pre-commit hook cadedit did not write (kept as pre-commit.cadedit-backup).",
 )] = False) -> None:
     """Write .git/hooks/pre-commit so that every `git commit` runs `cadedit hook run` first."""
-    from cadedit.git.repo import install_hook, open_repo  # lazy: keeps `cadedit --help` light
 
-    hook, backup = install_hook(open_repo(), force)
+    hook, backup = R.install_hook(R.open_repo(), force)
     if backup is not None:
         say(f"moved the previous hook to {backup}")
     say(f"installed {hook}; rules come from .cadedit.toml once you approve it with `cadedit trust` "
@@ -49,9 +59,8 @@ def hook_install(force: Annotated[bool, typer.Option(
 @app.command("uninstall")
 def hook_uninstall() -> None:
     """Remove the pre-commit hook that `cadedit hook install` wrote (never another one)."""
-    from cadedit.git.repo import open_repo, uninstall_hook  # lazy: keeps `cadedit --help` light
 
-    hook, restored = uninstall_hook(open_repo())
+    hook, restored = R.uninstall_hook(R.open_repo())
     say(f"removed {hook}" + (f"; restored the previous hook from {restored.name}" if restored else ""))
 
 
@@ -74,9 +83,6 @@ def hook_run(ctx: typer.Context, files: _HookFiles = None, fix: _HookFix = False
 
     model and test are optional. Every key: docs/hook.md#the-rules.
     """
-    import time
-
-    from cadedit.git import repo as R  # lazy: keeps `cadedit --help` light
 
     start = time.perf_counter()
     try:
@@ -111,8 +117,6 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
 
     Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
     candidate in the working tree, restored afterwards); no change is a valid answer here."""
-    from cadedit.scope.plan import plan_edit  # lazy: keeps `cadedit --help` light
-    from cadedit.tries.loop import Attempts, CheckPlan, edit_verified  # lazy: keeps `cadedit --help` light
 
     mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE
     tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES
@@ -125,14 +129,10 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     elif editor is not None:
         say(f"cadedit hook: {editor.name}: using the cadedit server (pid {editor.pid})")
     else:
-        from cadedit.backends import hardware  # lazy: keeps `cadedit --help` light
-        from cadedit.backends.model import load_model  # lazy: keeps `cadedit --help` light
-        from cadedit.decode.pipeline import LocalEditor  # lazy: keeps `cadedit --help` light
-
         hardware.progress = say  # the first run's probes and conversion say what they do
         try:
             with err.status(escape_markup(f"cadedit hook: loading {options.model} ...")):
-                loaded = load_model(options.model, options.device, options.dtype, options.threads, options.backend)
+                loaded = backend_model.load_model(options.model, options.device, options.dtype, options.threads, options.backend)
         except ModelError as exc:
             exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
             raise
@@ -140,12 +140,10 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
         editor = LocalEditor(loaded)
 
     def edit(document, rule, path: str) -> str:
-        from cadedit.git.repo import shown  # lazy: keeps `cadedit --help` light
-
         on_disk = Document(document.lines, str(root / document.path))  # named as the prompt shows it
         target = root / path  # the working-tree file the test puts candidates into: its exact name
         if rule.test:
-            _testable(root, target, shown(path))
+            _testable(root, target, R.shown(path))
         plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False, target=target)
         scoped, _ = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
         verified = edit_verified(on_disk, rule.instruction, scoped, plan, Attempts(tries, asked), editor=editor,
@@ -162,15 +160,12 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
 def _testable(root: Path, target: Path, shown: str) -> None:
     """A rule's test puts candidates into the working-tree file: only a regular file inside the work
     tree, never through a link and never a FIFO (opening one would block the hook)."""
-    import stat as stat_module
-
-    from cadedit.git.repo import _outside_work_tree  # lazy: keeps `cadedit --help` light
 
     try:
         mode = target.lstat().st_mode
     except OSError as exc:
         raise ApplyError(f"{shown}: cannot test it in the working tree ({exc.strerror or exc})") from None
-    why = _outside_work_tree(root, target)
+    why = R._outside_work_tree(root, target)
     if why is None and not stat_module.S_ISREG(mode):
         why = "is not a regular file in the working tree"
     if why is not None:
@@ -179,16 +174,14 @@ def _testable(root: Path, target: Path, shown: str) -> None:
 
 def _hook_report(outcomes) -> dict:
     """Print each file's outcome as it comes (diffs on stdout); count them by status."""
-    from cadedit.text.diff import count_changes, show  # lazy: keeps `cadedit --help` light
-    from cadedit.git.repo import Status, shown  # lazy: keeps `cadedit --help` light
 
-    counts = {status: 0 for status in Status}
+    counts = {status: 0 for status in R.Status}
     for outcome in outcomes:
         counts[outcome.status] += 1
-        if outcome.diff and outcome.status is not Status.FIXED:
+        if outcome.diff and outcome.status is not R.Status.FIXED:
             show(outcome.diff)
         added, removed = count_changes(outcome.diff)
         change = f" (+{added} -{removed})" if outcome.diff else ""
         note = f": {outcome.message}" if outcome.message else ""
-        say(f"cadedit hook: {shown(outcome.path)}: {outcome.status.value}{change}{note}")
+        say(f"cadedit hook: {R.shown(outcome.path)}: {outcome.status.value}{change}{note}")
     return counts

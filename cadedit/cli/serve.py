@@ -14,6 +14,9 @@ import typer
 from cadedit.cli.common import BackendOpt, DtypeOpt, err, escape_markup, ModelOpt, say, sub_app, ThreadsOpt
 from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT
 from cadedit.settings import choose_model
+from cadedit.server.warm import ServerClient, ServerError, default_socket, running_pid
+from cadedit.server.warm import ServerConfig, resolve_spec, run_server, start_daemon
+from cadedit.server.warm import stop as stop_server
 
 app = sub_app("serve", "A local server that keeps the model loaded (and its last prompt cached) between edits.")
 
@@ -57,7 +60,6 @@ def start(model: ModelOpt = None, dtype: DtypeOpt = "auto", threads: ThreadsOpt 
 
               cadedit serve start --foreground --idle-timeout 0
     """
-    from cadedit.server.warm import ServerConfig, resolve_spec, run_server, start_daemon  # lazy: keeps `cadedit --help` light
 
     config = ServerConfig(model=resolve_spec(choose_model(model)), dtype=dtype, threads=threads, backend=backend,
                           idle_timeout=idle_timeout, max_rss_bytes=int(max_rss_gb * 2**30) if max_rss_gb else None,
@@ -74,7 +76,6 @@ def start(model: ModelOpt = None, dtype: DtypeOpt = "auto", threads: ThreadsOpt 
 @app.command("stop")
 def stop() -> None:
     """Stop the running server (an edit under way finishes first). Exit 0 also when none was running."""
-    from cadedit.server.warm import stop as stop_server  # lazy: keeps `cadedit --help` light
 
     pid = stop_server()
     say(f"stopped the cadedit server (pid {pid})" if pid is not None else "no cadedit server was running")
@@ -86,7 +87,6 @@ def status(as_json: _Json = False) -> None:
 
     Exit codes: 0 a server answered, 1 none is running.
     """
-    from cadedit.server.warm import ServerClient, ServerError, default_socket, running_pid  # lazy: keeps `cadedit --help` light
 
     try:
         data = ServerClient.open().status()
