@@ -20,13 +20,17 @@ from cadedit.bench.options import JsonOpt, ModelOpt, ThreadsOpt
 from cadedit.cli.common import say
 from cadedit.errors import ModelError
 from cadedit.settings import choose_model
+from cadedit.backends import hardware
+from cadedit.backends.llama import llamacpp
+from cadedit.backends.llama.gguf_file import read_metadata
+from cadedit.backends.model import load_model
+from cadedit.backends.model_files import gguf_path
+from cadedit.text.atomic import replace_file
 
 
 def whole_torch_seconds(gguf: Path, threads: int) -> float:
     """The converted model's own time for the probe's work (hardware.torch_work_seconds), its load
     included as the estimate includes it (the import of torch as this process timed it)."""
-    from cadedit.backends import hardware  # lazy: keeps `cadedit --help` light
-    from cadedit.backends.model import load_model  # lazy: keeps `cadedit --help` light
 
     loaded = load_model(str(gguf), threads=threads, backend="torch")
     load = sum(seconds for name, seconds in loaded.phases if name in ("dtype", "weights"))
@@ -34,7 +38,6 @@ def whole_torch_seconds(gguf: Path, threads: int) -> float:
 
 
 def measure_round(gguf: Path, meta: dict, threads: int, whole: bool) -> dict:
-    from cadedit.backends import hardware  # lazy: keeps `cadedit --help` light
 
     llama = hardware.llama_work_seconds(gguf, meta, threads)
     torch_estimate, need = hardware._torch_work_seconds(meta, threads)
@@ -62,11 +65,6 @@ def backends(
     """
     import json
 
-    from cadedit.backends import hardware  # lazy: keeps `cadedit --help` light
-    from cadedit.backends.llama import llamacpp  # lazy: keeps `cadedit --help` light
-    from cadedit.text.atomic import replace_file  # lazy: keeps `cadedit --help` light
-    from cadedit.backends.llama.gguf_file import read_metadata  # lazy: keeps `cadedit --help` light
-    from cadedit.backends.model_files import gguf_path  # lazy: keeps `cadedit --help` light
 
     gguf = gguf_path(model or choose_model())
     if gguf is None:

@@ -26,6 +26,15 @@ from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.settings import BENCH_TEST_TIMEOUT
 from cadedit.tries.loop import candidate_factories
 from cadedit.scope.plan import plan_edit
+from typing import Annotated
+import typer
+from cadedit.bench.options import (BackendOpt, CaseContextOpt, CorpusOpt, DtypeOpt,
+                                   JsonOpt, LimitOpt, ModelOpt, ThreadsOpt)
+from cadedit.cli.common import say
+from cadedit.settings import DEFAULT_DTYPE
+from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
+from cadedit.bench.options import choice, load_corpora, short_name
+
 
 
 def _single(loaded: LoadedModel, case: Case, options: EditOptions, make_sampler: pipeline.SamplerFactory) -> dict:
@@ -97,3 +106,61 @@ def summarize(rows: list[dict]) -> dict:
         "pass_k": sum(r["pass_k"] for r in tested),
         "pass_likeliest": sum(r["pass_likeliest"] for r in tested),
     }
+
+
+def candidates(
+    corpus: CorpusOpt,
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    k: Annotated[int, typer.Option("--candidates", "-k", min=2, max=8, help="Candidates decoded side by side.")] = 4,
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
+    context: CaseContextOpt = "docs",
+    scoping: Annotated[str, typer.Option("--scoping", help="on (the scope from the instruction, as `cadedit fix` "
+                                         "resolves it) or off (whole-file verify edits).")] = "on",
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """K candidates decoded side by side (a try of `cadedit fix --candidates K`) against one candidate's decode,
+    the same edit in the same run, both from an empty cache: walls, their ratio, the decode steps alone,
+    and with the corpus's tests pass@1 against pass@K.
+
+    Example: cadedit bench candidates -c humanevalfix_python.jsonl --model MODEL --limit 10 -k 4 --json cand.json
+    """
+    import os
+
+
+    os.environ["CADEDIT_PREFIX_CACHE"] = "0"  # every decode feeds its whole prompt
+    scoped = choice(scoping, "--scoping", {"on": True, "off": False})
+    corpora = load_corpora(corpus, limit, context)
+    loaded, _ = _load_model(model, "auto", dtype, threads, backend)
+    meta = {**_model_meta("candidates", loaded, "backend"), "k": k, "context": context, "scoped": scoped}
+    # Which of the two decodes goes first alternates from case to case (measure_case's `order`).
+    cases = [(name, case) for name, cases in corpora.items() for case in cases]
+    work = [(name, (order, case)) for order, (name, case) in enumerate(cases)]
+    done = run_corpora(corpora, "candidates", lambda name, item: measure_case(loaded, item[1], k, order=item[0], scoped=scoped),
+                       lambda done: {**meta, "corpora": [{"name": name, "summary": summarize(rows), "cases": rows}
+                                                         for name, rows in done.items()]},
+                       json_path, lambda row: say(_candidates_line(row, k)), work)
+    for name, rows in done.items():
+        summary = summarize(rows)
+        if summary["n"]:
+            out.print(f"{name}: {summary['n']} cases, {short_name(loaded.name)} ({loaded.backend}, {loaded.threads} threads): "
+                      + _candidates_summary(summary, k))
+
+
+def _candidates_line(row: dict, k: int) -> str:
+    """One case on stderr: both walls, their ratio, how many distinct candidates, the tests."""
+    return (f"{row['id']}: one {row['one_seconds']:.2f} s, {k} candidates {row['k_seconds']:.2f} s "
+            f"({row['ratio']:.2f}x), {row['distinct']} distinct, greedy same {row['greedy_same']}"
+            + (f", tests {sum(row['passed'])}/{k} (greedy {row['pass_one']})" if "passed" in row else ""))
+
+
+def _candidates_summary(s: dict, k: int) -> str:
+    """A corpus's medians and ratios, and with tests pass@1, the likeliest candidate's and pass@K."""
+    return (f"one candidate median {s['one_seconds_median']:.2f} s, {k} side by side {s['k_seconds_median']:.2f} s; "
+            f"ratio median {s['ratio_median']:.2f}x, pooled {s['ratio_pooled']:.2f}x"
+            + (f", steps alone {s['steps_ratio_median']:.2f}x" if s["steps_ratio_median"] is not None else "")
+            + f"; greedy row = single decode in {s['greedy_same']}/{s['n']}, {s['distinct_mean']:.1f} distinct"
+            + (f"; tests: greedy {s['pass_one']}/{s['tested']}, likeliest {s['pass_likeliest']}/{s['tested']}, "
+               f"any of {k} {s['pass_k']}/{s['tested']}" if s["tested"] else ""))

@@ -34,9 +34,14 @@ from cadedit.bench.tokens import TokenCounter
 from cadedit.errors import CadeditError
 from cadedit.text.oracle import oracle
 from cadedit.text.program import Copy
+from cadedit.bench.options import (CorpusOpt, CountingOpt, JsonOpt, KernelOpt, LimitOpt, ModelOpt, TokenizerOpt)
+from cadedit.cli.common import err
+from cadedit.bench.running import out, run_corpora
+from cadedit.bench.options import load_corpora
+from cadedit.bench.report import fmt_float, fmt_int, fmt_pct
+from cadedit.bench.tokens import load_tokenizer, tokenizer_spec
 
 MIN_SPANS = (1, 2, 4, 8, 16, 32)
-COUNTINGS = ("paper", "splice")
 
 
 @dataclass(frozen=True)
@@ -189,3 +194,74 @@ def bounds(ceiling: Ceiling, s: Callable[[float], float], m: int = 8) -> dict[st
 def greedy_bounds(ceiling: Ceiling, s: Callable[[float], float]) -> dict[str, float]:
     """Token-level conservative bound per m: 1/((1-f_m) + f_m/s(m)) (paper Figure 4b)."""
     return {str(m): 1 / ((1 - f) + f / s(m)) for m in MIN_SPANS if (f := ceiling.greedy_fraction(m)) == f}
+
+
+def ceiling(
+    corpus: CorpusOpt,
+    tokenizer: TokenizerOpt = None,
+    model: ModelOpt = None,
+    kernel: KernelOpt = None,
+    counting: CountingOpt = "paper",
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """Line-level copy ceiling (Table 2), token-level greedy cover (m = 1..32) and the bounds of eq. (3).
+
+    Example: cadedit bench ceiling -c humanevalfix_python.jsonl -c humanevalfix_js.jsonl --tokenizer model.gguf
+    """
+
+    corpora = load_corpora(corpus, limit)
+    curve = load_curve(kernel) if kernel else None
+    tokens = load_tokenizer(tokenizer_spec(tokenizer, model))
+    done = run_corpora(corpora, "ceiling", lambda name, case: case_ceiling(case, tokens, counting),
+                       lambda done: _ceiling_json(done, tokens.name, counting, curve), json_path)
+    _print_ceiling(_ceilings(done), curve, tokens.name, counting)
+
+
+def _ceilings(done: dict[str, list]) -> list:
+
+    rows = [Ceiling(name, tuple(cases)) for name, cases in done.items()]
+    if len(rows) > 1:
+        rows.append(Ceiling("pooled", tuple(c for row in rows for c in row.cases)))
+    return rows
+
+
+def _ceiling_json(done: dict[str, list], tokenizer: str, counting: str, curve) -> dict:
+
+    corpora = []
+    for row in _ceilings(done):
+        entry = row.summary()
+        if curve and row.total:
+            entry["bounds"] = bounds(row, curve)
+            entry["greedy_bounds"] = greedy_bounds(row, curve)
+        if row.name != "pooled":
+            entry["cases"] = [{"id": c.id, "T": c.total, "spans": list(c.spans),
+                               "greedy": {str(m): v for m, v in c.greedy.items()}} for c in row.cases]
+        corpora.append(entry)
+    return {"command": "ceiling", "tokenizer": tokenizer, "counting": counting,
+            "kernel": curve.source if curve else None, "corpora": corpora}
+
+
+def _print_ceiling(rows: list, curve, tokenizer: str, counting: str) -> None:
+
+    line = []
+    for row in rows:
+        s = row.summary()
+        line.append([row.name, str(row.n), fmt_int(row.total), fmt_int(row.copied), fmt_int(row.generated),
+                     fmt_pct(row.fraction), str(s["K"]), fmt_float(s["span_mean"]), fmt_float(s["span_p50"], 0),
+                     fmt_float(s["span_p95"], 0)])
+    out.table(f"Line-level copy ceiling ({counting} counting, tokenizer {tokenizer}); span tokens: mean, p50, p95",
+              ["corpus", "n", "T", "T_copy", "T_gen", "f", "K", "mean", "p50", "p95"], line)
+    greedy = [[row.name, *(fmt_pct(row.greedy_fraction(m)) for m in MIN_SPANS)] for row in rows]
+    out.table("Token-level greedy cover (aspirational), fraction of gold tokens",
+              ["corpus", *(f"m={m}" for m in MIN_SPANS)], greedy)
+    if curve is None:
+        err.print("no --kernel: speedup bounds skipped (make one with `cadedit bench kernel --json K.json`)")
+        return
+    bnd = []
+    for row in rows:
+        b, g = bounds(row, curve), greedy_bounds(row, curve)
+        bnd.append([row.name, fmt_float(b["s_m8"], 2, "x"), fmt_float(b["bnd_m8"], 2, "x"),
+                    fmt_float(b["bnd_mean"], 2, "x"), fmt_float(b["bnd_exact"], 2, "x"), fmt_float(g.get("8"), 2, "x")])
+    out.table(f"Speedup bounds, eq. (3), s(N) from {curve.source}",
+              ["corpus", "s(8)", "bnd_m8", "bnd_mean", "bnd_exact", "token m=8"], bnd)

@@ -38,6 +38,18 @@ from cadedit.text.oracle import oracle
 from cadedit.text.program import format
 from cadedit.text.resolve import resolve, to_display_program
 from cadedit.bench.kernel import KernelSettings, sweep
+from pathlib import Path
+from typing import Annotated
+import typer
+from cadedit.bench.options import (BackendOpt, CorpusOpt, DeviceOpt, DtypeOpt,
+                                   JsonOpt, KernelOpt, LimitOpt, ModelOpt, SpansOpt, ThreadsOpt, TrialsOpt,
+                                   span_lengths)
+from cadedit.cli.common import err, say
+from cadedit.settings import DEFAULT_DTYPE
+from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
+from cadedit.bench.options import load_corpora, short_name
+from cadedit.bench.ceiling import load_curve
+from cadedit.bench.report import fmt_float, fmt_pct
 
 
 @dataclass(frozen=True)
@@ -113,3 +125,74 @@ def summarize(rows: Sequence[OracleRow], curve: SpeedupCurve) -> dict:
     return {"n": len(rows), "regen_seconds": regen, "cad_seconds": cad, "pooled_ratio": pooled, "pooled_bound": limit,
             "of_bound": pooled / limit if pooled and limit else None,
             "forward_passes": [min(r.forward_passes for r in rows), max(r.forward_passes for r in rows)] if rows else None}
+
+
+def decode(
+    corpus: CorpusOpt,
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    kernel: KernelOpt = None,
+    spans: SpansOpt = "1,2,4,8,16,32,64,128,256",
+    trials: TrialsOpt = 3,
+    no_draft: Annotated[bool, typer.Option(
+        "--no-draft", help="The paper's loop: one forward per decision, no drafted program tokens.")] = False,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """The decode loop against eq. (3): each case's oracle program forced through the real loop
+    (masks, forced literals, copy splices) vs the same model regenerating the gold one token per
+    forward after the same prompt; per case and pooled, beside the bound from s(N).
+
+    Example: cadedit bench decode -c humanevalfix_python.jsonl --model MODEL --limit 10 --threads 2 --dtype fp32 [--no-draft]
+    """
+
+    span_list = span_lengths(spans)
+    corpora = load_corpora(corpus, limit)
+    loaded, _ = _load_model(model, device, dtype, threads, backend)
+    curve = _decode_curve(loaded, corpora, kernel, trials, span_list)
+    say("s(N): " + ", ".join(f"{n}: {s:.2f}" for n, s in zip(curve.n, curve.s)))
+    counter = TokenCounter(loaded.tokenizer, loaded.name)
+    meta = {**_model_meta("decode", loaded, "device"), "draft": not no_draft, "kernel": curve.source,
+            "curve": {"n": list(curve.n), "s": list(curve.s)}}
+
+    def to_json(done: dict[str, list]) -> dict:
+        return {**meta, "corpora": [{"name": name, "summary": summarize(rows, curve),
+                                     "cases": [r.to_json(curve) for r in rows]} for name, rows in done.items()]}
+
+    def show(row) -> None:
+        say(f"{row.id}: T={row.ceiling.total}, spans {list(row.ceiling.spans)}, {row.forward_passes} fwd, "
+            f"loop {row.cad_seconds:.2f} s, regen {row.regen_seconds:.2f} s, {row.ratio:.2f}x, "
+            f"bound {bound([row], curve):.2f}x")
+
+    done = run_corpora(corpora, "decode", lambda name, case: oracle_case(loaded, case, not no_draft, counter), to_json,
+                       json_path, show)
+    _print_decode(done, curve, loaded.name, not no_draft)
+
+
+def _decode_curve(loaded, corpora: dict[str, list], kernel: Path | None, trials: int, spans: tuple[int, ...]):
+    """s(N) from --kernel, else measured on the loaded model after a prefix as long as the first case's prompt."""
+
+    if kernel:
+        return load_curve(kernel)
+    first = next(iter(corpora.values()))[0]
+    prefix = len(pipeline.prepare(loaded, document_for(first), first.instruction,
+                                  EditOptions(model=loaded.name, mode=Mode.PROGRAM)).prompt_ids)
+    with err.status(f"measuring s(N) at P={prefix} ..."):
+        return measured_curve(loaded, prefix, trials, spans)
+
+
+def _print_decode(done: dict[str, list], curve, model: str, draft: bool) -> None:
+
+    rows = []
+    for name, cases in done.items():
+        s = summarize(cases, curve)
+        fwd = s["forward_passes"]
+        rows.append([name, str(s["n"]), fmt_float(s["regen_seconds"], 2), fmt_float(s["cad_seconds"], 2),
+                     fmt_float(s["pooled_ratio"], 2, "x"), fmt_float(s["pooled_bound"], 2, "x"), fmt_pct(s["of_bound"], 0),
+                     f"{fwd[0]}-{fwd[1]}" if fwd else "-"])
+    out.table(f"Oracle programs through the loop ({'drafted program tokens' if draft else 'no drafts'}), {short_name(model)}, "
+              f"vs regeneration; eq. (3) bound with s(N) {curve.source}",
+              ["corpus", "n", "regen s", "loop s", "pooled speedup", "eq. (3) bound", "of bound", "fwd per case"], rows)

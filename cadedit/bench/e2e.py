@@ -27,12 +27,26 @@ from cadedit.bench.harness import Verdict, has_test, run_test
 from cadedit.bench.report import median
 from cadedit.text.document import Document
 from cadedit.errors import CadeditError
-from cadedit.backends.model import LoadedModel, encode, new_cache
+from cadedit.backends.model import LoadedModel
 from cadedit.options import DEFAULT_MODE, EditOptions, Mode
 from cadedit.settings import BENCH_TEST_TIMEOUT
-from cadedit.backends.model import CachedLM
 from cadedit.scope.plan import plan_edit
 from cadedit.bench.corpus import Edited, document_for
+from pathlib import Path
+from typing import Annotated
+import typer
+from cadedit.bench.options import (BackendOpt, CaseContextOpt, CorpusOpt, CountingOpt, DeviceOpt, DtypeOpt,
+                                   JsonOpt, KernelOpt, LimitOpt, MaxNewOpt, ModelOpt, TestTimeoutOpt, ThreadsOpt)
+from cadedit.cli.common import err, say
+from cadedit.settings import DEFAULT_DTYPE
+from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
+from cadedit.bench.options import load_corpora, short_name
+from cadedit.bench import peers as pe
+from cadedit.bench.ceiling import Ceiling, bounds, case_ceiling
+from cadedit.bench.ceiling import load_curve
+from cadedit.bench.peers import require_llama
+from cadedit.bench.report import fmt_float, fmt_int
+from cadedit.bench.tokens import TokenCounter
 
 MODES = tuple(m.value for m in Mode)
 FIX = "fix"  # `cadedit fix`'s own edit: the scope from the instruction, then the default mode (one try)
@@ -203,15 +217,6 @@ def _bug_index(window: Sequence[Case], where: float) -> int:
     return min(usable, key=lambda i: (abs(i - wanted), i))
 
 
-def warm_up(loaded: LoadedModel) -> float:
-    """Compile the grammar and run one forward, so the first case's clock holds no one-off costs."""
-
-    start = time.perf_counter()
-    pipeline.grammar_for(loaded)
-    CachedLM(loaded.model, new_cache(loaded)).feed(encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 4))
-    return time.perf_counter() - start
-
-
 # -- the compute floor ---------------------------------------------------------------------------
 
 
@@ -241,7 +246,7 @@ def measure_floor(loaded: LoadedModel, prefix: int = 1024, span: int = 512, tria
     """T_PP(span) / span and T_AR(1) after a `prefix`-token prompt, medians of `trials` (bench kernel)."""
     import torch
 
-    from cadedit.bench import kernel as kn  # lazy: imports torch; `cadedit bench --help` must not
+    from cadedit.bench import kernel as kn  # lazy: imports torch, which only --floor needs (as this function does)
 
     points = kn.sweep(loaded.model, torch.device(loaded.device), kn.KernelSettings(prefix, (1, span), trials))
     one, long = points
@@ -308,3 +313,212 @@ def summarize(results: Sequence[CaseResult], baseline: str | None = None, floor:
     for m in by_method.values():  # every method ran every case: its wall clock over the first's, pooled
         m["first_speedup"] = _ratio(m["seconds_total"], by_method[names[0]]["seconds_total"])
     return {"methods": by_method, "speedup": speedups(results, baseline) if baseline in names else None}
+
+
+MethodsOpt = Annotated[str, typer.Option(
+    "--methods", help="Methods to run per case, comma-separated: fix (`cadedit fix`'s own edit: the scope from the "
+         "instruction, then the default mode), the modes program, rewrite, lookup, verify, and llama.cpp's "
+         "llama-rewrite, llama-lookup (with --gguf). The first is measured against the second; every method's "
+         "edited file is compared with the first's.")]
+
+
+LongOpt = Annotated[int, typer.Option(
+    "--long", min=0, help="Also N long cases per corpus: consecutive gold files joined to 300+ lines, one of "
+         "them left with its one-line bug; its test runs against the whole edited file.")]
+
+
+GgufOpt = Annotated[Path | None, typer.Option(
+    "--gguf", metavar="PATH", help="The same model as a .gguf file, for the llama-* methods.")]
+
+
+LlamaCtxOpt = Annotated[int | None, typer.Option(
+    "--llama-ctx", min=256, help="llama.cpp's n_ctx (default: the largest prompt + budget of the run).")]
+
+
+FloorOpt = Annotated[bool, typer.Option(
+    "--floor", help="Measure the kernel first (T_PP(512)/512 and T_AR(1) after 1,024 tokens) and put each "
+         "method's wall clock over its compute floor: prompt and copied tokens at that prefill rate, "
+         "written tokens one step each.")]
+
+
+NoTestsOpt = Annotated[bool, typer.Option("--no-tests", help="Do not run the corpus's tests.")]
+
+
+def e2e(
+    corpus: CorpusOpt,
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    methods: MethodsOpt = "verify,rewrite",
+    long: LongOpt = 0,
+    gguf: GgufOpt = None,
+    llama_ctx: LlamaCtxOpt = None,
+    kernel: KernelOpt = None,
+    counting: CountingOpt = "paper",
+    floor: FloorOpt = False,
+    test_timeout: TestTimeoutOpt = BENCH_TEST_TIMEOUT,
+    no_tests: NoTestsOpt = False,
+    max_new_tokens: MaxNewOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
+    context: CaseContextOpt = "body",
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """Decoding methods end to end on the same cases with the same model: cadedit's modes (its
+    own program with grammar and copy splices, verify, lookup, rewrite) and llama.cpp's greedy and
+    prompt-lookup rewrites; per case: wall clock, forward passes, exact match, the corpus's tests,
+    and whether each method's edited file equals the first method's.
+
+    The model is loaded once (import and load times go into --json) and warmed up; each case is
+    edited by every method in turn. Tests run as prefix + edited text + newline + test, with
+    python3 or node (for node, anything on stderr fails). The summary puts the realised speedup of
+    the first method over the second beside bnd_exact (eq. 3).
+
+    Examples: cadedit bench e2e -c humanevalfix_python.jsonl --model model.gguf --kernel kernel.json --json e2e.json --limit 20
+              cadedit bench e2e -c humanevalfix_python.jsonl --methods verify,rewrite,lookup,program --long 2 --limit 20
+              cadedit bench e2e -c humanevalfix_python.jsonl --model MODEL --gguf model.gguf --methods verify,llama-rewrite,llama-lookup
+              cadedit bench e2e -c long.jsonl --model MODEL --gguf model.gguf --methods fix,llama-lookup --floor --no-tests
+    """
+    start = time.perf_counter()
+
+    imports = time.perf_counter() - start
+    names, peer_names = _e2e_methods(methods, gguf)
+    corpora = _e2e_corpora(corpus, limit, context, long)
+    curve = load_curve(kernel) if kernel else None
+    loaded, warm, least = _e2e_load(model, device, dtype, threads, backend, floor)
+    peers_meta, chosen = _e2e_peers(loaded, peer_names, gguf, llama_ctx, corpora, max_new_tokens, names)
+    say(f"{short_name(loaded.name)}: imports {imports:.1f} s, load {loaded.load_seconds:.1f} s ("
+        + ", ".join(f"{k} {v:.1f} s" for k, v in loaded.phases) + f"), warm-up {warm:.1f} s")
+    meta = {**_model_meta("e2e", loaded, "device"), "methods": list(names), "baseline": names[1] if len(names) > 1 else "",
+            "counting": counting, "kernel": str(kernel) if kernel else None, "test_timeout": test_timeout,
+            "max_new_tokens": max_new_tokens, "long": long, "imports_seconds": imports,
+            "load_seconds": loaded.load_seconds, "load_phases": dict(loaded.phases), "warm_up_seconds": warm,
+            "floor": least.to_json() if least else None, **peers_meta}
+    bounds = _e2e_bounds(corpora, loaded, counting, curve)
+    settings = E2ESettings(names, max_new_tokens, test_timeout, not no_tests)
+    done = run_corpora(corpora, "e2e", lambda name, case: run_case(loaded, case, settings, chosen),
+                       _e2e_json(meta, bounds, least), json_path, show=lambda row: say(_e2e_line(row)))
+    _print_e2e(done, bounds, meta["baseline"], loaded.name, least)
+
+
+def _e2e_corpora(paths: list[Path], limit: int | None, context: str, long: int) -> dict[str, list]:
+    """The corpora's cases, and with --long N, N long cases of each (from all its cases) as a corpus of its own."""
+
+    corpora = load_corpora(paths, limit, context)
+    if long:
+        full = load_corpora(paths, None)
+        for name in list(corpora):
+            corpora[f"{name} long"] = long_cases(full[name], long)
+    return corpora
+
+
+def _e2e_json(meta: dict, bounds: dict[str, dict], least) -> Callable[[dict[str, list]], dict]:
+    """The --json of e2e: meta, then per corpus its summary, its bounds and its cases."""
+
+    def to_json(done: dict[str, list]) -> dict:
+        return {**meta, "corpora": [{"name": name, "n": len(rows), "summary": summarize(rows, meta["baseline"], least),
+                                     "bounds": bounds.get(name), "cases": [r.to_json() for r in rows]}
+                                    for name, rows in done.items()]}
+
+    return to_json
+
+
+def _e2e_methods(methods: str, gguf: Path | None) -> tuple[tuple[str, ...], list[str]]:
+    """--methods checked: the names in order, and those that are llama.cpp peers (they need --gguf)."""
+
+    names = tuple(m.strip() for m in methods.split(",") if m.strip())
+    if not names or any(m not in METHODS for m in names) or len(set(names)) < len(names):
+        raise typer.BadParameter(f"use some of {', '.join(METHODS)}, each once", param_hint="--methods")
+    peer_names = [m for m in names if m in PEERS]
+    if peer_names and gguf is None:
+        raise typer.BadParameter(f"{', '.join(peer_names)} need(s) the model as a .gguf file", param_hint="--gguf")
+    if peer_names:
+        require_llama()
+    return names, peer_names
+
+
+def _e2e_load(model, device: str, dtype: str, threads, backend, floor: bool):
+    """The model loaded and warmed up, and (with --floor) the kernel measured for the compute floor."""
+
+    loaded, warm = _load_model(model, device, dtype, threads, backend)
+    least = None
+    if floor:
+        with err.status("measuring the kernel for the compute floor ..."):
+            least = measure_floor(loaded)
+        say(f"compute floor: prefill {least.prefill_ms:.2f} ms/token, step {least.step_ms:.1f} ms")
+    return loaded, warm, least
+
+
+def _e2e_peers(loaded, peer_names: list[str], gguf: Path | None, llama_ctx: int | None, corpora: dict[str, list],
+               max_new_tokens: int | None, names: tuple[str, ...]) -> tuple[dict, dict]:
+    """llama.cpp loaded for the llama-* methods (n_ctx fitted to the run), and the methods in order."""
+
+    if not peer_names:
+        return {}, methods(names)
+    cases = [case for cases in corpora.values() for case in cases]
+    with err.status("loading the peers ..."):
+        n_ctx = llama_ctx or pe.context_for(loaded, cases, max_new_tokens)
+        start = time.perf_counter()
+        loaded_peers = pe.load_peers(peer_names, str(gguf), loaded.threads, n_ctx)
+    meta = {"gguf": str(gguf), "llama_ctx": n_ctx, "llama_cpp": pe.version(),
+            "llama_load_seconds": time.perf_counter() - start}
+    return meta, methods(names, loaded_peers)
+
+
+def _e2e_bounds(corpora: dict[str, list], loaded, counting: str, curve) -> dict[str, dict]:
+    """bnd_exact and friends per corpus, over its oracle spans in the model's own tokens."""
+
+    if curve is None:
+        return {}
+    tokens = TokenCounter(loaded.tokenizer, loaded.name)
+    return {name: bounds(Ceiling(name, tuple(case_ceiling(c, tokens, counting, token_level=False) for c in cases)),
+                         curve) for name, cases in corpora.items()}
+
+
+def _e2e_line(row) -> str:
+    """One case on stderr: each method's outcome, time and forward passes."""
+    parts = []
+    for a in row.attempts:
+        outcome = _clip(a.error, 100) if a.error else "exact" if a.exact else "trimmed" if a.trimmed else "differs"
+        test = "" if a.test.passed is None else ", test passed" if a.test.passed else ", test failed"
+        passes = a.edited.forward_passes if a.edited and a.edited.forward_passes is not None else "-"
+        same = {True: ", same", False: ", other output"}.get(a.same_as_first, "")
+        parts.append(f"{a.method}: {outcome}{test}, {a.seconds:.2f} s, {passes} fwd{same}")
+    return f"{row.id}: " + "; ".join(parts)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, model: str, floor=None) -> None:
+
+    rows, speed, first = [], [], ""
+    for name, results in done.items():
+        summary = summarize(results, baseline, floor)
+        first = first or next(iter(summary["methods"]), "")
+        for method, m in summary["methods"].items():
+            n = m["n"]
+            rows.append([name, method, str(n), f"{m['exact']}/{n}", f"{m['trimmed']}/{n}",
+                         f"{m['passed']}/{m['tested']}" if m["tested"] else "-", str(m["errors"]),
+                         fmt_float(m["seconds_mean"], 2), fmt_float(m["seconds_median"], 2),
+                         "-" if m["forward_passes_total"] is None else fmt_int(m["forward_passes_total"]),
+                         fmt_float(m["first_speedup"], 2, "x") if method != first else "-",
+                         f"{m['same_as_first']}/{m['compared']}" if m["compared"] else "-"]
+                        + ([fmt_float(m["over_floor"], 2, "x")] if floor else []))
+        s, b = summary["speedup"], bounds.get(name) or {}
+        if s:
+            speed.append([name, str(s["n"]), fmt_float(s["wall"], 2, "x"),
+                          f"{fmt_float(s['wall_both_exact'], 2, 'x')} ({s['n_both_exact']})",
+                          fmt_float(s["decode"], 2, "x"), fmt_float(s["forward_passes"], 2, "x"),
+                          fmt_float(b.get("bnd_exact"), 2, "x")])
+    out.table(f"End to end, {short_name(model)}: {first} vs {baseline or 'nothing'}",
+              ["corpus", "method", "n", "byte-exact", "trimmed", "tests", "errors", "mean s", "median s", "fwd passes",
+               f"{first} faster by", f"same output as {first}"] + (["wall / floor"] if floor else []), rows,
+              caption=(f"floor: prompt and copied tokens at {floor.prefill_ms:.2f} ms each, written tokens "
+                       f"{floor.step_ms:.1f} ms each (kernel measured in this run)") if floor else None)
+    if speed:
+        out.table(f"Realised speedup of {first} over {baseline} ({baseline} cost / {first} cost)",
+                  ["corpus", "n", "wall", "wall, both exact (n)", "decode only", "fwd passes", "bnd_exact"], speed,
+                  caption=None if bounds else "no --kernel: bnd_exact skipped (make one with `cadedit bench kernel --json K.json`)")

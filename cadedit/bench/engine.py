@@ -30,6 +30,7 @@ import typer
 from cadedit.bench.options import PACKAGES, PackagesOpt, TaskSeedOpt, TasksOpt
 from cadedit.bench.options import int_list, longfile_roots
 from cadedit.settings import choose_engine
+from cadedit.bench import longfile as lf
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -42,7 +43,6 @@ def _percentile(values: list[float], q: float) -> float:
 
 def run_one(task: dict, folder: Path, args: list[str]) -> dict:
     """One `cadedit fix --write` process on a fresh copy of the task's buggy file."""
-    from cadedit.bench import longfile as lf  # lazy: keeps `cadedit --help` light
 
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / Path(task["path"]).name
@@ -123,7 +123,6 @@ def engine(
 
     Example: cadedit bench engine --engine http://127.0.0.1:8080/v1 --model qwen-0.5b.gguf -n 16 --clients 1,4,16
     """
-    from cadedit.bench import longfile as lf  # lazy: keeps `cadedit --help` light
 
     if not local_only:
         url = choose_engine(url)

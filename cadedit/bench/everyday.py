@@ -22,6 +22,12 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+import typer
+from cadedit.bench.options import (BackendOpt, JsonOpt, LimitOpt, ModelOpt, ThreadsOpt)
+from cadedit.cli.common import say
+from cadedit.settings import choose_model
+
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "everyday"
 _PROBE_TIMEOUT_S = 20.0
@@ -277,3 +283,43 @@ def summary(outcomes: list[Outcome]) -> dict:
         parts[part] = {"cases": len(rows), **{v: sum(o.verdict == v for o in rows) for v in ("right", "honest", "wrong")},
                        "destructive_written": sum(o.destructive and o.exit_code == 0 for o in rows)}
     return parts
+
+
+def everyday(
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    threads: ThreadsOpt = None,
+    part: Annotated[str, typer.Option("--part", help="dev (read while the checks were built), heldout, or all.")] = "all",
+    code: Annotated[Path | None, typer.Option(
+        "--code", help="The checkout whose cadedit package runs the edits (an earlier commit gives the before "
+                       "figures); default: this one.", show_default=False)] = None,
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """Everyday edits on real standard-library modules (corpus/everyday), each run as `cadedit fix FILE
+    INSTRUCTION --write` without --test and judged by running the module: right, honest (no try passed,
+    file untouched), wrong-but-passed, and destructive-and-written.
+
+    Example: cadedit bench everyday --model M.gguf --backend llama --part heldout --json everyday.json
+    """
+    import json as json_module
+
+
+    if part not in ("dev", "heldout", "all"):
+        raise typer.BadParameter(f"{part!r} is not one of dev, heldout, all", param_hint="--part")
+    cases = load_cases(part=part)[:limit]
+    chosen, root = choose_model(model, Path.cwd()), code or Path(__file__).resolve().parents[2]
+    outcomes = []
+    for case in cases:
+        outcome = run_case(case, chosen, backend, threads, root)
+        outcomes.append(outcome)
+        mark = " DESTRUCTIVE" if outcome.destructive and outcome.exit_code == 0 else ""
+        say(f"{case.file}: {case.instruction!r}: {outcome.verdict}{mark} (exit {outcome.exit_code}, "
+            f"{outcome.seconds:.0f} s){': ' + outcome.why if outcome.why else ''}")
+        if json_path is not None:
+            json_path.write_text(json_module.dumps({"model": chosen, "backend": backend, "code": str(root),
+                                                    "summary": summary(outcomes),
+                                                    "cases": [o.to_json() for o in outcomes]}, indent=2))
+    for name, counts in summary(outcomes).items():
+        say(f"{name}: {counts['cases']} cases: {counts['right']} right, {counts['honest']} honest, {counts['wrong']} "
+            f"wrong but passed, {counts['destructive_written']} destructive and written")

@@ -29,6 +29,13 @@ from cadedit.text.oracle import oracle
 from cadedit.text.program import format as format_program
 from cadedit.text.program import parse
 from cadedit.text.resolve import resolve
+import math
+from cadedit.bench.options import (CorpusOpt, JsonOpt, LimitOpt, ModelOpt, TokenizerOpt)
+from cadedit.bench.running import out, run_corpora
+from cadedit.bench.options import load_corpora
+from cadedit.bench.report import fmt_float, fmt_int
+from cadedit.bench.report import median, percentile
+from cadedit.bench.tokens import load_tokenizer, tokenizer_spec
 
 FORMATS = ("full", "search_replace", "unified_diff", "program")
 LABELS = {"full": "full regeneration", "search_replace": "search/replace", "unified_diff": "unified diff",
@@ -188,3 +195,60 @@ def case_formats(case: Case, tokens: TokenCounter) -> dict[str, FormatResult]:
         "unified_diff": _roundtrip(format_ud(before, after), lambda t: apply_ud(before, t), after, tokens),
         "program": _roundtrip(program_text, lambda t: resolve(parse(t), case.before_doc), after, tokens),
     }
+
+
+def formats(
+    corpus: CorpusOpt,
+    tokenizer: TokenizerOpt = None,
+    model: ModelOpt = None,
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """Edit formats head to head: output tokens and round-trip EM (Table 3).
+
+    Full regeneration vs search/replace vs unified diff vs copy/gen program, each made from the
+    oracle edit, parsed back and applied. Search/replace applies at the first match, as Aider does.
+
+    Example: cadedit bench formats -c humanevalfix_js.jsonl --tokenizer model.gguf
+    """
+
+    corpora = load_corpora(corpus, limit)
+    tokens = load_tokenizer(tokenizer_spec(tokenizer, model))
+
+    def to_json(done: dict[str, list]) -> dict:
+        summary = {name: _formats_summary(rows) for name, rows in done.items() if rows}
+        return {"command": "formats", "tokenizer": tokens.name, "corpora": summary}
+
+    done = run_corpora(corpora, "formats", lambda name, case: (case.id, case_formats(case, tokens)), to_json, json_path)
+    _print_formats(done, tokens.name)
+
+
+def _formats_summary(rows: list) -> dict:
+
+    summary = {}
+    base = sum(r["program"].tokens for _, r in rows)
+    for f in FORMATS:
+        toks = [r[f].tokens for _, r in rows]
+        summary[f] = {
+            "n": len(rows), "mean": sum(toks) / len(toks), "median": median(toks), "p95": percentile(toks, 95),
+            "total": sum(toks), "rt_em": sum(r[f].exact for _, r in rows),
+            "ambiguous_anchors": sum(r[f].ambiguous for _, r in rows),
+            "tokens_vs_program": sum(toks) / base - 1 if base else math.nan,
+            "failures": [{"id": i, "error": r[f].error} for i, r in rows if not r[f].exact],
+        }
+    return summary
+
+
+def _print_formats(done: dict[str, list], tokenizer: str) -> None:
+
+    for name, rows in done.items():
+        s = _formats_summary(rows)
+        n, em_base = len(rows), s["program"]["rt_em"]
+        body = [[LABELS[f], fmt_float(s[f]["mean"]), fmt_float(s[f]["median"], 0), fmt_float(s[f]["p95"], 0),
+                 fmt_int(s[f]["total"]), f"{s[f]['rt_em'] / n:.2f}", f"{n - s[f]['rt_em']}/{n}",
+                 "-" if f == "program" else f"{100 * s[f]['tokens_vs_program']:+.1f}% tok, {s[f]['rt_em'] - em_base:+d} EM"]
+                for f in FORMATS]
+        amb = s["search_replace"]["ambiguous_anchors"]
+        out.table(f"Edit formats on {name} (n={n}, tokenizer {tokenizer})",
+                  ["format", "mean tok", "median", "p95", "total", "RT-EM", "fails", "vs program"], body,
+                  caption=f"search/replace anchors found more than once in the input: {amb}")

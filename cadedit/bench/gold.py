@@ -19,6 +19,13 @@ from cadedit.tries.code_checks import CHECK_NAMES
 from cadedit.text.document import Document
 from cadedit.tries.repair import repaired
 from cadedit.tries.loop import CheckPlan, check_candidate
+from typing import Annotated
+import typer
+from cadedit.bench.options import (CaseContextOpt, CorpusOpt, JsonOpt, LimitOpt)
+from cadedit.errors import CadeditError
+from cadedit.bench.running import out, run_corpora
+from cadedit.bench.options import load_corpora
+
 
 CHECKS = ("syntax", *CHECK_NAMES, "change")
 _SUFFIXES = {"python": ".py", "javascript": ".js", "js": ".js", "typescript": ".ts"}
@@ -61,3 +68,38 @@ def summarize(rows: list[GoldRow]) -> dict:
         failed = [{"id": r.id, "detail": c.detail} for r, c in ran if not c.passed]
         checks[name] = {"ran": len(ran), "failed": len(failed), "failures": failed}
     return {"cases": len(rows), "cases_failed": sum(bool(r.failed) for r in rows), "checks": checks}
+
+
+def gold_checks(
+    corpus: CorpusOpt,
+    context: CaseContextOpt = "docs",
+    reverse: Annotated[bool, typer.Option(
+        "--reverse", help="Check each case's buggy side as an edit of its gold: the bugs the checks catch "
+                          "without a test (exits 0).")] = False,
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """False alarms: every check a candidate gets without --test (syntax, the code checks, change) run on
+    each case's gold fix, with the case's instruction; a check that fails a correct fix would turn a pass
+    into exit 3. Prints the failures per check; exits 1 if any gold fix failed one.
+
+    Example: cadedit bench checks -c humanevalfix_js.jsonl --context docs
+    """
+
+    corpora = load_corpora(corpus, limit, context)
+    done = run_corpora(corpora, "checks", lambda name, case: check_gold(case, reverse),
+                       lambda done: {"command": "checks", "context": context, "reverse": reverse,
+                                     "corpora": {n: summarize(r) for n, r in done.items()}}, json_path)
+    rows, failures = [], []
+    for name, found in done.items():
+        s = summarize(found)
+        rows += [[name, check, str(c["ran"]), str(c["failed"])] for check, c in s["checks"].items()]
+        failures += [f"{name}:{f['id']}: {check}: {f['detail']}" for check, c in s["checks"].items()
+                     for f in c["failures"]]
+    title = "Checks on the buggy side (failed = a bug caught)" if reverse else \
+        "Checks on gold fixes (failed = a correct fix refused)"
+    out.table(title, ["corpus", "check", "ran on", "failed"], rows)
+    for line in failures:
+        out.print(line)
+    if failures and not reverse:
+        raise CadeditError(f"checks: {len(failures)} gold fix(es) failed a check")

@@ -26,6 +26,17 @@ from cadedit.bench.report import median
 from cadedit.errors import ModelError
 from cadedit.backends import model
 from cadedit.backends.llama.llamacpp import version
+from typing import Annotated
+import typer
+from cadedit.bench.options import (BackendOpt, DeviceOpt, DtypeOpt,
+                                   JsonOpt, ModelOpt, SpansOpt, ThreadsOpt, TrialsOpt,
+                                   span_lengths)
+from cadedit.cli.common import err
+from cadedit.settings import DEFAULT_DTYPE
+from cadedit.bench.running import out
+from cadedit.bench.options import short_name
+from cadedit.bench.report import ProgressBar, ResultsFile
+from cadedit.bench.report import fmt_float, table
 
 SPANS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
@@ -267,3 +278,117 @@ def cpu_flags() -> str:
 
 def speedup_at(points: Sequence[KernelPoint], n: int) -> float:
     return next((p.speedup for p in points if p.n == n), math.nan)
+
+
+def _print_reference(points, reference: list[dict], weights: str) -> None:
+
+    rows = [[str(p.n), fmt_float(p.ar_ms, 2), fmt_float(own["ar_ms"], 2), fmt_float(p.ar_ms / own["ar_ms"], 2, "x"),
+             fmt_float(p.pp_ms, 2), fmt_float(own["pp_ms"], 2), fmt_float(p.pp_ms / own["pp_ms"], 2, "x")]
+            for p, own in zip(points, reference)]
+    out.print(f"The llama backend against llama-cpp-python's own Llama.eval, same GGUF and threads, its weights "
+              f"{weights} (median ms):")
+    out.print(table(["N", "AR backend", "AR own", "ratio", "PP backend", "PP own", "ratio"], rows))
+
+
+def kernel(
+    model: ModelOpt = None,
+    prefix: Annotated[int, typer.Option(min=1, help="Random-context prefix length P (tokens).")] = 1024,
+    spans: SpansOpt = "1,2,4,8,16,32,64,128,256,512",
+    trials: TrialsOpt = 5,
+    ar_max: Annotated[int, typer.Option(
+        help="Time at most this many AR steps per trial and scale per token beyond it (0: time them all).")] = 0,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
+    attn: Annotated[str, typer.Option(
+        help="Attention: eager (written out, as the paper measured) or sdpa (torch's fused kernel, what fix uses).")] = "eager",
+    all_logits: Annotated[bool, typer.Option(
+        "--all-logits", help="Compute logits for every splice position (a plain forward) instead of the last.")] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the random prefix and span tokens.")] = 0,
+    json_path: JsonOpt = None,
+    plot_path: Annotated[Path | None, typer.Option("--plot", metavar="PNG", help="Write the Figure 3 plot here.")] = None,
+    backend: BackendOpt = None,
+    reference: Annotated[bool, typer.Option(
+        "--reference", help="llama backend: also time llama-cpp-python's own Llama.eval on the same GGUF and threads.")] = False,
+    reference_weights: Annotated[str, typer.Option(
+        metavar="same|defaults", help="The reference's weights: repacked or not as the backend's are (same: "
+                                      "the backend's own overhead), or as Llama's defaults leave them.")] = "same",
+) -> None:
+    """Per-span kernel speedup s(N) = T_AR(N) / T_PP(N) (§3, Figure 3).
+
+    One N-token forward (a copy splice) against N single-token forwards, after a random P-token
+    prefix; the cache is cropped back to P between measurements.
+
+    Example: cadedit bench kernel --model model.gguf --prefix 1024 --trials 5 --json kernel.json --plot kernel.png
+    """
+
+    if reference_weights not in ("same", "defaults"):
+        raise typer.BadParameter(f"{reference_weights!r} is not same or defaults", param_hint="--reference-weights")
+    settings = KernelSettings(prefix, span_lengths(spans), trials, ar_max, seed, all_logits)
+    loaded = load(model, device, dtype, threads, attn, backend)
+    meta = {"command": "kernel", "model": loaded.name,
+            **environment(torch.device(loaded.device), loaded.dtype, loaded),
+            "attn": attn if loaded.backend == "torch" else "llama.cpp", "prefix": prefix, "trials": trials,
+            "ar_max": ar_max, "seed": seed, "logits": "all" if all_logits else "last"}
+    if reference and loaded.backend != "llama":
+        raise typer.BadParameter("the reference is llama.cpp's own: use it with --backend llama", param_hint="--reference")
+    points = _kernel_sweeps(loaded, settings, meta, reference_weights if reference else None, json_path)
+    _print_kernel(points, meta)
+    if reference:
+        _print_reference(points, meta["reference"], meta["reference_weights"])
+    title = f"{short_name(loaded.name)}, {meta['device_name']}, {meta['dtype']}, {meta['threads']} threads, P={prefix}"
+    if plot_path and not plot(points, plot_path, title):
+        err.print("matplotlib not installed: no plot (pip install 'cadedit[plot]')")
+
+
+def _kernel_sweeps(loaded, settings, meta: dict, reference: str | None, json_path: Path | None) -> list:
+    """The sweep over span lengths (and with `reference`, "same" or "defaults" as its weights,
+    llama.cpp's own Llama.eval on the same ids, taking turns with the backend trial by trial, into
+    meta["reference"]); results rewritten to json_path after each point, kept on Ctrl-C."""
+
+    points: list = []
+    results = ResultsFile(json_path)
+
+    def save(partial: bool) -> None:
+        results.write({**meta, "results": [p.to_json() for p in points]}, partial=partial)
+
+    own_points: list = []
+
+    def on_point(k: int, point) -> None:
+        (points if k == 0 else own_points).append(point)
+        if reference:
+            meta["reference"] = [p.to_json() for p in own_points]
+        save(True)
+        err.print(f"{'llama.cpp own ' if k else ''}N={point.n}: AR {point.ar_ms:.2f} ms"
+                  f"{' (extrapolated)' if point.extrapolated else ''}, PP {point.pp_ms:.2f} ms, "
+                  f"s(N) = {point.speedup:.2f}", highlight=False)
+
+    try:
+        models = [loaded.model]
+        if reference:  # both on the same ids, taking turns trial by trial
+            repack = {"same": loaded.model.repack, "defaults": None}[reference]
+            meta["reference_weights"] = {None: "Llama's defaults", True: "repacked", False: "as stored"}[repack]
+            models.append(LlamaReference(str(loaded.model.folder), loaded.threads, loaded.model.n_ctx, repack))
+        with ProgressBar(work_units(settings, len(models)), "kernel", err) as bar:
+            sweep_turns(models, torch.device(loaded.device), settings, on_point=on_point, advance=bar.advance)
+    except KeyboardInterrupt:
+        save(True)
+        err.print("interrupted: partial results kept", highlight=False)
+        raise
+    save(False)
+    return points
+
+
+def _print_kernel(points: list, meta: dict) -> None:
+
+    rows = [[str(p.n), fmt_float(p.ar_ms, 2) + (" *" if p.extrapolated else ""), fmt_float(p.pp_ms, 2),
+             fmt_float(p.speedup, 2, "x")] for p in points]
+    caption = "* AR extrapolated per token from the first %d steps." % meta["ar_max"] if any(
+        p.extrapolated for p in points) else None
+    out.print(f"Kernel speedup s(N) = T_AR / T_PP: {short_name(meta['model'])} on {meta['device_name']} ({meta['dtype']}, "
+              f"{meta['threads']} threads, {meta['attn']} attention, {meta['logits']} logits; CPU flags: "
+              f"{meta.get('cpu_flags') or 'unknown'}), P={meta['prefix']}, "
+              f"median of {meta['trials']}")
+    out.print(table(["N", "AR ms", "PP ms", "s(N)"], rows))
+    if caption:
+        out.print(caption)

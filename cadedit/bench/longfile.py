@@ -30,6 +30,17 @@ from cadedit.options import EditOptions, Mode
 from cadedit.scope.plan import plan_edit
 from cadedit.tries.loop import Attempts, CheckPlan
 from cadedit.decode.pipeline import LocalEditor
+from typing import Annotated
+import typer
+from cadedit.bench.options import (PACKAGES, BackendOpt, DtypeOpt,
+                                   JsonOpt, ModelOpt, PackagesOpt, ScopeContextOpt,
+                                   TaskSeedOpt, TasksOpt, ThreadsOpt, longfile_roots)
+from cadedit.cli.common import context_lines, say, scripted_picks
+from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
+from cadedit.settings import DEFAULT_TRIES, WHERE_BY
+from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
+from cadedit.bench.options import choice
+
 
 # Each operator and the one it becomes; the text is how it is written between its operands.
 _SWAPS: dict[type, tuple[type, str, str]] = {
@@ -370,3 +381,121 @@ def _record(relative: str, document: Document, buggy: str, swap: Swap) -> dict:
         "correct": swap.old,
         "bug": swap.new,
     }
+
+
+ScopingOpt = Annotated[str, typer.Option("--scoping", help="on, off or both (scoped vs whole-file verify edits).")]
+
+
+WhereOpt = Annotated[str, typer.Option(
+    "--where", help="Vague instructions, scoped: on (ask the model which line first), off (retype the whole "
+                    "function) or both.")]
+
+
+WhereByOpt = Annotated[str, typer.Option(
+    "--where-by", help="How the where-step finds the line: surprise (the line the model least expected), "
+                       "number or quote (the model names it, or quotes its text).")]
+
+
+def longfile(
+    ctx: typer.Context,
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    packages: PackagesOpt = PACKAGES,
+    n: TasksOpt = 10,
+    seed: TaskSeedOpt = 0,
+    min_lines: Annotated[int, typer.Option(help="Shortest file.")] = 200,
+    max_lines: Annotated[int, typer.Option(help="Longest file.")] = 1000,
+    instructions: Annotated[str, typer.Option(help="explicit, vague or both.")] = "both",
+    scoping: ScopingOpt = "on",
+    where: WhereOpt = "on",
+    where_by: WhereByOpt = DEFAULT_WHERE_BY,
+    max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = DEFAULT_TRIES,
+    tested: Annotated[bool, typer.Option("--oracle-test", help="Also check each edit with a test that passes the "
+                                         "original file only, as `fix --test` would with a test that finds the bug.")] = False,
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
+    save_tasks: Annotated[Path | None, typer.Option("--save-tasks", help="Also write the tasks as JSONL.")] = None,
+    tasks_path: Annotated[Path | None, typer.Option("--tasks-file", help="Read the tasks from this JSONL instead.")] = None,
+    context: ScopeContextOpt = str(CONTEXT_LINES),
+    first: Annotated[int, typer.Option(min=0, help="Skip this many tasks (a held-out split).")] = 0,
+    json_path: JsonOpt = None,
+) -> None:
+    """Real long files with one planted one-line bug each (bench/longfile.py), edited as `cadedit fix`
+    edits them: scope from the instruction, verify mode, tries with syntax/no-change checks. Per task:
+    exact match with the original, lines changed outside the named function, wall seconds, and the
+    first try's result beside the verified one.
+
+    Example: cadedit bench longfile --model MODEL -n 30 --scoping both --json longfile.json
+    """
+
+    around = context_lines(context)
+    if tasks_path is not None:
+        tasks = read_tasks(tasks_path)[first : first + n]
+    else:
+        tasks = build_tasks(longfile_roots(packages), first + n, seed, min_lines, max_lines)[first:]
+    if save_tasks:
+        write_tasks(tasks, save_tasks)
+    work = _longfile_work(tasks, instructions, scoping, where, where_by)
+    loaded, _ = _load_model(model, "auto", dtype, threads, backend, warm_up=False)
+    meta = {**_model_meta("longfile", loaded), "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
+            "first": first, "context": context, "where": where, "where_by": where_by, "oracle_test": tested}
+    done = run_corpora({"tasks": tasks}, "longfile",
+                       lambda _, item: run_task(loaded, *item, around, max_tries, where_by, tested,
+                                                   scripted_picks(ctx)),
+                       lambda done: {**meta, "summary": _longfile_summary(done["tasks"]), "rows": done["tasks"]},
+                       json_path, lambda row: say(_longfile_line(row)), work)
+    for key, summary in _longfile_summary(done["tasks"]).items():
+        out.print(f"{key}: {summary}")
+
+
+def _longfile_work(tasks: list, instructions: str, scoping: str, where: str, where_by: str) -> list[tuple[str, tuple]]:
+    """Each task under each asked kind of instruction and scoping; the where-step applies to scoped vague
+    instructions only (the rest run once, with it on)."""
+    on_off = {"on": (True,), "off": (False,), "both": (True, False)}
+    kinds = choice(instructions, "--instructions", {"explicit": ("explicit",), "vague": ("vague",),
+                                                     "both": ("explicit", "vague")})
+    scopes = choice(scoping, "--scoping", on_off)
+    wheres = choice(where, "--where", on_off)
+    choice(where_by, "--where-by", dict.fromkeys(WHERE_BY, 0))
+    return [("tasks", (task, kind, scoped, located)) for task in tasks for kind in kinds for scoped in scopes
+            for located in (wheres if kind == "vague" and scoped else (True,))]
+
+
+def _longfile_line(row: dict) -> str:
+    """One task on stderr: its error, or exact, lines changed outside, seconds, forward passes, tries and
+    the line the where-step named."""
+    if row.get("error"):
+        return f"{row['path']}: {row['error']}"
+    v, said = row["verified"] or {}, ""
+    if row.get("where"):
+        said = f", where {','.join(map(str, row['where']['lines']))} (bug {row['bug_line']})"
+    return (f"{row['path']} ({row['lines']} lines) {_longfile_key(row)}: exact {bool(v.get('exact'))}, "
+            f"outside {v.get('lines_changed_outside', '-')}, {row['seconds']:.1f} s, {row['forward_passes']} fwd, "
+            f"{row['tries']} tries{said}")
+
+
+def _longfile_key(row: dict) -> str:
+    """explicit/scoped, vague/scoped (with the where-step), vague/scoped/no-where, .../whole."""
+    return f"{row['kind']}/{'scoped' if row['scoped'] else 'whole'}" + ("" if row.get("located", True) else "/no-where")
+
+
+def _longfile_summary(rows: list[dict]) -> dict:
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(_longfile_key(row), []).append(row)
+    summary = {}
+    for key, group in sorted(groups.items()):
+        verified = [r["verified"] for r in group]
+        firsts = [r["first"] for r in group]
+        summary[key] = {
+            "n": len(group),
+            "exact_verified": sum(bool(v and v["exact"]) for v in verified),
+            "exact_first_try": sum(bool(f and f["exact"]) for f in firsts),
+            "runs_changing_outside": sum(bool(v and v["lines_changed_outside"]) for v in verified),
+            "seconds_total": round(sum(r["seconds"] for r in group), 1),
+            "first_try_seconds_total": round(sum(r["first_seconds"] for r in group), 1),
+            "forward_passes_total": sum(r.get("forward_passes", 0) for r in group),
+            "where_named_bug_line": sum(bool(r.get("where_named_bug_line")) for r in group),
+            "where_asked": sum(r.get("where") is not None for r in group),
+        }
+    return summary

@@ -35,6 +35,16 @@ from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
 from cadedit.cli.common import say, scripted_picks
 from cadedit.text.document import Document
 from cadedit.options import EditOptions, Mode
+from cadedit.backends import hardware
+from cadedit.backends.forward_cost import forward_costs
+from cadedit.backends.model import CachedLM, encode, new_cache
+from cadedit.bench.peers import LOOKUP_TOKENS
+from cadedit.bench.peers import load_peers
+from cadedit.decode import pipeline
+from cadedit.decode.pipeline import LocalEditor
+from cadedit.scope.plan import plan_edit
+from cadedit.text.align import opcodes
+from cadedit.tries.loop import Attempts, CheckPlan, edit_verified
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "multiline"
 SPLITS = ("tune", "heldout")
@@ -118,8 +128,6 @@ def _code(text: str, which: str) -> str:
 def changes(tokenizer, before: str, after: str) -> tuple[int, int]:
     """Tokens of `after` outside the token runs it shares with `before`, and the lines added, changed
     or deleted (a replaced stretch counts its longer side)."""
-    from cadedit.text.align import opcodes  # lazy: keeps `cadedit --help` light
-    from cadedit.backends.model import encode  # lazy: keeps `cadedit --help` light
 
     old, new = before.splitlines(keepends=True), after.splitlines(keepends=True)
     lines, tokens = 0, 0
@@ -139,7 +147,6 @@ def changes(tokenizer, before: str, after: str) -> tuple[int, int]:
 def measure_rates(loaded) -> tuple[float, float]:
     """(prefill ms per token over FLOOR_SPAN tokens, one-token step ms: the median of FLOOR_STEPS),
     on a fresh cache of the loaded model, whatever its backend."""
-    from cadedit.backends.model import CachedLM, encode, new_cache  # lazy: keeps `cadedit --help` light
 
     ids = (encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 64) * 2)[:FLOOR_SPAN]
     lm = CachedLM(loaded.model, new_cache(loaded))
@@ -168,8 +175,6 @@ def floor_seconds(prompt: int, new: int, changed: int, prefill_ms: float, step_m
 def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: Any = None) -> dict:
     """One case edited as `cadedit fix FILE INSTRUCTION --candidates 1 --tries TRIES` edits it: its row.
     picks: tries.edit_verified's (tests script the answer with it)."""
-    from cadedit.decode.pipeline import LocalEditor  # lazy: numpy; `cadedit serve status` imports this module
-    from cadedit.tries.loop import Attempts, CheckPlan, edit_verified  # lazy: keeps `cadedit --help` light
 
     document, options = case_request(loaded, case)
     row = {"id": case["id"], "split": case["split"], "file": case["file"], "regions": [list(r) for r in options.regions]}
@@ -199,7 +204,6 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
 
 def case_request(loaded, case: dict):
     """The case's document and the options `cadedit fix` edits it with (scope planned from the instruction)."""
-    from cadedit.scope.plan import plan_edit  # lazy: keeps `cadedit --help` light
 
     document = Document.from_text(case["before"], case["file"])
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=CONTEXT_LINES)
@@ -213,7 +217,6 @@ def lookup_row(peer, loaded, case: dict) -> dict:
     """llama.cpp with its prompt lookup (bench/peers.py's llama-lookup) answering the prompt of the
     case's first try, greedily, the same budget, stopped where cadedit stops: wall, forwards, tokens,
     and whether its answer does what was asked."""
-    from cadedit.decode import pipeline  # lazy: numpy; `cadedit serve status` imports this module
 
     document, options = case_request(loaded, case)
     prepared = pipeline.prepare(loaded, document, case["instruction"], options)
@@ -236,8 +239,6 @@ def lookup_row(peer, loaded, case: dict) -> dict:
 
 def lookup_context(loaded, cases: list[dict]) -> int:
     """llama.cpp's n_ctx for the run: the largest first-try prompt + budget (+ a forward's draft)."""
-    from cadedit.bench.peers import LOOKUP_TOKENS  # lazy: numpy; `cadedit serve status` imports this module
-    from cadedit.decode import pipeline  # lazy: numpy; `cadedit serve status` imports this module
 
     need = 512
     for case in cases:
@@ -312,9 +313,6 @@ def multiline(
 
     Example: cadedit bench multiline --model MODEL --json multiline.json
     """
-    from cadedit.backends import hardware  # lazy: numpy; `cadedit serve status` imports this module
-    from cadedit.backends.forward_cost import forward_costs  # lazy: numpy; `cadedit serve status` imports this module
-    from cadedit.bench.peers import LOOKUP_TOKENS  # lazy: numpy; `cadedit serve status` imports this module
 
     if split not in ("all", *SPLITS):
         raise typer.BadParameter(f"{split!r}: expected one of all, {', '.join(SPLITS)}", param_hint="--split")
@@ -350,7 +348,6 @@ def multiline(
 
 def _lookup_peer(loaded, cases: list[dict]):
     """llama.cpp with prompt lookup on the loaded model's GGUF and threads (bench/peers.py)."""
-    from cadedit.bench.peers import load_peers  # lazy: numpy; `cadedit serve status` imports this module
 
     gguf = lookup_gguf(loaded)
     if gguf is None:

@@ -1,17 +1,19 @@
 """The options that several `cadedit bench` commands take, each declared once as a Typer Annotated alias
 (a command writes only its default), and the parsers of their values.
 
-A leaf: it imports typer, cadedit.cli.common and cadedit.settings only, so every bench module can use
-it without importing another command. An option only one command takes is declared beside that
-command in bench/cli.py.
+A leaf: it imports typer, cadedit.cli.common, cadedit.settings and bench/corpus.py only, so every bench
+module can use it without importing another command. An option only one command takes is declared
+beside that command, in the measurement's own module.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
+
+from cadedit.bench.corpus import CONTEXTS, load_corpus
 
 # The model options and --context of scoped edits are `cadedit fix`'s own (re-exported for the bench commands).
 from cadedit.cli.common import BackendOpt, DtypeOpt, MaxNewOpt, ModelOpt, ScopeContextOpt, ThreadsOpt  # noqa: F401
@@ -39,9 +41,10 @@ TokenizerOpt = Annotated[str | None, typer.Option(
 # -- the kernel speedup s(N) and the bounds of eq. (3) ------------------------------------------
 
 
-def _counting(value: str) -> str:
-    from cadedit.bench.ceiling import COUNTINGS  # lazy: keeps `cadedit --help` light
+COUNTINGS = ("paper", "splice")  # how the ceiling counts copied spans (bench/ceiling.py)
 
+
+def _counting(value: str) -> str:
     if value not in COUNTINGS:
         raise typer.BadParameter(f"use one of {', '.join(COUNTINGS)}", param_hint="--counting")
     return value
@@ -97,3 +100,28 @@ def longfile_roots(packages: str) -> list[str]:
             raise typer.BadParameter(f"{name} is not an installed package", param_hint="--packages")
         roots.append(list(spec.submodule_search_locations)[0])
     return roots
+
+
+T = TypeVar("T")
+
+
+def load_corpora(paths: list[Path], limit: int | None, context: str = "body") -> dict[str, list]:
+    """--corpus's files, each by its name (its path where two share one), the first --limit cases of each."""
+    if context not in CONTEXTS:
+        raise typer.BadParameter(f"use one of {', '.join(CONTEXTS)}", param_hint="--context")
+    corpora: dict[str, list] = {}
+    for path in paths:
+        name = path.stem if path.stem not in corpora else str(path)
+        corpora[name] = load_corpus(path, limit, context)
+    return corpora
+
+
+def choice(value: str, option: str, choices: dict[str, T]) -> T:
+    if value not in choices:
+        raise typer.BadParameter(f"{value!r}: expected one of {', '.join(choices)}", param_hint=option)
+    return choices[value]
+
+
+def short_name(model: str) -> str:
+    """A model as tables name it: a file or folder by its last part, a hub id as it is."""
+    return Path(model).name or model

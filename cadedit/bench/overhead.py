@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from cadedit.backends.model import CachedLM, load_model, new_cache
 
 INSTRUCTIONS = ("Add a docstring to the first function.", "Rename the first function's first parameter to `value`.")
 
@@ -46,7 +47,6 @@ def run_fix(model: str, file: Path, instruction: str, extra: list[str]) -> dict:
 
 
 def step_ms(model: str, dtype: str, threads: int | None, prefix: int = 1024, steps: int = 20) -> float:
-    from cadedit.backends.model import CachedLM, load_model, new_cache  # lazy: keeps `cadedit --help` light
 
     loaded = load_model(model, "cpu", dtype, threads)
     lm = CachedLM(loaded.model, new_cache(loaded))

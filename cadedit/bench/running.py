@@ -3,11 +3,16 @@ progress bar with its results kept on disk as they come, and print tables."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
 from rich.console import Console
+
+from cadedit.backends import model as backend_model  # a module: tests count the loads of backend_model.load_model
+from cadedit.backends.model import CachedLM, LoadedModel, encode, new_cache
+from cadedit.decode import pipeline
 
 from cadedit.bench.report import ResultsFile, progress, table
 from cadedit.cli.common import err
@@ -77,17 +82,19 @@ def run_corpora(corpora: dict[str, list], description: str, run_one: Callable[[s
 
 def _load_model(model: str | None, device: str, dtype: str, threads: int | None, backend: str | None,
                warm_up: bool = True) -> tuple:
-    """The model loaded under a status line and, with warm_up, warmed up (bench.e2e.warm_up, so the first
+    """The model loaded under a status line and, with warm_up, warmed up (warm, so the first
     case's clock holds no one-off costs): (the loaded model, the warm-up seconds)."""
-    from cadedit.backends.model import load_model as load  # lazy: keeps `cadedit --help` light
-
     with err.status("loading the model ..."):
-        loaded = load(model, device, dtype, threads, backend)
-        if not warm_up:
-            return loaded, 0.0
-        from cadedit.bench.e2e import warm_up as warm  # lazy: keeps `cadedit --help` light
+        loaded = backend_model.load_model(model, device, dtype, threads, backend)
+        return (loaded, warm(loaded)) if warm_up else (loaded, 0.0)
 
-        return loaded, warm(loaded)
+
+def warm(loaded: LoadedModel) -> float:
+    """Compile the grammar and run one forward, so the first case's clock holds no one-off costs."""
+    start = time.perf_counter()
+    pipeline.grammar_for(loaded)
+    CachedLM(loaded.model, new_cache(loaded)).feed(encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 4))
+    return time.perf_counter() - start
 
 
 def _model_meta(command: str, loaded, *fields: str) -> dict:

@@ -29,6 +29,18 @@ from cadedit.results import Editor
 from cadedit.scope.plan import plan_edit
 from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATES_BY, DEFAULT_TRIES, READ_LATER, default_candidates
 from cadedit.tries.loop import Attempts, CheckPlan, Verified, edit_verified
+from typing import Annotated
+import typer
+from cadedit.bench.options import (BackendOpt, CaseContextOpt, CorpusOpt, DtypeOpt,
+                                   JsonOpt, LimitOpt, ModelOpt, TestTimeoutOpt, ThreadsOpt)
+from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, say, scripted_picks
+from cadedit.settings import CANDIDATE_WAYS, DEFAULT_DTYPE, DEFAULT_MODE
+from cadedit.options import Mode
+from cadedit.settings import ENGINE_TIMEOUT
+from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
+from cadedit.bench.options import choice, load_corpora, short_name
+from cadedit.decode.pipeline import LocalEditor
+from cadedit.server.engine import EngineClient
 
 SUFFIX = {"python": ".py", "node": ".js"}
 
@@ -194,3 +206,128 @@ def _against_greedy(done: list[dict], last: str) -> dict:
                        "seconds_median": median([t["seconds"] for t in firsts])},
             "loop_over_greedy_median": median(loop) if loop else None,
             "try1_decode_over_first_median": median(extra) if extra else None, "try1_with_more": len(extra)}
+
+
+_TriesWhere = Annotated[str, typer.Option(
+    "--where", help="A definition named without a line: first (or on) reads it for the line first, as `cadedit fix "
+                    "--where`; later reads it once try 1 failed, for the later tries' branches (fix's default); "
+                    "off: neither.")]
+
+
+TRIES_WHERE = {"first": (True, False), "on": (True, False), "later": (False, True), "off": (False, False)}
+
+
+def tries(
+    ctx: typer.Context,
+    corpus: CorpusOpt,
+    model: ModelOpt = None,
+    backend: BackendOpt = None,
+    max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with the corpus's test as --test.")] = 5,
+    check_tries: Annotated[int, typer.Option(
+        "--check-tries", min=0, help="Tries with syntax/no-change checks only (0: skip that run).")] = DEFAULT_TRIES,
+    test_timeout: TestTimeoutOpt = BENCH_TEST_TIMEOUT,
+    mode: Annotated[str, typer.Option(help="Decoding mode: program, rewrite, lookup or verify.")] = DEFAULT_MODE.value,
+    layout: Annotated[str | None, typer.Option(help="Prompt layout (prompt.LAYOUTS); default: EditOptions'.")] = None,
+    dtype: DtypeOpt = DEFAULT_DTYPE,
+    threads: ThreadsOpt = None,
+    skip: Annotated[int, typer.Option(min=0, help="Skip the first N cases of each corpus.")] = 0,
+    context: CaseContextOpt = "docs",
+    scoping: Annotated[str, typer.Option("--scoping", help="on (the scope from the instruction, as `cadedit fix` "
+                                         "resolves it) or off (whole-file edits).")] = "on",
+    k: Annotated[int | None, typer.Option(
+        "--candidates", "-k", min=1, max=8, show_default=False,
+        help="Each try decodes this many candidates side by side, as `cadedit fix -k` (default: fix's, 4 with "
+             "the test, 1 with the checks alone).")] = None,
+    candidates_by: Annotated[str, typer.Option(
+        "--candidates-by", help="How a try's candidates after the first are made, as `cadedit fix --candidates-by`: "
+                                "branch or sample.")] = CANDIDATES_BY,
+    engine: EngineOpt = None,
+    engine_timeout: EngineTimeoutOpt = None,
+    where: _TriesWhere = "later" if READ_LATER else "off",
+    json_path: JsonOpt = None,
+    limit: LimitOpt = None,
+) -> None:
+    """Verified edits measured as users get them: per case, tests passed and wall seconds for one try,
+    syntax/no-change checks with --check-tries, and the corpus's test as --test with 3 and --tries tries.
+    With --engine the edits go through that engine as `cadedit fix --engine` sends them (only when given).
+
+    Example: cadedit bench tries -c humanevalfix_python.jsonl --model MODEL --limit 60 --json tries.json
+    """
+
+    corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
+    editor = _tries_model(model, dtype, threads, backend, engine, engine_timeout)
+    scoped = choice(scoping, "--scoping", {"on": True, "off": False})
+    by = choice(candidates_by, "--candidates-by", {way: way for way in CANDIDATE_WAYS})
+    options = _tries_options(None if engine else editor.name, mode, layout)
+    located, read = choice(where, "--where", TRIES_WHERE)
+    settings = TriesSettings(max_tries, check_tries, test_timeout, options, scoped, k, by, engine is not None,
+                                located, read)
+    meta = {**_model_meta("tries", editor.loaded or editor), "mode": mode, "layout": settings.options.layout, "context": context,
+            "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped, "where": where,
+            "candidates": settings.with_test, "candidates_checks_only": settings.checks_only, "candidates_by": by}
+    rows = _tries_rows(max_tries, check_tries)
+
+    def to_json(done: dict[str, list]) -> dict:
+        return {**meta, "corpora": [{"name": name, "summary": summarize(cases, rows), "cases": cases}
+                                    for name, cases in done.items()]}
+
+    done = run_corpora(corpora, "tries", lambda name, case: run_case(editor, case, settings, scripted_picks(ctx)), to_json, json_path,
+                       lambda row: say(_tries_line(row, rows)))
+    for name, cases in done.items():
+        _print_tries(name, summarize(cases, rows), rows, editor.name)
+
+
+def _tries_model(model: str | None, dtype: str, threads: int | None, backend: str | None, engine: str | None,
+                 engine_timeout: float | None):
+    """The editor the tries run with (results.Editor): the engine's client where --engine is given, else
+    the local model."""
+    if engine is None:
+
+        return LocalEditor(_load_model(model, "auto", dtype, threads, backend, warm_up=False)[0])
+
+    return EngineClient(engine, engine_timeout or ENGINE_TIMEOUT, model)
+
+
+def _tries_options(model: str | None, mode: str, layout: str | None):
+    """The EditOptions of every try: the loaded model, --mode and (when given) --layout."""
+    from dataclasses import replace
+
+
+    options = EditOptions(model=model, mode=Mode(mode))
+    return replace(options, layout=layout) if layout else options
+
+
+def _tries_rows(max_tries: int, check_tries: int) -> tuple[str, ...]:
+    """The runs of each case: one try, the checks alone (with --check-tries), the test with 3 and --tries tries."""
+    return ("single",) + (("checks",) if check_tries else ()) + tuple(dict.fromkeys(
+        f"test{k}" for k in (min(3, max_tries), max_tries) if max_tries > 1))
+
+
+def _tries_line(row: dict, rows: tuple[str, ...]) -> str:
+    """One case on stderr: each run's test verdict, seconds and tries, or why the case was skipped."""
+    if "skipped" in row:
+        return f"{row['id']}: skipped ({row['skipped']})"
+    return f"{row['id']}: " + ", ".join(f"{k} {'pass' if row[k]['passed'] else 'fail'} "
+                                        f"{row[k]['seconds']:.1f}s/{row[k]['tries']}" for k in rows)
+
+
+def _times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _print_tries(name: str, summary: dict, rows: tuple[str, ...], model: str) -> None:
+    out.print(f"{name}: {summary['n']} cases, {short_name(model)}")
+    for k in rows:
+        if k in summary:
+            s = summary[k]
+            out.print(f"  {k:8s} tests passed {s['passed']}/{summary['n']}, exact {s['exact']}, answered {s['answered']}, "
+                      f"median {s['seconds_median']:.1f} s, mean {s['seconds_mean']:.1f} s")
+    out.print(f"  checks alone turned {summary['checks_turned_fail_into_pass']} failed single tries into passes")
+    if "greedy" in summary:
+        g = summary["greedy"]
+        out.print(f"  candidate 1 of try 1 alone (a greedy try): tests passed {g['passed']}/{summary['n']}, "
+                  f"median {g['seconds_median']:.1f} s; the loop over it, median case "
+                  f"{_times(summary['loop_over_greedy_median'])}")
+    if summary.get("try1_with_more"):
+        out.print(f"  try 1 made more candidates in {summary['try1_with_more']} cases: its decode over candidate 1's, "
+                  f"median {_times(summary['try1_decode_over_first_median'])}")

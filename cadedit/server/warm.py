@@ -807,7 +807,7 @@ class ServerConfig:
 
 def run_server(config: ServerConfig, on_ready: Callable[[dict], None] | None = None) -> None:
     """In this process: claim the socket (before the slow load, so a second start fails at once), load, serve."""
-    from cadedit.backends.model import load_model  # lazy: keeps `cadedit --help` light
+    from cadedit.backends.model import load_model  # lazy: the client side (connect, status) imports no numpy or torch
 
     socket_path = Path(config.socket) if config.socket else default_socket()
     claim(socket_path)
