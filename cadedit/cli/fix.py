@@ -1,6 +1,6 @@
-"""`cadedit fix` (one file, stdin, or several files in one patch) and `cadedit recover`: the tries that
-check each candidate before it is shown or written, the model loaded here or reached through the warm
-server or a shared engine, and the journal of candidates a killed run left in a file."""
+"""`cadedit fix` (one file, stdin, or several files in one patch): the tries that check each candidate
+before it is shown or written, with the model loaded here or reached through the warm server or a
+shared engine."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from cadedit.cli.common import BackendOpt, DtypeOpt, MaxNewOpt, ModelOpt, Thread
 from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, ScopeContextOpt, context_lines, engine_for, scripted_picks
 from cadedit.cli.common import err, escape_markup, say
 from cadedit.cli.program import WriteOpt, check_patch_path, display_path, write_stdout
+from cadedit.cli.recover import recover_files
 from cadedit.decode.pipeline import LocalEditor
 from cadedit.errors import ApplyError, CadeditError, CheckFailedError, DocumentError
 from cadedit.git.repo import printable
@@ -36,7 +37,6 @@ from cadedit.text.languages import guess_suffix, language_of
 from cadedit.text.program import format as format_program
 from cadedit.tries.checks import Candidate, candidate_in_place, run_command
 from cadedit.tries.loop import Attempts, CheckPlan, Reporters, edit_verified
-from cadedit.tries.sandbox import FAILED, SKIPPED, held_by, recover_all, recover_file
 
 _FixArgs = Annotated[list[str], typer.Argument(
     metavar="FILE INSTRUCTION | FILE... -i INSTRUCTION", show_default=False,
@@ -141,7 +141,7 @@ def fix(ctx: typer.Context, args: _FixArgs, instruction_opt: _InstructionOpt = N
     """
     _refuse_clashes(check, write, no_scope, lines, scope, mode)
     files, instruction = _fix_arguments(args, instruction_opt)
-    _recover(files)
+    recover_files(files)
     options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
                           max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context),
                           backend=backend, where_by=where_by)
@@ -429,41 +429,6 @@ def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
     why = best.summary() if best is not None else outcome.verified.tries[-1].summary()
     raise CheckFailedError(f"{outcome.document.path}: no try of {n} passed its checks ({why}); nothing was written",
                            hint=outcome.verified.hint_for(outcome.instruction))
-
-
-def _recover(files) -> None:
-    """A file a killed cadedit run left with its untested candidate gets its original back first; a file
-    another run is testing a candidate in is refused (it does not hold the user's text now)."""
-    for file in files:
-        if file == "-":
-            continue
-        holder = held_by(file)
-        if holder is not None:
-            raise ApplyError(f"{file}: another cadedit run ({holder}) has a candidate in this file; nothing was done",
-                             hint="wait for it to finish, then run cadedit again")
-        done = recover_file(file)
-        if done is not None and done.kind == FAILED:  # the file may still hold a killed run's candidate
-            raise ApplyError(f"{done.said}; nothing was done", hint="fix the cause, then run `cadedit recover`")
-        if done is not None and done.kind == SKIPPED:
-            say(f"cadedit: {done.said}")
-        elif done is not None:
-            say(f"cadedit: {done.said} (left by a cadedit run that was killed during its test)")
-
-
-def recover() -> None:
-    """Give back the originals that killed cadedit runs left behind (a candidate still in a file while its
-    test ran); each cadedit run does this for its own files. Prints one line per journal entry; exit 0,
-    or 1 when an entry could not be given back (it stays for the next `cadedit recover`).
-
-    Example: cadedit recover
-    """
-    done = recover_all()
-    for each in done:
-        say(f"cadedit: {each.said}")
-    if not done:
-        say("cadedit: nothing to recover")
-    if any(each.kind == FAILED for each in done):
-        raise typer.Exit(1)
 
 
 def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:

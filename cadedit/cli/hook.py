@@ -1,7 +1,8 @@
 """`cadedit hook`: the git pre-commit hook (install, uninstall, run), on the staged files the rules of
 .cadedit.toml match. Wiring only: the staging, rules and writes are cadedit.git.repo's, the edits
 cadedit.tries.loop' as `cadedit fix` makes them; cli.py registers `app` as the `hook` sub-command and
-formats the CadeditErrors raised here. cli/root.py imports this module only when `cadedit hook` runs.
+formats the CadeditErrors raised here. cli/root.py imports this module only when `cadedit hook` runs;
+the model side only once a staged file matches a rule.
 """
 
 from __future__ import annotations
@@ -13,13 +14,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from cadedit.backends import hardware
-from cadedit.backends import model as backend_model  # a module: tests count the loads of backend_model.load_model
-from cadedit.decode.pipeline import LocalEditor
 from cadedit.git import repo as R  # a module: tests put a crash in R.open_repo
 from cadedit.scope.plan import plan_edit
 from cadedit.text.diff import count_changes, show
-from cadedit.tries.loop import Attempts, CheckPlan, edit_verified
 
 from cadedit.cli.common import DtypeOpt, engine_for, EngineOpt, EngineTimeoutOpt, files_text, MaxNewOpt, ModelOpt
 from cadedit.cli.common import err, escape_markup, say, scripted_picks, server_for, ThreadsOpt
@@ -117,6 +114,11 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
 
     Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
     candidate in the working tree, restored afterwards); no change is a valid answer here."""
+    # Imported here, not at the top: they import numpy, and a commit whose staged files match no rule (most
+    # commits) never gets here; `cadedit hook run` then exits as fast as `cadedit --help`.
+    from cadedit.backends import hardware, model as backend_model  # lazy: numpy, see above
+    from cadedit.decode.pipeline import LocalEditor  # lazy: numpy, see above
+    from cadedit.tries.loop import Attempts, CheckPlan, edit_verified  # lazy: numpy, see above
 
     mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE
     tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES

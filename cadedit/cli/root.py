@@ -3,8 +3,8 @@
 Data (programs, diffs) goes to stdout; messages go to a rich Console on stderr. CadeditError
 becomes a one-line "error: ..." (plus "hint: ...") and its exit code in one place,
 _Group.invoke; usage errors exit 2, Ctrl-C 130, and a traceback is shown only with --debug
-or CADEDIT_DEBUG=1. Each command lives in its own module (cli/program.py, cli/fix.py, cli/hook.py,
-cli/serve.py, bench/cli.py), imported only when that command runs or its --help is asked
+or CADEDIT_DEBUG=1. Each command lives in its own module (cli/program.py, cli/fix.py, cli/recover.py,
+cli/hook.py, cli/serve.py, bench/cli.py), imported only when that command runs or its --help is asked
 (common.LazyGroup), so `cadedit --help` imports neither numpy nor torch and starts fast.
 """
 
@@ -40,7 +40,7 @@ class _Group(LazyGroup):
                       "or write the result with --write."),
         "fix": Lazy("cadedit.cli.fix", "fix", "Edit FILE as INSTRUCTION says with a local model; print the unified "
                     "diff, or write it with --write."),
-        "recover": Lazy("cadedit.cli.fix", "recover", "Give back the originals that killed cadedit runs left behind "
+        "recover": Lazy("cadedit.cli.recover", "recover", "Give back the originals that killed cadedit runs left behind "
                         "(a candidate still in a file while its\ntest ran); each cadedit run does this for its own "
                         "files. Prints one line per journal entry; exit 0,\nor 1 when an entry could not be given "
                         "back (it stays for the next `cadedit recover`)."),
