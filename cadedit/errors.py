@@ -2,7 +2,7 @@
 
 Every failure a user can cause or meet is a CadeditError: a one-line message that says what
 failed and where, an optional hint that says what to do, and the exit code the CLI returns.
-They are raised deep in the stages and formatted only in cli.py.
+They are raised deep in the stages and formatted only in cli/root.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""What every command line of cadedit shares (cli/root.py, cli/hook.py, cli/serve.py, bench/): the stderr
-console and its one-line messages, the model options, --context of scoped edits, the warm server
-lookup. A leaf: it imports no other command module, so each of them imports on its own."""
+"""What every command line of cadedit shares (cli/*.py, bench/): the stderr console and its one-line
+messages, the model options, --context of scoped edits, the warm server lookup, and LazyGroup, the
+registry that imports a command's module only when it runs. A leaf: it imports no command module."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def scripted_picks(ctx: typer.Context) -> Callable[[int], Any] | None:
 
 
 def sub_app(name: str, help: str, cls: type[typer.core.TyperGroup] | None = None) -> typer.Typer:
-    """A command group (`cadedit serve`, `cadedit bench`) as cli.py mounts it: no completion, no
-    pretty tracebacks (cli.py's _Group turns errors into one line); cls: a LazyGroup with its registry."""
+    """A command group (`cadedit serve`, `cadedit bench`) as cli/root.py mounts it: no completion, no
+    pretty tracebacks (cli/root.py's _Group turns errors into one line); cls: a LazyGroup with its registry."""
     return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                        **({"cls": cls} if cls is not None else {}))
 

@@ -1,6 +1,6 @@
 """`cadedit hook`: the git pre-commit hook (install, uninstall, run), on the staged files the rules of
 .cadedit.toml match. Wiring only: the staging, rules and writes are cadedit.git.repo's, the edits
-cadedit.tries.loop' as `cadedit fix` makes them; cli.py registers `app` as the `hook` sub-command and
+cadedit.tries.loop' as `cadedit fix` makes them; cli/root.py registers `app` as the `hook` sub-command and
 formats the CadeditErrors raised here. cli/root.py imports this module only when `cadedit hook` runs;
 the model side only once a staged file matches a rule.
 """

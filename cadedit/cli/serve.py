@@ -1,6 +1,6 @@
 """`cadedit serve start|stop|status`: the warm server (cadedit.server.warm) as commands.
 
-Wiring only; cli.py registers `app` as the `serve` sub-command and formats the CadeditErrors raised
+Wiring only; cli/root.py registers `app` as the `serve` sub-command and formats the CadeditErrors raised
 here. Importing this module imports neither torch nor transformers (start --foreground loads the model
 inside the command). Status is data (stdout); progress and confirmations go to stderr.
 """
