@@ -120,6 +120,19 @@ def scope_line(stderr: str) -> str:
     return line.removeprefix("a.py: ")
 
 
+def test_write_edits_a_file_outside_the_working_directory(tmp_path, monkeypatch, tiny_dir, scripted):
+    """Only a printed diff needs a path patch can apply; --write edits ../other/a.py in place."""
+    (tmp_path / "here").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other/a.py").write_bytes(make())
+    monkeypatch.chdir(tmp_path / "here")
+    scripted(retype(("return x - 2", "return x * 2")))
+    result = invoke(["fix", "../other/a.py", "Fix line 6.", "--lines", "6", "--model", str(tiny_dir), "--dtype",
+                     "fp32", "--threads", "1", "--candidates", "1", "--write"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "other/a.py").read_bytes() == make(l6="    return x * 2")
+
+
 # -- a named function --------------------------------------------------------------------------
 
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
 import typer
 
 from cadedit.backends import hardware
@@ -140,7 +139,7 @@ def fix(ctx: typer.Context, args: _FixArgs, instruction_opt: _InstructionOpt = N
               cadedit fix app.py "Fix line 95" --engine http://gpu-box:8000/v1   (a shared engine decodes)
     """
     _refuse_clashes(check, write, no_scope, lines, scope, mode)
-    files, instruction = _fix_arguments(args, instruction_opt)
+    files, instruction = _fix_arguments(args, instruction_opt, write)
     recover_files(files)
     options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
                           max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context),
@@ -431,15 +430,14 @@ def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
                            hint=outcome.verified.hint_for(outcome.instruction))
 
 
-def _fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:
-    """`FILE INSTRUCTION`, or `FILE... --instruction INSTRUCTION`: (files, instruction); files a
-    printed diff could not name are refused here, before any model work."""
+def _fix_arguments(args: list[str], instruction: str | None, write: bool) -> tuple[list[str], str]:
+    """`FILE INSTRUCTION`, or `FILE... --instruction INSTRUCTION`: (files, instruction); without
+    --write, files a printed diff could not name are refused here, before any model work."""
     files, instruction = _split_fix_arguments(args, instruction)
     if not instruction.strip():
         raise typer.BadParameter("the instruction is empty: say what to change", param_hint="INSTRUCTION")
     _text_instruction(instruction)
-    context = click.get_current_context(silent=True)  # typer has no alias for it; fix's own --write decides
-    if not (context and context.params.get("write")):
+    if not write:
         for file in files if files != ["-"] else ():
             check_patch_path(file)
     return files, instruction
