@@ -116,7 +116,7 @@ def anchors(page: Path) -> set[str]:
 
 
 def code_files() -> list[Path]:
-    return [path for folder in ("cadedit", "tests", "benchmarks", "tools") for path in (ROOT / folder).rglob("*")
+    return [path for folder in ("cadedit", "tests", "tools") for path in (ROOT / folder).rglob("*")
             if path.suffix in (".py", ".sh") and path.is_file() and path != Path(__file__).resolve()]
 
 

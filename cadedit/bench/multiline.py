@@ -1,6 +1,6 @@
 """Everyday multi-line edits (`cadedit bench multiline`): what an edit costs beside what it changes.
 
-Contract: multiline(...) runs each case of a corpus folder (benchmarks/multiline: cases.jsonl and
+Contract: multiline(...) runs each case of a corpus folder (corpus/multiline: cases.jsonl and
 files/; its README says how a case is judged) as `cadedit fix` runs it -- scope from the
 instruction, verify mode, one candidate, `--tries` tries -- and reports per case: forward passes,
 new tokens, changed tokens and lines (the answer against the file, token by token), the forward
@@ -46,7 +46,7 @@ from cadedit.scope.plan import plan_edit
 from cadedit.text.align import opcodes
 from cadedit.tries.loop import Attempts, CheckPlan, edit_verified
 
-CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "multiline"
+CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "multiline"
 SPLITS = ("tune", "heldout")
 PER_LINE = 3  # forwards a changed line may cost beyond its changed tokens (the issue's bound)
 SLACK = 5  # and the edit as a whole (the prompt's forward, the first drafts, the closing fence)

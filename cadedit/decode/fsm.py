@@ -39,7 +39,7 @@ gen closes are computed once per document, digits once per state.
 Hand-written, not a library: only this expresses 1 <= I <= J <= N and ordered copies at token level
 (../shared/research/constrained.md), and it is faster than llguidance, the runner-up, which stays a
 test oracle: driven by grammars/program.lark, its masks equal these at every step
-(tests/test_grammar_walks.py). Costs and the comparison: benchmarks/fsm_bench.py.
+(tests/test_grammar_walks.py). Costs and the comparison: tools/fsm_bench.py.
 """
 
 from __future__ import annotations

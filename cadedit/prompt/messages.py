@@ -90,7 +90,7 @@ class Variant:
     close: bool = False  # insist that a gen ends with </gen> (the 0.5B model tried `<gen end>`, `<gen/>`)
 
 
-# Program-mode prompt variants (benchmarks/prompt_eval.py; figures in docs/measurements/design-figures.md):
+# Program-mode prompt variants (tools/prompt_eval.py; figures in docs/measurements/design-figures.md):
 # an untrained model damages most files whatever the prompt; stating the line count helps most.
 VARIANTS = {
     "default": Variant("default", " | ", 1, count=True),

@@ -1,7 +1,7 @@
 """One-token steps through int4 weights against int8 and bf16 (the kernels cadedit.backends.torch.steps chooses
 among), on the Qwen2.5-0.5B's linear shapes (random weights: only the kernels' speed is measured).
 
-    python benchmarks/int4_steps.py [--threads 2]
+    python tools/int4_steps.py [--threads 2]
 
 Per shape the median of 50 calls of each kernel with one token of bf16 activations, timed as the
 per-machine choice times them (cadedit.backends.hardware._time_linear: torch's `_weight_int8pack_mm`,

@@ -1,6 +1,6 @@
 """One document's trip through `cadedit fix`: which cadedit modules an edit passes through, in order.
 
-    python benchmarks/trip.py [--mode verify] [--scope whole|function] [--show]
+    python tools/trip.py [--mode verify] [--scope whole|function] [--show]
 
 Runs one `cadedit fix` (one try, the tiny random-weight model of the tests, in this process) under
 a profiler and follows the document from `tries.edit_verified` down, module by module: every call

@@ -8,8 +8,8 @@ from the shared corpus loader (cadedit.bench.corpus), tests run through cadedit.
 The numbers in cadedit/prompt/messages.py were measured on whole HumanEvalFix files with their docstrings
 (a generic corpus with before = input_code_docs, after = gold_code_docs).
 
-  python benchmarks/prompt_eval.py --corpus DATA/humanevalfix_python.jsonl --model MODEL --cases 6
-  python benchmarks/prompt_eval.py --corpus ... --model ... --variants default,two-shot --skip 20
+  python tools/prompt_eval.py --corpus DATA/humanevalfix_python.jsonl --model MODEL --cases 6
+  python tools/prompt_eval.py --corpus ... --model ... --variants default,two-shot --skip 20
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ default $CADEDIT_DEV_MODELS or ~/.cache/cadedit-dev):
     max, cold (a new document, caches empty) and warm (the same document again), over canonical
     programs of code edits and over random walks that sample uniformly from the mask;
   - with --llguidance, the runner-up on the same programs (syntax only: no bounds, no monotonic).
-Usage: python benchmarks/fsm_bench.py [PATH] [--programs 40] [--llguidance]
+Usage: python tools/fsm_bench.py [PATH] [--programs 40] [--llguidance]
 
 Measured 2026-11-30 on a 2-core CPU shared with other jobs, Qwen2.5 vocabulary (151,936 ids),
-`python benchmarks/fsm_bench.py --llguidance`: first build for a tokenizer 0.87-1.8 s wall, 0.86-0.94 s
+`python tools/fsm_bench.py --llguidance`: first build for a tokenizer 0.87-1.8 s wall, 0.86-0.94 s
 CPU, then cached in memory (per tokenizer object and per vocabulary; nothing on disk); new document
 (new N) 0.5 us, its first mask <= 0.15 ms; mask per masked step median 0.4 us, p99 53-80 us cold
 (first visit of each state), 1.4 us warm; outside gen bodies (op choice, digits) cold median 32 us,

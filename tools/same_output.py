@@ -2,7 +2,7 @@
 N HumanEvalFix cases, each run in a fresh process of each tree in turn (which first alternates); prints whether every answer
 is byte-identical and each tree's median wall clock. A refactor's check that nothing changed.
 
-    python benchmarks/same_output.py OLD_TREE NEW_TREE --model M.gguf [--limit 10] [--modes verify,rewrite]
+    python tools/same_output.py OLD_TREE NEW_TREE --model M.gguf [--limit 10] [--modes verify,rewrite]
 
 Each tree is put first on PYTHONPATH of the venv's `cadedit` console script; the model, backend,
 dtype and threads are the same for both (default: torch, fp32, 2 threads).

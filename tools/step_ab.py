@@ -1,7 +1,7 @@
 """One-token steps of several model configurations, taking turns in one process, so a noisy machine
 slows them alike: the configurations' ratio is what this measures.
 
-    python benchmarks/step_ab.py --model M.gguf --configs torch:bf16-int8,torch:bf16-int4,llama \
+    python tools/step_ab.py --model M.gguf --configs torch:bf16-int8,torch:bf16-int4,llama \
         [--prefix 1024] [--rounds 15] [--steps 4] [--threads 2]
 
 Each configuration (backend:dtype, or llama) is loaded once and fed the same random prefix; then

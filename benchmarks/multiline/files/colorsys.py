@@ -1,1 +1,0 @@
-../../../corpus/everyday/dev/colorsys.py

@@ -1,0 +1,1 @@
+../../everyday/dev/colorsys.py

@@ -1,0 +1,1 @@
+../../everyday/dev/shlex.py

@@ -1,0 +1,1 @@
+../../everyday/dev/textwrap.py
