@@ -134,18 +134,40 @@ class Editor(Protocol):
     loaded: Any | None
     shared_engine: bool  # a shared engine decodes (settings.default_candidates' defaults differ)
 
-    def edit(self, document: Document, instruction: str, options: EditOptions, *,
-             on_step: Callable | None = None, make_sampler: Callable | None = None) -> EditResult:
+    def edit(
+        self,
+        document: Document,
+        instruction: str,
+        options: EditOptions,
+        *,
+        on_step: Callable | None = None,
+        make_sampler: Callable | None = None,
+    ) -> EditResult:
         """One answer (pipeline.edit_file)."""
 
-    def edit_candidates(self, document: Document, instruction: str, options: EditOptions, k: int, *,
-                        on_step: Callable | None = None,
-                        factories: Sequence[Callable] | None = None) -> list[EditCandidate]:
+    def edit_candidates(
+        self,
+        document: Document,
+        instruction: str,
+        options: EditOptions,
+        k: int,
+        *,
+        on_step: Callable | None = None,
+        factories: Sequence[Callable] | None = None,
+    ) -> list[EditCandidate]:
         """k answers decoded side by side (pipeline.edit_candidates)."""
 
-    def edit_branches(self, document: Document, instruction: str, options: EditOptions, k: int,
-                      accept: Callable[[EditCandidate], bool], *, on_step: Callable | None = None,
-                      factories: Sequence[Callable] | None = None) -> list[EditCandidate]:
+    def edit_branches(
+        self,
+        document: Document,
+        instruction: str,
+        options: EditOptions,
+        k: int,
+        accept: Callable[[EditCandidate], bool],
+        *,
+        on_step: Callable | None = None,
+        factories: Sequence[Callable] | None = None,
+    ) -> list[EditCandidate]:
         """Candidate 1, then if accept(it) is false up to k-1 branches of it (pipeline.edit_branches)."""
 
 

@@ -82,7 +82,9 @@ MAX_CANDIDATES = 8
 # each later try adds this many branches, put in where the reading least expected the code written (the
 # most surprising token of the line it names and of its runners-up) beside candidate 1's hesitations.
 READ_BRANCHES = 3
-READ_LATER = True  # whether fix, the hook and the benchmarks do so by default (docs/measurements/reading-later-tries.md)
+READ_LATER = (
+    True  # whether fix, the hook and the benchmarks do so by default (docs/measurements/reading-later-tries.md)
+)
 # How a try's candidates after the first are made (tries._batched_try): "branch", from candidate 1
 # where it hesitated most and only once it failed its checks, or "sample", all side by side from the
 # start. Measured: docs/measurements/candidates.md.
@@ -241,11 +243,15 @@ def approvals() -> dict[str, str]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ConfigError(f"{path}: cannot read the approved settings ({exc})",
-                          hint="delete it and approve your repositories again with `cadedit trust`") from None
+        raise ConfigError(
+            f"{path}: cannot read the approved settings ({exc})",
+            hint="delete it and approve your repositories again with `cadedit trust`",
+        ) from None
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
-        raise ConfigError(f"{path}: not a table of approved settings files",
-                          hint="delete it and approve your repositories again with `cadedit trust`")
+        raise ConfigError(
+            f"{path}: not a table of approved settings files",
+            hint="delete it and approve your repositories again with `cadedit trust`",
+        )
     return data
 
 
@@ -259,8 +265,10 @@ def save_approvals(table: dict[str, str]) -> Path:
     folder = user_config_folder()
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not trusted(folder):
-        raise ConfigError(f"{folder}: not the user's own folder (another user owns it or may write it); "
-                          "no approval recorded", hint="use a folder of yours: XDG_CONFIG_HOME=/path/to/yours")
+        raise ConfigError(
+            f"{folder}: not the user's own folder (another user owns it or may write it); no approval recorded",
+            hint="use a folder of yours: XDG_CONFIG_HOME=/path/to/yours",
+        )
     fd, tmp = tempfile.mkstemp(prefix=".trusted-", dir=folder)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         json.dump(table, out, indent=1, sort_keys=True)
@@ -341,8 +349,12 @@ def settings_files(cwd: Path | None = None, untrusted: list[Path] | None = None)
             yield found
         elif found.table:
             keys = ", ".join(sorted(found.table))
-            _tell(found.path, "unapproved", f"{found.path}: this repository's settings ({keys}) are not approved, "
-                  f"so cadedit ignored them; review them and run `cadedit trust {found.path.parent}` to use them")
+            _tell(
+                found.path,
+                "unapproved",
+                f"{found.path}: this repository's settings ({keys}) are not approved, "
+                f"so cadedit ignored them; review them and run `cadedit trust {found.path.parent}` to use them",
+            )
     mine = user_settings()
     if mine is not None:
         yield mine
@@ -356,8 +368,12 @@ def configured(key: str, cwd: Path | None = None, kind: type = str):
         if value is None:
             continue
         if key in USER_ONLY_KEYS and not found.own:
-            _tell(found.path, key, f"{found.path}: `{key}` ignored: a repository never chooses where your code and "
-                  f"API key go; name it with --{key}, {ENGINE_ENV} or in {user_config_folder() / USER_CONFIG}")
+            _tell(
+                found.path,
+                key,
+                f"{found.path}: `{key}` ignored: a repository never chooses where your code and "
+                f"API key go; name it with --{key}, {ENGINE_ENV} or in {user_config_folder() / USER_CONFIG}",
+            )
             continue
         if kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:

@@ -37,7 +37,11 @@ def record(id: str, before: str, after: str, **extra) -> dict:
 # Small cases: a one-line fix, a fix whose minimal anchor also occurs earlier, an insertion, a CRLF
 # file without a final newline, and a gold that contains reserved program literals.
 CASES = [
-    record("fix", "def f(a, b):\n    return a - b\n\nprint(f(1, 2))\n", "def f(a, b):\n    return a + b\n\nprint(f(1, 2))\n"),
+    record(
+        "fix",
+        "def f(a, b):\n    return a - b\n\nprint(f(1, 2))\n",
+        "def f(a, b):\n    return a + b\n\nprint(f(1, 2))\n",
+    ),
     record("ambiguous", "x = 1\ny = 2\nx = 1\nz = 3\n", "x = 1\ny = 2\nx = 10\nz = 3\n"),
     record("insert", "a\nb\nc\nd\ne\n", "a\nb\nnew\nc\nd\ne\n"),
     record("crlf", "one\r\ntwo\r\nthree", "one\r\nTWO\r\nthree"),

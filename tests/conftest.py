@@ -22,8 +22,13 @@ def isolated_env(tmp_path_factory, monkeypatch):
     for name in [k for k in os.environ if k.startswith("CADEDIT_")]:
         monkeypatch.delenv(name)
     monkeypatch.setenv("HOME", str(home))
-    for var, sub in (("XDG_CACHE_HOME", ".cache"), ("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"),
-                     ("XDG_STATE_HOME", ".local/state"), ("XDG_RUNTIME_DIR", "run")):
+    for var, sub in (
+        ("XDG_CACHE_HOME", ".cache"),
+        ("XDG_CONFIG_HOME", ".config"),
+        ("XDG_DATA_HOME", ".local/share"),
+        ("XDG_STATE_HOME", ".local/state"),
+        ("XDG_RUNTIME_DIR", "run"),
+    ):
         monkeypatch.setenv(var, str(home / sub))
     monkeypatch.setenv("HF_HOME", str(home / ".cache" / "huggingface"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -89,8 +89,9 @@ def spelling(answer: Callable[[pipeline.Prepared], str]) -> pipeline.SamplerFact
     return lambda loaded, document, prepared: script_sampler(answer(prepared), token_bytes(loaded))
 
 
-def editing(edit: Callable[[Document], Document],
-            on_prepared: Callable[[pipeline.Prepared], None] | None = None) -> pipeline.SamplerFactory:
+def editing(
+    edit: Callable[[Document], Document], on_prepared: Callable[[pipeline.Prepared], None] | None = None
+) -> pipeline.SamplerFactory:
     """A sampler factory whose answer is edit(document) (scripted_sampler); on_prepared sees each
     decode's prepared request first."""
 

@@ -48,15 +48,20 @@ def check(codes, a, b) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["a\n", "b\n", "\n", "c"]), max_size=40),
-       st.lists(st.sampled_from(["a\n", "b\n", "\n", "d\n"]), max_size=40))
+@given(
+    st.lists(st.sampled_from(["a\n", "b\n", "\n", "c"]), max_size=40),
+    st.lists(st.sampled_from(["a\n", "b\n", "\n", "d\n"]), max_size=40),
+)
 def test_small_inputs_get_difflibs_own_opcodes(a, b):
     assert align.opcodes(a, b) == difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["a\n", "b\n", "\n", "x\n", "y\n"]), max_size=60),
-       st.lists(st.sampled_from(["a\n", "b\n", "\n", "x\n", "z\n"]), max_size=60), st.integers(0, 40))
+@given(
+    st.lists(st.sampled_from(["a\n", "b\n", "\n", "x\n", "y\n"]), max_size=60),
+    st.lists(st.sampled_from(["a\n", "b\n", "\n", "x\n", "z\n"]), max_size=60),
+    st.integers(0, 40),
+)
 def test_the_big_input_path_is_valid_on_any_input(a, b, small):
     original, align.SMALL = align.SMALL, small  # force the anchor path on small inputs
     try:
@@ -110,9 +115,11 @@ def test_apply_and_oracle_on_200000_lines_hand_difflib_only_small_pieces(tmp_pat
 
     seen = []
     real = difflib.SequenceMatcher
-    monkeypatch.setattr(align.difflib, "SequenceMatcher",
-                        lambda isjunk, a, b, autojunk=True: seen.append(len(a) * len(b)) or real(isjunk, a, b,
-                                                                                                autojunk=autojunk))
+    monkeypatch.setattr(
+        align.difflib,
+        "SequenceMatcher",
+        lambda isjunk, a, b, autojunk=True: seen.append(len(a) * len(b)) or real(isjunk, a, b, autojunk=autojunk),
+    )
     a, b = big_pair(200_000, seed=2)
     (tmp_path / "f.py").write_text("".join(a))
     (tmp_path / "g.py").write_text("".join(b))

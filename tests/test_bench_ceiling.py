@@ -105,7 +105,9 @@ def test_greedy_bounds_per_minimum_span():
 
 def test_load_curve_reads_kernel_json(tmp_path):
     path = tmp_path / "k.json"
-    path.write_text(json.dumps({"results": [{"n": 8, "speedup": 4.0}, {"n": 2, "speedup": 1.5}, {"n": 4, "speedup": None}]}))
+    path.write_text(
+        json.dumps({"results": [{"n": 8, "speedup": 4.0}, {"n": 2, "speedup": 1.5}, {"n": 4, "speedup": None}]})
+    )
     curve = load_curve(path)
     assert curve.n == (2, 8) and curve.s == (1.5, 4.0)
     path.write_text("{}")

@@ -33,7 +33,9 @@ def files(tmp_path):
 def test_ceiling_table_and_json(files):
     corpus, tok, tmp = files
     kernel = tmp / "k.json"
-    kernel.write_text(json.dumps({"results": [{"n": 1, "speedup": 1.0}, {"n": 8, "speedup": 4.0}, {"n": 64, "speedup": 16.0}]}))
+    kernel.write_text(
+        json.dumps({"results": [{"n": 1, "speedup": 1.0}, {"n": 8, "speedup": 4.0}, {"n": 64, "speedup": 16.0}]})
+    )
     out = tmp / "ceiling.json"
     result = invoke("ceiling", "-c", str(corpus), "--tokenizer", str(tok), "--kernel", str(kernel), "--json", str(out))
     assert result.exit_code == 0, result.output
@@ -52,8 +54,19 @@ def test_ceiling_pools_several_corpora_and_splice_counting(files):
     corpus, tok, tmp = files
     other = write_corpus(tmp / "other.jsonl", [record("o", "a\nb\n", "a\nc\n")])
     out = tmp / "c.json"
-    result = invoke("ceiling", "-c", str(corpus), "-c", str(other), "--tokenizer", str(tok), "--counting", "splice",
-                    "--json", str(out))
+    result = invoke(
+        "ceiling",
+        "-c",
+        str(corpus),
+        "-c",
+        str(other),
+        "--tokenizer",
+        str(tok),
+        "--counting",
+        "splice",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     names = [c["name"] for c in json.loads(out.read_text())["corpora"]]
     assert names == ["small", "other", "pooled"]
@@ -157,8 +170,10 @@ def test_ctrl_c_leaves_partial_json(files, monkeypatch):
     assert data["partial"] is True and data["corpora"]["small"]["n"] == 2
 
 
-@pytest.mark.parametrize("command", [["roundtrip"], ["perturb", "--trials", "1"], ["ceiling", "--tokenizer", "TOK"],
-                                     ["formats", "--tokenizer", "TOK"]])
+@pytest.mark.parametrize(
+    "command",
+    [["roundtrip"], ["perturb", "--trials", "1"], ["ceiling", "--tokenizer", "TOK"], ["formats", "--tokenizer", "TOK"]],
+)
 def test_model_free_commands_never_import_torch(files, command):
     corpus, tok, _ = files
     args = ["bench", command[0], "-c", str(corpus), *[str(tok) if a == "TOK" else a for a in command[1:]]]

@@ -24,8 +24,9 @@ def invoke(*args: str):
 def run(tmp_path, tiny_dir, *extra: str) -> dict:
     corpus = write_corpus(tmp_path / "small.jsonl", CASES)
     out = tmp_path / f"decode{len(extra)}.json"
-    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--json", str(out), *extra)
+    result = invoke(
+        "-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1", "--json", str(out), *extra
+    )
     assert result.exit_code == 0, result.output
     assert "eq. (3) bound" in result.stdout and "fix: T=" in result.stderr
     return json.loads(out.read_text())
@@ -48,7 +49,8 @@ def test_oracle_programs_through_the_loop_beside_regeneration_and_the_bound(tmp_
     assert cases["fix"]["tokens_spliced"] == sum(cases["fix"]["spans"]) > 0
     summary = small["summary"]
     assert summary["n"] == len(CASES) and summary["pooled_ratio"] == pytest.approx(
-        sum(c["regen_seconds"] for c in cases.values()) / sum(c["cad_seconds"] for c in cases.values()))
+        sum(c["regen_seconds"] for c in cases.values()) / sum(c["cad_seconds"] for c in cases.values())
+    )
     T = sum(c["T"] for c in cases.values())
     spans = [n for c in cases.values() for n in c["spans"]]
     assert summary["pooled_bound"] == pytest.approx(T / (T - sum(spans) + sum(n / s(n) for n in spans)))
@@ -65,8 +67,10 @@ def test_the_paper_loop_without_drafts_needs_more_forwards_and_s_n_is_measured_w
 
 
 def test_bound_pools_the_rows_spans():
-    rows = [dc.OracleRow("a", CaseCeiling("a", 10, (4,)), 1, 1, 1, 4, 1.0, 2.0),
-            dc.OracleRow("b", CaseCeiling("b", 6, ()), 1, 1, 1, 0, 1.0, 1.0)]
+    rows = [
+        dc.OracleRow("a", CaseCeiling("a", 10, (4,)), 1, 1, 1, 4, 1.0, 2.0),
+        dc.OracleRow("b", CaseCeiling("b", 6, ()), 1, 1, 1, 0, 1.0, 1.0),
+    ]
     curve = SpeedupCurve((1, 4), (1.0, 4.0))
     assert dc.bound(rows, curve) == pytest.approx(16 / (12 + 4 / 4.0))
     assert dc.summarize(rows, curve)["pooled_ratio"] == pytest.approx(1.5)

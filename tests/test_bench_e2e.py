@@ -25,8 +25,9 @@ from cadedit.options import Mode
 from tests.bench_helpers import record, write_corpus
 from tests.scripting import editing, inject_e2e, spelling
 
-PASSES = record("passes", "def f(a, b):\n    return a - b\n", "def f(a, b):\n    return a + b\n",
-                test="assert f(1, 2) == 3\n")
+PASSES = record(
+    "passes", "def f(a, b):\n    return a - b\n", "def f(a, b):\n    return a + b\n", test="assert f(1, 2) == 3\n"
+)
 FAILS = record("fails", "def g(x):\n    return x\n", "def g(x):\n    return x * 2\n", test="assert g(2) == 5\n")
 
 
@@ -41,8 +42,12 @@ def scripted(monkeypatch):
     program, the fenced modes the gold and its closing fence. Returns the modes decoded, in order."""
     golds = {r["before"]: r["after"] for r in (PASSES, FAILS)}
     modes = []
-    inject_e2e(monkeypatch, editing(lambda document: Document.from_text(golds[document.text]),
-                                    lambda prepared: modes.append(prepared.mode)))
+    inject_e2e(
+        monkeypatch,
+        editing(
+            lambda document: Document.from_text(golds[document.text]), lambda prepared: modes.append(prepared.mode)
+        ),
+    )
     return modes
 
 
@@ -54,9 +59,24 @@ def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, ti
     kernel = tmp_path / "k.json"
     kernel.write_text(json.dumps({"results": [{"n": 1, "speedup": 1.0}, {"n": 64, "speedup": 8.0}]}))
     out = tmp_path / "e2e.json"
-    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--methods", "program,rewrite", "--max-new-tokens", "48", "--kernel", str(kernel),
-                    "--json", str(out))
+    result = invoke(
+        "-c",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--dtype",
+        "fp32",
+        "--threads",
+        "1",
+        "--methods",
+        "program,rewrite",
+        "--max-new-tokens",
+        "48",
+        "--kernel",
+        str(kernel),
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     assert scripted == [Mode.PROGRAM, Mode.REWRITE] * 2
     data = json.loads(out.read_text())
@@ -78,24 +98,43 @@ def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, ti
         assert rewrite["tokens_spliced"] == 0
     summary = two["summary"]
     assert summary["methods"]["program"] | {"seconds_total": 0, "seconds_mean": 0, "seconds_median": 0} == {
-        "n": 2, "errors": 0, "exact": 2, "trimmed": 2, "tested": 2, "passed": 1,
-        "seconds_total": 0, "seconds_mean": 0, "seconds_median": 0,
+        "n": 2,
+        "errors": 0,
+        "exact": 2,
+        "trimmed": 2,
+        "tested": 2,
+        "passed": 1,
+        "seconds_total": 0,
+        "seconds_mean": 0,
+        "seconds_median": 0,
         "forward_passes_total": passes["program"]["forward_passes"] + fails["program"]["forward_passes"],
         "tokens_new_total": passes["program"]["tokens_new"] + fails["program"]["tokens_new"],
         "tokens_spliced_total": passes["program"]["tokens_spliced"] + fails["program"]["tokens_spliced"],
-        "compared": 0, "same_as_first": 0, "first_speedup": 1.0,  # the first is what the others are compared with
-        "floor_n": 0, "floor_seconds_total": None, "over_floor": None,  # no --floor
+        "compared": 0,
+        "same_as_first": 0,
+        "first_speedup": 1.0,  # the first is what the others are compared with
+        "floor_n": 0,
+        "floor_seconds_total": None,
+        "over_floor": None,  # no --floor
     }
     assert summary["methods"]["rewrite"]["compared"] == summary["methods"]["rewrite"]["same_as_first"] == 2
     assert passes["program"]["same_as_first"] is None and passes["rewrite"]["same_as_first"] is True
     assert summary["methods"]["rewrite"]["exact"] == 2 and summary["methods"]["rewrite"]["passed"] == 1
     speedup = summary["speedup"]
     assert speedup["n"] == speedup["n_both_exact"] == speedup["n_both_edited"] == 2
-    assert speedup["wall"] == speedup["wall_both_exact"] == pytest.approx(
-        sum(c["rewrite"]["seconds"] for c in (passes, fails)) / sum(c["program"]["seconds"] for c in (passes, fails)),
-        rel=1e-3)
+    assert (
+        speedup["wall"]
+        == speedup["wall_both_exact"]
+        == pytest.approx(
+            sum(c["rewrite"]["seconds"] for c in (passes, fails))
+            / sum(c["program"]["seconds"] for c in (passes, fails)),
+            rel=1e-3,
+        )
+    )
     assert speedup["forward_passes"] == pytest.approx(
-        sum(c["rewrite"]["forward_passes"] for c in (passes, fails)) / summary["methods"]["program"]["forward_passes_total"])
+        sum(c["rewrite"]["forward_passes"] for c in (passes, fails))
+        / summary["methods"]["program"]["forward_passes_total"]
+    )
     assert 1.0 < two["bounds"]["bnd_exact"] < 8.0
     assert "End to end" in result.stdout and "bnd_exact" in result.stdout and "1/2" in result.stdout
     assert "passes: program: exact, test passed" in result.stderr
@@ -103,8 +142,19 @@ def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, ti
 
 def test_e2e_measures_verify_against_rewrite_by_default(tmp_path, corpus, tiny_dir, scripted):
     out = tmp_path / "e2e.json"
-    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--no-tests", "--json", str(out))
+    result = invoke(
+        "-c",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--dtype",
+        "fp32",
+        "--threads",
+        "1",
+        "--no-tests",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     assert ee.DEFAULT_METHODS == ("verify", "rewrite") and scripted == [Mode.VERIFY, Mode.REWRITE] * 2
     data = json.loads(out.read_text())
@@ -121,8 +171,20 @@ def test_e2e_measures_verify_against_rewrite_by_default(tmp_path, corpus, tiny_d
 
 def test_e2e_floor_puts_each_methods_wall_clock_over_its_compute_floor(tmp_path, corpus, tiny_dir, scripted):
     out = tmp_path / "e2e.json"
-    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--no-tests", "--floor", "--json", str(out))
+    result = invoke(
+        "-c",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--dtype",
+        "fp32",
+        "--threads",
+        "1",
+        "--no-tests",
+        "--floor",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     floor = ee.Floor(data["floor"]["prefill_ms_per_token"], data["floor"]["step_ms"], 1024, 512)
@@ -133,13 +195,25 @@ def test_e2e_floor_puts_each_methods_wall_clock_over_its_compute_floor(tmp_path,
         for case in two["cases"]:
             a = case[method]
             assert a["tokens_prompt"] > 0 and 0 < a["tokens_stepped"] <= a["tokens_new"]
-            least += floor.seconds(ee.Edited("", "", a["forward_passes"], a["tokens_new"], a["tokens_spliced"],
-                                             0.0, a["tokens_prompt"], a["tokens_stepped"]))
+            least += floor.seconds(
+                ee.Edited(
+                    "",
+                    "",
+                    a["forward_passes"],
+                    a["tokens_new"],
+                    a["tokens_spliced"],
+                    0.0,
+                    a["tokens_prompt"],
+                    a["tokens_stepped"],
+                )
+            )
         summary = two["summary"]["methods"][method]
         assert summary["floor_n"] == 2 and summary["floor_seconds_total"] == pytest.approx(least)
         assert summary["over_floor"] == pytest.approx(summary["seconds_total"] / least)
     verify, rewrite = two["cases"][0]["verify"], two["cases"][0]["rewrite"]
-    assert verify["tokens_stepped"] < rewrite["tokens_stepped"] == rewrite["tokens_new"]  # kept drafts are fed, not stepped
+    assert (
+        verify["tokens_stepped"] < rewrite["tokens_stepped"] == rewrite["tokens_new"]
+    )  # kept drafts are fed, not stepped
     assert "wall / floor" in result.stdout and "compute floor: prefill" in result.stderr
 
 
@@ -161,8 +235,21 @@ def test_e2e_one_method_and_ctrl_c_leaves_partial_json(tmp_path, corpus, tiny_di
 
     monkeypatch.setattr(ee, "run_case", interrupted)
     out = tmp_path / "e2e.json"
-    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--methods", "program", "--no-tests", "--json", str(out))
+    result = invoke(
+        "-c",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--dtype",
+        "fp32",
+        "--threads",
+        "1",
+        "--methods",
+        "program",
+        "--no-tests",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 130
     data = json.loads(out.read_text())
     assert data["partial"] is True and data["methods"] == ["program"] and data["baseline"] == ""
@@ -173,8 +260,24 @@ def test_e2e_one_method_and_ctrl_c_leaves_partial_json(tmp_path, corpus, tiny_di
 
 def test_e2e_budget_failures_are_results_not_crashes(tmp_path, corpus, tiny_dir):
     out = tmp_path / "e2e.json"  # the random model, unscripted, with a budget of 3 tokens per edit
-    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--methods", "program,verify,rewrite", "--max-new-tokens", "3", "--limit", "1", "--json", str(out))
+    result = invoke(
+        "-c",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--dtype",
+        "fp32",
+        "--threads",
+        "1",
+        "--methods",
+        "program,verify,rewrite",
+        "--max-new-tokens",
+        "3",
+        "--limit",
+        "1",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     case = json.loads(out.read_text())["corpora"][0]["cases"][0]
     for method in ("program", "verify", "rewrite"):
@@ -182,8 +285,16 @@ def test_e2e_budget_failures_are_results_not_crashes(tmp_path, corpus, tiny_dir)
         assert case[method]["test"] == {"passed": False, "detail": "no edit", "seconds": 0.0}
 
 
-@pytest.mark.parametrize("args", [["--methods", "nope"], ["--methods", "verify,nope"], ["--methods", ","],
-                                  ["--counting", "nope"], ["--baseline", "rewrite"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--methods", "nope"],
+        ["--methods", "verify,nope"],
+        ["--methods", ","],
+        ["--counting", "nope"],
+        ["--baseline", "rewrite"],
+    ],
+)
 def test_e2e_bad_options_are_usage_errors(corpus, args):
     assert invoke("-c", str(corpus), *args).exit_code == 2
 
@@ -218,7 +329,8 @@ def test_python_program_is_prefix_text_newline_test():
 
 def test_timeouts_and_cases_without_a_runner():
     assert run_test(case("python", "while True: pass\n"), "", timeout=0.5) == Verdict(
-        False, "timeout after 0.5 s", pytest.approx(0.5, abs=2.0))
+        False, "timeout after 0.5 s", pytest.approx(0.5, abs=2.0)
+    )
     assert run_test(case("python", None), "x = 1").passed is None
     assert run_test(case("cobol", "x"), "x").detail == "no runner for cobol"
 
@@ -244,8 +356,11 @@ def test_speedups_sum_costs_over_cases():
     results = [
         ee.CaseResult("a", "python", (attempt("program", 1.0, 0.5, 10, True), attempt("rewrite", 4.0, 0.5, 40, True))),
         ee.CaseResult("b", "python", (attempt("program", 3.0, 1.0, 30, False), attempt("rewrite", 4.0, 1.0, 50, True))),
-        ee.CaseResult("c", "python", (ee.Attempt("program", 2.0, None, error="BudgetError: x"),
-                                      attempt("rewrite", 2.0, 1.0, 20, False))),
+        ee.CaseResult(
+            "c",
+            "python",
+            (ee.Attempt("program", 2.0, None, error="BudgetError: x"), attempt("rewrite", 2.0, 1.0, 20, False)),
+        ),
     ]
     s = ee.speedups(results, "rewrite")
     assert s["n"] == 3 and s["wall"] == pytest.approx(10.0 / 6.0)
@@ -261,14 +376,22 @@ def test_speedups_sum_costs_over_cases():
 
 
 def humanevalpack(k: int, buggy: str, canonical: str) -> dict:
-    return {"task_id": f"Python/{k}", "entry_point": f"f{k}", "declaration": f"def f{k}(x):\n",
-            "buggy_solution": buggy, "canonical_solution": canonical, "test": f"assert f{k}(1) == {k + 1}\n"}
+    return {
+        "task_id": f"Python/{k}",
+        "entry_point": f"f{k}",
+        "declaration": f"def f{k}(x):\n",
+        "buggy_solution": buggy,
+        "canonical_solution": canonical,
+        "test": f"assert f{k}(1) == {k + 1}\n",
+    }
 
 
-PACK = [humanevalpack(0, "    y = x\n    return y + 1\n", "    y = x\n    return y\n"),  # one line changed
-        humanevalpack(1, "    return x\n", "    return x + 1\n"),
-        humanevalpack(2, "    y = 0\n    return x\n", "    return x + 2\n"),  # two lines into one: not one-line
-        humanevalpack(3, "    return x - 3\n", "    return x + 3\n")]
+PACK = [
+    humanevalpack(0, "    y = x\n    return y + 1\n", "    y = x\n    return y\n"),  # one line changed
+    humanevalpack(1, "    return x\n", "    return x + 1\n"),
+    humanevalpack(2, "    y = 0\n    return x\n", "    return x + 2\n"),  # two lines into one: not one-line
+    humanevalpack(3, "    return x - 3\n", "    return x + 3\n"),
+]
 
 
 def test_long_cases_join_gold_files_and_keep_one_one_line_bug():
@@ -292,8 +415,24 @@ def test_e2e_long_cases_and_same_output_column(tmp_path, tiny_dir, monkeypatch):
     golds = {c.before: c.after for c in cases + ee.long_cases(cases, 1)}
     inject_e2e(monkeypatch, editing(lambda document: Document.from_text(golds[document.text])))
     out = tmp_path / "e2e.json"
-    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--methods", "verify,rewrite,program", "--long", "1", "--limit", "2", "--json", str(out))
+    result = invoke(
+        "-c",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--dtype",
+        "fp32",
+        "--threads",
+        "1",
+        "--methods",
+        "verify,rewrite,program",
+        "--long",
+        "1",
+        "--limit",
+        "2",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["long"] == 1 and [c["name"] for c in data["corpora"]] == ["pack", "pack long"]
@@ -309,7 +448,8 @@ def test_e2e_long_cases_and_same_output_column(tmp_path, tiny_dir, monkeypatch):
     assert long["summary"]["methods"]["program"]["same_as_first"] == 1
     methods = short["summary"]["methods"]
     assert methods["rewrite"]["first_speedup"] == pytest.approx(
-        methods["rewrite"]["seconds_total"] / methods["verify"]["seconds_total"])
+        methods["rewrite"]["seconds_total"] / methods["verify"]["seconds_total"]
+    )
     assert "verify faster by" in result.stdout
     assert "same output as verify" in result.stdout and "pack long" in result.stdout
     assert "rewrite: exact, test passed" in result.stderr and ", same" in result.stderr
@@ -326,7 +466,9 @@ def test_compare_outputs_marks_each_attempt_against_the_first():
     assert summary["compared"] == 2 and summary["same_as_first"] == 1
 
 
-LONG_BEFORE = "import os\n\n\ndef f(a, b):\n    x = 1\n    return a - b\n" + "".join(f"Y{k} = {k}\n" for k in range(150))
+LONG_BEFORE = "import os\n\n\ndef f(a, b):\n    x = 1\n    return a - b\n" + "".join(
+    f"Y{k} = {k}\n" for k in range(150)
+)
 
 
 def test_e2e_fix_retypes_only_the_line_the_instruction_names(tmp_path, tiny_dir, monkeypatch):
@@ -340,8 +482,21 @@ def test_e2e_fix_retypes_only_the_line_the_instruction_names(tmp_path, tiny_dir,
 
     inject_e2e(monkeypatch, spelling(answer))
     out = tmp_path / "e2e.json"
-    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--methods", "fix,verify", "--no-tests", "--json", str(out))
+    result = invoke(
+        "-c",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--dtype",
+        "fp32",
+        "--threads",
+        "1",
+        "--methods",
+        "fix,verify",
+        "--no-tests",
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     assert seen == [(Mode.VERIFY, ((6, 6),)), (Mode.VERIFY, ())]
     (case,) = json.loads(out.read_text())["corpora"][0]["cases"]

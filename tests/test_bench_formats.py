@@ -15,13 +15,16 @@ TOK = TokenCounter(CharTokenizer())
 CORPUS = {r["id"]: case_from_record(r, f"t:{k}") for k, r in enumerate(CASES, 1)}
 
 
-@pytest.mark.parametrize("before, after, blocks", [
-    ("a\nb\nc\n", "a\nB\nc\n", [fm.Block("b\n", "B\n")]),                 # replace: exactly the old lines
-    ("a\nb\nc\n", "a\nc\n", [fm.Block("b\n", "")]),                       # delete
-    ("a\nb\n", "a\nnew\nb\n", [fm.Block("a\n", "a\nnew\n")]),             # insert: anchored on the line before
-    ("a\nb\n", "top\na\nb\n", [fm.Block("a\n", "top\na\n")]),             # insert at the top: the first line
-    ("", "new\n", [fm.Block("", "new\n")]),                               # empty file
-])
+@pytest.mark.parametrize(
+    "before, after, blocks",
+    [
+        ("a\nb\nc\n", "a\nB\nc\n", [fm.Block("b\n", "B\n")]),  # replace: exactly the old lines
+        ("a\nb\nc\n", "a\nc\n", [fm.Block("b\n", "")]),  # delete
+        ("a\nb\n", "a\nnew\nb\n", [fm.Block("a\n", "a\nnew\n")]),  # insert: anchored on the line before
+        ("a\nb\n", "top\na\nb\n", [fm.Block("a\n", "top\na\n")]),  # insert at the top: the first line
+        ("", "new\n", [fm.Block("", "new\n")]),  # empty file
+    ],
+)
 def test_search_replace_anchors_are_minimal(before, after, blocks):
     assert fm.sr_blocks(before, after) == blocks
     assert fm.apply_sr(before, fm.parse_sr(fm.format_sr(blocks))) == after
@@ -48,13 +51,16 @@ def test_search_replace_reports_a_missing_anchor_and_malformed_text():
         fm.parse_sr(fm.SEARCH + "a\n" + fm.DIVIDER)
 
 
-@pytest.mark.parametrize("before, after", [
-    ("one\r\ntwo\r\nthree", "one\r\nTWO\r\nthree"),          # CRLF, no final newline
-    ("a\nb", "a\nb\n"),                                       # a final newline added
-    ("a\nb\n", "a\nb"),                                       # ... and removed
-    ("a\n", "top\na\n"),                                      # insertion at line 0
-    ("".join(f"{i}\n" for i in range(20)), "".join(f"{i}\n" for i in range(20) if i not in (2, 15))),  # two hunks
-])
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ("one\r\ntwo\r\nthree", "one\r\nTWO\r\nthree"),  # CRLF, no final newline
+        ("a\nb", "a\nb\n"),  # a final newline added
+        ("a\nb\n", "a\nb"),  # ... and removed
+        ("a\n", "top\na\n"),  # insertion at line 0
+        ("".join(f"{i}\n" for i in range(20)), "".join(f"{i}\n" for i in range(20) if i not in (2, 15))),  # two hunks
+    ],
+)
 def test_unified_diff_round_trips_byte_exactly(before, after):
     text = fm.format_ud(before, after)
     assert not text.startswith("diff --git") and text.startswith("--- a/file\n+++ b/file\n")
@@ -74,6 +80,7 @@ def test_every_format_on_the_small_corpus():
         assert r["program"].exact and r["unified_diff"].exact, cid
     assert [cid for cid, r in results.items() if not r["search_replace"].exact] == ["ambiguous"]
     fix, case = results["fix"], CORPUS["fix"]
-    assert fix["program"].tokens == len('<program>\n<copy lines="1-1"/>\n<gen>\n    return a + b\n</gen>\n'
-                                        '<copy lines="3-4"/>\n</program>\n')
+    assert fix["program"].tokens == len(
+        '<program>\n<copy lines="1-1"/>\n<gen>\n    return a + b\n</gen>\n<copy lines="3-4"/>\n</program>\n'
+    )
     assert fix["search_replace"].tokens == len(fm.format_sr(fm.sr_blocks(case.before, case.after)))

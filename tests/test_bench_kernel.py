@@ -66,8 +66,26 @@ def test_kernel_command_writes_json_and_plot(tmp_path):
 
     folder = save_model(tmp_path / "tiny")
     out = tmp_path / "k.json"
-    args = ["bench", "kernel", "--model", str(folder), "--spans", "1,2", "--trials", "1", "--prefix", "8",
-            "--threads", "1", "--dtype", "fp32", "--ar-max", "1", "--json", str(out)]
+    args = [
+        "bench",
+        "kernel",
+        "--model",
+        str(folder),
+        "--spans",
+        "1,2",
+        "--trials",
+        "1",
+        "--prefix",
+        "8",
+        "--threads",
+        "1",
+        "--dtype",
+        "fp32",
+        "--ar-max",
+        "1",
+        "--json",
+        str(out),
+    ]
     try:
         import matplotlib  # noqa: F401 - the optional "plot" extra
 
@@ -92,8 +110,24 @@ def test_kernel_command_times_either_attention_and_refuses_others(tmp_path, attn
     from cadedit.cli.root import app
 
     folder = save_model(tmp_path / "tiny")
-    args = ["bench", "kernel", "--model", str(folder), "--spans", "1", "--trials", "1", "--prefix", "8",
-            "--threads", "1", "--dtype", "fp32", "--json", str(tmp_path / "k.json")]
+    args = [
+        "bench",
+        "kernel",
+        "--model",
+        str(folder),
+        "--spans",
+        "1",
+        "--trials",
+        "1",
+        "--prefix",
+        "8",
+        "--threads",
+        "1",
+        "--dtype",
+        "fp32",
+        "--json",
+        str(tmp_path / "k.json"),
+    ]
     result = CliRunner().invoke(app, args + ["--attn", attn])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "k.json").read_text())["attn"] == attn
@@ -117,7 +151,9 @@ def test_several_models_take_turns_trial_by_trial(model):
 
     settings = kn.KernelSettings(prefix=4, spans=(2,), trials=2, ar_max=0, seed=0)
     seen = []
-    points = kn.sweep_turns([Logged("a"), Logged("b")], torch.device("cpu"), settings, lambda k, p: seen.append((k, p.n)))
+    points = kn.sweep_turns(
+        [Logged("a"), Logged("b")], torch.device("cpu"), settings, lambda k, p: seen.append((k, p.n))
+    )
     assert [len(p) for p in points] == [1, 1] and seen == [(0, 2), (1, 2)]
-    timed = [name for name, _ in calls[2 + 4:]]  # after the two prefixes and each model's warm-up (PP, one AR step)
+    timed = [name for name, _ in calls[2 + 4 :]]  # after the two prefixes and each model's warm-up (PP, one AR step)
     assert timed == ["a", "a", "a", "b", "b", "b"] * 2  # per trial: a's AR steps and PP, then b's

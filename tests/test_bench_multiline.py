@@ -36,12 +36,20 @@ class Circle:
 '''
 RENAMED = SOURCE.replace("rounded", "area_rounded")
 CASES = [
-    {"id": "rename", "split": "tune", "file": "shapes.py",
-     "instruction": "In Circle.describe, rename the local variable rounded to area_rounded.",
-     "gold": {"between": ["    def describe", "        return text"], "replace": [["rounded", "area_rounded"]]}},
-    {"id": "hints", "split": "heldout", "file": "shapes.py",
-     "instruction": "In Circle.describe, add a type hint to digits.",
-     "check": {"present": [r"digits: int"]}},
+    {
+        "id": "rename",
+        "split": "tune",
+        "file": "shapes.py",
+        "instruction": "In Circle.describe, rename the local variable rounded to area_rounded.",
+        "gold": {"between": ["    def describe", "        return text"], "replace": [["rounded", "area_rounded"]]},
+    },
+    {
+        "id": "hints",
+        "split": "heldout",
+        "file": "shapes.py",
+        "instruction": "In Circle.describe, add a type hint to digits.",
+        "check": {"present": [r"digits: int"]},
+    },
 ]
 
 
@@ -71,12 +79,27 @@ def answering(monkeypatch, *texts: str) -> None:
 
 
 def test_bench_multiline_reports_forwards_floor_and_whether_each_answer_did_what_was_asked(
-        tmp_path, monkeypatch, tiny_dir, corpus):
+    tmp_path, monkeypatch, tiny_dir, corpus
+):
     monkeypatch.chdir(tmp_path)
     # case 2 (add type hints) is answered with a changed comparison and no hint: cadedit's checks fail it
     answering(monkeypatch, RENAMED, SOURCE.replace("digits > 3", "digits >= 3"))
-    result = invoke(["bench", "multiline", "--model", str(tiny_dir), "--dtype", "fp32", "--threads",
-                     "1", "--corpus", str(corpus), "--json", "out.json"])
+    result = invoke(
+        [
+            "bench",
+            "multiline",
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--corpus",
+            str(corpus),
+            "--json",
+            "out.json",
+        ]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "out.json").read_text())
     rename, hints = data["rows"]
@@ -113,8 +136,9 @@ def test_the_repo_corpus_has_both_parts_and_its_golds_and_checks_hold():
             assert not judge(case, case["before"])[0] or "same_code" in case["check"], case["id"]
 
 
-def test_llama_lookup_answers_each_cases_first_prompt_beside_cadedit(tmp_path, monkeypatch, tiny_dir, corpus,
-                                                                      fake_llama):
+def test_llama_lookup_answers_each_cases_first_prompt_beside_cadedit(
+    tmp_path, monkeypatch, tiny_dir, corpus, fake_llama
+):
     """--llama-lookup: llama.cpp with prompt lookup (a fake llama_cpp module, tests/test_bench_peers.py)
     gets the prompt of cadedit's first try byte for byte and the same budget; its answer is judged
     as cadedit's is; each row and each part's summary carry its forwards and wall beside cadedit's."""
@@ -136,8 +160,23 @@ def test_llama_lookup_answers_each_cases_first_prompt_beside_cadedit(tmp_path, m
         after = Document.from_text(RENAMED if case["id"] == "rename" else SOURCE)
         prompts[prompt] = scoped_source(after, prepared.fence, prepared.regions, prepared.headers).encode()
     monkeypatch.setattr(FakeLlama, "answer", staticmethod(lambda prompt: prompts[prompt] + b"<|im_end|>"))
-    result = invoke(["bench", "multiline", "--model", str(tiny_dir), "--dtype", "fp32", "--threads",
-                                      "1", "--corpus", str(corpus), "--llama-lookup", "--json", "out.json"])
+    result = invoke(
+        [
+            "bench",
+            "multiline",
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--corpus",
+            str(corpus),
+            "--llama-lookup",
+            "--json",
+            "out.json",
+        ]
+    )
     assert result.exit_code == 0, result.output
     ((llm),) = FakeLlama.made
     assert [b"".join(fake_piece(t, True) for t in tokens) for tokens, _ in llm.generated] == list(prompts)
@@ -148,11 +187,13 @@ def test_llama_lookup_answers_each_cases_first_prompt_beside_cadedit(tmp_path, m
     assert 1 < rename["llama_forwards"] < rename["llama_tokens_new"]  # the prompt's forward, then 4 tokens a forward
     assert data["summary"]["tune"]["median_llama_over_cadedit"] == rename["llama_wall"] / rename["wall"]
     assert data["llama_lookup"]["draft"] == "LlamaPromptLookupDecoding(num_pred_tokens=10)"
-    assert "tune: 1/1 done as asked" in result.stdout and "llama.cpp with prompt lookup: 1/1 done as asked" in result.stdout
+    assert (
+        "tune: 1/1 done as asked" in result.stdout
+        and "llama.cpp with prompt lookup: 1/1 done as asked" in result.stdout
+    )
 
 
 def test_llama_lookup_needs_a_gguf(tmp_path, tiny_dir, corpus, fake_llama):
-    result = invoke(["bench", "multiline", "--model", str(tiny_dir), "--corpus", str(corpus),
-                                      "--llama-lookup"])
+    result = invoke(["bench", "multiline", "--model", str(tiny_dir), "--corpus", str(corpus), "--llama-lookup"])
     assert result.exit_code == 2
     assert "--llama-lookup runs the model's GGUF" in result.output

@@ -15,8 +15,23 @@ def test_overhead_runs_two_fix_processes_and_times_the_step_in_every_dtype(tiny_
     source = tmp_path / "f.py"
     source.write_text("def f(x):\n    return x\n")
     out = tmp_path / "overhead.json"
-    result = CliRunner().invoke(app, ["bench", "overhead", "--model", str(tiny), "--file", str(source), "--threads", "1",
-                                      "--dtype", "fp32", "--json", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "overhead",
+            "--model",
+            str(tiny),
+            "--file",
+            str(source),
+            "--threads",
+            "1",
+            "--dtype",
+            "fp32",
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert len(data["runs"]) == 2

@@ -89,7 +89,9 @@ class FakeLlama:
         return fake_tokenize(text, special)
 
     def detokenize(self, tokens, prev_tokens=None, special=False) -> bytes:
-        return b"".join(p for p in (fake_piece(t, special) for t in tokens) if len(p) <= 32)  # as llama.cpp's 32-byte buffer
+        return b"".join(
+            p for p in (fake_piece(t, special) for t in tokens) if len(p) <= 32
+        )  # as llama.cpp's 32-byte buffer
 
     def token_eos(self) -> int:
         return EOS
@@ -166,7 +168,10 @@ def test_llama_rewrite_gets_cadedits_prompt_and_stops_at_the_closing_fence(fake_
     edited = rewrite(loaded, document, "Fix it.", None)
     ((prompt, kwargs),) = rewrite.llm.generated
     expected = render_chat(loaded.tokenizer, rewrite_messages(document, "Fix it.", "```", "", "after"))
-    assert b"".join(fake_piece(t, True) for t in prompt) == (expected + "```" + language_tag("solution.py") + "\n").encode()
+    assert (
+        b"".join(fake_piece(t, True) for t in prompt)
+        == (expected + "```" + language_tag("solution.py") + "\n").encode()
+    )
     assert kwargs["temp"] == 0.0 and kwargs["top_k"] == 1 and kwargs["repeat_penalty"] == 1.0
     assert edited.text == AFTER and edited.output == answer.decode()  # the 40-space piece included
     assert edited.tokens_new == len(fake_tokenize(answer, False)) and LONG in fake_tokenize(answer, False)
@@ -192,7 +197,9 @@ def test_llama_lookup_drafts_with_prompt_lookup_and_counts_kept_drafts(fake_llam
     assert lookup.llm.kwargs["logits_all"] is True and peer("llama-rewrite").llm.kwargs["logits_all"] is False
     n = len(fake_tokenize(answer, False))
     assert edited.text == AFTER and edited.tokens_new == n
-    assert edited.forward_passes == 1 + (n - 1 + FakeLlama.accept - 1) // FakeLlama.accept  # the prompt's, then 4 a forward
+    assert (
+        edited.forward_passes == 1 + (n - 1 + FakeLlama.accept - 1) // FakeLlama.accept
+    )  # the prompt's, then 4 a forward
     assert edited.tokens_spliced == n - edited.forward_passes > 0
 
 
@@ -209,8 +216,9 @@ def test_context_for_fits_the_largest_prompt_and_budget(loaded):
     from cadedit.bench.corpus import Case
 
     small, big = Case("a", "python", "x = 1\n", "x = 2\n", "Fix."), Case("b", "python", "y = 1\n" * 50, "y\n", "Fix.")
-    prepared = pipeline.prepare(loaded, Document.from_text(big.before, "solution.py"), "Fix.",
-                                EditOptions(mode=Mode.REWRITE))
+    prepared = pipeline.prepare(
+        loaded, Document.from_text(big.before, "solution.py"), "Fix.", EditOptions(mode=Mode.REWRITE)
+    )
     assert pe.context_for(loaded, [small, big], None) == len(prepared.prompt_ids) + prepared.budget + 11 + 16
     assert pe.context_for(loaded, [small], 1) == 512
 
@@ -228,9 +236,22 @@ def test_e2e_puts_llama_beside_cadedit_in_one_table(fake_llama, tiny_dir, tmp_pa
     answering(monkeypatch, fenced_source(Document.from_text(AFTER), "```").encode())
     inject_e2e(monkeypatch, editing(lambda document: Document.from_text(AFTER)))  # verify "chooses" the gold
     out = tmp_path / "e2e.json"
-    result = invoke("-c", str(corpus), "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                    "--methods", "verify,llama-rewrite,llama-lookup", "--gguf", str(tmp_path / "m.gguf"),
-                    "--json", str(out))
+    result = invoke(
+        "-c",
+        str(corpus),
+        "--model",
+        str(tiny_dir),
+        "--dtype",
+        "fp32",
+        "--threads",
+        "1",
+        "--methods",
+        "verify,llama-rewrite,llama-lookup",
+        "--gguf",
+        str(tmp_path / "m.gguf"),
+        "--json",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["gguf"] == str(tmp_path / "m.gguf") and data["llama_cpp"] == "0.3.fake" and data["llama_ctx"] >= 512
@@ -247,8 +268,16 @@ def test_e2e_puts_llama_beside_cadedit_in_one_table(fake_llama, tiny_dir, tmp_pa
 def test_llama_methods_without_the_package_are_a_one_line_error_naming_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp raises ImportError
     corpus = write_corpus(tmp_path / "c.jsonl", [record("fix", BEFORE, AFTER)])
-    result = invoke("-c", str(corpus), "--model", str(tmp_path / "no-such-model"), "--methods", "verify,llama-rewrite",
-                    "--gguf", str(tmp_path / "m.gguf"))
+    result = invoke(
+        "-c",
+        str(corpus),
+        "--model",
+        str(tmp_path / "no-such-model"),
+        "--methods",
+        "verify,llama-rewrite",
+        "--gguf",
+        str(tmp_path / "m.gguf"),
+    )
     assert result.exit_code == 1  # before the (missing) model is looked at
     lines = result.output.strip().splitlines()
     assert lines[0] == "error: methods llama-rewrite and llama-lookup need llama-cpp-python, which is not installed"

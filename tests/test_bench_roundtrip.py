@@ -46,12 +46,23 @@ def test_trimmed_match_forgives_only_surrounding_whitespace(monkeypatch):
 
 # -- perturbation ------------------------------------------------------------------------------
 
-MANY = [case_from_record(record(f"c{k}", "".join(f"line {i}\n" for i in range(12)),
-                                "".join(f"line {i}\n" if i != 6 else "changed\n" for i in range(12))), f"t:{k}")
-        for k in range(6)]
+MANY = [
+    case_from_record(
+        record(
+            f"c{k}",
+            "".join(f"line {i}\n" for i in range(12)),
+            "".join(f"line {i}\n" if i != 6 else "changed\n" for i in range(12)),
+        ),
+        f"t:{k}",
+    )
+    for k in range(6)
+]
 
 
-@pytest.mark.parametrize("run, programs", [(pt.run_trial, pt.oracle_programs), (pt.run_paper_trial, lambda cs: [pt.paper_program(c) for c in cs])])
+@pytest.mark.parametrize(
+    "run, programs",
+    [(pt.run_trial, pt.oracle_programs), (pt.run_paper_trial, lambda cs: [pt.paper_program(c) for c in cs])],
+)
 def test_no_noise_is_exact_and_noise_breaks_matches(run, programs):
     progs = programs(MANY)
     assert run(MANY, progs, 0, 0, seed=1).trimmed == len(MANY)

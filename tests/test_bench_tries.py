@@ -55,8 +55,17 @@ def where_says(monkeypatch, answer: str) -> None:
 
 def corpus(tmp_path, n: int = 1):
     path = tmp_path / "c.jsonl"
-    records = [{"id": f"case{k}", "language": "python", "before": BUGGY, "after": FIXED,
-                "instruction": "Fix add.", "test": TEST} for k in range(n)]
+    records = [
+        {
+            "id": f"case{k}",
+            "language": "python",
+            "before": BUGGY,
+            "after": FIXED,
+            "instruction": "Fix add.",
+            "test": TEST,
+        }
+        for k in range(n)
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
 
@@ -66,14 +75,38 @@ def test_tries_counts_the_single_try_checks_only_and_the_test_loop(tmp_path, mon
     # Checks only: try 1 unchanged, try 2 wrong but it parses and changes, so it is the answer.
     answers(monkeypatch, BUGGY, "def add(a, b):\n    return a * b\n", FIXED)
     out = tmp_path / "t.json"
-    result = invoke(["bench", "tries", "-c", str(corpus(tmp_path)), "--model", str(tiny_dir),
-                     "--tries", "5", "--check-tries", "3", "--candidates", "1", "--dtype", "fp32",
-                     "--threads", "1", "--json", str(out)])
+    result = invoke(
+        [
+            "bench",
+            "tries",
+            "-c",
+            str(corpus(tmp_path)),
+            "--model",
+            str(tiny_dir),
+            "--tries",
+            "5",
+            "--check-tries",
+            "3",
+            "--candidates",
+            "1",
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (row,) = data["corpora"][0]["cases"]
-    assert row["single"] == {"passed": False, "exact": False, "answered": True, "tries": 1,
-                             "seconds": row["single"]["seconds"]}
+    assert row["single"] == {
+        "passed": False,
+        "exact": False,
+        "answered": True,
+        "tries": 1,
+        "seconds": row["single"]["seconds"],
+    }
     assert row["checks"]["passed"] is False and row["checks"]["tries"] == 2
     assert row["test3"]["passed"] is True and row["test3"]["tries"] == 3
     assert row["test5"] == row["test3"]
@@ -87,9 +120,26 @@ def test_tries_counts_the_single_try_checks_only_and_the_test_loop(tmp_path, mon
 def test_tries_without_the_checks_run(tmp_path, monkeypatch, tiny_dir):
     answers(monkeypatch, FIXED)
     out = tmp_path / "t.json"
-    result = invoke(["bench", "tries", "-c", str(corpus(tmp_path, 2)), "--model", str(tiny_dir),
-                     "--tries", "1", "--check-tries", "0", "--dtype", "fp32", "--threads", "1",
-                     "--json", str(out)])
+    result = invoke(
+        [
+            "bench",
+            "tries",
+            "-c",
+            str(corpus(tmp_path, 2)),
+            "--model",
+            str(tiny_dir),
+            "--tries",
+            "1",
+            "--check-tries",
+            "0",
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads(out.read_text())["corpora"][0]["cases"]
     assert [r["single"]["passed"] for r in rows] == [True, True]
@@ -100,15 +150,38 @@ def test_tries_decodes_as_many_candidates_a_try_as_fix_would(tmp_path, monkeypat
     """No --candidates: the loop with the test makes 4 candidates a try, the checks alone 1 (fix's defaults)."""
     answers(monkeypatch, BUGGY, FIXED)
     out = tmp_path / "t.json"
-    result = invoke(["bench", "tries", "-c", str(corpus(tmp_path)), "--model", str(tiny_dir),
-                     "--tries", "3", "--check-tries", "2", "--dtype", "fp32", "--threads", "1",
-                     "--json", str(out)])
+    result = invoke(
+        [
+            "bench",
+            "tries",
+            "-c",
+            str(corpus(tmp_path)),
+            "--model",
+            str(tiny_dir),
+            "--tries",
+            "3",
+            "--check-tries",
+            "2",
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     assert data["candidates"] == [4, 8] and data["candidates_checks_only"] == 1
     (row,) = data["corpora"][0]["cases"]
     # Candidate 1 of try 1 fails the test, so 3 branches of it follow; try 2's candidate 1 passes: no branches.
-    assert sorted((t["try"], t["candidate"]) for t in row["tries_with_test"]) == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1)]
+    assert sorted((t["try"], t["candidate"]) for t in row["tries_with_test"]) == [
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (1, 4),
+        (2, 1),
+    ]
     assert [(t["try"], t["candidate"]) for t in row["tries_checks_only"]] == [(1, 0), (2, 0)]
     assert row["test3"]["passed"] is True and row["test3"]["tries"] == 2
     summary = data["corpora"][0]["summary"]
@@ -145,12 +218,45 @@ def test_tries_with_candidates_scores_try_one_by_its_first_passing_candidate(tmp
     inject_picks(monkeypatch, picks)
     out = tmp_path / "t.json"
     cases = tmp_path / "c.jsonl"
-    cases.write_text(json.dumps({"id": "case", "language": "python", "before": BUGGY + other, "after": FIXED + other,
-                                 "instruction": "Fix add.", "test": TEST}) + "\n")
-    result = invoke(["bench", "tries", "-c", str(cases), "--model", str(tiny_dir),
-                     "--tries", "3", "--check-tries", "0", "--candidates", "3", "--scoping", scoping,
-                     "--candidates-by", "sample",
-                     "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    cases.write_text(
+        json.dumps(
+            {
+                "id": "case",
+                "language": "python",
+                "before": BUGGY + other,
+                "after": FIXED + other,
+                "instruction": "Fix add.",
+                "test": TEST,
+            }
+        )
+        + "\n"
+    )
+    result = invoke(
+        [
+            "bench",
+            "tries",
+            "-c",
+            str(cases),
+            "--model",
+            str(tiny_dir),
+            "--tries",
+            "3",
+            "--check-tries",
+            "0",
+            "--candidates",
+            "3",
+            "--scoping",
+            scoping,
+            "--candidates-by",
+            "sample",
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (row,) = data["corpora"][0]["cases"]
@@ -169,16 +275,41 @@ def test_longfile_scores_a_scoped_fix_of_a_real_module(tmp_path, monkeypatch, lo
     task = longfile.build_tasks([__import__("rich").__path__[0]], 1, seed=0)[0]
     answers(monkeypatch, task["after"])
     out = tmp_path / "l.json"
-    result = invoke(["bench", "longfile", "--model", str(long_context_dir), "--packages", "rich", "-n", "1",
-                     "--instructions", "explicit", "--scoping", "on", "--tries", "1",
-                     "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    result = invoke(
+        [
+            "bench",
+            "longfile",
+            "--model",
+            str(long_context_dir),
+            "--packages",
+            "rich",
+            "-n",
+            "1",
+            "--instructions",
+            "explicit",
+            "--scoping",
+            "on",
+            "--tries",
+            "1",
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (row,) = data["rows"]
     assert row["path"] == task["path"] and row["scoped"] and row["regions"]
     start, end = row["regions"][0]
     assert start <= task["bug_line"] <= end and end - start < row["lines"]  # the function, not the file
-    assert row["verified"] == {"exact": True, "lines_changed_outside": 0, "lines_changed_inside": 1}  # vs the buggy file
+    assert row["verified"] == {
+        "exact": True,
+        "lines_changed_outside": 0,
+        "lines_changed_inside": 1,
+    }  # vs the buggy file
     assert data["summary"]["explicit/scoped"]["exact_verified"] == 1
 
 
@@ -192,9 +323,32 @@ def test_longfile_vague_asks_where_first_and_compares_with_the_whole_function(tm
     answers(monkeypatch, task["after"])
     where_says(monkeypatch, f"{task['bug_line']}\n")
     out = tmp_path / "l.json"
-    result = invoke(["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
-                     str(tasks_file), "-n", "1", "--instructions", "vague", "--where", "both", "--where-by", "number",
-                     "--tries", "2", "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    result = invoke(
+        [
+            "bench",
+            "longfile",
+            "--model",
+            str(long_context_dir),
+            "--tasks-file",
+            str(tasks_file),
+            "-n",
+            "1",
+            "--instructions",
+            "vague",
+            "--where",
+            "both",
+            "--where-by",
+            "number",
+            "--tries",
+            "2",
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     located, whole = data["rows"]
@@ -206,12 +360,15 @@ def test_longfile_vague_asks_where_first_and_compares_with_the_whole_function(tm
     assert whole["where"] is None and whole["tries_regions"] == [[[task["function_start"], task["function_end"]]]]
     assert located["verified"]["exact"] and whole["verified"]["exact"]
     summary = data["summary"]
-    assert summary["vague/scoped"]["where_named_bug_line"] == 1 and summary["vague/scoped/no-where"]["exact_verified"] == 1
+    assert (
+        summary["vague/scoped"]["where_named_bug_line"] == 1 and summary["vague/scoped/no-where"]["exact_verified"] == 1
+    )
     assert "vague/scoped: " in result.stdout and "vague/scoped/no-where: " in result.stdout
 
 
 def test_longfile_with_the_oracle_test_a_wrong_lines_change_fails_and_the_next_try_widens(
-        tmp_path, monkeypatch, long_context_dir):
+    tmp_path, monkeypatch, long_context_dir
+):
     """--oracle-test: each edit is checked by a test that passes the original file only, as `fix --test`
     with a test that finds the bug; without it a change on a wrong line passes the checks and is the answer."""
     import ast
@@ -220,9 +377,14 @@ def test_longfile_with_the_oracle_test_a_wrong_lines_change_fails_and_the_next_t
 
     tasks = longfile.build_tasks([__import__("rich").__path__[0]], 12, seed=0)
     task = next(t for t in tasks if t["function_end"] - t["function_start"] + 1 > 40)
-    wrong = next(node.lineno for node in ast.walk(ast.parse(task["before"]))
-                 if isinstance(node, (ast.Assign, ast.Return)) and node.lineno == node.end_lineno
-                 and task["function_start"] < node.lineno <= task["function_end"] and node.lineno != task["bug_line"])
+    wrong = next(
+        node.lineno
+        for node in ast.walk(ast.parse(task["before"]))
+        if isinstance(node, (ast.Assign, ast.Return))
+        and node.lineno == node.end_lineno
+        and task["function_start"] < node.lineno <= task["function_end"]
+        and node.lineno != task["bug_line"]
+    )
     lines = task["before"].splitlines(keepends=True)
     lines[wrong - 1] = lines[wrong - 1].rstrip("\n") + "  # changed\n"
     tasks_file = tmp_path / "tasks.jsonl"
@@ -231,10 +393,31 @@ def test_longfile_with_the_oracle_test_a_wrong_lines_change_fails_and_the_next_t
         answers(monkeypatch, "".join(lines), task["after"])
         where_says(monkeypatch, f"{wrong}\n")
         out = tmp_path / "l.json"
-        result = invoke(["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
-                         str(tasks_file), "-n", "1", "--instructions", "vague", "--where-by", "number",
-                         "--tries", "2", *flags, "--dtype", "fp32", "--threads", "1",
-                         "--json", str(out)])
+        result = invoke(
+            [
+                "bench",
+                "longfile",
+                "--model",
+                str(long_context_dir),
+                "--tasks-file",
+                str(tasks_file),
+                "-n",
+                "1",
+                "--instructions",
+                "vague",
+                "--where-by",
+                "number",
+                "--tries",
+                "2",
+                *flags,
+                "--dtype",
+                "fp32",
+                "--threads",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
         assert result.exit_code == 0, result.output
         data = json.loads(out.read_text())
         (row,) = data["rows"]
@@ -259,9 +442,30 @@ def test_longfile_where_by_quote_takes_the_line_the_model_quotes(tmp_path, monke
     quoted = Document.from_text(task["before"]).display_lines()[task["bug_line"] - 1].strip()
     where_says(monkeypatch, quoted + "\n")
     out = tmp_path / "l.json"
-    result = invoke(["bench", "longfile", "--model", str(long_context_dir), "--tasks-file",
-                     str(tasks_file), "-n", "1", "--instructions", "vague", "--where-by", "quote",
-                     "--tries", "1", "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    result = invoke(
+        [
+            "bench",
+            "longfile",
+            "--model",
+            str(long_context_dir),
+            "--tasks-file",
+            str(tasks_file),
+            "-n",
+            "1",
+            "--instructions",
+            "vague",
+            "--where-by",
+            "quote",
+            "--tries",
+            "1",
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     (row,) = json.loads(out.read_text())["rows"]
     assert task["bug_line"] in row["where"]["lines"] and row["where"]["answer"] == quoted
@@ -269,8 +473,10 @@ def test_longfile_where_by_quote_takes_the_line_the_model_quotes(tmp_path, monke
 
 
 STUB = "def add(a, b):\n    pass\n"
-POLYGLOT_TEST = ("import unittest\n\nfrom adder import add\n\n\nclass AddTest(unittest.TestCase):\n"
-                 "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n")
+POLYGLOT_TEST = (
+    "import unittest\n\nfrom adder import add\n\n\nclass AddTest(unittest.TestCase):\n"
+    "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
+)
 
 
 def test_tries_runs_a_polyglot_cases_test_files_beside_the_file_they_import(tmp_path, monkeypatch, tiny_dir):
@@ -278,13 +484,43 @@ def test_tries_runs_a_polyglot_cases_test_files_beside_the_file_they_import(tmp_
     # Try 1 writes something that changes nothing the test wants; try 2 implements it.
     answers(monkeypatch, "def add(a, b):\n    return a - b\n", FIXED)
     path = tmp_path / "p.jsonl"
-    path.write_text(json.dumps({"id": "python/adder", "language": "python", "instructions": "Implement add.",
-                                "input_code": STUB, "gold_code": FIXED, "solution_file": "adder.py",
-                                "test_files": {"adder_test.py": POLYGLOT_TEST}}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "id": "python/adder",
+                "language": "python",
+                "instructions": "Implement add.",
+                "input_code": STUB,
+                "gold_code": FIXED,
+                "solution_file": "adder.py",
+                "test_files": {"adder_test.py": POLYGLOT_TEST},
+            }
+        )
+        + "\n"
+    )
     out = tmp_path / "t.json"
-    result = invoke(["bench", "tries", "-c", str(path), "--model", str(tiny_dir), "--tries", "3",
-                     "--check-tries", "0", "--candidates", "1", "--dtype", "fp32", "--threads", "1",
-                     "--json", str(out)])
+    result = invoke(
+        [
+            "bench",
+            "tries",
+            "-c",
+            str(path),
+            "--model",
+            str(tiny_dir),
+            "--tries",
+            "3",
+            "--check-tries",
+            "0",
+            "--candidates",
+            "1",
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     (row,) = json.loads(out.read_text())["corpora"][0]["cases"]
     assert "skipped" not in row and row["single"]["passed"] is False
@@ -298,16 +534,47 @@ def test_tries_with_where_reads_the_function_for_the_line_first(tmp_path, monkey
     retype the function, later reading it once try 1 failed (branched tries: 2 candidates here)."""
     before = "def add(a, b):\n    c = a\n    d = b\n    e = c\n    return e - d\n"
     path = tmp_path / "c.jsonl"
-    path.write_text(json.dumps({"id": "case", "language": "python", "before": before,
-                                "after": before.replace("e - d", "e + d"), "instruction": "Fix add.",
-                                "test": "assert add(2, 3) == 5\n"}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "id": "case",
+                "language": "python",
+                "before": before,
+                "after": before.replace("e - d", "e + d"),
+                "instruction": "Fix add.",
+                "test": "assert add(2, 3) == 5\n",
+            }
+        )
+        + "\n"
+    )
     rows = {}
     for where, tries in (("on", "1"), ("later", "2"), ("off", "2")):
         seen = answers(monkeypatch, before)
         out = tmp_path / f"{where}.json"
-        result = invoke(["bench", "tries", "-c", str(path), "--model", str(tiny_dir), "--tries", tries,
-                         "--check-tries", "0", "--candidates", "1" if where == "on" else "2",
-                         "--where", where, "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+        result = invoke(
+            [
+                "bench",
+                "tries",
+                "-c",
+                str(path),
+                "--model",
+                str(tiny_dir),
+                "--tries",
+                tries,
+                "--check-tries",
+                "0",
+                "--candidates",
+                "1" if where == "on" else "2",
+                "--where",
+                where,
+                "--dtype",
+                "fp32",
+                "--threads",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
         assert result.exit_code == 0, result.output
         data = json.loads(out.read_text())
         (rows[where],) = data["corpora"][0]["cases"]

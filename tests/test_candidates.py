@@ -109,8 +109,9 @@ def test_one_candidate_is_the_plain_edit_and_rows_share_one_prompt_prefill(monke
     one = edit_candidates(document, "Rename teal to green.", options, [given(sampler_for())], loaded=loaded)
     assert [c.result.new_text for c in one] == [plain.new_text] and one[0].error is None
     pipeline.language_model(loaded).reset()
-    three = edit_candidates(document, "Rename teal to green.", options,
-                            [given(sampler_for(s)) for s in SAMPLINGS[:3]], loaded=loaded)
+    three = edit_candidates(
+        document, "Rename teal to green.", options, [given(sampler_for(s)) for s in SAMPLINGS[:3]], loaded=loaded
+    )
     assert three[0].result.new_text == plain.new_text == "red:\ngreen;\nblue)\n"
     prompt = pipeline.prepare(loaded, document, "Rename teal to green.", options).prompt_ids
     for c in three:  # the prompt was fed once: every row counts the same prefill forward
@@ -146,19 +147,21 @@ def scripted_rows(monkeypatch):
             return (batch if len(rows) > 1 else spell(rows[0])) if k == 1 else spell(then or rows[-1]) if k else None
 
         inject_picks(monkeypatch, picks)
-        monkeypatch.setattr(bench_candidates, "measure_case", functools.partial(bench_candidates.measure_case,
-                                                                                 factories=batch))
+        monkeypatch.setattr(
+            bench_candidates, "measure_case", functools.partial(bench_candidates.measure_case, factories=batch)
+        )
         return calls
 
     return script
 
 
 def fix(tiny_dir, *args: str):
-    return invoke(["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
-                   "--threads", "1", *args])
+    return invoke(["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1", *args])
 
 
-def test_with_a_test_and_no_candidates_asked_a_failing_try_makes_four_and_without_a_test_one(tiny_dir, work, scripted_rows, monkeypatch):
+def test_with_a_test_and_no_candidates_asked_a_failing_try_makes_four_and_without_a_test_one(
+    tiny_dir, work, scripted_rows, monkeypatch
+):
     """The measured default: where --test decides, a try makes up to 4 candidates, the others branching
     from candidate 1 once it failed (here it changes nothing; the branches spell "+" for its "-"); without
     a test, a single candidate (the checks alone cannot tell the right one)."""
@@ -169,7 +172,14 @@ def test_with_a_test_and_no_candidates_asked_a_failing_try_makes_four_and_withou
     data = json.loads(tested.stdout)
     assert calls == [4] and data["answer_try"] == 1 and data["answer_candidate"] in (2, 3, 4)
     assert sorted(t["candidate"] for t in data["tries"]) == [1, 2, 3, 4]
-    assert data["tries"][0]["candidate"] == 1 and [c["name"] for c in data["tries"][0]["checks"]] == ["syntax", "names", "kept", "body", "public", "change"]
+    assert data["tries"][0]["candidate"] == 1 and [c["name"] for c in data["tries"][0]["checks"]] == [
+        "syntax",
+        "names",
+        "kept",
+        "body",
+        "public",
+        "change",
+    ]
     assert ", candidate 1 of 4: failed: change" in tested.stderr and " of 4: passed" in tested.stderr
     scripted_rows(GOOD)
     alone = fix(tiny_dir, "--json")
@@ -177,13 +187,19 @@ def test_with_a_test_and_no_candidates_asked_a_failing_try_makes_four_and_withou
     assert [t["candidate"] for t in json.loads(alone.stdout)["tries"]] == [0]
 
 
-def test_later_tries_make_eight_and_a_copy_of_an_earlier_try_is_not_tested_again(tiny_dir, work, scripted_rows,
-                                                                                  monkeypatch, tmp_path):
+def test_later_tries_make_eight_and_a_copy_of_an_earlier_try_is_not_tested_again(
+    tiny_dir, work, scripted_rows, monkeypatch, tmp_path
+):
     """The default after try 1 where a test decides: 8 candidates a try (settings.LATER_TESTED_CANDIDATES).
     A candidate that spells what an earlier try already checked carries that one's checks: the test
     runs once for it in all (here try 2 repeats try 1's answers; nothing passes, nothing is written)."""
-    calls = scripted_rows("def add(a, b):\n    return a * b\n\n\nprint(add(1, 2))\n", BEFORE.decode(), BEFORE.decode(),
-                          BEFORE.decode(), then=WRONG)
+    calls = scripted_rows(
+        "def add(a, b):\n    return a * b\n\n\nprint(add(1, 2))\n",
+        BEFORE.decode(),
+        BEFORE.decode(),
+        BEFORE.decode(),
+        then=WRONG,
+    )
     branched = inject_branches(monkeypatch, b" *", b" -")  # every branch spells the input again: no change
     runs = tmp_path / "runs"
     result = fix(tiny_dir, "--tries", "2", "--test", f"echo run >> {runs}; {GREP_TEST}", "--json")
@@ -195,8 +211,11 @@ def test_later_tries_make_eight_and_a_copy_of_an_earlier_try_is_not_tested_again
     later = [t for t in data["tries"] if t["try"] == 2]
     assert sorted(t["candidate"] for t in later) == list(range(1, 9))
     first = next(t for t in later if t["candidate"] == 1)
-    assert first["error"] == "the same as try 1's candidate 1" and [c["name"] for c in first["checks"]] == [
-        "syntax", "names", "kept", "body", "public", "change", "test"] and not first["checks"][-1]["passed"]  # its checks, carried, not run again
+    assert (
+        first["error"] == "the same as try 1's candidate 1"
+        and [c["name"] for c in first["checks"]] == ["syntax", "names", "kept", "body", "public", "change", "test"]
+        and not first["checks"][-1]["passed"]
+    )  # its checks, carried, not run again
     assert all(c["seconds"] == 0.0 for c in first["checks"])
     assert all((t["error"] or "").startswith("the same as ") for t in later)
     assert "try 2 of 2, candidate 1 of 8: the same as try 1's candidate 1" in result.stderr
@@ -215,7 +234,8 @@ def test_a_first_candidate_that_passes_makes_no_branches(tiny_dir, work, scripte
     data = json.loads(result.stdout)
     assert [(t["try"], t["candidate"], t["passed"]) for t in data["tries"]] == [(1, 1, True)]
     assert [line for line in result.stderr.splitlines() if ": try " in line] == [
-        line for line in result.stderr.splitlines() if "try 1 of 3, candidate 1 of 4: passed" in line]
+        line for line in result.stderr.splitlines() if "try 1 of 3, candidate 1 of 4: passed" in line
+    ]
     assert (work / "a.py").read_text() == GOOD
 
 
@@ -248,9 +268,20 @@ def test_fix_with_candidates_takes_the_first_that_passes_its_test(tiny_dir, work
         assert (t["error"] or "").startswith("the same as candidate") or any(not c["passed"] for c in t["checks"])
     for t in tries[winner + 1 :]:  # the rest were not tested
         assert t["checks"] == [] and not t["passed"]
-        assert t["error"] in ("not checked: candidate 2 passed first", "the same as candidate 1",
-                              "the same as candidate 3")
-    assert [c["name"] for c in tries[winner]["checks"]] == ["syntax", "names", "kept", "body", "public", "change", "test"]
+        assert t["error"] in (
+            "not checked: candidate 2 passed first",
+            "the same as candidate 1",
+            "the same as candidate 3",
+        )
+    assert [c["name"] for c in tries[winner]["checks"]] == [
+        "syntax",
+        "names",
+        "kept",
+        "body",
+        "public",
+        "change",
+        "test",
+    ]
     assert [t for t in tries if t["candidate"] == 4][0]["changed"] is False
     wrong = [t for t in tries if t["candidate"] in (1, 3)]  # the same text twice: checked at most once
     assert sum(1 for t in wrong if t["checks"]) <= 1
@@ -270,13 +301,30 @@ def test_fix_with_candidates_without_test_takes_the_likeliest_that_changes_the_f
 
 def test_when_no_candidate_passes_the_next_try_is_k_candidates_again_with_the_feedback(tiny_dir, work, scripted_rows):
     calls = scripted_rows(WRONG, WRONG, then=GOOD)  # both rows of try 2 spell GOOD
-    result = invoke(["fix", "a.py", "Fix the bug.", "--model", str(tiny_dir), "--dtype", "fp32",
-                     "--threads", "1", "--candidates", "2", "--candidates-by", "sample",
-                     "--test", GREP_TEST, "--json"])
+    result = invoke(
+        [
+            "fix",
+            "a.py",
+            "Fix the bug.",
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--candidates",
+            "2",
+            "--candidates-by",
+            "sample",
+            "--test",
+            GREP_TEST,
+            "--json",
+        ]
+    )
     assert result.exit_code == 0, result.output
     assert calls == [2]  # try 1's batch (try 2's rows are scripted alike)
     lines = [line for line in result.stderr.splitlines() if ": try " in line]
-    assert len(lines) == 4 and all(f"try {n} of 3, candidate " in "".join(lines[2 * n - 2:2 * n]) for n in (1, 2))
+    assert len(lines) == 4 and all(f"try {n} of 3, candidate " in "".join(lines[2 * n - 2 : 2 * n]) for n in (1, 2))
     assert "candidate 2 of 2" in "".join(lines[:2]) and "candidate 2 of 2" in "".join(lines[2:])
     assert "passed" in "".join(lines[2:]) and "the same as candidate 1" in "".join(lines[2:])
     data = json.loads(result.stdout)
@@ -306,11 +354,38 @@ def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(t
     buggy, fixed = "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return a + b\n"
     scripted_rows(buggy, fixed, "def add(a, b):\n    return a * b\n", buggy)  # the single decode: the first
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text(json.dumps({"id": "add", "language": "python", "before": buggy, "after": fixed,
-                                  "instruction": "Fix add.", "test": "assert add(2, 3) == 5\n"}) + "\n")
+    corpus.write_text(
+        json.dumps(
+            {
+                "id": "add",
+                "language": "python",
+                "before": buggy,
+                "after": fixed,
+                "instruction": "Fix add.",
+                "test": "assert add(2, 3) == 5\n",
+            }
+        )
+        + "\n"
+    )
     out = tmp_path / "c.json"
-    result = invoke(["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
-                     "--dtype", "fp32", "--threads", "1", "--json", str(out)])
+    result = invoke(
+        [
+            "bench",
+            "candidates",
+            "-c",
+            str(corpus),
+            "--model",
+            str(tiny_dir),
+            "-k",
+            "4",
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     (row,) = data["corpora"][0]["cases"]
@@ -322,8 +397,26 @@ def test_bench_candidates_times_k_rows_against_one_and_judges_each_by_the_test(t
     assert summary["pass_k"] == 1 and summary["pass_one"] == 0 and summary["n"] == 1
     assert "any of 4 1/1" in result.stdout
     assert row["regions"] == [[1, 2]] and data["scoped"]  # "Fix add." scoped as `cadedit fix` scopes it
-    whole = invoke(["bench", "candidates", "-c", str(corpus), "--model", str(tiny_dir), "-k", "4",
-                    "--dtype", "fp32", "--threads", "1", "--scoping", "off", "--json", str(out)])
+    whole = invoke(
+        [
+            "bench",
+            "candidates",
+            "-c",
+            str(corpus),
+            "--model",
+            str(tiny_dir),
+            "-k",
+            "4",
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--scoping",
+            "off",
+            "--json",
+            str(out),
+        ]
+    )
     assert whole.exit_code == 0, whole.output
     data = json.loads(out.read_text())
     assert data["corpora"][0]["cases"][0]["regions"] == [] and not data["scoped"]
@@ -390,7 +483,8 @@ def test_a_row_that_runs_far_past_candidate_1_is_stopped(tiny_dir):
     assert first.decoded is not None and first.decoded.text.startswith(document.text)
     forwards = first.decoded.stats.forward_passes
     assert second.decoded is None and second.error.message.startswith(
-        f"stopped after {decode.row_limit(forwards)} forwards")
+        f"stopped after {decode.row_limit(forwards)} forwards"
+    )
 
 
 # -- branches ------------------------------------------------------------------------------------
@@ -457,8 +551,11 @@ def test_branch_points_take_the_nearest_ties_and_leave_out_splits_of_the_picked_
 
     tokens = [b"", b"ab", b"a", b"x", b"b", b"y"]
     ids = [1, 4, 4]  # "ab", "b", "b"
-    alternatives = [Alternative(0, 2, 0.1, -1.0),  # "a" only splits "ab": left out
-                    Alternative(1, 3, 0.5, -2.0), Alternative(2, 5, 0.2, -3.0)]
+    alternatives = [
+        Alternative(0, 2, 0.1, -1.0),  # "a" only splits "ab": left out
+        Alternative(1, 3, 0.5, -2.0),
+        Alternative(2, 5, 0.2, -3.0),
+    ]
     assert [(a.at, a.token) for a in branch_points(alternatives, ids, 2, tokens)] == [(2, 5), (1, 3)]
     assert [(a.at, a.token) for a in branch_points(alternatives, ids, 1, tokens)] == [(2, 5)]
 
@@ -482,8 +579,12 @@ def test_branch_points_leave_out_alternatives_that_would_write_the_answer_again(
 
     tokens = [b"", b"a", b"b", b"ab", b"}\n", b"}\n\n", b"```", b"c", b"}"]
     ids = [1, 2, 4, 6]  # "a" "b" "}\n" "```"
-    alternatives = [Alternative(0, 3, 0.1, -1.0), Alternative(2, 5, 0.2, -1.0), Alternative(1, 7, 0.3, -1.0),
-                    Alternative(2, 8, 0.4, -1.0)]
+    alternatives = [
+        Alternative(0, 3, 0.1, -1.0),
+        Alternative(2, 5, 0.2, -1.0),
+        Alternative(1, 7, 0.3, -1.0),
+        Alternative(2, 8, 0.4, -1.0),
+    ]
     assert [(a.at, a.token) for a in branch_points(alternatives, ids, 3, tokens, "```")] == [(1, 7)]
     assert [(a.at, a.token) for a in branch_points(alternatives, ids, 3, tokens)] == [(2, 5), (1, 7)]
 
@@ -495,15 +596,22 @@ def test_the_branches_report_their_progress_after_candidate_1(tiny):
     document = Document.from_bytes(BEFORE, "a.py")
     options = EditOptions(mode=Mode.VERIFY, max_new_tokens=40)
     steps, at_check = [], []
-    found = pipeline.edit_branches(document, "Fix the bug.", options, branch_factories(3, options.sampling),
-                                   lambda first: at_check.append(len(steps)) or False, loaded=tiny,
-                                   on_step=lambda stats, step: steps.append(stats.forward_passes))
+    found = pipeline.edit_branches(
+        document,
+        "Fix the bug.",
+        options,
+        branch_factories(3, options.sampling),
+        lambda first: at_check.append(len(steps)) or False,
+        loaded=tiny,
+        on_step=lambda stats, step: steps.append(stats.forward_passes),
+    )
     assert len(found) == 3 and at_check[0] > 0 and len(steps) > at_check[0]
     assert steps[at_check[0]] == 1  # the branches' count starts again
 
 
-def test_a_branch_that_writes_what_the_file_lacks_may_take_a_forward_per_token_of_candidate_1(tiny_dir, work,
-                                                                                              scripted_rows, monkeypatch):
+def test_a_branch_that_writes_what_the_file_lacks_may_take_a_forward_per_token_of_candidate_1(
+    tiny_dir, work, scripted_rows, monkeypatch
+):
     """Candidate 1 copies a long file in a few drafted forwards; the branches fix line 2 and then write
     lines the file lacks, one token a forward (no draft to take). They may take a forward per token
     candidate 1 wrote after the branch point (decode.branch_limit), where twice candidate 1's forwards
@@ -514,14 +622,18 @@ def test_a_branch_that_writes_what_the_file_lacks_may_take_a_forward_per_token_o
     fixed = GOOD + "".join(f"y{k} = [{k}]\n" for k in range(30))
     result, data, first, branched = fixed_by_a_branch(tiny_dir, work, scripted_rows, monkeypatch, tail, fixed)
     assert "candidate 1 of 4: failed: change (the edit changed nothing)" in result.stderr
-    forwards = [int(line.split(" forward passes")[0].rsplit(" ", 1)[1]) for line in result.stderr.splitlines()
-                if "forward passes" in line and "try 1 of 3" in line]
+    forwards = [
+        int(line.split(" forward passes")[0].rsplit(" ", 1)[1])
+        for line in result.stderr.splitlines()
+        if "forward passes" in line and "try 1 of 3" in line
+    ]
     assert forwards[data["answer_candidate"] - 1] > decode.row_limit(forwards[0])  # past the cap by forwards alone
     assert branched["tokens_new"] <= first["tokens_new"] + decode.ROW_SLACK
 
 
-def test_a_branch_that_writes_candidate_1s_text_again_takes_its_rest_without_decoding_it(tiny_dir, work,
-                                                                                          scripted_rows, monkeypatch):
+def test_a_branch_that_writes_candidate_1s_text_again_takes_its_rest_without_decoding_it(
+    tiny_dir, work, scripted_rows, monkeypatch
+):
     """Candidate 1 copies a 42-line file unchanged; the branches fix line 2 and then spell candidate 1's
     rest. Once a branch has written REJOIN_TOKENS ids of candidate 1's answer again it takes the rest
     as its own (decode.REJOIN_TOKENS) instead of verifying it: the fix passes and is written whole,
@@ -563,8 +675,10 @@ def test_later_tries_decode_their_branches_to_the_end(tiny_dir, work, monkeypatc
     tail = "".join(f"x{k} = {k}\n" for k in range(40))
     (work / "a.py").write_text(BEFORE.decode() + tail)
     fixed = GOOD + tail.replace("x39 = 39", "x39 = 99")
-    copy, fix_both = (spelling(lambda prepared, answer=answer: answer + prepared.fence + "\n")
-                      for answer in (BEFORE.decode() + tail, fixed))
+    copy, fix_both = (
+        spelling(lambda prepared, answer=answer: answer + prepared.fence + "\n")
+        for answer in (BEFORE.decode() + tail, fixed)
+    )
     inject_picks(monkeypatch, lambda k: [copy] + [fix_both] * (3 if k == 1 else 7) if k else None)
     inject_branches(monkeypatch, b" -", b" +")
     test = "grep -q 'a + b' a.py && grep -q 'x39 = 99' a.py || { echo 'expected the fix'; exit 1; }"

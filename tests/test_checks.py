@@ -119,8 +119,10 @@ def test_data_formats_report_line_and_column(path, before, after, detail, source
     assert (check.passed, check.skipped, check.detail, check.output_tail) == (False, False, detail, source)
 
 
-@pytest.mark.parametrize(("path", "text"), [("c.json", '\ufeff{"a": [1, 2]}\n'), ("c.toml", "[t]\na = 1\n"),
-                                            ("c.yaml", "a: !Ref x\n---\nb: [1]\n")])
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [("c.json", '\ufeff{"a": [1, 2]}\n'), ("c.toml", "[t]\na = 1\n"), ("c.yaml", "a: !Ref x\n---\nb: [1]\n")],
+)
 def test_data_formats_that_parse_pass(path, text):
     check = syntax_check(path, "", text)
     assert (check.passed, check.skipped) == (True, False)
@@ -144,8 +146,14 @@ def test_javascript_syntax_error_through_node(suffix):
 
 
 @needs_node
-@pytest.mark.parametrize(("path", "text"), [("a.js", "module.exports = 1;\n"), ("a.js", "export const x = 1;\n"),
-                                            ("a.mjs", "import fs from 'fs';\nexport default fs;\n")])
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [
+        ("a.js", "module.exports = 1;\n"),
+        ("a.js", "export const x = 1;\n"),
+        ("a.mjs", "import fs from 'fs';\nexport default fs;\n"),
+    ],
+)
 def test_javascript_that_parses_passes_as_commonjs_or_module(path, text):
     check = syntax_check(path, "", text)
     assert (check.passed, check.skipped) == (True, False)
@@ -166,10 +174,17 @@ def test_a_js_file_passes_when_it_parses_as_an_es_module(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert syntax_check("a.js", "", "const x = 1;\n\n\nexport { x };\n").passed
     check = syntax_check("a.cjs", "", "const x = 1;\n\n\nexport { x };\n")  # CommonJS only: no second chance
-    assert (check.passed, check.detail, check.output_tail) == (False, "line 4: Unexpected token 'export'", "export { x };")
+    assert (check.passed, check.detail, check.output_tail) == (
+        False,
+        "line 4: Unexpected token 'export'",
+        "export { x };",
+    )
 
 
-@pytest.mark.parametrize(("script", "note"), [("exit 3", "no output"), ("echo 'TypeError [ERR_X]: odd' >&2; exit 1", "TypeError [ERR_X]: odd")])
+@pytest.mark.parametrize(
+    ("script", "note"),
+    [("exit 3", "no output"), ("echo 'TypeError [ERR_X]: odd' >&2; exit 1", "TypeError [ERR_X]: odd")],
+)
 def test_node_failing_without_a_syntax_error_is_skipped_with_a_note(monkeypatch, tmp_path, script, note):
     fake = tmp_path / "node"
     fake.write_text(f"#!/bin/sh\n{script}\n")
@@ -205,8 +220,9 @@ def test_languages_without_a_checker_are_skipped(path):
     assert check.detail.startswith("no syntax check for ")
 
 
-@pytest.mark.parametrize(("path", "broken"), [("m.py", BROKEN_PY), ("c.json", "{"), ("c.toml", "a ="),
-                                              ("c.yaml", "a: [")])
+@pytest.mark.parametrize(
+    ("path", "broken"), [("m.py", BROKEN_PY), ("c.json", "{"), ("c.toml", "a ="), ("c.yaml", "a: [")]
+)
 def test_a_file_that_did_not_parse_before_is_not_held_to_it(path, broken):
     check = syntax_check(path, broken, broken + "\n")
     assert (check.passed, check.skipped, check.detail) == (True, True, "the file did not parse before the edit")
@@ -241,11 +257,17 @@ def test_feedback_tells_the_next_try_what_failed():
 
 def test_feedback_quotes_a_line_with_backticks_as_markdown_inline_code():
     check = Check("syntax", False, False, "line 1: Unterminated template literal", "const s = `a ${b}")
-    assert feedback([check]) == "Your previous answer did not parse: line 1: Unterminated template literal (``const s = `a ${b}``)."
+    assert (
+        feedback([check])
+        == "Your previous answer did not parse: line 1: Unterminated template literal (``const s = `a ${b}``)."
+    )
 
 
 def test_feedback_for_tests_that_failed_without_output():
-    assert feedback([Check("test", False, False, "killed by SIGSEGV")]) == "The tests failed (killed by SIGSEGV), without output."
+    assert (
+        feedback([Check("test", False, False, "killed by SIGSEGV")])
+        == "The tests failed (killed by SIGSEGV), without output."
+    )
 
 
 def test_feedback_is_empty_when_everything_passed_or_was_skipped():
@@ -298,7 +320,13 @@ def gone_soon(pid: int, within: float = 2.0) -> bool:
 
 def test_passing_command_sees_the_candidate_and_the_original_comes_back(user_file):
     check = run_test(Candidate.read(user_file, CANDIDATE), "grep -q 'a - b' calc.py && echo ok", 30, user_file.parent)
-    assert (check.name, check.passed, check.skipped, check.detail, check.output_tail) == ("test", True, False, "exit 0", "ok")
+    assert (check.name, check.passed, check.skipped, check.detail, check.output_tail) == (
+        "test",
+        True,
+        False,
+        "exit 0",
+        "ok",
+    )
     assert check.seconds > 0
     assert_restored(user_file)
 
@@ -365,7 +393,9 @@ def test_a_test_that_deletes_the_file_loses_to_the_original(user_file, command):
 )  # fmt: skip
 def test_what_replaced_the_candidate_during_the_test_is_kept_and_the_original_named(user_file, command, now):
     """Only what cadedit placed is restored: newer bytes (a save in an editor, or the test's own) stay."""
-    with pytest.raises(ApplyError, match=r"calc\.py: changed while the test ran, so .*; the original is in (\S+)$") as info:
+    with pytest.raises(
+        ApplyError, match=r"calc\.py: changed while the test ran, so .*; the original is in (\S+)$"
+    ) as info:
         run_test(Candidate.read(user_file, CANDIDATE), command, 30, user_file.parent)
     assert Path(info.value.message.rsplit(" ", 1)[1]).read_bytes() == ORIGINAL
     if now is None:
@@ -522,7 +552,9 @@ def test_a_signal_to_cadedit_during_the_test_restores_the_file(user_file, tmp_pa
     assert_restored(user_file, "started")
 
 
-@pytest.mark.parametrize("path, deep", [("m.py", "x = 1" + " + 1" * 200_000 + "\n"), ("d.json", "[" * 200_000 + "]" * 200_000)])
+@pytest.mark.parametrize(
+    "path, deep", [("m.py", "x = 1" + " + 1" * 200_000 + "\n"), ("d.json", "[" * 200_000 + "]" * 200_000)]
+)
 def test_a_candidate_nested_deeper_than_the_parser_reads_fails_the_syntax_check_in_one_line(path, deep):
     """compile() and json.loads raise RecursionError on these: a verdict on the candidate, not an internal error."""
     before = "x = 1\n" if path.endswith(".py") else "[]"

@@ -89,7 +89,10 @@ def test_clip_mode_warns_and_applies(work):
     (work / "p").write_text(format(Program((Copy(1, 2), Gen("    return 0\n"), Copy(4, 9)))))
     result = invoke("apply", "a.py", "p", "--clip", "--write")
     assert result.exit_code == 0, result.output
-    assert 'warning: program op 3: `<copy lines="4-9"/>` but the file has 4 lines; clipped to <copy lines="4-4"/>' in result.stderr
+    assert (
+        'warning: program op 3: `<copy lines="4-9"/>` but the file has 4 lines; clipped to <copy lines="4-4"/>'
+        in result.stderr
+    )
     assert (work / "a.py").read_bytes() == b"def f(a, b):\r\n    return a - b\r\n    return 0\nprint(f(1, 2))"
 
 
@@ -98,14 +101,42 @@ BAD_INPUTS = [
     ("missing file", ["apply", "nope.py", "p"], "error: nope.py: no such file"),
     ("missing program", ["apply", "a.py", "nope.program"], "error: nope.program: no such file"),
     ("directory", ["apply", "sub", "p"], "error: sub: is a directory, not a file"),
-    ("binary file", ["apply", "bin.dat", "p"], "error: bin.dat: binary file (NUL byte at offset 3); cadedit edits text files only"),
-    ("non-UTF-8 file", ["apply", "latin1.py", "p"], "error: latin1.py: not UTF-8 (invalid byte 0xe9 at line 2, offset 9)"),
-    ("non-UTF-8 program", ["apply", "a.py", "latin1.py"], "error: latin1.py: not UTF-8 (invalid byte 0xe9 at line 2, offset 9)"),
-    ("bad program text", ["apply", "a.py", "bad.program"], "error: op 2 (line 3): expected '<copy', '<gen>' or '</program>', found '<cpy lines=\"3-4\"/>\\n</program>\\n'"),
-    ("out-of-range copy", ["apply", "a.py", "far.program"], 'error: program op 1: `<copy lines="3-9"/>` but the file has 4 lines'),
-    ("reversed copy", ["apply", "a.py", "reversed.program"], 'error: program op 1: `<copy lines="3-2"/>` starts after it ends'),
+    (
+        "binary file",
+        ["apply", "bin.dat", "p"],
+        "error: bin.dat: binary file (NUL byte at offset 3); cadedit edits text files only",
+    ),
+    (
+        "non-UTF-8 file",
+        ["apply", "latin1.py", "p"],
+        "error: latin1.py: not UTF-8 (invalid byte 0xe9 at line 2, offset 9)",
+    ),
+    (
+        "non-UTF-8 program",
+        ["apply", "a.py", "latin1.py"],
+        "error: latin1.py: not UTF-8 (invalid byte 0xe9 at line 2, offset 9)",
+    ),
+    (
+        "bad program text",
+        ["apply", "a.py", "bad.program"],
+        "error: op 2 (line 3): expected '<copy', '<gen>' or '</program>', found '<cpy lines=\"3-4\"/>\\n</program>\\n'",
+    ),
+    (
+        "out-of-range copy",
+        ["apply", "a.py", "far.program"],
+        'error: program op 1: `<copy lines="3-9"/>` but the file has 4 lines',
+    ),
+    (
+        "reversed copy",
+        ["apply", "a.py", "reversed.program"],
+        'error: program op 1: `<copy lines="3-2"/>` starts after it ends',
+    ),
     ("missing oracle input", ["oracle", "a.py", "gone.py"], "error: gone.py: no such file"),
-    ("binary oracle input", ["oracle", "bin.dat", "a.py"], "error: bin.dat: binary file (NUL byte at offset 3); cadedit edits text files only"),
+    (
+        "binary oracle input",
+        ["oracle", "bin.dat", "a.py"],
+        "error: bin.dat: binary file (NUL byte at offset 3); cadedit edits text files only",
+    ),
 ]
 
 
@@ -189,7 +220,10 @@ def test_internal_error_is_one_line_without_debug(work, monkeypatch):
     monkeypatch.setattr("cadedit.text.oracle.oracle", _crash)
     result = invoke("oracle", "a.py", "b.py")
     assert result.exit_code == 1
-    assert result.stderr.splitlines() == ["error: internal error: RuntimeError: boom", "hint: rerun with --debug for the traceback"]
+    assert result.stderr.splitlines() == [
+        "error: internal error: RuntimeError: boom",
+        "hint: rerun with --debug for the traceback",
+    ]
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
@@ -255,8 +289,11 @@ def test_git_apply_in_a_repository(tmp_path, pair):
     (tmp_path / "src" / "m.py").write_bytes(before)
     (tmp_path / "new.py").write_bytes(after)
     setup = "git init -q . && git add src/m.py && git commit -qm init"
-    done = sh(f"{setup} && cadedit oracle src/m.py new.py > p && cadedit apply src/m.py p | git apply --check - "
-              f"&& cadedit apply src/m.py p > d && git apply d", tmp_path)
+    done = sh(
+        f"{setup} && cadedit oracle src/m.py new.py > p && cadedit apply src/m.py p | git apply --check - "
+        f"&& cadedit apply src/m.py p > d && git apply d",
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr.decode()
     assert (tmp_path / "src" / "m.py").read_bytes() == after
 
@@ -292,17 +329,24 @@ def test_python_dash_m_in_a_folder_with_files_named_like_the_standard_library(tm
         (tmp_path / f"{name}.py").write_text(f"raise ImportError('the user\\'s own {name}.py was imported')\n")
     (tmp_path / "a.py").write_bytes(BEFORE)
     (tmp_path / "b.py").write_bytes(AFTER)
-    done = subprocess.run([sys.executable, "-m", "cadedit", "oracle", "a.py", "b.py"], capture_output=True,
-                          cwd=tmp_path, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "cadedit", "oracle", "a.py", "b.py"], capture_output=True, cwd=tmp_path, text=True
+    )
     assert done.returncode == 0 and "own" not in done.stderr, done.stderr
     assert "copy" in done.stdout
-    missing = subprocess.run([sys.executable, "-m", "cadedit", "fix", "logging.py", "Fix it.", "--model",
-                              str(tmp_path / "no-model")], capture_output=True, cwd=tmp_path, text=True)
+    missing = subprocess.run(
+        [sys.executable, "-m", "cadedit", "fix", "logging.py", "Fix it.", "--model", str(tmp_path / "no-model")],
+        capture_output=True,
+        cwd=tmp_path,
+        text=True,
+    )
     assert missing.returncode == 1 and "own logging.py" not in missing.stderr, missing.stderr
     assert missing.stderr.count("error:") == 1 and "Traceback" not in missing.stderr
 
 
-@pytest.mark.parametrize("args", [["oracle", "a.py", "b.py"], ["apply", "a.py", "p"], ["apply", "--help"], ["--version"]])
+@pytest.mark.parametrize(
+    "args", [["oracle", "a.py", "b.py"], ["apply", "a.py", "p"], ["apply", "--help"], ["--version"]]
+)
 def test_commands_without_a_model_never_import_torch(tmp_path, args):
     (tmp_path / "a.py").write_bytes(BEFORE)
     (tmp_path / "b.py").write_bytes(AFTER)
@@ -323,9 +367,11 @@ def test_startup_imports_no_model_code(tmp_path):
     (`cadedit bench overhead`), not a timed test."""
     import sys
 
-    code = ("import sys\nfrom cadedit.entry import main\nsys.argv = ['cadedit', '--version']\ntry:\n    main()\n"
-            "except SystemExit:\n    pass\nheavy = ('torch', 'numpy', 'transformers', 'tokenizers', 'jinja2', 'safetensors')\n"
-            "print(sorted(m for m in heavy if m in sys.modules))")
+    code = (
+        "import sys\nfrom cadedit.entry import main\nsys.argv = ['cadedit', '--version']\ntry:\n    main()\n"
+        "except SystemExit:\n    pass\nheavy = ('torch', 'numpy', 'transformers', 'tokenizers', 'jinja2', 'safetensors')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
@@ -335,11 +381,13 @@ def test_startup_imports_no_model_code(tmp_path):
 def test_help_lists_every_command_without_importing_one(args):
     """`cadedit --help` and `cadedit bench --help` list every command from the registries in cli/root.py
     and bench/cli.py: no command's own module is imported, nor numpy or torch."""
-    code = ("import sys\nfrom cadedit.entry import main\nsys.argv = ['cadedit', *sys.argv[1:]]\ntry:\n    main()\n"
-            "except SystemExit:\n    pass\n"
-            "print(sorted(m for m in sys.modules if m in ('numpy', 'torch') or m.startswith('cadedit.')\n"
-            "             and m not in ('cadedit.cli.root', 'cadedit.cli.common', 'cadedit.bench.cli', 'cadedit.entry')\n"
-            "             and m.rpartition('.')[0] in ('cadedit.cli', 'cadedit.bench')))")
+    code = (
+        "import sys\nfrom cadedit.entry import main\nsys.argv = ['cadedit', *sys.argv[1:]]\ntry:\n    main()\n"
+        "except SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m in ('numpy', 'torch') or m.startswith('cadedit.')\n"
+        "             and m not in ('cadedit.cli.root', 'cadedit.cli.common', 'cadedit.bench.cli', 'cadedit.entry')\n"
+        "             and m.rpartition('.')[0] in ('cadedit.cli', 'cadedit.bench')))"
+    )
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
@@ -388,8 +436,9 @@ def test_ci_runs_exactly_the_readme_test_command():
 def run_module(*args: str, cwd: Path, timeout: float = 30, **kwargs) -> subprocess.CompletedProcess:
     """`python -m cadedit` of this worktree in a subprocess (a hang fails the test instead of the run)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    return subprocess.run([sys.executable, "-m", "cadedit", *args], cwd=cwd, capture_output=True, timeout=timeout,
-                          env=env, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "cadedit", *args], cwd=cwd, capture_output=True, timeout=timeout, env=env, **kwargs
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
@@ -398,19 +447,25 @@ def test_write_never_replaces_a_character_device(work):
     (work / "p").write_text(format(Program((Gen("x\n"),))))
     result = invoke("apply", "mynull", "p", "--write")
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[0] == "error: mynull: is a character device; cadedit reads and writes regular files only"
+    assert (
+        result.stderr.splitlines()[0]
+        == "error: mynull: is a character device; cadedit reads and writes regular files only"
+    )
     assert stat.S_ISCHR(os.lstat(work / "mynull").st_mode)
 
 
-@pytest.mark.parametrize("args", [["apply", "fifo", "p"], ["apply", "a.py", "fifo"], ["oracle", "fifo", "a.py"],
-                                  ["fix", "fifo", "Fix it."]])
+@pytest.mark.parametrize(
+    "args", [["apply", "fifo", "p"], ["apply", "a.py", "fifo"], ["oracle", "fifo", "a.py"], ["fix", "fifo", "Fix it."]]
+)
 def test_a_fifo_is_refused_at_once_instead_of_hanging(work, args):
     os.mkfifo(work / "fifo")
     (work / "p").write_text(format(Program((Copy(1, 1),))))
     done = run_module(*args, cwd=work, timeout=20)
     assert done.returncode == 1
-    assert done.stderr.decode() == ("error: fifo: is a FIFO (named pipe); cadedit reads and writes regular files only\n"
-                                    "hint: to edit piped text, use `cadedit fix - ...` with the text on stdin\n")
+    assert done.stderr.decode() == (
+        "error: fifo: is a FIFO (named pipe); cadedit reads and writes regular files only\n"
+        "hint: to edit piped text, use `cadedit fix - ...` with the text on stdin\n"
+    )
 
 
 def test_dev_zero_is_refused_without_reading_it(work):
@@ -443,7 +498,8 @@ def test_write_refuses_a_read_only_file_unless_forced(work):
     assert refused.exit_code == 1
     assert refused.stderr.splitlines() == [
         "error: a.py: read-only (mode 0444); nothing written",
-        "hint: make it writable first (chmod u+w a.py), or pass --force where offered"]
+        "hint: make it writable first (chmod u+w a.py), or pass --force where offered",
+    ]
     assert (work / "a.py").read_bytes() == BEFORE
     forced = invoke("apply", "a.py", "p", "--write", "--force")
     assert forced.exit_code == 0, forced.output
@@ -512,7 +568,8 @@ def test_a_program_with_crlf_line_ends_is_refused_where_its_first_gen_starts(wor
     assert result.stderr.splitlines() == [
         "error: op 2 (line 3): expected '\\n' after '<gen>' (the program has CR line ends), found "
         "'\\r\\nx = 1\\r\\n</gen>\\r\\n</program>\\r\\n'",
-        "hint: write programs with \\n line ends (dos2unix converts one); CRs inside gen text are kept"]
+        "hint: write programs with \\n line ends (dos2unix converts one); CRs inside gen text are kept",
+    ]
 
 
 @needs_patch
@@ -520,8 +577,12 @@ def test_a_program_with_crlf_line_ends_is_refused_where_its_first_gen_starts(wor
 def test_a_piped_diff_is_the_plain_patch_whatever_the_colour_settings(work, env):
     (work / "p").write_bytes(invoke("oracle", "a.py", "b.py").stdout_bytes)
     plain = run_module("apply", "a.py", "p", cwd=work).stdout
-    done = subprocess.run([sys.executable, "-m", "cadedit", "apply", "a.py", "p"], cwd=work, capture_output=True,
-                          env={**os.environ, **env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    done = subprocess.run(
+        [sys.executable, "-m", "cadedit", "apply", "a.py", "p"],
+        cwd=work,
+        capture_output=True,
+        env={**os.environ, **env, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
     assert done.returncode == 0 and done.stdout == plain
     assert b"\x1b[" not in done.stdout and b"^M" not in done.stdout
     patched = subprocess.run(["patch", "-p1"], cwd=work, input=done.stdout, capture_output=True)
@@ -529,8 +590,15 @@ def test_a_piped_diff_is_the_plain_patch_whatever_the_colour_settings(work, env)
     assert (work / "a.py").read_bytes() == AFTER
 
 
-@pytest.mark.parametrize("args", [["oracle", "a.py", "b.py", "--debug"], ["oracle", "--debug", "a.py", "b.py"],
-                                  ["hook", "run", "--debug"], ["hook", "--debug", "run"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["oracle", "a.py", "b.py", "--debug"],
+        ["oracle", "--debug", "a.py", "b.py"],
+        ["hook", "run", "--debug"],
+        ["hook", "--debug", "run"],
+    ],
+)
 def test_debug_is_accepted_after_the_command_too(work, monkeypatch, args):
     monkeypatch.setattr("cadedit.text.oracle.oracle", _crash)
     monkeypatch.setattr("cadedit.git.repo.open_repo", _crash)
@@ -550,7 +618,9 @@ def test_a_file_name_that_is_not_utf8_gets_a_quoted_header_that_patch_applies(wo
     assert result.exit_code == 0, result.output
     assert result.stdout_bytes.startswith(b'diff --git "a/\\377.py" "b/\\377.py"\n--- "a/\\377.py"\n+++ "b/\\377.py"\n')
     if shutil.which("patch"):
-        assert subprocess.run(["patch", "-p1"], cwd=work, input=result.stdout_bytes, capture_output=True).returncode == 0
+        assert (
+            subprocess.run(["patch", "-p1"], cwd=work, input=result.stdout_bytes, capture_output=True).returncode == 0
+        )
         assert (work / name).read_bytes() == AFTER
 
 
@@ -567,15 +637,24 @@ def test_stdout_closed_or_full_is_a_one_line_error(work, redirect):
     for args in (["apply", "a.py", "p"], ["oracle", "a.py", "b.py"]):
         if redirect == "closed":
             done = subprocess.run(
-                [sys.executable, "-m", "cadedit", *args], cwd=work, stderr=subprocess.PIPE, timeout=30,
+                [sys.executable, "-m", "cadedit", *args],
+                cwd=work,
+                stderr=subprocess.PIPE,
+                timeout=30,
                 env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
-                preexec_fn=lambda: os.close(1))
+                preexec_fn=lambda: os.close(1),
+            )
             expected = "error: standard output is closed; nothing written\nhint: redirect it to a file or a pipe\n"
         else:
             with open("/dev/full", "wb") as full:
-                done = subprocess.run([sys.executable, "-m", "cadedit", *args], cwd=work, stdout=full,
-                                      stderr=subprocess.PIPE, timeout=30,
-                                      env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+                done = subprocess.run(
+                    [sys.executable, "-m", "cadedit", *args],
+                    cwd=work,
+                    stdout=full,
+                    stderr=subprocess.PIPE,
+                    timeout=30,
+                    env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+                )
             expected = "error: cannot write to standard output (No space left on device)\n"
         assert done.returncode == 1 and done.stderr.decode() == expected, args
 
@@ -601,14 +680,23 @@ def unreadable(work, monkeypatch):
     return work
 
 
-@pytest.mark.parametrize("args", [["apply", "secret.py", "p"], ["oracle", "secret.py", "a.py"],
-                                  ["oracle", "a.py", "secret.py"], ["fix", "secret.py", "Fix it."]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["apply", "secret.py", "p"],
+        ["oracle", "secret.py", "a.py"],
+        ["oracle", "a.py", "secret.py"],
+        ["fix", "secret.py", "Fix it."],
+    ],
+)
 def test_an_unreadable_file_is_a_one_line_error_exit_1_everywhere(unreadable, args):
     (unreadable / "p").write_text(format(Program((Copy(1, 1),))))
     result = invoke(*args)
     assert result.exit_code == 1, result.output
-    assert result.stderr.splitlines() == ["error: secret.py: permission denied",
-                                          "hint: check the permissions of the file and its folders"]
+    assert result.stderr.splitlines() == [
+        "error: secret.py: permission denied",
+        "hint: check the permissions of the file and its folders",
+    ]
 
 
 def test_a_folder_without_search_permission_is_a_one_line_error(work, monkeypatch):
@@ -632,18 +720,29 @@ def test_a_symlink_loop_and_a_broken_symlink_say_so(work):
     os.symlink("loop2", work / "loop1")
     os.symlink("loop1", work / "loop2")
     os.symlink("nowhere", work / "broken")
-    assert invoke("oracle", "loop1", "a.py").stderr == "error: loop1: symlink loop (too many levels of symbolic links)\n"
+    assert (
+        invoke("oracle", "loop1", "a.py").stderr == "error: loop1: symlink loop (too many levels of symbolic links)\n"
+    )
     assert invoke("oracle", "broken", "a.py").stderr == "error: broken: broken symlink (its target does not exist)\n"
 
 
-@pytest.mark.parametrize(("data", "kind"), [(b"\xff\xfeh\x00i\x00\n\x00", "UTF-16"), (b"\xfe\xff\x00h\x00i", "UTF-16"),
-                                            (b"\xff\xfe\x00\x00h\x00\x00\x00", "UTF-32"), (b"h\x00i\x00\n\x00", "UTF-16")])
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        (b"\xff\xfeh\x00i\x00\n\x00", "UTF-16"),
+        (b"\xfe\xff\x00h\x00i", "UTF-16"),
+        (b"\xff\xfe\x00\x00h\x00\x00\x00", "UTF-32"),
+        (b"h\x00i\x00\n\x00", "UTF-16"),
+    ],
+)
 def test_utf16_and_utf32_files_are_named_as_such(work, data, kind):
     (work / "wide.txt").write_bytes(data)
     result = invoke("oracle", "wide.txt", "a.py")
     assert result.exit_code == 1
-    assert result.stderr.splitlines() == [f"error: wide.txt: {kind} text; cadedit edits UTF-8 files only",
-                                          f"hint: convert it first, e.g. iconv -f {kind} -t UTF-8"]
+    assert result.stderr.splitlines() == [
+        f"error: wide.txt: {kind} text; cadedit edits UTF-8 files only",
+        f"hint: convert it first, e.g. iconv -f {kind} -t UTF-8",
+    ]
 
 
 # ------------------------------------------------------------------------------- signals during --write
@@ -698,7 +797,8 @@ def test_a_diff_for_a_file_outside_the_working_directory_is_refused_in_one_line(
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [
         "error: ../other/f.py: outside the working directory, so a diff cannot name it for patch -p1",
-        "hint: run cadedit from a folder that contains the file, or write the edit with --write"]
+        "hint: run cadedit from a folder that contains the file, or write the edit with --write",
+    ]
     (tmp_path / "here/p").write_bytes(format(Program((Copy(1, 2),))).encode())
     assert invoke("apply", "../other/f.py", "p", "--write").exit_code == 0  # --write needs no header
 
@@ -713,8 +813,9 @@ def test_a_pipe_with_write_is_refused_as_a_pipe(work):
     finally:
         os.close(read)
     assert done.returncode == 1
-    assert done.stderr.decode().splitlines()[0] == (f"error: /dev/fd/{read}: is a FIFO (named pipe); cadedit reads "
-                                                    "and writes regular files only")
+    assert done.stderr.decode().splitlines()[0] == (
+        f"error: /dev/fd/{read}: is a FIFO (named pipe); cadedit reads and writes regular files only"
+    )
 
 
 def test_a_program_on_stdin_is_read_up_to_the_cap_only(work, monkeypatch):

@@ -139,7 +139,8 @@ def test_a_docstring_request_that_deletes_a_return_fails_kept(module, tiny_dir, 
     assert result.exit_code == 0, result.output
     assert first_failure(result).startswith(
         "failed: kept (changed the code of `lerp` (line 6), but the instruction asks only for documentation, "
-        "type hints or logging)")
+        "type hints or logging)"
+    )
     assert "Keep all the code that the instruction does not ask to change." in calls[1].prompt
     assert module.read_text() == good
 
@@ -148,8 +149,9 @@ def test_a_definition_removed_unasked_fails_kept_and_is_never_written(module, ti
     scripted(MODULE.replace("def lerp(a, b, t):\n    return a + (b - a) * t\n\n\n", "").replace('"lerp", ', ""))
     result = run(tiny_dir, "Make biggest faster.")
     assert result.exit_code == 3, result.output
-    assert first_failure(result).startswith("failed: kept (removed `lerp` (line 6), which the instruction does not "
-                                            "ask to remove)")
+    assert first_failure(result).startswith(
+        "failed: kept (removed `lerp` (line 6), which the instruction does not ask to remove)"
+    )
     assert module.read_text() == MODULE
 
 
@@ -170,8 +172,10 @@ def test_a_bug_fix_may_change_and_remove_statements(module, tiny_dir, scripted):
     assert module.read_text() == fixed
 
 
-BOX_CLASS = "class Box:\n    def __init__(self, n):\n        self.n = n\n\n    def __eq__(self, other):\n" \
-            "        return self.n == other.n\n\n    def __ne__(self, other):\n        return not self == other\n"
+BOX_CLASS = (
+    "class Box:\n    def __init__(self, n):\n        self.n = n\n\n    def __eq__(self, other):\n"
+    "        return self.n == other.n\n\n    def __ne__(self, other):\n        return not self == other\n"
+)
 BOX_DATACLASS = "import dataclasses\n\n\n@dataclasses.dataclass\nclass Box:\n    n: int\n"
 
 
@@ -185,8 +189,9 @@ def test_methods_a_dataclass_generates_may_go_but_others_may_not(work, tiny_dir,
     scripted(BOX_DATACLASS.replace("@dataclasses.dataclass\n", ""))
     result = run(tiny_dir, "Make Box simpler.")
     assert result.exit_code == 3, result.output
-    assert first_failure(result).startswith("failed: kept (removed `Box.__init__` (line 2), which the instruction "
-                                            "does not ask to remove (and 1 more))")
+    assert first_failure(result).startswith(
+        "failed: kept (removed `Box.__init__` (line 2), which the instruction does not ask to remove (and 1 more))"
+    )
 
 
 # -- asked ---------------------------------------------------------------------------------------
@@ -222,14 +227,17 @@ def test_a_bug_fix_has_no_asked_check(module, tiny_dir, scripted):
 
 
 def test_a_body_replaced_by_another_definitions_code_fails_body(module, tiny_dir, scripted):
-    copied = MODULE.replace("    m = xs[0]\n    for x in xs:\n        if x > m:\n            m = x\n    return m\n",
-                            "    s = 0\n    for x in xs:\n        s += x\n    return s\n")
+    copied = MODULE.replace(
+        "    m = xs[0]\n    for x in xs:\n        if x > m:\n            m = x\n    return m\n",
+        "    s = 0\n    for x in xs:\n        s += x\n    return s\n",
+    )
     assert copied != MODULE
     calls = scripted(copied)
     result = run(tiny_dir, "Make biggest handle an empty list.")
     assert result.exit_code == 3, result.output
-    assert first_failure(result).startswith("failed: body (the body of `biggest` (line 27) is now the code of "
-                                            "`total` (line 20))")
+    assert first_failure(result).startswith(
+        "failed: body (the body of `biggest` (line 27) is now the code of `total` (line 20))"
+    )
     assert "keep each function's own code" in calls[1].prompt
     assert module.read_text() == MODULE
 
@@ -255,8 +263,9 @@ def test_renaming_a_method_alone_while_the_class_still_calls_it_fails_public(wor
     calls = scripted(BOX.replace("def _size(", "def _length("))
     result = run(tiny_dir, "Rename Box._size to _length")
     assert result.exit_code == 3, result.output
-    assert first_failure(result).startswith("failed: public (removed `Box._size`, which the module still uses "
-                                            "(`self._size`, line 6))")
+    assert first_failure(result).startswith(
+        "failed: public (removed `Box._size`, which the module still uses (`self._size`, line 6))"
+    )
     assert "Your previous answer removed `Box._size`, which the module still uses" in calls[1].prompt
     assert (work / "a.py").read_text() == BOX
 
@@ -283,28 +292,36 @@ DESTROYED = "print(1 + 2)\n"  # `add` gone: fails kept
 WRONG_TWICE = "def add(a, b):\n    return a * b  # product\n\n\nprint(add(2, 2))\n"  # two lines, fails the test
 
 
-def test_without_a_test_the_result_line_names_the_checks_and_says_behaviour_was_not_tested(work, tiny_dir,
-                                                                                             scripted):
+def test_without_a_test_the_result_line_names_the_checks_and_says_behaviour_was_not_tested(work, tiny_dir, scripted):
     scripted(GOOD)
     result = fix(tiny_dir)
     assert result.exit_code == 0, result.output
-    assert "a.py: +1 -1 lines (passed: syntax, names, kept, body, public, change, try 1 of 3); behaviour not " \
-           "tested (no --test)" in result.stderr
+    assert (
+        "a.py: +1 -1 lines (passed: syntax, names, kept, body, public, change, try 1 of 3); behaviour not "
+        "tested (no --test)" in result.stderr
+    )
     scripted(GOOD)
     tested = fix(tiny_dir, "--test", GREP_TEST)
-    assert tested.exit_code == 0 and "passed: syntax, names, kept, body, public, change, test, try 1 of 3)" in \
-        tested.stderr and "not tested" not in tested.stderr
+    assert (
+        tested.exit_code == 0
+        and "passed: syntax, names, kept, body, public, change, test, try 1 of 3)" in tested.stderr
+        and "not tested" not in tested.stderr
+    )
 
 
 def test_with_a_failing_test_the_candidate_shown_changed_least_and_broke_nothing_else(work, tiny_dir, scripted):
     scripted(DESTROYED, WRONG_TWICE, WRONG)
     result = fix(tiny_dir, "--test", GREP_TEST)
     assert result.exit_code == 3, result.output
-    assert "the candidate that changed least and broke nothing but the test (try 3 of 3) FAILED its checks" \
+    assert (
+        "the candidate that changed least and broke nothing but the test (try 3 of 3) FAILED its checks"
         in result.stderr
+    )
     assert "+    return a * b\n" in result.stderr and "print(1 + 2)" not in result.stderr
-    assert "hint: the test still fails: raise --tries or --candidates, or name the function or line to fix" \
+    assert (
+        "hint: the test still fails: raise --tries or --candidates, or name the function or line to fix"
         in result.stderr
+    )
     assert (work / "a.py").read_bytes() == BEFORE
 
 
@@ -320,15 +337,15 @@ def test_no_change_hints_allow_no_change_only_where_the_file_may_already_comply(
     scripted(BEFORE.decode())
     result = fix(tiny_dir, instruction="Add a docstring to every function that lacks one.")
     assert result.exit_code == 3, result.output
-    assert "hint: raise --tries, or --allow-no-change if the file already does what the instruction asks" \
-        in result.stderr
+    assert (
+        "hint: raise --tries, or --allow-no-change if the file already does what the instruction asks" in result.stderr
+    )
 
 
 def test_a_tries_candidates_are_reported_in_order_one_line_each(work, tiny_dir, scripted_rows):
     broken = [f"def add(a, b):\n    return a +{' ' * k}\n\n\nprint(add(1, 2))\n" for k in range(4)]
     scripted_rows(*broken)
-    result = fix(tiny_dir, "--tries", "1", "--candidates", "4", "--candidates-by", "sample",
-                 instruction="Fix the bug.")
+    result = fix(tiny_dir, "--tries", "1", "--candidates", "4", "--candidates-by", "sample", instruction="Fix the bug.")
     assert result.exit_code == 3, result.output
     lines = tries_lines(result.stderr)
     assert [line.split(", candidate ")[1].split(":")[0] for line in lines] == ["1 of 4", "2 of 4", "3 of 4", "4 of 4"]
@@ -338,8 +355,24 @@ def test_a_tries_candidates_are_reported_in_order_one_line_each(work, tiny_dir, 
 
 
 def piped(tiny_dir, text: str, *args: str, instruction: str = "Add a docstring to the module."):
-    return invoke(["fix", "-", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
-                   "--threads", "1", "--candidates", "1", "--no-scope", *args], input=text)
+    return invoke(
+        [
+            "fix",
+            "-",
+            instruction,
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--candidates",
+            "1",
+            "--no-scope",
+            *args,
+        ],
+        input=text,
+    )
 
 
 HALF = MODULE.split("def unit")[0]  # unit, total and biggest deleted
@@ -350,8 +383,10 @@ def test_piped_python_gets_its_checks_by_name_or_by_content(work, tiny_dir, scri
     scripted(HALF)
     result = piped(tiny_dir, MODULE, *args)
     assert result.exit_code == 3, result.output
-    assert f"{named}: try 1 of 3: failed: kept (removed `unit` (line 16), which the instruction does not ask " \
-           "to remove" in result.stderr
+    assert (
+        f"{named}: try 1 of 3: failed: kept (removed `unit` (line 16), which the instruction does not ask "
+        "to remove" in result.stderr
+    )
     assert result.stdout == ""
     assert ("read as Python by its content (--stdin-filename NAME names it)" in result.stderr) == (not args)
 
@@ -360,8 +395,9 @@ def test_piped_text_of_unknown_language_is_refused_for_a_whole_file_edit(work, t
     calls = scripted("nothing left\n")
     result = piped(tiny_dir, "some notes\nand more\n")
     assert result.exit_code == 1, result.output
-    assert result.stderr.splitlines()[0] == ("error: <stdin>: the language of piped text is unknown, so a "
-                                             "whole-file edit of it cannot be checked")
+    assert result.stderr.splitlines()[0] == (
+        "error: <stdin>: the language of piped text is unknown, so a whole-file edit of it cannot be checked"
+    )
     assert "--stdin-filename NAME" in result.stderr and result.stdout == "" and calls == []
     named = piped(tiny_dir, "some notes\nand more\n", "--stdin-filename", "notes.md", instruction="Reword it.")
     assert named.exit_code == 0, named.output
@@ -416,7 +452,9 @@ def test_the_hook_reports_a_candidate_that_fails_the_checks_and_never_writes_it(
     monkeypatch.chdir(root)
     result = hook("run", "--fix")
     assert result.exit_code == 1, result.output
-    assert "a.py: failed: no try of 3 passed its checks (failed: kept (changed the code of `lerp` (line 1)" \
-           in result.stderr
+    assert (
+        "a.py: failed: no try of 3 passed its checks (failed: kept (changed the code of `lerp` (line 1)"
+        in result.stderr
+    )
     assert (root / "a.py").read_bytes() == DOCUMENTED + b"\nSCALE = 2\n"
     assert staged(root, "a.py") == DOCUMENTED + b"\nSCALE = 2\n"

@@ -28,8 +28,24 @@ module.exports = { total };
 
 
 def fix_js(tiny_dir, instruction: str, *args: str):
-    return invoke(["fix", "app.js", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
-                   "--threads", "1", "--candidates", "1", "--no-scope", "--write", *args])
+    return invoke(
+        [
+            "fix",
+            "app.js",
+            instruction,
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--candidates",
+            "1",
+            "--no-scope",
+            "--write",
+            *args,
+        ]
+    )
 
 
 @pytest.fixture
@@ -52,8 +68,11 @@ def test_a_deleted_declaration_whose_name_is_still_used_fails_names(app, tiny_di
     scripted(APP.replace("  let s = 0;\n", ""))
     result = fix_js(tiny_dir, "Make total shorter.")
     assert result.exit_code == 3, result.output
-    assert tries_lines(result.stderr)[0].split(": try 1 of 3: ", 1)[1].startswith(
-        "failed: names (line 3: undefined name 's' (and 1 more))")
+    assert (
+        tries_lines(result.stderr)[0]
+        .split(": try 1 of 3: ", 1)[1]
+        .startswith("failed: names (line 3: undefined name 's' (and 1 more))")
+    )
     assert app.read_text() == APP
 
 
@@ -105,8 +124,11 @@ def test_names_bound_by_every_scope_rule_are_defined(code):
 
 
 UNDEFINED = [
-    ("a block's let outside it", "function f(x) { if (x) { let y = 1; console.log(y); } return y; }",
-     "line 1: undefined name 'y'"),
+    (
+        "a block's let outside it",
+        "function f(x) { if (x) { let y = 1; console.log(y); } return y; }",
+        "line 1: undefined name 'y'",
+    ),
     ("a parameter outside its function", "function f(a) { return a; }\nf(a);", "line 2: undefined name 'a'"),
     ("a catch parameter after the catch", "try {} catch (e) {}\nconsole.log(e);", "line 2: undefined name 'e'"),
     ("a loop binding after the loop", "for (const x of []) {}\nconsole.log(x);", "line 2: undefined name 'x'"),
@@ -114,8 +136,11 @@ UNDEFINED = [
     ("an assignment to an undeclared name", "function f() { total = 1; }", "line 1: undefined name 'total'"),
     ("a JSX component", "const el = <Missing />;", "line 1: undefined name 'Missing'"),
     ("a template substitution", "const s = `${missing}`;", "line 1: undefined name 'missing'"),
-    ("a newly unused local", "function f() { const unused = 1; return 2; }",
-     "line 1: local variable 'unused' is assigned to but never used"),
+    (
+        "a newly unused local",
+        "function f() { const unused = 1; return 2; }",
+        "line 1: local variable 'unused' is assigned to but never used",
+    ),
 ]
 
 

@@ -27,8 +27,10 @@ from tests.tinymodel import make_model
 from tests.tinytok import make_tokenizer
 
 CASES = {
-    "fix one line": ("def add(a, b):\n    return a - b\n\n\nprint(add(1, 2))\n",
-                     "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n"),
+    "fix one line": (
+        "def add(a, b):\n    return a - b\n\n\nprint(add(1, 2))\n",
+        "def add(a, b):\n    return a + b\n\n\nprint(add(1, 2))\n",
+    ),
     "crlf": ("a = 1\r\nb = 2\r\nc = 3\r\nd = 4\r\n", "a = 1\r\nb = 20\r\nb2 = 21\r\nc = 3\r\nd = 4\r\n"),
     "bom, line 1 changed": ("\ufeffimport os\nx = 1\ny = 2\n", "\ufeffimport sys\nx = 1\ny = 2\n"),
     "bom, line 1 kept": ("\ufeffimport os\nx = 1\ny = 2\n", "\ufeffimport os\nx = 1\n"),
@@ -124,14 +126,19 @@ def test_the_cache_holds_the_interleaved_program_the_prompt_example_shows(loaded
         assert all(len(call) >= 1 for call in model.calls[1:])
 
 
-@pytest.mark.parametrize("name", ["fix one line", "crlf", "insert at top, delete at end", "unicode", "reserved literals in the file"])
+@pytest.mark.parametrize(
+    "name", ["fix one line", "crlf", "insert at top, delete at end", "unicode", "reserved literals in the file"]
+)
 def test_drafts_save_forwards_and_never_change_the_program(loaded, name):
     before, after = (Document.from_text(t, "case.py") for t in CASES[name])
     plain = forced_edit(loaded, before, after, options=program_options(draft=False))
     drafted = forced_edit(loaded, before, after, options=program_options(draft=True))
     assert drafted.program_text == plain.program_text and drafted.new_text == after.text
     assert drafted.stats.forward_passes < plain.stats.forward_passes
-    assert drafted.stats.tokens_sampled + drafted.stats.tokens_forced == plain.stats.tokens_sampled + plain.stats.tokens_forced
+    assert (
+        drafted.stats.tokens_sampled + drafted.stats.tokens_forced
+        == plain.stats.tokens_sampled + plain.stats.tokens_forced
+    )
 
 
 def test_drafts_do_not_change_what_the_random_model_picks(loaded):
@@ -144,8 +151,15 @@ def test_drafts_do_not_change_what_the_random_model_picks(loaded):
         for draft in (False, True):
             pick = _biased(sampler_for(Sampling()), vocab_tokens, seed)
             try:
-                texts.append(edit_file(before, "Edit.", program_options(max_new_tokens=120, draft=draft), loaded=loaded,
-                                       make_sampler=given(pick)).program_text)
+                texts.append(
+                    edit_file(
+                        before,
+                        "Edit.",
+                        program_options(max_new_tokens=120, draft=draft),
+                        loaded=loaded,
+                        make_sampler=given(pick),
+                    ).program_text
+                )
             except BudgetError as exc:
                 texts.append(str(exc))
         assert texts[0] == texts[1]
@@ -164,7 +178,9 @@ def test_spliced_tokens_are_the_lines_tokenised_on_their_own(loaded, draft):
     tok = loaded.tokenizer
     before, after = (Document.from_text(t) for t in CASES["fix one line"])
     steps = []
-    forced_edit(loaded, before, after, options=program_options(draft=draft), on_step=lambda stats, step: steps.append(step))
+    forced_edit(
+        loaded, before, after, options=program_options(draft=draft), on_step=lambda stats, step: steps.append(step)
+    )
     expected = [len(encode(tok, before.display_text(c.start, c.end))) for c in (Copy(1, 1), Copy(3, 5))]
     assert [(s.copies, s.spliced) for s in steps if s.copies] == [(1, n) for n in expected]
 
@@ -322,8 +338,9 @@ def test_whatever_the_random_model_writes_resolves_and_its_diff_applies(loaded, 
     for seed in range(10):
         pick = _biased(sampler_for(Sampling(temperature=1.0, seed=seed)), vocab_tokens, seed)
         try:
-            result = edit_file(before, "Do something.", program_options(max_new_tokens=120), loaded=loaded,
-                               make_sampler=given(pick))
+            result = edit_file(
+                before, "Do something.", program_options(max_new_tokens=120), loaded=loaded, make_sampler=given(pick)
+            )
         except BudgetError:
             continue
         finished += 1
@@ -339,8 +356,11 @@ def test_same_seed_same_program_greedy_is_deterministic(loaded):
     for seed in (5, 5, 6):
         pick = _biased(sampler_for(Sampling(temperature=1.0, seed=seed)), vocab_tokens, seed)
         try:
-            runs.append(edit_file(before, "Edit.", program_options(max_new_tokens=60), loaded=loaded,
-                                  make_sampler=given(pick)).program_text)
+            runs.append(
+                edit_file(
+                    before, "Edit.", program_options(max_new_tokens=60), loaded=loaded, make_sampler=given(pick)
+                ).program_text
+            )
         except BudgetError as exc:
             runs.append(str(exc))
     assert runs[0] == runs[1] != runs[2]
@@ -351,8 +371,9 @@ def test_same_seed_same_program_greedy_is_deterministic(loaded):
 
 def test_gens_get_the_files_newline_and_the_bom_survives_a_regenerated_line_1():
     doc = Document.from_text("\ufeffa\r\nb\r\n")
-    assert to_document_program(Program((Gen("x\ny\n"), Copy(2, 2))), doc) == Program((Gen("\ufeffx\r\ny\r\n"),
-                                                                                       Copy(2, 2)))
+    assert to_document_program(Program((Gen("x\ny\n"), Copy(2, 2))), doc) == Program(
+        (Gen("\ufeffx\r\ny\r\n"), Copy(2, 2))
+    )
     assert to_document_program(Program((Copy(2, 2),)), doc) == Program((Gen("\ufeff"), Copy(2, 2)))
     assert to_document_program(Program((Copy(1, 2),)), doc) == Program((Copy(1, 2),))
     lf = Document.from_text("a\nb\n")

@@ -37,7 +37,10 @@ CASES = {
     "empty_after": ("x\ny\n", ""),
     "bom_removed": ("\ufeffa\nb\n", "a\nb\n"),
     "blank_runs_tabs_trailing_spaces": ("a\n\n\n\tb  \n", "a\n\n\tb \n\n"),
-    "far_apart": ("".join(f"{k}\n" for k in range(40)), "".join(f"{k if k not in (3, 30) else 'x'}\n" for k in range(40))),
+    "far_apart": (
+        "".join(f"{k}\n" for k in range(40)),
+        "".join(f"{k if k not in (3, 30) else 'x'}\n" for k in range(40)),
+    ),
 }
 PATHS = ["x.py", "pkg/sub/mod.py", "dir with space/my file.py"]
 
@@ -285,7 +288,10 @@ def test_humanevalfix_328_pairs_in_one_multi_file_diff(tmp_path, tool):
         for line in (HUMANEVALFIX / f"humanevalfix_{lang}.jsonl").read_text().splitlines():
             record = json.loads(line)
             name = record["task_id"].replace("/", "_") + (".py" if lang == "python" else ".js")
-            pairs[f"{lang}/{name}"] = (record["prompt"] + record["buggy_solution"], record["prompt"] + record["canonical_solution"])
+            pairs[f"{lang}/{name}"] = (
+                record["prompt"] + record["buggy_solution"],
+                record["prompt"] + record["canonical_solution"],
+            )
     assert len(pairs) == 328
     for path, (before, _) in pairs.items():
         (tmp_path / path).parent.mkdir(exist_ok=True)

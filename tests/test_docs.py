@@ -34,21 +34,35 @@ README_TITLE = re.compile(r"README[,:]? +(\"|“|[A-Z][a-z]+ [a-z])")
 
 
 def blocks(lang: str) -> list:
-    return [pytest.param(page, code, id=f"{page.relative_to(ROOT)}-{k}")
-            for page in PAGES for k, code in enumerate(grab_code_blocks(page.read_text(encoding="utf-8"), lang))]
+    return [
+        pytest.param(page, code, id=f"{page.relative_to(ROOT)}-{k}")
+        for page in PAGES
+        for k, code in enumerate(grab_code_blocks(page.read_text(encoding="utf-8"), lang))
+    ]
 
 
 def mkdocs(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mkdocs", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**_env(), "NO_MKDOCS_2_WARNING": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**_env(), "NO_MKDOCS_2_WARNING": "1"},
+    )
 
 
 def _env() -> dict:
     import os
 
     bin_dir = str(Path(console_script()).parent)
-    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYTHONPATH": str(ROOT),
-            "NO_COLOR": "1", "COLUMNS": "100"}
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYTHONPATH": str(ROOT),
+        "NO_COLOR": "1",
+        "COLUMNS": "100",
+    }
 
 
 def test_mkdocs_build_strict_passes(tmp_path):
@@ -75,8 +89,9 @@ def test_mkdocs_build_strict_fails_on_broken_docs(tmp_path, breakage):
 @pytest.mark.parametrize(("page", "code"), blocks("bash"))
 def test_runnable_example_runs(tmp_path, page, code):
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, env=_env())
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=_env()
+    )
     assert done.returncode == 0, f"{page.name}:\n{code}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
 
 
@@ -116,8 +131,12 @@ def anchors(page: Path) -> set[str]:
 
 
 def code_files() -> list[Path]:
-    return [path for folder in ("cadedit", "tests", "tools") for path in (ROOT / folder).rglob("*")
-            if path.suffix in (".py", ".sh") and path.is_file() and path != Path(__file__).resolve()]
+    return [
+        path
+        for folder in ("cadedit", "tests", "tools")
+        for path in (ROOT / folder).rglob("*")
+        if path.suffix in (".py", ".sh") and path.is_file() and path != Path(__file__).resolve()
+    ]
 
 
 def test_every_docs_citation_in_code_exists():
@@ -131,14 +150,22 @@ def test_every_docs_citation_in_code_exists():
 
 
 def test_code_cites_docs_pages_not_readme_titles():
-    cited = [f"{path.relative_to(ROOT)}: {match[0]}" for path in code_files()
-             for match in README_TITLE.finditer(path.read_text(encoding="utf-8", errors="replace"))]
+    cited = [
+        f"{path.relative_to(ROOT)}: {match[0]}"
+        for path in code_files()
+        for match in README_TITLE.finditer(path.read_text(encoding="utf-8", errors="replace"))
+    ]
     assert not cited, "cite docs/PAGE.md#anchor instead of a README section title:\n" + "\n".join(cited)
 
 
 def help_text(*args: str, columns: int) -> str:
-    done = subprocess.run([console_script(), *args, "--help"], capture_output=True, text=True, timeout=60,
-                          env={**_env(), "COLUMNS": str(columns)})
+    done = subprocess.run(
+        [console_script(), *args, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**_env(), "COLUMNS": str(columns)},
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -148,10 +175,15 @@ def test_hook_help_example_is_valid_toml(columns):
     """The rules example in `cadedit hook run --help`, pasted as printed, is the settings it shows."""
     lines = [line.strip(" │") for line in help_text("hook", "run", columns=columns).splitlines()]
     start = next(k for k, line in enumerate(lines) if line.startswith("model = "))
-    example = "\n".join(lines[start:lines.index("", start)])
+    example = "\n".join(lines[start : lines.index("", start)])
     table = tomllib.loads(example)
-    assert table["rules"] == [{"files": "*.py", "test": "python -m pytest -q",
-                               "instruction": "Add a docstring to every public function that lacks one."}]
+    assert table["rules"] == [
+        {
+            "files": "*.py",
+            "test": "python -m pytest -q",
+            "instruction": "Add a docstring to every public function that lacks one.",
+        }
+    ]
 
 
 def test_flags_are_not_labelled_with_a_type():
@@ -172,8 +204,9 @@ def test_changelog_releases_the_package_version_and_links_only_pages_that_exist(
     assert not missing, missing
 
 
-@pytest.mark.parametrize(("command", "page"), [(("fix",), "usage.md"), (("hook", "run"), "hook.md"),
-                                               (("serve", "start"), "engines.md")])
+@pytest.mark.parametrize(
+    ("command", "page"), [(("fix",), "usage.md"), (("hook", "run"), "hook.md"), (("serve", "start"), "engines.md")]
+)
 def test_every_option_is_in_the_manual(command, page):
     """A new option of a command shows up in its manual page, or this fails."""
     import typer

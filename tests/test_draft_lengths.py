@@ -132,14 +132,28 @@ def test_an_unchanged_answer_drafts_long_even_on_a_steep_curve():
 def test_the_cli_measures_the_costs_once_and_reads_them_after(tmp_path, monkeypatch, tiny_dir, run_cli):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_text("def add(a, b):\n    return a - b\n")
-    args = ("fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--max-new-tokens", "40", "--tries", "1",
-            "--allow-no-change", "--threads")
+    args = (
+        "fix",
+        "a.py",
+        "Fix add.",
+        "--model",
+        str(tiny_dir),
+        "--max-new-tokens",
+        "40",
+        "--tries",
+        "1",
+        "--allow-no-change",
+        "--threads",
+    )
     first = run_cli(*args, "1", cwd=tmp_path)
     assert first.returncode in (0, 3), first.stderr
     assert b"measuring what a forward of 1 to 256 tokens costs" in first.stderr
     assert b"a forward of k tokens costs k=1: 1.0, k=4: " in first.stderr
-    stored = {key: value for key, value in json.loads(user_cache("cpu-dtype.json").read_text()).items()
-              if "|forward-costs-" in key}
+    stored = {
+        key: value
+        for key, value in json.loads(user_cache("cpu-dtype.json").read_text()).items()
+        if "|forward-costs-" in key
+    }
     assert len(stored) == 1 and [k for k, _ in next(iter(stored.values()))] == list(WIDTHS)
     second = run_cli(*args, "1", cwd=tmp_path)
     assert second.returncode in (0, 3), second.stderr

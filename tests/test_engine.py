@@ -34,9 +34,18 @@ ROOT = Path(__file__).resolve().parents[1]
 class Script:
     """What the fake engine answers: (text, finish_reason) per completion, or a failure by name."""
 
-    def __init__(self, answers=(), owner="llamacpp", fail: str | None = None, sleep: float = 0.0,
-                 models_sleep: float = 0.0, by_temperature: tuple | None = None, respond=None,
-                 redirect: tuple[str, str] | None = None, usage: bool = True):
+    def __init__(
+        self,
+        answers=(),
+        owner="llamacpp",
+        fail: str | None = None,
+        sleep: float = 0.0,
+        models_sleep: float = 0.0,
+        by_temperature: tuple | None = None,
+        respond=None,
+        redirect: tuple[str, str] | None = None,
+        usage: bool = True,
+    ):
         self.answers, self.owner, self.fail, self.sleep = list(answers), owner, fail, sleep
         self.redirect = redirect  # (path, URL): that path answers 302 to the URL
         self.usage = usage  # whether answers report their usage
@@ -77,7 +86,7 @@ def _handler(script: Script):
                 self.wfile.write(start)
             try:
                 for k in range(200):
-                    self.wfile.write(start[k:k + 1] if headers and k < len(start) else b" ")
+                    self.wfile.write(start[k : k + 1] if headers and k < len(start) else b" ")
                     self.wfile.flush()
                     time.sleep(0.3)
             except OSError:  # the client gave up
@@ -163,9 +172,18 @@ def _handler(script: Script):
                 text, reason = script.by_temperature[body["temperature"] > 0]
             else:
                 text, reason = script.answers.pop(0) if script.answers else ("", "stop")
-            usage = {"prompt_tokens": len(body["prompt"]) // 4, "completion_tokens": len(text) // 4 + 1, "total_tokens": 0}
-            self._json(200, {"choices": [{"text": text, "finish_reason": reason, "index": 0, "logprobs": logprobs}],
-                             **({"usage": usage} if script.usage else {})})
+            usage = {
+                "prompt_tokens": len(body["prompt"]) // 4,
+                "completion_tokens": len(text) // 4 + 1,
+                "total_tokens": 0,
+            }
+            self._json(
+                200,
+                {
+                    "choices": [{"text": text, "finish_reason": reason, "index": 0, "logprobs": logprobs}],
+                    **({"usage": usage} if script.usage else {}),
+                },
+            )
 
     return Handler
 
@@ -201,8 +219,14 @@ def colors(tmp_path):
 
 
 def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [console_script(), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 # -- the prompt ------------------------------------------------------------------------------------
@@ -267,8 +291,15 @@ def test_fix_through_the_engine_writes_the_engines_edit(engine, colors):
     assert sent["prompt"].endswith("<|im_start|>assistant\n```\n") and sent["stop"][0] == "\n```\n"
     assert sent["model"] == "tiny-qwen" and sent["temperature"] == 0.0 and "grammar" not in sent
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"  # a diff, nothing written
-    written = cli("fix", "colors.txt", "Rename teal to green.", "--write", "-q", cwd=colors,
-                  env={"CADEDIT_ENGINE": engine(Script([("red:\ngreen;\nblue)", "stop")]))})
+    written = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--write",
+        "-q",
+        cwd=colors,
+        env={"CADEDIT_ENGINE": engine(Script([("red:\ngreen;\nblue)", "stop")]))},
+    )
     assert written.returncode == 0, written.stderr
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
 
@@ -277,8 +308,19 @@ def test_an_engine_busy_with_other_edits_is_waited_for_up_to_the_timeout_also_fo
     """An engine that serves one request at a time (llama-cpp-python's server) answers GET /models
     only after the completions queued ahead of it; the client waits --engine-timeout for it too."""
     script = Script([("red:\ngreen;\nblue)", "stop")], models_sleep=32.0)
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--engine-timeout", "60",
-               "--write", "-q", cwd=colors, timeout=120)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        engine(script),
+        "--engine-timeout",
+        "60",
+        "--write",
+        "-q",
+        cwd=colors,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
 
@@ -321,8 +363,18 @@ def test_the_engine_and_its_timeout_come_from_the_users_config_and_the_key_from_
 
 def test_tries_feed_back_through_the_engine(engine, colors):
     script = Script([("red:\nteal;\nblue)", "stop"), ("red:\ngreen;\nblue)", "stop")])
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--json", "-q",
-               "--test", "grep -q green colors.txt", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        engine(script),
+        "--json",
+        "-q",
+        "--test",
+        "grep -q green colors.txt",
+        cwd=colors,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert [t["passed"] for t in data["tries"]] == [False, True] and data["answer_try"] == 2
@@ -335,8 +387,20 @@ def test_candidates_through_an_engine_without_logprobs_are_sampled_and_checked_i
     candidate 1, then two sampled and seeded completions sent together; the greedy one changes nothing,
     a sampled one passes the test and is the answer."""
     script = Script(by_temperature=(("red:\nteal;\nblue)", "stop"), ("red:\ngreen;\nblue)", "stop")))
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--candidates", "3",
-               "--json", "-q", "--test", "grep -q green colors.txt", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        engine(script),
+        "--candidates",
+        "3",
+        "--json",
+        "-q",
+        "--test",
+        "grep -q green colors.txt",
+        cwd=colors,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["passed"] and data["answer_try"] == 1 and data["answer_candidate"] == 2
@@ -348,8 +412,12 @@ def test_candidates_through_an_engine_without_logprobs_are_sampled_and_checked_i
 
 def legacy_logprobs(tokens) -> dict:
     """The completions API's logprobs of (text, logprob, {alternative: logprob}) tokens, picked one included."""
-    return {"tokens": [t for t, _, _ in tokens], "token_logprobs": [lp for _, lp, _ in tokens],
-            "top_logprobs": [{t: lp, **others} for t, lp, others in tokens], "text_offset": [0] * len(tokens)}
+    return {
+        "tokens": [t for t, _, _ in tokens],
+        "token_logprobs": [lp for _, lp, _ in tokens],
+        "top_logprobs": [{t: lp, **others} for t, lp, others in tokens],
+        "text_offset": [0] * len(tokens),
+    }
 
 
 def branching_engine(colors_answer: str = "red:\nteal;\nblue)"):
@@ -358,9 +426,15 @@ def branching_engine(colors_answer: str = "red:\nteal;\nblue)"):
     at choices that would write the answer again: ":\nteal" (two of its tokens in one), "te" (a prefix of
     the token picked), ")\n" (the same code, then a blank line before the fence); a prompt that ends in a
     next choice is completed as that branch."""
-    plain = [("red", -0.1, {"pink": -3.1}), (":\n", -0.01, {":\nteal": -0.03}),
-             ("teal", -0.5, {"green": -0.9, "te": -0.6}), (";\n", -0.01, {}), ("blue", -0.2, {"navy": -2.2}),
-             (")", -0.01, {")\n": -0.02}), ("\n```", -0.01, {})]
+    plain = [
+        ("red", -0.1, {"pink": -3.1}),
+        (":\n", -0.01, {":\nteal": -0.03}),
+        ("teal", -0.5, {"green": -0.9, "te": -0.6}),
+        (";\n", -0.01, {}),
+        ("blue", -0.2, {"navy": -2.2}),
+        (")", -0.01, {")\n": -0.02}),
+        ("\n```", -0.01, {}),
+    ]
     branches = {"green": ";\nblue)", "navy": ")", "pink": ":\nteal;\nblue)"}
 
     def respond(body):
@@ -378,18 +452,36 @@ def test_a_failing_candidate_1_branches_through_the_engine_where_it_hesitated(en
     ones asked) changes nothing; three branches are sent, each the answer up to a hesitation with the
     next choice, completed greedily; checked likeliest first, "green" passes."""
     script = branching_engine()
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--json", "-q",
-               "--test", "grep -q green colors.txt", "--candidates", "4", "--write", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        engine(script),
+        "--json",
+        "-q",
+        "--test",
+        "grep -q green colors.txt",
+        "--candidates",
+        "4",
+        "--write",
+        cwd=colors,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["answer_try"] == 1 and [t["candidate"] for t in data["tries"]][0] == 1
     winner = next(t for t in data["tries"] if t["passed"])
     assert winner["candidate"] > 1 and winner["logprob"] == pytest.approx(-0.1 - 0.01 - 0.9 - 0.05)
-    assert data["tries"][0]["logprob"] == pytest.approx(-0.1 - 0.01 - 0.5 - 0.01 - 0.2 - 0.01)  # the stop's token left out
+    assert data["tries"][0]["logprob"] == pytest.approx(
+        -0.1 - 0.01 - 0.5 - 0.01 - 0.2 - 0.01
+    )  # the stop's token left out
     first, *branched = script.requests
     assert first["logprobs"] == engine_module.TOP_LOGPROBS and len(branched) == 3
-    assert sorted(r["prompt"][len(first["prompt"]):] for r in branched) == [
-        "pink", "red:\ngreen", "red:\nteal;\nnavy"]  # none that writes the answer again
+    assert sorted(r["prompt"][len(first["prompt"]) :] for r in branched) == [
+        "pink",
+        "red:\ngreen",
+        "red:\nteal;\nnavy",
+    ]  # none that writes the answer again
     assert all(r["temperature"] == 0.0 for r in branched)
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
 
@@ -398,8 +490,22 @@ def test_a_later_try_through_the_engine_branches_where_no_earlier_try_did(engine
     """--candidates 2 --tries 2, a test nothing passes: try 2's candidate 1 is try 1's answer again, so its
     branch goes to the next hesitation ("navy"), not to try 1's ("green")."""
     script = branching_engine()
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--json", "-q",
-               "--test", "grep -q purple colors.txt", "--candidates", "2", "--tries", "2", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        engine(script),
+        "--json",
+        "-q",
+        "--test",
+        "grep -q purple colors.txt",
+        "--candidates",
+        "2",
+        "--tries",
+        "2",
+        cwd=colors,
+    )
     assert done.returncode == 3, done.stderr  # no try passed
     data = json.loads(done.stdout)
     assert [(t["try"], t["candidate"]) for t in data["tries"]] == [(1, 1), (1, 2), (2, 1), (2, 2)]
@@ -410,8 +516,20 @@ def test_a_later_try_through_the_engine_branches_where_no_earlier_try_did(engine
 
 def test_a_passing_candidate_1_sends_no_branches_to_the_engine(engine, colors):
     script = branching_engine("red:\ngreen;\nblue)")
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--json", "-q",
-               "--test", "grep -q green colors.txt", "--candidates", "4", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        engine(script),
+        "--json",
+        "-q",
+        "--test",
+        "grep -q green colors.txt",
+        "--candidates",
+        "4",
+        cwd=colors,
+    )
     assert done.returncode == 0, done.stderr
     assert [t["candidate"] for t in json.loads(done.stdout)["tries"]] == [1] and len(script.requests) == 1
 
@@ -430,9 +548,24 @@ def test_a_branch_in_a_later_region_is_sent_from_that_region(engine, tmp_path):
         return "line3 = 3", "stop", legacy_logprobs([("line3 = 3", -0.1, {})])
 
     script = Script(respond=respond)
-    done = cli("fix", "long.txt", "Multiply line 150 by ten.", "--lines", "3-3", "--lines", "150-150", "--engine",
-               engine(script), "--json", "-q", "--candidates", "2", "--test", "grep -q 'line150 = 1500' long.txt",
-               cwd=tmp_path)
+    done = cli(
+        "fix",
+        "long.txt",
+        "Multiply line 150 by ten.",
+        "--lines",
+        "3-3",
+        "--lines",
+        "150-150",
+        "--engine",
+        engine(script),
+        "--json",
+        "-q",
+        "--candidates",
+        "2",
+        "--test",
+        "grep -q 'line150 = 1500' long.txt",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["answer_candidate"] == 2
     first, second, branch = (r["prompt"] for r in script.requests)
@@ -444,26 +577,70 @@ def test_bench_tries_measures_edits_through_an_engine_as_fix_sends_them(engine, 
     its branch at " -" passes); without --candidates, fix --engine's default."""
     before, after = "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return a + b\n"
     corpus = tmp_path / "c.jsonl"
-    corpus.write_text(json.dumps({"id": "add", "language": "python", "before": before, "after": after,
-                                  "instruction": "Fix add.", "test": "assert add(2, 3) == 5\n"}) + "\n")
+    corpus.write_text(
+        json.dumps(
+            {
+                "id": "add",
+                "language": "python",
+                "before": before,
+                "after": after,
+                "instruction": "Fix add.",
+                "test": "assert add(2, 3) == 5\n",
+            }
+        )
+        + "\n"
+    )
 
     def respond(body):
         if body["prompt"].endswith("return a +"):
             return " b", "stop", legacy_logprobs([(" b", -0.01, {})])
-        return before.rstrip("\n"), "stop", legacy_logprobs(
-            [("def add(a, b):\n    return a", -0.1, {}), (" -", -0.2, {" +": -0.3}), (" b", -0.01, {})])
+        return (
+            before.rstrip("\n"),
+            "stop",
+            legacy_logprobs(
+                [("def add(a, b):\n    return a", -0.1, {}), (" -", -0.2, {" +": -0.3}), (" b", -0.01, {})]
+            ),
+        )
 
     script = Script(respond=respond)
     out = tmp_path / "t.json"
-    done = cli("bench", "tries", "-c", str(corpus), "--engine", engine(script), "--tries", "1", "--check-tries", "0",
-               "--candidates", "2", "--json", str(out), cwd=tmp_path)
+    done = cli(
+        "bench",
+        "tries",
+        "-c",
+        str(corpus),
+        "--engine",
+        engine(script),
+        "--tries",
+        "1",
+        "--check-tries",
+        "0",
+        "--candidates",
+        "2",
+        "--json",
+        str(out),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())
     (row,) = data["corpora"][0]["cases"]
     assert [(t["candidate"], t["test_passed"]) for t in row["tries_with_test"]] == [(1, False), (2, True)]
     assert row["single"]["passed"] is True and data["model"].startswith("tiny-qwen at http://127.0.0.1:")
-    default = cli("bench", "tries", "-c", str(corpus), "--engine", engine(script), "--tries", "1", "--check-tries", "0",
-                  "--json", str(out), cwd=tmp_path)
+    default = cli(
+        "bench",
+        "tries",
+        "-c",
+        str(corpus),
+        "--engine",
+        engine(script),
+        "--tries",
+        "1",
+        "--check-tries",
+        "0",
+        "--json",
+        str(out),
+        cwd=tmp_path,
+    )
     assert default.returncode == 0, default.stderr
     assert json.loads(out.read_text())["candidates"] == [1, 1]  # fix --engine's default
 
@@ -473,9 +650,18 @@ def test_token_logprobs_read_both_forms_and_the_kept_tokens_spell_the_text():
     from cadedit.server.engine_answer import token_logprobs
 
     legacy = {"logprobs": legacy_logprobs([("a", -0.1, {"b": -2.0}), ("c", -0.2, {})])}
-    chat = {"logprobs": {"content": [{"token": "a", "logprob": -0.1, "top_logprobs": [{"token": "b", "logprob": -2.0},
-                                                                                       {"token": "a", "logprob": -0.1}]},
-                                     {"token": "c", "logprob": -0.2, "top_logprobs": []}]}}
+    chat = {
+        "logprobs": {
+            "content": [
+                {
+                    "token": "a",
+                    "logprob": -0.1,
+                    "top_logprobs": [{"token": "b", "logprob": -2.0}, {"token": "a", "logprob": -0.1}],
+                },
+                {"token": "c", "logprob": -0.2, "top_logprobs": []},
+            ]
+        }
+    }
     assert token_logprobs(legacy) == token_logprobs(chat)[:1] + [("c", -0.2, {"c": -0.2})]
     assert token_logprobs(chat)[0] == ("a", -0.1, {"b": -2.0, "a": -0.1})
     assert token_logprobs({"logprobs": None}) is None and token_logprobs({"logprobs": {"tokens": [1]}}) is None
@@ -487,8 +673,20 @@ def test_a_scoped_edit_sends_one_request_per_region_with_the_next_header(engine,
     text = "".join(f"line{k} = {k}\n" for k in range(1, 201))
     (tmp_path / "long.py").write_text(text)
     script = Script([("line3 = 30", "stop"), ("line150 = 1500", "stop")])
-    done = cli("fix", "long.py", "Multiply by ten.", "--lines", "3-3", "--lines", "150-150", "--engine", engine(script),
-               "--json", "-q", cwd=tmp_path)
+    done = cli(
+        "fix",
+        "long.py",
+        "Multiply by ten.",
+        "--lines",
+        "3-3",
+        "--lines",
+        "150-150",
+        "--engine",
+        engine(script),
+        "--json",
+        "-q",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert "-line3 = 3\n+line3 = 30\n" in data["diff"] and "-line150 = 150\n+line150 = 1500\n" in data["diff"]
@@ -499,10 +697,21 @@ def test_a_scoped_edit_sends_one_request_per_region_with_the_next_header(engine,
 
 
 def test_program_mode_sends_the_files_grammar_and_splices_copies(engine, colors):
-    script = Script([('<copy lines="1-1', "stop"), ('<gen>\ngreen;\n</gen>\n<copy lines="3-3', "stop"),
-                     ("</program>", "stop")])
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--mode", "program", "--engine", engine(script), "--json",
-               "-q", cwd=colors)
+    script = Script(
+        [('<copy lines="1-1', "stop"), ('<gen>\ngreen;\n</gen>\n<copy lines="3-3', "stop"), ("</program>", "stop")]
+    )
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--mode",
+        "program",
+        "--engine",
+        engine(script),
+        "--json",
+        "-q",
+        cwd=colors,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert "-teal;\r\n+green;\r\n" in data["diff"] and data["engine"]["requests"] == 3
@@ -518,11 +727,27 @@ def test_program_mode_stops_at_a_copy_that_does_not_go_forward(engine, colors):
     """An engine that ignores the grammar and writes the same copy again and again (reporting no usage):
     one line at the second, not a request after request until the end of time."""
     script = Script([('<copy lines="1-2', "stop")] * 1000, usage=False)
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--mode", "program", "--engine", engine(script),
-               "--max-new-tokens", "64", "--tries", "1", "--write", cwd=colors, timeout=60)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--mode",
+        "program",
+        "--engine",
+        engine(script),
+        "--max-new-tokens",
+        "64",
+        "--tries",
+        "1",
+        "--write",
+        cwd=colors,
+        timeout=60,
+    )
     assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
-    assert "does not keep to the program grammar it was sent: it wrote '<copy lines=\"1-2\"/>' where a copy must " \
-           "start at line 3 or later" in done.stderr
+    assert (
+        "does not keep to the program grammar it was sent: it wrote '<copy lines=\"1-2\"/>' where a copy must "
+        "start at line 3 or later" in done.stderr
+    )
     assert len(script.requests) == 2
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
@@ -532,29 +757,82 @@ def test_program_mode_counts_its_budget_from_the_text_when_the_engine_reports_no
     reported: the text counts against --max-new-tokens 64 (3 bytes a token), so the edit runs out of its
     budget after a few completions."""
     script = Script([("<gen>\n" + "x" * 24, "stop")] + [("y" * 30, "stop")] * 1000, usage=False)
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--mode", "program", "--engine", engine(script),
-               "--max-new-tokens", "64", "--tries", "1", "--json", cwd=colors, timeout=60)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--mode",
+        "program",
+        "--engine",
+        engine(script),
+        "--max-new-tokens",
+        "64",
+        "--tries",
+        "1",
+        "--json",
+        cwd=colors,
+        timeout=60,
+    )
     assert done.returncode == 3, done.stderr
     assert "the engine used the budget of 64 new tokens" in done.stderr and len(script.requests) == 7
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
 def test_program_mode_on_an_engine_without_grammars_is_a_one_line_error(engine, colors):
-    done = cli("fix", "colors.txt", "Rename.", "--mode", "program", "--engine", engine(Script(owner="library")), "-q",
-               "--model", "Qwen/Qwen2.5-Coder-1.5B-Instruct", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename.",
+        "--mode",
+        "program",
+        "--engine",
+        engine(Script(owner="library")),
+        "-q",
+        "--model",
+        "Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        cwd=colors,
+    )
     assert done.returncode == 1 and done.stderr.count("error:") == 1
-    assert "--mode program needs an engine that takes a grammar per request" in done.stderr and "(library)" in done.stderr
+    assert (
+        "--mode program needs an engine that takes a grammar per request" in done.stderr and "(library)" in done.stderr
+    )
 
 
 def test_an_answer_out_of_budget_is_a_failed_try(engine, colors):
     script = Script([("red:\ngre", "length")] * 3)
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--max-new-tokens", "3",
-               "-q", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        engine(script),
+        "--max-new-tokens",
+        "3",
+        "-q",
+        cwd=colors,
+    )
     assert done.returncode == 3 and "budget of 3 new tokens" in done.stderr
     assert script.requests[0]["max_tokens"] == 3
-    data = json.loads(cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(Script([("red:\ngre", "length")] * 3)),
-                          "--max-new-tokens", "3", "--tries", "1", "--json", "-q", cwd=colors).stdout)
-    assert data["tries"][0]["error"].startswith("the engine used the budget") and data["tries"][0]["engine"]["requests"] == 1
+    data = json.loads(
+        cli(
+            "fix",
+            "colors.txt",
+            "Rename teal to green.",
+            "--engine",
+            engine(Script([("red:\ngre", "length")] * 3)),
+            "--max-new-tokens",
+            "3",
+            "--tries",
+            "1",
+            "--json",
+            "-q",
+            cwd=colors,
+        ).stdout
+    )
+    assert (
+        data["tries"][0]["error"].startswith("the engine used the budget")
+        and data["tries"][0]["engine"]["requests"] == 1
+    )
 
 
 @pytest.mark.parametrize("where", ["option", "settings"])
@@ -578,11 +856,18 @@ def test_the_hook_runs_through_the_engine(engine, tmp_path, where):
 
 def test_the_client_imports_no_torch(engine, tmp_path):
     url = engine(Script([("x = 2", "stop")]))
-    code = ("import sys; from cadedit.server.engine import EngineClient; from cadedit.text.document import Document; "
-            f"r = EngineClient({url!r}).edit(Document.from_text('x = 1\\n', 'a.py'), 'Set x to 2.'); "
-            "print(repr(r.new_text), 'torch' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys; from cadedit.server.engine import EngineClient; from cadedit.text.document import Document; "
+        f"r = EngineClient({url!r}).edit(Document.from_text('x = 1\\n', 'a.py'), 'Set x to 2.'); "
+        "print(repr(r.new_text), 'torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.stdout == "'x = 2\\n' False\n", done.stderr
 
 
@@ -603,21 +888,38 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("fail, message", [
-    ("down", "no engine answers at http://127.0.0.1:"),
-    ("slow", "did not answer within 1 s"),
-    ("garbage", "answered /completions with something that is not JSON (<html>hi</ht)"),
-    ("close", "closed the connection mid-answer"),
-    ("500", "answered HTTP 500 (CUDA out of memory)"),
-    ("401", "answered HTTP 401 (Invalid API key)"),
-    ("nochoices", "answered something that is not a completion"),
-])
+@pytest.mark.parametrize(
+    "fail, message",
+    [
+        ("down", "no engine answers at http://127.0.0.1:"),
+        ("slow", "did not answer within 1 s"),
+        ("garbage", "answered /completions with something that is not JSON (<html>hi</ht)"),
+        ("close", "closed the connection mid-answer"),
+        ("500", "answered HTTP 500 (CUDA out of memory)"),
+        ("401", "answered HTTP 401 (Invalid API key)"),
+        ("nochoices", "answered something that is not a completion"),
+    ],
+)
 def test_an_engine_that_fails_is_a_one_line_error_and_the_file_is_untouched(engine, colors, fail, message):
-    url = f"http://127.0.0.1:{_free_port()}/v1" if fail == "down" else engine(
-        Script(fail=None if fail == "slow" else fail, sleep=3.0 if fail == "slow" else 0.0))
+    url = (
+        f"http://127.0.0.1:{_free_port()}/v1"
+        if fail == "down"
+        else engine(Script(fail=None if fail == "slow" else fail, sleep=3.0 if fail == "slow" else 0.0))
+    )
     started = time.monotonic()
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", url, "--engine-timeout", "1", "--write",
-               "--test", "true", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        url,
+        "--engine-timeout",
+        "1",
+        "--write",
+        "--test",
+        "true",
+        cwd=colors,
+    )
     assert done.returncode == 1, done.stderr
     assert message in done.stderr and done.stderr.count("error:") == 1
     assert "Traceback" not in done.stderr and done.stdout == ""
@@ -632,8 +934,17 @@ def test_a_redirect_is_refused_and_the_key_goes_to_no_other_host(engine, colors,
     elsewhere = Script([("red:\ngreen;\nblue)", "stop")])
     target = engine(elsewhere, host="127.0.0.2")
     script = Script([("red:\ngreen;\nblue)", "stop")], redirect=(path, target + path[3:]))
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--write", "-q",
-               cwd=colors, env={"CADEDIT_ENGINE_KEY": "s3cret"})
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        engine(script),
+        "--write",
+        "-q",
+        cwd=colors,
+        env={"CADEDIT_ENGINE_KEY": "s3cret"},
+    )
     assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
     assert f"redirected {'GET' if 'models' in path else 'POST'} {path[3:]} (HTTP 302) to {target}" in done.stderr
     assert elsewhere.headers == [] and elsewhere.requests == []
@@ -646,25 +957,48 @@ def test_the_engine_timeout_bounds_the_whole_request_not_each_read(engine, color
     """An engine (or proxy) that sends a byte every 0.3 s, on GET /models or a completion, its body or its
     headers: --engine-timeout 2 ends the request 2 s after it began, whatever each read waits."""
     started = time.monotonic()
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(Script(fail=fail)),
-               "--engine-timeout", "2", "--write", cwd=colors, timeout=60)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        engine(Script(fail=fail)),
+        "--engine-timeout",
+        "2",
+        "--write",
+        cwd=colors,
+        timeout=60,
+    )
     assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
     assert "did not answer within 2 s" in done.stderr and "Traceback" not in done.stderr
     assert time.monotonic() - started < 20  # the drip goes on for a minute
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
-@pytest.mark.parametrize("fail, message", [
-    ("huge models", "/models answered 268,435,456 bytes, more than the 4,194,304"),
-    ("huge", "/completions answered 268,435,456 bytes, more than the 1,176,576"),
-    ("huge undeclared", "/completions answered more than the 1,176,576 bytes"),
-])
+@pytest.mark.parametrize(
+    "fail, message",
+    [
+        ("huge models", "/models answered 268,435,456 bytes, more than the 4,194,304"),
+        ("huge", "/completions answered 268,435,456 bytes, more than the 1,176,576"),
+        ("huge undeclared", "/completions answered more than the 1,176,576 bytes"),
+    ],
+)
 def test_an_answer_larger_than_the_request_can_need_is_refused_unread(engine, colors, fail, message):
     """A 256 MiB answer (a broken proxy, a hostile engine): refused by its Content-Length before a byte
     of it is read, or once more than a completion of --max-new-tokens tokens can need has come."""
     script = Script(fail=fail)
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(script), "--max-new-tokens", "125",
-               "--write", cwd=colors, timeout=60)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        engine(script),
+        "--max-new-tokens",
+        "125",
+        "--write",
+        cwd=colors,
+        timeout=60,
+    )
     assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
     assert message in done.stderr and "cadedit read no further" in done.stderr
     assert script.sent < 64 << 20  # the rest was never read: the engine's writes failed
@@ -674,18 +1008,21 @@ def test_an_answer_larger_than_the_request_can_need_is_refused_unread(engine, co
 _CHOICE = b'"choices": [{"text": "red:\\ngreen;\\nblue)", "finish_reason": "stop"}]'
 
 
-@pytest.mark.parametrize("body, detail", [
-    (b'{%s, "usage": {"prompt_tokens": "many"}}' % _CHOICE, 'usage.prompt_tokens is "many", not a count'),
-    (b'{%s, "usage": {"prompt_tokens": 1e400}}' % _CHOICE, "usage.prompt_tokens is Infinity, not a count"),
-    (b'{%s, "usage": {"completion_tokens": NaN}}' % _CHOICE, "usage.completion_tokens is NaN, not a count"),
-    (b'{%s, "usage": {"completion_tokens": -3}}' % _CHOICE, "usage.completion_tokens is -3, not a count"),
-    (b'{%s, "timings": "fast"}' % _CHOICE, "timings is text, not dict"),
-    (b'{%s, "usage": {"prompt_tokens_details": 5}}' % _CHOICE, "usage.prompt_tokens_details is int, not dict"),
-    (b'{%s, "usage": {"prompt_tokens": %s}}' % (_CHOICE, b"[" * 900 + b"]" * 900), "usage.prompt_tokens is"),
-    (b'{"choices": [{"text": ["red"], "finish_reason": "stop"}]}', "choices[0].text is list, not str"),
-    (b'{"choices": {"text": "red"}}', "choices is dict, not list"),
-    (b"[" * 100_000 + b"]" * 100_000, "JSON nested too deep"),
-])
+@pytest.mark.parametrize(
+    "body, detail",
+    [
+        (b'{%s, "usage": {"prompt_tokens": "many"}}' % _CHOICE, 'usage.prompt_tokens is "many", not a count'),
+        (b'{%s, "usage": {"prompt_tokens": 1e400}}' % _CHOICE, "usage.prompt_tokens is Infinity, not a count"),
+        (b'{%s, "usage": {"completion_tokens": NaN}}' % _CHOICE, "usage.completion_tokens is NaN, not a count"),
+        (b'{%s, "usage": {"completion_tokens": -3}}' % _CHOICE, "usage.completion_tokens is -3, not a count"),
+        (b'{%s, "timings": "fast"}' % _CHOICE, "timings is text, not dict"),
+        (b'{%s, "usage": {"prompt_tokens_details": 5}}' % _CHOICE, "usage.prompt_tokens_details is int, not dict"),
+        (b'{%s, "usage": {"prompt_tokens": %s}}' % (_CHOICE, b"[" * 900 + b"]" * 900), "usage.prompt_tokens is"),
+        (b'{"choices": [{"text": ["red"], "finish_reason": "stop"}]}', "choices[0].text is list, not str"),
+        (b'{"choices": {"text": "red"}}', "choices is dict, not list"),
+        (b"[" * 100_000 + b"]" * 100_000, "JSON nested too deep"),
+    ],
+)
 def test_an_answer_of_another_shape_is_not_a_completion(engine, colors, body, detail):
     """Usage or timings of the wrong type, counts that are no counts, JSON nested 100,000 deep: one line
     naming the engine, "answered something that is not a completion", never an internal error."""
@@ -697,8 +1034,14 @@ def test_an_answer_of_another_shape_is_not_a_completion(engine, colors, body, de
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
-@pytest.mark.parametrize("body", [b'{"data": [{"id": %s}]}' % (b"[" * 900 + b"]" * 900), b'{"data": "tiny-qwen"}',
-                                  b'{"data": [{"id": 7, "owned_by": "llamacpp"}]}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"data": [{"id": %s}]}' % (b"[" * 900 + b"]" * 900),
+        b'{"data": "tiny-qwen"}',
+        b'{"data": [{"id": 7, "owned_by": "llamacpp"}]}',
+    ],
+)
 def test_a_model_list_of_another_shape_lists_no_model(engine, colors, body):
     done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", engine(Script(fail=body)), cwd=colors)
     assert done.returncode == 1 and done.stderr.count("error:") == 1, done.stderr
@@ -713,14 +1056,36 @@ def test_the_client_raises_budget_errors(engine):
 
 def test_bench_engine_runs_concurrent_clients_and_reports_throughput(engine, tmp_path):
     script = Script([("", "stop")] * 50)
-    done = cli("bench", "engine", "--engine", engine(script), "-n", "3", "--clients", "1,3", "--no-local",
-               "--packages", "click", "--json", str(tmp_path / "engine.json"), cwd=tmp_path, timeout=300)
+    done = cli(
+        "bench",
+        "engine",
+        "--engine",
+        engine(script),
+        "-n",
+        "3",
+        "--clients",
+        "1,3",
+        "--no-local",
+        "--packages",
+        "click",
+        "--json",
+        str(tmp_path / "engine.json"),
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "engine, 1 client: 3 edits in" in done.stdout and "engine, 3 clients: 3 edits in" in done.stdout
     data = json.loads((tmp_path / "engine.json").read_text())
     assert [r["clients"] for r in data["runs"]] == [1, 3] and data["tasks"] == 3
     run = data["runs"][1]
-    assert run["edits"] == 3 and run["exact"] == 0 and run["edits_per_minute"] > 0 and run["p95_seconds"] >= run["p50_seconds"]
-    assert len(script.requests) == 6 and run["prompt_tokens_per_edit"] > 0  # one try each, every edit through the engine
+    assert (
+        run["edits"] == 3
+        and run["exact"] == 0
+        and run["edits_per_minute"] > 0
+        and run["p95_seconds"] >= run["p50_seconds"]
+    )
+    assert (
+        len(script.requests) == 6 and run["prompt_tokens_per_edit"] > 0
+    )  # one try each, every edit through the engine
     missing = cli("bench", "engine", "--engine", engine(script), "-n", "1", cwd=tmp_path)
     assert missing.returncode == 2 and "--model" in missing.stderr

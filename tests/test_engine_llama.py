@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 if os.environ.get("CADEDIT_REQUIRE_LLAMA") != "1":
-    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python[server] not installed "
-                        "(tools/install-llama.sh)")
+    pytest.importorskip(
+        "llama_cpp.server.app", reason="llama-cpp-python[server] not installed (tools/install-llama.sh)"
+    )
 
 from cadedit.text.document import Document  # noqa: E402
 from tests.test_engine import cli, colors, no_keys  # noqa: E402, F401 - the engine tests' fixtures and runner
@@ -41,9 +42,26 @@ def _free_port() -> int:
 def start_engine(model: Path, log: Path, *extra: str):
     """llama-cpp-python's server on a free port: (process, base URL), once /v1/models answers."""
     port = _free_port()
-    process = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-                                "--port", str(port), "--n_ctx", "4096", "--n_threads", "1", *extra],
-                               stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+            "1",
+            *extra,
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -88,41 +106,96 @@ def editing_engine(editing_gguf, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_engine(tiny_gguf, tmp_path_factory):
-    process, url = start_engine(tiny_gguf, tmp_path_factory.mktemp("engine") / "engine.log",
-                                "--draft_model", "prompt-lookup-decoding")
+    process, url = start_engine(
+        tiny_gguf, tmp_path_factory.mktemp("engine") / "engine.log", "--draft_model", "prompt-lookup-decoding"
+    )
     yield url
     _stop(process)
 
 
 @pytest.mark.parametrize("mode", ["verify", "rewrite"])
 def test_fix_through_the_engine_makes_the_local_edit(colors, editing_engine, editing_gguf, mode):
-    remote = cli("fix", "colors.txt", "Rename teal to green.", "--engine", editing_engine, "--mode", mode, "--json", "-q",
-                 cwd=colors)
+    remote = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        editing_engine,
+        "--mode",
+        mode,
+        "--json",
+        "-q",
+        cwd=colors,
+    )
     assert remote.returncode == 0, remote.stderr
-    local = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
-                "--mode", mode, "--threads", "1", "--json", "-q", cwd=colors)
+    local = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--model",
+        str(editing_gguf),
+        "--backend",
+        "llama",
+        "--mode",
+        mode,
+        "--threads",
+        "1",
+        "--json",
+        "-q",
+        cwd=colors,
+    )
     assert local.returncode == 0, local.stderr
     remote_data, local_data = json.loads(remote.stdout), json.loads(local.stdout)
     assert "-teal;\r\n+green;\r\n" in remote_data["diff"] and remote_data["diff"] == local_data["diff"]
-    assert remote_data["prompt_tokens"] == local_data["prompt_tokens"]  # the engine read the very prompt cadedit renders
+    assert (
+        remote_data["prompt_tokens"] == local_data["prompt_tokens"]
+    )  # the engine read the very prompt cadedit renders
     engine = remote_data["engine"]
     assert engine["requests"] == 1 and engine["completion_tokens"] > 0 and engine["prompt_tokens"] > 0
-    written = cli("fix", "colors.txt", "Rename teal to green.", "--write", "-q", cwd=colors,
-                  env={"CADEDIT_ENGINE": editing_engine})
+    written = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--write",
+        "-q",
+        cwd=colors,
+        env={"CADEDIT_ENGINE": editing_engine},
+    )
     assert written.returncode == 0, written.stderr
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
 
 
 def test_test_tries_run_through_the_engine(colors, editing_engine):
-    failing = cli("fix", "colors.txt", "Rename teal to green.", "--engine", editing_engine, "--test", "false", "--json",
-                  "-q", "--write", cwd=colors)
+    failing = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        editing_engine,
+        "--test",
+        "false",
+        "--json",
+        "-q",
+        "--write",
+        cwd=colors,
+    )
     assert failing.returncode == 3, failing.stderr
     data = json.loads(failing.stdout)
     assert len(data["tries"]) == 3 and all(t["engine"]["requests"] == 1 for t in data["tries"])
     assert [c["name"] for c in data["tries"][0]["checks"]] == ["syntax", "change", "test"]  # a .txt: no code checks
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
-    passing = cli("fix", "colors.txt", "Rename teal to green.", "--engine", editing_engine, "--test",
-                  "grep -q green colors.txt", "--write", "-q", cwd=colors)
+    passing = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        editing_engine,
+        "--test",
+        "grep -q green colors.txt",
+        "--write",
+        "-q",
+        cwd=colors,
+    )
     assert passing.returncode == 0, passing.stderr
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
 
@@ -130,8 +203,22 @@ def test_test_tries_run_through_the_engine(colors, editing_engine):
 def test_a_failing_candidate_1_branches_through_the_real_engine(colors, editing_engine):
     """llama-cpp-python's server gives the tokens' log-probabilities the branches start from: candidate 1
     (teal -> green) fails `false`; the branches are other answers, each scored by the engine's numbers."""
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", editing_engine, "--test", "false",
-               "--candidates", "3", "--tries", "1", "--json", "-q", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        editing_engine,
+        "--test",
+        "false",
+        "--candidates",
+        "3",
+        "--tries",
+        "1",
+        "--json",
+        "-q",
+        cwd=colors,
+    )
     assert done.returncode == 3, done.stderr
     tries = json.loads(done.stdout)["tries"]
     assert [t["candidate"] for t in tries][0] == 1 and sorted(t["candidate"] for t in tries) == [1, 2, 3]
@@ -154,8 +241,22 @@ def test_the_hook_runs_through_the_engine(tmp_path, editing_engine):
 
 def test_program_mode_grammar_is_taken_by_the_engine(colors, tiny_engine):
     """The random tiny model writes under the file's GBNF until its budget: llama.cpp parsed the grammar."""
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", tiny_engine, "--mode", "program",
-               "--max-new-tokens", "24", "--tries", "1", "--json", "-q", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        tiny_engine,
+        "--mode",
+        "program",
+        "--max-new-tokens",
+        "24",
+        "--tries",
+        "1",
+        "--json",
+        "-q",
+        cwd=colors,
+    )
     assert done.returncode == 3, done.stderr
     data = json.loads(done.stdout)
     assert "budget of 24 new tokens" in data["tries"][0]["error"] or data["tries"][0]["checks"]
@@ -163,9 +264,28 @@ def test_program_mode_grammar_is_taken_by_the_engine(colors, tiny_engine):
 
 
 def test_bench_engine_through_the_cli(tmp_path, tiny_engine, tiny_gguf):
-    done = cli("bench", "engine", "--engine", tiny_engine, "--model", str(tiny_gguf), "-n", "2", "--clients", "1,2",
-               "--max-new-tokens", "8", "--threads", "1", "--packages", "click", "--json", str(tmp_path / "b.json"),
-               cwd=tmp_path, timeout=600)
+    done = cli(
+        "bench",
+        "engine",
+        "--engine",
+        tiny_engine,
+        "--model",
+        str(tiny_gguf),
+        "-n",
+        "2",
+        "--clients",
+        "1,2",
+        "--max-new-tokens",
+        "8",
+        "--threads",
+        "1",
+        "--packages",
+        "click",
+        "--json",
+        str(tmp_path / "b.json"),
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads((tmp_path / "b.json").read_text())
     assert [(r["where"], r["clients"]) for r in data["runs"]] == [("engine", 1), ("engine", 2), ("local", 1)]
@@ -176,9 +296,26 @@ def test_bench_engine_through_the_cli(tmp_path, tiny_engine, tiny_gguf):
 def test_bench_engine_local_only_needs_no_engine_and_starts_each_edit_cold(tmp_path, editing_gguf):
     """--local-only: the one-at-a-time local runs alone; each edit without saved prompt prefixes
     (CADEDIT_PREFIX_CACHE=0), as cold as an engine's first sight of the file."""
-    done = cli("bench", "engine", "--local-only", "--model", str(editing_gguf), "-n", "1", "--max-new-tokens", "64",
-               "--threads", "1", "--packages", "click", "--json", str(tmp_path / "b.json"), cwd=tmp_path, timeout=600,
-               env={**os.environ, "CADEDIT_ENGINE": "", "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    done = cli(
+        "bench",
+        "engine",
+        "--local-only",
+        "--model",
+        str(editing_gguf),
+        "-n",
+        "1",
+        "--max-new-tokens",
+        "64",
+        "--threads",
+        "1",
+        "--packages",
+        "click",
+        "--json",
+        str(tmp_path / "b.json"),
+        cwd=tmp_path,
+        timeout=600,
+        env={**os.environ, "CADEDIT_ENGINE": "", "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads((tmp_path / "b.json").read_text())
     assert [(r["where"], r["clients"]) for r in data["runs"]] == [("local", 1)]

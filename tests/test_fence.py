@@ -23,34 +23,40 @@ def test_the_fence_is_longer_than_any_backtick_run_in_the_file(text, fence):
     assert fence_for(text) == fence
 
 
-@pytest.mark.parametrize(("tokens", "stops_after"), [
-    ([0, 1, 2, 3, 1, 0], 5),  # "x\n" "``" "`" "\n": the fence line ends on the fifth token
-    ([0, 5, 1, 0], 3),  # "x" "\n```" "\n"
-    ([4, 0], 1),  # a fence on the first line: an empty file
-    ([0, 2, 3, 1, 0], None),  # "x```\n": not alone on its line
-    ([0, 1, 6, 0], 3),  # EOS
-    ([0, 7, 1, 0, 7, 1], None),
-])
+@pytest.mark.parametrize(
+    ("tokens", "stops_after"),
+    [
+        ([0, 1, 2, 3, 1, 0], 5),  # "x\n" "``" "`" "\n": the fence line ends on the fifth token
+        ([0, 5, 1, 0], 3),  # "x" "\n```" "\n"
+        ([4, 0], 1),  # a fence on the first line: an empty file
+        ([0, 2, 3, 1, 0], None),  # "x```\n": not alone on its line
+        ([0, 1, 6, 0], 3),  # EOS
+        ([0, 7, 1, 0, 7, 1], None),
+    ],
+)
 def test_the_stopper_finds_the_closing_fence_across_token_seams(tokens, stops_after):
     stopper = Stopper(HAND_VOCAB, EOS, "```")
     fed = [stopper.feed(t) for t in tokens]
     assert (fed.index(True) + 1 if True in fed else None) == stops_after
 
 
-@pytest.mark.parametrize(("output", "before", "expected"), [
-    ("a\nb\n```\n", "a\n", "a\nb\n"),
-    ("a\nb\n```", "a\n", "a\nb\n"),  # EOS right after the fence
-    ("a\nb\n", "a\n", "a\nb\n"),  # EOS without a fence
-    ("a\n```\nThis fixes it.\n", "a\n", "a\n"),
-    ("a\nc\n```\n", "a\nb", "a\nc"),  # the file had no final newline: it keeps none
-    ("```\n", "a\n", ""),
-    ("a\n  ```\nb\n", "a\n", "a\n  ```\nb\n"),  # an indented fence is file content
-    ("a\x0c```\nb\n```\n", "a\n", "a\x0c```\nb\n"),  # only "\n" ends a line
-    ("a\nc\n```\n", "a\nb\n\n  \n", "a\nc\n\n  \n"),  # the fence right after the code: the blank lines stay
-    ("a\nc\n\n```\n", "a\nb\n\n\n", "a\nc\n\n"),  # blank lines written: as written
-    ("```\n", "a\n\n", ""),  # nothing written keeps nothing
-    ("a\nc", "a\nb\n\n", "a\nc"),  # an answer that ended mid-line (no fence) is taken as it is
-])
+@pytest.mark.parametrize(
+    ("output", "before", "expected"),
+    [
+        ("a\nb\n```\n", "a\n", "a\nb\n"),
+        ("a\nb\n```", "a\n", "a\nb\n"),  # EOS right after the fence
+        ("a\nb\n", "a\n", "a\nb\n"),  # EOS without a fence
+        ("a\n```\nThis fixes it.\n", "a\n", "a\n"),
+        ("a\nc\n```\n", "a\nb", "a\nc"),  # the file had no final newline: it keeps none
+        ("```\n", "a\n", ""),
+        ("a\n  ```\nb\n", "a\n", "a\n  ```\nb\n"),  # an indented fence is file content
+        ("a\x0c```\nb\n```\n", "a\n", "a\x0c```\nb\n"),  # only "\n" ends a line
+        ("a\nc\n```\n", "a\nb\n\n  \n", "a\nc\n\n  \n"),  # the fence right after the code: the blank lines stay
+        ("a\nc\n\n```\n", "a\nb\n\n\n", "a\nc\n\n"),  # blank lines written: as written
+        ("```\n", "a\n\n", ""),  # nothing written keeps nothing
+        ("a\nc", "a\nb\n\n", "a\nc"),  # an answer that ended mid-line (no fence) is taken as it is
+    ],
+)
 def test_output_text_is_the_file_before_the_closing_fence(output, before, expected):
     assert output_text(output, "```", Document.from_text(before)) == expected
 
@@ -107,10 +113,13 @@ def test_the_second_segment_starts_a_new_line_for_its_fence():
     assert cursor.is_done() and cursor.segments() == ["```\n", "```\n"]
 
 
-@pytest.mark.parametrize(("tokens", "segments"), [
-    ([0, 6], ["x"]),  # EOS in the first segment: the headers are never forced
-    ([0, 1, 4, 8, 9, 7, 6], ["x\n```\n", "y"]),
-])
+@pytest.mark.parametrize(
+    ("tokens", "segments"),
+    [
+        ([0, 6], ["x"]),  # EOS in the first segment: the headers are never forced
+        ([0, 1, 4, 8, 9, 7, 6], ["x\n```\n", "y"]),
+    ],
+)
 def test_eos_ends_a_multi_segment_answer_early(tokens, segments):
     cursor = FenceCursor(HAND_VOCAB, EOS, "```", headers=[HEADER, HEADER])
     assert all(feed(cursor, tokens)) and cursor.is_done()

@@ -145,12 +145,15 @@ def test_bad_model_is_one_line_error_exit_1(work, model):
     assert (work / "a.py").read_bytes() == BEFORE
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda w: None, "no such file"),
-    (lambda w: (w / "b.py").mkdir(), "is a directory"),
-    (lambda w: (w / "b.py").write_bytes(b"\x00\x01"), "binary file"),
-    (lambda w: (w / "b.py").write_bytes(b"caf\xe9\n"), "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda w: None, "no such file"),
+        (lambda w: (w / "b.py").mkdir(), "is a directory"),
+        (lambda w: (w / "b.py").write_bytes(b"\x00\x01"), "binary file"),
+        (lambda w: (w / "b.py").write_bytes(b"caf\xe9\n"), "not UTF-8"),
+    ],
+)
 def test_unreadable_file_is_one_line_error_exit_1(work, tiny_dir, make, message):
     make(work)
     result = fix("b.py", "Fix.", "--model", str(tiny_dir))
@@ -185,8 +188,20 @@ def test_budget_exhausted_writes_nothing(work, tiny_dir, scripted):
 def test_console_script_with_the_unscripted_random_model(work, tiny_dir, run_cli):
     """The real console script and the real random model: it either edits or runs out of budget,
     and in both cases the answer is a clean exit code and the file is untouched."""
-    proc = run_cli("fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--max-new-tokens", "40", "--threads", "1",
-                   "--tries", "1", cwd=work)
+    proc = run_cli(
+        "fix",
+        "a.py",
+        "Fix add.",
+        "--model",
+        str(tiny_dir),
+        "--max-new-tokens",
+        "40",
+        "--threads",
+        "1",
+        "--tries",
+        "1",
+        cwd=work,
+    )
     assert proc.returncode in (0, 3), proc.stderr  # 3: the try failed its checks (here: out of budget)
     assert b"Traceback" not in proc.stderr
     if proc.returncode == 3:
@@ -198,8 +213,23 @@ def test_json_and_verbose_say_when_the_first_forward_ran_after_the_process_start
     import time
 
     start = time.monotonic()
-    proc = run_cli("fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--max-new-tokens", "40", "--threads", "1",
-                   "--tries", "1", "--allow-no-change", "--json", "--verbose", cwd=work)
+    proc = run_cli(
+        "fix",
+        "a.py",
+        "Fix add.",
+        "--model",
+        str(tiny_dir),
+        "--max-new-tokens",
+        "40",
+        "--threads",
+        "1",
+        "--tries",
+        "1",
+        "--allow-no-change",
+        "--json",
+        "--verbose",
+        cwd=work,
+    )
     wall = time.monotonic() - start
     assert proc.returncode in (0, 3), proc.stderr
     data = json.loads(proc.stdout)
@@ -247,8 +277,10 @@ def test_several_files_roll_back_when_a_later_write_fails(work, tiny_dir, script
     monkeypatch.setattr(os, "replace", replace)
     result = fix("a.py", "b.py", "-i", "Fix add.", "--model", str(tiny_dir), "--write", "--quiet")
     assert result.exit_code == 1
-    assert result.stderr.splitlines() == ["error: b.py: cannot write (No space left on device)",
-                                          "hint: no file was changed"]
+    assert result.stderr.splitlines() == [
+        "error: b.py: cannot write (No space left on device)",
+        "hint: no file was changed",
+    ]
     assert (work / "a.py").read_bytes() == BEFORE and (work / "b.py").read_bytes() == BEFORE
     assert sorted(p.name for p in work.iterdir()) == ["a.py", "b.py"]
 
@@ -262,11 +294,22 @@ def script_display_program(monkeypatch, text: str) -> None:
     inject_picks(monkeypatch, every_try(spell))
 
 
-@pytest.mark.parametrize(("before", "program", "after"), [
-    (b"\xef\xbb\xbfimport os\n", '<program>\n<gen>\n"""Doc."""\n</gen>\n<copy lines="1-1"/>\n</program>\n',
-     b'\xef\xbb\xbf"""Doc."""\nimport os\n'),
-    (b"x = 1\ny = 2", '<program>\n<copy lines="1-2"/>\n<gen>\nz = 3\n</gen>\n</program>\n', b"x = 1\ny = 2\nz = 3\n"),
-], ids=["bom, gen above line 1", "gen after an unterminated last line"])
+@pytest.mark.parametrize(
+    ("before", "program", "after"),
+    [
+        (
+            b"\xef\xbb\xbfimport os\n",
+            '<program>\n<gen>\n"""Doc."""\n</gen>\n<copy lines="1-1"/>\n</program>\n',
+            b'\xef\xbb\xbf"""Doc."""\nimport os\n',
+        ),
+        (
+            b"x = 1\ny = 2",
+            '<program>\n<copy lines="1-2"/>\n<gen>\nz = 3\n</gen>\n</program>\n',
+            b"x = 1\ny = 2\nz = 3\n",
+        ),
+    ],
+    ids=["bom, gen above line 1", "gen after an unterminated last line"],
+)
 def test_the_models_program_is_resolved_as_the_model_meant_it(work, tiny_dir, monkeypatch, before, program, after):
     (work / "a.py").write_bytes(before)
     script_display_program(monkeypatch, program)
@@ -296,16 +339,25 @@ def test_a_file_name_that_is_not_utf8_is_a_one_line_error(work):
     (work / name).write_bytes(BEFORE)
     result = fix(name, "Fix add.")
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[0] == ("error: \ufffd.py: the file name is not UTF-8; the model's prompt must "
-                                             "name the file")
+    assert result.stderr.splitlines()[0] == (
+        "error: \ufffd.py: the file name is not UTF-8; the model's prompt must name the file"
+    )
 
 
-@pytest.mark.parametrize(("damage", "message"), [
-    (lambda d: [(d / n).unlink() for n in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")],
-     "has no tokenizer files (tokenizer.json, tokenizer_config.json ...)"),
-    (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:1000]),
-     "model.safetensors (ValueError: header longer than the file)"),
-], ids=["no tokenizer files", "truncated safetensors"])
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda d: [(d / n).unlink() for n in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")],
+            "has no tokenizer files (tokenizer.json, tokenizer_config.json ...)",
+        ),
+        (
+            lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:1000]),
+            "model.safetensors (ValueError: header longer than the file)",
+        ),
+    ],
+    ids=["no tokenizer files", "truncated safetensors"],
+)
 def test_a_damaged_model_folder_is_a_one_line_error(work, tiny_dir, tmp_path, damage, message):
     import shutil
 
@@ -327,8 +379,9 @@ def test_stdin_is_read_up_to_the_cap_only(work, monkeypatch):
     assert result.stderr == "error: <stdin>: larger than 16 bytes; cadedit edits source files\n"
 
 
-def test_a_hub_id_loads_from_the_local_cache_and_one_not_there_is_a_one_line_error(work, tiny_dir, tmp_path,
-                                                                                     monkeypatch, scripted):
+def test_a_hub_id_loads_from_the_local_cache_and_one_not_there_is_a_one_line_error(
+    work, tiny_dir, tmp_path, monkeypatch, scripted
+):
     """Offline (as every test is), a hub id is the snapshot already in the Hugging Face cache."""
     import shutil
 
@@ -348,20 +401,27 @@ def test_a_hub_id_loads_from_the_local_cache_and_one_not_there_is_a_one_line_err
     result = fix("a.py", "Fix add.", "--model", "someone/not-there")
     assert result.exit_code == 1 and "Traceback" not in result.stderr
     assert result.stderr.splitlines()[0].startswith(
-        "error: cannot load model someone/not-there: not in the local Hugging Face cache")
+        "error: cannot load model someone/not-there: not in the local Hugging Face cache"
+    )
     assert (work / "a.py").read_bytes() == BEFORE
 
 
-@pytest.mark.parametrize(("template", "message"), [
-    ("{{ raise_exception('System role not supported') }}",
-     "chat_template.jinja: the chat template refused the prompt (System role not supported)"),
-    (b"\xff\xfe not utf-8", "chat_template.jinja: cannot read the chat template"),
-    ("{% for %}", "chat_template.jinja: the chat template does not compile"),
-    ("{% include 'x.j2' %}", "chat_template.jinja: the chat template uses {% include %}, which would load another"),
-    ("{% import 'm.j2' as m %}{{ m.x }}", "chat_template.jinja: the chat template uses {% import %}"),
-    ("{% from 'm.j2' import x %}", "chat_template.jinja: the chat template uses {% from ... import %}"),
-    ("{% extends 'base.j2' %}", "chat_template.jinja: the chat template uses {% extends %}"),
-], ids=["raises", "not utf-8", "does not compile", "include", "import", "from-import", "extends"])
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        (
+            "{{ raise_exception('System role not supported') }}",
+            "chat_template.jinja: the chat template refused the prompt (System role not supported)",
+        ),
+        (b"\xff\xfe not utf-8", "chat_template.jinja: cannot read the chat template"),
+        ("{% for %}", "chat_template.jinja: the chat template does not compile"),
+        ("{% include 'x.j2' %}", "chat_template.jinja: the chat template uses {% include %}, which would load another"),
+        ("{% import 'm.j2' as m %}{{ m.x }}", "chat_template.jinja: the chat template uses {% import %}"),
+        ("{% from 'm.j2' import x %}", "chat_template.jinja: the chat template uses {% from ... import %}"),
+        ("{% extends 'base.j2' %}", "chat_template.jinja: the chat template uses {% extends %}"),
+    ],
+    ids=["raises", "not utf-8", "does not compile", "include", "import", "from-import", "extends"],
+)
 def test_a_chat_template_that_fails_is_a_one_line_error(work, tiny_dir, tmp_path, template, message):
     import shutil
 
@@ -397,7 +457,9 @@ def test_an_answer_that_closes_its_fence_right_after_the_code_keeps_the_files_bl
     """The model closes its fence after the last line of code whatever followed it: the file's own
     blank lines at its end are not an edit, neither in the diff nor in the file written."""
     (work / "a.py").write_bytes(b"def add(a, b):\n    return a - b\n\n\n")
-    inject_picks(monkeypatch, every_try(spelling(lambda prepared: "def add(a, b):\n    return a + b\n" + prepared.fence + "\n")))
+    inject_picks(
+        monkeypatch, every_try(spelling(lambda prepared: "def add(a, b):\n    return a + b\n" + prepared.fence + "\n"))
+    )
     shown = fix("a.py", "Fix add.", "--model", str(tiny_dir))
     assert shown.exit_code == 0, shown.output
     assert b"-    return a - b\n+    return a + b\n" in shown.stdout_bytes and b"\n-\n" not in shown.stdout_bytes

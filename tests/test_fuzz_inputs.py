@@ -28,8 +28,25 @@ def fix(folder: Path, model: Path, instruction: str, *args: str):
     """`cadedit fix a.py INSTRUCTION` in `folder` (the diff names the file relative to it)."""
     (folder / "a.py").write_bytes(SOURCE)
     with contextlib.chdir(folder):
-        return CliRunner().invoke(cli.app, ["fix", "a.py", instruction, "--model", str(model), "--dtype", "fp32",
-                                            "--threads", "1", "--tries", "1", "--max-new-tokens", "24", *args])
+        return CliRunner().invoke(
+            cli.app,
+            [
+                "fix",
+                "a.py",
+                instruction,
+                "--model",
+                str(model),
+                "--dtype",
+                "fp32",
+                "--threads",
+                "1",
+                "--tries",
+                "1",
+                "--max-new-tokens",
+                "24",
+                *args,
+            ],
+        )
 
 
 def assert_clean_ending(result, folder: Path) -> None:
@@ -47,22 +64,61 @@ def assert_clean_ending(result, folder: Path) -> None:
 # -- hostile model folders -------------------------------------------------------------------------
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=6)
-CONFIG_FIELDS = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                 "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "max_position_embeddings",
-                 "tie_word_embeddings", "model_type", "rope_scaling", "rope_parameters", "eos_token_id",
-                 "torch_dtype"]
-NUMBER_TEXTS = ["1e400", "-1e400", "-0", "1e-400", "99999999999999999999999999", "0.5"]  # JSON that json.dumps never writes
+    max_leaves=6,
+)
+CONFIG_FIELDS = [
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "rope_theta",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "model_type",
+    "rope_scaling",
+    "rope_parameters",
+    "eos_token_id",
+    "torch_dtype",
+]
+NUMBER_TEXTS = [
+    "1e400",
+    "-1e400",
+    "-0",
+    "1e-400",
+    "99999999999999999999999999",
+    "0.5",
+]  # JSON that json.dumps never writes
 
 
 @st.composite
 def damage(draw):
     """One damaging change to a model folder: (file, what is done to it)."""
-    kind = draw(st.sampled_from(["config-field", "config-number", "config-drop", "config-whole", "truncate",
-                                 "safetensors-header", "tokenizer-id", "tokenizer-model", "template", "eos"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "config-field",
+                "config-number",
+                "config-drop",
+                "config-whole",
+                "truncate",
+                "safetensors-header",
+                "tokenizer-id",
+                "tokenizer-model",
+                "template",
+                "eos",
+            ]
+        )
+    )
     if kind == "config-field":
         return kind, (draw(st.sampled_from(CONFIG_FIELDS)), draw(JSON_VALUES))
     if kind == "config-number":
@@ -75,16 +131,35 @@ def damage(draw):
         name = draw(st.sampled_from(["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]))
         return kind, (name, draw(st.floats(0.0, 0.999)))
     if kind == "safetensors-header":
-        return kind, draw(JSON_VALUES | st.dictionaries(st.sampled_from(["lm_head.weight", "model.norm.weight"]),
-                                                         JSON_VALUES, min_size=1, max_size=2))
+        return kind, draw(
+            JSON_VALUES
+            | st.dictionaries(
+                st.sampled_from(["lm_head.weight", "model.norm.weight"]), JSON_VALUES, min_size=1, max_size=2
+            )
+        )
     if kind == "tokenizer-id":
         return kind, (draw(st.sampled_from(["F", "i", "x", "Ġ"])), draw(st.integers(-(2**40), 2**40)))
     if kind == "tokenizer-model":
         return kind, draw(JSON_VALUES)
     if kind == "template":
-        parts = st.sampled_from(["{{", "}}", "{%", "%}", "{% for m in messages %}", "{% endfor %}", "{{ m.content }}",
-                                 "{% if %}", "{{ raise_exception('no') }}", "{% include 'x' %}", "{{ 1/0 }}",
-                                 "{{ messages[5].content }}", "{% set x = range(10**9)|list %}", "<|im_start|>"])
+        parts = st.sampled_from(
+            [
+                "{{",
+                "}}",
+                "{%",
+                "%}",
+                "{% for m in messages %}",
+                "{% endfor %}",
+                "{{ m.content }}",
+                "{% if %}",
+                "{{ raise_exception('no') }}",
+                "{% include 'x' %}",
+                "{{ 1/0 }}",
+                "{{ messages[5].content }}",
+                "{% set x = range(10**9)|list %}",
+                "<|im_start|>",
+            ]
+        )
         return kind, draw(st.lists(parts | st.text(max_size=5), max_size=6).map("".join))
     return kind, draw(JSON_VALUES)  # eos: tokenizer_config.json's eos_token
 
@@ -162,8 +237,12 @@ REFERENCES = st.one_of(
     st.builds(lambda n, k: f"line {n} " * k, HUGE, st.integers(1, 200)),
 )
 SURROGATE = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)  # what argv bytes that are not UTF-8 become
-INSTRUCTIONS = st.one_of(ANY_TEXT, REFERENCES, st.builds(lambda a, b: a + b, REFERENCES, ANY_TEXT),
-                         st.builds(lambda a, c, b: a + c + b, ANY_TEXT, SURROGATE, ANY_TEXT))
+INSTRUCTIONS = st.one_of(
+    ANY_TEXT,
+    REFERENCES,
+    st.builds(lambda a, b: a + b, REFERENCES, ANY_TEXT),
+    st.builds(lambda a, c, b: a + c + b, ANY_TEXT, SURROGATE, ANY_TEXT),
+)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))

@@ -13,8 +13,28 @@ from cadedit.text.program import Copy
 from cadedit.backends.vocab import Vocab
 
 PIECES = [
-    "<program>\n", "<", "copy", ' lines="', "1", "2", "0", "12", "-", '"/>\n', '"/', ">\n<", "gen",
-    ">\n", "</", "gen>", "program>", "x", "</gen>\n", "\n", "<|im_end|>", "<|im_start|>",
+    "<program>\n",
+    "<",
+    "copy",
+    ' lines="',
+    "1",
+    "2",
+    "0",
+    "12",
+    "-",
+    '"/>\n',
+    '"/',
+    ">\n<",
+    "gen",
+    ">\n",
+    "</",
+    "gen>",
+    "program>",
+    "x",
+    "</gen>\n",
+    "\n",
+    "<|im_end|>",
+    "<|im_start|>",
 ]
 EOS, SPECIAL = 20, 21
 VOCAB = Vocab(tuple(p.encode() for p in PIECES), frozenset({EOS}), frozenset({SPECIAL}))
@@ -190,8 +210,26 @@ def test_eos_only_when_done_and_nothing_after_it():
 
 # -- gen bodies: reserved literals and UTF-8 --------------------------------------------------
 
-BODY_PIECES = ["<program>\n<gen>\n", "<", "/", "gen", ">", "copy", "program", "</", "</gen>", "\n",
-               "\xe2\x9f", "\xa8", "\x9f\xa8", "\xff", "\xc0\x80", "\xed\xa0\x80", "a", "gen>\n<"]
+BODY_PIECES = [
+    "<program>\n<gen>\n",
+    "<",
+    "/",
+    "gen",
+    ">",
+    "copy",
+    "program",
+    "</",
+    "</gen>",
+    "\n",
+    "\xe2\x9f",
+    "\xa8",
+    "\x9f\xa8",
+    "\xff",
+    "\xc0\x80",
+    "\xed\xa0\x80",
+    "a",
+    "gen>\n<",
+]
 BODY_VOCAB = Vocab(tuple(p.encode("latin-1") for p in BODY_PIECES))
 B = {p: i for i, p in enumerate(BODY_PIECES)}
 
@@ -320,9 +358,32 @@ def test_random_corruptions_never_get_past_the_first_invalid_token():
 # -- Figure 7 and masks shared across copies --------------------------------------------------
 
 FIG7_AFTER_WALK = [
-    "AWAIT_OP", "AWAIT_OP", "AFTER_LT", "AFTER_LT", "COPY_LINES", "COPY_LINES", "COPY_LINES", "COPY_LINES",
-    "COPY_LINES", "AFTER_LT", "AFTER_LT", "GEN_BODY", "GEN_BODY", "GEN_BODY", "GEN_BODY", "AWAIT_OP", "AFTER_LT",
-    "AFTER_LT", "COPY_LINES", "COPY_LINES", "COPY_LINES", "COPY_LINES", "AWAIT_OP", "CLOSE", "CLOSE", "CLOSE",
+    "AWAIT_OP",
+    "AWAIT_OP",
+    "AFTER_LT",
+    "AFTER_LT",
+    "COPY_LINES",
+    "COPY_LINES",
+    "COPY_LINES",
+    "COPY_LINES",
+    "COPY_LINES",
+    "AFTER_LT",
+    "AFTER_LT",
+    "GEN_BODY",
+    "GEN_BODY",
+    "GEN_BODY",
+    "GEN_BODY",
+    "AWAIT_OP",
+    "AFTER_LT",
+    "AFTER_LT",
+    "COPY_LINES",
+    "COPY_LINES",
+    "COPY_LINES",
+    "COPY_LINES",
+    "AWAIT_OP",
+    "CLOSE",
+    "CLOSE",
+    "CLOSE",
     "CLOSE",
 ]
 
@@ -339,8 +400,24 @@ def test_each_state_of_the_walk_refines_its_figure7_state():
 
 # Tokens that reach a copy's line digits from a gen body, an op boundary and `<`: their masks
 # depend on where the next copy may start, so they are not shared with the states before the copy.
-REACH_PIECES = ["<program>\n", '<copy lines="', "1", "2", "3", "-", '"/>\n', "<gen>\n", "x", "</gen>\n",
-                '</gen>\n<copy lines="1', '<copy lines="2', "<", 'copy lines="2', "</program>", "<|im_end|>"]
+REACH_PIECES = [
+    "<program>\n",
+    '<copy lines="',
+    "1",
+    "2",
+    "3",
+    "-",
+    '"/>\n',
+    "<gen>\n",
+    "x",
+    "</gen>\n",
+    '</gen>\n<copy lines="1',
+    '<copy lines="2',
+    "<",
+    'copy lines="2',
+    "</program>",
+    "<|im_end|>",
+]
 HOLD_OPENER = ('</gen>\n<copy lines="1', '<copy lines="2')  # the whole copy opener and a digit
 
 

@@ -69,8 +69,29 @@ def test_a_tokenizer_that_is_not_byte_level_is_refused():
 
 def test_utf8_table_matches_the_decoder_byte_by_byte():
     rng = random.Random(5)
-    interesting = [0x00, 0x3C, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xE1, 0xED, 0xEE,
-                   0xF0, 0xF1, 0xF4, 0xF5, 0xFF]
+    interesting = [
+        0x00,
+        0x3C,
+        0x7F,
+        0x80,
+        0x8F,
+        0x90,
+        0x9F,
+        0xA0,
+        0xBF,
+        0xC0,
+        0xC2,
+        0xDF,
+        0xE0,
+        0xE1,
+        0xED,
+        0xEE,
+        0xF0,
+        0xF1,
+        0xF4,
+        0xF5,
+        0xFF,
+    ]
     tokens = [bytes(p) for n in (1, 2) for p in itertools.product(interesting, repeat=n)]
     tokens += [bytes(rng.choice(interesting) for _ in range(rng.randint(3, 6))) for _ in range(3000)]
     tokens += ["日本".encode(), "🙂".encode()[1:], "é".encode()[:1]]

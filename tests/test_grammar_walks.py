@@ -38,7 +38,7 @@ def finishing_token(cursor, allowed, tok, closing, rng):
     want = None
     if state[0] == BODY:
         node = state[1].decode()
-        want = "</gen>"[len(node):] if "</gen>".startswith(node) else "</gen>"
+        want = "</gen>"[len(node) :] if "</gen>".startswith(node) else "</gen>"
     elif state[0] == OP and not state[1]:  # close the program, or one more op
         if rng.random() < 0.7:
             return rng.choice([t for t in allowed if not tok.decode([t]).startswith("</")])
@@ -77,8 +77,10 @@ def document(n_lines):
     return Document.from_text("".join(f"line {k}\n" for k in range(1, n_lines + 1)))
 
 
-@pytest.mark.parametrize("n_lines, monotonic, count", [(1, True, 400), (2, True, 300), (37, True, 500),
-                                                      (37, False, 300), (1200, True, 500), (1200, False, 200)])
+@pytest.mark.parametrize(
+    "n_lines, monotonic, count",
+    [(1, True, 400), (2, True, 300), (37, True, 500), (37, False, 300), (1200, True, 500), (1200, False, 200)],
+)
 def test_random_walks_always_parse_and_resolve(tok, grammar, n_lines, monotonic, count):
     rng = random.Random(n_lines * 2 + monotonic)
     constraint, doc = grammar.for_document(n_lines, monotonic), document(n_lines)
@@ -113,8 +115,9 @@ def brute_force_mask(constraint, state):
     """Every token read byte by byte through the FSM: the definition the masks must equal."""
     vocab = constraint.tables.vocab
     usable = constraint.tables.index.usable
-    mask = np.array([bool(usable[t]) and constraint.run(state, tok)[0] is not None
-                     for t, tok in enumerate(vocab.tokens)])
+    mask = np.array(
+        [bool(usable[t]) and constraint.run(state, tok)[0] is not None for t, tok in enumerate(vocab.tokens)]
+    )
     if state[0] == END:
         mask[list(vocab.eos_ids)] = True
     return mask
@@ -224,8 +227,14 @@ def test_masks_match_llguidance_on_random_and_corrupted_programs(tok, grammar, l
 
 # Its edges, read a byte at a time: an op starts with `<` at the op boundary, `</` passes through
 # `<` on its way to the close, a copy's digits and a gen body each lead back to the op boundary.
-FIGURE7_EDGES = {("AWAIT_OP", "AFTER_LT"), ("AFTER_LT", "COPY_LINES"), ("AFTER_LT", "GEN_BODY"),
-                 ("AFTER_LT", "CLOSE"), ("COPY_LINES", "AWAIT_OP"), ("GEN_BODY", "AWAIT_OP")}
+FIGURE7_EDGES = {
+    ("AWAIT_OP", "AFTER_LT"),
+    ("AFTER_LT", "COPY_LINES"),
+    ("AFTER_LT", "GEN_BODY"),
+    ("AFTER_LT", "CLOSE"),
+    ("COPY_LINES", "AWAIT_OP"),
+    ("GEN_BODY", "AWAIT_OP"),
+}
 
 
 def figure7_path(constraint, tokens, vocab):

@@ -82,7 +82,10 @@ def test_check_prints_the_staged_diffs_and_exits_1_writing_nothing(tmp_path, mon
     result = hook("run")
     assert result.exit_code == 1, result.output
     assert len(loads) == 1 and "loaded in" in result.stderr and "(once for 2 files)" in result.stderr
-    assert "a.py: would change (+1 -1)" in result.stderr and "to write these changes: cadedit hook run --fix" in result.stderr
+    assert (
+        "a.py: would change (+1 -1)" in result.stderr
+        and "to write these changes: cadedit hook run --fix" in result.stderr
+    )
     assert result.stdout_bytes.count(b"diff --git") == 2
     # Nothing written; the diff is exactly staged -> edited (it applies to the index).
     assert (root / "a.py").read_bytes() == b"keep\r\nold\r\n" and staged(root, "a.py") == b"keep\r\nold\r\n"
@@ -147,7 +150,9 @@ def test_files_arguments_limit_the_run_to_those_files(tmp_path, monkeypatch, tin
     monkeypatch.chdir(root / "sub")  # FILES are relative to the working directory
     result = hook("run", "b.py")
     assert result.exit_code == 1, result.output
-    assert result.stdout_bytes.startswith(b"diff --git a/sub/b.py b/sub/b.py\n") and b"a/a.py" not in result.stdout_bytes
+    assert (
+        result.stdout_bytes.startswith(b"diff --git a/sub/b.py b/sub/b.py\n") and b"a/a.py" not in result.stdout_bytes
+    )
 
 
 def test_no_matching_staged_file_exits_0_without_loading_the_model(tmp_path, monkeypatch):
@@ -276,8 +281,13 @@ def test_pre_commit_try_repo_runs_the_hook(tmp_path):
     write(root, {"a.py": STAGED, "notes.txt": b"y\n"})
     git(root, "add", "a.py", "notes.txt")
     write(root, {"a.py": WORKING})
-    proc = subprocess.run([sys.executable, "-m", "pre_commit", "try-repo", str(hooks), "cadedit", "--verbose"],
-                          cwd=root, capture_output=True, env=_offline_pip_env(), timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "try-repo", str(hooks), "cadedit", "--verbose"],
+        cwd=root,
+        capture_output=True,
+        env=_offline_pip_env(),
+        timeout=300,
+    )
     out = (proc.stdout + proc.stderr).decode(errors="replace")
     assert proc.returncode == 1, out
     assert "cadedit....." in out and "Failed" in out and "Traceback" not in out
@@ -294,8 +304,9 @@ def test_a_second_forced_install_never_overwrites_the_first_backup(tmp_path, mon
     pre_commit.write_text("#!/bin/sh\necho second\n")  # another tool replaced our hook
     again = hook("install", "--force")
     assert again.exit_code == 1
-    assert again.stderr.splitlines()[0].endswith("pre-commit.cadedit-backup: a backup of an earlier hook is already "
-                                                 "kept there; nothing replaced")
+    assert again.stderr.splitlines()[0].endswith(
+        "pre-commit.cadedit-backup: a backup of an earlier hook is already kept there; nothing replaced"
+    )
     assert (root / ".git/hooks/pre-commit.cadedit-backup").read_text() == "#!/bin/sh\necho first\n"
     assert pre_commit.read_text() == "#!/bin/sh\necho second\n"
 
@@ -355,12 +366,18 @@ def test_under_autocrlf_the_check_diff_applies_and_fix_writes(tmp_path, monkeypa
 # ------------------------------------------------------------------- bad settings are one-line errors
 
 
-@pytest.mark.parametrize(("name", "text", "message"), [
-    (".cadedit.toml", '[[rules]]\nfiles = "[z-a]"\ninstruction = "x"\n',
-     "error: .cadedit.toml: rule 1: `files` glob '[z-a]' is not valid (bad character range z-a)"),
-    (".cadedit.toml", 'tool = "x"\n', "`tool` must be a table ([tool.cadedit]), not str"),
-    ("pyproject.toml", '[tool]\ncadedit = "x"\n', "`tool.cadedit` must be a table ([tool.cadedit]), not str"),
-])
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        (
+            ".cadedit.toml",
+            '[[rules]]\nfiles = "[z-a]"\ninstruction = "x"\n',
+            "error: .cadedit.toml: rule 1: `files` glob '[z-a]' is not valid (bad character range z-a)",
+        ),
+        (".cadedit.toml", 'tool = "x"\n', "`tool` must be a table ([tool.cadedit]), not str"),
+        ("pyproject.toml", '[tool]\ncadedit = "x"\n', "`tool.cadedit` must be a table ([tool.cadedit]), not str"),
+    ],
+)
 def test_malformed_settings_are_one_line_errors(tmp_path, monkeypatch, name, text, message):
     root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})
     (root / ".cadedit.toml").unlink()
@@ -428,8 +445,9 @@ def test_git_missing_from_path_is_a_one_line_error(tmp_path):
     root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_PYTHON")}
     env.update(PATH=str(tmp_path / "empty-bin"), PYTHONPATH=str(PROJECT))
-    done = subprocess.run([sys.executable, "-m", "cadedit", "hook", "run"], cwd=root, env=env, capture_output=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "cadedit", "hook", "run"], cwd=root, env=env, capture_output=True, timeout=60
+    )
     assert done.returncode == 1
     lines = done.stderr.decode().splitlines()
     assert lines[0] == "error: git not found: the hook runs git, and no `git` is on PATH", lines
@@ -444,8 +462,9 @@ def test_an_unreadable_working_tree_file_is_no_usage_error(tmp_path, monkeypatch
     git(root, "add", "notes.txt")
     monkeypatch.chdir(root)
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, m, *a, **k: False if str(p).endswith("notes.txt")
-                        else real_access(p, m, *a, **k))
+    monkeypatch.setattr(
+        os, "access", lambda p, m, *a, **k: False if str(p).endswith("notes.txt") else real_access(p, m, *a, **k)
+    )
     result = hook("run", "notes.txt")
     assert result.exit_code == 0, result.output
     assert "no staged file matches a rule" in result.stderr
@@ -465,8 +484,11 @@ def test_under_autocrlf_fix_merges_into_a_partially_staged_lf_file(tmp_path, mon
 
 
 def _rule_with_test(root: Path, test: str) -> None:
-    (root / ".cadedit.toml").write_text((root / ".cadedit.toml").read_text().replace(
-        'instruction = "Rename old to new."', f'instruction = "Rename old to new."\ntest = {test!r}'))
+    (root / ".cadedit.toml").write_text(
+        (root / ".cadedit.toml")
+        .read_text()
+        .replace('instruction = "Rename old to new."', f'instruction = "Rename old to new."\ntest = {test!r}')
+    )
     approve_settings(root)
 
 
@@ -506,15 +528,17 @@ def test_a_file_name_with_a_newline_stays_on_one_report_line(tmp_path, monkeypat
 
 
 def test_a_rules_test_puts_the_candidate_into_the_file_whose_name_is_not_utf8_not_a_lookalike(
-        tmp_path, monkeypatch, tiny_dir):
+    tmp_path, monkeypatch, tiny_dir
+):
     """A staged b"\\xff.py" is tested in place under its own bytes: the decoy "\\ufffd.py" (the name the
     prompt shows it by) is never opened, and the real file holds the candidate while the test runs."""
     script_model(monkeypatch)
     real, decoy = os.fsdecode(b"\xff.py"), os.fsdecode(b"\xef\xbf\xbd.py")
     root = make_repo(tmp_path / "w", tiny_dir, {"keep.py": b"0\n"})
     seen = tmp_path / "seen"
-    (tmp_path / "check.sh").write_text(f"cat \"$(printf '\\377').py\" > {seen}-real\n"
-                                       f"cat \"$(printf '\\357\\277\\275').py\" > {seen}-decoy\n")
+    (tmp_path / "check.sh").write_text(
+        f"cat \"$(printf '\\377').py\" > {seen}-real\ncat \"$(printf '\\357\\277\\275').py\" > {seen}-decoy\n"
+    )
     _rule_with_test(root, f"sh {tmp_path / 'check.sh'}")
     git(root, "add", ".cadedit.toml")
     (root / real).write_bytes(b"a\nold\n")
@@ -535,8 +559,11 @@ def test_a_rules_test_puts_the_candidate_into_the_file_whose_name_is_not_utf8_no
 
 def test_a_nul_in_a_rules_test_is_a_one_line_error_naming_the_rule(tmp_path, monkeypatch, tiny_dir, loads):
     root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"0\n"})
-    (root / ".cadedit.toml").write_text((root / ".cadedit.toml").read_text().replace(
-        'instruction = "Rename old to new."', 'instruction = "Rename old to new."\ntest = "true\\u0000"'))
+    (root / ".cadedit.toml").write_text(
+        (root / ".cadedit.toml")
+        .read_text()
+        .replace('instruction = "Rename old to new."', 'instruction = "Rename old to new."\ntest = "true\\u0000"')
+    )
     approve_settings(root)
     write(root, {"a.py": b"a\nold\n"})
     git(root, "add", "-A")
@@ -544,7 +571,8 @@ def test_a_nul_in_a_rules_test_is_a_one_line_error_naming_the_rule(tmp_path, mon
     result = hook("run")
     assert result.exit_code == 1, result.output
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert errors == ["error: .cadedit.toml: rule 1: `test` has a NUL character (\\u0000), which no shell command "
-                      "can hold"], result.stderr
+    assert errors == [
+        "error: .cadedit.toml: rule 1: `test` has a NUL character (\\u0000), which no shell command can hold"
+    ], result.stderr
     assert "internal error" not in result.stderr and not loads
     assert (root / "a.py").read_bytes() == b"a\nold\n"

@@ -56,8 +56,9 @@ def test_a_rule_test_fails_the_first_candidate_and_passes_the_second(tmp_path, m
     assert (root / "a.py").read_bytes() == b"x = 'old'\n" and staged(root, "a.py") == b"x = 'old'\n"
 
 
-def test_a_rule_with_a_test_makes_try_one_four_candidates_unless_the_settings_say_otherwise(tmp_path, monkeypatch,
-                                                                                           tiny_dir):
+def test_a_rule_with_a_test_makes_try_one_four_candidates_unless_the_settings_say_otherwise(
+    tmp_path, monkeypatch, tiny_dir
+):
     edit, calls = candidates(b"NEW")
     script_model(monkeypatch, edit)
     root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n"})

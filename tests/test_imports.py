@@ -51,8 +51,13 @@ def modules(root: Path = PACKAGE) -> dict[str, Path]:
 def imports(name: str, path: Path, known: set[str]) -> list[tuple[int, str, bool]]:
     """(line, imported cadedit module, whether inside a function) for every import statement of `name`."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    inside = {id(node) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-              for node in ast.walk(fn) if node is not fn}
+    inside = {
+        id(node)
+        for fn in ast.walk(tree)
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for node in ast.walk(fn)
+        if node is not fn
+    }
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
     for node in ast.walk(tree):
@@ -61,7 +66,9 @@ def imports(name: str, path: Path, known: set[str]) -> list[tuple[int, str, bool
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
         else:
             continue
@@ -89,7 +96,7 @@ def cycle(edges: dict[str, set[str]]) -> list[str] | None:
         state[name] = 1
         for other in sorted(edges.get(name, ())):
             if state.get(other) == 1:
-                return trail[trail.index(other):] + [name, other] if other in trail else [name, other]
+                return trail[trail.index(other) :] + [name, other] if other in trail else [name, other]
             if other not in state and (found := visit(other, trail + [name])):
                 return found
         state[name] = 2
@@ -118,8 +125,14 @@ def test_the_cycle_check_sees_an_import_inside_a_function(tmp_path):
 
 
 def test_every_module_is_in_a_layer_and_imports_point_down():
-    up = sorted({f"{name}:{line} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
-                 for name, found in graph().items() for line, target, _ in found if layer_of(target) > layer_of(name)})
+    up = sorted(
+        {
+            f"{name}:{line} ({LAYERS[layer_of(name)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+            for name, found in graph().items()
+            for line, target, _ in found
+            if layer_of(target) > layer_of(name)
+        }
+    )
     assert not up, "imports pointing up the layers:\n" + "\n".join(up)
 
 
@@ -129,8 +142,11 @@ def test_imports_inside_functions_are_few_and_say_why():
     paths = modules()
     silent = []
     for name, line in lazy:
-        statement = next(node for node in ast.walk(ast.parse(paths[name].read_text(encoding="utf-8")))
-                         if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno == line)
+        statement = next(
+            node
+            for node in ast.walk(ast.parse(paths[name].read_text(encoding="utf-8")))
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and node.lineno == line
+        )
         text = paths[name].read_text(encoding="utf-8").splitlines()[statement.end_lineno - 1]
         if "#" not in text:
             silent.append(f"{name}:{line}")
@@ -141,7 +157,7 @@ def test_every_module_imports_on_its_own():
     names = [n for n in modules() if not n.endswith("__main__")]
     failed = []
     for start in range(0, len(names), 4):
-        batch = names[start:start + 4]
+        batch = names[start : start + 4]
         procs = [(n, subprocess.Popen([sys.executable, "-c", f"import {n}"], stderr=subprocess.PIPE)) for n in batch]
         for name, proc in procs:
             _, err = proc.communicate(timeout=120)

@@ -50,21 +50,24 @@ def test_a_file_too_large_to_outline_is_refused_by_its_size_without_outlining_it
 
 def test_thousands_of_line_references_are_read_in_linear_time(tmp_path, tiny_dir):
     (tmp_path / "a.py").write_text("def f(x):\n    return x\n" * 20)
-    done = cadedit("fix", "a.py", "line 1 " * 15_000, "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path,
-                   timeout=90)  # a scan quadratic in the references took 33 s
+    done = cadedit(
+        "fix", "a.py", "line 1 " * 15_000, "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path, timeout=90
+    )  # a scan quadratic in the references took 33 s
     assert "scope: lines 1-2" in done.stderr, done.stderr  # read in time; the prompt is then too long for 4,096
     assert done.returncode == 1 and "too large" in done.stderr
 
 
-@pytest.mark.parametrize("instruction, digits", [("Fix line " + "9" * 5000, "5,000"),
-                                                 ("Fix lines 1-" + "9" * 20, "20")])
+@pytest.mark.parametrize(
+    "instruction, digits", [("Fix line " + "9" * 5000, "5,000"), ("Fix lines 1-" + "9" * 20, "20")]
+)
 def test_a_line_number_longer_than_any_file_is_a_one_line_error(tmp_path, tiny_dir, instruction, digits):
     """int() of 5,000 digits raised ValueError: "internal error" (the issue "Trust round 4", item 19)."""
     (tmp_path / "a.py").write_text("x = 1\n")
     line = one_line_error(cadedit("fix", "a.py", instruction, "--model", str(tiny_dir), cwd=tmp_path))
     assert line == f"error: line number 999999999999... ({digits} digits): more lines than any file has"
-    long = one_line_error(cadedit("fix", "a.py", "Fix it.", "--lines", "9" * 5000, "--model", str(tiny_dir),
-                                  cwd=tmp_path))
+    long = one_line_error(
+        cadedit("fix", "a.py", "Fix it.", "--lines", "9" * 5000, "--model", str(tiny_dir), cwd=tmp_path)
+    )
     assert "(5,000 digits): more lines than any file has" in long
 
 
@@ -75,7 +78,9 @@ def test_scoping_a_pasted_list_of_lines_and_names_is_linear_in_the_instruction(t
     (tmp_path / "big.py").write_text("".join(f"def func_{i}(x):\n    return x + {i}\n\n" for i in range(5000)))
     for instruction in ("Fix " + " ".join(f"line {i}" for i in range(1, 10000)), "`a`" * 30000 + " func_7"):
         start = time.monotonic()
-        done = cadedit("fix", "big.py", instruction, "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path, timeout=100)
+        done = cadedit(
+            "fix", "big.py", instruction, "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path, timeout=100
+        )
         assert "scope: lines" in done.stderr and done.returncode == 1, done.stderr  # then too large for 4,096
         assert time.monotonic() - start < 40
 
@@ -101,15 +106,24 @@ def _before_cadedits_code(err: str) -> bool:
     """A KeyboardInterrupt traceback whose frames are the console script's import line and the import
     machinery only: no file of the cadedit package had started."""
     frames = re.findall(r'File "([^"]+)"', err)
-    return ("KeyboardInterrupt" in err and bool(frames)
-            and all(f.startswith("<frozen") or f.endswith("bin/cadedit") for f in frames))
+    return (
+        "KeyboardInterrupt" in err
+        and bool(frames)
+        and all(f.startswith("<frozen") or f.endswith("bin/cadedit") for f in frames)
+    )
 
 
 def test_ctrl_c_while_cadedit_starts_exits_130_without_a_traceback(tmp_path, tiny_dir):
     (tmp_path / "a.py").write_text("x = 1\n")
     for delay in (0.05, 0.15, 0.3):
-        proc = subprocess.Popen([console_script(), "fix", "a.py", "Fix it.", "--model", str(tiny_dir)], cwd=tmp_path,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_foreground)
+        proc = subprocess.Popen(
+            [console_script(), "fix", "a.py", "Fix it.", "--model", str(tiny_dir)],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=as_foreground,
+        )
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -124,8 +138,16 @@ def test_ctrl_c_while_cadedit_starts_exits_130_without_a_traceback(tmp_path, tin
         assert "Traceback" not in err, err
 
 
-@pytest.mark.parametrize("field, value", [("vocab_size", "1e400"), ("hidden_size", "-64"), ("num_attention_heads", "0"),
-                                          ("head_dim", str(2**40)), ("num_hidden_layers", "1.5e9")])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("vocab_size", "1e400"),
+        ("hidden_size", "-64"),
+        ("num_attention_heads", "0"),
+        ("head_dim", str(2**40)),
+        ("num_hidden_layers", "1.5e9"),
+    ],
+)
 def test_a_config_with_impossible_sizes_is_a_one_line_error_naming_the_field(tmp_path, tiny_dir, field, value):
     import json
 
@@ -174,8 +196,14 @@ def test_an_ollama_manifest_that_is_no_regular_file_of_its_size_is_a_one_line_er
     else:
         manifest.symlink_to("/dev/zero")
     (tmp_path / "a.py").write_text("x = 1\n")
-    done = subprocess.run([console_script(), "fix", "a.py", "Fix it.", "--model", "ollama:m"], cwd=tmp_path, text=True,
-                          capture_output=True, timeout=60, env={**os.environ, "OLLAMA_MODELS": str(tmp_path / "ollama")})
+    done = subprocess.run(
+        [console_script(), "fix", "a.py", "Fix it.", "--model", "ollama:m"],
+        cwd=tmp_path,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "OLLAMA_MODELS": str(tmp_path / "ollama")},
+    )
     line = one_line_error(done)
     assert line.startswith(f"error: ollama:m: {manifest}: ") and ("larger than" in line or "regular files only" in line)
 
@@ -215,16 +243,28 @@ def _safetensors_header(path: Path, header: bytes) -> None:
     path.write_bytes(struct.pack("<Q", len(header)) + header + data[8 + n :])
 
 
-@pytest.mark.parametrize("header, message", [
-    (b"[1, 2]", "model.safetensors: the safetensors header is a JSON list, not an object of tensors"),
-    (b'{"lm_head.weight": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}',
-     "model.safetensors: tensor 'lm_head.weight' in the safetensors header: dtype is 'Q9', not one of"),
-    (b'{"lm_head.weight": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}',
-     "model.safetensors: tensor 'lm_head.weight' in the safetensors header: shape is not a list of whole numbers"),
-    (b'{"lm_head.weight": [0, 8]}', "model.safetensors: tensor 'lm_head.weight' in the safetensors header: is a JSON list"),
-], ids=["list", "dtype", "shape", "entry"])
-def test_a_safetensors_header_of_the_wrong_shape_is_a_one_line_error_naming_the_field(tmp_path, tiny_dir, header,
-                                                                                      message):
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        (b"[1, 2]", "model.safetensors: the safetensors header is a JSON list, not an object of tensors"),
+        (
+            b'{"lm_head.weight": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}',
+            "model.safetensors: tensor 'lm_head.weight' in the safetensors header: dtype is 'Q9', not one of",
+        ),
+        (
+            b'{"lm_head.weight": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}}',
+            "model.safetensors: tensor 'lm_head.weight' in the safetensors header: shape is not a list of whole numbers",
+        ),
+        (
+            b'{"lm_head.weight": [0, 8]}',
+            "model.safetensors: tensor 'lm_head.weight' in the safetensors header: is a JSON list",
+        ),
+    ],
+    ids=["list", "dtype", "shape", "entry"],
+)
+def test_a_safetensors_header_of_the_wrong_shape_is_a_one_line_error_naming_the_field(
+    tmp_path, tiny_dir, header, message
+):
     folder = _copy(tiny_dir, tmp_path / "odd-header")
     _safetensors_header(folder / "model.safetensors", header)
     line = one_line_error(cadedit("fix", "a.py", "Fix it.", "--model", str(folder), cwd=tmp_path))
@@ -260,9 +300,14 @@ def test_a_gguf_while_the_cache_path_is_not_a_folder_is_a_one_line_error(tmp_pat
     model = save_gguf(tmp_path / "tiny.gguf")
     (tmp_path / "a.py").write_text("x = 1\n")
     (tmp_path / "not-a-folder").write_text("a file where the cache folder would be\n")
-    done = subprocess.run([console_script(), "fix", "a.py", "Fix it.", "--model", str(model), "--backend", "torch"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "not-a-folder")})
+    done = subprocess.run(
+        [console_script(), "fix", "a.py", "Fix it.", "--model", str(model), "--backend", "torch"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "not-a-folder")},
+    )
     line = one_line_error(done)
     assert "tiny.gguf: cannot convert it into the cache folder" in line and "not-a-folder" in line, line
     assert "XDG_CACHE_HOME is" in line
@@ -271,24 +316,34 @@ def test_a_gguf_while_the_cache_path_is_not_a_folder_is_a_one_line_error(tmp_pat
 
 def test_an_instruction_with_bytes_that_are_not_utf8_is_a_one_line_error(tmp_path, tiny_dir):
     (tmp_path / "a.py").write_text("x = 1\n")
-    done = subprocess.run([console_script().encode(), b"fix", b"a.py", b"Fix \xff\xfe it", b"--model", bytes(tiny_dir)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [console_script().encode(), b"fix", b"a.py", b"Fix \xff\xfe it", b"--model", bytes(tiny_dir)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     line = one_line_error(done)
     assert line == "error: INSTRUCTION: not UTF-8 text (the byte 0xff at character 5)", line
     assert (tmp_path / "a.py").read_text() == "x = 1\n"
 
 
-@pytest.mark.parametrize("name, text", [
-    ("calls.py", "q = db" + "".join(f".f{i}()" for i in range(520)) + "\n"),
-    ("concat.py", "s = 'a'" + " + 'b'" * 1100 + "\n"),
-    ("bundle.js", "var s = " + " + ".join(["'a'"] * 1500) + ";\n"),
-])
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("calls.py", "q = db" + "".join(f".f{i}()" for i in range(520)) + "\n"),
+        ("concat.py", "s = 'a'" + " + 'b'" * 1100 + "\n"),
+        ("bundle.js", "var s = " + " + ".join(["'a'"] * 1500) + ";\n"),
+    ],
+)
 def test_a_long_expression_is_outlined_without_an_internal_error(tmp_path, tiny_dir, name, text):
     """Chained calls, a long concatenation, a minified bundle: the outline's walks went deeper than Python's
     stack, "internal error: RecursionError" (the issue "Trust round 4", item 14)."""
     (tmp_path / name).write_text(text)
-    done = cadedit("fix", name, "Fix it.", "--model", str(tiny_dir), "--tries", "1", "--max-new-tokens", "8",
-                   cwd=tmp_path)
-    assert done.returncode in (0, 1, 3) and "internal error" not in done.stderr and "Traceback" not in done.stderr, \
+    done = cadedit(
+        "fix", name, "Fix it.", "--model", str(tiny_dir), "--tries", "1", "--max-new-tokens", "8", cwd=tmp_path
+    )
+    assert done.returncode in (0, 1, 3) and "internal error" not in done.stderr and "Traceback" not in done.stderr, (
         done.stderr
+    )
     assert (tmp_path / name).read_text() == text

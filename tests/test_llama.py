@@ -80,15 +80,27 @@ def llama_scaled(scaled_gguf):
 
 
 def cli(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [console_script(), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 # -- the GGUF's own tokenizer --------------------------------------------------------------------
 
 
-TEXTS = ["def add(a, b):\n    return a + b\n", "x  =  1\r\n\r\n\tπ = 3.14159  # héllo\n", "", "   ", "<|im_end|> in text",
-         "if a<b>c: print('%d' % 12345678)\n\n\n"]
+TEXTS = [
+    "def add(a, b):\n    return a + b\n",
+    "x  =  1\r\n\r\n\tπ = 3.14159  # héllo\n",
+    "",
+    "   ",
+    "<|im_end|> in text",
+    "if a<b>c: print('%d' % 12345678)\n\n\n",
+]
 
 
 @pytest.mark.parametrize("text", TEXTS)
@@ -103,7 +115,9 @@ def test_the_ggufs_tokenizer_has_the_folders_specials_vocabulary_and_chat(tiny_g
     assert (tokenizer.eos_token_id, tokenizer.pad_token_id) == (TOK.eos_token_id, TOK.pad_token_id)
     assert vocab_from_tokenizer(tokenizer).tokens == vocab_from_tokenizer(TOK).tokens
     chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
-    assert tokenizer.apply_chat_template(chat) == TOK.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    assert tokenizer.apply_chat_template(chat) == TOK.apply_chat_template(
+        chat, tokenize=False, add_generation_prompt=True
+    )
 
 
 # -- the LM interface on llama.cpp -----------------------------------------------------------------
@@ -116,7 +130,11 @@ def test_llama_logits_agree_with_torch_on_the_same_weights(llama_tiny):
         expected = model(torch.tensor(ids), model.new_cache(), keep=len(ids))
     lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
     got = lm.feed(ids, keep=len(ids))
-    assert isinstance(got, np.ndarray) and got.shape == tuple(expected.shape) == (len(ids), 768) and got.dtype == np.float32
+    assert (
+        isinstance(got, np.ndarray)
+        and got.shape == tuple(expected.shape) == (len(ids), 768)
+        and got.dtype == np.float32
+    )
     assert close(got, expected, TOLERANCE), float(np.abs(got - expected.numpy()).max())
     step = lm.feed([ids[0]])
     with torch.no_grad():
@@ -201,7 +219,10 @@ def test_the_prefix_store_gives_back_what_a_fresh_feed_computes(llama_tiny, tmp_
 def test_a_damaged_prefix_entry_is_deleted_and_ignored(llama_tiny, tmp_path):
     ids = TOK.encode("import os\n" * 30)
     store, identity = PrefixStore(tmp_path / "prefixes"), model_identity(llama_tiny)
-    torch.save(torch.zeros(10, dtype=torch.uint8), store.path(identity, ids).parent.mkdir(parents=True) or store.path(identity, ids))
+    torch.save(
+        torch.zeros(10, dtype=torch.uint8),
+        store.path(identity, ids).parent.mkdir(parents=True) or store.path(identity, ids),
+    )
     lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
     assert not store.load(lm, identity, ids) and not store.path(identity, ids).exists() and lm.ids == []
     from cadedit.backends.llama.llamacpp import STATE_MAGIC
@@ -256,13 +277,41 @@ def colors(tmp_path):
 
 @pytest.mark.parametrize("mode", ["verify", "rewrite", "lookup"])
 def test_fix_on_the_llama_backend_writes_the_models_edit(colors, editing_gguf, mode):
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
-               "--mode", mode, "--threads", "1", "--json", "-q", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--model",
+        str(editing_gguf),
+        "--backend",
+        "llama",
+        "--mode",
+        mode,
+        "--threads",
+        "1",
+        "--json",
+        "-q",
+        cwd=colors,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["backend"] == "llama" and data["passed"] and "-teal;\r\n+green;\r\n" in data["diff"]
-    written = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
-                  "--mode", mode, "--threads", "1", "--write", "-q", cwd=colors)
+    written = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--model",
+        str(editing_gguf),
+        "--backend",
+        "llama",
+        "--mode",
+        mode,
+        "--threads",
+        "1",
+        "--write",
+        "-q",
+        cwd=colors,
+    )
     assert written.returncode == 0, written.stderr
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
 
@@ -274,28 +323,78 @@ def test_a_fix_on_the_llama_backend_never_imports_torch(colors, editing_gguf, tm
 
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     for run in range(2):
-        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "cadedit", "fix", "colors.txt",
-                               "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
-                               "--threads", "1", "--test", "true", "-q"],
-                              cwd=colors, capture_output=True, text=True, timeout=120, env=env)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-X",
+                "importtime",
+                "-m",
+                "cadedit",
+                "fix",
+                "colors.txt",
+                "Rename teal to green.",
+                "--model",
+                str(editing_gguf),
+                "--backend",
+                "llama",
+                "--threads",
+                "1",
+                "--test",
+                "true",
+                "-q",
+            ],
+            cwd=colors,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
         assert done.returncode == 0 and "+green;" in done.stdout, done.stderr[-2000:]
-        imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-        assert "cadedit.backends.llama.llamacpp" in imported and "cadedit.decode.loop" in imported  # the run is the one meant
+        imported = {
+            line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")
+        }
+        assert (
+            "cadedit.backends.llama.llamacpp" in imported and "cadedit.decode.loop" in imported
+        )  # the run is the one meant
         assert not {name for name in imported if name.split(".")[0] in ("torch", "transformers")}, run
         assert list((tmp_path / "cache" / "cadedit" / "prefixes").glob("*.kv"))  # stored, then loaded
 
 
 def test_auto_measures_the_backends_once_and_says_why(colors, editing_gguf, tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
-    first = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--threads", "1",
-                "--verbose", "--tries", "1", cwd=colors, env=env)
+    first = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--model",
+        str(editing_gguf),
+        "--threads",
+        "1",
+        "--verbose",
+        "--tries",
+        "1",
+        cwd=colors,
+        env=env,
+    )
     assert first.returncode == 0, first.stderr
     assert "backend: " in first.stderr and "measured on this CPU now" in first.stderr, first.stderr
     assert "llama-repack" in first.stderr and "torch" in first.stderr
     known = json.loads((tmp_path / "cache" / "cadedit" / "cpu-dtype.json").read_text())
     assert [v for k, v in known.items() if "|backend|" in k][0] in ("torch", "llama", "llama-repack")
-    second = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--threads", "1",
-                 "--verbose", "--tries", "1", cwd=colors, env=env)
+    second = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--model",
+        str(editing_gguf),
+        "--threads",
+        "1",
+        "--verbose",
+        "--tries",
+        "1",
+        cwd=colors,
+        env=env,
+    )
     assert second.returncode == 0 and "measured on this CPU earlier" in second.stderr, second.stderr
     assert "-teal;" in second.stdout
 
@@ -305,15 +404,30 @@ def test_bench_backends_times_both_sides_of_autos_probe_and_says_what_auto_would
 
     out = tmp_path / "b.json"
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
-    done = cli("bench", "backends", "--model", str(editing_gguf), "--rounds", "2", "--whole", "--threads", "1",
-               "--json", str(out), cwd=tmp_path, env=env)
+    done = cli(
+        "bench",
+        "backends",
+        "--model",
+        str(editing_gguf),
+        "--rounds",
+        "2",
+        "--whole",
+        "--threads",
+        "1",
+        "--json",
+        str(out),
+        cwd=tmp_path,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())
     assert len(data["rounds"]) == 2 and data["margin"] == hardware.TORCH_MARGIN
     for row in data["rounds"]:
         assert row["llama"] > 0 and row["torch_estimate"] > 0 and row["torch_whole"] > 0
         assert row["auto"] == ("torch" if row["torch_estimate"] * hardware.TORCH_MARGIN < row["llama"] else "llama")
-    assert "round 2: llama.cpp" in done.stderr and f"auto picks torch below {1 / hardware.TORCH_MARGIN:.3f}" in done.stdout
+    assert (
+        "round 2: llama.cpp" in done.stderr and f"auto picks torch below {1 / hardware.TORCH_MARGIN:.3f}" in done.stdout
+    )
     _one_line_error(cli("bench", "backends", "--model", str(tiny_dir), cwd=tmp_path, env=env), "GGUF")
 
 
@@ -329,7 +443,9 @@ def test_backend_measurements_are_keyed_by_the_llama_builds_cpu_features(editing
 def test_the_backend_comes_from_the_environment_and_settings(colors, editing_gguf):
     (colors / ".cadedit.toml").write_text('backend = "llama"\n')
     assert cli("trust", cwd=colors).returncode == 0
-    done = cli("fix", "colors.txt", "Rename.", "--model", str(editing_gguf), "--threads", "1", "--json", "-q", cwd=colors)
+    done = cli(
+        "fix", "colors.txt", "Rename.", "--model", str(editing_gguf), "--threads", "1", "--json", "-q", cwd=colors
+    )
     assert done.returncode == 0 and json.loads(done.stdout)["backend"] == "llama", done.stderr
     bad = cli("fix", "colors.txt", "Rename.", "--model", str(editing_gguf), cwd=colors, env={"CADEDIT_BACKEND": "cuda"})
     assert bad.returncode == 1 and "unknown backend 'cuda'" in bad.stderr and len(bad.stderr.strip().splitlines()) <= 2
@@ -344,36 +460,51 @@ def _one_line_error(done: subprocess.CompletedProcess, *needles: str) -> None:
 
 def test_models_the_llama_backend_cannot_serve_are_one_line_errors(colors, tmp_path, tiny_dir):
     other = save_gguf(tmp_path / "llama-arch.gguf", architecture="llama")
-    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(other), "--backend", "llama", cwd=colors),
-                    "architecture 'llama'")
+    _one_line_error(
+        cli("fix", "colors.txt", "Rename.", "--model", str(other), "--backend", "llama", cwd=colors),
+        "architecture 'llama'",
+    )
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a model at all" * 10)
-    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(junk), "--backend", "llama", cwd=colors),
-                    "not a GGUF")
+    _one_line_error(
+        cli("fix", "colors.txt", "Rename.", "--model", str(junk), "--backend", "llama", cwd=colors), "not a GGUF"
+    )
     whole = save_gguf(tmp_path / "whole.gguf").read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(whole[:2000])
-    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(cut), "--backend", "llama", cwd=colors), "cut.gguf")
+    _one_line_error(
+        cli("fix", "colors.txt", "Rename.", "--model", str(cut), "--backend", "llama", cwd=colors), "cut.gguf"
+    )
     no_chat = save_gguf(tmp_path / "no-chat.gguf", chat_template=None)
-    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(no_chat), "--backend", "llama", cwd=colors),
-                    "chat template")
-    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(tiny_dir), "--backend", "llama", cwd=colors),
-                    "GGUF")
-    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", str(tmp_path / "none.gguf"), cwd=colors), "not found")
+    _one_line_error(
+        cli("fix", "colors.txt", "Rename.", "--model", str(no_chat), "--backend", "llama", cwd=colors), "chat template"
+    )
+    _one_line_error(
+        cli("fix", "colors.txt", "Rename.", "--model", str(tiny_dir), "--backend", "llama", cwd=colors), "GGUF"
+    )
+    _one_line_error(
+        cli("fix", "colors.txt", "Rename.", "--model", str(tmp_path / "none.gguf"), cwd=colors), "not found"
+    )
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
 
 @pytest.mark.parametrize("backend", ["llama", "torch"])
-@pytest.mark.parametrize("lie, message", [
-    ({"block_count": 0}, "qwen2.block_count is 0, but the file holds the tensors of 2 layers"),
-    ({"block_count": 1000}, "qwen2.block_count is 1000, but the file holds the tensors of 2 layers"),
-    ({"tokens_as": lambda tokens: ["a"] * len(tokens)}, "GGUF vocabulary repeats token 'a' (ids 0 and 1)"),
-])
-def test_a_gguf_whose_metadata_lies_is_refused_before_llama_cpp_or_the_converter_reads_it(colors, tmp_path, lie,
-                                                                                          message, backend):
+@pytest.mark.parametrize(
+    "lie, message",
+    [
+        ({"block_count": 0}, "qwen2.block_count is 0, but the file holds the tensors of 2 layers"),
+        ({"block_count": 1000}, "qwen2.block_count is 1000, but the file holds the tensors of 2 layers"),
+        ({"tokens_as": lambda tokens: ["a"] * len(tokens)}, "GGUF vocabulary repeats token 'a' (ids 0 and 1)"),
+    ],
+)
+def test_a_gguf_whose_metadata_lies_is_refused_before_llama_cpp_or_the_converter_reads_it(
+    colors, tmp_path, lie, message, backend
+):
     """llama.cpp aborted the process on these (GGML_ASSERT, exit 134); the converter built 1000 layers."""
     hostile = save_gguf(tmp_path / "hostile.gguf", **lie)
-    done = cli("fix", "colors.txt", "Rename.", "--model", str(hostile), "--backend", backend, "--threads", "1", cwd=colors)
+    done = cli(
+        "fix", "colors.txt", "Rename.", "--model", str(hostile), "--backend", backend, "--threads", "1", cwd=colors
+    )
     _one_line_error(done, message)
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 
@@ -390,28 +521,67 @@ def _ollama(home: Path, gguf: Path, name: str = "teal", tag: str = "latest") -> 
     shutil.copy(gguf, blobs / f"sha256-{digest}")
     manifest = home / ".ollama" / "models" / "manifests" / "example.invalid" / "library" / name / tag
     manifest.parent.mkdir(parents=True, exist_ok=True)
-    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
-        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256-0", "size": 1},
-        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}", "size": gguf.stat().st_size}]}))
+    manifest.write_text(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "layers": [
+                    {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256-0", "size": 1},
+                    {
+                        "mediaType": "application/vnd.ollama.image.model",
+                        "digest": f"sha256:{digest}",
+                        "size": gguf.stat().st_size,
+                    },
+                ],
+            }
+        )
+    )
 
 
 def test_an_ollama_model_by_name(colors, editing_gguf):
     home = Path(os.environ["HOME"])
     _ollama(home, editing_gguf, tag="1.5b")
-    done = cli("fix", "colors.txt", "Rename.", "--model", "ollama:teal:1.5b", "--backend", "llama", "--threads", "1",
-               "--json", "-q", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename.",
+        "--model",
+        "ollama:teal:1.5b",
+        "--backend",
+        "llama",
+        "--threads",
+        "1",
+        "--json",
+        "-q",
+        cwd=colors,
+    )
     assert done.returncode == 0, done.stderr
     assert "-teal;\r\n+green;\r\n" in json.loads(done.stdout)["diff"]
-    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", "ollama:teal", cwd=colors), "teal:latest", "ollama pull")
-    _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", "ollama:../x", cwd=colors), "not an Ollama model name")
+    _one_line_error(
+        cli("fix", "colors.txt", "Rename.", "--model", "ollama:teal", cwd=colors), "teal:latest", "ollama pull"
+    )
+    _one_line_error(
+        cli("fix", "colors.txt", "Rename.", "--model", "ollama:../x", cwd=colors), "not an Ollama model name"
+    )
 
 
 def test_an_lm_studio_model_by_name(colors, editing_gguf):
     folder = Path(os.environ["HOME"]) / ".lmstudio" / "models" / "someone" / "Teal-GGUF"
     folder.mkdir(parents=True)
     shutil.copy(editing_gguf, folder / "teal-q4_k_m.gguf")
-    done = cli("fix", "colors.txt", "Rename.", "--model", "lmstudio:teal-q4", "--backend", "llama", "--threads", "1",
-               "-q", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename.",
+        "--model",
+        "lmstudio:teal-q4",
+        "--backend",
+        "llama",
+        "--threads",
+        "1",
+        "-q",
+        cwd=colors,
+    )
     assert done.returncode == 0 and "+green;" in done.stdout, done.stderr
     _one_line_error(cli("fix", "colors.txt", "Rename.", "--model", "lmstudio:nothing-like-it", cwd=colors), "no .gguf")
 
@@ -445,8 +615,25 @@ def test_the_kernel_reference_loads_its_weights_repacked_or_not_as_asked(tiny_gg
 
 def test_bench_kernel_reference_weights_as_llamas_defaults_or_a_one_line_error(tiny_gguf, tmp_path):
     out = tmp_path / "kernel.json"
-    args = ("bench", "kernel", "--model", str(tiny_gguf), "--backend", "llama", "--reference", "--spans", "1",
-            "--trials", "1", "--prefix", "8", "--threads", "1", "--json", str(out))
+    args = (
+        "bench",
+        "kernel",
+        "--model",
+        str(tiny_gguf),
+        "--backend",
+        "llama",
+        "--reference",
+        "--spans",
+        "1",
+        "--trials",
+        "1",
+        "--prefix",
+        "8",
+        "--threads",
+        "1",
+        "--json",
+        str(out),
+    )
     done = cli(*args, "--reference-weights", "defaults", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text())["reference_weights"] == "Llama's defaults"
@@ -456,8 +643,26 @@ def test_bench_kernel_reference_weights_as_llamas_defaults_or_a_one_line_error(t
 
 def test_bench_kernel_times_the_backend_and_llama_cpps_own_taking_turns(tiny_gguf, tmp_path):
     out = tmp_path / "kernel.json"
-    done = cli("bench", "kernel", "--model", str(tiny_gguf), "--backend", "llama", "--reference", "--spans", "1,4",
-               "--trials", "2", "--prefix", "8", "--threads", "1", "--json", str(out), cwd=tmp_path)
+    done = cli(
+        "bench",
+        "kernel",
+        "--model",
+        str(tiny_gguf),
+        "--backend",
+        "llama",
+        "--reference",
+        "--spans",
+        "1,4",
+        "--trials",
+        "2",
+        "--prefix",
+        "8",
+        "--threads",
+        "1",
+        "--json",
+        str(out),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())
     assert data["partial"] is False and data["attn"] == "llama.cpp"

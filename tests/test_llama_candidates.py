@@ -25,8 +25,17 @@ from cadedit.text.document import Document
 from cadedit.backends.model import CachedLM, new_cache
 from cadedit.options import Mode, Sampling
 from tests.test_candidates import branches_against_forced_decodes, rows_for, run_rows
-from tests.test_llama import (SAME, TOK, cli, colors, editing_gguf, llama_scaled, llama_tiny, scaled_gguf,  # noqa: F401
-                              tiny_gguf)
+from tests.test_llama import (
+    SAME,
+    TOK,
+    cli,
+    colors,  # noqa: F401
+    editing_gguf,  # noqa: F401
+    llama_scaled,  # noqa: F401
+    llama_tiny,  # noqa: F401
+    scaled_gguf,  # noqa: F401
+    tiny_gguf,  # noqa: F401
+)
 from tests.test_verify import CORPUS, prepared_for
 
 
@@ -76,19 +85,42 @@ def test_each_row_writes_what_a_separate_decode_with_its_picker_writes(llama_sca
     document = Document.from_text("".join(rng.sample(CORPUS, 8)), "x.py")
     prepared = replace(prepared_for(llama_scaled, document, 90), mode=mode)
     samplings = (Sampling(), Sampling(0.8, 1.0, 11), Sampling(1.0, 1.0, 13))
-    batched = run_rows(CachedLM(llama_scaled.model, new_cache(llama_scaled)),
-                       rows_for(llama_scaled, prepared, samplings, mode), prepared)
+    batched = run_rows(
+        CachedLM(llama_scaled.model, new_cache(llama_scaled)),
+        rows_for(llama_scaled, prepared, samplings, mode),
+        prepared,
+    )
     for row, sampling in zip(batched, samplings):
-        alone = run_rows(CachedLM(llama_scaled.model, new_cache(llama_scaled)),
-                         rows_for(llama_scaled, prepared, [sampling], mode), prepared)[0]
+        alone = run_rows(
+            CachedLM(llama_scaled.model, new_cache(llama_scaled)),
+            rows_for(llama_scaled, prepared, [sampling], mode),
+            prepared,
+        )[0]
         assert row.ids == alone.ids
         assert row.logprob == pytest.approx(alone.logprob, rel=1e-2, abs=1e-2)
     assert len({tuple(row.ids) for row in batched}) > 1
 
 
 def test_fix_with_candidates_on_the_llama_backend(colors, editing_gguf):  # noqa: F811
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
-               "--candidates", "3", "--candidates-by", "sample", "--threads", "1", "--json", "-q", "--write", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--model",
+        str(editing_gguf),
+        "--backend",
+        "llama",
+        "--candidates",
+        "3",
+        "--candidates-by",
+        "sample",
+        "--threads",
+        "1",
+        "--json",
+        "-q",
+        "--write",
+        cwd=colors,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["backend"] == "llama" and data["passed"] and data["answer_candidate"] is not None
@@ -102,13 +134,32 @@ def test_fix_branches_from_a_failing_first_candidate_on_the_llama_backend(colors
     are decoded on llama.cpp sequences; off the text it knows, this model never closes the fence, so
     each branch is stopped past candidate 1's forwards, reported, and nothing is written (exit 3)."""
     once = "[ -e seen ] || { touch seen; exit 1; }"
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
-               "--candidates", "3", "--test", once, "--tries", "1", "--threads", "1", "--json", "--write",
-               cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--model",
+        str(editing_gguf),
+        "--backend",
+        "llama",
+        "--candidates",
+        "3",
+        "--test",
+        once,
+        "--tries",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        "--write",
+        cwd=colors,
+    )
     assert done.returncode == 3, done.stderr
     data = json.loads(done.stdout)
     first, *branches = data["tries"]
-    assert first["candidate"] == 1 and first["changed"] and [c["passed"] for c in first["checks"]] == [True, True, False]
+    assert (
+        first["candidate"] == 1 and first["changed"] and [c["passed"] for c in first["checks"]] == [True, True, False]
+    )
     assert sorted(t["candidate"] for t in branches) == [2, 3]
     assert all(t["error"].startswith("stopped after") and t["logprob"] < first["logprob"] for t in branches)
     assert "candidate 3 of 3: failed: stopped after" in done.stderr
@@ -116,8 +167,18 @@ def test_fix_branches_from_a_failing_first_candidate_on_the_llama_backend(colors
 
 
 def test_more_candidates_than_the_context_holds_is_a_usage_error(colors, editing_gguf):  # noqa: F811
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
-               "--candidates", str(llamacpp.MAX_ROWS + 1), cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--model",
+        str(editing_gguf),
+        "--backend",
+        "llama",
+        "--candidates",
+        str(llamacpp.MAX_ROWS + 1),
+        cwd=colors,
+    )
     assert done.returncode == 2 and "--candidates" in done.stderr
     assert (colors / "colors.txt").read_bytes() == b"red:\r\nteal;\r\nblue)\r\n"
 

@@ -54,9 +54,26 @@ def _help() -> str:
 def start_server(model: Path, log: Path, *extra: str):
     """llama-server on a free port of 127.0.0.1: (process, base URL), once /v1/models answers."""
     port = _free_port()
-    process = subprocess.Popen([SERVER, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", "1",
-                                "-c", str(4096 * SLOTS), "-np", str(SLOTS), *extra],
-                               stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [
+            SERVER,
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "-t",
+            "1",
+            "-c",
+            str(4096 * SLOTS),
+            "-np",
+            str(SLOTS),
+            *extra,
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -117,19 +134,53 @@ def test_the_installed_server_is_the_vendored_release_with_ngram_speculation():
 @pytest.mark.parametrize("mode", ["verify", "rewrite", "lookup"])
 def test_each_mode_through_llama_server_makes_the_local_edit(colors, editing_server, editing_gguf, mode):
     _needs_local_llama()
-    remote = cli("fix", "colors.txt", "Rename teal to green.", "--engine", editing_server, "--mode", mode, "--json",
-                 "-q", cwd=colors)
+    remote = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        editing_server,
+        "--mode",
+        mode,
+        "--json",
+        "-q",
+        cwd=colors,
+    )
     assert remote.returncode == 0, remote.stderr
-    local = cli("fix", "colors.txt", "Rename teal to green.", "--model", str(editing_gguf), "--backend", "llama",
-                "--mode", mode, "--threads", "1", "--json", "-q", cwd=colors)
+    local = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--model",
+        str(editing_gguf),
+        "--backend",
+        "llama",
+        "--mode",
+        mode,
+        "--threads",
+        "1",
+        "--json",
+        "-q",
+        cwd=colors,
+    )
     assert local.returncode == 0, local.stderr
     remote_data, local_data = json.loads(remote.stdout), json.loads(local.stdout)
     assert "-teal;\r\n+green;\r\n" in remote_data["diff"] and remote_data["diff"] == local_data["diff"]
     assert remote_data["prompt_tokens"] == local_data["prompt_tokens"]  # the very prompt cadedit renders
     engine = remote_data["engine"]
     assert engine["requests"] == 1 and engine["completion_tokens"] > 0
-    written = cli("fix", "colors.txt", "Rename teal to green.", "--engine", editing_server, "--mode", mode, "--write",
-                  "-q", cwd=colors)
+    written = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        editing_server,
+        "--mode",
+        mode,
+        "--write",
+        "-q",
+        cwd=colors,
+    )
     assert written.returncode == 0, written.stderr
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
 
@@ -139,8 +190,22 @@ WORDS = ("amber", "cobalt", "ivory", "jade", "ochre", "scarlet", "umber", "viole
 
 def _answer(folder: Path, url: str) -> tuple[str, str, int]:
     """One `cadedit fix` of the folder's file through the engine: (diff, the try's error, its exit)."""
-    done = cli("fix", "shade.txt", "Rename the shade to green.", "--engine", url, "--mode", "rewrite",
-               "--max-new-tokens", "24", "--tries", "1", "--json", "-q", cwd=folder)
+    done = cli(
+        "fix",
+        "shade.txt",
+        "Rename the shade to green.",
+        "--engine",
+        url,
+        "--mode",
+        "rewrite",
+        "--max-new-tokens",
+        "24",
+        "--tries",
+        "1",
+        "--json",
+        "-q",
+        cwd=folder,
+    )
     data = json.loads(done.stdout)
     return data["diff"], data["tries"][0]["error"] or "", done.returncode
 
@@ -170,8 +235,20 @@ def test_a_second_edit_of_a_file_reuses_the_prompt_the_slot_kept(tmp_path, editi
     (tmp_path / "notes.txt").write_text("".join(f"note {k}: keep the cache warm\n" for k in range(40)))
 
     def fix() -> dict:
-        done = cli("fix", "notes.txt", "Number the notes from 1.", "--engine", editing_server, "--mode", "rewrite",
-                   "--tries", "1", "--json", "-q", cwd=tmp_path)
+        done = cli(
+            "fix",
+            "notes.txt",
+            "Number the notes from 1.",
+            "--engine",
+            editing_server,
+            "--mode",
+            "rewrite",
+            "--tries",
+            "1",
+            "--json",
+            "-q",
+            cwd=tmp_path,
+        )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)["tries"][0]
 
@@ -186,8 +263,22 @@ def test_a_second_edit_of_a_file_reuses_the_prompt_the_slot_kept(tmp_path, editi
 def test_program_mode_grammar_holds_the_random_models_text(colors, tiny_server):
     """The random model writes only what the file's GBNF allows (a copy of lines 1-3 or a gen); unbound,
     the same model writes text that is no program at all."""
-    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", tiny_server, "--mode", "program",
-               "--max-new-tokens", "6", "--tries", "1", "--json", "-q", cwd=colors)
+    done = cli(
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--engine",
+        tiny_server,
+        "--mode",
+        "program",
+        "--max-new-tokens",
+        "6",
+        "--tries",
+        "1",
+        "--json",
+        "-q",
+        cwd=colors,
+    )
     assert done.returncode == 3, done.stderr
     error = json.loads(done.stdout)["tries"][0]["error"]
     text = re.search(r"last text: (.*)\)$", error)
@@ -204,9 +295,27 @@ def test_a_server_killed_mid_answer_is_a_one_line_error(colors, tiny_gguf, tmp_p
     """kill -9 while the slot is writing a long answer: one error line, exit 1, the file untouched."""
     process, url = start_server(tiny_gguf, tmp_path / "server.log")
     try:
-        fix = subprocess.Popen([console_script(), "fix", "colors.txt", "Rename teal to green.", "--engine", url,
-                                "--mode", "rewrite", "--max-new-tokens", "1500", "--tries", "1", "--write"],
-                               cwd=colors, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        fix = subprocess.Popen(
+            [
+                console_script(),
+                "fix",
+                "colors.txt",
+                "Rename teal to green.",
+                "--engine",
+                url,
+                "--mode",
+                "rewrite",
+                "--max-new-tokens",
+                "1500",
+                "--tries",
+                "1",
+                "--write",
+            ],
+            cwd=colors,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not _busy(url):
             time.sleep(0.02)
@@ -232,12 +341,29 @@ def _busy(url: str) -> bool:
 def test_bench_engine_one_file_reports_the_prompt_cache(tmp_path, tiny_server):
     """`bench engine --one-file`: every edit is in the same module, each its own bug; the runs report the
     engine's cached prompt tokens and its speculative drafts beside the throughput."""
-    done = cli("bench", "engine", "--engine", tiny_server, "--no-local", "--one-file", "-n", "3", "--clients", "3",
-               "--max-new-tokens", "8", "--packages", "click", "--json", str(tmp_path / "b.json"), cwd=tmp_path,
-               timeout=600)
+    done = cli(
+        "bench",
+        "engine",
+        "--engine",
+        tiny_server,
+        "--no-local",
+        "--one-file",
+        "-n",
+        "3",
+        "--clients",
+        "3",
+        "--max-new-tokens",
+        "8",
+        "--packages",
+        "click",
+        "--json",
+        str(tmp_path / "b.json"),
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads((tmp_path / "b.json").read_text())
-    run, = data["runs"]
+    (run,) = data["runs"]
     assert data["one_file"] and run["clients"] == 3 and run["edits"] == 3 and run["errors"] == 0, run
     assert len({r["path"] for r in run["rows"]}) == 1 and len({r["id"] for r in run["rows"]}) == 3
     assert run["cached_tokens_per_edit"] is not None and "draft_accepted" in run

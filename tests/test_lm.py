@@ -75,8 +75,16 @@ def test_a_failed_forward_starts_over_with_an_empty_cache(model):
     def fails(*args):
         raise RuntimeError("a forward cut short")
 
-    lm.model = type("Failing", (), {"config": model.config, "device": model.device, "forward_logits": fails,
-                                    "new_cache": lambda self: model.new_cache()})()
+    lm.model = type(
+        "Failing",
+        (),
+        {
+            "config": model.config,
+            "device": model.device,
+            "forward_logits": fails,
+            "new_cache": lambda self: model.new_cache(),
+        },
+    )()
     with pytest.raises(RuntimeError):
         lm.feed([4])
     lm.model = model
@@ -104,8 +112,17 @@ def run_reusing(loaded, prepared: pipeline.Prepared):
     cursor, span_ids, drafter = pipeline.mode_parts(loaded, None, prepared, True)
     seen = [DecodeStats(tokens_reused=reused)]
     try:
-        decoded = decode(lm, cursor, prepared.prompt_ids, span_ids, sampler_for(), prepared.budget,
-                         lambda stats, step: seen.append(stats), drafter, reused)
+        decoded = decode(
+            lm,
+            cursor,
+            prepared.prompt_ids,
+            span_ids,
+            sampler_for(),
+            prepared.budget,
+            lambda stats, step: seen.append(stats),
+            drafter,
+            reused,
+        )
     except BudgetError:
         return tuple(cursor.ids), seen[-1], lm
     return decoded.ids, decoded.stats, lm

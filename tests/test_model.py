@@ -41,8 +41,9 @@ def test_splice_in_one_forward_equals_feeding_tokens_one_by_one(spans):
             one_by_one = stepped.feed([token])[-1]
         np.testing.assert_allclose(np.asarray(at_once), np.asarray(one_by_one), rtol=1e-4, atol=1e-5)
     assert spliced_cache.length == stepped_cache.length
-    for (keys_a, values_a), (keys_b, values_b) in zip(spliced_cache.layers(spliced_cache.length),
-                                                      stepped_cache.layers(stepped_cache.length)):
+    for (keys_a, values_a), (keys_b, values_b) in zip(
+        spliced_cache.layers(spliced_cache.length), stepped_cache.layers(stepped_cache.length)
+    ):
         torch.testing.assert_close(keys_a, keys_b, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(values_a, values_b, rtol=1e-4, atol=1e-5)
 
@@ -73,11 +74,15 @@ def test_cropping_rejected_draft_tokens_restores_the_cache_exactly():
     verify = drafted.feed(ids[40:48], keep=8)  # [8, V]: one row per position
     assert verify.shape == (8, model.config.vocab_size)
     for k in range(40, 48):
-        np.testing.assert_allclose(np.asarray(verify[k - 40]), np.asarray(plain.feed([ids[k]])[-1]), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(verify[k - 40]), np.asarray(plain.feed([ids[k]])[-1]), rtol=1e-4, atol=1e-5
+        )
     drafted.crop(5)  # keep 3 of the 8 drafted tokens
     plain_fresh, _ = _forward(model)
     plain_fresh.feed(ids[:43])
-    np.testing.assert_allclose(np.asarray(drafted.feed(ids[50:55])[-1]), np.asarray(plain_fresh.feed(ids[50:55])[-1]), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(drafted.feed(ids[50:55])[-1]), np.asarray(plain_fresh.feed(ids[50:55])[-1]), rtol=1e-4, atol=1e-5
+    )
 
 
 # -- choosing the model ------------------------------------------------------------------------
@@ -155,6 +160,7 @@ def test_default_threads_count_what_runs_now_not_the_load_average(monkeypatch):
     spinner = __import__("subprocess").Popen([__import__("sys").executable, "-c", "while True: pass"])
     try:
         import time
+
         time.sleep(0.3)
         assert H.runnable_others(samples=5, gap=0.01) >= 1  # the spinning process holds a core now
     finally:
@@ -268,9 +274,15 @@ def test_torchs_side_of_the_probe_is_its_real_forward_extrapolated_from_two_and_
     monkeypatch.setattr(H, "_forward_work_seconds", timed)
     monkeypatch.setattr(H, "cpu_dtype", lambda threads: (torch.bfloat16, ""))
     monkeypatch.setattr(H, "cpu_steps", lambda threads: ("int8", ""))
-    meta = {"general.architecture": "qwen2", "qwen2.embedding_length": 64, "qwen2.feed_forward_length": 128,
-            "qwen2.block_count": 11, "qwen2.attention.head_count": 4, "qwen2.attention.head_count_kv": 2,
-            "tokenizer.ggml.tokens": ["a"] * 100}
+    meta = {
+        "general.architecture": "qwen2",
+        "qwen2.embedding_length": 64,
+        "qwen2.feed_forward_length": 128,
+        "qwen2.block_count": 11,
+        "qwen2.attention.head_count": 4,
+        "qwen2.attention.head_count_kv": 2,
+        "tokenizer.ggml.tokens": ["a"] * 100,
+    }
     seconds, need = H._torch_work_seconds(meta, 1)
     assert seen == [(64, 128, 2, 2), (64, 128, 2, 6)] * 2 and seconds == pytest.approx(2.0 + 9 * 0.5)
     assert need == 2 * (11 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 64 * 128) + 2 * 100 * 64)  # bf16 bytes
@@ -298,15 +310,24 @@ def test_the_probes_work_is_a_prompt_then_drafts_then_steps_each_timed_after_the
     monkeypatch.setattr(H.time, "perf_counter", lambda: next(clock))
     filler = H._filler(1000)
     seconds = H.work_seconds(Model(), Cache(), filler, long_reps=2)
-    assert {rows for rows, _ in H._WORK} == {512, 16, 1}  # the prompt, drafts, steps (docs/measurements/design-figures.md)
+    assert {rows for rows, _ in H._WORK} == {
+        512,
+        16,
+        1,
+    }  # the prompt, drafts, steps (docs/measurements/design-figures.md)
     assert fed == [H._WARM_UP, 512, 512, 16, 16, 16, 1, 1, 1, 1, 1] and len(filler) >= H._WARM_UP + 512 + 512
     assert crops == [H._WARM_UP] * 2 + [H._WARM_UP + 512] * 8
     assert seconds == pytest.approx(sum(times for _, times in H._WORK))
 
 
-@pytest.mark.parametrize("line, gpu", [("cuda: Optional[str] = None\nhip: Optional[str] = None\n", False),
-                                       ("cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\n", True),
-                                       ("cuda = None\nhip = '6.3.42131'\n", True)])
+@pytest.mark.parametrize(
+    "line, gpu",
+    [
+        ("cuda: Optional[str] = None\nhip: Optional[str] = None\n", False),
+        ("cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\n", True),
+        ("cuda = None\nhip = '6.3.42131'\n", True),
+    ],
+)
 def test_a_cpu_build_of_torch_is_told_from_its_version_file_without_importing_it(monkeypatch, tmp_path, line, gpu):
     import importlib.machinery
     import importlib.util
@@ -326,8 +347,15 @@ def test_the_torch_probe_runs_the_real_forward_with_the_step_copies_and_leaves_n
     from cadedit.backends.torch.qwen2 import Config
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    config = Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=5,
-                    num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    config = Config(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=5,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
     assert H._forward_work_seconds(config, 1, torch.bfloat16, step) > 0
     assert not list(tmp_path.rglob("*"))  # the step copies went to a temporary folder, not the user cache
 

@@ -59,8 +59,11 @@ def renamed_every_third_line(text: str, python: bool) -> str:
         count += 1
         if count % 3:
             continue
-        names = [m for m in re.finditer(r"\b[A-Za-z_]\w+\b", line)
-                 if not keyword.iskeyword(m.group()) and m.group() not in JS_WORDS]
+        names = [
+            m
+            for m in re.finditer(r"\b[A-Za-z_]\w+\b", line)
+            if not keyword.iskeyword(m.group()) and m.group() not in JS_WORDS
+        ]
         for m in reversed(names):
             lines[k] = line[: m.start()] + m.group() + "_2" + line[m.end() :]
             if not python or _parses_in_place("\n".join(lines)):
@@ -94,7 +97,9 @@ def answering(monkeypatch):
         def picks(k: int):
             def make_sampler(loaded, document, prepared):
                 asked.append(prepared)
-                return script_sampler(answer(prepared), token_bytes(loaded), lambda text: encode(loaded.tokenizer, text))
+                return script_sampler(
+                    answer(prepared), token_bytes(loaded), lambda text: encode(loaded.tokenizer, text)
+                )
 
             return make_sampler if k else None
 
@@ -106,9 +111,27 @@ def answering(monkeypatch):
 
 def fix_json(tiny_dir, name: str, a: int, b: int, exit_code: int | tuple[int, ...] = 0) -> dict:
     """`cadedit fix --json` on lines a-b, one try (an answer that changes nothing fails it: exit 3)."""
-    result = invoke(["fix", name, "Rename some names.", "--lines", f"{a}-{b}", "--json", "--quiet",
-                     "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                     "--candidates", "1", "--tries", "1"])
+    result = invoke(
+        [
+            "fix",
+            name,
+            "Rename some names.",
+            "--lines",
+            f"{a}-{b}",
+            "--json",
+            "--quiet",
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--candidates",
+            "1",
+            "--tries",
+            "1",
+        ]
+    )
     assert result.exit_code in (exit_code if isinstance(exit_code, tuple) else (exit_code,)), result.output
     return json.loads(result.stdout)
 

@@ -149,8 +149,9 @@ def test_several_files_make_one_patch_and_load_the_model_once(tmp_path, monkeypa
         assert {n: (tree / n).read_bytes() for n in files} == {n: edit_bytes(d) for n, d in files.items()}
     checked = fix("a.py", "src/b.py", "-i", "Rename old.", "--model", str(tiny_dir), "--check", "-q")
     assert checked.exit_code == 1 and checked.stdout_bytes == diff.split(b"diff --git a/c.py")[0]
-    written = fix("a.py", "src/b.py", "c.py", "-i", "Rename old.", "--model", str(tiny_dir), "--write", "-q",
-                  "--allow-no-change")
+    written = fix(
+        "a.py", "src/b.py", "c.py", "-i", "Rename old.", "--model", str(tiny_dir), "--write", "-q", "--allow-no-change"
+    )
     assert written.exit_code == 0, written.output
     assert {n: (base / n).read_bytes() for n in files} == {n: edit_bytes(d) for n, d in files.items()}
 
@@ -213,6 +214,8 @@ def test_a_real_shell_pipe_into_patch_and_git_apply(tmp_path, tiny_dir):
     fix_command = f'"{sys.executable}" "{driver}" fix --no-scope {name} "Rename old." --model "{tiny_dir}" -q --threads 1 --dtype fp32'
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     command = f"set -o pipefail; {fix_command} | tee ../patch.diff | patch -p1 && git -C ../other apply < ../patch.diff"
-    proc = subprocess.run(command, shell=True, executable="/bin/bash", cwd=base, capture_output=True, env=env, timeout=120)
+    proc = subprocess.run(
+        command, shell=True, executable="/bin/bash", cwd=base, capture_output=True, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert (base / name).read_bytes() == (other / name).read_bytes() == b"keep\r\nnew\r\nend"

@@ -30,8 +30,13 @@ def loaded():
 
 def edit(loaded, instruction: str, **options):
     answer = DOC.text.replace("f(", "g(") + "```\n"
-    return pipeline.edit_file(DOC, instruction, EditOptions(mode=Mode.VERIFY, **options), loaded=loaded,
-                              make_sampler=given(script_sampler(answer, token_bytes(loaded))))
+    return pipeline.edit_file(
+        DOC,
+        instruction,
+        EditOptions(mode=Mode.VERIFY, **options),
+        loaded=loaded,
+        make_sampler=given(script_sampler(answer, token_bytes(loaded))),
+    )
 
 
 def store_files():
@@ -62,8 +67,13 @@ def test_a_short_file_is_stored_too(loaded):
     answer = short.text.replace("f(", "g(") + "```\n"
     prepared = pipeline.prepare(loaded, short, "Rename f to g.", EditOptions(mode=Mode.VERIFY))
     assert PREFIX_MIN_TOKENS <= prepared.reuse_at < 256
-    pipeline.edit_file(short, "Rename f to g.", EditOptions(mode=Mode.VERIFY), loaded=loaded,
-                       make_sampler=given(script_sampler(answer, token_bytes(loaded))))
+    pipeline.edit_file(
+        short,
+        "Rename f to g.",
+        EditOptions(mode=Mode.VERIFY),
+        loaded=loaded,
+        make_sampler=given(script_sampler(answer, token_bytes(loaded))),
+    )
     assert len(store_files()) == 1
 
 

@@ -8,7 +8,9 @@ from cadedit.errors import ProgramError
 from cadedit.text.program import ESC, RESERVED, Copy, Gen, Program, escape, format, parse, unescape
 
 # Adversarial alphabet: pieces of every reserved literal, the escape character, newlines.
-pieces = st.sampled_from(list(RESERVED) + ["<", "/", ">", "gen", "copy", "program", ESC, ESC * 2, "\n", "\r\n", "a", " ", '"'])
+pieces = st.sampled_from(
+    list(RESERVED) + ["<", "/", ">", "gen", "copy", "program", ESC, ESC * 2, "\n", "\r\n", "a", " ", '"']
+)
 adversarial = st.lists(pieces | st.text(max_size=3), max_size=20).map("".join)
 
 
@@ -41,11 +43,7 @@ def test_parse_inverts_format(op_list):
 def test_canonical_text():
     program = Program((Copy(1, 3), Gen("    return a + b\n"), Copy(5, 9)))
     assert format(program) == (
-        "<program>\n"
-        '<copy lines="1-3"/>\n'
-        "<gen>\n    return a + b\n</gen>\n"
-        '<copy lines="5-9"/>\n'
-        "</program>\n"
+        "<program>\n<copy lines=\"1-3\"/>\n<gen>\n    return a + b\n</gen>\n<copy lines=\"5-9\"/>\n</program>\n"
     )
 
 

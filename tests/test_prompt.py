@@ -60,17 +60,34 @@ def test_stdin_documents_are_called_the_file():
     assert messages[-1]["content"].startswith("File the file (1 line):\n1 | x = 1\n")
 
 
-PURE = ("prompt.messages", "text.program", "text.document", "text.resolve", "text.oracle", "text.diff", "prompt.fence",
-        "decode.verify", "decode.draft", "options", "prompt.regions", "results", "tries.checks", "tries.loop", "scope.plan",
-        "text.languages")
+PURE = (
+    "prompt.messages",
+    "text.program",
+    "text.document",
+    "text.resolve",
+    "text.oracle",
+    "text.diff",
+    "prompt.fence",
+    "decode.verify",
+    "decode.draft",
+    "options",
+    "prompt.regions",
+    "results",
+    "tries.checks",
+    "tries.loop",
+    "scope.plan",
+    "text.languages",
+)
 
 
 @pytest.mark.parametrize("module", PURE)
 def test_pure_modules_import_no_torch(module):
     """The prompt, the program, the answer formats, the drafters and the options are pure Python:
     the CLI's model-free paths and the warm server's client import them without torch."""
-    code = (f"import sys, cadedit.{module}; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))")
+    code = (
+        f"import sys, cadedit.{module}; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers'}))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

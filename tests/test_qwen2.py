@@ -107,11 +107,14 @@ def test_a_saved_folder_loads_the_same_model_as_views_of_its_file(tmp_path):
     assert halves.lm_head.weight.dtype == torch.bfloat16 and loaded.folder == folder
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda p: p.write_bytes(p.read_bytes()[:-100]), "runs past the end"),
-    (lambda p: p.write_bytes(b"\xff" * 8 + b"{}"), "header longer than the file"),
-    (lambda p: p.write_bytes(b""), "cannot load the weights"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda p: p.write_bytes(p.read_bytes()[:-100]), "runs past the end"),
+        (lambda p: p.write_bytes(b"\xff" * 8 + b"{}"), "header longer than the file"),
+        (lambda p: p.write_bytes(b""), "cannot load the weights"),
+    ],
+)
 def test_a_damaged_weight_file_is_a_model_error_naming_it(tmp_path, damage, message):
     folder = save_model(tmp_path / "tiny")
     damage(folder / "model.safetensors")
@@ -130,12 +133,15 @@ def test_a_folder_missing_weights_is_refused(tmp_path):
         load_qwen2(folder, torch.float32)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"model_type": "llama"}, "model_type 'llama' is not qwen2"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope scaling 'yarn'"),
-    ({"hidden_size": None}, "hidden_size is null, not a usable number"),
-    ({"rope_parameters": [1, 2]}, "rope parameters \\[1, 2\\] are not an object"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"model_type": "llama"}, "model_type 'llama' is not qwen2"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope scaling 'yarn'"),
+        ({"hidden_size": None}, "hidden_size is null, not a usable number"),
+        ({"rope_parameters": [1, 2]}, "rope parameters \\[1, 2\\] are not an object"),
+    ],
+)
 def test_configs_the_forward_cannot_run_are_refused(change, message):
     raw = {**make_config().to_dict(), **change}
     raw.pop("rope_parameters", None) if "rope_scaling" in change else None
@@ -161,9 +167,15 @@ def test_the_tokenizer_gives_transformers_ids_specials_and_vocabulary(tmp_path):
         assert ours.encode(text, add_special_tokens=False) == hf.encode(text, add_special_tokens=False)
         ids = hf.encode(text, add_special_tokens=False)
         assert ours.decode(ids) == hf.decode(ids)
-    assert (ours.eos_token_id, ours.pad_token_id, ours.unk_token_id) == (hf.eos_token_id, hf.pad_token_id, hf.unk_token_id)
+    assert (ours.eos_token_id, ours.pad_token_id, ours.unk_token_id) == (
+        hf.eos_token_id,
+        hf.pad_token_id,
+        hf.unk_token_id,
+    )
     assert len(ours) == len(hf) and ours.get_vocab() == hf.get_vocab()
-    assert {i: str(t) for i, t in ours.added_tokens_decoder.items()} == {i: str(t) for i, t in hf.added_tokens_decoder.items()}
+    assert {i: str(t) for i, t in ours.added_tokens_decoder.items()} == {
+        i: str(t) for i, t in hf.added_tokens_decoder.items()
+    }
     assert ours.convert_tokens_to_ids("<|im_end|>") == hf.convert_tokens_to_ids("<|im_end|>")
 
 
@@ -177,10 +189,13 @@ def test_chat_prompts_are_the_text_transformers_renders(tmp_path, template):
         config = json.loads((tmp_path / "tokenizer_config.json").read_text())
         (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": QWEN_TEMPLATE}))
     ours = Tokenizer.from_folder(tmp_path)
-    for messages in ([{"role": "user", "content": "Fix it.\n```python\nx = 1\n```"}],
-                     [{"role": "system", "content": "You edit code."}, {"role": "user", "content": "ünïcode ok?"}]):
-        expected = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                          chat_template=ours.chat_template)
+    for messages in (
+        [{"role": "user", "content": "Fix it.\n```python\nx = 1\n```"}],
+        [{"role": "system", "content": "You edit code."}, {"role": "user", "content": "ünïcode ok?"}],
+    ):
+        expected = hf.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, chat_template=ours.chat_template
+        )
         assert ours.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == expected
 
 

@@ -30,14 +30,20 @@ def case(draw):
     indent = draw(st.sampled_from(INDENTS))
 
     def context(n):  # lines around the region: blank, or at any indentation up to one step in
-        return [draw(st.sampled_from(["", draw(st.sampled_from(INDENTS[: len(indent) // 4 + 2])) + next(names)]))
-                for _ in range(n)]
+        return [
+            draw(st.sampled_from(["", draw(st.sampled_from(INDENTS[: len(indent) // 4 + 2])) + next(names)]))
+            for _ in range(n)
+        ]
 
     before, after = context(draw(st.integers(0, 4))), context(draw(st.integers(0, 4)))
     # The region: (relative indentation, text) per line; blank only inside; one line at the region's indentation.
     size = draw(st.integers(1, 5))
-    region = [("", "") if 0 < k < size - 1 and draw(st.booleans()) and draw(st.booleans())
-              else (draw(st.sampled_from(["", STEP])), next(names)) for k in range(size)]
+    region = [
+        ("", "")
+        if 0 < k < size - 1 and draw(st.booleans()) and draw(st.booleans())
+        else (draw(st.sampled_from(["", STEP])), next(names))
+        for k in range(size)
+    ]
     assume(any(text and not rel for rel, text in region))
     body, plain = list(region), True
     for _ in range(draw(st.integers(0, 2))):
@@ -58,8 +64,9 @@ def case(draw):
             # Lines wrapped in a new block, one wrap only and by two spaces: wrapped by the region's own
             # indentation, an answer written as shown would read as the region's lines unchanged.
             end = draw(st.integers(at, len(body) - 1))
-            body[at : end + 1] = [(body[at][0], next(names))] + [(rel + "  " if text else rel, text)
-                                                                for rel, text in body[at : end + 1]]
+            body[at : end + 1] = [(body[at][0], next(names))] + [
+                (rel + "  " if text else rel, text) for rel, text in body[at : end + 1]
+            ]
             plain = False
     assume(not body or (body[0][1] and body[-1][1]))  # the ends of the answer are lines, as the region's are
     plain = (plain and any(line in body for line in region if line[1])) or not body  # deleted whole: plain too
@@ -70,9 +77,11 @@ def case(draw):
     shown = (lambda line: dedent(line, indent)) if as_shown else (lambda line: line)
     retyped_before = before[len(before) - draw(st.integers(0, len(before))) :]
     retyped_after = after[: draw(st.integers(0, len(after)))]
-    lines = ([shown(line) for line in retyped_before]
-             + [("" if as_shown else indent) + rel + text if text else "" for rel, text in body]
-             + [shown(line) for line in retyped_after])
+    lines = (
+        [shown(line) for line in retyped_before]
+        + [("" if as_shown else indent) + rel + text if text else "" for rel, text in body]
+        + [shown(line) for line in retyped_after]
+    )
     answer = "".join(line + "\n" for line in lines) + FENCE + "\n"
     file_region = [indent + rel + text if text else "" for rel, text in region]
     new_region = [indent + rel + text if text else "" for rel, text in body]
@@ -132,8 +141,9 @@ def test_the_reported_answers_place_exactly_or_fail():
     assert place((2, 4), "load_config()\nconnect()\nstart_workers()\n").text == swapped
     assert place((2, 4), "load_config()\nstart_workers()\n").text == file  # line 2 skipped: put back
     partial = place((2, 4), "load_config()\nconnect()\n")
-    assert partial.problem == ("lines 2-4: the answer ends with line 2 yet has only some of lines 3-4, so it "
-                               "cannot be placed in them exactly")
+    assert partial.problem == (
+        "lines 2-4: the answer ends with line 2 yet has only some of lines 3-4, so it cannot be placed in them exactly"
+    )
     nested = place((2, 4), "    def setup():\n    connect()\n    load_config()\n    start_workers()\n")
     assert "retypes line 1 (def setup():)" in nested.problem
     emptied = place((3, 3), "")  # an answer with no line: the region deleted, nothing to indent

@@ -11,7 +11,9 @@ from cadedit.text.program import Copy, Gen, Program, format, parse
 from cadedit.text.resolve import Bounds, resolve, resolve_ops
 
 # Small line pool so that before/after share many lines; random terminators incl. none at the end.
-line_bodies = st.sampled_from(["", " ", "\t", "x", "x ", "def f():", "    return 1", "}", "</gen>", "<copy", "\u27e8", "é"])
+line_bodies = st.sampled_from(
+    ["", " ", "\t", "x", "x ", "def f():", "    return 1", "}", "</gen>", "<copy", "\u27e8", "é"]
+)
 terminators = st.sampled_from(["\n", "\r\n", "\r"])
 
 

@@ -82,8 +82,10 @@ def test_the_prompt_shows_the_file_in_a_fence_and_opens_the_answer_with_one(mode
     document = Document.from_text("x = 1\ny = 2", "src/calc.py")
     prepared = prepare(loaded_from(make_model(0)), document, "Set y to 3.", options(mode))
     prompt = TOK.decode(list(prepared.prompt_ids))
-    assert ("<|im_start|>user\nFile calc.py (2 lines):\n```python\nx = 1\ny = 2\n```\n\nInstruction: Set y to 3.\n"
-            "Reply with the complete file, all 2 lines, with the instruction applied.") in prompt
+    assert (
+        "<|im_start|>user\nFile calc.py (2 lines):\n```python\nx = 1\ny = 2\n```\n\nInstruction: Set y to 3.\n"
+        "Reply with the complete file, all 2 lines, with the instruction applied."
+    ) in prompt
     assert prompt.count("Set y to 3.") == 1  # the default layout: the instruction after the file only
     assert prompt.startswith("<|im_start|>system\n" + REWRITE_SYSTEM)
     assert prompt.endswith("<|im_start|>assistant\n```python\n")
@@ -94,7 +96,10 @@ def test_layout_both_states_the_instruction_before_the_file_too():
     document = Document.from_text("x = 1\ny = 2", "src/calc.py")
     prepared = prepare(loaded_from(make_model(0)), document, "Set y to 3.", options(Mode.VERIFY, layout="both"))
     prompt = TOK.decode(list(prepared.prompt_ids))
-    assert "Instruction: Set y to 3.\n\nFile calc.py (2 lines):\n```python\nx = 1\ny = 2\n```\n\nInstruction: Set y to 3.\n" in prompt
+    assert (
+        "Instruction: Set y to 3.\n\nFile calc.py (2 lines):\n```python\nx = 1\ny = 2\n```\n\nInstruction: Set y to 3.\n"
+        in prompt
+    )
     assert prompt.endswith("<|im_start|>assistant\n```python\n")
 
 
@@ -106,7 +111,9 @@ def test_the_rewrite_prompt_parts():
     assert fenced_source(Document.from_text(""), "```") == "```\n"
     system, user = rewrite_messages(document, " Fix it. ", "````")
     assert system == {"role": "system", "content": REWRITE_SYSTEM}
-    assert user["role"] == "user" and user["content"].startswith("Instruction: Fix it.\n\nFile the file (1 lines):\n````\n")
+    assert user["role"] == "user" and user["content"].startswith(
+        "Instruction: Fix it.\n\nFile the file (1 lines):\n````\n"
+    )
 
 
 def test_program_and_rewrite_prompts_differ_and_program_has_no_fence():
@@ -136,16 +143,19 @@ def answer_program_for(document: Document, new_display: str) -> Program:
     return pipeline.answer_program(document, prepared, pipeline.Decoded(answer, (), pipeline.DecodeStats()))
 
 
-@pytest.mark.parametrize(("before", "new_display", "after"), [
-    ("a = 1\r\nb = 2\r\nc = 3\r\n", "a = 1\nb = 20\nc = 3\n", "a = 1\r\nb = 20\r\nc = 3\r\n"),
-    ("\ufeffimport os\nx = 1\n", "import sys\nx = 1\n", "\ufeffimport sys\nx = 1\n"),
-    ("\ufeffimport os\nx = 1\n", "import os\nx = 2\n", "\ufeffimport os\nx = 2\n"),
-    ("x = 1\ny = 2", "x = 1\ny = 3", "x = 1\ny = 3"),
-    ("a\rb\r", "a\nc\n", "a\rc\r"),
-    ("a\r\nb\nc\r\n", "a\nB\nc\n", "a\r\nB\r\nc\r\n"),  # kept lines keep their own ending
-    ("a\n\tb  \n", "a\n\tb  \nc\n", "a\n\tb  \nc\n"),
-    ("", "new\n", "new\n"),
-])
+@pytest.mark.parametrize(
+    ("before", "new_display", "after"),
+    [
+        ("a = 1\r\nb = 2\r\nc = 3\r\n", "a = 1\nb = 20\nc = 3\n", "a = 1\r\nb = 20\r\nc = 3\r\n"),
+        ("\ufeffimport os\nx = 1\n", "import sys\nx = 1\n", "\ufeffimport sys\nx = 1\n"),
+        ("\ufeffimport os\nx = 1\n", "import os\nx = 2\n", "\ufeffimport os\nx = 2\n"),
+        ("x = 1\ny = 2", "x = 1\ny = 3", "x = 1\ny = 3"),
+        ("a\rb\r", "a\nc\n", "a\rc\r"),
+        ("a\r\nb\nc\r\n", "a\nB\nc\n", "a\r\nB\r\nc\r\n"),  # kept lines keep their own ending
+        ("a\n\tb  \n", "a\n\tb  \nc\n", "a\n\tb  \nc\n"),
+        ("", "new\n", "new\n"),
+    ],
+)
 def test_the_rewrite_as_a_program_keeps_the_files_own_newlines(before, new_display, after):
     """answer_program: the fenced answer aligned with the file by the oracle (kept lines are copies)."""
     document = Document.from_text(before)
@@ -215,8 +225,13 @@ def test_a_second_decode_of_the_same_prompt_reuses_its_cache():
 def test_progress_sees_each_forward(mode):
     document = Document.from_text(BEFORE, "colors.txt")
     seen = []
-    result = edit_file(document, "Rename.", options(mode), loaded=editing_model(document),
-                       on_step=lambda stats, step: seen.append((stats.forward_passes, step.phase)))
+    result = edit_file(
+        document,
+        "Rename.",
+        options(mode),
+        loaded=editing_model(document),
+        on_step=lambda stats, step: seen.append((stats.forward_passes, step.phase)),
+    )
     assert [n for n, _ in seen] == list(range(1, result.stats.forward_passes + 1))
     assert seen[0][1] == "prefill" and all(phase == "step" for _, phase in seen[1:])
 
@@ -315,8 +330,20 @@ def test_fix_defaults_to_verify(work, editing_dir):
 def test_fix_verify_samples_with_a_temperature_and_keeps_drafts(work, editing_dir):
     """Sampling goes through the same loop as greedy: a drafted token is accepted with the model's
     probability of it (the bigram model is sure of each token at this temperature)."""
-    as_json = fix("colors.txt", "Rename.", "--model", str(editing_dir), "--mode", "verify", "--temperature", "0.3",
-                  "--seed", "1", "--json", "-q")
+    as_json = fix(
+        "colors.txt",
+        "Rename.",
+        "--model",
+        str(editing_dir),
+        "--mode",
+        "verify",
+        "--temperature",
+        "0.3",
+        "--seed",
+        "1",
+        "--json",
+        "-q",
+    )
     assert as_json.exit_code == 0, as_json.output
     data = json.loads(as_json.stdout)
     assert data["program_as_written"] == AFTER and data["statistics"]["drafts_kept"] >= 2
@@ -325,8 +352,18 @@ def test_fix_verify_samples_with_a_temperature_and_keeps_drafts(work, editing_di
 def test_fix_mode_check_stdin_and_budget(work, editing_dir):
     assert fix("colors.txt", "Rename.", "--model", str(editing_dir), "--mode", "verify", "--check", "-q").exit_code == 1
     # piped text of no known language is named, as black and ruff take it (unnamed, it is not rewritten whole)
-    piped = fix("-", "Rename.", "--model", str(editing_dir), "--mode", "rewrite", "-q", "--stdin-filename", "colors.txt",
-                input=BEFORE.encode())
+    piped = fix(
+        "-",
+        "Rename.",
+        "--model",
+        str(editing_dir),
+        "--mode",
+        "rewrite",
+        "-q",
+        "--stdin-filename",
+        "colors.txt",
+        input=BEFORE.encode(),
+    )
     assert piped.exit_code == 0 and piped.stdout == AFTER
     short = fix("colors.txt", "Rename.", "--model", str(editing_dir), "--mode", "verify", "--max-new-tokens", "2")
     assert short.exit_code == 3 and "budget of 2 new tokens" in short.stderr  # no try passed (--tries)
@@ -338,11 +375,14 @@ def test_fix_mode_usage_errors_exit_2(work, editing_dir, args):
     assert fix("colors.txt", "Rename.", "--model", str(editing_dir), *args).exit_code == 2
 
 
-@pytest.mark.parametrize(("before", "new_display", "after"), [
-    ("\ufeffimport os\n", '"""Doc."""\nimport os\n', '\ufeff"""Doc."""\nimport os\n'),
-    ("\ufeffa\r\nb\r\n", "b\na\n", "\ufeffb\r\na\r\n"),
-    ("x = 1\ny = 2", "x = 1\ny = 2\nz = 3\n", "x = 1\ny = 2\nz = 3\n"),
-])
+@pytest.mark.parametrize(
+    ("before", "new_display", "after"),
+    [
+        ("\ufeffimport os\n", '"""Doc."""\nimport os\n', '\ufeff"""Doc."""\nimport os\n'),
+        ("\ufeffa\r\nb\r\n", "b\na\n", "\ufeffb\r\na\r\n"),
+        ("x = 1\ny = 2", "x = 1\ny = 2\nz = 3\n", "x = 1\ny = 2\nz = 3\n"),
+    ],
+)
 def test_rewrite_modes_keep_one_bom_at_the_start_and_append_after_a_last_line(before, new_display, after):
     document = Document.from_text(before)
     assert resolve(program_for(document, new_display), document) == after

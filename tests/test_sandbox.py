@@ -67,8 +67,11 @@ def cadedit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGQUIT, signal.SIGUSR1, signal.SIGALRM],
-                         ids=["SIGKILL", "SIGQUIT", "SIGUSR1", "SIGALRM"])
+@pytest.mark.parametrize(
+    "signum",
+    [signal.SIGKILL, signal.SIGQUIT, signal.SIGUSR1, signal.SIGALRM],
+    ids=["SIGKILL", "SIGQUIT", "SIGUSR1", "SIGALRM"],
+)
 def test_cadedit_killed_during_the_test_gets_the_original_back_and_ends_the_test(work, tiny_dir, signum):
     inode = (work / "a.py").stat().st_ino
     proc = start_cadedit(work, tiny_dir, "--test", SLEEPING_TEST)
@@ -167,8 +170,9 @@ EDITOR = textwrap.dedent("""\
 def test_a_save_as_the_candidate_goes_in_is_never_overwritten(work, tiny_dir, how):
     pidfile = work.parent / "cadedit.pid"
     (work.parent / "editor.py").write_text(EDITOR)
-    editor = subprocess.Popen([sys.executable, str(work.parent / "editor.py"), str(journal_dir()), str(pidfile),
-                               str(work / "a.py"), how])
+    editor = subprocess.Popen(
+        [sys.executable, str(work.parent / "editor.py"), str(journal_dir()), str(pidfile), str(work / "a.py"), how]
+    )
     assert until(lambda: Path(f"{pidfile}.ready").exists() or editor.poll() is not None), "the editor did not start"
     proc = start_cadedit(work, tiny_dir, "--test", "exit 1", "--tries", "1", "--write")
     pidfile.write_text(str(proc.pid))
@@ -178,8 +182,12 @@ def test_a_save_as_the_candidate_goes_in_is_never_overwritten(work, tiny_dir, ho
     assert proc.returncode == 1, err
     # Stopped in the window (the usual case), cadedit says it placed nothing; stopped after the write
     # (a slow editor), the restore keeps the save: either way a one-line error, the saved bytes kept.
-    assert (b"a.py: changed on disk while cadedit put the candidate in; what was saved is left as it is and the "
-            b"test was not run" in err or b"a.py: changed while the test ran, so its new bytes were kept" in err), err
+    assert (
+        b"a.py: changed on disk while cadedit put the candidate in; what was saved is left as it is and the "
+        b"test was not run"
+        in err
+        or b"a.py: changed while the test ran, so its new bytes were kept" in err
+    ), err
     assert b"Traceback" not in err and not list(journal_dir().glob("*.json"))
 
 
@@ -199,7 +207,11 @@ def test_a_test_run_changes_nothing_but_the_bytes_for_its_duration(work, tiny_di
     assert proc.returncode == 0, err
     after = path.stat()
     assert (after.st_ino, after.st_nlink, after.st_mode, after.st_mtime_ns) == (
-        before.st_ino, 2, before.st_mode, before.st_mtime_ns)
+        before.st_ino,
+        2,
+        before.st_mode,
+        before.st_mtime_ns,
+    )
     assert os.getxattr(path, "user.cadedit-test") == b"kept"
     assert path.read_bytes() == BEFORE == (work.parent / "hardlink.py").read_bytes()
 
@@ -295,10 +307,21 @@ def plant(path: Path, original: bytes, key: str = "1-1", holds: bytes = b"") -> 
     folder = journal_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     entry = folder / f"{key}.json"
-    entry.write_text(json.dumps({
-        "path": base64.b64encode(os.fsencode(path)).decode(), "dev": 1, "ino": 1, "mode": 0o600, "times_ns": [0, 0],
-        "original": base64.b64encode(original).decode(), "candidate_sha256": hashlib.sha256(holds).hexdigest(),
-        "pid": 999999, "created": time.time()}))
+    entry.write_text(
+        json.dumps(
+            {
+                "path": base64.b64encode(os.fsencode(path)).decode(),
+                "dev": 1,
+                "ino": 1,
+                "mode": 0o600,
+                "times_ns": [0, 0],
+                "original": base64.b64encode(original).decode(),
+                "candidate_sha256": hashlib.sha256(holds).hexdigest(),
+                "pid": 999999,
+                "created": time.time(),
+            }
+        )
+    )
     return entry
 
 
@@ -326,8 +349,10 @@ def test_recover_never_uses_a_journal_folder_others_may_write(work):
     journal_dir().chmod(0o777)
     done = cadedit("recover", cwd=work)
     assert done.returncode == 0, done.stderr
-    assert f"cadedit: {journal_dir()}: not a private folder of this user (owner uid {os.getuid()}, mode 0777); its " \
-           "journal entries were not used" in " ".join(done.stderr.split())
+    assert (
+        f"cadedit: {journal_dir()}: not a private folder of this user (owner uid {os.getuid()}, mode 0777); its "
+        "journal entries were not used" in " ".join(done.stderr.split())
+    )
     assert not target.exists()
 
 
@@ -372,8 +397,10 @@ def test_recover_gives_back_every_entry_whatever_one_stale_entry_does(work, tiny
         assert not gone.parent.exists() and not list(journal_dir().glob("*.json"))
     else:
         assert done.returncode == 1, done.stderr
-        assert f"cadedit: {gone}: cannot give the original back now (File name too long); it stays in the " \
-               f"journal ({journal_dir() / '0-0.json'})" in " ".join(done.stderr.split())
+        assert (
+            f"cadedit: {gone}: cannot give the original back now (File name too long); it stays in the "
+            f"journal ({journal_dir() / '0-0.json'})" in " ".join(done.stderr.split())
+        )
         assert [p.name for p in journal_dir().glob("*.json")] == ["0-0.json"]
 
 
@@ -396,8 +423,9 @@ def test_recover_puts_the_mode_back_before_the_bytes_of_a_file_the_test_made_rea
     proc.communicate(timeout=30)
     os.kill(int((work.parent / "pid").read_text()), signal.SIGKILL)
     assert (work / "a.py").read_bytes() == GOOD.encode() and (work / "a.py").stat().st_mode & 0o777 == 0o444
-    done = subprocess.run([*as_a_plain_user(), console_script(), "recover"], cwd=work, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [*as_a_plain_user(), console_script(), "recover"], cwd=work, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "a.py: restored the original over the untested candidate" in done.stderr
     assert (work / "a.py").read_bytes() == BEFORE and (work / "a.py").stat().st_mode & 0o777 == 0o644
@@ -407,8 +435,9 @@ def test_a_test_that_rewrites_the_candidates_bytes_under_a_new_inode_still_gets_
     """`sed -i`, `perl -pi` or a formatter that always writes: the same bytes renamed over the file. It
     holds exactly the candidate, so the original comes back, into that new inode (its own mode stays)."""
     inode = (work / "a.py").stat().st_ino
-    proc = start_cadedit(work, tiny_dir, "--test", "cp a.py b.tmp && chmod 600 b.tmp && mv b.tmp a.py; exit 1",
-                         "--tries", "1")
+    proc = start_cadedit(
+        work, tiny_dir, "--test", "cp a.py b.tmp && chmod 600 b.tmp && mv b.tmp a.py; exit 1", "--tries", "1"
+    )
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, err  # the candidate failed its test; nothing else went wrong
     assert b"changed while the test ran" not in err
@@ -424,13 +453,17 @@ def test_recover_finishes_a_restore_that_was_cut_short(work, tiny_dir):
     `cadedit recover` knows its own half-written restore and finishes it."""
     original = b'"""Adds two numbers."""\n' * 12 + BEFORE
     (work / "a.py").write_bytes(original)
-    cap = (f"{sys.executable} -c 'import resource, sys; resource.prlimit(int(sys.argv[1]), resource.RLIMIT_FSIZE, "
-           f"(100, 100))' $PPID; exit 1")
+    cap = (
+        f"{sys.executable} -c 'import resource, sys; resource.prlimit(int(sys.argv[1]), resource.RLIMIT_FSIZE, "
+        f"(100, 100))' $PPID; exit 1"
+    )
     proc = start_cadedit(work, tiny_dir, "--test", cap, "--tries", "1")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
-    assert b"a.py: cannot restore it after the test (File too large); it may hold the candidate or a cut-short " \
-           b"original until then, the original is kept in" in b" ".join(err.split())
+    assert (
+        b"a.py: cannot restore it after the test (File too large); it may hold the candidate or a cut-short "
+        b"original until then, the original is kept in" in b" ".join(err.split())
+    )
     assert (work / "a.py").read_bytes() == original[:100]  # what a full disk leaves
     done = cadedit("recover", cwd=work)
     assert done.returncode == 0, done.stderr
@@ -445,8 +478,11 @@ def test_a_test_that_fills_the_disk_does_not_stop_the_restore(work, tiny_dir, tm
     comes back at once. A 1 MiB tmpfs as the full disk (root only)."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    if os.getuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
-                                          capture_output=True).returncode != 0:
+    if (
+        os.getuid() != 0
+        or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode
+        != 0
+    ):
         pytest.skip("needs root to mount a small tmpfs")
     try:
         folder = disk / "work"
@@ -466,8 +502,9 @@ def test_an_original_kept_beside_the_journal_is_never_replaced_by_a_later_one(wo
     """Two runs whose tests each rewrite a.py keep two originals: the second never overwrites the first."""
     kept = []
     for saved in (b"# the first save\n", b"# the second save\n"):
-        proc = start_cadedit(work, tiny_dir, "--test", f"printf '{saved.decode().strip()}\\n' > a.py; exit 1",
-                             "--tries", "1")
+        proc = start_cadedit(
+            work, tiny_dir, "--test", f"printf '{saved.decode().strip()}\\n' > a.py; exit 1", "--tries", "1"
+        )
         before = (work / "a.py").read_bytes()
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 1 and (work / "a.py").read_bytes() == saved, err

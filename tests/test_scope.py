@@ -211,7 +211,8 @@ def test_a_traceback_frame_is_the_whole_function_since_the_fix_may_be_elsewhere_
     assert scope.wider == ()
 
 
-STATEMENTS = """\
+STATEMENTS = (
+    """\
 def f(items, flag):
     total = 0
     for item in items:
@@ -228,10 +229,13 @@ def f(items, flag):
         2,
     ]
     table = {
-""" + "".join(f"        {k}: {k},\n" for k in range(30)) + """\
+"""
+    + "".join(f"        {k}: {k},\n" for k in range(30))
+    + """\
     }
     return total
 """
+)
 
 
 @pytest.mark.parametrize(
@@ -619,8 +623,10 @@ def test_scope_imports_no_torch():
 
 
 def test_prose_is_docstring_and_whole_line_comment_lines_and_never_a_string_in_code():
-    src = ('"""Module."""\n# note\ndef f(x):\n    """Doc\n    more."""\n    s = """\n# not a comment\n"""\n'
-           '    return x  # trailing\n')
+    src = (
+        '"""Module."""\n# note\ndef f(x):\n    """Doc\n    more."""\n    s = """\n# not a comment\n"""\n'
+        '    return x  # trailing\n'
+    )
     assert sorted(outline(doc(src), "python", prose=True).prose) == [1, 2, 4, 5]
     one_line = "def f(): 'Doc.'; return 1\nclass C:\n    \"\"\"Doc.\"\"\"; x = 1\n"
     assert outline(doc(one_line), "python", prose=True).prose == frozenset()  # each line holds code too
@@ -628,8 +634,10 @@ def test_prose_is_docstring_and_whole_line_comment_lines_and_never_a_string_in_c
 
 def test_javascript_prose_is_comment_lines_with_nothing_else_on_them():
     pytest.importorskip("tree_sitter_javascript")
-    src = ("/* Adds.\n   Twice. */\nconst f = (x) => {\n  // why\n  return x + 1; // trailing\n  /* a */ let y = 2;\n"
-           "  const s = 'éé' /* é */\n  /* é */ // é\n};\n")
+    src = (
+        "/* Adds.\n   Twice. */\nconst f = (x) => {\n  // why\n  return x + 1; // trailing\n  /* a */ let y = 2;\n"
+        "  const s = 'éé' /* é */\n  /* é */ // é\n};\n"
+    )
     found = outline(Document.from_text(src, "f.js"), "javascript", prose=True)
     assert found.known and sorted(found.prose) == [1, 2, 4, 8]  # columns count bytes: é is two
     assert found.code_lines(1, 9) == (3, 5, 6, 7, 9) and found.code_lines(1, 2) == (1, 2)

@@ -111,8 +111,22 @@ def verbatim(body: str):
 def fix(tiny_dir, instruction: str, *args: str):
     """`cadedit fix` with one candidate a try: the answers `scripted` gives are tries (with --test the
     default would make try 1 several candidates: tests/test_candidates.py)."""
-    return invoke(["fix", "a.py", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
-                   "--threads", "1", "--candidates", "1", *args])
+    return invoke(
+        [
+            "fix",
+            "a.py",
+            instruction,
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--candidates",
+            "1",
+            *args,
+        ]
+    )
 
 
 def scope_line(stderr: str) -> str:
@@ -127,8 +141,24 @@ def test_write_edits_a_file_outside_the_working_directory(tmp_path, monkeypatch,
     (tmp_path / "other/a.py").write_bytes(make())
     monkeypatch.chdir(tmp_path / "here")
     scripted(retype(("return x - 2", "return x * 2")))
-    result = invoke(["fix", "../other/a.py", "Fix line 6.", "--lines", "6", "--model", str(tiny_dir), "--dtype",
-                     "fp32", "--threads", "1", "--candidates", "1", "--write"])
+    result = invoke(
+        [
+            "fix",
+            "../other/a.py",
+            "Fix line 6.",
+            "--lines",
+            "6",
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--candidates",
+            "1",
+            "--write",
+        ]
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "other/a.py").read_bytes() == make(l6="    return x * 2")
 
@@ -229,8 +259,9 @@ def test_two_regions_with_the_header_forced_between(work, tiny_dir, scripted):
     prepared = calls[0].prepared
     assert prepared.regions == ((2, 2), (6, 6))
     assert prepared.headers == ("Lines 6-6, without their common indentation of 4 spaces:\n```python\n",)
-    assert prepared.source == ("return x + 1\n```\nLines 6-6, without their common indentation of 4 spaces:\n```python\n"
-                               "return x - 2\n```\n")
+    assert prepared.source == (
+        "return x + 1\n```\nLines 6-6, without their common indentation of 4 spaces:\n```python\nreturn x - 2\n```\n"
+    )
     assert (work / "a.py").read_bytes() == make(final=False, l2="    return x + 10", l6="    return x * 2")
 
 
@@ -288,8 +319,9 @@ def test_line_reference_is_its_statement_and_is_quoted(work, tiny_dir, scripted)
 
 def test_a_try_that_does_not_parse_widens_the_next_to_the_function_and_no_change_does_not(work, tiny_dir, scripted):
     (work / "a.py").write_bytes(make())
-    calls = scripted(retype(), retype(("return x - 2", "return (x -")),
-                     retype(("def second(x):", "def second(x, y=0):")))
+    calls = scripted(
+        retype(), retype(("return x - 2", "return (x -")), retype(("def second(x):", "def second(x, y=0):"))
+    )
     result = fix(tiny_dir, "Fix line 6", "--json")
     assert result.exit_code == 0, result.output
     assert [call.prepared.regions for call in calls] == [((6, 6),), ((6, 6),), ((5, 6),)]
@@ -331,8 +363,12 @@ def test_a_line_of_a_statement_over_two_lines_widens_to_the_statement_first(work
     assert (work / "a.py").read_bytes() == make(lines, l3="             2)")
 
 
-LONG = ["import os", ""] + [f"A{k} = {k}" for k in range(200)] + ["", "", "def f(x):", "    return x - 2", ""] + [
-    f"B{k} = {k}" for k in range(200)]
+LONG = (
+    ["import os", ""]
+    + [f"A{k} = {k}" for k in range(200)]
+    + ["", "", "def f(x):", "    return x - 2", ""]
+    + [f"B{k} = {k}" for k in range(200)]
+)
 
 
 def test_a_long_file_is_shown_around_the_region_and_context_all_shows_it_whole(work, tiny_dir, scripted):
@@ -342,7 +378,10 @@ def test_a_long_file_is_shown_around_the_region_and_context_all_shows_it_whole(w
     result = fix(tiny_dir, f"Fix line {line}", "--context", "5", "--write")
     assert result.exit_code == 0, result.output
     prompt = calls[0].prompt
-    assert f"File a.py ({len(LONG)} lines), the parts around the lines to edit:\nLines 1-20:\n```python\nimport os\n" in prompt
+    assert (
+        f"File a.py ({len(LONG)} lines), the parts around the lines to edit:\nLines 1-20:\n```python\nimport os\n"
+        in prompt
+    )
     assert f"Lines {line - 5}-{line + 5}:\n```python\n" in prompt
     assert "A100 = 100" not in prompt and "B100 = 100" not in prompt
     assert (work / "a.py").read_bytes() == make(LONG, **{f"l{line}": "    return x * 2"})
@@ -394,8 +433,9 @@ def test_lines_past_the_end_is_a_one_line_error(work, tiny_dir, scripted):
     assert calls == [] and (work / "a.py").read_bytes() == make()
 
 
-@pytest.mark.parametrize("spec, message", [("3-2", "start after end"), ("x", "not a line range"),
-                                           ("0", "lines are numbered from 1")])
+@pytest.mark.parametrize(
+    "spec, message", [("3-2", "start after end"), ("x", "not a line range"), ("0", "lines are numbered from 1")]
+)
 def test_bad_lines_value_is_a_one_line_error(work, tiny_dir, scripted, spec, message):
     (work / "a.py").write_bytes(make())
     calls = scripted(verbatim(""))
@@ -410,7 +450,9 @@ def test_unknown_scope_name_is_a_one_line_error(work, tiny_dir, scripted):
     calls = scripted(verbatim(""))
     result = fix(tiny_dir, "Fix it.", "--scope", "nosuch")
     assert result.exit_code == 1, result.output
-    assert error_lines(result.stderr) == ["error: --scope nosuch: a.py defines no function, method or class named nosuch"]
+    assert error_lines(result.stderr) == [
+        "error: --scope nosuch: a.py defines no function, method or class named nosuch"
+    ]
     assert "hint: defined there: first, second" in result.stderr
     assert calls == [] and (work / "a.py").read_bytes() == make()
 
@@ -422,7 +464,9 @@ def test_a_qualified_scope_name_the_file_does_not_define_is_a_one_line_error(wor
     calls = scripted(verbatim(""))
     result = fix(tiny_dir, "Fix it.", "--scope", name)
     assert result.exit_code == 1, result.output
-    assert error_lines(result.stderr) == [f"error: --scope {name}: a.py defines no function, method or class named {name}"]
+    assert error_lines(result.stderr) == [
+        f"error: --scope {name}: a.py defines no function, method or class named {name}"
+    ]
     assert calls == [] and (work / "a.py").read_bytes() == make()
 
 
@@ -456,8 +500,15 @@ def test_overlap_is_trimmed_in_each_of_two_regions(work, tiny_dir, scripted):
 
     def answer(prepared):
         header = prepared.headers[0]
-        return ("def first(x):\n    return x + 10\n\n\ndef second(x):\n" + prepared.fence + "\n" + header
-                + "    return x * 2\n\n\nprint(first(1), second(2))\n" + prepared.fence + "\n")
+        return (
+            "def first(x):\n    return x + 10\n\n\ndef second(x):\n"
+            + prepared.fence
+            + "\n"
+            + header
+            + "    return x * 2\n\n\nprint(first(1), second(2))\n"
+            + prepared.fence
+            + "\n"
+        )
 
     calls = scripted(answer)
     result = fix(tiny_dir, "Fix both.", "--scope", "first", "--lines", "6", "--write")
@@ -499,8 +550,10 @@ def test_json_has_the_scope(work, tiny_dir, scripted):
 def test_stdin_with_lines_prints_the_whole_edited_file(work, tiny_dir, scripted):
     before = make(newline="\r\n", final=False)
     scripted(retype(("return x - 2", "return x * 2")))
-    result = invoke(["fix", "-", "Fix it.", "--lines", "6", "--model", str(tiny_dir),
-                     "--dtype", "fp32", "--threads", "1"], input=before)
+    result = invoke(
+        ["fix", "-", "Fix it.", "--lines", "6", "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1"],
+        input=before,
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout_bytes == make(newline="\r\n", final=False, l6="    return x * 2")
     assert "<stdin>.py: scope: line 6 (--lines 6)" in result.stderr  # Python by its content
@@ -508,8 +561,18 @@ def test_stdin_with_lines_prints_the_whole_edited_file(work, tiny_dir, scripted)
 
 # -- scope resolution that makes the asked-for edit impossible ---------------------------------
 
-ADD_SUB = ["def add(a, b):", "    return a - b", "", "", "def sub(a, b):", "    return a - b", "", "",
-           "def main():", "    print(add(1, 2), sub(3, 4))"]  # 10 lines
+ADD_SUB = [
+    "def add(a, b):",
+    "    return a - b",
+    "",
+    "",
+    "def sub(a, b):",
+    "    return a - b",
+    "",
+    "",
+    "def main():",
+    "    print(add(1, 2), sub(3, 4))",
+]  # 10 lines
 
 
 def unchanged(prepared) -> str:
@@ -552,9 +615,19 @@ def test_a_line_of_another_file_does_not_replace_the_named_function(work, tiny_d
 
 # -- methods, decorators, JavaScript -----------------------------------------------------------
 
-CLASS = ["import functools", "", "", "class Greeter:", "    # Says hello.", "    @functools.cache",
-         "    def hello(self, name):", "        return 'hello ' + nam", "", "    def bye(self):",
-         "        return 'bye'"]  # 11 lines, no final newline in the test
+CLASS = [
+    "import functools",
+    "",
+    "",
+    "class Greeter:",
+    "    # Says hello.",
+    "    @functools.cache",
+    "    def hello(self, name):",
+    "        return 'hello ' + nam",
+    "",
+    "    def bye(self):",
+    "        return 'bye'",
+]  # 11 lines, no final newline in the test
 
 
 def test_scope_class_method_includes_its_decorator_and_comment(work, tiny_dir, scripted):
@@ -564,8 +637,7 @@ def test_scope_class_method_includes_its_decorator_and_comment(work, tiny_dir, s
     assert result.exit_code == 0, result.output
     assert scope_line(result.stderr) == "scope: lines 5-8 (method Greeter.hello)"
     assert calls[0].prepared.source.startswith("# Says hello.\n@functools.cache\n")  # drafted dedented
-    assert (work / "a.py").read_bytes() == make(CLASS, newline="\r\n", final=False,
-                                                l8="        return 'hello ' + name")
+    assert (work / "a.py").read_bytes() == make(CLASS, newline="\r\n", final=False, l8="        return 'hello ' + name")
 
 
 JS = ["function first(x) {", "  return x + 1;", "}", "", "function second(x) {", "  return x - 2;", "}"]
@@ -575,8 +647,20 @@ def test_javascript_function_scope(work, tiny_dir, scripted):
     pytest.importorskip("tree_sitter_javascript")
     (work / "a.js").write_bytes(make(JS))
     calls = scripted(retype(("x - 2", "x * 2")))
-    result = invoke(["fix", "a.js", "Fix the bug in `second`", "--model", str(tiny_dir),
-                     "--dtype", "fp32", "--threads", "1", "--write"])
+    result = invoke(
+        [
+            "fix",
+            "a.js",
+            "Fix the bug in `second`",
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--write",
+        ]
+    )
     assert result.exit_code == 0, result.output
     assert "a.js: scope: lines 5-7 (function second)" in result.stderr
     assert calls[0].prompt.endswith("Lines 5-7:\n```javascript\n")
@@ -588,8 +672,22 @@ def test_javascript_answer_past_the_closing_brace_is_trimmed(work, tiny_dir, scr
     (work / "a.js").write_bytes(make(JS))
     # --lines 1-2, but the model closes the function (line 3) and goes on into the next one.
     scripted(verbatim("function first(x) {\n  return x + 10;\n}\n\nfunction second(x) {\n"))
-    result = invoke(["fix", "a.js", "Fix it.", "--lines", "1-2", "--model", str(tiny_dir),
-                     "--dtype", "fp32", "--threads", "1", "--write"])
+    result = invoke(
+        [
+            "fix",
+            "a.js",
+            "Fix it.",
+            "--lines",
+            "1-2",
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--write",
+        ]
+    )
     assert result.exit_code == 0, result.output
     assert (work / "a.js").read_bytes() == make(JS, l2="  return x + 10;")
 
@@ -601,8 +699,9 @@ def test_every_fenced_mode_gives_the_same_scoped_bytes(work, tiny_dir, scripted,
     result = fix(tiny_dir, "Fix both.", "--scope", "first", "--scope", "second", "--mode", mode, "--write")
     assert result.exit_code == 0, result.output
     assert calls[0].prepared.regions == ((1, 2), (5, 6))
-    assert (work / "a.py").read_bytes() == make(bom=True, newline="\r\n", final=False, l2="    return x + 10",
-                                                l6="    return x * 2")
+    assert (work / "a.py").read_bytes() == make(
+        bom=True, newline="\r\n", final=False, l2="    return x + 10", l6="    return x * 2"
+    )
 
 
 # -- answers a repair cannot place exactly ---------------------------------------------------------
@@ -610,11 +709,15 @@ def test_every_fenced_mode_gives_the_same_scoped_bytes(work, tiny_dir, scripted,
 SETUP = ["def setup():", "    connect()", "    load_config()", "    start_workers()"]
 
 
-@pytest.mark.parametrize("answer", [
-    "def setup():\n    load_config()\n    connect()\n    start_workers()\n",  # the def line retyped, as the file has it
-    "def setup():\nload_config()\nconnect()\nstart_workers()\n",  # ... and the body as shown
-    "load_config()\nconnect()\nstart_workers()\n",
-], ids=["def-retyped", "def-retyped-body-as-shown", "region-only"])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "def setup():\n    load_config()\n    connect()\n    start_workers()\n",  # the def line retyped, as the file has it
+        "def setup():\nload_config()\nconnect()\nstart_workers()\n",  # ... and the body as shown
+        "load_config()\nconnect()\nstart_workers()\n",
+    ],
+    ids=["def-retyped", "def-retyped-body-as-shown", "region-only"],
+)
 def test_an_answer_that_retypes_the_enclosing_def_is_placed_without_nesting(work, tiny_dir, scripted, answer):
     (work / "a.py").write_bytes(make(SETUP))
     scripted(verbatim(answer))
@@ -623,8 +726,9 @@ def test_an_answer_that_retypes_the_enclosing_def_is_placed_without_nesting(work
     assert (work / "a.py").read_bytes() == make(SETUP, l2="    load_config()", l3="    connect()")
 
 
-@pytest.mark.parametrize("answer", ["load_config()\nconnect()\n",
-                                    "def setup():\n    load_config()\n    connect()\n    start_workers()\n"])
+@pytest.mark.parametrize(
+    "answer", ["load_config()\nconnect()\n", "def setup():\n    load_config()\n    connect()\n    start_workers()\n"]
+)
 def test_swapped_lines_are_placed_once_each(work, tiny_dir, scripted, answer):
     (work / "a.py").write_bytes(make(SETUP))
     scripted(verbatim(answer))
@@ -639,8 +743,10 @@ def test_an_answer_that_cannot_be_placed_exactly_fails_its_try_and_the_next_is_t
     calls = scripted(verbatim("load_config()\nconnect()\n"), verbatim("load_config()\nconnect()\nstart_workers()\n"))
     result = fix(tiny_dir, "Call load_config() before connect().", "--lines", "2-4", "--write")
     assert result.exit_code == 0, result.output
-    assert ("a.py: try 1 of 3: failed: placement (lines 2-4: the answer ends with line 2 yet has only some of "
-            "lines 3-4, so it cannot be placed in them exactly)") in result.stderr
+    assert (
+        "a.py: try 1 of 3: failed: placement (lines 2-4: the answer ends with line 2 yet has only some of "
+        "lines 3-4, so it cannot be placed in them exactly)"
+    ) in result.stderr
     assert "Your previous answer could not be put in place (lines 2-4: the answer ends with line 2" in calls[1].prompt
     assert (work / "a.py").read_bytes() == make(SETUP, l2="    load_config()", l3="    connect()")
 
@@ -648,8 +754,17 @@ def test_an_answer_that_cannot_be_placed_exactly_fails_its_try_and_the_next_is_t
 def test_an_answer_that_retypes_the_def_line_in_other_indentation_is_not_written(work, tiny_dir, scripted):
     (work / "a.py").write_bytes(make(SETUP))
     scripted(verbatim("    def setup():\n    load_config()\n    connect()\n    start_workers()\n"))
-    result = fix(tiny_dir, "Call load_config() before connect().", "--lines", "2-4", "--write", "--tries", "1",
-                 "--json", "--quiet")
+    result = fix(
+        tiny_dir,
+        "Call load_config() before connect().",
+        "--lines",
+        "2-4",
+        "--write",
+        "--tries",
+        "1",
+        "--json",
+        "--quiet",
+    )
     assert result.exit_code == 3, result.output
     (check,) = [c for c in json.loads(result.stdout)["tries"][0]["checks"] if c["name"] == "placement"]
     assert check["passed"] is False and "retypes line 1 (def setup():)" in check["detail"]

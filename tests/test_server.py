@@ -145,7 +145,11 @@ def test_an_edit_through_the_server_is_the_local_edit(held, local, tiny_dir, soc
     mine = pipeline.edit_file(document, "Fix add.", options(tiny_dir), loaded=local, make_sampler=scripted)
     assert remote.new_text == mine.new_text == AFTER.decode()
     assert (remote.program, remote.program_text, remote.mode, remote.prompt_tokens) == (
-        mine.program, mine.program_text, mine.mode, mine.prompt_tokens)
+        mine.program,
+        mine.program_text,
+        mine.mode,
+        mine.prompt_tokens,
+    )
     assert counts(remote.stats) == counts(mine.stats) and remote.stats.tokens_copied > 0
     assert remote.document is document and remote.changed
     assert steps and isinstance(steps[0], DecodeStats)
@@ -169,11 +173,20 @@ def test_an_error_on_the_server_is_raised_as_the_same_error(held, local, tiny_di
         server.connect(str(tiny_dir)).edit(document, "Fix add.", options(tiny_dir, **changes))
     assert type(there.value) is type(here.value)
     assert (there.value.message, there.value.hint, there.value.exit_code) == (
-        here.value.message, here.value.hint, here.value.exit_code)
+        here.value.message,
+        here.value.hint,
+        here.value.exit_code,
+    )
 
 
-@pytest.mark.parametrize("exc", [errors.CheckFailedError("no try passed", hint="raise --tries"),
-                                 errors.BudgetError("out of budget"), server.ServerError("refused", hint="restart")])
+@pytest.mark.parametrize(
+    "exc",
+    [
+        errors.CheckFailedError("no try passed", hint="raise --tries"),
+        errors.BudgetError("out of budget"),
+        server.ServerError("refused", hint="restart"),
+    ],
+)
 def test_errors_cross_the_wire_with_their_class_and_exit_code(exc):
     back = server.error_from_wire(server.error_to_wire(exc))
     assert (type(back), back.message, back.hint, back.exit_code) == (type(exc), exc.message, exc.hint, exc.exit_code)
@@ -193,8 +206,12 @@ def test_two_clients_at_once_are_served_in_turn(held, local, tiny_dir, sock, scr
     results: dict[str, str] = {}
     with serving(held, sock, make_sampler=watched):
         client = server.connect(str(tiny_dir))
-        threads = [threading.Thread(target=lambda d=d: results.__setitem__(
-            d.path, client.edit(d, "Fix it.", options(tiny_dir)).new_text)) for d in documents]
+        threads = [
+            threading.Thread(
+                target=lambda d=d: results.__setitem__(d.path, client.edit(d, "Fix it.", options(tiny_dir)).new_text)
+            )
+            for d in documents
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -211,7 +228,11 @@ def test_status_then_stop(held, tiny_dir, sock):
     with serving(held, sock, idle_timeout=0) as thread:
         status = server.ServerClient.open().status()
         assert (status["model"], status["pid"], status["threads"], status["dtype"]) == (
-            str(tiny_dir), os.getpid(), 1, "torch.float32")
+            str(tiny_dir),
+            os.getpid(),
+            1,
+            "torch.float32",
+        )
         assert status["requests"] == 0 and status["rss_bytes"] > 0 and status["uptime_seconds"] >= 0
         assert (sock.stat().st_mode & 0o777, server.running_pid(sock)) == (0o600, os.getpid())
         assert server.stop(sock) == os.getpid()
@@ -280,6 +301,7 @@ def test_a_second_server_on_the_same_socket_is_refused(held, local, sock):
 
 # --- the commands -----------------------------------------------------------------------------
 
+
 def cadedit(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cadedit", *args], capture_output=True, text=True, timeout=timeout)
 
@@ -291,7 +313,9 @@ def wait_for(sock: Path, process: subprocess.Popen, seconds: float = 60) -> None
             server.ServerClient.open(sock)
             return
         time.sleep(0.1)
-    raise AssertionError(f"no server answered; exit {process.poll()}: {process.stderr.read() if process.stderr else ''}")
+    raise AssertionError(
+        f"no server answered; exit {process.poll()}: {process.stderr.read() if process.stderr else ''}"
+    )
 
 
 def test_serve_start_foreground_status_stop(tiny_dir, sock):
@@ -303,7 +327,9 @@ def test_serve_start_foreground_status_stop(tiny_dir, sock):
         assert status.returncode == 0, status.stderr
         assert f"model: {tiny_dir}\n" in status.stdout and f"pid: {process.pid}\n" in status.stdout
         again = cadedit("serve", *start)
-        assert again.returncode == 1 and f"error: a cadedit server is already running (pid {process.pid}" in again.stderr
+        assert (
+            again.returncode == 1 and f"error: a cadedit server is already running (pid {process.pid}" in again.stderr
+        )
         stopped = cadedit("serve", "stop")
         assert (stopped.returncode, stopped.stderr) == (0, f"stopped the cadedit server (pid {process.pid})\n")
         assert process.wait(20) == 0
@@ -314,7 +340,9 @@ def test_serve_start_foreground_status_stop(tiny_dir, sock):
     assert status.returncode == 1 and status.stderr.startswith("error: no cadedit server answers on ")
     assert "hint: start one: cadedit serve start" in status.stderr
     assert (cadedit("serve", "stop").stderr, cadedit("serve", "stop").returncode) == (
-        "no cadedit server was running\n", 0)
+        "no cadedit server was running\n",
+        0,
+    )
 
 
 def test_serve_start_runs_in_the_background_until_stopped(tiny_dir, sock):
@@ -335,7 +363,8 @@ def test_serve_start_says_why_the_model_did_not_load(tmp_path, sock):
     started = cadedit("serve", "start", "--model", str(tmp_path / "empty"))
     assert started.returncode == 1
     assert started.stderr.startswith(
-        f"error: the cadedit server exited while starting: error: model folder {tmp_path / 'empty'} has no config.json")
+        f"error: the cadedit server exited while starting: error: model folder {tmp_path / 'empty'} has no config.json"
+    )
     assert not sock.exists() and server.running_pid(sock) is None
 
 
@@ -357,10 +386,25 @@ def test_fix_uses_the_running_server_and_loads_nothing_itself(held, tiny_dir, so
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_bytes(BEFORE)
-    monkeypatch.setattr(cadedit.backends.model, "load_model", lambda *a, **k: pytest.fail("fix loaded the model itself"))
+    monkeypatch.setattr(
+        cadedit.backends.model, "load_model", lambda *a, **k: pytest.fail("fix loaded the model itself")
+    )
     with serving(held, sock, make_sampler=scripted):
-        result = invoke(["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
-                         "--no-scope", "--tries", "1", "--write"])
+        result = invoke(
+            [
+                "fix",
+                "a.py",
+                "Fix add.",
+                "--model",
+                str(tiny_dir),
+                "--mode",
+                "program",
+                "--no-scope",
+                "--tries",
+                "1",
+                "--write",
+            ]
+        )
     assert result.exit_code == 0, result.output
     assert "using the cadedit server" in result.stderr
     assert (tmp_path / "a.py").read_bytes() == AFTER
@@ -372,8 +416,24 @@ def test_fix_loads_locally_when_the_server_is_turned_off(held, tiny_dir, sock, s
     (tmp_path / "a.py").write_bytes(BEFORE)
     inject_picks(monkeypatch, every_try(scripted))  # the local edit's answer
     with serving(held, sock, make_sampler=scripted):
-        result = invoke(["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "program",
-                         "--no-scope", "--tries", "1", "--dtype", "fp32", "--threads", "1"])
+        result = invoke(
+            [
+                "fix",
+                "a.py",
+                "Fix add.",
+                "--model",
+                str(tiny_dir),
+                "--mode",
+                "program",
+                "--no-scope",
+                "--tries",
+                "1",
+                "--dtype",
+                "fp32",
+                "--threads",
+                "1",
+            ]
+        )
     assert result.exit_code == 0, result.output
     assert "using the cadedit server" not in result.stderr and "loaded in" in result.stderr
 
@@ -460,8 +520,9 @@ def test_candidates_side_by_side_through_the_server_are_the_local_ones(held, loc
 
 
 @pytest.mark.parametrize("passes", [False, True])
-def test_branches_through_the_server_are_the_local_ones_and_candidate_1_is_checked_here(held, local, tiny_dir, sock,
-                                                                                          passes):
+def test_branches_through_the_server_are_the_local_ones_and_candidate_1_is_checked_here(
+    held, local, tiny_dir, sock, passes
+):
     """The server sends candidate 1, the client's accept decides; a rejected one is followed by the
     branches the server decodes from its own cache, as a local edit_branches decodes them."""
     from cadedit.tries.loop import branch_factories
@@ -471,9 +532,16 @@ def test_branches_through_the_server_are_the_local_ones_and_candidate_1_is_check
     asked, mine_asked = [], []
     with serving(held, sock):
         remote = server.connect(str(tiny_dir)).edit_branches(
-            document, "Fix add.", chosen, 3, lambda first: asked.append(first) or passes)
-    mine = pipeline.edit_branches(document, "Fix add.", chosen, branch_factories(3, chosen.sampling),
-                                  lambda first: mine_asked.append(first) or passes, loaded=local)
+            document, "Fix add.", chosen, 3, lambda first: asked.append(first) or passes
+        )
+    mine = pipeline.edit_branches(
+        document,
+        "Fix add.",
+        chosen,
+        branch_factories(3, chosen.sampling),
+        lambda first: mine_asked.append(first) or passes,
+        loaded=local,
+    )
     assert len(asked) == len(mine_asked) == 1 and len(remote) == len(mine) == (1 if passes else 3)
     for theirs, ours in zip([*asked, *remote], [*mine_asked, *mine]):
         assert (theirs.result is None) == (ours.result is None)
@@ -510,8 +578,27 @@ def test_fix_with_a_test_branches_through_the_server_as_it_does_locally(held, ti
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_bytes(BEFORE)
-    args = ["fix", "a.py", "Fix add.", "--model", str(tiny_dir), "--mode", "verify", "--no-scope", "--tries", "1",
-            "--max-new-tokens", "40", "--test", "false", "--json", "--dtype", "fp32", "--threads", "1"]
+    args = [
+        "fix",
+        "a.py",
+        "Fix add.",
+        "--model",
+        str(tiny_dir),
+        "--mode",
+        "verify",
+        "--no-scope",
+        "--tries",
+        "1",
+        "--max-new-tokens",
+        "40",
+        "--test",
+        "false",
+        "--json",
+        "--dtype",
+        "fp32",
+        "--threads",
+        "1",
+    ]
     with serving(held, sock):
         remote = invoke(args)
     monkeypatch.setenv("CADEDIT_SERVER", "0")
@@ -520,8 +607,10 @@ def test_fix_with_a_test_branches_through_the_server_as_it_does_locally(held, ti
     assert remote.exit_code == mine.exit_code != 0, remote.output
 
     def candidates(result):
-        return [(t["candidate"], round(t["logprob"], 4), t["error"], t["changed"])
-                for t in json.loads(result.stdout)["tries"]]
+        return [
+            (t["candidate"], round(t["logprob"], 4), t["error"], t["changed"])
+            for t in json.loads(result.stdout)["tries"]
+        ]
 
     assert candidates(remote) == candidates(mine) and len(candidates(mine)) == 4
     assert candidates(mine)[0][0] == 1
@@ -552,8 +641,9 @@ def _branching(client, document, chosen, accept) -> tuple[threading.Thread, list
     return thread, out
 
 
-def test_a_client_checking_candidate_1_holds_up_no_other_edit_and_serve_stop_stops(held, local, tiny_dir, sock,
-                                                                                     tmp_path, monkeypatch):
+def test_a_client_checking_candidate_1_holds_up_no_other_edit_and_serve_stop_stops(
+    held, local, tiny_dir, sock, tmp_path, monkeypatch
+):
     """While a branched edit's client checks candidate 1 (its test runs, or it sits stopped with Ctrl-Z),
     the server serves other edits: `cadedit fix` through it is answered at once; the branches after it
     are the local ones still (fed from whatever the cache lost meanwhile). `cadedit serve stop` stops a
@@ -573,23 +663,43 @@ def test_a_client_checking_candidate_1_holds_up_no_other_edit_and_serve_stop_sto
     with serving(held, sock):
         thread, remote = _branching(server.connect(str(tiny_dir)), document, chosen, testing)
         assert asked.wait(60)
-        other = _cli("fix", "b.py", "Fix sub.", "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                     "--mode", "verify", "--no-scope", "--tries", "1", "--max-new-tokens", "20", timeout=60)
+        other = _cli(
+            "fix",
+            "b.py",
+            "Fix sub.",
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--mode",
+            "verify",
+            "--no-scope",
+            "--tries",
+            "1",
+            "--max-new-tokens",
+            "20",
+            timeout=60,
+        )
         assert "using the cadedit server" in other.stderr and other.returncode in (0, 1, 3), other.stderr
         assert "busy" not in other.stderr
         status = _cli("serve", "status", "--json")
         assert '"waiting": 1' in status.stdout and '"busy": false' in status.stdout
         go.set()
         thread.join(120)
-        mine = pipeline.edit_branches(document, "Fix add.", chosen, branch_factories(3, chosen.sampling),
-                                      lambda first: False, loaded=local)
+        mine = pipeline.edit_branches(
+            document, "Fix add.", chosen, branch_factories(3, chosen.sampling), lambda first: False, loaded=local
+        )
         assert [c.result.new_text if c.result else c.error.message for c in remote[0]] == [
-            c.result.new_text if c.result else c.error.message for c in mine]
+            c.result.new_text if c.result else c.error.message for c in mine
+        ]
         assert [c.logprob for c in remote[0]] == pytest.approx([c.logprob for c in mine], rel=1e-6)
 
         asked.clear()
-        thread, stopped = _branching(server.connect(str(tiny_dir)), document, chosen,
-                                     lambda first: asked.set() or time.sleep(8) or False)
+        thread, stopped = _branching(
+            server.connect(str(tiny_dir)), document, chosen, lambda first: asked.set() or time.sleep(8) or False
+        )
         assert asked.wait(60)
         start = time.monotonic()
         stop = _cli("serve", "stop", timeout=60)
@@ -613,8 +723,9 @@ def test_the_server_waits_for_a_clients_answer_only_so_long(held, tiny_dir, sock
         assert len(client.edit_branches(document, "Fix add.", chosen, 2, lambda first: True)) == 1
 
 
-def test_a_client_that_finds_the_server_busy_is_told_and_loads_the_model_itself(held, tiny_dir, sock, scripted,
-                                                                                  tmp_path, monkeypatch):
+def test_a_client_that_finds_the_server_busy_is_told_and_loads_the_model_itself(
+    held, tiny_dir, sock, scripted, tmp_path, monkeypatch
+):
     """An edit on the server takes long (here its sampler waits): `cadedit fix` says the server is busy
     and for how long, waits SERVER_BUSY_WAIT for it, then loads the model itself and edits."""
     inside, go = threading.Event(), threading.Event()
@@ -628,20 +739,46 @@ def test_a_client_that_finds_the_server_busy_is_told_and_loads_the_model_itself(
     monkeypatch.chdir(tmp_path)
     with serving(held, sock, make_sampler=slow):
         out: list = []
-        thread = threading.Thread(target=lambda: out.append(server.connect(str(tiny_dir)).edit(
-            Document.from_bytes(BEFORE, "a.py"), "Fix add.", options(tiny_dir))), daemon=True)
+        thread = threading.Thread(
+            target=lambda: out.append(
+                server.connect(str(tiny_dir)).edit(Document.from_bytes(BEFORE, "a.py"), "Fix add.", options(tiny_dir))
+            ),
+            daemon=True,
+        )
         thread.start()
         assert inside.wait(60)
         try:
             start = time.monotonic()
-            done = _cli("fix", "b.py", "Fix sub.", "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1",
-                        "--mode", "verify", "--no-scope", "--tries", "1", "--max-new-tokens", "20", timeout=90)
+            done = _cli(
+                "fix",
+                "b.py",
+                "Fix sub.",
+                "--model",
+                str(tiny_dir),
+                "--dtype",
+                "fp32",
+                "--threads",
+                "1",
+                "--mode",
+                "verify",
+                "--no-scope",
+                "--tries",
+                "1",
+                "--max-new-tokens",
+                "20",
+                timeout=90,
+            )
             waited = time.monotonic() - start
         finally:
             go.set()
         thread.join(60)
-    assert re.search(r"the cadedit server \(pid \d+\) is busy with another edit \(for \d+ s so far\); waiting up "
-                     r"to 10 s for it", done.stderr), done.stderr
-    assert "still busy after 10 s: loading the model here" in done.stderr and "using the cadedit server" not in done.stderr
+    assert re.search(
+        r"the cadedit server \(pid \d+\) is busy with another edit \(for \d+ s so far\); waiting up "
+        r"to 10 s for it",
+        done.stderr,
+    ), done.stderr
+    assert (
+        "still busy after 10 s: loading the model here" in done.stderr and "using the cadedit server" not in done.stderr
+    )
     assert done.returncode in (0, 1, 3) and "Traceback" not in done.stderr and waited >= 10
     assert out and out[0].new_text.encode() == AFTER  # the slow edit finished as it would have

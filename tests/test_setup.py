@@ -15,8 +15,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def remember(model: str, config_home: Path) -> subprocess.CompletedProcess:
     """setup.sh's own remember_model function, run as setup.sh runs it."""
     script = f'eval "$(sed -n "/^remember_model() {{/,/^}}/p" {ROOT / "setup.sh"})"; remember_model "$1"'
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", script, "setup", model], capture_output=True, text=True,
-                          env={**os.environ, "XDG_CONFIG_HOME": str(config_home)}, timeout=30)
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script, "setup", model],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "XDG_CONFIG_HOME": str(config_home)},
+        timeout=30,
+    )
 
 
 def test_setup_records_the_fetched_model(tmp_path):

@@ -16,7 +16,15 @@ import torch
 import cadedit.backends.hardware as M
 from cadedit.text.document import Document
 from cadedit.backends.llama.gguf_file import FOUR_BIT, decode_four_bit, four_bit_layers
-from cadedit.backends.torch.steps import EXACT_TOP, StepLinear, pack_int4, quantize, quantize_int4, unpack_int4, use_step_weights
+from cadedit.backends.torch.steps import (
+    EXACT_TOP,
+    StepLinear,
+    pack_int4,
+    quantize,
+    quantize_int4,
+    unpack_int4,
+    use_step_weights,
+)
 from tests.conftest import console_script
 from tests.test_rewrite import BEFORE as COLORS
 from tests.test_rewrite import editing_model
@@ -103,7 +111,7 @@ def test_four_bit_blocks_decode_to_what_the_gguf_package_dequantises(kind):
     raw = rng.integers(0, 256, (rows, cols // per * size), dtype=np.uint8)
     blocks = raw.reshape(-1, size)
     for start in (0, 2) if kind != "Q4_0" else (0,):  # finite fp16 scales (and mins)
-        blocks[:, start:start + 2] = rng.uniform(-0.05, 0.05, (len(blocks), 1)).astype(np.float16).view(np.uint8)
+        blocks[:, start : start + 2] = rng.uniform(-0.05, 0.05, (len(blocks), 1)).astype(np.float16).view(np.uint8)
     want = gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, kind)).reshape(rows, cols)
     q, scale, low = decode_four_bit(raw, kind, rows, cols)
     assert q.dtype == np.uint8 and q.max() <= 15 and scale.shape == low.shape == (rows, cols // 32)
@@ -113,7 +121,10 @@ def test_four_bit_blocks_decode_to_what_the_gguf_package_dequantises(kind):
 def test_an_int4_step_computes_with_the_4_bit_weight_itself():
     rng = np.random.default_rng(1)
     q = rng.integers(0, 16, (48, 128), dtype=np.uint8)
-    scale, low = rng.uniform(0.001, 0.02, (48, 4)).astype(np.float32), rng.uniform(-0.1, 0.0, (48, 4)).astype(np.float32)
+    scale, low = (
+        rng.uniform(0.001, 0.02, (48, 4)).astype(np.float32),
+        rng.uniform(-0.1, 0.0, (48, 4)).astype(np.float32),
+    )
     weight = unpack_int4(q, scale, low)
     linear = torch.nn.Linear(128, 48, bias=True).to(torch.bfloat16)
     linear.weight.data = weight.to(torch.bfloat16)
@@ -148,7 +159,10 @@ def test_an_int4_lm_head_computes_its_highest_logits_from_its_own_weight():
 
 def test_int4_steps_on_a_model_folder_give_the_lm_head_alone_an_int4_copy(tmp_path):
     model = make_model().to(torch.bfloat16).eval()
-    assert use_step_weights(model, "tiny", {}, root=tmp_path, int4_head=True) == "int4 for 1 of 15 layers (the rest int8), made now"
+    assert (
+        use_step_weights(model, "tiny", {}, root=tmp_path, int4_head=True)
+        == "int4 for 1 of 15 layers (the rest int8), made now"
+    )
     assert model.lm_head.int4 and model.lm_head.exact_top == EXACT_TOP and not model.model.layers[0].mlp.up_proj.int4
 
 
@@ -169,21 +183,38 @@ def test_the_ggufs_4_bit_tensors_are_found_by_layer_name(q4_gguf):
 def test_a_4_bit_layer_that_is_not_the_models_own_weight_gets_int8(tmp_path):
     model = make_model().to(torch.bfloat16).eval()
     rng = np.random.default_rng(2)
-    wrong = rng.integers(0, 16, (64, 64), dtype=np.uint8), np.full((64, 2), 1e-3, np.float32), np.zeros((64, 2), np.float32)
+    wrong = (
+        rng.integers(0, 16, (64, 64), dtype=np.uint8),
+        np.full((64, 2), 1e-3, np.float32),
+        np.zeros((64, 2), np.float32),
+    )
     said = use_step_weights(model, "tiny", {"model.layers.0.self_attn.q_proj": lambda: wrong}, root=tmp_path)
     assert said == "int8, made now"
 
 
 def _cli(*args: str, cwd, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **env})
+    return subprocess.run(
+        [console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=300, env={**os.environ, **env}
+    )
 
 
 def test_fix_with_int4_steps_uses_the_ggufs_own_4_bit_weights_and_edits_as_bf16_does(q4_gguf, tmp_path):
     (tmp_path / "colors.txt").write_bytes(b"red:\r\nteal;\r\nblue)\r\n")
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
-    args = ("fix", "colors.txt", "Rename teal to green.", "--model", str(q4_gguf), "--backend", "torch",
-            "--threads", "1", "--tries", "1", "--json")
+    args = (
+        "fix",
+        "colors.txt",
+        "Rename teal to green.",
+        "--model",
+        str(q4_gguf),
+        "--backend",
+        "torch",
+        "--threads",
+        "1",
+        "--tries",
+        "1",
+        "--json",
+    )
     plain = _cli(*args, "--dtype", "bf16", cwd=tmp_path, env=env)
     assert plain.returncode == 0, plain.stderr
     stepped = _cli(*args, "--dtype", "bf16-int4", "--verbose", cwd=tmp_path, env=env)
@@ -213,15 +244,29 @@ def test_as_avx2_caps_torchs_kernels_and_puts_the_avx2_llama_build_first(tmp_pat
     build = tmp_path / "build"
     (build / "llama_cpp").mkdir(parents=True)
     (build / "llama_cpp" / "__init__.py").write_text("BUILD = 'avx2'\n")
-    probe = ("import os, llama_cpp, torch; print(os.environ['ONEDNN_MAX_CPU_ISA'], llama_cpp.BUILD, "
-             "torch.backends.cpu.get_cpu_capability())")
-    done = subprocess.run([str(script), sys.executable, "-c", probe], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "CADEDIT_AVX2_LLAMA": str(build)})
+    probe = (
+        "import os, llama_cpp, torch; print(os.environ['ONEDNN_MAX_CPU_ISA'], llama_cpp.BUILD, "
+        "torch.backends.cpu.get_cpu_capability())"
+    )
+    done = subprocess.run(
+        [str(script), sys.executable, "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "CADEDIT_AVX2_LLAMA": str(build)},
+    )
     assert done.returncode == 0, done.stderr
     isa, build_name, capability = done.stdout.split()
     assert (isa, build_name) == ("AVX2", "avx2") and capability in ("AVX2", "DEFAULT")  # never AVX512
-    missing = subprocess.run([str(script), "true"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "CADEDIT_AVX2_LLAMA": str(tmp_path / "none")})
+    missing = subprocess.run(
+        [str(script), "true"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "CADEDIT_AVX2_LLAMA": str(tmp_path / "none")},
+    )
     assert missing.returncode == 1 and "no AVX2 llama.cpp build" in missing.stderr
 
 

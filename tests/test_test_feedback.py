@@ -45,7 +45,7 @@ def second_prompt(work, tiny_dir, scripted, test: str) -> list:
 
 
 def told(prompt: str) -> str:
-    return prompt[prompt.index("The tests failed"):]
+    return prompt[prompt.index("The tests failed") :]
 
 
 def test_a_python_traceback_points_the_next_try_at_the_line_of_its_answer(work, tiny_dir, scripted):
@@ -53,7 +53,10 @@ def test_a_python_traceback_points_the_next_try_at_the_line_of_its_answer(work, 
     said = told(prompts[1])
     assert "The failing check: `TypeError: unsupported operand type(s) for +: 'int' and 'NoneType'`" in said
     # line 4 of the candidate file is the 4th line of the answer for lines 1-3 (one line was added)
-    assert "The error was raised in your answer for lines 1-3, at its line 4 (line 4 of a.py): `return total + None`" in said
+    assert (
+        "The error was raised in your answer for lines 1-3, at its line 4 (line 4 of a.py): `return total + None`"
+        in said
+    )
     assert said.index("The error was raised") > said.index("Traceback")  # last, after the output
     assert "at its line" not in prompts[0]
 
@@ -72,8 +75,10 @@ def test_a_copy_of_the_file_under_another_path_is_found_by_its_name(work, tiny_d
 
 
 def test_a_node_stack_trace_frame_outside_the_region(work, tiny_dir, scripted):
-    trace = ("printf 'TypeError: bad value\\n    at check (/elsewhere/a.py:7:3)\\n    at main (/x/t.js:1:1)\\n'; "
-             "grep -q 'total + b' a.py")
+    trace = (
+        "printf 'TypeError: bad value\\n    at check (/elsewhere/a.py:7:3)\\n    at main (/x/t.js:1:1)\\n'; "
+        "grep -q 'total + b' a.py"
+    )
     prompts = second_prompt(work, tiny_dir, scripted, trace)
     said = told(prompts[1])
     assert "The failing check: `TypeError: bad value`" in said

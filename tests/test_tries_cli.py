@@ -106,8 +106,22 @@ def scripted(monkeypatch):
 def fix(tiny_dir, *args: str, instruction: str = INSTRUCTION):
     """`cadedit fix` with one candidate a try (scripted answers are tries; with --test the default would
     make try 1 several candidates: tests/test_candidates.py)."""
-    return invoke(["fix", "a.py", instruction, "--model", str(tiny_dir), "--dtype", "fp32",
-                   "--threads", "1", "--candidates", "1", *args])
+    return invoke(
+        [
+            "fix",
+            "a.py",
+            instruction,
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--candidates",
+            "1",
+            *args,
+        ]
+    )
 
 
 def tries_lines(stderr: str) -> list[str]:
@@ -158,11 +172,18 @@ def test_three_broken_tries_exit_3_and_show_the_best_diff_on_stderr(work, tiny_d
     assert result.stdout == ""
     assert (work / "a.py").read_bytes() == BEFORE and left_in(work) == {"a.py"}
     assert [line.split(": try ")[1].split(" (")[0] for line in tries_lines(result.stderr)] == [
-        "1 of 3: failed: syntax", "2 of 3: failed: syntax", "3 of 3: failed: syntax"]
-    assert "the best candidate (try 1 of 3) FAILED its checks; its diff, not applied:" in result.stderr  # equals: the earliest
+        "1 of 3: failed: syntax",
+        "2 of 3: failed: syntax",
+        "3 of 3: failed: syntax",
+    ]
+    assert (
+        "the best candidate (try 1 of 3) FAILED its checks; its diff, not applied:" in result.stderr
+    )  # equals: the earliest
     assert "+    return a +\n" in result.stderr
-    assert "error: a.py: no try of 3 passed its checks (failed: syntax (line 2: invalid syntax)); nothing was " \
-           "written" in result.stderr
+    assert (
+        "error: a.py: no try of 3 passed its checks (failed: syntax (line 2: invalid syntax)); nothing was "
+        "written" in result.stderr
+    )
     assert "wrote" not in result.stderr
     assert len(calls) == 3
 
@@ -209,8 +230,10 @@ def test_no_change_is_a_failed_try(work, tiny_dir, scripted):
     assert result.stdout == ""
     assert (work / "a.py").read_bytes() == BEFORE and left_in(work) == {"a.py"}
     assert "try 1 of 3: failed: change (the edit changed nothing)" in result.stderr
-    assert "no try of 3 passed its checks (failed: change (the edit changed nothing)); nothing was written" \
-           in result.stderr
+    assert (
+        "no try of 3 passed its checks (failed: change (the edit changed nothing)); nothing was written"
+        in result.stderr
+    )
     # A bug fix must change something: the hint does not offer to accept no change
     assert "hint: the model found nothing to change: name the function or line to fix" in result.stderr
     assert "--allow-no-change" not in result.stderr
@@ -317,8 +340,10 @@ def test_the_best_failing_candidate_is_the_one_that_got_furthest(work, tiny_dir,
     scripted(WRONG, BROKEN)
     result = fix(tiny_dir, "--test", GREP_TEST)
     assert result.exit_code == 3, result.output
-    assert "the candidate that changed least and broke nothing but the test (try 1 of 3) FAILED its checks" \
+    assert (
+        "the candidate that changed least and broke nothing but the test (try 1 of 3) FAILED its checks"
         in result.stderr
+    )
     assert "+    return a * b\n" in result.stderr
 
 
@@ -357,7 +382,9 @@ def test_a_test_that_deletes_the_file_leaves_the_original(work, tiny_dir, script
 
 
 @pytest.mark.parametrize("command", ["echo junk > a.py; exit 1", "echo junk > a.py"])
-def test_a_test_that_rewrites_the_file_keeps_its_bytes_and_says_where_the_original_is(work, tiny_dir, scripted, command):
+def test_a_test_that_rewrites_the_file_keeps_its_bytes_and_says_where_the_original_is(
+    work, tiny_dir, scripted, command
+):
     """Only what cadedit placed is taken back: bytes written during the test (a user's save, or the test's
     own) stay, nothing is written, and the original is kept where the message says."""
     scripted(GOOD)
@@ -491,8 +518,14 @@ def test_json_lists_every_try_with_its_checks(work, tiny_dir, scripted):
     assert [one["temperature"], two["temperature"]] == [0.0, 0.0]
     assert one["error"] is None and one["changed"] is True
     syntax, change = one["checks"]  # the code checks read only code that parses
-    assert syntax == {"name": "syntax", "passed": False, "skipped": False, "detail": "line 2: invalid syntax",
-                      "output_tail": "    return a +", "seconds": syntax["seconds"]}
+    assert syntax == {
+        "name": "syntax",
+        "passed": False,
+        "skipped": False,
+        "detail": "line 2: invalid syntax",
+        "output_tail": "    return a +",
+        "seconds": syntax["seconds"],
+    }
     assert change["name"] == "change" and change["passed"] is True
     assert [c["name"] for c in two["checks"]] == ["syntax", "names", "kept", "body", "public", "change"]
     assert all(c["passed"] for c in two["checks"])
@@ -584,8 +617,7 @@ def test_bad_test_options_are_usage_errors(work, tiny_dir, scripted, args):
 
 def test_test_with_stdin_is_a_usage_error(work, tiny_dir, scripted):
     calls = scripted(GOOD)
-    result = invoke(["fix", "-", INSTRUCTION, "--model", str(tiny_dir), "--test", "true"],
-                    input=BEFORE)
+    result = invoke(["fix", "-", INSTRUCTION, "--model", str(tiny_dir), "--test", "true"], input=BEFORE)
     assert result.exit_code == 2 and calls == []
 
 
@@ -637,8 +669,7 @@ def user_edits_during_decode(work):
 
 
 @pytest.mark.parametrize("args", [["--write"], ["--test", "true"], ["--test", "true", "--write"]])
-def test_a_file_edited_during_the_decode_is_never_overwritten(work, tiny_dir, scripted, user_edits_during_decode,
-                                                              args):
+def test_a_file_edited_during_the_decode_is_never_overwritten(work, tiny_dir, scripted, user_edits_during_decode, args):
     scripted(user_edits_during_decode)
     result = fix(tiny_dir, *args)
     assert result.exit_code == 1, result.output
@@ -654,9 +685,26 @@ def test_several_files_are_tested_together(work, tiny_dir, scripted):
     (work / "b.py").write_bytes(BEFORE)
     scripted(GOOD)
     both = "grep -q 'a + b' a.py && grep -q 'a + b' b.py"
-    result = invoke(["fix", "a.py", "b.py", "-i", INSTRUCTION, "--model", str(tiny_dir),
-                     "--dtype", "fp32", "--threads", "1", "--tries", "1", "--test", both,
-                     "--write"])
+    result = invoke(
+        [
+            "fix",
+            "a.py",
+            "b.py",
+            "-i",
+            INSTRUCTION,
+            "--model",
+            str(tiny_dir),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--tries",
+            "1",
+            "--test",
+            both,
+            "--write",
+        ]
+    )
     assert result.exit_code == 0, result.output
     assert (work / "a.py").read_bytes() == (work / "b.py").read_bytes() == GOOD.encode()
 
@@ -681,8 +729,9 @@ def _node_missing() -> bool:
 def test_syntax_check_per_file_type(work, tiny_dir, scripted, name, before, broken, good, detail):
     (work / name).write_text(before)
     calls = scripted(broken, good)
-    result = invoke(["fix", name, INSTRUCTION, "--model", str(tiny_dir), "--dtype", "fp32",
-                     "--threads", "1", "--write"])
+    result = invoke(
+        ["fix", name, INSTRUCTION, "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1", "--write"]
+    )
     assert result.exit_code == 0, result.output
     assert f"try 1 of 3: failed: syntax ({detail})" in result.stderr
     assert f"did not parse: {detail}" in calls[1].prompt

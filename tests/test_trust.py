@@ -24,8 +24,14 @@ TOK = make_tokenizer()
 
 
 def cadedit(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([console_script(), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [console_script(), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 # -- settings files (item 10) -----------------------------------------------------------------
@@ -81,8 +87,10 @@ def test_a_repositorys_settings_are_used_only_once_approved_and_again_after_an_e
     before = cadedit(*fix, cwd=cloned)
     assert before.returncode == 1 and "/chosen/by/the/repository" not in before.stderr.split("warning:")[0]
     warning = [line for line in before.stderr.splitlines() if line.startswith("warning:")]
-    assert warning == [f"warning: {cloned / '.cadedit.toml'}: this repository's settings (model) are not approved, so "
-                       f"cadedit ignored them; review them and run `cadedit trust {cloned}` to use them"]
+    assert warning == [
+        f"warning: {cloned / '.cadedit.toml'}: this repository's settings (model) are not approved, so "
+        f"cadedit ignored them; review them and run `cadedit trust {cloned}` to use them"
+    ]
     trusted = cadedit("trust", cwd=cloned)
     assert trusted.returncode == 0 and 'model = "/chosen/by/the/repository"' in trusted.stderr
     after = cadedit(*fix, cwd=cloned)
@@ -100,7 +108,9 @@ def test_a_repositorys_settings_are_used_only_once_approved_and_again_after_an_e
 def test_the_hook_runs_no_rule_of_a_repository_not_approved(cloned):
     subprocess.run(["git", "init", "-q"], cwd=cloned, check=True)
     marker = cloned.parent / "ran"
-    (cloned / ".cadedit.toml").write_text(f'[[rules]]\nfiles = "*.py"\ninstruction = "Fix it."\ntest = "touch {marker}"\n')
+    (cloned / ".cadedit.toml").write_text(
+        f'[[rules]]\nfiles = "*.py"\ninstruction = "Fix it."\ntest = "touch {marker}"\n'
+    )
     subprocess.run(["git", "add", "a.py"], cwd=cloned, check=True)
     done = cadedit("hook", "run", cwd=cloned, env={"CADEDIT_MODEL": str(cloned / "no-model")})
     assert done.returncode == 1 and not marker.exists()
@@ -126,8 +136,10 @@ def test_trust_without_settings_is_a_one_line_error(tmp_path):
 # -- the user cache is the user's own (issue "Trust round 4", item 4) ---------------------------------
 
 
-@pytest.mark.parametrize("owner, mode, where", [(12345, 0o755, "models"), (None, 0o777, "models"),
-                                                (None, 0o777, "entry"), (12345, 0o644, "file")])
+@pytest.mark.parametrize(
+    "owner, mode, where",
+    [(12345, 0o755, "models"), (None, 0o777, "models"), (None, 0o777, "entry"), (12345, 0o644, "file")],
+)
 def test_converted_weights_another_user_could_plant_are_not_run(tmp_path, owner, mode, where):
     """A GGUF on torch runs the weights converted into the cache: a cache folder, entry or file that
     another user owns or may write is refused in one line, never loaded."""
@@ -144,8 +156,22 @@ def test_converted_weights_another_user_could_plant_are_not_run(tmp_path, owner,
     if owner is not None:
         os.chown(chosen, owner, owner)
     (tmp_path / "a.py").write_text("x = 1\n")
-    done = cadedit("fix", "a.py", "Fix it.", "--model", str(gguf), "--backend", "torch", "--dtype", "fp32",
-                   "--threads", "1", "--tries", "1", cwd=tmp_path)
+    done = cadedit(
+        "fix",
+        "a.py",
+        "Fix it.",
+        "--model",
+        str(gguf),
+        "--backend",
+        "torch",
+        "--dtype",
+        "fp32",
+        "--threads",
+        "1",
+        "--tries",
+        "1",
+        cwd=tmp_path,
+    )
     assert done.returncode == 1 and f"{chosen}: not this user's own" in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 2 and (tmp_path / "a.py").read_text() == "x = 1\n"
 
@@ -183,8 +209,14 @@ def test_a_link_planted_as_the_log_in_the_users_folder_is_not_followed(tmp_path,
     victim.write_text("mine\n")
     (folder / "server.log").symlink_to(victim)
     (folder / "server.pid").symlink_to(victim)
-    done = cadedit("serve", "start", "--model", str(tmp_path / "no-such-model"), cwd=tmp_path,
-                   env={"CADEDIT_RUNTIME_DIR": str(folder)})
+    done = cadedit(
+        "serve",
+        "start",
+        "--model",
+        str(tmp_path / "no-such-model"),
+        cwd=tmp_path,
+        env={"CADEDIT_RUNTIME_DIR": str(folder)},
+    )
     assert done.returncode == 1
     assert victim.read_text() == "mine\n"
 

@@ -52,7 +52,9 @@ class ScriptedLM:
         for token in ids:
             self.history.append(token)
             rows.append(self._next(len(self.history) - self.prompt_len))
-        return self.scale * torch.nn.functional.one_hot(torch.tensor(rows[-keep:]), len(TOKEN_BYTES)).float()  # [keep, V]
+        return (
+            self.scale * torch.nn.functional.one_hot(torch.tensor(rows[-keep:]), len(TOKEN_BYTES)).float()
+        )  # [keep, V]
 
     def crop(self, n):
         assert 0 <= n <= len(self.history) - self.prompt_len
@@ -314,7 +316,9 @@ def reference_encoder(reference: list[int]):
 def fenced_run(loaded: LoadedModel, prepared: pipeline.Prepared, mode: Mode, lm=None) -> Run:
     """One decode of the prepared fenced answer in `mode` with the pipeline's own cursor and drafter,
     over a fresh KV cache (unless `lm` is given)."""
-    cursor, span_ids, drafter = pipeline.mode_parts(loaded, None, replace(prepared, mode=mode), True)  # fenced: no document needed
+    cursor, span_ids, drafter = pipeline.mode_parts(
+        loaded, None, replace(prepared, mode=mode), True
+    )  # fenced: no document needed
     assert span_ids is None
     lm = lm or CachedLM(loaded.model, new_cache(loaded))
     return run_loop(lm, prepared.prompt_ids, prepared.budget, drafter, cursor=cursor)
@@ -362,8 +366,9 @@ def test_verify_accepts_and_crops_on_the_tiny_model(tiny, seed):
     source = "".join(edited(text.splitlines(keepends=True), rng, 2)) + FENCE + "\n"
     lm = CachedLM(tiny.model, new_cache(tiny))
     cursor = FenceCursor(TOKEN_BYTES, EOS, prepared.fence)
-    drafter = VerifyDrafter(source, reference_encoder(list(greedy.ids)), TOKEN_BYTES, prepared.budget,
-                            Schedule(start=8, grow=2, most=32))
+    drafter = VerifyDrafter(
+        source, reference_encoder(list(greedy.ids)), TOKEN_BYTES, prepared.budget, Schedule(start=8, grow=2, most=32)
+    )
     verified = run_loop(lm, prepared.prompt_ids, prepared.budget, drafter, cursor=cursor)
     assert verified.ids == greedy.ids
     assert verified.stats.drafts_kept >= 40 and verified.drafts_rejected >= 1

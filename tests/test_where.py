@@ -157,7 +157,8 @@ def test_by_default_the_where_step_names_the_line_the_model_least_expected(work,
 
 
 def test_a_function_after_other_code_is_read_after_it_and_without_room_beside_the_cache_in_it(
-        work, tiny_dir, scripted, monkeypatch):
+    work, tiny_dir, scripted, monkeypatch
+):
     """The lines before the function are the reading's context: fed, their logits not kept, never
     named. The reading feeds a row beside the LM's cache; where that row finds no room (llama.cpp's
     context full), the cache itself is emptied and read in, and the same line is named."""
@@ -192,8 +193,19 @@ def test_the_reading_names_a_line_of_code_never_a_docstring_or_comment_line(work
     """Prose the model could not have guessed is not a bug's line: the where-step scores only the
     function's code, so it names the least expected line outside its docstring and comments (the
     tiny model least expects a prose line of this function when every line is scored)."""
-    lines = ["def parse(items):", '    """Parse the items.', "    quasar quasar quasar", '    """', "    # quasar quasar",
-             "    a = items[0]", "    b = items[1]", "    return a - b", "", "", "print(parse([1, 2]))"]
+    lines = [
+        "def parse(items):",
+        '    """Parse the items.',
+        "    quasar quasar quasar",
+        '    """',
+        "    # quasar quasar",
+        "    a = items[0]",
+        "    b = items[1]",
+        "    return a - b",
+        "",
+        "",
+        "print(parse([1, 2]))",
+    ]
     skip = {2, 3, 4, 5}
     assert least_expected_line(tiny_dir, 1, 8, lines) in skip  # what scoring every line would name
     expected = least_expected_line(tiny_dir, 1, 8, lines, skip)
@@ -265,8 +277,9 @@ def test_a_located_try_without_a_test_branches_first_where_the_reading_expected_
     tokens the reading expected otherwise (Where.expected), most surprising first."""
     scripted(unchanged)
     (work / "a.py").write_text(BUGGY, encoding="utf-8")
-    result = invoke(["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
-                     "--threads", "1", "--where", "--json"])
+    result = invoke(
+        ["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1", "--where", "--json"]
+    )
     data = json.loads(result.stdout)
     expected = data["where"]["expected"]
     assert expected and all(line == data["where"]["lines"][0] for line, *_ in expected)
@@ -319,7 +332,8 @@ def test_a_quoted_line_says_it_was_found_by_quote(work, tiny_dir, scripted):
 
 
 def test_where_a_test_decides_the_next_try_retypes_the_next_surprising_lines_before_the_function(
-        work, tiny_dir, scripted):
+    work, tiny_dir, scripted
+):
     """--where (by surprise) with --test: a try whose line was wrong is followed by one that retypes the
     statements of the named line and of the next most surprising lines (where.RUNNERS_UP), its branches
     put in what the reading expected on each of them in turn (Where.spread); then the function. Without
@@ -346,7 +360,8 @@ def test_where_a_test_decides_the_next_try_retypes_the_next_surprising_lines_bef
 
 
 def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_branch_there_too(
-        work, tiny_dir, scripted, monkeypatch):
+    work, tiny_dir, scripted, monkeypatch
+):
     """No --where, with --test (cadedit fix's default, settings.READ_LATER): try 1 retypes the function as
     always, nothing read before it. Once it failed, the model reads the function by surprise and every
     later try keeps its scope and adds a branch at each of the reading's first points (Where.spread,
@@ -367,8 +382,9 @@ def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_bra
     test = ["--test", "grep -q 'return v1 + v2' a.py"]
     scripted(unchanged, unchanged, fixed_line)
     (work / "a.py").write_text(BUGGY, encoding="utf-8")
-    result = invoke(["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
-                     "--threads", "1", "--json", *test])
+    result = invoke(
+        ["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1", "--json", *test]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     where = data["where"]
@@ -383,12 +399,16 @@ def test_once_try_1_failed_its_test_the_function_is_read_and_the_later_tries_bra
     # the reading fed a row of its own: try 2 still reuses the prompt try 1 left in the cache
     candidates_1 = [t for t in data["tries"] if t["candidate"] == 1]
     assert candidates_1[1]["try"] == 2 and candidates_1[1]["tokens_prompt_reused"] > 0
-    for args, answers in ((test, (fixed_line,)), ((), (fixed_line,)), ([*test, "--candidates-by", "sample"],
-                                                                       (unchanged, fixed_line))):
+    for args, answers in (
+        (test, (fixed_line,)),
+        ((), (fixed_line,)),
+        ([*test, "--candidates-by", "sample"], (unchanged, fixed_line)),
+    ):
         # try 1 passes; no test; sampled candidates, which have no branch points to put the reading's tokens at
         scripted(*answers)
         (work / "a.py").write_text(BUGGY, encoding="utf-8")
-        result = invoke(["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32",
-                         "--threads", "1", "--json", *args])
+        result = invoke(
+            ["fix", "a.py", VAGUE, "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1", "--json", *args]
+        )
         assert result.exit_code == 0 and json.loads(result.stdout)["where"] is None, result.output
     assert "read:" not in result.stderr

@@ -16,12 +16,16 @@ from tests.tinytok import CHAT_TEMPLATE, make_tokenizer
 
 _LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.weight": "attn_k.weight", "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.v_proj.bias": "attn_v.bias",
     "self_attn.o_proj.weight": "attn_output.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
 }
 
@@ -37,9 +41,17 @@ def gguf_name(hf_name: str) -> str:
     return f"blk.{index}.{_LAYER_NAMES[rest]}"
 
 
-def save_gguf(path: Path, seed: int = 0, context: int = 4096, chat_template: str | None = CHAT_TEMPLATE,
-              architecture: str = "qwen2", model=None, quant: str | None = None, block_count: int | None = None,
-              tokens_as=None) -> Path:
+def save_gguf(
+    path: Path,
+    seed: int = 0,
+    context: int = 4096,
+    chat_template: str | None = CHAT_TEMPLATE,
+    architecture: str = "qwen2",
+    model=None,
+    quant: str | None = None,
+    block_count: int | None = None,
+    tokens_as=None,
+) -> Path:
     """Write the tiny model (tinymodel.make_hf_model(seed), or `model`: one of cadedit's Qwen2 with the
     tiny config, e.g. with hand-set weights) and tokenizer as one GGUF file; return its path. quant
     (e.g. "Q4_0"): its linear layers' weights stored in that block format, as llama.cpp's quantizer
@@ -70,8 +82,9 @@ def save_gguf(path: Path, seed: int = 0, context: int = 4096, chat_template: str
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(config.num_attention_heads)
     writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"] if getattr(config, "rope_parameters", None)
-                                    else config.rope_theta))
+    writer.add_rope_freq_base(
+        float(config.rope_parameters["rope_theta"] if getattr(config, "rope_parameters", None) else config.rope_theta)
+    )
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     writer.add_tokenizer_model("gpt2")

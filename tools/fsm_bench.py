@@ -116,8 +116,10 @@ def random_walk(constraint, rng: random.Random, limit: int = 150) -> list[int]:
 
 def summary(name: str, seconds: list[float]) -> str:
     us = np.array(seconds) * 1e6
-    return (f"{name:<34} n={len(us):>6}  median {np.median(us):8.1f} us  p99 {np.percentile(us, 99):8.1f} us"
-            f"  max {us.max():8.1f} us")
+    return (
+        f"{name:<34} n={len(us):>6}  median {np.median(us):8.1f} us  p99 {np.percentile(us, 99):8.1f} us"
+        f"  max {us.max():8.1f} us"
+    )
 
 
 def bench_fsm(tok, args) -> None:
@@ -127,8 +129,10 @@ def bench_fsm(tok, args) -> None:
     (grammar, t_compile) = timed(compile_grammar, vocab, encode)
     cpu = time.process_time() - cpu
     print(f"vocabulary: {len(vocab)} ids, {len(vocab.special_ids)} never allowed, eos {sorted(vocab.eos_ids)}")
-    print(f"first build for this tokenizer: {t_vocab + t_compile:.3f} s wall, {cpu:.3f} s CPU "
-          f"(vocab_from_tokenizer {t_vocab:.3f} s + compile_grammar {t_compile:.3f} s), then cached in memory")
+    print(
+        f"first build for this tokenizer: {t_vocab + t_compile:.3f} s wall, {cpu:.3f} s CPU "
+        f"(vocab_from_tokenizer {t_vocab:.3f} s + compile_grammar {t_compile:.3f} s), then cached in memory"
+    )
     (_, t_again) = timed(lambda: compile_grammar(vocab_from_tokenizer(tok), encode))
     print(f"again (cached): {t_again * 1e3:.3f} ms")
     rng = random.Random(0)
@@ -138,8 +142,10 @@ def bench_fsm(tok, args) -> None:
     for n_lines in (37, 1200, 5000, 100_000):
         cursor = grammar.for_document(n_lines).cursor()
         first_masks.append(timed(cursor.allowed_mask)[1])
-    print(f"new document (for_document, new N): median {statistics.median(new_n) * 1e6:.1f} us, "
-          f"max {max(new_n) * 1e6:.1f} us; its first mask: max {max(first_masks) * 1e6:.1f} us")
+    print(
+        f"new document (for_document, new N): median {statistics.median(new_n) * 1e6:.1f} us, "
+        f"max {max(new_n) * 1e6:.1f} us; its first mask: max {max(first_masks) * 1e6:.1f} us"
+    )
     cold, warm, walks_cold, forced, structural = [], [], [], [], []
     for n_lines, text in programs:
         ids = encode(text) + [sorted(vocab.eos_ids)[0]]

@@ -8,6 +8,7 @@ drafts fitted to the curve (cadedit.backends.forward_cost.FittedLengths).
 Scripted answers through the real decode loop with Qwen2.5's tokenizer (from the 0.5B GGUF) and a
 model that is never asked (zero logits; the script picks): forwards for an answer equal to the region
 and for one with a name renamed on every third line, as the model writes it (the file's indentation)."""
+
 import inspect
 import json
 import sys
@@ -37,27 +38,48 @@ def enc(t):
 
 HAS_ALSO = "also" in inspect.signature(VerifyDrafter).parameters
 
+
 class FakeLM:
-    def feed(self, ids, keep=1): return np.zeros((keep, len(TB)), dtype=np.float32)
-    def crop(self, n): pass
+    def feed(self, ids, keep=1):
+        return np.zeros((keep, len(TB)), dtype=np.float32)
+
+    def crop(self, n):
+        pass
+
 
 CURVE = None
 if len(sys.argv) > 2:
     from cadedit.backends.forward_cost import CostCurve, FittedLengths
     from cadedit.decode.verify import Schedule
+
     CURVE = CostCurve.from_json(json.loads(sys.argv[2]))
 
 
 def run(dedented, indented, answer, lengths=None):
     steps = []
-    d = VerifyDrafter(dedented, enc, TB, 8000, **({"also": (indented, "")} if HAS_ALSO else {}),
-                      **({"schedule": lengths} if lengths is not None else {}))
-    out = decode(FakeLM(), FenceCursor(TB, EOS, "```"), [1, 2], None, script_sampler(answer, TB, enc), 8000,
-                 lambda stats, step: steps.append(step), d)
+    d = VerifyDrafter(
+        dedented,
+        enc,
+        TB,
+        8000,
+        **({"also": (indented, "")} if HAS_ALSO else {}),
+        **({"schedule": lengths} if lengths is not None else {}),
+    )
+    out = decode(
+        FakeLM(),
+        FenceCursor(TB, EOS, "```"),
+        [1, 2],
+        None,
+        script_sampler(answer, TB, enc),
+        8000,
+        lambda stats, step: steps.append(step),
+        d,
+    )
     if lengths is None:
         return out.stats.forward_passes, len(out.ids)
     cost = sum(CURVE.cost(s.sampled + s.forced + s.drafted) for s in steps if not s.prompt)
     return out.stats.forward_passes, cost
+
 
 def case(name, region):
     ind = common_indent(region)
@@ -65,6 +87,7 @@ def case(name, region):
     full = region.rstrip("\n") + "\n```\n"
     ren = renamed_every_third_line(full, name.endswith(".py"))
     return ded, full, ren
+
 
 rows = []
 for layout in ["method", "nested-function", "class-body", "decorated-method", "module-statements", "javascript-method"]:

@@ -35,14 +35,29 @@ def own_case(loaded, case, variant: str, timeout: float) -> dict:
 
     start = time.perf_counter()
     try:
-        result = edit_file(document_for(case), case.instruction,
-                           EditOptions(model=loaded.name, mode=Mode.PROGRAM, variant=variant), loaded=loaded)
+        result = edit_file(
+            document_for(case),
+            case.instruction,
+            EditOptions(model=loaded.name, mode=Mode.PROGRAM, variant=variant),
+            loaded=loaded,
+        )
     except CadeditError as exc:
-        return {"id": case.id, "error": exc.message, "seconds": time.perf_counter() - start, "exact": False,
-                "passed": False, "gain": None}
-    return {"id": case.id, "exact": result.new_text == case.after, "passed": run_test(case, result.new_text, timeout).passed,
-            "seconds": time.perf_counter() - start, "copies": result.stats.copies,
-            "gain": closeness(result.new_text, case.after) - closeness(case.before, case.after)}
+        return {
+            "id": case.id,
+            "error": exc.message,
+            "seconds": time.perf_counter() - start,
+            "exact": False,
+            "passed": False,
+            "gain": None,
+        }
+    return {
+        "id": case.id,
+        "exact": result.new_text == case.after,
+        "passed": run_test(case, result.new_text, timeout).passed,
+        "seconds": time.perf_counter() - start,
+        "copies": result.stats.copies,
+        "gain": closeness(result.new_text, case.after) - closeness(case.before, case.after),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,21 +84,29 @@ def main(argv: list[str] | None = None) -> None:
         for case in cases:
             row = own_case(loaded, case, variant, args.timeout)
             rows.append(row)
-            print(f"{variant:<10} {row['id']:<12} exact={row['exact']!s:<5} passed={row['passed']!s:<5} "
-                  f"gain={row['gain'] if row['gain'] is None else round(row['gain'], 3)} {row['seconds']:.0f}s", flush=True)
+            print(
+                f"{variant:<10} {row['id']:<12} exact={row['exact']!s:<5} passed={row['passed']!s:<5} "
+                f"gain={row['gain'] if row['gain'] is None else round(row['gain'], 3)} {row['seconds']:.0f}s",
+                flush=True,
+            )
         done = [r for r in rows if "error" not in r]
         results[variant] = {
-            "finished": len(done), "exact": sum(r["exact"] for r in rows), "passed": sum(bool(r["passed"]) for r in rows),
+            "finished": len(done),
+            "exact": sum(r["exact"] for r in rows),
+            "passed": sum(bool(r["passed"]) for r in rows),
             "mean_gain": sum(r["gain"] for r in done) / len(done) if done else None,
             "copies": sum(r["copies"] for r in done) / len(done) if done else None,
-            "seconds": sum(r["seconds"] for r in rows), "cases": rows,
+            "seconds": sum(r["seconds"] for r in rows),
+            "cases": rows,
         }
     print(f"\n{'variant':<10} finished exact passed mean_gain copies seconds")
     for variant, r in results.items():
         gain = "-" if r["mean_gain"] is None else f"{r['mean_gain']:+.3f}"
         copies = "-" if r["copies"] is None else f"{r['copies']:.1f}"
-        print(f"{variant:<10} {r['finished']:>4}/{len(cases)} {r['exact']:>5} {r['passed']:>6} {gain:>9} {copies:>6} "
-              f"{r['seconds']:>7.0f}")
+        print(
+            f"{variant:<10} {r['finished']:>4}/{len(cases)} {r['exact']:>5} {r['passed']:>6} {gain:>9} {copies:>6} "
+            f"{r['seconds']:>7.0f}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
 

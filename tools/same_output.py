@@ -30,9 +30,27 @@ CORPUS = Path(__file__).resolve().parents[2] / "shared/data/humanevalfix/humanev
 def run(tree: str, folder: Path, case, mode: str, args) -> tuple[str, float]:
     source = folder / "solution.py"
     source.write_text(case.before)
-    command = [str(Path(sys.executable).with_name("cadedit")), "fix", str(source), case.instruction, "--mode", mode,
-               "--tries", "1", "--allow-no-change", "--json", "--quiet", "--model", args.model, "--backend",
-               args.backend, "--dtype", args.dtype, "--threads", str(args.threads)]
+    command = [
+        str(Path(sys.executable).with_name("cadedit")),
+        "fix",
+        str(source),
+        case.instruction,
+        "--mode",
+        mode,
+        "--tries",
+        "1",
+        "--allow-no-change",
+        "--json",
+        "--quiet",
+        "--model",
+        args.model,
+        "--backend",
+        args.backend,
+        "--dtype",
+        args.dtype,
+        "--threads",
+        str(args.threads),
+    ]
     if args.max_new_tokens:
         command += ["--max-new-tokens", str(args.max_new_tokens)]
     env = {**os.environ, "PYTHONPATH": tree, "CADEDIT_PREFIX_CACHE": "0", "CADEDIT_SERVER": "0"}
@@ -76,8 +94,10 @@ def main() -> None:
                 differ += not same
                 print(f"{case.id} {mode}: {'same' if same else 'DIFFERENT'} ({got['old']} / {got['new']})", flush=True)
     n = len(walls["old"])
-    print(f"{n - differ}/{n} runs byte-identical; median wall old {statistics.median(walls['old']):.2f} s, "
-          f"new {statistics.median(walls['new']):.2f} s (ratio {statistics.median(walls['new']) / statistics.median(walls['old']):.3f})")
+    print(
+        f"{n - differ}/{n} runs byte-identical; median wall old {statistics.median(walls['old']):.2f} s, "
+        f"new {statistics.median(walls['new']):.2f} s (ratio {statistics.median(walls['new']) / statistics.median(walls['old']):.3f})"
+    )
 
 
 if __name__ == "__main__":

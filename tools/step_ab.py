@@ -47,9 +47,11 @@ def main() -> None:
     first = statistics.median(next(iter(times.values())))
     for config, runs in times.items():
         median = statistics.median(runs)
-        print(f"{config}: one-token step after {args.prefix} tokens {1000 * median:.1f} ms "
-              f"(IQR {1000 * statistics.quantiles(runs, n=4)[0]:.1f}-{1000 * statistics.quantiles(runs, n=4)[2]:.1f}), "
-              f"{median / first:.2f}x the first")
+        print(
+            f"{config}: one-token step after {args.prefix} tokens {1000 * median:.1f} ms "
+            f"(IQR {1000 * statistics.quantiles(runs, n=4)[0]:.1f}-{1000 * statistics.quantiles(runs, n=4)[2]:.1f}), "
+            f"{median / first:.2f}x the first"
+        )
 
 
 if __name__ == "__main__":

@@ -29,9 +29,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # the flat layout's names and the layered one's (--tree may run either)
-OPAQUE = {"decode.decode", "decode.decode_rows", "qwen2", "tokenizer", "model", "llamacpp", "vocab", "grammar",
-          "hardware", "steps", "prefix_store",
-          "decode.loop.decode", "decode.loop.decode_rows", "backends", "decode.fsm"}
+OPAQUE = {
+    "decode.decode",
+    "decode.decode_rows",
+    "qwen2",
+    "tokenizer",
+    "model",
+    "llamacpp",
+    "vocab",
+    "grammar",
+    "hardware",
+    "steps",
+    "prefix_store",
+    "decode.loop.decode",
+    "decode.loop.decode_rows",
+    "backends",
+    "decode.fsm",
+}
 SOURCE = '''def mean(values):
     total = 0
     for value in values:
@@ -76,7 +90,7 @@ def trace_fix(args) -> tuple[list[str], collections.Counter]:
     def carries(frame) -> bool:
         doc = state["document"]
         code = frame.f_code
-        for name in code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]:
+        for name in code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]:
             value = frame.f_locals.get(name)
             if name == "self" and value is doc and not args.accessors:
                 continue
@@ -112,8 +126,23 @@ def trace_fix(args) -> tuple[list[str], collections.Counter]:
         folder = save_model(Path(tmp) / "tiny")
         target = Path(tmp) / "stats.py"
         target.write_text(SOURCE)
-        argv = ["fix", str(target), "Fix the off-by-one in mean.", "--model", str(folder), "--dtype", "fp32",
-                "--threads", "1", "--tries", "1", "--mode", args.mode, "--max-new-tokens", "40"]
+        argv = [
+            "fix",
+            str(target),
+            "Fix the off-by-one in mean.",
+            "--model",
+            str(folder),
+            "--dtype",
+            "fp32",
+            "--threads",
+            "1",
+            "--tries",
+            "1",
+            "--mode",
+            args.mode,
+            "--max-new-tokens",
+            "40",
+        ]
         if args.scope != "whole":
             argv += ["--scope", args.scope]
         here = os.getcwd()
@@ -138,8 +167,12 @@ def summarize(path: list[str]) -> dict:
         if module in seen and path[i - 1] != module:
             returns += 1
         seen.add(module)
-    return {"stays": len(path), "modules": len(seen), "returns": returns,
-            "per_module": collections.Counter(path).most_common()}
+    return {
+        "stays": len(path),
+        "modules": len(seen),
+        "returns": returns,
+        "per_module": collections.Counter(path).most_common(),
+    }
 
 
 def main() -> None:
@@ -147,10 +180,17 @@ def main() -> None:
     parser.add_argument("--mode", default="verify")
     parser.add_argument("--scope", default="whole", help="whole (no --scope) or a --scope value, e.g. function")
     parser.add_argument("--show", action="store_true")
-    parser.add_argument("--accessors", action="store_true",
-                        help="also follow the document's own methods (its lines, its text) as visits to document.py")
-    parser.add_argument("--by", choices=["module", "layer"], default="module",
-                        help="count stays per module, or per layer (a folder of cadedit; a top-level module is its own)")
+    parser.add_argument(
+        "--accessors",
+        action="store_true",
+        help="also follow the document's own methods (its lines, its text) as visits to document.py",
+    )
+    parser.add_argument(
+        "--by",
+        choices=["module", "layer"],
+        default="module",
+        help="count stays per module, or per layer (a folder of cadedit; a top-level module is its own)",
+    )
     parser.add_argument("--tree", type=Path, default=ROOT, help="the cadedit checkout to trace (default: this one)")
     args = parser.parse_args()
     sys.path.insert(0, str(args.tree.resolve()))

@@ -57,6 +57,7 @@ class CostCurve:
     def best_draft(self, p: float, most: int) -> int:
         """The draft length (at most `most`, one of CHOICES) with the most tokens a forward yields per
         unit of its cost, each drafted token kept with probability p given the ones before it."""
+
         def rate(k: int) -> float:
             kept = k if p >= 1 else p * (1 - p**k) / (1 - p)  # expected run of kept drafted tokens
             return (1 + kept) / self.cost(k + 1)  # the sampler's own token, then the kept ones
@@ -73,8 +74,12 @@ class CostCurve:
             points = tuple((int(k), float(c)) for k, c in value)  # type: ignore[union-attr]
         except (TypeError, ValueError):
             return None
-        ok = len(points) >= 2 and points[0] == (1, 1.0) and all(a[0] < b[0] for a, b in zip(points, points[1:])) \
+        ok = (
+            len(points) >= 2
+            and points[0] == (1, 1.0)
+            and all(a[0] < b[0] for a, b in zip(points, points[1:]))
             and all(math.isfinite(c) and c > 0 for _, c in points)
+        )
         return cls(points) if ok else None
 
 
@@ -106,12 +111,17 @@ def forward_costs(loaded) -> CostCurve:
     key = f"{_cpu_identity(loaded.threads)}|{MEASURE}|{model_identity(loaded)}"
 
     def measure() -> list:
-        tell(f"measuring what a forward of 1 to {WIDTHS[-1]} tokens costs on {loaded.name} "
-             f"(once per machine, model file and threads; a few seconds to a minute)")
+        tell(
+            f"measuring what a forward of 1 to {WIDTHS[-1]} tokens costs on {loaded.name} "
+            f"(once per machine, model file and threads; a few seconds to a minute)"
+        )
         lm = CachedLM(loaded.model, new_cache(loaded))
         curve = measure_curve(lm, loaded.model.config.vocab_size, loaded.context_limit)
-        tell("a forward of k tokens costs " + ", ".join(f"k={k}: {c:.1f}" for k, c in curve.points)
-             + " one-token steps here")
+        tell(
+            "a forward of k tokens costs "
+            + ", ".join(f"k={k}: {c:.1f}" for k, c in curve.points)
+            + " one-token steps here"
+        )
         return curve.to_json()
 
     value, _ = measured_once(key, lambda v: CostCurve.from_json(v) is not None, measure)
@@ -141,4 +151,3 @@ class FittedLengths:
         self.kept = DECAY * self.kept + kept
         self.missed = DECAY * self.missed + (kept < drafted)
         return self.curve.best_draft(self.p, self.most)
-

@@ -116,8 +116,9 @@ def torch_version() -> str:
         return ""
 
 
-def _time_linear(dtype: "torch.dtype", rows: int, reps: int = 9, step: str = "",
-                 shape: tuple[int, int] = (4864, 896)) -> float:
+def _time_linear(
+    dtype: "torch.dtype", rows: int, reps: int = 9, step: str = "", shape: tuple[int, int] = (4864, 896)
+) -> float:
     """Median seconds for one linear layer (default: a Qwen2.5-0.5B MLP projection) on `rows` tokens
     (after a warm-up); step "int8" or "int4": through that weight kernel of one-token steps (cadedit.backends.torch.steps),
     anything else: the weight itself."""
@@ -136,13 +137,17 @@ def _time_linear(dtype: "torch.dtype", rows: int, reps: int = 9, step: str = "",
         from cadedit.backends.torch.steps import GROUP, pack_int4  # lazy: imports torch (the backend boundary)
 
         groups = (out_features, in_features // GROUP)
-        packed, scales = pack_int4(torch.randint(0, 16, shape, dtype=torch.uint8), torch.rand(groups), torch.zeros(groups))
+        packed, scales = pack_int4(
+            torch.randint(0, 16, shape, dtype=torch.uint8), torch.rand(groups), torch.zeros(groups)
+        )
 
         def run():
             torch._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales)
     else:
+
         def run():
             torch.nn.functional.linear(x, weight)
+
     for _ in range(3):  # warm-up: oneDNN picks and JITs its kernel on the first calls
         run()
     times = []
@@ -218,13 +223,16 @@ def cpu_dtype(threads: int) -> tuple["torch.dtype", str]:
 
     def measure() -> str:
         nonlocal measured
-        cost = {dt: sum(times * _time_linear(dt, rows) for rows, times in _WORK) for dt in (torch.float32, torch.bfloat16)}
+        cost = {
+            dt: sum(times * _time_linear(dt, rows) for rows, times in _WORK) for dt in (torch.float32, torch.bfloat16)
+        }
         measured = f"fp32 {cost[torch.float32]:.2f} s, bf16 {cost[torch.bfloat16]:.2f} s"
         return "bfloat16" if cost[torch.bfloat16] < 0.8 * cost[torch.float32] else "float32"
 
     name, path = _measured_once(_cpu_identity(threads), ("float32", "bfloat16"), measure)
-    return getattr(torch, name), (f"measured on this CPU now ({measured})" if measured
-                                  else f"measured on this CPU earlier ({path})")
+    return getattr(torch, name), (
+        f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})"
+    )
 
 
 STEPS = ("int4", "int8", "bf16")  # one-token step weights, most compact first (cadedit.backends.torch.steps)
@@ -292,9 +300,16 @@ def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple["torch.dtyp
     """The dtype to load in, and why."""
     import torch
 
-    names = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-             "fp16": torch.float16, "float16": torch.float16, "bf16-int8": torch.bfloat16,
-             "bf16-int4": torch.bfloat16}
+    names = {
+        "fp32": torch.float32,
+        "float32": torch.float32,
+        "bf16": torch.bfloat16,
+        "bfloat16": torch.bfloat16,
+        "fp16": torch.float16,
+        "float16": torch.float16,
+        "bf16-int8": torch.bfloat16,
+        "bf16-int4": torch.bfloat16,
+    }
     if dtype != "auto":
         if dtype not in names:
             raise ModelError(f"unknown dtype {dtype!r}", hint="use auto, fp32, bf16, bf16-int8, bf16-int4 or fp16")
@@ -326,8 +341,10 @@ def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str,
         return "torch", "--backend torch"
     if setting == "llama":
         if gguf is None:
-            raise ModelError("--backend llama runs a GGUF file, and this model is a folder or a hub id",
-                             hint="pass --model FILE.gguf (or ollama:NAME), or use --backend torch")
+            raise ModelError(
+                "--backend llama runs a GGUF file, and this model is a folder or a hub id",
+                hint="pass --model FILE.gguf (or ollama:NAME), or use --backend torch",
+            )
         llamacpp.require()
         return "llama", "--backend llama"
     if gguf is None:
@@ -358,8 +375,10 @@ def choose_backend_for(setting: str, gguf: Path | None, device: str, dtype: str,
 
     answer, path = _measured_once(backend_key(gguf, threads), ("torch", "llama"), measure)
     if measured:
-        tell(f"{'llama.cpp' if answer == 'llama' else 'torch'} does an edit's work faster here ({measured}); "
-             f"kept in {path}")
+        tell(
+            f"{'llama.cpp' if answer == 'llama' else 'torch'} does an edit's work faster here ({measured}); "
+            f"kept in {path}"
+        )
     return answer, (f"measured on this CPU now ({measured})" if measured else f"measured on this CPU earlier ({path})")
 
 
@@ -371,15 +390,19 @@ def probe_llama(gguf: Path, threads: int) -> tuple[str, float | None, str]:
     costs: dict[str, float] = {}
 
     def measure() -> str:
-        tell(f"measuring which backend runs {gguf.name} faster on this CPU (once per machine and model file; "
-             f"{probe_estimate(gguf)})")
+        tell(
+            f"measuring which backend runs {gguf.name} faster on this CPU (once per machine and model file; "
+            f"{probe_estimate(gguf)})"
+        )
         meta = gguf_file.read_metadata(gguf)
         for name, (repack, flash) in llamacpp.VARIANTS.items():
             costs[name] = llama_work_seconds(gguf, meta, threads, _WORK, repack, flash)
         return min(costs, key=costs.get)
 
     variant, _ = _measured_once(backend_key(gguf, threads) + "|llama", tuple(llamacpp.VARIANTS), measure)
-    measured = ("an edit's model work: " + ", ".join(f"{name} {cost:.2f} s" for name, cost in costs.items())) if costs else ""
+    measured = (
+        ("an edit's model work: " + ", ".join(f"{name} {cost:.2f} s" for name, cost in costs.items())) if costs else ""
+    )
     return variant, costs.get(variant), measured
 
 
@@ -426,9 +449,13 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     arch = meta.get("general.architecture", "")
     config = Config(
         vocab_size=len(meta.get("tokenizer.ggml.tokens", ())) or 151936,
-        hidden_size=int(meta[f"{arch}.embedding_length"]), intermediate_size=int(meta[f"{arch}.feed_forward_length"]),
-        num_hidden_layers=int(meta[f"{arch}.block_count"]), num_attention_heads=int(meta[f"{arch}.attention.head_count"]),
-        num_key_value_heads=int(meta[f"{arch}.attention.head_count_kv"]), tie_word_embeddings=True)
+        hidden_size=int(meta[f"{arch}.embedding_length"]),
+        intermediate_size=int(meta[f"{arch}.feed_forward_length"]),
+        num_hidden_layers=int(meta[f"{arch}.block_count"]),
+        num_attention_heads=int(meta[f"{arch}.attention.head_count"]),
+        num_key_value_heads=int(meta[f"{arch}.attention.head_count_kv"]),
+        tie_word_embeddings=True,
+    )
     torch.set_num_threads(threads)
     dtype, _ = cpu_dtype(threads)
     step = cpu_steps(threads)[0] if dtype == torch.bfloat16 else "bf16"
@@ -440,8 +467,10 @@ def _torch_work_seconds(meta: dict, threads: int) -> tuple[float, int]:
     layer = max(0.0, (cost[many] - cost[few]) / (many - few)) if many > few else 0.0
     total = cost[few] + (config.num_hidden_layers - few) * layer
     h, kv = config.hidden_size, config.num_key_value_heads * config.dim
-    params = config.num_hidden_layers * (2 * h * h + 2 * kv * h + 3 * h * config.intermediate_size) \
-        + 2 * config.vocab_size * h  # the embedding and an LM head (an untied one: the larger)
+    params = (
+        config.num_hidden_layers * (2 * h * h + 2 * kv * h + 3 * h * config.intermediate_size)
+        + 2 * config.vocab_size * h
+    )  # the embedding and an LM head (an untied one: the larger)
     return total + torch_load_seconds(params, dtype), params * torch.tensor([], dtype=dtype).element_size()
 
 
@@ -499,16 +528,24 @@ def _forward_work_seconds(config, layers: int, dtype: "torch.dtype", step: str) 
         for name, param in list(model.named_parameters()):
             module_name, _, attribute = name.rpartition(".")
             module = model.get_submodule(module_name)
-            setattr(module, attribute, torch.nn.Parameter(torch.full(param.shape, 0.01, dtype=dtype), requires_grad=False))
+            setattr(
+                module, attribute, torch.nn.Parameter(torch.full(param.shape, 0.01, dtype=dtype), requires_grad=False)
+            )
         if config.tie_word_embeddings:
             model.lm_head.weight = model.model.embed_tokens.weight
         model.eval()
         if step in ("int8", "int4"):
-            from cadedit.backends.torch.steps import quantize_int4, use_step_weights  # lazy: imports torch (the backend boundary)
+            from cadedit.backends.torch.steps import (
+                quantize_int4,
+                use_step_weights,
+            )  # lazy: imports torch (the backend boundary)
 
             linears = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
-            four_bit = {name: (lambda n=name: quantize_int4(model.get_submodule(n).weight)) for name in linears} \
-                if step == "int4" else {}
+            four_bit = (
+                {name: (lambda n=name: quantize_int4(model.get_submodule(n).weight)) for name in linears}
+                if step == "int4"
+                else {}
+            )
             with tempfile.TemporaryDirectory(prefix="cadedit-probe-") as root:
                 use_step_weights(model, "probe", four_bit, root=Path(root), int4_head=step == "int4")
         return torch_work_seconds(model)
@@ -523,8 +560,9 @@ def torch_work_seconds(model) -> float:
         return work_seconds(model, model.new_cache(), torch.tensor(_filler(model.config.vocab_size)), long_reps=3)
 
 
-def llama_work_seconds(path: Path, meta: dict, threads: int, work=_WORK, repack: bool = False,
-                       flash: bool | None = False) -> float:
+def llama_work_seconds(
+    path: Path, meta: dict, threads: int, work=_WORK, repack: bool = False, flash: bool | None = False
+) -> float:
     """llama.cpp's time for `work` on this GGUF as llamacpp.LlamaModel runs it (work_seconds), plus
     the model's load (repacking copies every weight: a cost each process pays again)."""
 

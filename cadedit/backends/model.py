@@ -84,8 +84,10 @@ def gguf_cache_dir(path: Path) -> Path:
 
 
 def _is_complete(folder: Path) -> bool:
-    return (folder / "config.json").is_file() and (folder / "tokenizer_config.json").is_file() and any(
-        folder.glob("*.safetensors")
+    return (
+        (folder / "config.json").is_file()
+        and (folder / "tokenizer_config.json").is_file()
+        and any(folder.glob("*.safetensors"))
     )
 
 
@@ -96,8 +98,10 @@ def convert_gguf(path: Path) -> Path:
     target = gguf_cache_dir(path)
     foreign = cache_problem(target, contents=True)
     if foreign is not None:
-        raise ModelError(f"{path}: the cache of its converted weights is not used: {foreign}",
-                         hint="point XDG_CACHE_HOME at a folder of yours, or use --backend llama")
+        raise ModelError(
+            f"{path}: the cache of its converted weights is not used: {foreign}",
+            hint="point XDG_CACHE_HOME at a folder of yours, or use --backend llama",
+        )
     if _is_complete(target):
         return target
     import torch
@@ -108,9 +112,11 @@ def convert_gguf(path: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
     except OSError as exc:  # the cache path is a file, or not writable
-        raise ModelError(f"{path}: cannot convert it into the cache folder {target.parent} ({exc.strerror or exc}; "
-                         f"XDG_CACHE_HOME is {os.environ.get('XDG_CACHE_HOME') or 'not set'})",
-                         hint="point XDG_CACHE_HOME at a folder of yours, or use --backend llama") from None
+        raise ModelError(
+            f"{path}: cannot convert it into the cache folder {target.parent} ({exc.strerror or exc}; "
+            f"XDG_CACHE_HOME is {os.environ.get('XDG_CACHE_HOME') or 'not set'})",
+            hint="point XDG_CACHE_HOME at a folder of yours, or use --backend llama",
+        ) from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.bfloat16)
@@ -127,8 +133,10 @@ def convert_gguf(path: Path) -> Path:
             if not _is_complete(target):  # lost a race only if the winner finished
                 raise
     except Exception as exc:
-        raise ModelError(f"{path}: cannot convert GGUF ({type(exc).__name__}: {exc})",
-                         hint="check the file is a complete GGUF of a Qwen2-family model; `pip install gguf`") from None
+        raise ModelError(
+            f"{path}: cannot convert GGUF ({type(exc).__name__}: {exc})",
+            hint="check the file is a complete GGUF of a Qwen2-family model; `pip install gguf`",
+        ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
@@ -151,8 +159,10 @@ def _source(spec: str) -> tuple[str, bool]:
         if not (path / "config.json").is_file():
             raise ModelError(f"model folder {spec} has no config.json", hint=HINT)
         if not any((path / name).is_file() for name in _TOKENIZER_FILES):
-            raise ModelError(f"model folder {spec} has no tokenizer files ({', '.join(_TOKENIZER_FILES[:2])} ...)",
-                             hint="copy the tokenizer files of the model next to its config.json")
+            raise ModelError(
+                f"model folder {spec} has no tokenizer files ({', '.join(_TOKENIZER_FILES[:2])} ...)",
+                hint="copy the tokenizer files of the model next to its config.json",
+            )
         return str(path), False
     if path.exists() or not _HUB_ID.match(spec):
         raise ModelError(f"model {spec!r} is neither a model folder, a .gguf file nor a hub id", hint=HINT)
@@ -172,15 +182,16 @@ def _folder(source: str, hub: bool) -> Path:
         return Path(snapshot_download(source, local_files_only=_offline(), allow_patterns=_HUB_FILES))
     except Exception as exc:  # noqa: BLE001 - the hub client raises many kinds for "not here"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"cannot load model {source}: not in the local Hugging Face cache and cannot be "
-                         f"downloaded ({first[:160]})", hint=HINT) from None
+        raise ModelError(
+            f"cannot load model {source}: not in the local Hugging Face cache and cannot be downloaded ({first[:160]})",
+            hint=HINT,
+        ) from None
 
 
 def _load_tokenizer(folder: Path):
     """tokenizer.json read directly (cadedit.backends.torch.tokenizer); a folder with only vocab + merges files goes
     through transformers, which can build one from them."""
     if (folder / "tokenizer.json").is_file():
-
         return _round_trips(Tokenizer.from_folder(folder), folder)
     from transformers import AutoTokenizer
 
@@ -203,8 +214,11 @@ def _round_trips(tokenizer, folder: Path):
     except Exception:  # noqa: BLE001 - any failure here means the same: this tokenizer cannot be used
         same = False
     if not same:
-        raise ModelError(f"model folder {folder}: its tokenizer does not encode and decode text faithfully "
-                         "(tokenizer.json missing or damaged?)", hint="copy the model's tokenizer.json next to its config.json")
+        raise ModelError(
+            f"model folder {folder}: its tokenizer does not encode and decode text faithfully "
+            "(tokenizer.json missing or damaged?)",
+            hint="copy the model's tokenizer.json next to its config.json",
+        )
     return tokenizer
 
 
@@ -213,9 +227,11 @@ def _tokenizer_fits(tokenizer, vocab_size: int, folder: Path) -> None:
     (its ids would index past the embedding); CachedLM.feed refuses any id past it all the same."""
     n = len(tokenizer)
     if n > vocab_size:
-        raise ModelError(f"{folder / 'tokenizer.json'}: {n} tokens, more than the vocab_size of {vocab_size} in "
-                         f"{folder / 'config.json'}", hint="the tokenizer does not belong to these weights: download "
-                         "the model again")
+        raise ModelError(
+            f"{folder / 'tokenizer.json'}: {n} tokens, more than the vocab_size of {vocab_size} in "
+            f"{folder / 'config.json'}",
+            hint="the tokenizer does not belong to these weights: download the model again",
+        )
 
 
 def _offline() -> bool:
@@ -235,19 +251,25 @@ def process_seconds() -> float | None:
 FIRST_FORWARD: list[float] = []  # process_seconds() when this process ran its first forward
 
 
-def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto",
-               threads: int | None = None, backend: str | None = None) -> LoadedModel:
+def load_model(
+    spec: str | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    threads: int | None = None,
+    backend: str | None = None,
+) -> LoadedModel:
     """Load tokenizer + model. spec: a hub id, a model folder, a .gguf file or an Ollama / LM Studio
     name (None: choose_model()); backend: auto, torch or llama (None: config.choose_backend())."""
 
     start = time.perf_counter()
     before = process_seconds()
-    phases: list[tuple[str, float]] = [("process start to load", before)] if before is not None and not FIRST_FORWARD else []
+    phases: list[tuple[str, float]] = (
+        [("process start to load", before)] if before is not None and not FIRST_FORWARD else []
+    )
     spec = spec or choose_model()
     threads = threads or default_threads()
     gguf = gguf_path(spec)
     if gguf is not None:
-
         check_model(gguf)  # before llama.cpp (the backend probe too) or the converter reads it
     name, reason = choose_backend_for(choose_backend(backend), gguf, device, dtype, threads)
     if name == "llama":
@@ -256,8 +278,9 @@ def load_model(spec: str | None = None, device: str = "auto", dtype: str = "auto
     return dataclasses.replace(loaded, backend_reason=reason)
 
 
-def _load_llama(spec: str, gguf: Path, threads: int, reason: str, start: float, phases: list,
-                variant: str) -> LoadedModel:
+def _load_llama(
+    spec: str, gguf: Path, threads: int, reason: str, start: float, phases: list, variant: str
+) -> LoadedModel:
 
     t = time.perf_counter()
     meta = gguf_file.read_metadata(gguf)
@@ -283,10 +306,20 @@ def _load_llama(spec: str, gguf: Path, threads: int, reason: str, start: float, 
     phases += [("tokenizer", seconds), ("weights", weights)]
     if tokenizer.chat_template is None:
         raise ModelError(f"model {spec} has no chat template (tokenizer.chat_template)", hint="use an Instruct model")
-    return LoadedModel(model, tokenizer, spec, "cpu", weights_name(meta), threads, model.n_ctx,
-                       time.perf_counter() - start, tuple(phases),
-                       f"the GGUF's own weights through llama.cpp ({'repacked' if repack else 'as stored'})",
-                       backend="llama", backend_reason=reason)
+    return LoadedModel(
+        model,
+        tokenizer,
+        spec,
+        "cpu",
+        weights_name(meta),
+        threads,
+        model.n_ctx,
+        time.perf_counter() - start,
+        tuple(phases),
+        f"the GGUF's own weights through llama.cpp ({'repacked' if repack else 'as stored'})",
+        backend="llama",
+        backend_reason=reason,
+    )
 
 
 def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, phases: list) -> LoadedModel:
@@ -323,8 +356,19 @@ def _load_torch(spec: str, device: str, dtype: str, threads: int, start: float, 
         why += f"; step weights {_step_weights(model, spec, torch_dtype, steps)}"
         phase("step weights", t)
     limit = model.config.max_position_embeddings
-    return LoadedModel(model, tokenizer, spec, device, torch_dtype, threads, limit, time.perf_counter() - start,
-                       tuple(phases), why, steps)
+    return LoadedModel(
+        model,
+        tokenizer,
+        spec,
+        device,
+        torch_dtype,
+        threads,
+        limit,
+        time.perf_counter() - start,
+        tuple(phases),
+        why,
+        steps,
+    )
 
 
 def _step_weights(model, spec: str, dtype: "torch.dtype", steps: str) -> str:
@@ -335,10 +379,10 @@ def _step_weights(model, spec: str, dtype: "torch.dtype", steps: str) -> str:
     gguf = gguf_path(spec) if steps == "int4" else None
     four_bit = {}
     if gguf is not None:
-
         four_bit = four_bit_layers(gguf)
-    return use_step_weights(model, weights_identity(model, spec, dtype), four_bit, int4_head=steps == "int4",
-                            announce=tell)
+    return use_step_weights(
+        model, weights_identity(model, spec, dtype), four_bit, int4_head=steps == "int4", announce=tell
+    )
 
 
 def new_cache(loaded: LoadedModel):
@@ -351,8 +395,10 @@ def check_ids(ids: Sequence[int], vocab_size: int) -> None:
     model's) is a one-line error, not an index error deep in a lookup or the forward."""
     if ids and not 0 <= min(ids) <= max(ids) < vocab_size:
         bad = next(i for i in ids if not 0 <= i < vocab_size)
-        raise ModelError(f"token id {bad} is outside the model's vocabulary of {vocab_size} (config.json vocab_size)",
-                         hint="the tokenizer does not belong to these weights: download the model again")
+        raise ModelError(
+            f"token id {bad} is outside the model's vocabulary of {vocab_size} (config.json vocab_size)",
+            hint="the tokenizer does not belong to these weights: download the model again",
+        )
 
 
 class CachedLM:
@@ -511,9 +557,12 @@ def chat_prompt(tokenizer, messages: list[dict[str, str]], suffix: str = "") -> 
         if not mark:
             break
     ids += list(tokenizer.encode(template, add_special_tokens=False)) + encode(tokenizer, suffix)
-    if "".join(pieces) + template + suffix != prompt:  # a template that rewrites the text: its markers cannot be told apart
-        raise ModelError("the model's chat template changes the message text, so a special token's text in the "
-                         "file cannot be kept apart from the template's", hint="edit the file with another model")
+    if (
+        "".join(pieces) + template + suffix != prompt
+    ):  # a template that rewrites the text: its markers cannot be told apart
+        raise ModelError(
+            "the model's chat template changes the message text, so a special token's text in the "
+            "file cannot be kept apart from the template's",
+            hint="edit the file with another model",
+        )
     return prompt, ids
-
-

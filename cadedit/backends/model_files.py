@@ -42,15 +42,19 @@ def gguf_path(spec: str) -> Path | None:
     if path.suffix.lower() != ".gguf":
         return None
     if not path.is_file():
-        raise ModelError(f"model file {spec} not found" if not path.exists() else f"model file {spec} is not a regular file",
-                         hint="pass --model PATH (a model folder or a .gguf file) or set CADEDIT_MODEL")
+        raise ModelError(
+            f"model file {spec} not found" if not path.exists() else f"model file {spec} is not a regular file",
+            hint="pass --model PATH (a model folder or a .gguf file) or set CADEDIT_MODEL",
+        )
     return path
 
 
 def ollama_gguf(name: str) -> Path:
     """The GGUF blob of an Ollama model `name[:tag]` (tag `latest` when absent; `ns/name` for a namespace)."""
     if not name or any(part in ("", ".", "..") for part in name.replace(":", "/").split("/")):
-        raise ModelError(f"ollama:{name}: not an Ollama model name", hint="use ollama:NAME[:TAG], e.g. ollama:qwen2.5-coder:1.5b")
+        raise ModelError(
+            f"ollama:{name}: not an Ollama model name", hint="use ollama:NAME[:TAG], e.g. ollama:qwen2.5-coder:1.5b"
+        )
     model, _, tag = name.partition(":")
     tag = tag or "latest"
     namespace, _, model = model.rpartition("/")
@@ -58,8 +62,10 @@ def ollama_gguf(name: str) -> Path:
     manifests = root / "manifests"
     found = sorted(manifests.glob(f"*/{namespace or 'library'}/{model}/{tag}")) if manifests.is_dir() else []
     if not found:
-        raise ModelError(f"ollama:{name}: no such model in {root} (no manifest for {model}:{tag})",
-                         hint=f"`ollama pull {model}:{tag}` first, or set OLLAMA_MODELS to Ollama's models folder")
+        raise ModelError(
+            f"ollama:{name}: no such model in {root} (no manifest for {model}:{tag})",
+            hint=f"`ollama pull {model}:{tag}` first, or set OLLAMA_MODELS to Ollama's models folder",
+        )
     manifest = found[0]
     try:
         data, _ = read_regular(manifest, MANIFEST_BYTES)  # a FIFO there would block, /dev/zero fill memory
@@ -69,7 +75,9 @@ def ollama_gguf(name: str) -> Path:
         layers = json.loads(data.decode("utf-8")).get("layers", [])
         digest = next(layer["digest"] for layer in layers if layer.get("mediaType") == _MODEL_LAYER)
     except (OSError, ValueError, AttributeError, StopIteration, KeyError, TypeError):
-        raise ModelError(f"{manifest}: not an Ollama manifest with a model layer", hint="`ollama pull` the model again") from None
+        raise ModelError(
+            f"{manifest}: not an Ollama manifest with a model layer", hint="`ollama pull` the model again"
+        ) from None
     blob = root / "blobs" / str(digest).replace(":", "-")
     if not blob.is_file() or "/" in str(digest):
         what = "is not a regular file" if blob.exists() else "is missing"
@@ -79,11 +87,21 @@ def ollama_gguf(name: str) -> Path:
 
 def lmstudio_gguf(name: str) -> Path:
     """The one .gguf under LM Studio's models folders whose path contains `name`."""
-    found = sorted({p for root in lmstudio_roots() if root.is_dir() for p in root.rglob("*.gguf")
-                    if name.lower() in str(p.relative_to(root)).lower() and p.is_file()})
+    found = sorted(
+        {
+            p
+            for root in lmstudio_roots()
+            if root.is_dir()
+            for p in root.rglob("*.gguf")
+            if name.lower() in str(p.relative_to(root)).lower() and p.is_file()
+        }
+    )
     if not found:
-        raise ModelError(f"lmstudio:{name}: no .gguf whose path contains {name!r} under "
-                         f"{' or '.join(str(r) for r in lmstudio_roots())}", hint="download the model in LM Studio first")
+        raise ModelError(
+            f"lmstudio:{name}: no .gguf whose path contains {name!r} under "
+            f"{' or '.join(str(r) for r in lmstudio_roots())}",
+            hint="download the model in LM Studio first",
+        )
     if len(found) > 1:
         shown = ", ".join(p.name for p in found[:4]) + (" ..." if len(found) > 4 else "")
         raise ModelError(f"lmstudio:{name}: {len(found)} GGUF files match ({shown})", hint="name the file more fully")

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 # -- prompt prefixes on disk ---------------------------------------------------------------------
 
 PREFIX_STORE_BYTES = 2 * 1024**3  # at most this much on disk; the least recently used go first
-PREFIX_MIN_TOKENS = 32  # a prefix this short or longer loads faster than it prefills (docs/measurements/design-figures.md)
+PREFIX_MIN_TOKENS = (
+    32  # a prefix this short or longer loads faster than it prefills (docs/measurements/design-figures.md)
+)
 
 
 class PrefixStore:
@@ -97,9 +99,7 @@ def model_identity(loaded: LoadedModel) -> str:
     files (path, size, mtime), the dtype, the step weights."""
     backend = loaded.backend
     if backend == "llama":
-
         backend += f"-{version()}"
-    return (f"{backend}|{weights_identity(loaded.model, loaded.name, loaded.dtype)}"
-            + (f"|{loaded.steps}-steps" if loaded.steps else ""))
-
-
+    return f"{backend}|{weights_identity(loaded.model, loaded.name, loaded.dtype)}" + (
+        f"|{loaded.steps}-steps" if loaded.steps else ""
+    )

@@ -41,9 +41,13 @@ def measure_round(gguf: Path, meta: dict, threads: int, whole: bool) -> dict:
 
     llama = hardware.llama_work_seconds(gguf, meta, threads)
     torch_estimate, need = hardware._torch_work_seconds(meta, threads)
-    row = {"llama": llama, "torch_estimate": torch_estimate, "torch_weight_bytes": need,
-           "ratio": torch_estimate / llama,
-           "auto": "torch" if torch_estimate * hardware.TORCH_MARGIN < llama else "llama"}
+    row = {
+        "llama": llama,
+        "torch_estimate": torch_estimate,
+        "torch_weight_bytes": need,
+        "ratio": torch_estimate / llama,
+        "auto": "torch" if torch_estimate * hardware.TORCH_MARGIN < llama else "llama",
+    }
     if whole:
         row["torch_whole"] = whole_torch_seconds(gguf, threads)
     return row
@@ -52,8 +56,12 @@ def measure_round(gguf: Path, meta: dict, threads: int, whole: bool) -> dict:
 def backends(
     model: ModelOpt = None,
     rounds: Annotated[int, typer.Option(min=1, help="Rounds, each timing both sides in turn.")] = 3,
-    whole: Annotated[bool, typer.Option("--whole", help="Also time the whole model on torch (converts the GGUF "
-                                                        "once, as --backend torch does).")] = False,
+    whole: Annotated[
+        bool,
+        typer.Option(
+            "--whole", help="Also time the whole model on torch (converts the GGUF once, as --backend torch does)."
+        ),
+    ] = False,
     threads: ThreadsOpt = None,
     json_path: JsonOpt = None,
 ) -> None:
@@ -65,7 +73,6 @@ def backends(
     """
     import json
 
-
     gguf = gguf_path(model or choose_model())
     if gguf is None:
         raise ModelError(f"{model}: the probe compares backends for a GGUF file", hint="pass --model FILE.gguf")
@@ -76,12 +83,16 @@ def backends(
     for r in range(rounds):
         rows.append(measure_round(gguf, meta, threads, whole))
         row = rows[-1]
-        say(f"round {r + 1}: llama.cpp {row['llama']:.2f} s, torch estimate {row['torch_estimate']:.2f} s"
+        say(
+            f"round {r + 1}: llama.cpp {row['llama']:.2f} s, torch estimate {row['torch_estimate']:.2f} s"
             + (f", torch whole model {row['torch_whole']:.2f} s" if whole else "")
-            + f"; torch/llama.cpp {row['ratio']:.3f}, auto: {row['auto']}")
+            + f"; torch/llama.cpp {row['ratio']:.3f}, auto: {row['auto']}"
+        )
         if json_path is not None:
             document = {"model": str(gguf), "threads": threads, "margin": hardware.TORCH_MARGIN, "rounds": rows}
             replace_file(json_path, json.dumps(document, indent=1).encode(), make_parent=True)
     ratios = [row["ratio"] for row in rows]
-    print(f"{gguf.name} ({threads} threads): torch/llama.cpp {min(ratios):.3f}-{max(ratios):.3f} over {rounds} "
-          f"rounds; auto picks torch below {1 / hardware.TORCH_MARGIN:.3f}")
+    print(
+        f"{gguf.name} ({threads} threads): torch/llama.cpp {min(ratios):.3f}-{max(ratios):.3f} over {rounds} "
+        f"rounds; auto picks torch below {1 / hardware.TORCH_MARGIN:.3f}"
+    )

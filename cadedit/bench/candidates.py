@@ -28,24 +28,37 @@ from cadedit.tries.loop import candidate_factories
 from cadedit.scope.plan import plan_edit
 from typing import Annotated
 import typer
-from cadedit.bench.options import (BackendOpt, CaseContextOpt, CorpusOpt, DtypeOpt,
-                                   JsonOpt, LimitOpt, ModelOpt, ThreadsOpt)
+from cadedit.bench.options import (
+    BackendOpt,
+    CaseContextOpt,
+    CorpusOpt,
+    DtypeOpt,
+    JsonOpt,
+    LimitOpt,
+    ModelOpt,
+    ThreadsOpt,
+)
 from cadedit.cli.common import say
 from cadedit.settings import DEFAULT_DTYPE
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
 from cadedit.bench.options import choice, load_corpora, short_name
 
 
-
 def _single(loaded: LoadedModel, case: Case, options: EditOptions, make_sampler: pipeline.SamplerFactory) -> dict:
     language_model(loaded).reset()
     start = time.perf_counter()
     try:
-        result = pipeline.edit_file(document_for(case), case.instruction, options, loaded=loaded, make_sampler=make_sampler)
+        result = pipeline.edit_file(
+            document_for(case), case.instruction, options, loaded=loaded, make_sampler=make_sampler
+        )
     except BudgetError:
         return {"seconds": time.perf_counter() - start, "prefill": None, "text": None, "forwards": None}
-    return {"seconds": time.perf_counter() - start, "prefill": result.stats.seconds_prefill, "text": result.new_text,
-            "forwards": result.stats.forward_passes}
+    return {
+        "seconds": time.perf_counter() - start,
+        "prefill": result.stats.seconds_prefill,
+        "text": result.new_text,
+        "forwards": result.stats.forward_passes,
+    }
 
 
 def _batched(loaded: LoadedModel, case: Case, options: EditOptions, factories: list[pipeline.SamplerFactory]) -> dict:
@@ -54,13 +67,24 @@ def _batched(loaded: LoadedModel, case: Case, options: EditOptions, factories: l
     found = pipeline.edit_candidates(document_for(case), case.instruction, options, factories, loaded=loaded)
     seconds = time.perf_counter() - start
     stats = [c.result.stats for c in found if c.result is not None]
-    return {"seconds": seconds, "prefill": stats[0].seconds_prefill if stats else None,
-            "texts": [c.result.new_text if c.result else None for c in found],
-            "logprobs": [c.logprob for c in found], "forwards": max((s.forward_passes for s in stats), default=None)}
+    return {
+        "seconds": seconds,
+        "prefill": stats[0].seconds_prefill if stats else None,
+        "texts": [c.result.new_text if c.result else None for c in found],
+        "logprobs": [c.logprob for c in found],
+        "forwards": max((s.forward_passes for s in stats), default=None),
+    }
 
 
-def measure_case(loaded: LoadedModel, case: Case, k: int, order: int = 0, test_timeout: float = BENCH_TEST_TIMEOUT,
-                 factories: list[pipeline.SamplerFactory] | None = None, scoped: bool = True) -> dict:
+def measure_case(
+    loaded: LoadedModel,
+    case: Case,
+    k: int,
+    order: int = 0,
+    test_timeout: float = BENCH_TEST_TIMEOUT,
+    factories: list[pipeline.SamplerFactory] | None = None,
+    scoped: bool = True,
+) -> dict:
     """One case: the single decode and the k-row decode (which first: `order` even, the single one).
     factories: the k rows' sampler factories (None: candidate_factories, as `--candidates k`); the single
     decode takes the first (greedy). scoped: the scope from the instruction first, as `cadedit fix`
@@ -73,10 +97,19 @@ def measure_case(loaded: LoadedModel, case: Case, k: int, order: int = 0, test_t
         one, many = _single(loaded, case, options, factories[0]), _batched(loaded, case, options, factories)
     else:
         many, one = _batched(loaded, case, options, factories), _single(loaded, case, options, factories[0])
-    row = {"id": case.id, "k": k, "regions": [list(r) for r in options.regions], "one_seconds": one["seconds"], "k_seconds": many["seconds"],
-           "ratio": many["seconds"] / one["seconds"], "one_forwards": one["forwards"], "k_forwards": many["forwards"],
-           "greedy_same": one["text"] is not None and many["texts"][0] == one["text"],
-           "distinct": len({t for t in many["texts"] if t is not None}), "logprobs": many["logprobs"]}
+    row = {
+        "id": case.id,
+        "k": k,
+        "regions": [list(r) for r in options.regions],
+        "one_seconds": one["seconds"],
+        "k_seconds": many["seconds"],
+        "ratio": many["seconds"] / one["seconds"],
+        "one_forwards": one["forwards"],
+        "k_forwards": many["forwards"],
+        "greedy_same": one["text"] is not None and many["texts"][0] == one["text"],
+        "distinct": len({t for t in many["texts"] if t is not None}),
+        "logprobs": many["logprobs"],
+    }
     if one["prefill"] is not None and many["prefill"] is not None:
         steps_one, steps_k = one["seconds"] - one["prefill"], many["seconds"] - many["prefill"]
         row.update(one_steps=steps_one, k_steps=steps_k, steps_ratio=steps_k / steps_one if steps_one > 0 else None)
@@ -116,8 +149,13 @@ def candidates(
     dtype: DtypeOpt = DEFAULT_DTYPE,
     threads: ThreadsOpt = None,
     context: CaseContextOpt = "docs",
-    scoping: Annotated[str, typer.Option("--scoping", help="on (the scope from the instruction, as `cadedit fix` "
-                                         "resolves it) or off (whole-file verify edits).")] = "on",
+    scoping: Annotated[
+        str,
+        typer.Option(
+            "--scoping",
+            help="on (the scope from the instruction, as `cadedit fix` resolves it) or off (whole-file verify edits).",
+        ),
+    ] = "on",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -129,7 +167,6 @@ def candidates(
     """
     import os
 
-
     os.environ["CADEDIT_PREFIX_CACHE"] = "0"  # every decode feeds its whole prompt
     scoped = choice(scoping, "--scoping", {"on": True, "off": False})
     corpora = load_corpora(corpus, limit, context)
@@ -138,29 +175,47 @@ def candidates(
     # Which of the two decodes goes first alternates from case to case (measure_case's `order`).
     cases = [(name, case) for name, cases in corpora.items() for case in cases]
     work = [(name, (order, case)) for order, (name, case) in enumerate(cases)]
-    done = run_corpora(corpora, "candidates", lambda name, item: measure_case(loaded, item[1], k, order=item[0], scoped=scoped),
-                       lambda done: {**meta, "corpora": [{"name": name, "summary": summarize(rows), "cases": rows}
-                                                         for name, rows in done.items()]},
-                       json_path, lambda row: say(_candidates_line(row, k)), work)
+    done = run_corpora(
+        corpora,
+        "candidates",
+        lambda name, item: measure_case(loaded, item[1], k, order=item[0], scoped=scoped),
+        lambda done: {
+            **meta,
+            "corpora": [{"name": name, "summary": summarize(rows), "cases": rows} for name, rows in done.items()],
+        },
+        json_path,
+        lambda row: say(_candidates_line(row, k)),
+        work,
+    )
     for name, rows in done.items():
         summary = summarize(rows)
         if summary["n"]:
-            out.print(f"{name}: {summary['n']} cases, {short_name(loaded.name)} ({loaded.backend}, {loaded.threads} threads): "
-                      + _candidates_summary(summary, k))
+            out.print(
+                f"{name}: {summary['n']} cases, {short_name(loaded.name)} ({loaded.backend}, {loaded.threads} threads): "
+                + _candidates_summary(summary, k)
+            )
 
 
 def _candidates_line(row: dict, k: int) -> str:
     """One case on stderr: both walls, their ratio, how many distinct candidates, the tests."""
-    return (f"{row['id']}: one {row['one_seconds']:.2f} s, {k} candidates {row['k_seconds']:.2f} s "
-            f"({row['ratio']:.2f}x), {row['distinct']} distinct, greedy same {row['greedy_same']}"
-            + (f", tests {sum(row['passed'])}/{k} (greedy {row['pass_one']})" if "passed" in row else ""))
+    return (
+        f"{row['id']}: one {row['one_seconds']:.2f} s, {k} candidates {row['k_seconds']:.2f} s "
+        f"({row['ratio']:.2f}x), {row['distinct']} distinct, greedy same {row['greedy_same']}"
+        + (f", tests {sum(row['passed'])}/{k} (greedy {row['pass_one']})" if "passed" in row else "")
+    )
 
 
 def _candidates_summary(s: dict, k: int) -> str:
     """A corpus's medians and ratios, and with tests pass@1, the likeliest candidate's and pass@K."""
-    return (f"one candidate median {s['one_seconds_median']:.2f} s, {k} side by side {s['k_seconds_median']:.2f} s; "
-            f"ratio median {s['ratio_median']:.2f}x, pooled {s['ratio_pooled']:.2f}x"
-            + (f", steps alone {s['steps_ratio_median']:.2f}x" if s["steps_ratio_median"] is not None else "")
-            + f"; greedy row = single decode in {s['greedy_same']}/{s['n']}, {s['distinct_mean']:.1f} distinct"
-            + (f"; tests: greedy {s['pass_one']}/{s['tested']}, likeliest {s['pass_likeliest']}/{s['tested']}, "
-               f"any of {k} {s['pass_k']}/{s['tested']}" if s["tested"] else ""))
+    return (
+        f"one candidate median {s['one_seconds_median']:.2f} s, {k} side by side {s['k_seconds_median']:.2f} s; "
+        f"ratio median {s['ratio_median']:.2f}x, pooled {s['ratio_pooled']:.2f}x"
+        + (f", steps alone {s['steps_ratio_median']:.2f}x" if s["steps_ratio_median"] is not None else "")
+        + f"; greedy row = single decode in {s['greedy_same']}/{s['n']}, {s['distinct_mean']:.1f} distinct"
+        + (
+            f"; tests: greedy {s['pass_one']}/{s['tested']}, likeliest {s['pass_likeliest']}/{s['tested']}, "
+            f"any of {k} {s['pass_k']}/{s['tested']}"
+            if s["tested"]
+            else ""
+        )
+    )

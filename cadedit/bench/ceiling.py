@@ -34,7 +34,7 @@ from cadedit.bench.tokens import TokenCounter
 from cadedit.errors import CadeditError
 from cadedit.text.oracle import oracle
 from cadedit.text.program import Copy
-from cadedit.bench.options import (CorpusOpt, CountingOpt, JsonOpt, KernelOpt, LimitOpt, ModelOpt, TokenizerOpt)
+from cadedit.bench.options import CorpusOpt, CountingOpt, JsonOpt, KernelOpt, LimitOpt, ModelOpt, TokenizerOpt
 from cadedit.cli.common import err
 from cadedit.bench.running import out, run_corpora
 from cadedit.bench.options import load_corpora
@@ -95,10 +95,16 @@ class Ceiling:
     def summary(self) -> dict:
         spans = self.spans
         return {
-            "name": self.name, "n": self.n, "T": self.total, "T_copy": self.copied, "T_gen": self.generated,
-            "f": self.fraction, "K": len(spans),
+            "name": self.name,
+            "n": self.n,
+            "T": self.total,
+            "T_copy": self.copied,
+            "T_gen": self.generated,
+            "f": self.fraction,
+            "K": len(spans),
             "span_mean": sum(spans) / len(spans) if spans else math.nan,
-            "span_p50": percentile(spans, 50), "span_p95": percentile(spans, 95),
+            "span_p50": percentile(spans, 50),
+            "span_p95": percentile(spans, 95),
             "greedy": {str(m): self.greedy_fraction(m) for m in MIN_SPANS},
         }
 
@@ -171,8 +177,9 @@ def load_curve(path: str | Path) -> SpeedupCurve:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         points = sorted((int(r["n"]), float(r["speedup"])) for r in data["results"] if r.get("speedup"))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CadeditError(f"{path}: not a kernel results file ({exc})",
-                           hint="make one with: cadedit bench kernel --json kernel.json") from None
+        raise CadeditError(
+            f"{path}: not a kernel results file ({exc})", hint="make one with: cadedit bench kernel --json kernel.json"
+        ) from None
     if not points:
         raise CadeditError(f"{path}: the kernel results have no speedups yet")
     return SpeedupCurve(tuple(n for n, _ in points), tuple(s for _, s in points), str(path))
@@ -213,8 +220,13 @@ def ceiling(
     corpora = load_corpora(corpus, limit)
     curve = load_curve(kernel) if kernel else None
     tokens = load_tokenizer(tokenizer_spec(tokenizer, model))
-    done = run_corpora(corpora, "ceiling", lambda name, case: case_ceiling(case, tokens, counting),
-                       lambda done: _ceiling_json(done, tokens.name, counting, curve), json_path)
+    done = run_corpora(
+        corpora,
+        "ceiling",
+        lambda name, case: case_ceiling(case, tokens, counting),
+        lambda done: _ceiling_json(done, tokens.name, counting, curve),
+        json_path,
+    )
     _print_ceiling(_ceilings(done), curve, tokens.name, counting)
 
 
@@ -235,11 +247,18 @@ def _ceiling_json(done: dict[str, list], tokenizer: str, counting: str, curve) -
             entry["bounds"] = bounds(row, curve)
             entry["greedy_bounds"] = greedy_bounds(row, curve)
         if row.name != "pooled":
-            entry["cases"] = [{"id": c.id, "T": c.total, "spans": list(c.spans),
-                               "greedy": {str(m): v for m, v in c.greedy.items()}} for c in row.cases]
+            entry["cases"] = [
+                {"id": c.id, "T": c.total, "spans": list(c.spans), "greedy": {str(m): v for m, v in c.greedy.items()}}
+                for c in row.cases
+            ]
         corpora.append(entry)
-    return {"command": "ceiling", "tokenizer": tokenizer, "counting": counting,
-            "kernel": curve.source if curve else None, "corpora": corpora}
+    return {
+        "command": "ceiling",
+        "tokenizer": tokenizer,
+        "counting": counting,
+        "kernel": curve.source if curve else None,
+        "corpora": corpora,
+    }
 
 
 def _print_ceiling(rows: list, curve, tokenizer: str, counting: str) -> None:
@@ -247,21 +266,49 @@ def _print_ceiling(rows: list, curve, tokenizer: str, counting: str) -> None:
     line = []
     for row in rows:
         s = row.summary()
-        line.append([row.name, str(row.n), fmt_int(row.total), fmt_int(row.copied), fmt_int(row.generated),
-                     fmt_pct(row.fraction), str(s["K"]), fmt_float(s["span_mean"]), fmt_float(s["span_p50"], 0),
-                     fmt_float(s["span_p95"], 0)])
-    out.table(f"Line-level copy ceiling ({counting} counting, tokenizer {tokenizer}); span tokens: mean, p50, p95",
-              ["corpus", "n", "T", "T_copy", "T_gen", "f", "K", "mean", "p50", "p95"], line)
+        line.append(
+            [
+                row.name,
+                str(row.n),
+                fmt_int(row.total),
+                fmt_int(row.copied),
+                fmt_int(row.generated),
+                fmt_pct(row.fraction),
+                str(s["K"]),
+                fmt_float(s["span_mean"]),
+                fmt_float(s["span_p50"], 0),
+                fmt_float(s["span_p95"], 0),
+            ]
+        )
+    out.table(
+        f"Line-level copy ceiling ({counting} counting, tokenizer {tokenizer}); span tokens: mean, p50, p95",
+        ["corpus", "n", "T", "T_copy", "T_gen", "f", "K", "mean", "p50", "p95"],
+        line,
+    )
     greedy = [[row.name, *(fmt_pct(row.greedy_fraction(m)) for m in MIN_SPANS)] for row in rows]
-    out.table("Token-level greedy cover (aspirational), fraction of gold tokens",
-              ["corpus", *(f"m={m}" for m in MIN_SPANS)], greedy)
+    out.table(
+        "Token-level greedy cover (aspirational), fraction of gold tokens",
+        ["corpus", *(f"m={m}" for m in MIN_SPANS)],
+        greedy,
+    )
     if curve is None:
         err.print("no --kernel: speedup bounds skipped (make one with `cadedit bench kernel --json K.json`)")
         return
     bnd = []
     for row in rows:
         b, g = bounds(row, curve), greedy_bounds(row, curve)
-        bnd.append([row.name, fmt_float(b["s_m8"], 2, "x"), fmt_float(b["bnd_m8"], 2, "x"),
-                    fmt_float(b["bnd_mean"], 2, "x"), fmt_float(b["bnd_exact"], 2, "x"), fmt_float(g.get("8"), 2, "x")])
-    out.table(f"Speedup bounds, eq. (3), s(N) from {curve.source}",
-              ["corpus", "s(8)", "bnd_m8", "bnd_mean", "bnd_exact", "token m=8"], bnd)
+        bnd.append(
+            [
+                row.name,
+                fmt_float(b["s_m8"], 2, "x"),
+                fmt_float(b["bnd_m8"], 2, "x"),
+                fmt_float(b["bnd_mean"], 2, "x"),
+                fmt_float(b["bnd_exact"], 2, "x"),
+                fmt_float(g.get("8"), 2, "x"),
+            ]
+        )
+    out.table(
+        f"Speedup bounds, eq. (3), s(N) from {curve.source}",
+        ["corpus", "s(8)", "bnd_m8", "bnd_mean", "bnd_exact", "token m=8"],
+        bnd,
+    )

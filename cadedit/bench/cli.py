@@ -18,61 +18,105 @@ class _Bench(LazyGroup):
     help against the command's own)."""
 
     commands_by_name = {
-        "ceiling": Lazy("cadedit.bench.ceiling", "ceiling",
-            'Line-level copy ceiling (Table 2), token-level greedy cover (m = 1..32) and the bounds of eq. (3).'),
-        "roundtrip": Lazy("cadedit.bench.roundtrip", "roundtrip",
-            'Oracle round trip, strict and clipped (Table 4), and the reserved-literal audit (§4.3).'),
-        "checks": Lazy("cadedit.bench.gold", "gold_checks",
+        "ceiling": Lazy(
+            "cadedit.bench.ceiling",
+            "ceiling",
+            'Line-level copy ceiling (Table 2), token-level greedy cover (m = 1..32) and the bounds of eq. (3).',
+        ),
+        "roundtrip": Lazy(
+            "cadedit.bench.roundtrip",
+            "roundtrip",
+            'Oracle round trip, strict and clipped (Table 4), and the reserved-literal audit (§4.3).',
+        ),
+        "checks": Lazy(
+            "cadedit.bench.gold",
+            "gold_checks",
             'False alarms: every check a candidate gets without --test (syntax, the code checks, change) run on'
             "\neach case's gold fix, with the case's instruction; a check that fails a correct fix would turn a pass"
-            '\ninto exit 3. Prints the failures per check; exits 1 if any gold fix failed one.'),
-        "perturb": Lazy("cadedit.bench.perturb", "perturb_command",
-            'Trimmed exact match of oracle programs under copy-endpoint noise (Table 8).'),
-        "formats": Lazy("cadedit.bench.formats", "formats",
-            'Edit formats head to head: output tokens and round-trip EM (Table 3).'),
-        "kernel": Lazy("cadedit.bench.kernel", "kernel",
-            'Per-span kernel speedup s(N) = T_AR(N) / T_PP(N) (§3, Figure 3).'),
-        "e2e": Lazy("cadedit.bench.e2e", "e2e",
+            '\ninto exit 3. Prints the failures per check; exits 1 if any gold fix failed one.',
+        ),
+        "perturb": Lazy(
+            "cadedit.bench.perturb",
+            "perturb_command",
+            'Trimmed exact match of oracle programs under copy-endpoint noise (Table 8).',
+        ),
+        "formats": Lazy(
+            "cadedit.bench.formats", "formats", 'Edit formats head to head: output tokens and round-trip EM (Table 3).'
+        ),
+        "kernel": Lazy(
+            "cadedit.bench.kernel", "kernel", 'Per-span kernel speedup s(N) = T_AR(N) / T_PP(N) (§3, Figure 3).'
+        ),
+        "e2e": Lazy(
+            "cadedit.bench.e2e",
+            "e2e",
             "Decoding methods end to end on the same cases with the same model: cadedit's modes (its"
             "\nown program with grammar and copy splices, verify, lookup, rewrite) and llama.cpp's greedy and"
             "\nprompt-lookup rewrites; per case: wall clock, forward passes, exact match, the corpus's tests,"
-            "\nand whether each method's edited file equals the first method's."),
-        "decode": Lazy("cadedit.bench.decode", "decode",
+            "\nand whether each method's edited file equals the first method's.",
+        ),
+        "decode": Lazy(
+            "cadedit.bench.decode",
+            "decode",
             "The decode loop against eq. (3): each case's oracle program forced through the real loop"
             '\n(masks, forced literals, copy splices) vs the same model regenerating the gold one token per'
-            '\nforward after the same prompt; per case and pooled, beside the bound from s(N).'),
-        "candidates": Lazy("cadedit.bench.candidates", "candidates",
+            '\nforward after the same prompt; per case and pooled, beside the bound from s(N).',
+        ),
+        "candidates": Lazy(
+            "cadedit.bench.candidates",
+            "candidates",
             "K candidates decoded side by side (a try of `cadedit fix --candidates K`) against one candidate's decode,"
             '\nthe same edit in the same run, both from an empty cache: walls, their ratio, the decode steps alone,'
-            "\nand with the corpus's tests pass@1 against pass@K."),
-        "tries": Lazy("cadedit.bench.tries", "tries",
+            "\nand with the corpus's tests pass@1 against pass@K.",
+        ),
+        "tries": Lazy(
+            "cadedit.bench.tries",
+            "tries",
             'Verified edits measured as users get them: per case, tests passed and wall seconds for one try,'
             "\nsyntax/no-change checks with --check-tries, and the corpus's test as --test with 3 and --tries tries."
-            '\nWith --engine the edits go through that engine as `cadedit fix --engine` sends them (only when given).'),
-        "longfile": Lazy("cadedit.bench.longfile", "longfile",
+            '\nWith --engine the edits go through that engine as `cadedit fix --engine` sends them (only when given).',
+        ),
+        "longfile": Lazy(
+            "cadedit.bench.longfile",
+            "longfile",
             'Real long files with one planted one-line bug each (bench/longfile.py), edited as `cadedit fix`'
             '\nedits them: scope from the instruction, verify mode, tries with syntax/no-change checks. Per task:'
             '\nexact match with the original, lines changed outside the named function, wall seconds, and the'
-            "\nfirst try's result beside the verified one."),
-        "overhead": Lazy("cadedit.bench.overhead", "overhead",
+            "\nfirst try's result beside the verified one.",
+        ),
+        "overhead": Lazy(
+            "cadedit.bench.overhead",
+            "overhead",
             'Process start to answer for `cadedit fix`, what of it is not model work, how much of the'
             '\nprompt a second edit of the same file feeds again, and the one-token step in fp32, bf16, bf16-int8 and'
-            "\nbf16-int4 (a GGUF's own 4-bit weights; int8 where it has none)."),
-        "engine": Lazy("cadedit.bench.engine", "engine",
-            'N concurrent `cadedit fix` processes against one engine beside the same edits one at a time locally.'),
-        "backends": Lazy("cadedit.bench.backends", "backends",
+            "\nbf16-int4 (a GGUF's own 4-bit weights; int8 where it has none).",
+        ),
+        "engine": Lazy(
+            "cadedit.bench.engine",
+            "engine",
+            'N concurrent `cadedit fix` processes against one engine beside the same edits one at a time locally.',
+        ),
+        "backends": Lazy(
+            "cadedit.bench.backends",
+            "backends",
             "The two sides of `--backend auto`'s probe for a GGUF, several rounds taking turns: llama.cpp's"
             "\nedit work against torch's estimate of it (and with --whole the whole torch model's), and what"
-            '\nauto would choose from each round.'),
-        "everyday": Lazy("cadedit.bench.everyday", "everyday",
+            '\nauto would choose from each round.',
+        ),
+        "everyday": Lazy(
+            "cadedit.bench.everyday",
+            "everyday",
             'Everyday edits on real standard-library modules (corpus/everyday), each run as `cadedit fix FILE'
             '\nINSTRUCTION --write` without --test and judged by running the module: right, honest (no try passed,'
-            '\nfile untouched), wrong-but-passed, and destructive-and-written.'),
-        "multiline": Lazy("cadedit.bench.multiline", "multiline",
+            '\nfile untouched), wrong-but-passed, and destructive-and-written.',
+        ),
+        "multiline": Lazy(
+            "cadedit.bench.multiline",
+            "multiline",
             'Everyday multi-line edits on real code (renames, type hints, docstrings, logging, validation,'
             '\ntry/except, deleting and moving blocks, comments; Python and JavaScript), each as `cadedit fix`'
             '\nmakes it: forwards against changed tokens, wall against the token-level floor, and whether the'
-            '\nanswer does what was asked, for the tuning part and the held-out part of the corpus.'),
+            '\nanswer does what was asked, for the tuning part and the held-out part of the corpus.',
+        ),
     }
 
 

@@ -85,28 +85,62 @@ def case_from_record(record: object, where: str, context: str = "body") -> Case:
         test = record.get("test")
         if test is not None and not isinstance(test, str):
             raise CorpusError(f"{where}: field 'test' must be a string or absent")
-        return Case(record["id"], record["language"], record["before"], record["after"],
-                    record["instruction"], test, str(record.get("prefix") or ""))
+        return Case(
+            record["id"],
+            record["language"],
+            record["before"],
+            record["after"],
+            record["instruction"],
+            test,
+            str(record.get("prefix") or ""),
+        )
     if all(k in record for k in HUMANEVALPACK):
         _require_strings(record, HUMANEVALPACK, where)
         if context != "body":
             before, after = f"input_code_{context}", f"gold_code_{context}"
             _require_strings(record, (before, after), where)
-            return Case(record["task_id"], _language(record["task_id"], record), record[before], record[after],
-                        f"Fix bugs in {record['entry_point']}.", record.get("test"), "")
-        return Case(record["task_id"], _language(record["task_id"], record), record["buggy_solution"],
-                    record["canonical_solution"], f"Fix bugs in {record['entry_point']}.",
-                    record.get("test"), str(record.get("declaration") or ""))
+            return Case(
+                record["task_id"],
+                _language(record["task_id"], record),
+                record[before],
+                record[after],
+                f"Fix bugs in {record['entry_point']}.",
+                record.get("test"),
+                "",
+            )
+        return Case(
+            record["task_id"],
+            _language(record["task_id"], record),
+            record["buggy_solution"],
+            record["canonical_solution"],
+            f"Fix bugs in {record['entry_point']}.",
+            record.get("test"),
+            str(record.get("declaration") or ""),
+        )
     if all(k in record for k in POLYGLOT):
         _require_strings(record, POLYGLOT, where)
         files = record.get("test_files") or {}
         names = [record.get("solution_file") or "solution.py", *files]
-        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()) or any(
-                not isinstance(n, str) or Path(n).name != n or n in (".", "..") for n in names):
-            raise CorpusError(f"{where}: solution_file and test_files must be plain file names (with texts)",
-                              hint="a polyglot record names its files, not paths")
-        return Case(record["id"], _language(record["id"], record), record["input_code"], record["gold_code"],
-                    record["instructions"], None, "", tuple(sorted(files.items())), names[0])
+        if (
+            not isinstance(files, dict)
+            or not all(isinstance(v, str) for v in files.values())
+            or any(not isinstance(n, str) or Path(n).name != n or n in (".", "..") for n in names)
+        ):
+            raise CorpusError(
+                f"{where}: solution_file and test_files must be plain file names (with texts)",
+                hint="a polyglot record names its files, not paths",
+            )
+        return Case(
+            record["id"],
+            _language(record["id"], record),
+            record["input_code"],
+            record["gold_code"],
+            record["instructions"],
+            None,
+            "",
+            tuple(sorted(files.items())),
+            names[0],
+        )
     raise CorpusError(
         f"{where}: unknown record shape (keys: {', '.join(sorted(record)[:8])})",
         hint="a record needs id, language, before, after, instruction (or a HumanEvalPack / polyglot record)",
@@ -142,8 +176,19 @@ def load_corpus(path: str | Path, limit: int | None = None, context: str = "body
     return cases
 
 
-EXTENSIONS = {"python": ".py", "py": ".py", "javascript": ".js", "js": ".js", "typescript": ".ts", "go": ".go",
-              "rust": ".rs", "java": ".java", "cpp": ".cpp", "c++": ".cpp", "c": ".c"}
+EXTENSIONS = {
+    "python": ".py",
+    "py": ".py",
+    "javascript": ".js",
+    "js": ".js",
+    "typescript": ".ts",
+    "go": ".go",
+    "rust": ".rs",
+    "java": ".java",
+    "cpp": ".cpp",
+    "c++": ".cpp",
+    "c": ".c",
+}
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,20 @@ from cadedit.bench.kernel import KernelSettings, sweep
 from pathlib import Path
 from typing import Annotated
 import typer
-from cadedit.bench.options import (BackendOpt, CorpusOpt, DeviceOpt, DtypeOpt,
-                                   JsonOpt, KernelOpt, LimitOpt, ModelOpt, SpansOpt, ThreadsOpt, TrialsOpt,
-                                   span_lengths)
+from cadedit.bench.options import (
+    BackendOpt,
+    CorpusOpt,
+    DeviceOpt,
+    DtypeOpt,
+    JsonOpt,
+    KernelOpt,
+    LimitOpt,
+    ModelOpt,
+    SpansOpt,
+    ThreadsOpt,
+    TrialsOpt,
+    span_lengths,
+)
 from cadedit.cli.common import err, say
 from cadedit.settings import DEFAULT_DTYPE
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
@@ -70,9 +81,14 @@ class OracleRow:
         return self.regen_seconds / self.cad_seconds if self.cad_seconds else float("nan")
 
     def to_json(self, curve) -> dict:
-        return {"id": self.id, "T": self.ceiling.total, "spans": list(self.ceiling.spans),
-                **{k: v for k, v in asdict(self).items() if k not in ("id", "ceiling")},
-                "ratio": self.ratio, "bound": bound([self], curve)}
+        return {
+            "id": self.id,
+            "T": self.ceiling.total,
+            "spans": list(self.ceiling.spans),
+            **{k: v for k, v in asdict(self).items() if k not in ("id", "ceiling")},
+            "ratio": self.ratio,
+            "bound": bound([self], curve),
+        }
 
 
 def regenerate(loaded: LoadedModel, prompt_ids: Sequence[int], gold_ids: Sequence[int]) -> float:
@@ -92,7 +108,9 @@ def oracle_case(loaded: LoadedModel, case: Case, draft: bool = True, counter: To
     options = EditOptions(model=loaded.name, mode=Mode.PROGRAM, draft=draft)
     prepared = pipeline.prepare(loaded, document, case.instruction, options)
     target = format(to_display_program(oracle(document, after), document))
-    pick = script_sampler(target, pipeline.grammar_for(loaded).vocab.tokens, lambda text: encode(loaded.tokenizer, text))
+    pick = script_sampler(
+        target, pipeline.grammar_for(loaded).vocab.tokens, lambda text: encode(loaded.tokenizer, text)
+    )
     decoded = pipeline.run_decode(loaded, document, prepared, pick, draft=draft)
     if resolve(pipeline.answer_program(document, prepared, decoded), document) != case.after:
         raise CadeditError(f"{case.id}: the loop did not spell the oracle program (got {decoded.text[-60:]!r})")
@@ -100,8 +118,16 @@ def oracle_case(loaded: LoadedModel, case: Case, draft: bool = True, counter: To
     ceiling = case_ceiling(case, counter or TokenCounter(loaded.tokenizer, loaded.name), "splice", token_level=False)
     gold_ids = encode(loaded.tokenizer, after.display_text(1, after.n_lines)) if after.lines else []
     regen = regenerate(loaded, prepared.prompt_ids, gold_ids)
-    return OracleRow(case.id, ceiling, s.forward_passes, s.tokens_sampled, s.tokens_forced, s.tokens_spliced,
-                     s.seconds_total - s.seconds_prefill, regen)
+    return OracleRow(
+        case.id,
+        ceiling,
+        s.forward_passes,
+        s.tokens_sampled,
+        s.tokens_forced,
+        s.tokens_spliced,
+        s.seconds_total - s.seconds_prefill,
+        regen,
+    )
 
 
 def bound(rows: Sequence[OracleRow], curve: SpeedupCurve) -> float:
@@ -122,9 +148,15 @@ def summarize(rows: Sequence[OracleRow], curve: SpeedupCurve) -> dict:
     regen, cad = sum(r.regen_seconds for r in rows), sum(r.cad_seconds for r in rows)
     pooled = regen / cad if cad else None
     limit = bound(rows, curve) if rows else None
-    return {"n": len(rows), "regen_seconds": regen, "cad_seconds": cad, "pooled_ratio": pooled, "pooled_bound": limit,
-            "of_bound": pooled / limit if pooled and limit else None,
-            "forward_passes": [min(r.forward_passes for r in rows), max(r.forward_passes for r in rows)] if rows else None}
+    return {
+        "n": len(rows),
+        "regen_seconds": regen,
+        "cad_seconds": cad,
+        "pooled_ratio": pooled,
+        "pooled_bound": limit,
+        "of_bound": pooled / limit if pooled and limit else None,
+        "forward_passes": [min(r.forward_passes for r in rows), max(r.forward_passes for r in rows)] if rows else None,
+    }
 
 
 def decode(
@@ -134,8 +166,9 @@ def decode(
     kernel: KernelOpt = None,
     spans: SpansOpt = "1,2,4,8,16,32,64,128,256",
     trials: TrialsOpt = 3,
-    no_draft: Annotated[bool, typer.Option(
-        "--no-draft", help="The paper's loop: one forward per decision, no drafted program tokens.")] = False,
+    no_draft: Annotated[
+        bool, typer.Option("--no-draft", help="The paper's loop: one forward per decision, no drafted program tokens.")
+    ] = False,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = DEFAULT_DTYPE,
     threads: ThreadsOpt = None,
@@ -155,20 +188,32 @@ def decode(
     curve = _decode_curve(loaded, corpora, kernel, trials, span_list)
     say("s(N): " + ", ".join(f"{n}: {s:.2f}" for n, s in zip(curve.n, curve.s)))
     counter = TokenCounter(loaded.tokenizer, loaded.name)
-    meta = {**_model_meta("decode", loaded, "device"), "draft": not no_draft, "kernel": curve.source,
-            "curve": {"n": list(curve.n), "s": list(curve.s)}}
+    meta = {
+        **_model_meta("decode", loaded, "device"),
+        "draft": not no_draft,
+        "kernel": curve.source,
+        "curve": {"n": list(curve.n), "s": list(curve.s)},
+    }
 
     def to_json(done: dict[str, list]) -> dict:
-        return {**meta, "corpora": [{"name": name, "summary": summarize(rows, curve),
-                                     "cases": [r.to_json(curve) for r in rows]} for name, rows in done.items()]}
+        return {
+            **meta,
+            "corpora": [
+                {"name": name, "summary": summarize(rows, curve), "cases": [r.to_json(curve) for r in rows]}
+                for name, rows in done.items()
+            ],
+        }
 
     def show(row) -> None:
-        say(f"{row.id}: T={row.ceiling.total}, spans {list(row.ceiling.spans)}, {row.forward_passes} fwd, "
+        say(
+            f"{row.id}: T={row.ceiling.total}, spans {list(row.ceiling.spans)}, {row.forward_passes} fwd, "
             f"loop {row.cad_seconds:.2f} s, regen {row.regen_seconds:.2f} s, {row.ratio:.2f}x, "
-            f"bound {bound([row], curve):.2f}x")
+            f"bound {bound([row], curve):.2f}x"
+        )
 
-    done = run_corpora(corpora, "decode", lambda name, case: oracle_case(loaded, case, not no_draft, counter), to_json,
-                       json_path, show)
+    done = run_corpora(
+        corpora, "decode", lambda name, case: oracle_case(loaded, case, not no_draft, counter), to_json, json_path, show
+    )
     _print_decode(done, curve, loaded.name, not no_draft)
 
 
@@ -178,8 +223,11 @@ def _decode_curve(loaded, corpora: dict[str, list], kernel: Path | None, trials:
     if kernel:
         return load_curve(kernel)
     first = next(iter(corpora.values()))[0]
-    prefix = len(pipeline.prepare(loaded, document_for(first), first.instruction,
-                                  EditOptions(model=loaded.name, mode=Mode.PROGRAM)).prompt_ids)
+    prefix = len(
+        pipeline.prepare(
+            loaded, document_for(first), first.instruction, EditOptions(model=loaded.name, mode=Mode.PROGRAM)
+        ).prompt_ids
+    )
     with err.status(f"measuring s(N) at P={prefix} ..."):
         return measured_curve(loaded, prefix, trials, spans)
 
@@ -190,9 +238,21 @@ def _print_decode(done: dict[str, list], curve, model: str, draft: bool) -> None
     for name, cases in done.items():
         s = summarize(cases, curve)
         fwd = s["forward_passes"]
-        rows.append([name, str(s["n"]), fmt_float(s["regen_seconds"], 2), fmt_float(s["cad_seconds"], 2),
-                     fmt_float(s["pooled_ratio"], 2, "x"), fmt_float(s["pooled_bound"], 2, "x"), fmt_pct(s["of_bound"], 0),
-                     f"{fwd[0]}-{fwd[1]}" if fwd else "-"])
-    out.table(f"Oracle programs through the loop ({'drafted program tokens' if draft else 'no drafts'}), {short_name(model)}, "
-              f"vs regeneration; eq. (3) bound with s(N) {curve.source}",
-              ["corpus", "n", "regen s", "loop s", "pooled speedup", "eq. (3) bound", "of bound", "fwd per case"], rows)
+        rows.append(
+            [
+                name,
+                str(s["n"]),
+                fmt_float(s["regen_seconds"], 2),
+                fmt_float(s["cad_seconds"], 2),
+                fmt_float(s["pooled_ratio"], 2, "x"),
+                fmt_float(s["pooled_bound"], 2, "x"),
+                fmt_pct(s["of_bound"], 0),
+                f"{fwd[0]}-{fwd[1]}" if fwd else "-",
+            ]
+        )
+    out.table(
+        f"Oracle programs through the loop ({'drafted program tokens' if draft else 'no drafts'}), {short_name(model)}, "
+        f"vs regeneration; eq. (3) bound with s(N) {curve.source}",
+        ["corpus", "n", "regen s", "loop s", "pooled speedup", "eq. (3) bound", "of bound", "fwd per case"],
+        rows,
+    )

@@ -35,8 +35,21 @@ from cadedit.bench.corpus import Edited, document_for
 from pathlib import Path
 from typing import Annotated
 import typer
-from cadedit.bench.options import (BackendOpt, CaseContextOpt, CorpusOpt, CountingOpt, DeviceOpt, DtypeOpt,
-                                   JsonOpt, KernelOpt, LimitOpt, MaxNewOpt, ModelOpt, TestTimeoutOpt, ThreadsOpt)
+from cadedit.bench.options import (
+    BackendOpt,
+    CaseContextOpt,
+    CorpusOpt,
+    CountingOpt,
+    DeviceOpt,
+    DtypeOpt,
+    JsonOpt,
+    KernelOpt,
+    LimitOpt,
+    MaxNewOpt,
+    ModelOpt,
+    TestTimeoutOpt,
+    ThreadsOpt,
+)
 from cadedit.cli.common import err, say
 from cadedit.settings import DEFAULT_DTYPE
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
@@ -71,13 +84,21 @@ class Attempt:
     def to_json(self) -> dict:
         e = self.edited
         return {
-            "method": self.method, "seconds": self.seconds, "exact": self.exact, "trimmed": self.trimmed,
-            "error": self.error, "test": self.test.to_json(), "same_as_first": self.same_as_first,
-            "forward_passes": e.forward_passes if e else None, "tokens_new": e.tokens_new if e else None,
+            "method": self.method,
+            "seconds": self.seconds,
+            "exact": self.exact,
+            "trimmed": self.trimmed,
+            "error": self.error,
+            "test": self.test.to_json(),
+            "same_as_first": self.same_as_first,
+            "forward_passes": e.forward_passes if e else None,
+            "tokens_new": e.tokens_new if e else None,
             "tokens_spliced": e.tokens_spliced if e else None,
             "seconds_prefill": e.seconds_prefill if e else None,
-            "tokens_prompt": e.tokens_prompt if e else None, "tokens_stepped": e.tokens_stepped if e else None,
-            "text": e.text if e else None, "output": e.output if e else None,
+            "tokens_prompt": e.tokens_prompt if e else None,
+            "tokens_stepped": e.tokens_stepped if e else None,
+            "text": e.text if e else None,
+            "output": e.output if e else None,
         }
 
 
@@ -112,14 +133,23 @@ def mode_method(mode: Mode, scoped: bool = False, make_sampler: pipeline.Sampler
         options, _ = plan_edit(document, instruction, options, scoping=scoped)
         result = pipeline.edit_file(document, instruction, options, loaded=loaded, make_sampler=make_sampler)
         s = result.stats
-        return Edited(result.new_text, result.program_text, s.forward_passes, s.tokens_new, s.tokens_copied,
-                      s.seconds_prefill, s.tokens_prompt, s.tokens_new - s.drafts_kept)
+        return Edited(
+            result.new_text,
+            result.program_text,
+            s.forward_passes,
+            s.tokens_new,
+            s.tokens_copied,
+            s.seconds_prefill,
+            s.tokens_prompt,
+            s.tokens_new - s.drafts_kept,
+        )
 
     return edit
 
 
-def methods(names: Sequence[str], peers: dict[str, Method] | None = None,
-            make_sampler: pipeline.SamplerFactory | None = None) -> dict[str, Method]:
+def methods(
+    names: Sequence[str], peers: dict[str, Method] | None = None, make_sampler: pipeline.SamplerFactory | None = None
+) -> dict[str, Method]:
     """The methods to run per case, in order: the first is measured, the second is its baseline.
     A peer (llama-rewrite, llama-lookup) comes built from `peers` (bench/peers.py loads them);
     make_sampler goes to every mode's decodes (mode_method)."""
@@ -156,8 +186,9 @@ def attempt(name: str, method: Method, loaded: LoadedModel, case: Case, settings
         return Attempt(name, seconds, None, error=f"{type(exc).__name__}: {exc.message}", test=test)
     seconds = time.perf_counter() - start
     test = run_test(case, edited.text, settings.test_timeout) if settings.run_tests else Verdict(None, "not run")
-    return Attempt(name, seconds, edited, edited.text == case.after, edited.text.strip() == case.after.strip(),
-                   test=test)
+    return Attempt(
+        name, seconds, edited, edited.text == case.after, edited.text.strip() == case.after.strip(), test=test
+    )
 
 
 def run_case(loaded: LoadedModel, case: Case, settings: E2ESettings, chosen: dict[str, Method]) -> CaseResult:
@@ -205,8 +236,16 @@ def long_cases(cases: Sequence[Case], count: int, lines: int = LONG_LINES) -> li
         golds = [c.prefix + c.after for c in window]
         befores = [c.prefix + c.before if i == buggy else g for i, (c, g) in enumerate(zip(window, golds))]
         target = window[buggy]
-        out.append(Case(f"long/{target.id}@{buggy + 1}of{len(window)}", target.language, "\n".join(befores),
-                        "\n".join(golds), target.instruction, target.test))
+        out.append(
+            Case(
+                f"long/{target.id}@{buggy + 1}of{len(window)}",
+                target.language,
+                "\n".join(befores),
+                "\n".join(golds),
+                target.instruction,
+                target.test,
+            )
+        )
     return out
 
 
@@ -239,7 +278,12 @@ class Floor:
         return (fed * self.prefill_ms + edited.tokens_stepped * self.step_ms) / 1000
 
     def to_json(self) -> dict:
-        return {"prefill_ms_per_token": self.prefill_ms, "step_ms": self.step_ms, "prefix": self.prefix, "span": self.span}
+        return {
+            "prefill_ms_per_token": self.prefill_ms,
+            "step_ms": self.step_ms,
+            "prefix": self.prefix,
+            "span": self.span,
+        }
 
 
 def measure_floor(loaded: LoadedModel, prefix: int = 1024, span: int = 512, trials: int = 3) -> Floor:
@@ -269,14 +313,22 @@ def method_summary(attempts: Sequence[Attempt], floor: Floor | None = None) -> d
     passes = [e.forward_passes for e in done if e.forward_passes is not None]
     compared = [a.same_as_first for a in attempts if a.same_as_first is not None]
     return {
-        "n": len(attempts), "errors": len(attempts) - len(done), "exact": sum(a.exact for a in attempts),
-        "trimmed": sum(a.trimmed for a in attempts), "tested": len(tested), "passed": sum(tested),
-        "seconds_total": sum(seconds), "seconds_mean": sum(seconds) / len(seconds) if seconds else None,
+        "n": len(attempts),
+        "errors": len(attempts) - len(done),
+        "exact": sum(a.exact for a in attempts),
+        "trimmed": sum(a.trimmed for a in attempts),
+        "tested": len(tested),
+        "passed": sum(tested),
+        "seconds_total": sum(seconds),
+        "seconds_mean": sum(seconds) / len(seconds) if seconds else None,
         "seconds_median": median(seconds) if seconds else None,
         "forward_passes_total": sum(passes) if done and len(passes) == len(done) else None,
-        "tokens_new_total": sum(e.tokens_new for e in done), "tokens_spliced_total": sum(e.tokens_spliced for e in done),
-        "compared": len(compared), "same_as_first": sum(compared),
-        "floor_n": len(floors), "floor_seconds_total": sum(least for _, least in floors) if floors else None,
+        "tokens_new_total": sum(e.tokens_new for e in done),
+        "tokens_spliced_total": sum(e.tokens_spliced for e in done),
+        "compared": len(compared),
+        "same_as_first": sum(compared),
+        "floor_n": len(floors),
+        "floor_seconds_total": sum(least for _, least in floors) if floors else None,
         "over_floor": _ratio(sum(wall for wall, _ in floors), sum(least for _, least in floors)) if floors else None,
     }
 
@@ -289,13 +341,19 @@ def speedups(results: Sequence[CaseResult], baseline: str) -> dict:
     """Baseline cost over program cost, summed over cases: wall clock (every case; the cases where
     both are exact), decode only (prompt prefill left out, since the two prompts differ; over cases
     where both made an edit) and forward passes (where both count them)."""
-    pairs = [(r.attempts[0], r.attempts[1]) for r in results if len(r.attempts) > 1 and r.attempts[1].method == baseline]
+    pairs = [
+        (r.attempts[0], r.attempts[1]) for r in results if len(r.attempts) > 1 and r.attempts[1].method == baseline
+    ]
     both = [(p, b) for p, b in pairs if p.exact and b.exact]
     timed = [(p, b) for p, b in pairs if p.edited and b.edited]
-    counted = [(p.edited.forward_passes, b.edited.forward_passes) for p, b in timed
-               if p.edited.forward_passes and b.edited.forward_passes]
+    counted = [
+        (p.edited.forward_passes, b.edited.forward_passes)
+        for p, b in timed
+        if p.edited.forward_passes and b.edited.forward_passes
+    ]
     return {
-        "n": len(pairs), "wall": _ratio(sum(b.seconds for _, b in pairs), sum(p.seconds for p, _ in pairs)),
+        "n": len(pairs),
+        "wall": _ratio(sum(b.seconds for _, b in pairs), sum(p.seconds for p, _ in pairs)),
         "n_both_exact": len(both),
         "wall_both_exact": _ratio(sum(b.seconds for _, b in both), sum(p.seconds for p, _ in both)),
         "n_both_edited": len(timed),
@@ -308,37 +366,57 @@ def summarize(results: Sequence[CaseResult], baseline: str | None = None, floor:
     names = [a.method for a in results[0].attempts] if results else []
     if baseline is None:
         baseline = names[1] if len(names) > 1 else ""
-    by_method = {name: method_summary([a for r in results for a in r.attempts if a.method == name], floor)
-                 for name in names}
+    by_method = {
+        name: method_summary([a for r in results for a in r.attempts if a.method == name], floor) for name in names
+    }
     for m in by_method.values():  # every method ran every case: its wall clock over the first's, pooled
         m["first_speedup"] = _ratio(m["seconds_total"], by_method[names[0]]["seconds_total"])
     return {"methods": by_method, "speedup": speedups(results, baseline) if baseline in names else None}
 
 
-MethodsOpt = Annotated[str, typer.Option(
-    "--methods", help="Methods to run per case, comma-separated: fix (`cadedit fix`'s own edit: the scope from the "
-         "instruction, then the default mode), the modes program, rewrite, lookup, verify, and llama.cpp's "
-         "llama-rewrite, llama-lookup (with --gguf). The first is measured against the second; every method's "
-         "edited file is compared with the first's.")]
+MethodsOpt = Annotated[
+    str,
+    typer.Option(
+        "--methods",
+        help="Methods to run per case, comma-separated: fix (`cadedit fix`'s own edit: the scope from the "
+        "instruction, then the default mode), the modes program, rewrite, lookup, verify, and llama.cpp's "
+        "llama-rewrite, llama-lookup (with --gguf). The first is measured against the second; every method's "
+        "edited file is compared with the first's.",
+    ),
+]
 
 
-LongOpt = Annotated[int, typer.Option(
-    "--long", min=0, help="Also N long cases per corpus: consecutive gold files joined to 300+ lines, one of "
-         "them left with its one-line bug; its test runs against the whole edited file.")]
+LongOpt = Annotated[
+    int,
+    typer.Option(
+        "--long",
+        min=0,
+        help="Also N long cases per corpus: consecutive gold files joined to 300+ lines, one of "
+        "them left with its one-line bug; its test runs against the whole edited file.",
+    ),
+]
 
 
-GgufOpt = Annotated[Path | None, typer.Option(
-    "--gguf", metavar="PATH", help="The same model as a .gguf file, for the llama-* methods.")]
+GgufOpt = Annotated[
+    Path | None, typer.Option("--gguf", metavar="PATH", help="The same model as a .gguf file, for the llama-* methods.")
+]
 
 
-LlamaCtxOpt = Annotated[int | None, typer.Option(
-    "--llama-ctx", min=256, help="llama.cpp's n_ctx (default: the largest prompt + budget of the run).")]
+LlamaCtxOpt = Annotated[
+    int | None,
+    typer.Option("--llama-ctx", min=256, help="llama.cpp's n_ctx (default: the largest prompt + budget of the run)."),
+]
 
 
-FloorOpt = Annotated[bool, typer.Option(
-    "--floor", help="Measure the kernel first (T_PP(512)/512 and T_AR(1) after 1,024 tokens) and put each "
-         "method's wall clock over its compute floor: prompt and copied tokens at that prefill rate, "
-         "written tokens one step each.")]
+FloorOpt = Annotated[
+    bool,
+    typer.Option(
+        "--floor",
+        help="Measure the kernel first (T_PP(512)/512 and T_AR(1) after 1,024 tokens) and put each "
+        "method's wall clock over its compute floor: prompt and copied tokens at that prefill rate, "
+        "written tokens one step each.",
+    ),
+]
 
 
 NoTestsOpt = Annotated[bool, typer.Option("--no-tests", help="Do not run the corpus's tests.")]
@@ -388,17 +466,37 @@ def e2e(
     curve = load_curve(kernel) if kernel else None
     loaded, warm, least = _e2e_load(model, device, dtype, threads, backend, floor)
     peers_meta, chosen = _e2e_peers(loaded, peer_names, gguf, llama_ctx, corpora, max_new_tokens, names)
-    say(f"{short_name(loaded.name)}: imports {imports:.1f} s, load {loaded.load_seconds:.1f} s ("
-        + ", ".join(f"{k} {v:.1f} s" for k, v in loaded.phases) + f"), warm-up {warm:.1f} s")
-    meta = {**_model_meta("e2e", loaded, "device"), "methods": list(names), "baseline": names[1] if len(names) > 1 else "",
-            "counting": counting, "kernel": str(kernel) if kernel else None, "test_timeout": test_timeout,
-            "max_new_tokens": max_new_tokens, "long": long, "imports_seconds": imports,
-            "load_seconds": loaded.load_seconds, "load_phases": dict(loaded.phases), "warm_up_seconds": warm,
-            "floor": least.to_json() if least else None, **peers_meta}
+    say(
+        f"{short_name(loaded.name)}: imports {imports:.1f} s, load {loaded.load_seconds:.1f} s ("
+        + ", ".join(f"{k} {v:.1f} s" for k, v in loaded.phases)
+        + f"), warm-up {warm:.1f} s"
+    )
+    meta = {
+        **_model_meta("e2e", loaded, "device"),
+        "methods": list(names),
+        "baseline": names[1] if len(names) > 1 else "",
+        "counting": counting,
+        "kernel": str(kernel) if kernel else None,
+        "test_timeout": test_timeout,
+        "max_new_tokens": max_new_tokens,
+        "long": long,
+        "imports_seconds": imports,
+        "load_seconds": loaded.load_seconds,
+        "load_phases": dict(loaded.phases),
+        "warm_up_seconds": warm,
+        "floor": least.to_json() if least else None,
+        **peers_meta,
+    }
     bounds = _e2e_bounds(corpora, loaded, counting, curve)
     settings = E2ESettings(names, max_new_tokens, test_timeout, not no_tests)
-    done = run_corpora(corpora, "e2e", lambda name, case: run_case(loaded, case, settings, chosen),
-                       _e2e_json(meta, bounds, least), json_path, show=lambda row: say(_e2e_line(row)))
+    done = run_corpora(
+        corpora,
+        "e2e",
+        lambda name, case: run_case(loaded, case, settings, chosen),
+        _e2e_json(meta, bounds, least),
+        json_path,
+        show=lambda row: say(_e2e_line(row)),
+    )
     _print_e2e(done, bounds, meta["baseline"], loaded.name, least)
 
 
@@ -417,9 +515,19 @@ def _e2e_json(meta: dict, bounds: dict[str, dict], least) -> Callable[[dict[str,
     """The --json of e2e: meta, then per corpus its summary, its bounds and its cases."""
 
     def to_json(done: dict[str, list]) -> dict:
-        return {**meta, "corpora": [{"name": name, "n": len(rows), "summary": summarize(rows, meta["baseline"], least),
-                                     "bounds": bounds.get(name), "cases": [r.to_json() for r in rows]}
-                                    for name, rows in done.items()]}
+        return {
+            **meta,
+            "corpora": [
+                {
+                    "name": name,
+                    "n": len(rows),
+                    "summary": summarize(rows, meta["baseline"], least),
+                    "bounds": bounds.get(name),
+                    "cases": [r.to_json() for r in rows],
+                }
+                for name, rows in done.items()
+            ],
+        }
 
     return to_json
 
@@ -450,8 +558,15 @@ def _e2e_load(model, device: str, dtype: str, threads, backend, floor: bool):
     return loaded, warm, least
 
 
-def _e2e_peers(loaded, peer_names: list[str], gguf: Path | None, llama_ctx: int | None, corpora: dict[str, list],
-               max_new_tokens: int | None, names: tuple[str, ...]) -> tuple[dict, dict]:
+def _e2e_peers(
+    loaded,
+    peer_names: list[str],
+    gguf: Path | None,
+    llama_ctx: int | None,
+    corpora: dict[str, list],
+    max_new_tokens: int | None,
+    names: tuple[str, ...],
+) -> tuple[dict, dict]:
     """llama.cpp loaded for the llama-* methods (n_ctx fitted to the run), and the methods in order."""
 
     if not peer_names:
@@ -461,8 +576,12 @@ def _e2e_peers(loaded, peer_names: list[str], gguf: Path | None, llama_ctx: int 
         n_ctx = llama_ctx or pe.context_for(loaded, cases, max_new_tokens)
         start = time.perf_counter()
         loaded_peers = pe.load_peers(peer_names, str(gguf), loaded.threads, n_ctx)
-    meta = {"gguf": str(gguf), "llama_ctx": n_ctx, "llama_cpp": pe.version(),
-            "llama_load_seconds": time.perf_counter() - start}
+    meta = {
+        "gguf": str(gguf),
+        "llama_ctx": n_ctx,
+        "llama_cpp": pe.version(),
+        "llama_load_seconds": time.perf_counter() - start,
+    }
     return meta, methods(names, loaded_peers)
 
 
@@ -472,8 +591,10 @@ def _e2e_bounds(corpora: dict[str, list], loaded, counting: str, curve) -> dict[
     if curve is None:
         return {}
     tokens = TokenCounter(loaded.tokenizer, loaded.name)
-    return {name: bounds(Ceiling(name, tuple(case_ceiling(c, tokens, counting, token_level=False) for c in cases)),
-                         curve) for name, cases in corpora.items()}
+    return {
+        name: bounds(Ceiling(name, tuple(case_ceiling(c, tokens, counting, token_level=False) for c in cases)), curve)
+        for name, cases in corpora.items()
+    }
 
 
 def _e2e_line(row) -> str:
@@ -500,25 +621,67 @@ def _print_e2e(done: dict[str, list], bounds: dict[str, dict], baseline: str, mo
         first = first or next(iter(summary["methods"]), "")
         for method, m in summary["methods"].items():
             n = m["n"]
-            rows.append([name, method, str(n), f"{m['exact']}/{n}", f"{m['trimmed']}/{n}",
-                         f"{m['passed']}/{m['tested']}" if m["tested"] else "-", str(m["errors"]),
-                         fmt_float(m["seconds_mean"], 2), fmt_float(m["seconds_median"], 2),
-                         "-" if m["forward_passes_total"] is None else fmt_int(m["forward_passes_total"]),
-                         fmt_float(m["first_speedup"], 2, "x") if method != first else "-",
-                         f"{m['same_as_first']}/{m['compared']}" if m["compared"] else "-"]
-                        + ([fmt_float(m["over_floor"], 2, "x")] if floor else []))
+            rows.append(
+                [
+                    name,
+                    method,
+                    str(n),
+                    f"{m['exact']}/{n}",
+                    f"{m['trimmed']}/{n}",
+                    f"{m['passed']}/{m['tested']}" if m["tested"] else "-",
+                    str(m["errors"]),
+                    fmt_float(m["seconds_mean"], 2),
+                    fmt_float(m["seconds_median"], 2),
+                    "-" if m["forward_passes_total"] is None else fmt_int(m["forward_passes_total"]),
+                    fmt_float(m["first_speedup"], 2, "x") if method != first else "-",
+                    f"{m['same_as_first']}/{m['compared']}" if m["compared"] else "-",
+                ]
+                + ([fmt_float(m["over_floor"], 2, "x")] if floor else [])
+            )
         s, b = summary["speedup"], bounds.get(name) or {}
         if s:
-            speed.append([name, str(s["n"]), fmt_float(s["wall"], 2, "x"),
-                          f"{fmt_float(s['wall_both_exact'], 2, 'x')} ({s['n_both_exact']})",
-                          fmt_float(s["decode"], 2, "x"), fmt_float(s["forward_passes"], 2, "x"),
-                          fmt_float(b.get("bnd_exact"), 2, "x")])
-    out.table(f"End to end, {short_name(model)}: {first} vs {baseline or 'nothing'}",
-              ["corpus", "method", "n", "byte-exact", "trimmed", "tests", "errors", "mean s", "median s", "fwd passes",
-               f"{first} faster by", f"same output as {first}"] + (["wall / floor"] if floor else []), rows,
-              caption=(f"floor: prompt and copied tokens at {floor.prefill_ms:.2f} ms each, written tokens "
-                       f"{floor.step_ms:.1f} ms each (kernel measured in this run)") if floor else None)
+            speed.append(
+                [
+                    name,
+                    str(s["n"]),
+                    fmt_float(s["wall"], 2, "x"),
+                    f"{fmt_float(s['wall_both_exact'], 2, 'x')} ({s['n_both_exact']})",
+                    fmt_float(s["decode"], 2, "x"),
+                    fmt_float(s["forward_passes"], 2, "x"),
+                    fmt_float(b.get("bnd_exact"), 2, "x"),
+                ]
+            )
+    out.table(
+        f"End to end, {short_name(model)}: {first} vs {baseline or 'nothing'}",
+        [
+            "corpus",
+            "method",
+            "n",
+            "byte-exact",
+            "trimmed",
+            "tests",
+            "errors",
+            "mean s",
+            "median s",
+            "fwd passes",
+            f"{first} faster by",
+            f"same output as {first}",
+        ]
+        + (["wall / floor"] if floor else []),
+        rows,
+        caption=(
+            f"floor: prompt and copied tokens at {floor.prefill_ms:.2f} ms each, written tokens "
+            f"{floor.step_ms:.1f} ms each (kernel measured in this run)"
+        )
+        if floor
+        else None,
+    )
     if speed:
-        out.table(f"Realised speedup of {first} over {baseline} ({baseline} cost / {first} cost)",
-                  ["corpus", "n", "wall", "wall, both exact (n)", "decode only", "fwd passes", "bnd_exact"], speed,
-                  caption=None if bounds else "no --kernel: bnd_exact skipped (make one with `cadedit bench kernel --json K.json`)")
+        out.table(
+            f"Realised speedup of {first} over {baseline} ({baseline} cost / {first} cost)",
+            ["corpus", "n", "wall", "wall, both exact (n)", "decode only", "fwd passes", "bnd_exact"],
+            speed,
+            caption=None
+            if bounds
+            else "no --kernel: bnd_exact skipped (make one with `cadedit bench kernel --json K.json`)",
+        )

@@ -50,12 +50,32 @@ def run_one(task: dict, folder: Path, args: list[str]) -> dict:
     start = time.perf_counter()
     # No warm server and no saved prompt prefixes: every edit, local or remote, starts as cold as the
     # engine's first sight of the file.
-    done = subprocess.run([sys.executable, "-m", "cadedit", "fix", target.name, task["instruction"], "--write", "--json",
-                           "--quiet", *args], cwd=folder, capture_output=True, text=True,
-                          env={**os.environ, "CADEDIT_SERVER": "0", "CADEDIT_PREFIX_CACHE": "0"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cadedit",
+            "fix",
+            target.name,
+            task["instruction"],
+            "--write",
+            "--json",
+            "--quiet",
+            *args,
+        ],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CADEDIT_SERVER": "0", "CADEDIT_PREFIX_CACHE": "0"},
+    )
     wall = time.perf_counter() - start
-    row = {"id": task["id"], "path": task["path"], "seconds": wall, "exit": done.returncode,
-           "exact": lf.score(task, target.read_text(encoding="utf-8"))["exact"]}
+    row = {
+        "id": task["id"],
+        "path": task["path"],
+        "seconds": wall,
+        "exit": done.returncode,
+        "exact": lf.score(task, target.read_text(encoding="utf-8"))["exact"],
+    }
     try:
         data = json.loads(done.stdout)
     except ValueError:
@@ -85,36 +105,59 @@ def summarize(rows: list[dict], wall: float, clients: int) -> dict:
     prompt = [r["prompt_tokens"] for r in rows if r.get("prompt_tokens") is not None]
     completion = [r["completion_tokens"] for r in rows if r.get("completion_tokens") is not None]
     cached = [r["cached_tokens"] for r in rows if r.get("cached_tokens") is not None]
-    return {"clients": clients, "edits": len(rows), "wall_seconds": round(wall, 2),
-            "edits_per_minute": round(60 * len(rows) / wall, 2) if wall else 0.0,
-            "p50_seconds": round(statistics.median(latencies), 2) if latencies else 0.0,
-            "p95_seconds": round(_percentile(latencies, 0.95), 2), "exact": sum(bool(r["exact"]) for r in rows),
-            "errors": sum("error" in r for r in rows),
-            "prompt_tokens_per_edit": round(statistics.mean(prompt), 1) if prompt else None,
-            "completion_tokens_per_edit": round(statistics.mean(completion), 1) if completion else None,
-            "cached_tokens_per_edit": round(statistics.mean(cached), 1) if cached else None,
-            "draft_tokens": sum(r.get("draft_tokens") or 0 for r in rows),
-            "draft_accepted": sum(r.get("draft_accepted") or 0 for r in rows),
-            "rows": rows}
+    return {
+        "clients": clients,
+        "edits": len(rows),
+        "wall_seconds": round(wall, 2),
+        "edits_per_minute": round(60 * len(rows) / wall, 2) if wall else 0.0,
+        "p50_seconds": round(statistics.median(latencies), 2) if latencies else 0.0,
+        "p95_seconds": round(_percentile(latencies, 0.95), 2),
+        "exact": sum(bool(r["exact"]) for r in rows),
+        "errors": sum("error" in r for r in rows),
+        "prompt_tokens_per_edit": round(statistics.mean(prompt), 1) if prompt else None,
+        "completion_tokens_per_edit": round(statistics.mean(completion), 1) if completion else None,
+        "cached_tokens_per_edit": round(statistics.mean(cached), 1) if cached else None,
+        "draft_tokens": sum(r.get("draft_tokens") or 0 for r in rows),
+        "draft_accepted": sum(r.get("draft_accepted") or 0 for r in rows),
+        "rows": rows,
+    }
 
 
 def engine(
-    url: Annotated[Optional[str], typer.Option("--engine", metavar="URL", help="The engine's base URL (default: CADEDIT_ENGINE).")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="The local model (a .gguf) for the one-at-a-time runs.")] = None,
+    url: Annotated[
+        Optional[str], typer.Option("--engine", metavar="URL", help="The engine's base URL (default: CADEDIT_ENGINE).")
+    ] = None,
+    model: Annotated[
+        Optional[str], typer.Option("--model", "-m", help="The local model (a .gguf) for the one-at-a-time runs.")
+    ] = None,
     backend: Annotated[str, typer.Option(help="The local runs' backend.")] = "llama",
     clients: Annotated[str, typer.Option(help="Concurrent client processes, comma-separated.")] = "1,4,8,16",
-    one_file: Annotated[bool, typer.Option("--one-file", help="All n edits in one module (each its own planted "
-                                           "bug and instruction): a team on one file, where the prompt cache "
-                                           "can serve what the edits share.")] = False,
+    one_file: Annotated[
+        bool,
+        typer.Option(
+            "--one-file",
+            help="All n edits in one module (each its own planted "
+            "bug and instruction): a team on one file, where the prompt cache "
+            "can serve what the edits share.",
+        ),
+    ] = False,
     n: TasksOpt = 16,
     seed: TaskSeedOpt = 0,
     packages: PackagesOpt = PACKAGES,
     tries: Annotated[int, typer.Option(min=1, help="--tries of each fix.")] = 1,
     threads: Annotated[Optional[int], typer.Option(min=1, help="--threads of the local runs.")] = None,
-    max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", min=1, help="Passed to every fix.")] = None,
-    engine_timeout: Annotated[float, typer.Option(
-        "--engine-timeout", min=1.0, help="--engine-timeout of each fix: an engine that serves one request at a time "
-        "queues the others, so the last of N waits for N edits.")] = 3600.0,
+    max_new_tokens: Annotated[
+        Optional[int], typer.Option("--max-new-tokens", min=1, help="Passed to every fix.")
+    ] = None,
+    engine_timeout: Annotated[
+        float,
+        typer.Option(
+            "--engine-timeout",
+            min=1.0,
+            help="--engine-timeout of each fix: an engine that serves one request at a time "
+            "queues the others, so the last of N waits for N edits.",
+        ),
+    ] = 3600.0,
     local: Annotated[bool, typer.Option("--local/--no-local", help="Also run the edits one at a time locally.")] = True,
     local_only: Annotated[bool, typer.Option("--local-only", help="Only the local runs (no engine needed).")] = False,
     json_path: Annotated[Optional[Path], typer.Option("--json", metavar="PATH", help="Write the results here.")] = None,
@@ -135,12 +178,12 @@ def engine(
         raise typer.BadParameter("each count of clients must be at least 1", param_hint="--clients")
     tasks = (lf.build_file_tasks if one_file else lf.build_tasks)(longfile_roots(packages), n, seed)
     common = ["--tries", str(tries)] + (["--max-new-tokens", str(max_new_tokens)] if max_new_tokens else [])
-    results: dict = {"engine": url, "tasks": len(tasks), "one_file": one_file, "seed": seed, "tries": tries,
-                     "runs": []}
+    results: dict = {"engine": url, "tasks": len(tasks), "one_file": one_file, "seed": seed, "tries": tries, "runs": []}
     with tempfile.TemporaryDirectory(prefix="cadedit-bench-engine-") as tmp:
         for count in counts:
-            summary = run_batch(tasks, Path(tmp), [*common, "--engine", url, "--engine-timeout", str(engine_timeout)],
-                                count)
+            summary = run_batch(
+                tasks, Path(tmp), [*common, "--engine", url, "--engine-timeout", str(engine_timeout)], count
+            )
             results["runs"].append({"where": "engine", **summary})
             _report(f"engine, {count} client{'s' * (count != 1)}", summary)
         if local or local_only:
@@ -154,9 +197,18 @@ def engine(
 
 
 def _report(label: str, s: dict) -> None:
-    tokens = (f", {s['prompt_tokens_per_edit']:.0f} prompt ({s['cached_tokens_per_edit']:.0f} cached) + "
-              f"{s['completion_tokens_per_edit']:.0f} completion tokens per edit, drafts {s['draft_accepted']}/"
-              f"{s['draft_tokens']} accepted") if s["prompt_tokens_per_edit"] is not None else ""
-    typer.echo(f"{label}: {s['edits']} edits in {s['wall_seconds']:.1f} s = {s['edits_per_minute']:.1f} edits/min, "
-               f"p50 {s['p50_seconds']:.1f} s, p95 {s['p95_seconds']:.1f} s, exact {s['exact']}/{s['edits']}"
-               + (f", {s['errors']} errors" if s["errors"] else "") + tokens)
+    tokens = (
+        (
+            f", {s['prompt_tokens_per_edit']:.0f} prompt ({s['cached_tokens_per_edit']:.0f} cached) + "
+            f"{s['completion_tokens_per_edit']:.0f} completion tokens per edit, drafts {s['draft_accepted']}/"
+            f"{s['draft_tokens']} accepted"
+        )
+        if s["prompt_tokens_per_edit"] is not None
+        else ""
+    )
+    typer.echo(
+        f"{label}: {s['edits']} edits in {s['wall_seconds']:.1f} s = {s['edits_per_minute']:.1f} edits/min, "
+        f"p50 {s['p50_seconds']:.1f} s, p95 {s['p95_seconds']:.1f} s, exact {s['exact']}/{s['edits']}"
+        + (f", {s['errors']} errors" if s["errors"] else "")
+        + tokens
+    )

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 import typer
-from cadedit.bench.options import (BackendOpt, JsonOpt, LimitOpt, ModelOpt, ThreadsOpt)
+from cadedit.bench.options import BackendOpt, JsonOpt, LimitOpt, ModelOpt, ThreadsOpt
 from cadedit.cli.common import say
 from cadedit.settings import choose_model
 
@@ -61,10 +61,18 @@ class Outcome:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def to_json(self) -> dict:
-        return {"file": self.case.file, "part": self.case.part, "kind": self.case.kind,
-                "instruction": self.case.instruction, "exit": self.exit_code, "verdict": self.verdict,
-                "destructive": self.destructive, "why": self.why, "seconds": round(self.seconds, 1),
-                "said": self.said}
+        return {
+            "file": self.case.file,
+            "part": self.case.part,
+            "kind": self.case.kind,
+            "instruction": self.case.instruction,
+            "exit": self.exit_code,
+            "verdict": self.verdict,
+            "destructive": self.destructive,
+            "why": self.why,
+            "seconds": round(self.seconds, 1),
+            "said": self.said,
+        }
 
 
 def load_cases(folder: Path = CORPUS, part: str = "all") -> list[Case]:
@@ -78,8 +86,15 @@ def load_cases(folder: Path = CORPUS, part: str = "all") -> list[Case]:
     return cases
 
 
-def run_case(case: Case, model: str, backend: str | None, threads: int | None, code: Path,
-             folder: Path = CORPUS, timeout: float = 900.0) -> Outcome:
+def run_case(
+    case: Case,
+    model: str,
+    backend: str | None,
+    threads: int | None,
+    code: Path,
+    folder: Path = CORPUS,
+    timeout: float = 900.0,
+) -> Outcome:
     """The case through `cadedit fix --write` in a subprocess, judged."""
     import time
 
@@ -108,8 +123,11 @@ def run_case(case: Case, model: str, backend: str | None, threads: int | None, c
 def judge(case: Case, before: str, after: str, exit_code: int) -> tuple[str, bool, str]:
     """(verdict, destructive, why) for the file `after` a run that exited `exit_code`."""
     if after == before:
-        return ("honest", False, f"exit {exit_code}, file untouched") if exit_code != 0 else (
-            "wrong", False, "exit 0 but nothing written")
+        return (
+            ("honest", False, f"exit {exit_code}, file untouched")
+            if exit_code != 0
+            else ("wrong", False, "exit 0 but nothing written")
+        )
     if exit_code != 0:
         return "wrong", True, f"exit {exit_code} but the file changed"
     broken = _broken(case, before, after)
@@ -149,10 +167,15 @@ def _asked(case: Case, before: str, after: str) -> str:
         return "the definition is gone" if case.kind != "rename" else "the new name is not defined"
     if case.kind == "rename":
         old_name = case.target.rsplit(".", 1)[-1]
-        used = any(isinstance(n, ast.Name) and n.id == old_name or isinstance(n, ast.Attribute) and n.attr == old_name
-                   for n in ast.walk(new))
+        used = any(
+            isinstance(n, ast.Name) and n.id == old_name or isinstance(n, ast.Attribute) and n.attr == old_name
+            for n in ast.walk(new)
+        )
         return f"`{old_name}` still used" if used else ""
-    if case.kind == "docstring" and ast.get_docstring(node) in (None, ast.get_docstring(_definitions(old)[case.target])):
+    if case.kind == "docstring" and ast.get_docstring(node) in (
+        None,
+        ast.get_docstring(_definitions(old)[case.target]),
+    ):
         return "no new docstring"
     if case.kind == "hints" and not (node.returns or any(a.annotation for a in node.args.args + node.args.kwonlyargs)):
         return "no type hints"
@@ -202,8 +225,13 @@ class _Strip(ast.NodeTransformer):
     def generic_visit(self, node):
         super().generic_visit(node)
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
-                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
         return node
 
@@ -263,8 +291,13 @@ def _probe(text: str, probes: tuple[str, ...]) -> dict:
         path = Path(folder) / "module_under_test.py"
         path.write_text(text)
         try:
-            done = subprocess.run([sys.executable, "-I", "-c", _PROBE_SCRIPT, str(path), json.dumps(list(probes))],
-                                  capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S, cwd=folder)
+            done = subprocess.run(
+                [sys.executable, "-I", "-c", _PROBE_SCRIPT, str(path), json.dumps(list(probes))],
+                capture_output=True,
+                text=True,
+                timeout=_PROBE_TIMEOUT_S,
+                cwd=folder,
+            )
         except subprocess.TimeoutExpired:
             return {"error": "timed out"}
     try:
@@ -280,8 +313,11 @@ def summary(outcomes: list[Outcome]) -> dict:
         rows = [o for o in outcomes if part == "all" or o.case.part == part]
         if not rows:
             continue
-        parts[part] = {"cases": len(rows), **{v: sum(o.verdict == v for o in rows) for v in ("right", "honest", "wrong")},
-                       "destructive_written": sum(o.destructive and o.exit_code == 0 for o in rows)}
+        parts[part] = {
+            "cases": len(rows),
+            **{v: sum(o.verdict == v for o in rows) for v in ("right", "honest", "wrong")},
+            "destructive_written": sum(o.destructive and o.exit_code == 0 for o in rows),
+        }
     return parts
 
 
@@ -289,10 +325,18 @@ def everyday(
     model: ModelOpt = None,
     backend: BackendOpt = None,
     threads: ThreadsOpt = None,
-    part: Annotated[str, typer.Option("--part", help="dev (read while the checks were built), heldout, or all.")] = "all",
-    code: Annotated[Path | None, typer.Option(
-        "--code", help="The checkout whose cadedit package runs the edits (an earlier commit gives the before "
-                       "figures); default: this one.", show_default=False)] = None,
+    part: Annotated[
+        str, typer.Option("--part", help="dev (read while the checks were built), heldout, or all.")
+    ] = "all",
+    code: Annotated[
+        Path | None,
+        typer.Option(
+            "--code",
+            help="The checkout whose cadedit package runs the edits (an earlier commit gives the before "
+            "figures); default: this one.",
+            show_default=False,
+        ),
+    ] = None,
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -304,7 +348,6 @@ def everyday(
     """
     import json as json_module
 
-
     if part not in ("dev", "heldout", "all"):
         raise typer.BadParameter(f"{part!r} is not one of dev, heldout, all", param_hint="--part")
     cases = load_cases(part=part)[:limit]
@@ -314,12 +357,25 @@ def everyday(
         outcome = run_case(case, chosen, backend, threads, root)
         outcomes.append(outcome)
         mark = " DESTRUCTIVE" if outcome.destructive and outcome.exit_code == 0 else ""
-        say(f"{case.file}: {case.instruction!r}: {outcome.verdict}{mark} (exit {outcome.exit_code}, "
-            f"{outcome.seconds:.0f} s){': ' + outcome.why if outcome.why else ''}")
+        say(
+            f"{case.file}: {case.instruction!r}: {outcome.verdict}{mark} (exit {outcome.exit_code}, "
+            f"{outcome.seconds:.0f} s){': ' + outcome.why if outcome.why else ''}"
+        )
         if json_path is not None:
-            json_path.write_text(json_module.dumps({"model": chosen, "backend": backend, "code": str(root),
-                                                    "summary": summary(outcomes),
-                                                    "cases": [o.to_json() for o in outcomes]}, indent=2))
+            json_path.write_text(
+                json_module.dumps(
+                    {
+                        "model": chosen,
+                        "backend": backend,
+                        "code": str(root),
+                        "summary": summary(outcomes),
+                        "cases": [o.to_json() for o in outcomes],
+                    },
+                    indent=2,
+                )
+            )
     for name, counts in summary(outcomes).items():
-        say(f"{name}: {counts['cases']} cases: {counts['right']} right, {counts['honest']} honest, {counts['wrong']} "
-            f"wrong but passed, {counts['destructive_written']} destructive and written")
+        say(
+            f"{name}: {counts['cases']} cases: {counts['right']} right, {counts['honest']} honest, {counts['wrong']} "
+            f"wrong but passed, {counts['destructive_written']} destructive and written"
+        )

@@ -30,7 +30,7 @@ from cadedit.text.program import format as format_program
 from cadedit.text.program import parse
 from cadedit.text.resolve import resolve
 import math
-from cadedit.bench.options import (CorpusOpt, JsonOpt, LimitOpt, ModelOpt, TokenizerOpt)
+from cadedit.bench.options import CorpusOpt, JsonOpt, LimitOpt, ModelOpt, TokenizerOpt
 from cadedit.bench.running import out, run_corpora
 from cadedit.bench.options import load_corpora
 from cadedit.bench.report import fmt_float, fmt_int
@@ -38,8 +38,12 @@ from cadedit.bench.report import median, percentile
 from cadedit.bench.tokens import load_tokenizer, tokenizer_spec
 
 FORMATS = ("full", "search_replace", "unified_diff", "program")
-LABELS = {"full": "full regeneration", "search_replace": "search/replace", "unified_diff": "unified diff",
-          "program": "copy/gen program"}
+LABELS = {
+    "full": "full regeneration",
+    "search_replace": "search/replace",
+    "unified_diff": "unified diff",
+    "program": "copy/gen program",
+}
 SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH\n", "=======\n", ">>>>>>> REPLACE\n"
 _HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
@@ -175,7 +179,9 @@ class FormatResult:
     ambiguous: int = 0
 
 
-def _roundtrip(text: str, apply: Callable[[str], str], gold: str, tokens: TokenCounter, ambiguous: int = 0) -> FormatResult:
+def _roundtrip(
+    text: str, apply: Callable[[str], str], gold: str, tokens: TokenCounter, ambiguous: int = 0
+) -> FormatResult:
     try:
         result = apply(text)
     except CadeditError as exc:
@@ -190,8 +196,9 @@ def case_formats(case: Case, tokens: TokenCounter) -> dict[str, FormatResult]:
     program_text = format_program(oracle(case.before_doc, case.after_doc))
     return {
         "full": _roundtrip(after, lambda t: t, after, tokens),
-        "search_replace": _roundtrip(format_sr(blocks), lambda t: apply_sr(before, parse_sr(t)), after, tokens,
-                                     ambiguous_anchors(before, blocks)),
+        "search_replace": _roundtrip(
+            format_sr(blocks), lambda t: apply_sr(before, parse_sr(t)), after, tokens, ambiguous_anchors(before, blocks)
+        ),
         "unified_diff": _roundtrip(format_ud(before, after), lambda t: apply_ud(before, t), after, tokens),
         "program": _roundtrip(program_text, lambda t: resolve(parse(t), case.before_doc), after, tokens),
     }
@@ -230,8 +237,12 @@ def _formats_summary(rows: list) -> dict:
     for f in FORMATS:
         toks = [r[f].tokens for _, r in rows]
         summary[f] = {
-            "n": len(rows), "mean": sum(toks) / len(toks), "median": median(toks), "p95": percentile(toks, 95),
-            "total": sum(toks), "rt_em": sum(r[f].exact for _, r in rows),
+            "n": len(rows),
+            "mean": sum(toks) / len(toks),
+            "median": median(toks),
+            "p95": percentile(toks, 95),
+            "total": sum(toks),
+            "rt_em": sum(r[f].exact for _, r in rows),
             "ambiguous_anchors": sum(r[f].ambiguous for _, r in rows),
             "tokens_vs_program": sum(toks) / base - 1 if base else math.nan,
             "failures": [{"id": i, "error": r[f].error} for i, r in rows if not r[f].exact],
@@ -244,11 +255,25 @@ def _print_formats(done: dict[str, list], tokenizer: str) -> None:
     for name, rows in done.items():
         s = _formats_summary(rows)
         n, em_base = len(rows), s["program"]["rt_em"]
-        body = [[LABELS[f], fmt_float(s[f]["mean"]), fmt_float(s[f]["median"], 0), fmt_float(s[f]["p95"], 0),
-                 fmt_int(s[f]["total"]), f"{s[f]['rt_em'] / n:.2f}", f"{n - s[f]['rt_em']}/{n}",
-                 "-" if f == "program" else f"{100 * s[f]['tokens_vs_program']:+.1f}% tok, {s[f]['rt_em'] - em_base:+d} EM"]
-                for f in FORMATS]
+        body = [
+            [
+                LABELS[f],
+                fmt_float(s[f]["mean"]),
+                fmt_float(s[f]["median"], 0),
+                fmt_float(s[f]["p95"], 0),
+                fmt_int(s[f]["total"]),
+                f"{s[f]['rt_em'] / n:.2f}",
+                f"{n - s[f]['rt_em']}/{n}",
+                "-"
+                if f == "program"
+                else f"{100 * s[f]['tokens_vs_program']:+.1f}% tok, {s[f]['rt_em'] - em_base:+d} EM",
+            ]
+            for f in FORMATS
+        ]
         amb = s["search_replace"]["ambiguous_anchors"]
-        out.table(f"Edit formats on {name} (n={n}, tokenizer {tokenizer})",
-                  ["format", "mean tok", "median", "p95", "total", "RT-EM", "fails", "vs program"], body,
-                  caption=f"search/replace anchors found more than once in the input: {amb}")
+        out.table(
+            f"Edit formats on {name} (n={n}, tokenizer {tokenizer})",
+            ["format", "mean tok", "median", "p95", "total", "RT-EM", "fails", "vs program"],
+            body,
+            caption=f"search/replace anchors found more than once in the input: {amb}",
+        )

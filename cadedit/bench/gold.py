@@ -21,7 +21,7 @@ from cadedit.tries.repair import repaired
 from cadedit.tries.loop import CheckPlan, check_candidate
 from typing import Annotated
 import typer
-from cadedit.bench.options import (CaseContextOpt, CorpusOpt, JsonOpt, LimitOpt)
+from cadedit.bench.options import CaseContextOpt, CorpusOpt, JsonOpt, LimitOpt
 from cadedit.errors import CadeditError
 from cadedit.bench.running import out, run_corpora
 from cadedit.bench.options import load_corpora
@@ -73,9 +73,14 @@ def summarize(rows: list[GoldRow]) -> dict:
 def gold_checks(
     corpus: CorpusOpt,
     context: CaseContextOpt = "docs",
-    reverse: Annotated[bool, typer.Option(
-        "--reverse", help="Check each case's buggy side as an edit of its gold: the bugs the checks catch "
-                          "without a test (exits 0).")] = False,
+    reverse: Annotated[
+        bool,
+        typer.Option(
+            "--reverse",
+            help="Check each case's buggy side as an edit of its gold: the bugs the checks catch "
+            "without a test (exits 0).",
+        ),
+    ] = False,
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -87,17 +92,30 @@ def gold_checks(
     """
 
     corpora = load_corpora(corpus, limit, context)
-    done = run_corpora(corpora, "checks", lambda name, case: check_gold(case, reverse),
-                       lambda done: {"command": "checks", "context": context, "reverse": reverse,
-                                     "corpora": {n: summarize(r) for n, r in done.items()}}, json_path)
+    done = run_corpora(
+        corpora,
+        "checks",
+        lambda name, case: check_gold(case, reverse),
+        lambda done: {
+            "command": "checks",
+            "context": context,
+            "reverse": reverse,
+            "corpora": {n: summarize(r) for n, r in done.items()},
+        },
+        json_path,
+    )
     rows, failures = [], []
     for name, found in done.items():
         s = summarize(found)
         rows += [[name, check, str(c["ran"]), str(c["failed"])] for check, c in s["checks"].items()]
-        failures += [f"{name}:{f['id']}: {check}: {f['detail']}" for check, c in s["checks"].items()
-                     for f in c["failures"]]
-    title = "Checks on the buggy side (failed = a bug caught)" if reverse else \
-        "Checks on gold fixes (failed = a correct fix refused)"
+        failures += [
+            f"{name}:{f['id']}: {check}: {f['detail']}" for check, c in s["checks"].items() for f in c["failures"]
+        ]
+    title = (
+        "Checks on the buggy side (failed = a bug caught)"
+        if reverse
+        else "Checks on gold fixes (failed = a correct fix refused)"
+    )
     out.table(title, ["corpus", "check", "ran on", "failed"], rows)
     for line in failures:
         out.print(line)

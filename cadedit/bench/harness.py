@@ -45,7 +45,7 @@ class Verdict:
 
 
 def runner_for(language: str) -> str | None:
-    """"python" or "node" for a corpus language name, None for any other."""
+    """ "python" or "node" for a corpus language name, None for any other."""
     return LANGUAGES.get(language.lower())
 
 
@@ -113,8 +113,7 @@ def run_test(case: Case, text: str, timeout: float = BENCH_TEST_TIMEOUT) -> Verd
             shim.write_text(JS_MD5_SHIM, encoding="utf-8")
         start = time.perf_counter()
         try:
-            done = subprocess.run([exe, *args], cwd=tmp, capture_output=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
+            done = subprocess.run([exe, *args], cwd=tmp, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return Verdict(False, f"timeout after {timeout:g} s", time.perf_counter() - start)
         passed, detail = _judge(runner, done)

@@ -28,9 +28,17 @@ from cadedit.backends import model
 from cadedit.backends.llama.llamacpp import version
 from typing import Annotated
 import typer
-from cadedit.bench.options import (BackendOpt, DeviceOpt, DtypeOpt,
-                                   JsonOpt, ModelOpt, SpansOpt, ThreadsOpt, TrialsOpt,
-                                   span_lengths)
+from cadedit.bench.options import (
+    BackendOpt,
+    DeviceOpt,
+    DtypeOpt,
+    JsonOpt,
+    ModelOpt,
+    SpansOpt,
+    ThreadsOpt,
+    TrialsOpt,
+    span_lengths,
+)
 from cadedit.cli.common import err
 from cadedit.settings import DEFAULT_DTYPE
 from cadedit.bench.running import out
@@ -69,8 +77,14 @@ class KernelSettings:
 ATTENTION = ("eager", "sdpa")
 
 
-def load(spec: str | None, device: str = "auto", dtype: str = "auto", threads: int | None = None,
-         attn: str = "eager", backend: str | None = None):
+def load(
+    spec: str | None,
+    device: str = "auto",
+    dtype: str = "auto",
+    threads: int | None = None,
+    attn: str = "eager",
+    backend: str | None = None,
+):
     """The model through cadedit.backends.model.load_model; on torch with attention written out (`eager`, what
     the paper measured) or torch's fused kernel (`sdpa`, what cadedit fix uses)."""
 
@@ -102,8 +116,15 @@ class LlamaReference:
 
         api.llama_model_default_params = model_params
         try:
-            self.llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
-                                       n_threads_batch=threads, verbose=False)
+            self.llm = llama_cpp.Llama(
+                model_path=path,
+                n_ctx=n_ctx,
+                n_batch=512,
+                n_ubatch=512,
+                n_threads=threads,
+                n_threads_batch=threads,
+                verbose=False,
+            )
         finally:
             api.llama_model_default_params = defaults
         self.config = type("Config", (), {"vocab_size": self.llm.n_vocab()})()
@@ -174,8 +195,13 @@ def ar_steps(n: int, ar_max: int) -> int:
     return min(n, ar_max) if ar_max > 0 else n
 
 
-def measure_points(benches: Sequence[Bench], ids: torch.Tensor, n: int, settings: KernelSettings,
-                   advance: Callable[[float], None] = lambda _: None) -> list[KernelPoint]:
+def measure_points(
+    benches: Sequence[Bench],
+    ids: torch.Tensor,
+    n: int,
+    settings: KernelSettings,
+    advance: Callable[[float], None] = lambda _: None,
+) -> list[KernelPoint]:
     """s(N) for one N on each bench: a warm-up each, then `trials` timed AR and PP runs, the benches
     taking turns trial by trial (a machine that slows down mid-run slows all of them alike); medians in ms."""
     steps = ar_steps(n, settings.ar_max)
@@ -190,8 +216,10 @@ def measure_points(benches: Sequence[Bench], ids: torch.Tensor, n: int, settings
             ar[k].append(bench.time_ar(span[:, :steps]) * 1000 * n / steps)
             pp[k].append(bench.time_pp(span) * 1000)
             advance(steps + 1)
-    return [KernelPoint(n, median(a), median(p), median(a) / median(p), tuple(a), tuple(p), steps < n, steps)
-            for a, p in zip(ar, pp)]
+    return [
+        KernelPoint(n, median(a), median(p), median(a) / median(p), tuple(a), tuple(p), steps < n, steps)
+        for a, p in zip(ar, pp)
+    ]
 
 
 def work_units(settings: KernelSettings, models: int = 1) -> int:
@@ -200,17 +228,25 @@ def work_units(settings: KernelSettings, models: int = 1) -> int:
 
 
 @torch.inference_mode()
-def sweep(model, device: torch.device, settings: KernelSettings,
-          on_point: Callable[[KernelPoint], None] = lambda _: None,
-          advance: Callable[[float], None] = lambda _: None) -> list[KernelPoint]:
+def sweep(
+    model,
+    device: torch.device,
+    settings: KernelSettings,
+    on_point: Callable[[KernelPoint], None] = lambda _: None,
+    advance: Callable[[float], None] = lambda _: None,
+) -> list[KernelPoint]:
     """Measure every span length in order; on_point gets each result as soon as it exists."""
     return sweep_turns([model], device, settings, lambda _, point: on_point(point), advance)[0]
 
 
 @torch.inference_mode()
-def sweep_turns(models: Sequence, device: torch.device, settings: KernelSettings,
-                on_point: Callable[[int, KernelPoint], None] = lambda k, _: None,
-                advance: Callable[[float], None] = lambda _: None) -> list[list[KernelPoint]]:
+def sweep_turns(
+    models: Sequence,
+    device: torch.device,
+    settings: KernelSettings,
+    on_point: Callable[[int, KernelPoint], None] = lambda k, _: None,
+    advance: Callable[[float], None] = lambda _: None,
+) -> list[list[KernelPoint]]:
     """sweep for several models of one vocabulary (the llama backend and llama.cpp's own) taking turns
     on the same ids; on_point(k, point) for model k."""
     vocab = int(models[0].config.vocab_size)
@@ -257,12 +293,17 @@ def plot(points: Sequence[KernelPoint], path: str | Path, title: str) -> bool:
 def environment(device: torch.device, dtype, loaded=None) -> dict:
     """What the numbers depend on, for the JSON."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
-    env = {"device": str(device), "device_name": name, "dtype": str(dtype).removeprefix("torch."),
-           "threads": torch.get_num_threads(), "torch": torch.__version__, "cpu_flags": cpu_flags()}
+    env = {
+        "device": str(device),
+        "device_name": name,
+        "dtype": str(dtype).removeprefix("torch."),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "cpu_flags": cpu_flags(),
+    }
     if loaded is not None:
         env.update(backend=loaded.backend, threads=loaded.threads)
         if loaded.backend == "llama":
-
             env["llama_cpp"] = version()
     return env
 
@@ -273,7 +314,9 @@ def cpu_flags() -> str:
         flags = set(re.search(r"^flags\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
     except (OSError, AttributeError):
         return ""
-    return " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8") if f in flags)
+    return " ".join(
+        f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8") if f in flags
+    )
 
 
 def speedup_at(points: Sequence[KernelPoint], n: int) -> float:
@@ -282,11 +325,22 @@ def speedup_at(points: Sequence[KernelPoint], n: int) -> float:
 
 def _print_reference(points, reference: list[dict], weights: str) -> None:
 
-    rows = [[str(p.n), fmt_float(p.ar_ms, 2), fmt_float(own["ar_ms"], 2), fmt_float(p.ar_ms / own["ar_ms"], 2, "x"),
-             fmt_float(p.pp_ms, 2), fmt_float(own["pp_ms"], 2), fmt_float(p.pp_ms / own["pp_ms"], 2, "x")]
-            for p, own in zip(points, reference)]
-    out.print(f"The llama backend against llama-cpp-python's own Llama.eval, same GGUF and threads, its weights "
-              f"{weights} (median ms):")
+    rows = [
+        [
+            str(p.n),
+            fmt_float(p.ar_ms, 2),
+            fmt_float(own["ar_ms"], 2),
+            fmt_float(p.ar_ms / own["ar_ms"], 2, "x"),
+            fmt_float(p.pp_ms, 2),
+            fmt_float(own["pp_ms"], 2),
+            fmt_float(p.pp_ms / own["pp_ms"], 2, "x"),
+        ]
+        for p, own in zip(points, reference)
+    ]
+    out.print(
+        f"The llama backend against llama-cpp-python's own Llama.eval, same GGUF and threads, its weights "
+        f"{weights} (median ms):"
+    )
     out.print(table(["N", "AR backend", "AR own", "ratio", "PP backend", "PP own", "ratio"], rows))
 
 
@@ -295,24 +349,48 @@ def kernel(
     prefix: Annotated[int, typer.Option(min=1, help="Random-context prefix length P (tokens).")] = 1024,
     spans: SpansOpt = "1,2,4,8,16,32,64,128,256,512",
     trials: TrialsOpt = 5,
-    ar_max: Annotated[int, typer.Option(
-        help="Time at most this many AR steps per trial and scale per token beyond it (0: time them all).")] = 0,
+    ar_max: Annotated[
+        int,
+        typer.Option(
+            help="Time at most this many AR steps per trial and scale per token beyond it (0: time them all)."
+        ),
+    ] = 0,
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = DEFAULT_DTYPE,
     threads: ThreadsOpt = None,
-    attn: Annotated[str, typer.Option(
-        help="Attention: eager (written out, as the paper measured) or sdpa (torch's fused kernel, what fix uses).")] = "eager",
-    all_logits: Annotated[bool, typer.Option(
-        "--all-logits", help="Compute logits for every splice position (a plain forward) instead of the last.")] = False,
+    attn: Annotated[
+        str,
+        typer.Option(
+            help="Attention: eager (written out, as the paper measured) or sdpa (torch's fused kernel, what fix uses)."
+        ),
+    ] = "eager",
+    all_logits: Annotated[
+        bool,
+        typer.Option(
+            "--all-logits", help="Compute logits for every splice position (a plain forward) instead of the last."
+        ),
+    ] = False,
     seed: Annotated[int, typer.Option(help="Seed of the random prefix and span tokens.")] = 0,
     json_path: JsonOpt = None,
-    plot_path: Annotated[Path | None, typer.Option("--plot", metavar="PNG", help="Write the Figure 3 plot here.")] = None,
+    plot_path: Annotated[
+        Path | None, typer.Option("--plot", metavar="PNG", help="Write the Figure 3 plot here.")
+    ] = None,
     backend: BackendOpt = None,
-    reference: Annotated[bool, typer.Option(
-        "--reference", help="llama backend: also time llama-cpp-python's own Llama.eval on the same GGUF and threads.")] = False,
-    reference_weights: Annotated[str, typer.Option(
-        metavar="same|defaults", help="The reference's weights: repacked or not as the backend's are (same: "
-                                      "the backend's own overhead), or as Llama's defaults leave them.")] = "same",
+    reference: Annotated[
+        bool,
+        typer.Option(
+            "--reference",
+            help="llama backend: also time llama-cpp-python's own Llama.eval on the same GGUF and threads.",
+        ),
+    ] = False,
+    reference_weights: Annotated[
+        str,
+        typer.Option(
+            metavar="same|defaults",
+            help="The reference's weights: repacked or not as the backend's are (same: "
+            "the backend's own overhead), or as Llama's defaults leave them.",
+        ),
+    ] = "same",
 ) -> None:
     """Per-span kernel speedup s(N) = T_AR(N) / T_PP(N) (§3, Figure 3).
 
@@ -326,12 +404,21 @@ def kernel(
         raise typer.BadParameter(f"{reference_weights!r} is not same or defaults", param_hint="--reference-weights")
     settings = KernelSettings(prefix, span_lengths(spans), trials, ar_max, seed, all_logits)
     loaded = load(model, device, dtype, threads, attn, backend)
-    meta = {"command": "kernel", "model": loaded.name,
-            **environment(torch.device(loaded.device), loaded.dtype, loaded),
-            "attn": attn if loaded.backend == "torch" else "llama.cpp", "prefix": prefix, "trials": trials,
-            "ar_max": ar_max, "seed": seed, "logits": "all" if all_logits else "last"}
+    meta = {
+        "command": "kernel",
+        "model": loaded.name,
+        **environment(torch.device(loaded.device), loaded.dtype, loaded),
+        "attn": attn if loaded.backend == "torch" else "llama.cpp",
+        "prefix": prefix,
+        "trials": trials,
+        "ar_max": ar_max,
+        "seed": seed,
+        "logits": "all" if all_logits else "last",
+    }
     if reference and loaded.backend != "llama":
-        raise typer.BadParameter("the reference is llama.cpp's own: use it with --backend llama", param_hint="--reference")
+        raise typer.BadParameter(
+            "the reference is llama.cpp's own: use it with --backend llama", param_hint="--reference"
+        )
     points = _kernel_sweeps(loaded, settings, meta, reference_weights if reference else None, json_path)
     _print_kernel(points, meta)
     if reference:
@@ -359,9 +446,12 @@ def _kernel_sweeps(loaded, settings, meta: dict, reference: str | None, json_pat
         if reference:
             meta["reference"] = [p.to_json() for p in own_points]
         save(True)
-        err.print(f"{'llama.cpp own ' if k else ''}N={point.n}: AR {point.ar_ms:.2f} ms"
-                  f"{' (extrapolated)' if point.extrapolated else ''}, PP {point.pp_ms:.2f} ms, "
-                  f"s(N) = {point.speedup:.2f}", highlight=False)
+        err.print(
+            f"{'llama.cpp own ' if k else ''}N={point.n}: AR {point.ar_ms:.2f} ms"
+            f"{' (extrapolated)' if point.extrapolated else ''}, PP {point.pp_ms:.2f} ms, "
+            f"s(N) = {point.speedup:.2f}",
+            highlight=False,
+        )
 
     try:
         models = [loaded.model]
@@ -381,14 +471,26 @@ def _kernel_sweeps(loaded, settings, meta: dict, reference: str | None, json_pat
 
 def _print_kernel(points: list, meta: dict) -> None:
 
-    rows = [[str(p.n), fmt_float(p.ar_ms, 2) + (" *" if p.extrapolated else ""), fmt_float(p.pp_ms, 2),
-             fmt_float(p.speedup, 2, "x")] for p in points]
-    caption = "* AR extrapolated per token from the first %d steps." % meta["ar_max"] if any(
-        p.extrapolated for p in points) else None
-    out.print(f"Kernel speedup s(N) = T_AR / T_PP: {short_name(meta['model'])} on {meta['device_name']} ({meta['dtype']}, "
-              f"{meta['threads']} threads, {meta['attn']} attention, {meta['logits']} logits; CPU flags: "
-              f"{meta.get('cpu_flags') or 'unknown'}), P={meta['prefix']}, "
-              f"median of {meta['trials']}")
+    rows = [
+        [
+            str(p.n),
+            fmt_float(p.ar_ms, 2) + (" *" if p.extrapolated else ""),
+            fmt_float(p.pp_ms, 2),
+            fmt_float(p.speedup, 2, "x"),
+        ]
+        for p in points
+    ]
+    caption = (
+        "* AR extrapolated per token from the first %d steps." % meta["ar_max"]
+        if any(p.extrapolated for p in points)
+        else None
+    )
+    out.print(
+        f"Kernel speedup s(N) = T_AR / T_PP: {short_name(meta['model'])} on {meta['device_name']} ({meta['dtype']}, "
+        f"{meta['threads']} threads, {meta['attn']} attention, {meta['logits']} logits; CPU flags: "
+        f"{meta.get('cpu_flags') or 'unknown'}), P={meta['prefix']}, "
+        f"median of {meta['trials']}"
+    )
     out.print(table(["N", "AR ms", "PP ms", "s(N)"], rows))
     if caption:
         out.print(caption)

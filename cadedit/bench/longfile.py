@@ -32,9 +32,19 @@ from cadedit.tries.loop import Attempts, CheckPlan
 from cadedit.decode.pipeline import LocalEditor
 from typing import Annotated
 import typer
-from cadedit.bench.options import (PACKAGES, BackendOpt, DtypeOpt,
-                                   JsonOpt, ModelOpt, PackagesOpt, ScopeContextOpt,
-                                   TaskSeedOpt, TasksOpt, ThreadsOpt, longfile_roots)
+from cadedit.bench.options import (
+    PACKAGES,
+    BackendOpt,
+    DtypeOpt,
+    JsonOpt,
+    ModelOpt,
+    PackagesOpt,
+    ScopeContextOpt,
+    TaskSeedOpt,
+    TasksOpt,
+    ThreadsOpt,
+    longfile_roots,
+)
 from cadedit.cli.common import context_lines, say, scripted_picks
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
 from cadedit.settings import DEFAULT_TRIES, WHERE_BY
@@ -118,8 +128,18 @@ def read_tasks(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around: int | None, tries: int,
-             where_by: str = DEFAULT_WHERE_BY, tested: bool = False, picks=None) -> dict:
+def run_task(
+    loaded,
+    task: dict,
+    kind: str,
+    scoped: bool,
+    located: bool,
+    around: int | None,
+    tries: int,
+    where_by: str = DEFAULT_WHERE_BY,
+    tested: bool = False,
+    picks=None,
+) -> dict:
     """One task edited as `cadedit fix` edits it (scope from the instruction unless not `scoped`, the
     where-step (naming the line by `where_by`) when `located`, verify mode, tries with syntax/no-change
     checks, and when `tested` a test that passes the original file only, as `--test`): its row. picks:
@@ -134,27 +154,50 @@ def run_task(loaded, task: dict, kind: str, scoped: bool, located: bool, around:
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=around)
     options, _ = plan_edit(document, instruction, options, scoping=scoped, where=located)
     options = replace(options, where_by=where_by)
-    row = {"id": task["id"], "path": task["path"], "lines": len(task["before"].splitlines()), "kind": kind,
-           "scoped": scoped, "located": located, "tested": tested, "regions": options.regions,
-           "bug_line": task["bug_line"]}
+    row = {
+        "id": task["id"],
+        "path": task["path"],
+        "lines": len(task["before"].splitlines()),
+        "kind": kind,
+        "scoped": scoped,
+        "located": located,
+        "tested": tested,
+        "regions": options.regions,
+        "bug_line": task["bug_line"],
+    }
     start = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="cadedit-longfile-") if tested else nullcontext() as folder:
             plan = oracle_plan(Path(folder), document, task["after"]) if tested else CheckPlan()
-            verified = tries_module.edit_verified(document, instruction, options, plan, Attempts(tries),
-                                                  editor=LocalEditor(loaded), picks=picks)
+            verified = tries_module.edit_verified(
+                document, instruction, options, plan, Attempts(tries), editor=LocalEditor(loaded), picks=picks
+            )
     except CadeditError as exc:  # e.g. a file too large for the model: that task fails, the rest go on
-        return {**row, "seconds": time.perf_counter() - start, "tries": 0, "first_seconds": 0.0, "answered": False,
-                "first": None, "verified": None, "error": exc.message, "forward_passes": 0}
+        return {
+            **row,
+            "seconds": time.perf_counter() - start,
+            "tries": 0,
+            "first_seconds": 0.0,
+            "answered": False,
+            "first": None,
+            "verified": None,
+            "error": exc.message,
+            "forward_passes": 0,
+        }
     first, answer, asked = verified.tries[0], verified.answer, verified.where
-    return {**row, "seconds": time.perf_counter() - start, "tries": len(verified.tries),
-            "where": asked.to_json() if asked is not None else None,
-            "where_named_bug_line": task["bug_line"] in asked.lines if asked is not None else None,
-            "tries_regions": [list(map(list, t.regions)) for t in verified.tries],
-            "first_seconds": first.seconds, "answered": answer is not None,
-            "first": score(task, first.result.new_text) if first.result else None,
-            "verified": score(task, answer.result.new_text) if answer else None,
-            "forward_passes": sum(t.result.stats.forward_passes for t in verified.tries if t.result)}
+    return {
+        **row,
+        "seconds": time.perf_counter() - start,
+        "tries": len(verified.tries),
+        "where": asked.to_json() if asked is not None else None,
+        "where_named_bug_line": task["bug_line"] in asked.lines if asked is not None else None,
+        "tries_regions": [list(map(list, t.regions)) for t in verified.tries],
+        "first_seconds": first.seconds,
+        "answered": answer is not None,
+        "first": score(task, first.result.new_text) if first.result else None,
+        "verified": score(task, answer.result.new_text) if answer else None,
+        "forward_passes": sum(t.result.stats.forward_passes for t in verified.tries if t.result),
+    }
 
 
 def oracle_plan(folder: Path, document: Document, fixed: str):
@@ -163,13 +206,13 @@ def oracle_plan(folder: Path, document: Document, fixed: str):
     import shlex
     import sys
 
-
     target, original = folder / Path(document.path).name, folder / "fixed"
     target.write_bytes(document.to_bytes())
     original.write_bytes(fixed.encode("utf-8"))
     same = "import sys; a, b = sys.argv[1:]; sys.exit(open(a, 'rb').read() != open(b, 'rb').read())"
-    return CheckPlan(test=shlex.join([sys.executable, "-c", same, str(target), str(original)]), cwd=folder,
-                     target=target)
+    return CheckPlan(
+        test=shlex.join([sys.executable, "-c", same, str(target), str(original)]), cwd=folder, target=target
+    )
 
 
 def write_tasks(tasks: Sequence[dict], path: str | Path) -> None:
@@ -386,14 +429,24 @@ def _record(relative: str, document: Document, buggy: str, swap: Swap) -> dict:
 ScopingOpt = Annotated[str, typer.Option("--scoping", help="on, off or both (scoped vs whole-file verify edits).")]
 
 
-WhereOpt = Annotated[str, typer.Option(
-    "--where", help="Vague instructions, scoped: on (ask the model which line first), off (retype the whole "
-                    "function) or both.")]
+WhereOpt = Annotated[
+    str,
+    typer.Option(
+        "--where",
+        help="Vague instructions, scoped: on (ask the model which line first), off (retype the whole "
+        "function) or both.",
+    ),
+]
 
 
-WhereByOpt = Annotated[str, typer.Option(
-    "--where-by", help="How the where-step finds the line: surprise (the line the model least expected), "
-                       "number or quote (the model names it, or quotes its text).")]
+WhereByOpt = Annotated[
+    str,
+    typer.Option(
+        "--where-by",
+        help="How the where-step finds the line: surprise (the line the model least expected), "
+        "number or quote (the model names it, or quotes its text).",
+    ),
+]
 
 
 def longfile(
@@ -409,13 +462,23 @@ def longfile(
     scoping: ScopingOpt = "on",
     where: WhereOpt = "on",
     where_by: WhereByOpt = DEFAULT_WHERE_BY,
-    max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")] = DEFAULT_TRIES,
-    tested: Annotated[bool, typer.Option("--oracle-test", help="Also check each edit with a test that passes the "
-                                         "original file only, as `fix --test` would with a test that finds the bug.")] = False,
+    max_tries: Annotated[
+        int, typer.Option("--tries", min=1, help="Tries with syntax/no-change checks.")
+    ] = DEFAULT_TRIES,
+    tested: Annotated[
+        bool,
+        typer.Option(
+            "--oracle-test",
+            help="Also check each edit with a test that passes the "
+            "original file only, as `fix --test` would with a test that finds the bug.",
+        ),
+    ] = False,
     dtype: DtypeOpt = DEFAULT_DTYPE,
     threads: ThreadsOpt = None,
     save_tasks: Annotated[Path | None, typer.Option("--save-tasks", help="Also write the tasks as JSONL.")] = None,
-    tasks_path: Annotated[Path | None, typer.Option("--tasks-file", help="Read the tasks from this JSONL instead.")] = None,
+    tasks_path: Annotated[
+        Path | None, typer.Option("--tasks-file", help="Read the tasks from this JSONL instead.")
+    ] = None,
     context: ScopeContextOpt = str(CONTEXT_LINES),
     first: Annotated[int, typer.Option(min=0, help="Skip this many tasks (a held-out split).")] = 0,
     json_path: JsonOpt = None,
@@ -437,13 +500,27 @@ def longfile(
         write_tasks(tasks, save_tasks)
     work = _longfile_work(tasks, instructions, scoping, where, where_by)
     loaded, _ = _load_model(model, "auto", dtype, threads, backend, warm_up=False)
-    meta = {**_model_meta("longfile", loaded), "packages": packages, "seed": seed, "tries": max_tries, "n": len(tasks),
-            "first": first, "context": context, "where": where, "where_by": where_by, "oracle_test": tested}
-    done = run_corpora({"tasks": tasks}, "longfile",
-                       lambda _, item: run_task(loaded, *item, around, max_tries, where_by, tested,
-                                                   scripted_picks(ctx)),
-                       lambda done: {**meta, "summary": _longfile_summary(done["tasks"]), "rows": done["tasks"]},
-                       json_path, lambda row: say(_longfile_line(row)), work)
+    meta = {
+        **_model_meta("longfile", loaded),
+        "packages": packages,
+        "seed": seed,
+        "tries": max_tries,
+        "n": len(tasks),
+        "first": first,
+        "context": context,
+        "where": where,
+        "where_by": where_by,
+        "oracle_test": tested,
+    }
+    done = run_corpora(
+        {"tasks": tasks},
+        "longfile",
+        lambda _, item: run_task(loaded, *item, around, max_tries, where_by, tested, scripted_picks(ctx)),
+        lambda done: {**meta, "summary": _longfile_summary(done["tasks"]), "rows": done["tasks"]},
+        json_path,
+        lambda row: say(_longfile_line(row)),
+        work,
+    )
     for key, summary in _longfile_summary(done["tasks"]).items():
         out.print(f"{key}: {summary}")
 
@@ -452,13 +529,19 @@ def _longfile_work(tasks: list, instructions: str, scoping: str, where: str, whe
     """Each task under each asked kind of instruction and scoping; the where-step applies to scoped vague
     instructions only (the rest run once, with it on)."""
     on_off = {"on": (True,), "off": (False,), "both": (True, False)}
-    kinds = choice(instructions, "--instructions", {"explicit": ("explicit",), "vague": ("vague",),
-                                                     "both": ("explicit", "vague")})
+    kinds = choice(
+        instructions, "--instructions", {"explicit": ("explicit",), "vague": ("vague",), "both": ("explicit", "vague")}
+    )
     scopes = choice(scoping, "--scoping", on_off)
     wheres = choice(where, "--where", on_off)
     choice(where_by, "--where-by", dict.fromkeys(WHERE_BY, 0))
-    return [("tasks", (task, kind, scoped, located)) for task in tasks for kind in kinds for scoped in scopes
-            for located in (wheres if kind == "vague" and scoped else (True,))]
+    return [
+        ("tasks", (task, kind, scoped, located))
+        for task in tasks
+        for kind in kinds
+        for scoped in scopes
+        for located in (wheres if kind == "vague" and scoped else (True,))
+    ]
 
 
 def _longfile_line(row: dict) -> str:
@@ -469,9 +552,11 @@ def _longfile_line(row: dict) -> str:
     v, said = row["verified"] or {}, ""
     if row.get("where"):
         said = f", where {','.join(map(str, row['where']['lines']))} (bug {row['bug_line']})"
-    return (f"{row['path']} ({row['lines']} lines) {_longfile_key(row)}: exact {bool(v.get('exact'))}, "
-            f"outside {v.get('lines_changed_outside', '-')}, {row['seconds']:.1f} s, {row['forward_passes']} fwd, "
-            f"{row['tries']} tries{said}")
+    return (
+        f"{row['path']} ({row['lines']} lines) {_longfile_key(row)}: exact {bool(v.get('exact'))}, "
+        f"outside {v.get('lines_changed_outside', '-')}, {row['seconds']:.1f} s, {row['forward_passes']} fwd, "
+        f"{row['tries']} tries{said}"
+    )
 
 
 def _longfile_key(row: dict) -> str:

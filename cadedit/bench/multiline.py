@@ -61,8 +61,10 @@ def load_cases(folder: Path, split: str = "all") -> list[dict]:
     """The cases of cases.jsonl with their file's text (`before`), in file order; `split` keeps one part."""
     path = folder / "cases.jsonl"
     if not path.is_file():
-        raise ModelError(f"{folder}: no cases.jsonl (a multi-line corpus is a folder with cases.jsonl and files/)",
-                         hint=f"use --corpus {CORPUS}")
+        raise ModelError(
+            f"{folder}: no cases.jsonl (a multi-line corpus is a folder with cases.jsonl and files/)",
+            hint=f"use --corpus {CORPUS}",
+        )
     cases = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -71,8 +73,10 @@ def load_cases(folder: Path, split: str = "all") -> list[dict]:
             case = json.loads(line)
             case["before"] = (folder / "files" / case["file"]).read_text(encoding="utf-8")
         except (ValueError, KeyError, OSError) as exc:
-            raise ModelError(f"{path}:{number}: not a case ({str(exc)[:120]})",
-                             hint="each line is a JSON object with id, split, file, instruction and gold or check") from None
+            raise ModelError(
+                f"{path}:{number}: not a case ({str(exc)[:120]})",
+                hint="each line is a JSON object with id, split, file, instruction and gold or check",
+            ) from None
         if case.get("split") not in SPLITS:
             raise ModelError(f"{path}:{number}: split {case.get('split')!r} is not one of {', '.join(SPLITS)}")
         cases.append(case)
@@ -109,7 +113,9 @@ def judge(case: dict, after: str | None) -> tuple[bool, str]:
         if first < 0 or second < 0 or first > second:
             return False, f"{check['order'][0]!r} not before {check['order'][1]!r}"
     if "same_code" in check and _code(after, check["same_code"]) != _code(case["before"], check["same_code"]):
-        return False, "the code changed, not only its comments" + (" and docstrings" if check["same_code"] != "all" else "")
+        return False, "the code changed, not only its comments" + (
+            " and docstrings" if check["same_code"] != "all" else ""
+        )
     return True, ""
 
 
@@ -119,8 +125,13 @@ def _code(text: str, which: str) -> str:
     if which != "all":
         for node in ast.walk(tree):
             body = getattr(node, "body", None)
-            if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                    and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            if (
+                isinstance(body, list)
+                and body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 body[0] = ast.Pass()
     return ast.dump(tree)
 
@@ -177,11 +188,23 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
     picks: tries.edit_verified's (tests script the answer with it)."""
 
     document, options = case_request(loaded, case)
-    row = {"id": case["id"], "split": case["split"], "file": case["file"], "regions": [list(r) for r in options.regions]}
+    row = {
+        "id": case["id"],
+        "split": case["split"],
+        "file": case["file"],
+        "regions": [list(r) for r in options.regions],
+    }
     start = time.perf_counter()
     try:
-        verified = edit_verified(document, case["instruction"], options, CheckPlan(), Attempts(tries, 1),
-                                 editor=LocalEditor(loaded), **({"picks": picks} if picks is not None else {}))
+        verified = edit_verified(
+            document,
+            case["instruction"],
+            options,
+            CheckPlan(),
+            Attempts(tries, 1),
+            editor=LocalEditor(loaded),
+            **({"picks": picks} if picks is not None else {}),
+        )
     except CadeditError as exc:
         return {**row, "wall": time.perf_counter() - start, "error": exc.message, "ok": False, "why": exc.message}
     wall = time.perf_counter() - start
@@ -195,11 +218,24 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
     tokens, lines = changes(loaded.tokenizer, case["before"], after)
     floor = floor_seconds(prompt, new, tokens * max(len(stats), 1), *rates)
     ok, why = judge(case, answer.result.new_text if answer else None)
-    return {**row, "wall": wall, "tries": verified.made, "passed": answer is not None, "ok": ok, "why": why,
-            "forwards": forwards, "tokens_new": new, "tokens_prompt": prompt,
-            "tokens_copied": sum(s.tokens_copied for s in stats), "changed_tokens": tokens, "changed_lines": lines,
-            "forward_bound": tokens + PER_LINE * lines + SLACK, "floor": floor,
-            "over_floor": wall / floor if floor else None, "seconds_decode": sum(s.seconds_total for s in stats)}
+    return {
+        **row,
+        "wall": wall,
+        "tries": verified.made,
+        "passed": answer is not None,
+        "ok": ok,
+        "why": why,
+        "forwards": forwards,
+        "tokens_new": new,
+        "tokens_prompt": prompt,
+        "tokens_copied": sum(s.tokens_copied for s in stats),
+        "changed_tokens": tokens,
+        "changed_lines": lines,
+        "forward_bound": tokens + PER_LINE * lines + SLACK,
+        "floor": floor,
+        "over_floor": wall / floor if floor else None,
+        "seconds_decode": sum(s.seconds_total for s in stats),
+    }
 
 
 def case_request(loaded, case: dict):
@@ -224,11 +260,19 @@ def lookup_row(peer, loaded, case: dict) -> dict:
     try:
         ids, raw, prompt, _ = peer.retype(loaded, document, prepared)
     except CadeditError as exc:
-        return {"llama_wall": time.perf_counter() - start, "llama_forwards": peer.forwards, "llama_ok": False,
-                "llama_why": exc.message}
+        return {
+            "llama_wall": time.perf_counter() - start,
+            "llama_forwards": peer.forwards,
+            "llama_ok": False,
+            "llama_why": exc.message,
+        }
     wall = time.perf_counter() - start
-    row = {"llama_wall": wall, "llama_forwards": peer.forwards, "llama_tokens_new": len(ids),
-           "llama_tokens_prompt": len(prompt)}
+    row = {
+        "llama_wall": wall,
+        "llama_forwards": peer.forwards,
+        "llama_tokens_new": len(ids),
+        "llama_tokens_prompt": len(prompt),
+    }
     try:
         program = pipeline.answer_program(document, prepared, Decoded(raw, tuple(ids), DecodeStats()))
         ok, why = judge(case, resolve(program, document))
@@ -263,7 +307,8 @@ def summarize(rows: list[dict]) -> dict:
             continue
         ratios = [r["over_floor"] for r in part if r.get("over_floor")]
         summary[split] = {
-            "n": len(part), "ok": sum(r["ok"] for r in part),
+            "n": len(part),
+            "ok": sum(r["ok"] for r in part),
             "within_forward_bound": sum(r.get("forwards", 10**9) <= r.get("forward_bound", -1) for r in part),
             "forwards": sum(r.get("forwards", 0) for r in part),
             "tokens_new": sum(r.get("tokens_new", 0) for r in part),
@@ -273,9 +318,11 @@ def summarize(rows: list[dict]) -> dict:
         }
         speedups = [r["llama_wall"] / r["wall"] for r in part if "llama_wall" in r and r.get("wall")]
         if speedups:
-            summary[split].update(llama_ok=sum(r["llama_ok"] for r in part),
-                                  llama_forwards=sum(r.get("llama_forwards", 0) for r in part),
-                                  median_llama_over_cadedit=statistics.median(speedups))
+            summary[split].update(
+                llama_ok=sum(r["llama_ok"] for r in part),
+                llama_forwards=sum(r.get("llama_forwards", 0) for r in part),
+                median_llama_over_cadedit=statistics.median(speedups),
+            )
     return summary
 
 
@@ -285,11 +332,15 @@ def _line(row: dict) -> str:
     over = f"{row['over_floor']:.2f}x floor" if row.get("over_floor") else "no floor"
     llama = ""
     if "llama_wall" in row:
-        llama = (f"; llama.cpp lookup {row['llama_forwards']} fwd, {row['llama_wall']:.1f} s "
-                 f"({row['llama_wall'] / row['wall']:.1f}x), {'ok' if row['llama_ok'] else 'NOT ok'}")
-    return (f"{row['id']} [{row['split']}]: {'ok' if row['ok'] else 'NOT ok (' + row['why'] + ')'}, "
-            f"{row['forwards']} fwd (bound {row['forward_bound']}), {row['tokens_new']} new, "
-            f"{row['changed_tokens']} changed in {row['changed_lines']} lines, {row['wall']:.1f} s, {over}{llama}")
+        llama = (
+            f"; llama.cpp lookup {row['llama_forwards']} fwd, {row['llama_wall']:.1f} s "
+            f"({row['llama_wall'] / row['wall']:.1f}x), {'ok' if row['llama_ok'] else 'NOT ok'}"
+        )
+    return (
+        f"{row['id']} [{row['split']}]: {'ok' if row['ok'] else 'NOT ok (' + row['why'] + ')'}, "
+        f"{row['forwards']} fwd (bound {row['forward_bound']}), {row['tokens_new']} new, "
+        f"{row['changed_tokens']} changed in {row['changed_lines']} lines, {row['wall']:.1f} s, {over}{llama}"
+    )
 
 
 def multiline(
@@ -302,9 +353,14 @@ def multiline(
     dtype: DtypeOpt = DEFAULT_DTYPE,
     threads: ThreadsOpt = None,
     json_path: JsonOpt = None,
-    llama_lookup: Annotated[bool, typer.Option(
-        "--llama-lookup", help="Also run llama.cpp with its prompt lookup drafts (llama-cpp-python's "
-        "LlamaPromptLookupDecoding) on each case's prompt, same GGUF and threads.")] = False,
+    llama_lookup: Annotated[
+        bool,
+        typer.Option(
+            "--llama-lookup",
+            help="Also run llama.cpp with its prompt lookup drafts (llama-cpp-python's "
+            "LlamaPromptLookupDecoding) on each case's prompt, same GGUF and threads.",
+        ),
+    ] = False,
 ) -> None:
     """Everyday multi-line edits on real code (renames, type hints, docstrings, logging, validation,
     try/except, deleting and moving blocks, comments; Python and JavaScript), each as `cadedit fix`
@@ -321,29 +377,49 @@ def multiline(
     rates = measure_rates(loaded)
     hardware.progress = hardware.progress or say  # the once-only measurement says what it does
     curve = forward_costs(loaded)  # measured (once per machine) before any case is timed
-    meta = {**_model_meta("multiline", loaded), "corpus": str(corpus), "split": split, "tries": max_tries,
-            "prefill_ms_per_token": rates[0], "step_ms": rates[1], "forward_costs": curve.to_json()}
+    meta = {
+        **_model_meta("multiline", loaded),
+        "corpus": str(corpus),
+        "split": split,
+        "tries": max_tries,
+        "prefill_ms_per_token": rates[0],
+        "step_ms": rates[1],
+        "forward_costs": curve.to_json(),
+    }
     peer = _lookup_peer(loaded, cases) if llama_lookup else None
     if peer is not None:
-        meta["llama_lookup"] = {"draft": f"LlamaPromptLookupDecoding(num_pred_tokens={LOOKUP_TOKENS})",
-                                "llama_cpp_python": metadata.version("llama_cpp_python")}
+        meta["llama_lookup"] = {
+            "draft": f"LlamaPromptLookupDecoding(num_pred_tokens={LOOKUP_TOKENS})",
+            "llama_cpp_python": metadata.version("llama_cpp_python"),
+        }
 
     def one(_, case: dict) -> dict:
         row = run_case(loaded, case, max_tries, rates, scripted_picks(ctx))
         return {**row, **lookup_row(peer, loaded, case)} if peer is not None else row
 
-    done = run_corpora({"cases": cases}, "multiline", one,
-                       lambda done: {**meta, "summary": summarize(done["cases"]), "rows": done["cases"]},
-                       json_path, lambda row: say(_line(row)))
+    done = run_corpora(
+        {"cases": cases},
+        "multiline",
+        one,
+        lambda done: {**meta, "summary": summarize(done["cases"]), "rows": done["cases"]},
+        json_path,
+        lambda row: say(_line(row)),
+    )
     for part, summary in summarize(done["cases"]).items():
         ratio = summary["median_over_floor"]
-        out.print(f"{part}: {summary['ok']}/{summary['n']} done as asked, {summary['within_forward_bound']}/"
-                  f"{summary['n']} within the forward bound, {summary['forwards']} forwards for "
-                  f"{summary['tokens_new']} new tokens, wall / floor median "
-                  + (f"{ratio:.2f}, most {summary['most_over_floor']:.2f}" if ratio else "-")
-                  + (f"; llama.cpp with prompt lookup: {summary['llama_ok']}/{summary['n']} done as asked, "
-                     f"{summary['llama_forwards']} forwards, wall median {summary['median_llama_over_cadedit']:.1f}x "
-                     "cadedit's" if "median_llama_over_cadedit" in summary else ""))
+        out.print(
+            f"{part}: {summary['ok']}/{summary['n']} done as asked, {summary['within_forward_bound']}/"
+            f"{summary['n']} within the forward bound, {summary['forwards']} forwards for "
+            f"{summary['tokens_new']} new tokens, wall / floor median "
+            + (f"{ratio:.2f}, most {summary['most_over_floor']:.2f}" if ratio else "-")
+            + (
+                f"; llama.cpp with prompt lookup: {summary['llama_ok']}/{summary['n']} done as asked, "
+                f"{summary['llama_forwards']} forwards, wall median {summary['median_llama_over_cadedit']:.1f}x "
+                "cadedit's"
+                if "median_llama_over_cadedit" in summary
+                else ""
+            )
+        )
 
 
 def _lookup_peer(loaded, cases: list[dict]):
@@ -351,7 +427,9 @@ def _lookup_peer(loaded, cases: list[dict]):
 
     gguf = lookup_gguf(loaded)
     if gguf is None:
-        raise typer.BadParameter("--llama-lookup runs the model's GGUF: pass --model FILE.gguf", param_hint="--llama-lookup")
+        raise typer.BadParameter(
+            "--llama-lookup runs the model's GGUF: pass --model FILE.gguf", param_hint="--llama-lookup"
+        )
     return load_peers(["llama-lookup"], str(gguf), loaded.threads, lookup_context(loaded, cases))["llama-lookup"]
 
 

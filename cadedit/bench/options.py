@@ -20,23 +20,42 @@ from cadedit.cli.common import BackendOpt, DtypeOpt, MaxNewOpt, ModelOpt, ScopeC
 
 # -- what to measure on --------------------------------------------------------------------------
 
-CorpusOpt = Annotated[list[Path], typer.Option(
-    "--corpus", "-c", metavar="FILE",
-    help="A JSONL corpus: id, language, before, after, instruction[, test] per line; HumanEvalPack records "
-         "work as they are. Repeat for several corpora (a pooled row is added).", show_default=False)]
+CorpusOpt = Annotated[
+    list[Path],
+    typer.Option(
+        "--corpus",
+        "-c",
+        metavar="FILE",
+        help="A JSONL corpus: id, language, before, after, instruction[, test] per line; HumanEvalPack records "
+        "work as they are. Repeat for several corpora (a pooled row is added).",
+        show_default=False,
+    ),
+]
 LimitOpt = Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Only the first N cases of each corpus.")]
-CaseContextOpt = Annotated[str, typer.Option(
-    "--context", help="HumanEvalPack records: docs (the whole file with its docstring, as users hand it over), "
-                      "nodocs, or body (the buggy body alone, the declaration as the test's prefix: the paper's counting).")]
-TestTimeoutOpt = Annotated[float, typer.Option(
-    "--test-timeout", min=0.1, help="Seconds each run of a case's test may take (python3 / node).")]
+CaseContextOpt = Annotated[
+    str,
+    typer.Option(
+        "--context",
+        help="HumanEvalPack records: docs (the whole file with its docstring, as users hand it over), "
+        "nodocs, or body (the buggy body alone, the declaration as the test's prefix: the paper's counting).",
+    ),
+]
+TestTimeoutOpt = Annotated[
+    float, typer.Option("--test-timeout", min=0.1, help="Seconds each run of a case's test may take (python3 / node).")
+]
 JsonOpt = Annotated[Path | None, typer.Option("--json", metavar="PATH", help="Write the results as JSON here.")]
 
 # -- the model and how it runs (the same options as `cadedit fix`) --------------------------------
 
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu or cuda[:k].")]
-TokenizerOpt = Annotated[str | None, typer.Option(
-    "--tokenizer", metavar="PATH", help="tokenizer.json, a model folder, a .gguf file or a hub id (default: the model's, see --model).")]
+TokenizerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenizer.json, a model folder, a .gguf file or a hub id (default: the model's, see --model).",
+    ),
+]
 
 # -- the kernel speedup s(N) and the bounds of eq. (3) ------------------------------------------
 
@@ -50,21 +69,34 @@ def _counting(value: str) -> str:
     return value
 
 
-KernelOpt = Annotated[Path | None, typer.Option(
-    "--kernel", metavar="K.json",
-    help="s(N) from `cadedit bench kernel --json`, for the speedup bounds of eq. (3). Without it ceiling and e2e "
-         "leave the bounds out, and decode measures s(N) first, at the first case's prompt length.")]
-CountingOpt = Annotated[str, typer.Option(
-    "--counting", callback=_counting,
-    help="How copied spans are counted (the ceiling, e2e's bnd_exact): paper (Table 2's exact counting) or splice "
-         "(cadedit's own oracle programs and splices).")]
+KernelOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--kernel",
+        metavar="K.json",
+        help="s(N) from `cadedit bench kernel --json`, for the speedup bounds of eq. (3). Without it ceiling and e2e "
+        "leave the bounds out, and decode measures s(N) first, at the first case's prompt length.",
+    ),
+]
+CountingOpt = Annotated[
+    str,
+    typer.Option(
+        "--counting",
+        callback=_counting,
+        help="How copied spans are counted (the ceiling, e2e's bnd_exact): paper (Table 2's exact counting) or splice "
+        "(cadedit's own oracle programs and splices).",
+    ),
+]
 SpansOpt = Annotated[str, typer.Option("--spans", help="Span lengths N of the measured s(N), comma-separated.")]
-TrialsOpt = Annotated[int, typer.Option("--trials", min=1, help="Timed trials per N of the measured s(N) (median reported).")]
+TrialsOpt = Annotated[
+    int, typer.Option("--trials", min=1, help="Timed trials per N of the measured s(N) (median reported).")
+]
 
 # -- the long-file tasks (bench longfile, bench engine) -------------------------------------------
 
-PackagesOpt = Annotated[str, typer.Option(
-    "--packages", help="Installed packages whose modules are the long files (comma-separated).")]
+PackagesOpt = Annotated[
+    str, typer.Option("--packages", help="Installed packages whose modules are the long files (comma-separated).")
+]
 TasksOpt = Annotated[int, typer.Option("--tasks", "-n", min=1, help="How many long-file tasks (one per file).")]
 TaskSeedOpt = Annotated[int, typer.Option("--seed", help="Which files and which swaps.")]
 PACKAGES = "rich,click,typer,pygments"

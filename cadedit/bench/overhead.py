@@ -30,20 +30,46 @@ def run_fix(model: str, file: Path, instruction: str, extra: list[str]) -> dict:
     import os
 
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "cadedit", "fix", file.name, instruction, "--model", model, "--tries",
-                           "1", "--json", "--allow-no-change", "--quiet", *extra], cwd=file.parent,
-                          capture_output=True, text=True, env={**os.environ, "CADEDIT_SERVER": "0"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cadedit",
+            "fix",
+            file.name,
+            instruction,
+            "--model",
+            model,
+            "--tries",
+            "1",
+            "--json",
+            "--allow-no-change",
+            "--quiet",
+            *extra,
+        ],
+        cwd=file.parent,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CADEDIT_SERVER": "0"},
+    )
     wall = time.perf_counter() - start
     try:
         data = json.loads(done.stdout)
     except ValueError:
         return {"wall": wall, "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
     stats = data.get("statistics", {})
-    return {"wall": wall, "first_forward": data.get("seconds_to_first_forward"), "decode": stats.get("seconds_total"),
-            "overhead": wall - (stats.get("seconds_total") or 0),
-            "load_seconds": data.get("load_seconds"), "load_phases": data.get("load_phases"), "dtype": data.get("dtype"),
-            "prompt_fed": stats.get("tokens_prompt"), "prompt_reused": stats.get("tokens_reused"),
-            "prefill_seconds": stats.get("seconds_prefill")}
+    return {
+        "wall": wall,
+        "first_forward": data.get("seconds_to_first_forward"),
+        "decode": stats.get("seconds_total"),
+        "overhead": wall - (stats.get("seconds_total") or 0),
+        "load_seconds": data.get("load_seconds"),
+        "load_phases": data.get("load_phases"),
+        "dtype": data.get("dtype"),
+        "prompt_fed": stats.get("tokens_prompt"),
+        "prompt_reused": stats.get("tokens_reused"),
+        "prefill_seconds": stats.get("seconds_prefill"),
+    }
 
 
 def step_ms(model: str, dtype: str, threads: int | None, prefix: int = 1024, steps: int = 20) -> float:
@@ -95,9 +121,12 @@ def overhead(
             typer.echo(f"run {k}: wall {run['wall']:.2f} s, no decode statistics (no try passed its checks)")
             continue
         first = f"first forward at {run['first_forward']:.2f} s, " if run.get("first_forward") is not None else ""
-        typer.echo(f"run {k}: wall {run['wall']:.2f} s, {first}decode {run['decode']:.2f} s, overhead {run['overhead']:.2f} s "
-                   f"(load {run['load_seconds']:.2f} s: " + ", ".join(f"{n} {s:.2f}" for n, s in run["load_phases"].items())
-                   + f"), prompt fed {run['prompt_fed']} reused {run['prompt_reused']}, dtype {run['dtype']}")
+        typer.echo(
+            f"run {k}: wall {run['wall']:.2f} s, {first}decode {run['decode']:.2f} s, overhead {run['overhead']:.2f} s "
+            f"(load {run['load_seconds']:.2f} s: "
+            + ", ".join(f"{n} {s:.2f}" for n, s in run["load_phases"].items())
+            + f"), prompt fed {run['prompt_fed']} reused {run['prompt_reused']}, dtype {run['dtype']}"
+        )
     if "second_prefill_share" in result:
         typer.echo(f"second edit of the same file feeds {100 * result['second_prefill_share']:.1f}% of the prompt")
     typer.echo("one-token step after a 1,024-token prefix: " + ", ".join(f"{n} {ms:.1f} ms" for n, ms in steps.items()))

@@ -49,8 +49,10 @@ def require_llama():
         import llama_cpp
         from llama_cpp import llama_speculative  # noqa: F401 - llama-lookup's draft model
     except ImportError:
-        raise CadeditError(f"methods {' and '.join(PEERS)} need llama-cpp-python, which is not installed",
-                           hint=f"pip install 'cadedit[{EXTRA}]' (a source build; recipe in cadedit/bench/peers.py)") from None
+        raise CadeditError(
+            f"methods {' and '.join(PEERS)} need llama-cpp-python, which is not installed",
+            hint=f"pip install 'cadedit[{EXTRA}]' (a source build; recipe in cadedit/bench/peers.py)",
+        ) from None
     return llama_cpp
 
 
@@ -118,8 +120,9 @@ class LlamaPeer:
         ids, raw, prompt, prefill = self.retype(loaded, document, prepared)
         stats = DecodeStats(forward_passes=self.forwards, tokens_prompt=len(prompt), tokens_sampled=len(ids))
         program = pipeline.answer_program(document, prepared, Decoded(raw, tuple(ids), stats))
-        return Edited(resolve(program, document), raw, self.forwards, len(ids), max(0, len(ids) - self.forwards),
-                      prefill)
+        return Edited(
+            resolve(program, document), raw, self.forwards, len(ids), max(0, len(ids) - self.forwards), prefill
+        )
 
     def retype(self, loaded, document, prepared) -> tuple[list[int], str, list[int], float]:
         """The prepared request's prompt (pipeline.prepare: the text cadedit's ids spell, tokenised
@@ -128,8 +131,11 @@ class LlamaPeer:
         prompt = self.llm.tokenize(b"".join(vocab[t] for t in prepared.prompt_ids), add_bos=False, special=True)
         budget = min(prepared.budget, self.llm.n_ctx() - len(prompt) - _ROOM)
         if budget <= 0:
-            raise ModelError(f"{document.path}: a {len(prompt)}-token prompt does not fit llama.cpp's context of "
-                             f"{self.llm.n_ctx()} tokens", hint="raise --llama-ctx")
+            raise ModelError(
+                f"{document.path}: a {len(prompt)}-token prompt does not fit llama.cpp's context of "
+                f"{self.llm.n_ctx()} tokens",
+                hint="raise --llama-ctx",
+            )
         ids, prefill = self.generate(prompt, prepared.fence, budget)
         raw = b"".join(self.pieces[t] for t in ids if t not in self.eos).decode("utf-8", errors="replace")
         return ids, raw, prompt, prefill
@@ -149,8 +155,11 @@ class LlamaPeer:
                     return ids, prefill
                 if len(ids) > budget:
                     tail = b"".join(self.pieces[t] for t in ids[-12:]).decode("utf-8", errors="replace")
-                    raise BudgetError(f"llama.cpp used its budget of {budget} new tokens before finishing its answer "
-                                      f"(last text: {tail[-60:]!r})", hint="raise --max-new-tokens")
+                    raise BudgetError(
+                        f"llama.cpp used its budget of {budget} new tokens before finishing its answer "
+                        f"(last text: {tail[-60:]!r})",
+                        hint="raise --max-new-tokens",
+                    )
         finally:
             tokens.close()
         return ids, prefill
@@ -181,9 +190,16 @@ def load_peers(names: Sequence[str], gguf: str, threads: int, n_ctx: int) -> dic
         try:
             # A draft model needs the logits of every position; without logits_all the Python side
             # keeps rows for one batch only and the first prompt longer than a batch fails.
-            llm = llama_cpp.Llama(model_path=str(gguf), n_ctx=n_ctx, n_batch=512, n_threads=threads,
-                                  n_threads_batch=threads, draft_model=draft, logits_all=draft is not None,
-                                  verbose=False)
+            llm = llama_cpp.Llama(
+                model_path=str(gguf),
+                n_ctx=n_ctx,
+                n_batch=512,
+                n_threads=threads,
+                n_threads_batch=threads,
+                draft_model=draft,
+                logits_all=draft is not None,
+                verbose=False,
+            )
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelError(f"llama.cpp cannot load {gguf}: {exc}", hint="pass a .gguf file as --gguf") from None
         peers[name] = LlamaPeer(llama_cpp, llm)

@@ -24,7 +24,7 @@ from cadedit.text.program import Copy, Op, Program
 from cadedit.text.resolve import Bounds, resolve
 from typing import Annotated
 import typer
-from cadedit.bench.options import (CorpusOpt, JsonOpt, LimitOpt, int_list)
+from cadedit.bench.options import CorpusOpt, JsonOpt, LimitOpt, int_list
 from cadedit.bench.running import out, run_corpora
 from cadedit.bench.options import load_corpora
 from cadedit.bench.report import fmt_pct
@@ -104,12 +104,18 @@ def summarize(trials: list[Trial]) -> list[dict]:
         done = [t for t in trials if t.eps == eps]
         trimmed = [t.trimmed / t.n for t in done]
         exact = [t.exact / t.n for t in done]
-        rows.append({
-            "eps": eps, "trials": len(done), "n": done[0].n,
-            "trimmed_median": median(trimmed), "trimmed_mean": sum(trimmed) / len(trimmed),
-            "exact_median": median(exact), "exact_mean": sum(exact) / len(exact),
-            "per_trial_trimmed": trimmed,
-        })
+        rows.append(
+            {
+                "eps": eps,
+                "trials": len(done),
+                "n": done[0].n,
+                "trimmed_median": median(trimmed),
+                "trimmed_mean": sum(trimmed) / len(trimmed),
+                "exact_median": median(exact),
+                "exact_mean": sum(exact) / len(exact),
+                "per_trial_trimmed": trimmed,
+            }
+        )
     return rows
 
 
@@ -130,11 +136,17 @@ def perturb(program: Program, n_lines: int, eps: int, rng: random.Random) -> Pro
 
 def perturb_command(
     corpus: CorpusOpt,
-    eps: Annotated[str, typer.Option(help="Noise radii: each copy endpoint moves by U[-eps, eps] lines.")] = "0,1,2,3,5",
+    eps: Annotated[
+        str, typer.Option(help="Noise radii: each copy endpoint moves by U[-eps, eps] lines.")
+    ] = "0,1,2,3,5",
     trials: Annotated[int, typer.Option(min=1, help="Trials per radius (each over every case).")] = 5,
     seed: Annotated[int, typer.Option(help="Seed; each (seed, eps, trial) has its own RNG.")] = 0,
-    semantics: Annotated[str, typer.Option(
-        help="cadedit: its oracle and clipped resolver; paper: the paper's line split and resolver (Table 8).")] = "cadedit",
+    semantics: Annotated[
+        str,
+        typer.Option(
+            help="cadedit: its oracle and clipped resolver; paper: the paper's line split and resolver (Table 8)."
+        ),
+    ] = "cadedit",
     json_path: JsonOpt = None,
     limit: LimitOpt = None,
 ) -> None:
@@ -148,17 +160,29 @@ def perturb_command(
         raise typer.BadParameter(f"use one of {', '.join(SEMANTICS)}", param_hint="--semantics")
     corpora = load_corpora(corpus, limit)
     paper = semantics == "paper"
-    programs = {name: [paper_program(c) for c in cases] if paper else oracle_programs(cases)
-                for name, cases in corpora.items()}
+    programs = {
+        name: [paper_program(c) for c in cases] if paper else oracle_programs(cases) for name, cases in corpora.items()
+    }
     trial_of = run_paper_trial if paper else run_trial
 
     def to_json(done: dict[str, list]) -> dict:
-        return {"command": "perturb", "semantics": semantics, "seed": seed, "trials": trials,
-                "corpora": {name: summarize(rows) for name, rows in done.items() if rows}}
+        return {
+            "command": "perturb",
+            "semantics": semantics,
+            "seed": seed,
+            "trials": trials,
+            "corpora": {name: summarize(rows) for name, rows in done.items() if rows},
+        }
 
     work = [(name, (e, t)) for name in corpora for e in radii for t in range(trials)]
-    done = run_corpora(corpora, "perturb", lambda name, et: trial_of(corpora[name], programs[name], *et, seed), to_json,
-                       json_path, work=work)
+    done = run_corpora(
+        corpora,
+        "perturb",
+        lambda name, et: trial_of(corpora[name], programs[name], *et, seed),
+        to_json,
+        json_path,
+        work=work,
+    )
     _print_perturb(done, radii, semantics)
 
 
@@ -167,8 +191,15 @@ def _print_perturb(done: dict[str, list], radii: tuple[int, ...], semantics: str
     rows = []
     for name, trials_ in done.items():
         cells = {r["eps"]: r for r in summarize(trials_)}
-        rows.append([f"{name} ({cells[radii[0]]['n']})",
-                     *(f"{fmt_pct(cells[e]['trimmed_median'])} ({fmt_pct(cells[e]['trimmed_mean'])})" for e in radii)])
-    out.table(f"Trimmed EM under endpoint noise, median (mean) over trials, {semantics} semantics",
-              ["corpus (n)", *(f"eps={e}" for e in radii)], rows,
-              caption="The paper's Table 8 cells are means over trials x cases.")
+        rows.append(
+            [
+                f"{name} ({cells[radii[0]]['n']})",
+                *(f"{fmt_pct(cells[e]['trimmed_median'])} ({fmt_pct(cells[e]['trimmed_mean'])})" for e in radii),
+            ]
+        )
+    out.table(
+        f"Trimmed EM under endpoint noise, median (mean) over trials, {semantics} semantics",
+        ["corpus (n)", *(f"eps={e}" for e in radii)],
+        rows,
+        caption="The paper's Table 8 cells are means over trials x cases.",
+    )

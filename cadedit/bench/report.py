@@ -53,8 +53,14 @@ class ProgressBar:
     """
 
     def __init__(self, total: float, description: str, console: Console | None = None):
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("ETA"), TimeRemainingColumn())
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+        )
         console = console or err
         self.console = console
         self._bar = Progress(*columns, console=console, transient=True, disable=not console.is_terminal)

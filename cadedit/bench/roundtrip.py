@@ -17,7 +17,7 @@ from cadedit.errors import CadeditError
 from cadedit.text.oracle import oracle
 from cadedit.text.program import RESERVED, format, parse
 from cadedit.text.resolve import Bounds, resolve_ops
-from cadedit.bench.options import (CorpusOpt, JsonOpt, LimitOpt)
+from cadedit.bench.options import CorpusOpt, JsonOpt, LimitOpt
 from cadedit.bench.running import out, run_corpora
 from cadedit.bench.options import load_corpora
 
@@ -91,20 +91,37 @@ def roundtrip(corpus: CorpusOpt, json_path: JsonOpt = None, limit: LimitOpt = No
     """
 
     corpora = load_corpora(corpus, limit)
-    done = run_corpora(corpora, "roundtrip", lambda name, case: roundtrip_case(case),
-                       lambda done: {"command": "roundtrip", "corpora": {n: summarize(r) for n, r in done.items()}},
-                       json_path)
+    done = run_corpora(
+        corpora,
+        "roundtrip",
+        lambda name, case: roundtrip_case(case),
+        lambda done: {"command": "roundtrip", "corpora": {n: summarize(r) for n, r in done.items()}},
+        json_path,
+    )
     rows, failed = [], []
     for name, cases in done.items():
         s = summarize(cases)
         for mode, m in s["modes"].items():
-            rows.append([name, mode, str(s["n"]), f"{m['exact']}/{s['n']}", f"{m['trimmed']}/{s['n']}",
-                         f"{m['out_of_range']}/{s['n']}", f"{s['program_text_roundtrip']}/{s['n']}",
-                         f"{len(s['reserved_literal_golds'])}/{s['n']}"])
+            rows.append(
+                [
+                    name,
+                    mode,
+                    str(s["n"]),
+                    f"{m['exact']}/{s['n']}",
+                    f"{m['trimmed']}/{s['n']}",
+                    f"{m['out_of_range']}/{s['n']}",
+                    f"{s['program_text_roundtrip']}/{s['n']}",
+                    f"{len(s['reserved_literal_golds'])}/{s['n']}",
+                ]
+            )
             failed += [f"{name}:{f['id']} ({mode})" for f in m["failures"]]
-    out.table("Oracle round trip (byte-exact and trimmed EM)",
-              ["corpus", "mode", "cases", "byte-exact", "trimmed", "out of range", "parse(format)", "reserved in gold"],
-              rows)
+    out.table(
+        "Oracle round trip (byte-exact and trimmed EM)",
+        ["corpus", "mode", "cases", "byte-exact", "trimmed", "out of range", "parse(format)", "reserved in gold"],
+        rows,
+    )
     if failed:
-        raise CadeditError(f"roundtrip: {len(failed)} case(s) not byte-exact: {', '.join(failed[:5])}"
-                           + (" ..." if len(failed) > 5 else ""))
+        raise CadeditError(
+            f"roundtrip: {len(failed)} case(s) not byte-exact: {', '.join(failed[:5])}"
+            + (" ..." if len(failed) > 5 else "")
+        )

@@ -41,8 +41,9 @@ class _Out:
 out = _Out()
 
 
-def run_cases(items: Iterable[T], total: int, description: str, step: Callable[[T], None],
-              save: Callable[[bool, bool], None]) -> None:
+def run_cases(
+    items: Iterable[T], total: int, description: str, step: Callable[[T], None], save: Callable[[bool, bool], None]
+) -> None:
     """step() each item under a progress bar; save(partial, force) after each (throttled) and on Ctrl-C."""
 
     try:
@@ -55,9 +56,15 @@ def run_cases(items: Iterable[T], total: int, description: str, step: Callable[[
         raise
 
 
-def run_corpora(corpora: dict[str, list], description: str, run_one: Callable[[str, object], T],
-                to_json: Callable[[dict[str, list[T]]], dict], json_path: Path | None,
-                show: Callable[[T], None] | None = None, work: list[tuple[str, object]] | None = None) -> dict[str, list[T]]:
+def run_corpora(
+    corpora: dict[str, list],
+    description: str,
+    run_one: Callable[[str, object], T],
+    to_json: Callable[[dict[str, list[T]]], dict],
+    json_path: Path | None,
+    show: Callable[[T], None] | None = None,
+    work: list[tuple[str, object]] | None = None,
+) -> dict[str, list[T]]:
     """What every corpus benchmark does: run_one(corpus name, case) for each case of each corpus (or each
     (name, item) of `work`) under a progress bar, the rows kept per corpus, to_json(rows) rewritten to
     json_path as they come (partial, and kept on Ctrl-C) and once at the end; show(row) prints a line."""
@@ -80,8 +87,9 @@ def run_corpora(corpora: dict[str, list], description: str, run_one: Callable[[s
     return done
 
 
-def _load_model(model: str | None, device: str, dtype: str, threads: int | None, backend: str | None,
-               warm_up: bool = True) -> tuple:
+def _load_model(
+    model: str | None, device: str, dtype: str, threads: int | None, backend: str | None, warm_up: bool = True
+) -> tuple:
     """The model loaded under a status line and, with warm_up, warmed up (warm, so the first
     case's clock holds no one-off costs): (the loaded model, the warm-up seconds)."""
     with err.status("loading the model ..."):
@@ -100,5 +108,10 @@ def warm(loaded: LoadedModel) -> float:
 def _model_meta(command: str, loaded, *fields: str) -> dict:
     """The head of a model benchmark's --json: the command, the model, the loaded model's `fields`
     (device, backend), its dtype and threads."""
-    return {"command": command, "model": loaded.name, **{f: getattr(loaded, f) for f in fields},
-            "dtype": str(loaded.dtype).removeprefix("torch."), "threads": loaded.threads}
+    return {
+        "command": command,
+        "model": loaded.name,
+        **{f: getattr(loaded, f) for f in fields},
+        "dtype": str(loaded.dtype).removeprefix("torch."),
+        "threads": loaded.threads,
+    }

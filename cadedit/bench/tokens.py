@@ -92,8 +92,10 @@ def _from_transformers(spec: str, **kwargs):
 
         return AutoTokenizer.from_pretrained(spec, **kwargs)
     except (OSError, ValueError) as exc:
-        raise ModelError(f"{spec}: cannot load tokenizer ({str(exc).splitlines()[0]})",
-                         hint="pass --tokenizer with a local tokenizer.json, model folder or .gguf file") from None
+        raise ModelError(
+            f"{spec}: cannot load tokenizer ({str(exc).splitlines()[0]})",
+            hint="pass --tokenizer with a local tokenizer.json, model folder or .gguf file",
+        ) from None
 
 
 def cache_dir() -> Path:
@@ -109,8 +111,10 @@ def _gguf_tokenizer_json(path: Path) -> Path:
     target = cache_dir() / "tokenizers" / f"{path.stem}-{key}.json"
     foreign = cache_problem(target)  # another user's file would count the tokens
     if foreign is not None:
-        raise ModelError(f"{path}: its converted tokenizer's cache is not used: {foreign}",
-                         hint="point XDG_CACHE_HOME at a folder of yours, or pass --tokenizer tokenizer.json")
+        raise ModelError(
+            f"{path}: its converted tokenizer's cache is not used: {foreign}",
+            hint="point XDG_CACHE_HOME at a folder of yours, or pass --tokenizer tokenizer.json",
+        )
     if not target.is_file():
         tok = _from_transformers(str(path.parent), gguf_file=path.name)
 

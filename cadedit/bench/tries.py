@@ -31,8 +31,17 @@ from cadedit.settings import BENCH_TEST_TIMEOUT, CANDIDATES_BY, DEFAULT_TRIES, R
 from cadedit.tries.loop import Attempts, CheckPlan, Verified, edit_verified
 from typing import Annotated
 import typer
-from cadedit.bench.options import (BackendOpt, CaseContextOpt, CorpusOpt, DtypeOpt,
-                                   JsonOpt, LimitOpt, ModelOpt, TestTimeoutOpt, ThreadsOpt)
+from cadedit.bench.options import (
+    BackendOpt,
+    CaseContextOpt,
+    CorpusOpt,
+    DtypeOpt,
+    JsonOpt,
+    LimitOpt,
+    ModelOpt,
+    TestTimeoutOpt,
+    ThreadsOpt,
+)
 from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, say, scripted_picks
 from cadedit.settings import CANDIDATE_WAYS, DEFAULT_DTYPE, DEFAULT_MODE
 from cadedit.options import Mode
@@ -93,11 +102,20 @@ def _judged(verified: Verified, case: Case, timeout: float) -> list[dict]:
     rows = []
     for t in verified.tries:
         passed = bool(t.result is not None and run_test(case, t.result.new_text, timeout).passed)
-        rows.append({"try": t.number, "candidate": t.candidate, "seconds": t.seconds,
-                     "checks_seconds": sum(c.seconds for c in t.checks), "checks_passed": t.passed,
-                     "test_passed": passed, "summary": t.summary(), "changed": t.result.changed if t.result else None,
-                     "exact": bool(t.result and t.result.new_text == case.after),
-                     "tokens_reused": t.result.stats.tokens_reused if t.result else 0})
+        rows.append(
+            {
+                "try": t.number,
+                "candidate": t.candidate,
+                "seconds": t.seconds,
+                "checks_seconds": sum(c.seconds for c in t.checks),
+                "checks_passed": t.passed,
+                "test_passed": passed,
+                "summary": t.summary(),
+                "changed": t.result.changed if t.result else None,
+                "exact": bool(t.result and t.result.new_text == case.after),
+                "tokens_reused": t.result.stats.tokens_reused if t.result else 0,
+            }
+        )
     return rows
 
 
@@ -112,8 +130,13 @@ def _row(judged: list[dict], upto: int) -> dict:
         group = [r for r in made if r["try"] == number]
         checks = sum(r["checks_seconds"] for r in group)
         seconds += max(r["seconds"] - r["checks_seconds"] for r in group) + checks
-    return {"passed": bool(answer and answer["test_passed"]), "exact": bool(answer and answer["exact"]),
-            "answered": answer is not None, "tries": stop, "seconds": seconds}
+    return {
+        "passed": bool(answer and answer["test_passed"]),
+        "exact": bool(answer and answer["exact"]),
+        "answered": answer is not None,
+        "tries": stop,
+        "seconds": seconds,
+    }
 
 
 def _single(judged: list[dict]) -> dict:
@@ -126,8 +149,7 @@ def _single(judged: list[dict]) -> dict:
     return {**row, "answered": True}
 
 
-def run_case(editor: Editor, case: Case, settings: TriesSettings,
-             picks: Callable[[int], Any] | None = None) -> dict:
+def run_case(editor: Editor, case: Case, settings: TriesSettings, picks: Callable[[int], Any] | None = None) -> dict:
     runner = runner_for(case.language)
     if runner is None or not has_test(case):
         return {"id": case.id, "skipped": "no test or no runner"}
@@ -136,23 +158,47 @@ def run_case(editor: Editor, case: Case, settings: TriesSettings,
         name = case.solution_file or "solution" + SUFFIX[runner]
         (folder / name).write_text(case.before, encoding="utf-8")
         document = Document.read(folder / name)
-        options, _ = plan_edit(document, case.instruction, settings.options, scoping=settings.scoped,
-                               where=settings.where, read=settings.read)
+        options, _ = plan_edit(
+            document,
+            case.instruction,
+            settings.options,
+            scoping=settings.scoped,
+            where=settings.where,
+            read=settings.read,
+        )
         with_test = CheckPlan(test=_test_command(folder, case, runner, name), test_timeout=settings.test_timeout)
-        tested = edit_verified(document, case.instruction, options, with_test,
-                               Attempts(settings.tries, settings.candidates, settings.candidates_by), editor=editor,
-                               picks=picks)
+        tested = edit_verified(
+            document,
+            case.instruction,
+            options,
+            with_test,
+            Attempts(settings.tries, settings.candidates, settings.candidates_by),
+            editor=editor,
+            picks=picks,
+        )
         tested_rows = _judged(tested, case, settings.test_timeout)
         checked_rows = []
         if settings.check_tries:
-            checked = edit_verified(document, case.instruction, options, CheckPlan(),
-                                    Attempts(settings.check_tries, settings.checks_only, settings.candidates_by),
-                                    editor=editor, picks=picks)
+            checked = edit_verified(
+                document,
+                case.instruction,
+                options,
+                CheckPlan(),
+                Attempts(settings.check_tries, settings.checks_only, settings.candidates_by),
+                editor=editor,
+                picks=picks,
+            )
             checked_rows = _judged(checked, case, settings.test_timeout)
     single = _single(tested_rows)
-    row = {"id": case.id, "language": case.language, "regions": [list(r) for r in options.regions], "single": single,
-           "where": tested.where.to_json() if tested.where is not None else None,
-           "tries_with_test": tested_rows, "tries_checks_only": checked_rows}
+    row = {
+        "id": case.id,
+        "language": case.language,
+        "regions": [list(r) for r in options.regions],
+        "single": single,
+        "where": tested.where.to_json() if tested.where is not None else None,
+        "tries_with_test": tested_rows,
+        "tries_checks_only": checked_rows,
+    }
     if checked_rows:
         row["checks"] = _row(checked_rows, settings.check_tries)
     for k in {min(3, settings.tries), settings.tries} - {1}:
@@ -170,10 +216,13 @@ def summarize(results: list[dict], rows=ROWS) -> dict:
         cells = [r[name] for r in done if name in r]
         if not cells:
             continue
-        out[name] = {"passed": sum(c["passed"] for c in cells), "exact": sum(c["exact"] for c in cells),
-                     "answered": sum(c["answered"] for c in cells),
-                     "seconds_median": median([c["seconds"] for c in cells]),
-                     "seconds_mean": sum(c["seconds"] for c in cells) / len(cells)}
+        out[name] = {
+            "passed": sum(c["passed"] for c in cells),
+            "exact": sum(c["exact"] for c in cells),
+            "answered": sum(c["answered"] for c in cells),
+            "seconds_median": median([c["seconds"] for c in cells]),
+            "seconds_mean": sum(c["seconds"] for c in cells) / len(cells),
+        }
     last = rows[-1]
     if "single" in out and last in out:
         ratios = [r[last]["seconds"] / r["single"]["seconds"] for r in done if r["single"]["seconds"]]
@@ -202,16 +251,26 @@ def _against_greedy(done: list[dict], last: str) -> dict:
             extra.append(max(t["seconds"] - t["checks_seconds"] for t in tried) / own)
     if not firsts:
         return {}
-    return {"greedy": {"passed": sum(t["checks_passed"] and t["test_passed"] for t in firsts),
-                       "seconds_median": median([t["seconds"] for t in firsts])},
-            "loop_over_greedy_median": median(loop) if loop else None,
-            "try1_decode_over_first_median": median(extra) if extra else None, "try1_with_more": len(extra)}
+    return {
+        "greedy": {
+            "passed": sum(t["checks_passed"] and t["test_passed"] for t in firsts),
+            "seconds_median": median([t["seconds"] for t in firsts]),
+        },
+        "loop_over_greedy_median": median(loop) if loop else None,
+        "try1_decode_over_first_median": median(extra) if extra else None,
+        "try1_with_more": len(extra),
+    }
 
 
-_TriesWhere = Annotated[str, typer.Option(
-    "--where", help="A definition named without a line: first (or on) reads it for the line first, as `cadedit fix "
-                    "--where`; later reads it once try 1 failed, for the later tries' branches (fix's default); "
-                    "off: neither.")]
+_TriesWhere = Annotated[
+    str,
+    typer.Option(
+        "--where",
+        help="A definition named without a line: first (or on) reads it for the line first, as `cadedit fix "
+        "--where`; later reads it once try 1 failed, for the later tries' branches (fix's default); "
+        "off: neither.",
+    ),
+]
 
 
 TRIES_WHERE = {"first": (True, False), "on": (True, False), "later": (False, True), "off": (False, False)}
@@ -223,8 +282,9 @@ def tries(
     model: ModelOpt = None,
     backend: BackendOpt = None,
     max_tries: Annotated[int, typer.Option("--tries", min=1, help="Tries with the corpus's test as --test.")] = 5,
-    check_tries: Annotated[int, typer.Option(
-        "--check-tries", min=0, help="Tries with syntax/no-change checks only (0: skip that run).")] = DEFAULT_TRIES,
+    check_tries: Annotated[
+        int, typer.Option("--check-tries", min=0, help="Tries with syntax/no-change checks only (0: skip that run).")
+    ] = DEFAULT_TRIES,
     test_timeout: TestTimeoutOpt = BENCH_TEST_TIMEOUT,
     mode: Annotated[str, typer.Option(help="Decoding mode: program, rewrite, lookup or verify.")] = DEFAULT_MODE.value,
     layout: Annotated[str | None, typer.Option(help="Prompt layout (prompt.LAYOUTS); default: EditOptions'.")] = None,
@@ -232,15 +292,32 @@ def tries(
     threads: ThreadsOpt = None,
     skip: Annotated[int, typer.Option(min=0, help="Skip the first N cases of each corpus.")] = 0,
     context: CaseContextOpt = "docs",
-    scoping: Annotated[str, typer.Option("--scoping", help="on (the scope from the instruction, as `cadedit fix` "
-                                         "resolves it) or off (whole-file edits).")] = "on",
-    k: Annotated[int | None, typer.Option(
-        "--candidates", "-k", min=1, max=8, show_default=False,
-        help="Each try decodes this many candidates side by side, as `cadedit fix -k` (default: fix's, 4 with "
-             "the test, 1 with the checks alone).")] = None,
-    candidates_by: Annotated[str, typer.Option(
-        "--candidates-by", help="How a try's candidates after the first are made, as `cadedit fix --candidates-by`: "
-                                "branch or sample.")] = CANDIDATES_BY,
+    scoping: Annotated[
+        str,
+        typer.Option(
+            "--scoping",
+            help="on (the scope from the instruction, as `cadedit fix` resolves it) or off (whole-file edits).",
+        ),
+    ] = "on",
+    k: Annotated[
+        int | None,
+        typer.Option(
+            "--candidates",
+            "-k",
+            min=1,
+            max=8,
+            show_default=False,
+            help="Each try decodes this many candidates side by side, as `cadedit fix -k` (default: fix's, 4 with "
+            "the test, 1 with the checks alone).",
+        ),
+    ] = None,
+    candidates_by: Annotated[
+        str,
+        typer.Option(
+            "--candidates-by",
+            help="How a try's candidates after the first are made, as `cadedit fix --candidates-by`: branch or sample.",
+        ),
+    ] = CANDIDATES_BY,
     engine: EngineOpt = None,
     engine_timeout: EngineTimeoutOpt = None,
     where: _TriesWhere = "later" if READ_LATER else "off",
@@ -260,29 +337,56 @@ def tries(
     by = choice(candidates_by, "--candidates-by", {way: way for way in CANDIDATE_WAYS})
     options = _tries_options(None if engine else editor.name, mode, layout)
     located, read = choice(where, "--where", TRIES_WHERE)
-    settings = TriesSettings(max_tries, check_tries, test_timeout, options, scoped, k, by, engine is not None,
-                                located, read)
-    meta = {**_model_meta("tries", editor.loaded or editor), "mode": mode, "layout": settings.options.layout, "context": context,
-            "tries": max_tries, "check_tries": check_tries, "skip": skip, "scoped": scoped, "where": where,
-            "candidates": settings.with_test, "candidates_checks_only": settings.checks_only, "candidates_by": by}
+    settings = TriesSettings(
+        max_tries, check_tries, test_timeout, options, scoped, k, by, engine is not None, located, read
+    )
+    meta = {
+        **_model_meta("tries", editor.loaded or editor),
+        "mode": mode,
+        "layout": settings.options.layout,
+        "context": context,
+        "tries": max_tries,
+        "check_tries": check_tries,
+        "skip": skip,
+        "scoped": scoped,
+        "where": where,
+        "candidates": settings.with_test,
+        "candidates_checks_only": settings.checks_only,
+        "candidates_by": by,
+    }
     rows = _tries_rows(max_tries, check_tries)
 
     def to_json(done: dict[str, list]) -> dict:
-        return {**meta, "corpora": [{"name": name, "summary": summarize(cases, rows), "cases": cases}
-                                    for name, cases in done.items()]}
+        return {
+            **meta,
+            "corpora": [
+                {"name": name, "summary": summarize(cases, rows), "cases": cases} for name, cases in done.items()
+            ],
+        }
 
-    done = run_corpora(corpora, "tries", lambda name, case: run_case(editor, case, settings, scripted_picks(ctx)), to_json, json_path,
-                       lambda row: say(_tries_line(row, rows)))
+    done = run_corpora(
+        corpora,
+        "tries",
+        lambda name, case: run_case(editor, case, settings, scripted_picks(ctx)),
+        to_json,
+        json_path,
+        lambda row: say(_tries_line(row, rows)),
+    )
     for name, cases in done.items():
         _print_tries(name, summarize(cases, rows), rows, editor.name)
 
 
-def _tries_model(model: str | None, dtype: str, threads: int | None, backend: str | None, engine: str | None,
-                 engine_timeout: float | None):
+def _tries_model(
+    model: str | None,
+    dtype: str,
+    threads: int | None,
+    backend: str | None,
+    engine: str | None,
+    engine_timeout: float | None,
+):
     """The editor the tries run with (results.Editor): the engine's client where --engine is given, else
     the local model."""
     if engine is None:
-
         return LocalEditor(_load_model(model, "auto", dtype, threads, backend, warm_up=False)[0])
 
     return EngineClient(engine, engine_timeout or ENGINE_TIMEOUT, model)
@@ -292,23 +396,26 @@ def _tries_options(model: str | None, mode: str, layout: str | None):
     """The EditOptions of every try: the loaded model, --mode and (when given) --layout."""
     from dataclasses import replace
 
-
     options = EditOptions(model=model, mode=Mode(mode))
     return replace(options, layout=layout) if layout else options
 
 
 def _tries_rows(max_tries: int, check_tries: int) -> tuple[str, ...]:
     """The runs of each case: one try, the checks alone (with --check-tries), the test with 3 and --tries tries."""
-    return ("single",) + (("checks",) if check_tries else ()) + tuple(dict.fromkeys(
-        f"test{k}" for k in (min(3, max_tries), max_tries) if max_tries > 1))
+    return (
+        ("single",)
+        + (("checks",) if check_tries else ())
+        + tuple(dict.fromkeys(f"test{k}" for k in (min(3, max_tries), max_tries) if max_tries > 1))
+    )
 
 
 def _tries_line(row: dict, rows: tuple[str, ...]) -> str:
     """One case on stderr: each run's test verdict, seconds and tries, or why the case was skipped."""
     if "skipped" in row:
         return f"{row['id']}: skipped ({row['skipped']})"
-    return f"{row['id']}: " + ", ".join(f"{k} {'pass' if row[k]['passed'] else 'fail'} "
-                                        f"{row[k]['seconds']:.1f}s/{row[k]['tries']}" for k in rows)
+    return f"{row['id']}: " + ", ".join(
+        f"{k} {'pass' if row[k]['passed'] else 'fail'} {row[k]['seconds']:.1f}s/{row[k]['tries']}" for k in rows
+    )
 
 
 def _times(ratio: float | None) -> str:
@@ -320,14 +427,20 @@ def _print_tries(name: str, summary: dict, rows: tuple[str, ...], model: str) ->
     for k in rows:
         if k in summary:
             s = summary[k]
-            out.print(f"  {k:8s} tests passed {s['passed']}/{summary['n']}, exact {s['exact']}, answered {s['answered']}, "
-                      f"median {s['seconds_median']:.1f} s, mean {s['seconds_mean']:.1f} s")
+            out.print(
+                f"  {k:8s} tests passed {s['passed']}/{summary['n']}, exact {s['exact']}, answered {s['answered']}, "
+                f"median {s['seconds_median']:.1f} s, mean {s['seconds_mean']:.1f} s"
+            )
     out.print(f"  checks alone turned {summary['checks_turned_fail_into_pass']} failed single tries into passes")
     if "greedy" in summary:
         g = summary["greedy"]
-        out.print(f"  candidate 1 of try 1 alone (a greedy try): tests passed {g['passed']}/{summary['n']}, "
-                  f"median {g['seconds_median']:.1f} s; the loop over it, median case "
-                  f"{_times(summary['loop_over_greedy_median'])}")
+        out.print(
+            f"  candidate 1 of try 1 alone (a greedy try): tests passed {g['passed']}/{summary['n']}, "
+            f"median {g['seconds_median']:.1f} s; the loop over it, median case "
+            f"{_times(summary['loop_over_greedy_median'])}"
+        )
     if summary.get("try1_with_more"):
-        out.print(f"  try 1 made more candidates in {summary['try1_with_more']} cases: its decode over candidate 1's, "
-                  f"median {_times(summary['try1_decode_over_first_median'])}")
+        out.print(
+            f"  try 1 made more candidates in {summary['try1_with_more']} cases: its decode over candidate 1's, "
+            f"median {_times(summary['try1_decode_over_first_median'])}"
+        )

@@ -52,8 +52,14 @@ def scripted_picks(ctx: typer.Context) -> Callable[[int], Any] | None:
 def sub_app(name: str, help: str, cls: type[typer.core.TyperGroup] | None = None) -> typer.Typer:
     """A command group (`cadedit serve`, `cadedit bench`) as cli/root.py mounts it: no completion, no
     pretty tracebacks (cli/root.py's _Group turns errors into one line); cls: a LazyGroup with its registry."""
-    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                       **({"cls": cls} if cls is not None else {}))
+    return typer.Typer(
+        name=name,
+        help=help,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        **({"cls": cls} if cls is not None else {}),
+    )
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,6 @@ def escape_markup(text: str) -> str:
     return escape(text)
 
 
-
 def _one_of(value: str | None, choices: tuple[str, ...], name: str) -> str | None:
     """An option's value checked at the command line (a usage error, exit 2), not deep in the model code."""
     if value is not None and value not in choices:
@@ -151,28 +156,62 @@ def _one_of(value: str | None, choices: tuple[str, ...], name: str) -> str | Non
     return value
 
 
-ModelOpt = Annotated[Optional[str], typer.Option(
-    "--model", "-m", show_default=False,
-    help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
-         "pyproject.toml \\[tool.cadedit] once approved with `cadedit trust`, then in ~/.config/cadedit/config.toml, "
-         f"then {DEFAULT_MODEL}).")]
-ThreadsOpt = Annotated[Optional[int], typer.Option(
-    "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work).")]
-DtypeOpt = Annotated[str, typer.Option(
-    "--dtype", callback=lambda v: _one_of(v, DTYPES, "--dtype"), help="auto, fp32, bf16, fp16, bf16-int8 (one-token steps through int8 weights) or bf16-int4 (through a GGUF's "
-    "own 4-bit weights, int8 where it has none). auto: bf16 on CUDA; "
-    "on CPU what a probe measured faster on this machine (once, cached).")]
-BackendOpt = Annotated[Optional[str], typer.Option(
-    "--backend", show_default=False, callback=lambda v: _one_of(v, BACKENDS, "--backend"),
-    help="auto, torch or llama (a GGUF through llama.cpp at its own size). Default: CADEDIT_BACKEND, then `backend` "
-         "in .cadedit.toml, then auto: a GGUF runs on whichever backend measured faster on this CPU (once, cached).")]
-MaxNewOpt = Annotated[Optional[int], typer.Option(
-    "--max-new-tokens", min=1, show_default=False, help="Budget of new tokens (default: twice the file's + 256; a scoped edit: 1.5x its regions' + 128).")]
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--model",
+        "-m",
+        show_default=False,
+        help="Hub id, model folder or .gguf file (default: CADEDIT_MODEL, then `model` in .cadedit.toml or "
+        "pyproject.toml \\[tool.cadedit] once approved with `cadedit trust`, then in ~/.config/cadedit/config.toml, "
+        f"then {DEFAULT_MODEL}).",
+    ),
+]
+ThreadsOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--threads", min=1, show_default=False, help="CPU threads (default: physical cores not busy with other work)."
+    ),
+]
+DtypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--dtype",
+        callback=lambda v: _one_of(v, DTYPES, "--dtype"),
+        help="auto, fp32, bf16, fp16, bf16-int8 (one-token steps through int8 weights) or bf16-int4 (through a GGUF's "
+        "own 4-bit weights, int8 where it has none). auto: bf16 on CUDA; "
+        "on CPU what a probe measured faster on this machine (once, cached).",
+    ),
+]
+BackendOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--backend",
+        show_default=False,
+        callback=lambda v: _one_of(v, BACKENDS, "--backend"),
+        help="auto, torch or llama (a GGUF through llama.cpp at its own size). Default: CADEDIT_BACKEND, then `backend` "
+        "in .cadedit.toml, then auto: a GGUF runs on whichever backend measured faster on this CPU (once, cached).",
+    ),
+]
+MaxNewOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-new-tokens",
+        min=1,
+        show_default=False,
+        help="Budget of new tokens (default: twice the file's + 256; a scoped edit: 1.5x its regions' + 128).",
+    ),
+]
 
-ScopeContextOpt = Annotated[str, typer.Option(
-    "--context", metavar="N|all",
-    help="Scoped edits: lines shown to the model on each side of the lines it retypes (with the file's first "
-         "lines), or all for the whole file.")]
+ScopeContextOpt = Annotated[
+    str,
+    typer.Option(
+        "--context",
+        metavar="N|all",
+        help="Scoped edits: lines shown to the model on each side of the lines it retypes (with the file's first "
+        "lines), or all for the whole file.",
+    ),
+]
 
 
 def context_lines(value: str) -> int | None:
@@ -184,15 +223,27 @@ def context_lines(value: str) -> int | None:
     return int(value)
 
 
-EngineOpt = Annotated[Optional[str], typer.Option(
-    "--engine", metavar="URL", show_default=False,
-    help="A shared OpenAI-compatible inference engine (vLLM, SGLang, llama-server, Ollama) that does the model "
-         "work, e.g. http://gpu-box:8000/v1; cadedit keeps the prompt, checks and diffs. Default: CADEDIT_ENGINE, "
-         "then `engine` in your own ~/.config/cadedit/config.toml (never a repository's); none: the local model. The API key comes from CADEDIT_ENGINE_KEY or "
-         "OPENAI_API_KEY. With --engine, --model names the engine's model (default: the first it serves).")]
-EngineTimeoutOpt = Annotated[Optional[float], typer.Option(
-    "--engine-timeout", min=0.1, show_default=False,
-    help=f"Seconds one engine request may take (default: `engine_timeout` in the settings, else {ENGINE_TIMEOUT:g}).")]
+EngineOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--engine",
+        metavar="URL",
+        show_default=False,
+        help="A shared OpenAI-compatible inference engine (vLLM, SGLang, llama-server, Ollama) that does the model "
+        "work, e.g. http://gpu-box:8000/v1; cadedit keeps the prompt, checks and diffs. Default: CADEDIT_ENGINE, "
+        "then `engine` in your own ~/.config/cadedit/config.toml (never a repository's); none: the local model. The API key comes from CADEDIT_ENGINE_KEY or "
+        "OPENAI_API_KEY. With --engine, --model names the engine's model (default: the first it serves).",
+    ),
+]
+EngineTimeoutOpt = Annotated[
+    Optional[float],
+    typer.Option(
+        "--engine-timeout",
+        min=0.1,
+        show_default=False,
+        help=f"Seconds one engine request may take (default: `engine_timeout` in the settings, else {ENGINE_TIMEOUT:g}).",
+    ),
+]
 
 
 def engine_for(engine: str | None, timeout: float | None, model: str | None, cwd=None):
@@ -220,5 +271,3 @@ def server_for(options, tell=None):
     if options.dtype != "auto" and wanted not in str(client.dtype):
         return None  # asked for another dtype than the server holds: load locally
     return client
-
-

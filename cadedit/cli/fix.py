@@ -37,13 +37,24 @@ from cadedit.text.program import format as format_program
 from cadedit.tries.checks import Candidate, candidate_in_place, run_command
 from cadedit.tries.loop import Attempts, CheckPlan, Reporters, edit_verified
 
-_FixArgs = Annotated[list[str], typer.Argument(
-    metavar="FILE INSTRUCTION | FILE... -i INSTRUCTION", show_default=False,
-    help="The file to edit (- reads stdin and prints the edited file) and what to change, in words; "
-         "with --instruction every argument is a file.")]
-_InstructionOpt = Annotated[Optional[str], typer.Option(
-    "--instruction", "-i", show_default=False,
-    help="What to change, for several files in one call: the model loads once and the diffs form one patch.")]
+_FixArgs = Annotated[
+    list[str],
+    typer.Argument(
+        metavar="FILE INSTRUCTION | FILE... -i INSTRUCTION",
+        show_default=False,
+        help="The file to edit (- reads stdin and prints the edited file) and what to change, in words; "
+        "with --instruction every argument is a file.",
+    ),
+]
+_InstructionOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--instruction",
+        "-i",
+        show_default=False,
+        help="What to change, for several files in one call: the model loads once and the diffs form one patch.",
+    ),
+]
 _Check = Annotated[bool, typer.Option("--check", help="Exit 1 if the model would change the file (writes nothing).")]
 _ShowProgram = Annotated[bool, typer.Option("--show-program", help="Print the edit program instead of the diff.")]
 _Json = Annotated[bool, typer.Option("--json", help="Print program, diff and statistics as JSON.")]
@@ -53,70 +64,162 @@ _Seed = Annotated[Optional[int], typer.Option("--seed", help="Seed for sampling.
 _Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or summary on stderr.")]
 
 
-_Mode = Annotated[Mode, typer.Option(
-    "--mode", help="program: the model writes an edit program of line copies and new text (Copy-as-Decode); "
-    "rewrite: it retypes the whole file, one token per forward; lookup: the same with prompt lookup decoding; "
-    "verify (default): rewrite's exact output, the file's own lines drafted and checked many tokens per forward. "
-    "verify is the default because it measured fastest and loses nothing with off-the-shelf models "
-    "(docs/measurements/modes.md).")]
+_Mode = Annotated[
+    Mode,
+    typer.Option(
+        "--mode",
+        help="program: the model writes an edit program of line copies and new text (Copy-as-Decode); "
+        "rewrite: it retypes the whole file, one token per forward; lookup: the same with prompt lookup decoding; "
+        "verify (default): rewrite's exact output, the file's own lines drafted and checked many tokens per forward. "
+        "verify is the default because it measured fastest and loses nothing with off-the-shelf models "
+        "(docs/measurements/modes.md).",
+    ),
+]
 
 
-_Tries = Annotated[int, typer.Option(
-    "--tries", min=1, help="Candidates to try until one passes its checks (syntax, a change, --test); try 1 is "
-    "greedy, try 2 greedy with the failure in the prompt, later ones sampled.")]
-_Candidates = Annotated[Optional[int], typer.Option(
-    "--candidates", "-k", min=1, max=8, metavar="K", show_default=False,
-    help="Each try decodes K candidates side by side in one batched decode (the prompt read once): candidate 1 "
-         "as the try would be alone, the others sampled. They are checked in the order of the model's own "
-         "log-probability of each, and the first that passes wins (without --test: the most likely that parses "
-         "and changes the file); the next try gets the feedback. Default: with --test on a local model 4 in "
-         "try 1 and 8 in later tries (measured: docs/measurements/candidates.md), else 1. See --candidates-by.")]
-_CandidatesBy = Annotated[str, typer.Option(
-    "--candidates-by", metavar="WAY",
-    help="How a try's candidates after the first are made: branch (default; a fenced mode; an engine that "
-         "gives log-probabilities): "
-         "only when candidate 1 fails its checks, each from candidate 1 where the model hesitated most, "
-         "taking its next choice there; sample: all K side by side from the start, sampled.")]
-_Test = Annotated[Optional[str], typer.Option(
-    "--test", metavar="CMD", show_default=False,
-    help="A shell command run with each candidate in place (tests, a linter, a type checker); exit 0 passes. "
-         "Your file is put back afterwards, whatever happens.")]
+_Tries = Annotated[
+    int,
+    typer.Option(
+        "--tries",
+        min=1,
+        help="Candidates to try until one passes its checks (syntax, a change, --test); try 1 is "
+        "greedy, try 2 greedy with the failure in the prompt, later ones sampled.",
+    ),
+]
+_Candidates = Annotated[
+    Optional[int],
+    typer.Option(
+        "--candidates",
+        "-k",
+        min=1,
+        max=8,
+        metavar="K",
+        show_default=False,
+        help="Each try decodes K candidates side by side in one batched decode (the prompt read once): candidate 1 "
+        "as the try would be alone, the others sampled. They are checked in the order of the model's own "
+        "log-probability of each, and the first that passes wins (without --test: the most likely that parses "
+        "and changes the file); the next try gets the feedback. Default: with --test on a local model 4 in "
+        "try 1 and 8 in later tries (measured: docs/measurements/candidates.md), else 1. See --candidates-by.",
+    ),
+]
+_CandidatesBy = Annotated[
+    str,
+    typer.Option(
+        "--candidates-by",
+        metavar="WAY",
+        help="How a try's candidates after the first are made: branch (default; a fenced mode; an engine that "
+        "gives log-probabilities): "
+        "only when candidate 1 fails its checks, each from candidate 1 where the model hesitated most, "
+        "taking its next choice there; sample: all K side by side from the start, sampled.",
+    ),
+]
+_Test = Annotated[
+    Optional[str],
+    typer.Option(
+        "--test",
+        metavar="CMD",
+        show_default=False,
+        help="A shell command run with each candidate in place (tests, a linter, a type checker); exit 0 passes. "
+        "Your file is put back afterwards, whatever happens.",
+    ),
+]
 _TestTimeout = Annotated[float, typer.Option("--test-timeout", min=0.1, help="Seconds --test may run per try.")]
-_AllowNoChange = Annotated[bool, typer.Option(
-    "--allow-no-change", help="Accept a candidate that changes nothing (by default it is a failed try).")]
-_Lines = Annotated[Optional[list[str]], typer.Option(
-    "--lines", metavar="A-B", show_default=False,
-    help="Only these lines may change (repeatable); the model retypes only them, the rest is copied as it is.")]
-_Scope = Annotated[Optional[list[str]], typer.Option(
-    "--scope", metavar="NAME", show_default=False,
-    help="Only this function, method or class may change (repeatable; Class.method works).")]
-_NoScope = Annotated[bool, typer.Option(
-    "--no-scope", help="Let the model retype the whole file even when the instruction names lines or definitions.")]
-_Where = Annotated[bool, typer.Option(
-    "--where", help="A bug report that names a definition but no line: find the line first (--where-by) and "
-    "retype from there up, wider after a failed try (off by default: measured: docs/measurements/where-step.md). Without it, "
-    "where --test decides and try 1 failed, the definition is read so and the later tries also branch there.")]
-_WhereBy = Annotated[str, typer.Option(
-    "--where-by", help="How --where finds the line: surprise (where the model, reading the code, least expected "
-    "what is written), number or quote (the model names the line, or quotes it).")]
-_StdinFilename = Annotated[Optional[str], typer.Option(
-    "--stdin-filename", metavar="NAME", show_default=False,
-    help="With FILE -: the name piped text is edited under, so that its language, checks and scope are "
-         "known (as black and ruff take it). Without it the language is read from the content (Python, JSON), "
-         "and a whole-file edit of text whose language is unknown is refused.")]
-_Verbose = Annotated[bool, typer.Option("--verbose", "-v", help="Per-phase timings and every check's output on stderr.")]
+_AllowNoChange = Annotated[
+    bool,
+    typer.Option("--allow-no-change", help="Accept a candidate that changes nothing (by default it is a failed try)."),
+]
+_Lines = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--lines",
+        metavar="A-B",
+        show_default=False,
+        help="Only these lines may change (repeatable); the model retypes only them, the rest is copied as it is.",
+    ),
+]
+_Scope = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--scope",
+        metavar="NAME",
+        show_default=False,
+        help="Only this function, method or class may change (repeatable; Class.method works).",
+    ),
+]
+_NoScope = Annotated[
+    bool,
+    typer.Option(
+        "--no-scope", help="Let the model retype the whole file even when the instruction names lines or definitions."
+    ),
+]
+_Where = Annotated[
+    bool,
+    typer.Option(
+        "--where",
+        help="A bug report that names a definition but no line: find the line first (--where-by) and "
+        "retype from there up, wider after a failed try (off by default: measured: docs/measurements/where-step.md). Without it, "
+        "where --test decides and try 1 failed, the definition is read so and the later tries also branch there.",
+    ),
+]
+_WhereBy = Annotated[
+    str,
+    typer.Option(
+        "--where-by",
+        help="How --where finds the line: surprise (where the model, reading the code, least expected "
+        "what is written), number or quote (the model names the line, or quotes it).",
+    ),
+]
+_StdinFilename = Annotated[
+    Optional[str],
+    typer.Option(
+        "--stdin-filename",
+        metavar="NAME",
+        show_default=False,
+        help="With FILE -: the name piped text is edited under, so that its language, checks and scope are "
+        "known (as black and ruff take it). Without it the language is read from the content (Python, JSON), "
+        "and a whole-file edit of text whose language is unknown is refused.",
+    ),
+]
+_Verbose = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Per-phase timings and every check's output on stderr.")
+]
 
 
-def fix(ctx: typer.Context, args: _FixArgs, instruction_opt: _InstructionOpt = None, write: WriteOpt = False, check: _Check = False,
-        show_program: _ShowProgram = False, as_json: _Json = False, model: ModelOpt = None, threads: ThreadsOpt = None,
-        dtype: DtypeOpt = "auto", temperature: _Temperature = 0.0, top_p: _TopP = 1.0, seed: _Seed = None,
-        max_new_tokens: MaxNewOpt = None, quiet: _Quiet = False, mode: _Mode = DEFAULT_MODE, tries: _Tries = DEFAULT_TRIES,
-        test: _Test = None, test_timeout: _TestTimeout = TEST_TIMEOUT, allow_no_change: _AllowNoChange = False,
-        lines: _Lines = None, scope: _Scope = None, no_scope: _NoScope = False, verbose: _Verbose = False,
-        context: ScopeContextOpt = str(CONTEXT_LINES), backend: BackendOpt = None, engine: EngineOpt = None,
-        engine_timeout: EngineTimeoutOpt = None, candidates: _Candidates = None,
-        candidates_by: _CandidatesBy = CANDIDATES_BY, where: _Where = False,
-        where_by: _WhereBy = DEFAULT_WHERE_BY, stdin_filename: _StdinFilename = None) -> None:
+def fix(
+    ctx: typer.Context,
+    args: _FixArgs,
+    instruction_opt: _InstructionOpt = None,
+    write: WriteOpt = False,
+    check: _Check = False,
+    show_program: _ShowProgram = False,
+    as_json: _Json = False,
+    model: ModelOpt = None,
+    threads: ThreadsOpt = None,
+    dtype: DtypeOpt = "auto",
+    temperature: _Temperature = 0.0,
+    top_p: _TopP = 1.0,
+    seed: _Seed = None,
+    max_new_tokens: MaxNewOpt = None,
+    quiet: _Quiet = False,
+    mode: _Mode = DEFAULT_MODE,
+    tries: _Tries = DEFAULT_TRIES,
+    test: _Test = None,
+    test_timeout: _TestTimeout = TEST_TIMEOUT,
+    allow_no_change: _AllowNoChange = False,
+    lines: _Lines = None,
+    scope: _Scope = None,
+    no_scope: _NoScope = False,
+    verbose: _Verbose = False,
+    context: ScopeContextOpt = str(CONTEXT_LINES),
+    backend: BackendOpt = None,
+    engine: EngineOpt = None,
+    engine_timeout: EngineTimeoutOpt = None,
+    candidates: _Candidates = None,
+    candidates_by: _CandidatesBy = CANDIDATES_BY,
+    where: _Where = False,
+    where_by: _WhereBy = DEFAULT_WHERE_BY,
+    stdin_filename: _StdinFilename = None,
+) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
     Every candidate is checked before it is shown or written: the edited file must parse, must differ
@@ -141,15 +244,33 @@ def fix(ctx: typer.Context, args: _FixArgs, instruction_opt: _InstructionOpt = N
     _refuse_clashes(check, write, no_scope, lines, scope, mode)
     files, instruction = _fix_arguments(args, instruction_opt, write)
     recover_files(files)
-    options = EditOptions(model=model, threads=threads, dtype=dtype, sampling=Sampling(temperature, top_p, seed),
-                          max_new_tokens=max_new_tokens, mode=mode, context=context_lines(context),
-                          backend=backend, where_by=where_by)
+    options = EditOptions(
+        model=model,
+        threads=threads,
+        dtype=dtype,
+        sampling=Sampling(temperature, top_p, seed),
+        max_new_tokens=max_new_tokens,
+        mode=mode,
+        context=context_lines(context),
+        backend=backend,
+        where_by=where_by,
+    )
     plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
     for value, ways, hint in ((candidates_by, CANDIDATE_WAYS, "--candidates-by"), (where_by, WHERE_BY, "--where-by")):
         if value not in ways:
             raise typer.BadParameter(f"{value!r} is not one of {', '.join(ways)}", param_hint=hint)
-    run = _Run(tries, _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope, where), candidates,
-               engine, engine_timeout, quiet, verbose, candidates_by, stdin_filename, scripted_picks(ctx))
+    run = _Run(
+        tries,
+        _Scoping(tuple(lines or ()), tuple(scope or ()), not no_scope, where),
+        candidates,
+        engine,
+        engine_timeout,
+        quiet,
+        verbose,
+        candidates_by,
+        stdin_filename,
+        scripted_picks(ctx),
+    )
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1:
         if as_json or show_program:
@@ -165,14 +286,16 @@ def _refuse_clashes(check: bool, write: bool, no_scope: bool, lines, scope, mode
     if no_scope and (lines or scope):
         raise typer.BadParameter("--no-scope turns scoping off; drop --lines/--scope", param_hint="--no-scope")
     if mode == Mode.PROGRAM and (lines or scope):
-        raise typer.BadParameter("scoped edits retype a region; use --mode verify, rewrite or lookup",
-                                 param_hint="--lines/--scope")
+        raise typer.BadParameter(
+            "scoped edits retype a region; use --mode verify, rewrite or lookup", param_hint="--lines/--scope"
+        )
 
 
 @dataclass(frozen=True)
 class _Shown:
     """What `cadedit fix` does with the answer: print the diff (default), write it, only check, print
     the program, or print JSON."""
+
     write: bool = False
     check: bool = False
     program: bool = False
@@ -190,8 +313,11 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
     editor = _load(options, run)
     outcome = _edit_checked(document, instruction, options, plan, run, editor)
     best = outcome.shown
-    diff_text = unified_diff(document.text, best.result.new_text, "-" if stdin else display_path(Path(file))) if (
-        best is not None) else ""
+    diff_text = (
+        unified_diff(document.text, best.result.new_text, "-" if stdin else display_path(Path(file)))
+        if (best is not None)
+        else ""
+    )
     if shown.json:
         write_stdout(json.dumps(outcome.to_json(diff_text), indent=2, ensure_ascii=False) + "\n")
     if outcome.verified.answer is None:
@@ -210,12 +336,15 @@ def _stdin_document(run: _Run):
     if suffix:
         document = replace(document, path=document.path + suffix)
         if not run.quiet:
-            say(f"{document.path}: piped text read as {language_of(document.path).title} by its content "
-                "(--stdin-filename NAME names it)")
+            say(
+                f"{document.path}: piped text read as {language_of(document.path).title} by its content "
+                "(--stdin-filename NAME names it)"
+            )
     elif not run.scoping.lines:
-        raise DocumentError("<stdin>: the language of piped text is unknown, so a whole-file edit of it cannot be "
-                            "checked", hint="name it with --stdin-filename NAME (e.g. --stdin-filename app.js), or "
-                            "limit the edit with --lines")
+        raise DocumentError(
+            "<stdin>: the language of piped text is unknown, so a whole-file edit of it cannot be checked",
+            hint="name it with --stdin-filename NAME (e.g. --stdin-filename app.js), or limit the edit with --lines",
+        )
     return document
 
 
@@ -224,9 +353,12 @@ def _show_answer(document, file: str, answer, diff_text: str, plan, run: _Run, s
     result = answer.result
     if not run.quiet:
         added, removed = count_changes(diff_text)
-        say(f"{document.path}: " + (f"+{added} -{removed} lines" if diff_text else "no change")
+        say(
+            f"{document.path}: "
+            + (f"+{added} -{removed} lines" if diff_text else "no change")
             + f" ({answer.summary()}, try {answer.number} of {run.tries})"
-            + ("" if plan.test else "; behaviour not tested (no --test)"))
+            + ("" if plan.test else "; behaviour not tested (no --test)")
+        )
     if shown.json:
         pass
     elif shown.program:
@@ -254,6 +386,7 @@ class _Scoping:
 @dataclass(frozen=True)
 class _Run:
     """How `cadedit fix` makes its tries, the same for every file of one command."""
+
     tries: int
     scoping: _Scoping
     candidates: int | None = None  # None: tries.candidates_for's default (by whether a test decides)
@@ -263,7 +396,9 @@ class _Run:
     verbose: bool = False
     candidates_by: str = CANDIDATES_BY  # --candidates-by (settings.CANDIDATE_WAYS)
     stdin_name: str | None = None  # --stdin-filename: the name piped text is edited under
-    picks: object = None  # tries.edit_verified's picks: answers a test scripted (cli.common.Scripted); None: the model's
+    picks: object = (
+        None  # tries.edit_verified's picks: answers a test scripted (cli.common.Scripted); None: the model's
+    )
 
 
 @dataclass(frozen=True)
@@ -291,12 +426,17 @@ class _Outcome:
     def to_json(self, diff_text: str) -> dict:
 
         shown = self.shown
-        data = result_json(shown.result, diff_text) if shown is not None else {
-            "file": self.document.path, "model": self.model, "changed": False, "diff": ""}
+        data = (
+            result_json(shown.result, diff_text)
+            if shown is not None
+            else {"file": self.document.path, "model": self.model, "changed": False, "diff": ""}
+        )
         data["passed"] = self.verified.answer is not None
         data["answer_try"] = self.verified.answer.number if self.verified.answer is not None else None
         data["answer_candidate"] = self.verified.answer.candidate if self.verified.answer is not None else None
-        data["best_try"] = shown.number if shown is not None else None  # the diff shown: the answer, or the best failing
+        data["best_try"] = (
+            shown.number if shown is not None else None
+        )  # the diff shown: the answer, or the best failing
         data["scope"] = self.scope.as_json() if self.scope is not None else []
         data["load_seconds"] = self.load_seconds
         data["load_phases"] = dict(self.phases)
@@ -325,12 +465,18 @@ def _load(options, run: _Run, once_for: int = 1):
 
     hardware.progress = None if quiet else say  # the first run's probes and conversion say what they do
     if quiet:
-        return LocalEditor(backend_model.load_model(options.model, options.device, options.dtype, options.threads, options.backend))
+        return LocalEditor(
+            backend_model.load_model(options.model, options.device, options.dtype, options.threads, options.backend)
+        )
     with err.status("loading the model ..."):
-        loaded = backend_model.load_model(options.model, options.device, options.dtype, options.threads, options.backend)
-    say(f"{loaded.name} loaded in {loaded.load_seconds:.1f} s ({loaded.backend}, "
+        loaded = backend_model.load_model(
+            options.model, options.device, options.dtype, options.threads, options.backend
+        )
+    say(
+        f"{loaded.name} loaded in {loaded.load_seconds:.1f} s ({loaded.backend}, "
         f"{str(loaded.dtype).removeprefix('torch.')}, {loaded.threads} threads)"
-        + (f" (once for {files_text(once_for)})" if once_for > 1 else ""))
+        + (f" (once for {files_text(once_for)})" if once_for > 1 else "")
+    )
     if verbose:
         say(f"  backend: {loaded.backend}, {loaded.backend_reason}")
         say(f"  dtype: {loaded.dtype_reason}")
@@ -353,16 +499,33 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, editor) 
     with progress:
         if options.locate:
             progress.update_text(f"{document.path}: asking the model which line to change ...")
-        verified = edit_verified(document, instruction, options, plan,
-                                 Attempts(run.tries, run.candidates, run.candidates_by), editor=editor,
-                                 picks=run.picks, report=Reporters(on_try, progress.update, on_test, on_where))
+        verified = edit_verified(
+            document,
+            instruction,
+            options,
+            plan,
+            Attempts(run.tries, run.candidates, run.candidates_by),
+            editor=editor,
+            picks=run.picks,
+            report=Reporters(on_try, progress.update, on_test, on_where),
+        )
     loaded = editor.loaded or editor  # the local model's own figures (phases, dtype, first forward), else the client's
     first = getattr(loaded, "first_forward", lambda: None)()
     if run.verbose and first is not None:
         say(f"  first forward {first:.2f} s after the process started")
-    return _Outcome(document, verified, scope, loaded.name, loaded.load_seconds, getattr(loaded, "phases", ()),
-                    str(getattr(loaded, "dtype", "")).removeprefix("torch."), first, getattr(loaded, "backend", ""),
-                    instruction, bool(plan.test))
+    return _Outcome(
+        document,
+        verified,
+        scope,
+        loaded.name,
+        loaded.load_seconds,
+        getattr(loaded, "phases", ()),
+        str(getattr(loaded, "dtype", "")).removeprefix("torch."),
+        first,
+        getattr(loaded, "backend", ""),
+        instruction,
+        bool(plan.test),
+    )
 
 
 def _reporters(document, options, run: _Run, progress):
@@ -383,9 +546,11 @@ def _reporters(document, options, run: _Run, progress):
         which = f", candidate {attempt.candidate} of {attempt.of}" if attempt.candidate else ""
         say(f"{document.path}: try {attempt.number} of {tries}{which}{widened}: {attempt.summary()}{numbers}")
         if verbose and stats:
-            say(f"  decode: prompt {stats.tokens_prompt} tokens fed ({stats.tokens_reused} reused) in "
+            say(
+                f"  decode: prompt {stats.tokens_prompt} tokens fed ({stats.tokens_reused} reused) in "
                 f"{stats.seconds_prefill:.2f} s, steps {stats.seconds_steps:.2f} s, pick {stats.seconds_pick:.2f} s, "
-                f"{stats.forward_passes} forwards in {stats.seconds_total:.2f} s")
+                f"{stats.forward_passes} forwards in {stats.seconds_total:.2f} s"
+            )
         if verbose:
             for c in attempt.checks:
                 if c.output_tail:
@@ -398,8 +563,10 @@ def _reporters(document, options, run: _Run, progress):
         if not quiet:
             say(f"{document.path}: {where.describe()}")
             if verbose and not where.later:
-                say(f"  where: prompt {where.tokens_prompt} tokens fed, answer {where.answer!r}; the tries' scopes: "
-                    + "; ".join(", ".join(f"{a}-{b}" for a, b in level) for level in where.levels))
+                say(
+                    f"  where: prompt {where.tokens_prompt} tokens fed, answer {where.answer!r}; the tries' scopes: "
+                    + "; ".join(", ".join(f"{a}-{b}" for a, b in level) for level in where.levels)
+                )
 
     return on_try, on_where
 
@@ -409,8 +576,10 @@ def _reread(document):
     (a new inode and mtime); anything else means the file changed under cadedit."""
     current = Document.read(document.path)
     if current.lines != document.lines:
-        raise ApplyError(f"{document.path}: changed on disk while the tests ran; nothing was written",
-                         hint="run cadedit again on the current file")
+        raise ApplyError(
+            f"{document.path}: changed on disk while the tests ran; nothing was written",
+            hint="run cadedit again on the current file",
+        )
     return current
 
 
@@ -419,15 +588,20 @@ def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
     shown, best = outcome.shown, outcome.verified.best
     n = outcome.verified.made
     if shown is not None and diff_text and not quiet:
-        which = "the candidate that changed least and broke nothing but the test" if outcome.tested else \
-            "the best candidate"
+        which = (
+            "the candidate that changed least and broke nothing but the test"
+            if outcome.tested
+            else "the best candidate"
+        )
         say(f"{which} (try {shown.number} of {n}) FAILED its checks; its diff, not applied:")
         err.print(diff_text, highlight=False, markup=False, soft_wrap=True, end="")
     elif outcome.tested and best is not None and not quiet:
         say("every candidate broke something besides the test; none is shown")
     why = best.summary() if best is not None else outcome.verified.tries[-1].summary()
-    raise CheckFailedError(f"{outcome.document.path}: no try of {n} passed its checks ({why}); nothing was written",
-                           hint=outcome.verified.hint_for(outcome.instruction))
+    raise CheckFailedError(
+        f"{outcome.document.path}: no try of {n} passed its checks ({why}); nothing was written",
+        hint=outcome.verified.hint_for(outcome.instruction),
+    )
 
 
 def _fix_arguments(args: list[str], instruction: str | None, write: bool) -> tuple[list[str], str]:
@@ -446,12 +620,14 @@ def _fix_arguments(args: list[str], instruction: str | None, write: bool) -> tup
 def _split_fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:
     if instruction is None:
         if len(args) != 2:
-            raise typer.BadParameter('give FILE "INSTRUCTION", or several files with -i "INSTRUCTION"',
-                                     param_hint="FILE INSTRUCTION")
+            raise typer.BadParameter(
+                'give FILE "INSTRUCTION", or several files with -i "INSTRUCTION"', param_hint="FILE INSTRUCTION"
+            )
         # `cadedit fix a.py b.py` without -i: surely two files. os.path: no OSError on a 300-byte instruction
         if os.path.isfile(args[1]):
-            raise typer.BadParameter(f'{args[1]} is a file; for several files give the instruction with -i "..."',
-                                     param_hint="INSTRUCTION")
+            raise typer.BadParameter(
+                f'{args[1]} is a file; for several files give the instruction with -i "..."', param_hint="INSTRUCTION"
+            )
         _text_names(args[:1])
         return args[:1], args[1]
     if not args:
@@ -469,16 +645,20 @@ def _text_instruction(instruction: str) -> None:
     if bad is not None:
         ch = ord(instruction[bad])
         what = f"the byte 0x{ch - 0xDC00:02x}" if 0xDC80 <= ch <= 0xDCFF else f"U+{ch:04X}"
-        raise DocumentError(f"INSTRUCTION: not UTF-8 text ({what} at character {bad + 1})",
-                            hint="give the instruction as UTF-8 text (check the terminal's encoding)")
+        raise DocumentError(
+            f"INSTRUCTION: not UTF-8 text ({what} at character {bad + 1})",
+            hint="give the instruction as UTF-8 text (check the terminal's encoding)",
+        )
 
 
 def _text_names(files: list[str]) -> None:
     """The prompt names the file: a name that is not UTF-8 cannot be put in front of the model."""
     for name in files:
         if printable(name) != name:
-            raise DocumentError(f"{printable(name)}: the file name is not UTF-8; the model's prompt must name the file",
-                                hint="rename it (e.g. with convmv), or use `cadedit fix - ...` with the file on stdin")
+            raise DocumentError(
+                f"{printable(name)}: the file name is not UTF-8; the model's prompt must name the file",
+                hint="rename it (e.g. with convmv), or use `cadedit fix - ...` with the file on stdin",
+            )
 
 
 def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, shown: _Shown) -> None:
@@ -492,8 +672,9 @@ def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, show
     editor = _load(options, replace(run, verbose=False), once_for=len(documents))
     edited, failed = [], []
     for document in documents:
-        outcome = _edit_checked(document, instruction, options, replace(plan, test=None), replace(run, verbose=False),
-                                editor)
+        outcome = _edit_checked(
+            document, instruction, options, replace(plan, test=None), replace(run, verbose=False), editor
+        )
         answer = outcome.verified.answer
         if answer is None:
             failed.append(document.path)
@@ -504,16 +685,24 @@ def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, show
             say(f"{document.path}: " + (f"+{added} -{removed} lines" if diff_text else "no change"))
         edited.append((document, answer.result.new_text, diff_text))
     if failed:
-        raise CheckFailedError(f"no try passed its checks for {', '.join(failed)}; nothing was written",
-                               hint="raise --tries, or edit those files one at a time")
+        raise CheckFailedError(
+            f"no try passed its checks for {', '.join(failed)}; nothing was written",
+            hint="raise --tries, or edit those files one at a time",
+        )
     if plan.test:
         _test_together(edited, plan, quiet)
     patch = "".join(diff_text for _, _, diff_text in edited)
     if patch and not write:
         show(patch)
     if write:
-        _write_all([(_reread(document) if plan.test else document, new_text)
-                    for document, new_text, diff_text in edited if diff_text], quiet)
+        _write_all(
+            [
+                (_reread(document) if plan.test else document, new_text)
+                for document, new_text, diff_text in edited
+                if diff_text
+            ],
+            quiet,
+        )
     if check and patch:
         raise typer.Exit(1)
 
@@ -526,13 +715,19 @@ def _test_together(edited: list, plan, quiet: bool) -> None:
             if diff_text:
                 candidate = Candidate.read(document.path, new_text.encode("utf-8"), expected=document.to_bytes())
                 placements.append(stack.enter_context(candidate_in_place(candidate)))
-        check = run_command(plan.test, plan.test_timeout, plan.cwd,
-                            on_start=lambda pgid: [placement.watch(pgid) for placement in placements])
+        check = run_command(
+            plan.test,
+            plan.test_timeout,
+            plan.cwd,
+            on_start=lambda pgid: [placement.watch(pgid) for placement in placements],
+        )
     if not quiet:
         say(f"--test with every file's answer in place: {'passed' if check.passed else 'failed: ' + check.detail}")
     if not check.passed:
-        raise CheckFailedError(f"the edits of {len(edited)} files fail --test together ({check.detail}); "
-                               "nothing was written", hint="run with --verbose for the test output, or edit one file at a time")
+        raise CheckFailedError(
+            f"the edits of {len(edited)} files fail --test together ({check.detail}); nothing was written",
+            hint="run with --verbose for the test output, or edit one file at a time",
+        )
 
 
 def _write_all(changes: list, quiet: bool) -> None:
@@ -605,5 +800,7 @@ class _Progress:
 
     @staticmethod
     def summary(stats) -> str:
-        return (f"{stats.tokens_copied} tokens copied, {stats.tokens_sampled - stats.drafts_kept} generated, "
-                f"{stats.forward_passes} forward passes, {stats.seconds_total or stats.seconds_forwards:.1f} s")
+        return (
+            f"{stats.tokens_copied} tokens copied, {stats.tokens_sampled - stats.drafts_kept} generated, "
+            f"{stats.forward_passes} forward passes, {stats.seconds_total or stats.seconds_forwards:.1f} s"
+        )

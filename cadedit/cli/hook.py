@@ -33,24 +33,42 @@ app = typer.Typer(
     help="The git pre-commit hook: the \\[\\[rules]] of .cadedit.toml (or pyproject.toml \\[tool.cadedit]) "
     "on staged files.",
 )
-_HookFiles = Annotated[Optional[list[Path]], typer.Argument(
-    metavar="FILES", show_default=False, readable=False,  # the index is read, not these files
-    help="Files to check (their staged content; pre-commit passes these). Default: every staged change.")]
-_HookFix = Annotated[bool, typer.Option(
-    "--fix", help="Write the edits to the working tree (exit 1 so you review and re-stage); default: check only.")]
+_HookFiles = Annotated[
+    Optional[list[Path]],
+    typer.Argument(
+        metavar="FILES",
+        show_default=False,
+        readable=False,  # the index is read, not these files
+        help="Files to check (their staged content; pre-commit passes these). Default: every staged change.",
+    ),
+]
+_HookFix = Annotated[
+    bool,
+    typer.Option(
+        "--fix", help="Write the edits to the working tree (exit 1 so you review and re-stage); default: check only."
+    ),
+]
 
 
 @app.command("install")
-def hook_install(force: Annotated[bool, typer.Option(
-        "--force", help="Replace a pre-commit hook cadedit did not write (kept as pre-commit.cadedit-backup).",
-)] = False) -> None:
+def hook_install(
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace a pre-commit hook cadedit did not write (kept as pre-commit.cadedit-backup).",
+        ),
+    ] = False,
+) -> None:
     """Write .git/hooks/pre-commit so that every `git commit` runs `cadedit hook run` first."""
 
     hook, backup = R.install_hook(R.open_repo(), force)
     if backup is not None:
         say(f"moved the previous hook to {backup}")
-    say(f"installed {hook}; rules come from .cadedit.toml once you approve it with `cadedit trust` "
-        "(see `cadedit hook run --help`)")
+    say(
+        f"installed {hook}; rules come from .cadedit.toml once you approve it with `cadedit trust` "
+        "(see `cadedit hook run --help`)"
+    )
 
 
 @app.command("uninstall")
@@ -62,9 +80,17 @@ def hook_uninstall() -> None:
 
 
 @app.command("run")
-def hook_run(ctx: typer.Context, files: _HookFiles = None, fix: _HookFix = False, model: ModelOpt = None, threads: ThreadsOpt = None,
-             dtype: DtypeOpt = "auto", max_new_tokens: MaxNewOpt = None, engine: EngineOpt = None,
-             engine_timeout: EngineTimeoutOpt = None) -> None:
+def hook_run(
+    ctx: typer.Context,
+    files: _HookFiles = None,
+    fix: _HookFix = False,
+    model: ModelOpt = None,
+    threads: ThreadsOpt = None,
+    dtype: DtypeOpt = "auto",
+    max_new_tokens: MaxNewOpt = None,
+    engine: EngineOpt = None,
+    engine_timeout: EngineTimeoutOpt = None,
+) -> None:
     """Apply each rule's instruction to the staged files it matches; print the diffs, exit 1 if any would change.
 
     --fix writes the edits to the working tree instead. The model loads once, only if a staged file matches a rule.
@@ -91,8 +117,9 @@ def hook_run(ctx: typer.Context, files: _HookFiles = None, fix: _HookFix = False
             say("cadedit hook: no staged file matches a rule; nothing to do")
             return
         remote = engine_for(engine, engine_timeout, model, root)
-        edit = _hook_editor(model, root, len(targets), threads, dtype, max_new_tokens, settings, remote,
-                            scripted_picks(ctx))
+        edit = _hook_editor(
+            model, root, len(targets), threads, dtype, max_new_tokens, settings, remote, scripted_picks(ctx)
+        )
         counts = _hook_report(R.run(repository, targets, edit, fix))
     except CadeditError as exc:
         exc.hint = (exc.hint + "\n" if exc.hint else "") + "to commit once without the hook: git commit --no-verify"
@@ -107,8 +134,17 @@ def hook_run(ctx: typer.Context, files: _HookFiles = None, fix: _HookFix = False
         raise typer.Exit(1)
 
 
-def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: str, max_new_tokens, settings=None,
-                 remote=None, picks=None):
+def _hook_editor(
+    model: str | None,
+    root: Path,
+    n_files: int,
+    threads,
+    dtype: str,
+    max_new_tokens,
+    settings=None,
+    remote=None,
+    picks=None,
+):
     """Load the model once (or use the shared engine `remote`); an edit(document, rule) -> new text that
     reuses it for every file (picks: tries.edit_verified's, answers a test scripted).
 
@@ -123,8 +159,9 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
     mode = Mode(settings.mode) if settings is not None and settings.mode else DEFAULT_MODE
     tries = settings.tries if settings is not None and settings.tries else DEFAULT_TRIES
     asked = settings.candidates if settings is not None and settings.candidates else None
-    options = EditOptions(model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens,
-                          mode=mode)
+    options = EditOptions(
+        model=choose_model(model, root), threads=threads, dtype=dtype, max_new_tokens=max_new_tokens, mode=mode
+    )
     editor = remote or server_for(options, lambda message: say(f"cadedit hook: {message}"))
     if remote is not None:
         say(f"cadedit hook: {remote.name}: using the engine")
@@ -134,7 +171,9 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
         hardware.progress = say  # the first run's probes and conversion say what they do
         try:
             with err.status(escape_markup(f"cadedit hook: loading {options.model} ...")):
-                loaded = backend_model.load_model(options.model, options.device, options.dtype, options.threads, options.backend)
+                loaded = backend_model.load_model(
+                    options.model, options.device, options.dtype, options.threads, options.backend
+                )
         except ModelError as exc:
             exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
             raise
@@ -148,12 +187,14 @@ def _hook_editor(model: str | None, root: Path, n_files: int, threads, dtype: st
             _testable(root, target, R.shown(path))
         plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False, target=target)
         scoped, _ = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
-        verified = edit_verified(on_disk, rule.instruction, scoped, plan, Attempts(tries, asked), editor=editor,
-                                 picks=picks)
+        verified = edit_verified(
+            on_disk, rule.instruction, scoped, plan, Attempts(tries, asked), editor=editor, picks=picks
+        )
         if verified.answer is None:
             best = verified.best
-            raise CheckFailedError(f"no try of {verified.made} passed its checks"
-                                   + (f" ({best.summary()})" if best else ""))
+            raise CheckFailedError(
+                f"no try of {verified.made} passed its checks" + (f" ({best.summary()})" if best else "")
+            )
         return verified.answer.result.new_text
 
     return edit

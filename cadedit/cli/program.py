@@ -22,13 +22,21 @@ from cadedit.text import resolve  # a module: tests change the file while resolv
 
 # Shared parameter aliases: later commands reuse these so that the same option reads the same everywhere.
 # readable=False: an unreadable file is Document.read's one-line error (exit 1), not click's usage box (exit 2).
-FileArg = Annotated[Path, typer.Argument(metavar="FILE", help="The source file to edit.", show_default=False,
-                                         readable=False)]
-ProgramArg = Annotated[
-    str, typer.Argument(metavar="PROGRAM", help="An edit program file (docs/program.md), or - for stdin.", show_default=False)
+FileArg = Annotated[
+    Path, typer.Argument(metavar="FILE", help="The source file to edit.", show_default=False, readable=False)
 ]
-WriteOpt = Annotated[bool, typer.Option("--write", "-w", help="Write the edited file (atomically) instead of printing a diff.")]
-ClipOpt = Annotated[bool, typer.Option("--clip", help="Clip out-of-range copy lines to the file (with a warning) instead of failing.")]
+ProgramArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="PROGRAM", help="An edit program file (docs/program.md), or - for stdin.", show_default=False
+    ),
+]
+WriteOpt = Annotated[
+    bool, typer.Option("--write", "-w", help="Write the edited file (atomically) instead of printing a diff.")
+]
+ClipOpt = Annotated[
+    bool, typer.Option("--clip", help="Clip out-of-range copy lines to the file (with a warning) instead of failing.")
+]
 
 
 def write_stdout(text: str) -> None:
@@ -49,8 +57,10 @@ def check_patch_path(path: str | Path) -> None:
 
     name = display_path(Path(path))
     if name == ".." or name.startswith("../"):
-        raise DocumentError(f"{path}: outside the working directory, so a diff cannot name it for patch -p1",
-                            hint="run cadedit from a folder that contains the file, or write the edit with --write")
+        raise DocumentError(
+            f"{path}: outside the working directory, so a diff cannot name it for patch -p1",
+            hint="run cadedit from a folder that contains the file, or write the edit with --write",
+        )
 
 
 def read_program(source: str):
@@ -58,11 +68,14 @@ def read_program(source: str):
     document = Document.read_stream(sys.stdin.buffer) if source == "-" else Document.read(source)
     return parse(document.text)
 
+
 def oracle(
-    before: Annotated[Path, typer.Argument(metavar="BEFORE", help="The file before the edit.", show_default=False,
-                                           readable=False)],
-    after: Annotated[Path, typer.Argument(metavar="AFTER", help="The file after the edit.", show_default=False,
-                                          readable=False)],
+    before: Annotated[
+        Path, typer.Argument(metavar="BEFORE", help="The file before the edit.", show_default=False, readable=False)
+    ],
+    after: Annotated[
+        Path, typer.Argument(metavar="AFTER", help="The file after the edit.", show_default=False, readable=False)
+    ],
 ) -> None:
     """Print the oracle edit program that turns BEFORE into AFTER (copies of kept lines, gens of new text).
 
@@ -71,9 +84,15 @@ def oracle(
     write_stdout(format_program(oracles.oracle(Document.read(before), Document.read(after))))
 
 
-def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: ClipOpt = False,
-          force: Annotated[bool, typer.Option(
-              "--force", help="With --write: replace a read-only file too (as vim's :w! does).")] = False) -> None:
+def apply(
+    file: FileArg,
+    program: ProgramArg,
+    write: WriteOpt = False,
+    clip: ClipOpt = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="With --write: replace a read-only file too (as vim's :w! does).")
+    ] = False,
+) -> None:
     """Resolve an edit PROGRAM against FILE; print the unified diff, or write the result with --write.
 
     Example: cadedit oracle a.py b.py > p && cadedit apply a.py p | patch -p1
@@ -81,7 +100,9 @@ def apply(file: FileArg, program: ProgramArg, write: WriteOpt = False, clip: Cli
     document = Document.read(file)
     if not write:
         check_patch_path(file)
-    resolution = resolve.resolve_ops(read_program(program), document, resolve.Bounds.CLIPPED if clip else resolve.Bounds.STRICT)
+    resolution = resolve.resolve_ops(
+        read_program(program), document, resolve.Bounds.CLIPPED if clip else resolve.Bounds.STRICT
+    )
     for message in resolution.warnings:
         warn(message)
     diff_text = unified_diff(document.text, resolution.text, display_path(file))

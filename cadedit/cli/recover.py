@@ -19,8 +19,10 @@ def recover_files(files) -> None:
             continue
         holder = held_by(file)
         if holder is not None:
-            raise ApplyError(f"{file}: another cadedit run ({holder}) has a candidate in this file; nothing was done",
-                             hint="wait for it to finish, then run cadedit again")
+            raise ApplyError(
+                f"{file}: another cadedit run ({holder}) has a candidate in this file; nothing was done",
+                hint="wait for it to finish, then run cadedit again",
+            )
         done = recover_file(file)
         if done is not None and done.kind == FAILED:  # the file may still hold a killed run's candidate
             raise ApplyError(f"{done.said}; nothing was done", hint="fix the cause, then run `cadedit recover`")

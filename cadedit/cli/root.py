@@ -24,8 +24,11 @@ from cadedit.settings import USER_ONLY_KEYS, approve, forget
 
 
 def _debug(ctx: typer.Context) -> bool:
-    return (bool(ctx.params.get("debug")) or ctx.meta.get("cadedit.debug", False)
-            or os.environ.get("CADEDIT_DEBUG", "") not in ("", "0"))
+    return (
+        bool(ctx.params.get("debug"))
+        or ctx.meta.get("cadedit.debug", False)
+        or os.environ.get("CADEDIT_DEBUG", "") not in ("", "0")
+    )
 
 
 class _Group(LazyGroup):
@@ -34,24 +37,51 @@ class _Group(LazyGroup):
     # Each command's module and the first paragraph of its help (tests/test_cli.py checks it against the
     # command's own): `cadedit --help` lists them in this order without importing the modules.
     commands_by_name = {
-        "oracle": Lazy("cadedit.cli.program", "oracle", "Print the oracle edit program that turns BEFORE into AFTER "
-                       "(copies of kept lines, gens of new text)."),
-        "apply": Lazy("cadedit.cli.program", "apply", "Resolve an edit PROGRAM against FILE; print the unified diff, "
-                      "or write the result with --write."),
-        "fix": Lazy("cadedit.cli.fix", "fix", "Edit FILE as INSTRUCTION says with a local model; print the unified "
-                    "diff, or write it with --write."),
-        "recover": Lazy("cadedit.cli.recover", "recover", "Give back the originals that killed cadedit runs left behind "
-                        "(a candidate still in a file while its\ntest ran); each cadedit run does this for its own "
-                        "files. Prints one line per journal entry; exit 0,\nor 1 when an entry could not be given "
-                        "back (it stays for the next `cadedit recover`)."),
-        "trust": Lazy("cadedit.cli.root", "trust", "Approve a repository's cadedit settings (.cadedit.toml, "
-                      "pyproject.toml \\[tool.cadedit]) as they read now."),
-        "hook": Lazy("cadedit.cli.hook", "app", "The git pre-commit hook: the \\[\\[rules]] of .cadedit.toml (or "
-                     "pyproject.toml \\[tool.cadedit]) on staged files."),
-        "serve": Lazy("cadedit.cli.serve", "app", "A local server that keeps the model loaded (and its last prompt "
-                      "cached) between edits."),
-        "bench": Lazy("cadedit.bench.cli", "app", "Reproduce the paper's measurements on any corpus, tokenizer, model "
-                      "and machine."),
+        "oracle": Lazy(
+            "cadedit.cli.program",
+            "oracle",
+            "Print the oracle edit program that turns BEFORE into AFTER (copies of kept lines, gens of new text).",
+        ),
+        "apply": Lazy(
+            "cadedit.cli.program",
+            "apply",
+            "Resolve an edit PROGRAM against FILE; print the unified diff, or write the result with --write.",
+        ),
+        "fix": Lazy(
+            "cadedit.cli.fix",
+            "fix",
+            "Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.",
+        ),
+        "recover": Lazy(
+            "cadedit.cli.recover",
+            "recover",
+            "Give back the originals that killed cadedit runs left behind "
+            "(a candidate still in a file while its\ntest ran); each cadedit run does this for its own "
+            "files. Prints one line per journal entry; exit 0,\nor 1 when an entry could not be given "
+            "back (it stays for the next `cadedit recover`).",
+        ),
+        "trust": Lazy(
+            "cadedit.cli.root",
+            "trust",
+            "Approve a repository's cadedit settings (.cadedit.toml, "
+            "pyproject.toml \\[tool.cadedit]) as they read now.",
+        ),
+        "hook": Lazy(
+            "cadedit.cli.hook",
+            "app",
+            "The git pre-commit hook: the \\[\\[rules]] of .cadedit.toml (or "
+            "pyproject.toml \\[tool.cadedit]) on staged files.",
+        ),
+        "serve": Lazy(
+            "cadedit.cli.serve",
+            "app",
+            "A local server that keeps the model loaded (and its last prompt cached) between edits.",
+        ),
+        "bench": Lazy(
+            "cadedit.bench.cli",
+            "app",
+            "Reproduce the paper's measurements on any corpus, tokenizer, model and machine.",
+        ),
     }
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
@@ -107,9 +137,17 @@ def root(
     """
 
 
-def trust(folder: Annotated[Path, typer.Argument(
-              metavar="FOLDER", show_default=False, help="The repository (or folder) whose settings to approve; default: here.")] = Path("."),
-          remove: Annotated[bool, typer.Option("--remove", help="Withdraw the approval instead.")] = False) -> None:
+def trust(
+    folder: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FOLDER",
+            show_default=False,
+            help="The repository (or folder) whose settings to approve; default: here.",
+        ),
+    ] = Path("."),
+    remove: Annotated[bool, typer.Option("--remove", help="Withdraw the approval instead.")] = False,
+) -> None:
     """Approve a repository's cadedit settings (.cadedit.toml, pyproject.toml \\[tool.cadedit]) as they read now.
 
     A repository's settings are ignored until you approve them once: they choose the model and the hook's rules, and a rule's `test` is a command run on your machine. An edit to them needs a new approval.

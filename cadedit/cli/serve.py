@@ -20,24 +20,47 @@ from cadedit.server.warm import stop as stop_server
 
 app = sub_app("serve", "A local server that keeps the model loaded (and its last prompt cached) between edits.")
 
-_Foreground = Annotated[bool, typer.Option(
-    "--foreground", help="Serve in this process (log on stderr; Ctrl-C stops it) instead of in the background.")]
-_IdleTimeout = Annotated[float, typer.Option(
-    "--idle-timeout", metavar="S", min=0.0, help="Exit after S seconds without a request (0: never).")]
-_MaxRss = Annotated[Optional[float], typer.Option(
-    "--max-rss-gb", metavar="G", min=0.01, show_default=False,
-    help="Drop the cached prompt after a request that leaves the process's own memory above G GiB "
-         "(the mapped weight files not counted; default: its own memory once loaded plus 1 GiB).")]
-_AnswerTimeout = Annotated[float, typer.Option(
-    "--answer-timeout", metavar="S", min=1.0,
-    help="Seconds a branched edit waits for its client's checks of candidate 1 (its --test) before it drops "
-         "the other candidates; other edits are served meanwhile.")]
+_Foreground = Annotated[
+    bool,
+    typer.Option(
+        "--foreground", help="Serve in this process (log on stderr; Ctrl-C stops it) instead of in the background."
+    ),
+]
+_IdleTimeout = Annotated[
+    float,
+    typer.Option("--idle-timeout", metavar="S", min=0.0, help="Exit after S seconds without a request (0: never)."),
+]
+_MaxRss = Annotated[
+    Optional[float],
+    typer.Option(
+        "--max-rss-gb",
+        metavar="G",
+        min=0.01,
+        show_default=False,
+        help="Drop the cached prompt after a request that leaves the process's own memory above G GiB "
+        "(the mapped weight files not counted; default: its own memory once loaded plus 1 GiB).",
+    ),
+]
+_AnswerTimeout = Annotated[
+    float,
+    typer.Option(
+        "--answer-timeout",
+        metavar="S",
+        min=1.0,
+        help="Seconds a branched edit waits for its client's checks of candidate 1 (its --test) before it drops "
+        "the other candidates; other edits are served meanwhile.",
+    ),
+]
 _Json = Annotated[bool, typer.Option("--json", help="Print the status as JSON.")]
+
+
 def _serving(status: dict) -> str:
     idle = status["idle_timeout"]
     until = f"exits after {_duration(idle)} without requests" if idle else "runs until `cadedit serve stop`"
-    return (f"cadedit server: serving {status['model']} (pid {status['pid']}, {status.get('backend', 'torch')}, {_dtype(status)}, "
-            f"{status['threads']} threads) on {status['socket']}; {until}")
+    return (
+        f"cadedit server: serving {status['model']} (pid {status['pid']}, {status.get('backend', 'torch')}, {_dtype(status)}, "
+        f"{status['threads']} threads) on {status['socket']}; {until}"
+    )
 
 
 def _dtype(status: dict) -> str:
@@ -49,9 +72,16 @@ def _duration(seconds: float) -> str:
 
 
 @app.command("start")
-def start(model: ModelOpt = None, dtype: DtypeOpt = "auto", threads: ThreadsOpt = None, foreground: _Foreground = False,
-          idle_timeout: _IdleTimeout = IDLE_TIMEOUT, max_rss_gb: _MaxRss = None, backend: BackendOpt = None,
-          answer_timeout: _AnswerTimeout = SERVER_ANSWER_TIMEOUT) -> None:
+def start(
+    model: ModelOpt = None,
+    dtype: DtypeOpt = "auto",
+    threads: ThreadsOpt = None,
+    foreground: _Foreground = False,
+    idle_timeout: _IdleTimeout = IDLE_TIMEOUT,
+    max_rss_gb: _MaxRss = None,
+    backend: BackendOpt = None,
+    answer_timeout: _AnswerTimeout = SERVER_ANSWER_TIMEOUT,
+) -> None:
     """Load the model once and serve edits on a Unix socket (one per user) until stopped or idle.
 
     Exit codes: 0 serving (or, with --foreground, stopped cleanly), 1 already running or the model failed to load.
@@ -61,9 +91,15 @@ def start(model: ModelOpt = None, dtype: DtypeOpt = "auto", threads: ThreadsOpt 
               cadedit serve start --foreground --idle-timeout 0
     """
 
-    config = ServerConfig(model=resolve_spec(choose_model(model)), dtype=dtype, threads=threads, backend=backend,
-                          idle_timeout=idle_timeout, max_rss_bytes=int(max_rss_gb * 2**30) if max_rss_gb else None,
-                          answer_timeout=answer_timeout)
+    config = ServerConfig(
+        model=resolve_spec(choose_model(model)),
+        dtype=dtype,
+        threads=threads,
+        backend=backend,
+        idle_timeout=idle_timeout,
+        max_rss_bytes=int(max_rss_gb * 2**30) if max_rss_gb else None,
+        answer_timeout=answer_timeout,
+    )
     if foreground:
         say(f"cadedit server: loading {config.model} ...")
         run_server(config, on_ready=lambda status: say(_serving(status)))
@@ -94,8 +130,10 @@ def status(as_json: _Json = False) -> None:
         pid = running_pid(default_socket())
         if pid is None:
             raise
-        raise ServerError(f"the cadedit server (pid {pid}) does not answer yet: it may still be loading its model",
-                          hint="wait and retry; see " + str(default_socket().with_suffix(".log"))) from None
+        raise ServerError(
+            f"the cadedit server (pid {pid}) does not answer yet: it may still be loading its model",
+            hint="wait and retry; see " + str(default_socket().with_suffix(".log")),
+        ) from None
     if as_json:
         typer.echo(json.dumps(data, indent=2))
         return
@@ -107,7 +145,8 @@ def status(as_json: _Json = False) -> None:
         f"memory: {data['rss_bytes'] / 2**30:.2f} GiB of its own (the cached prompt is dropped above "
         f"{cap / 2**30:.2f} GiB), {data.get('mapped_bytes', 0) / 2**30:.2f} GiB of mapped weight files",
         f"cached prompt: {data['cached_tokens']} tokens (dropped {data['cache_drops']} times)",
-        f"requests: {data['requests']}" + (f" (one under way for {data.get('busy_seconds', 0):.0f} s)" if data["busy"] else "")
+        f"requests: {data['requests']}"
+        + (f" (one under way for {data.get('busy_seconds', 0):.0f} s)" if data["busy"] else "")
         + (f"; {data['waiting']} waiting for their clients' checks" if data.get("waiting") else ""),
         f"uptime: {data['uptime_seconds']:.0f} s; idle timeout: "
         + (_duration(data["idle_timeout"]) if data["idle_timeout"] else "none"),

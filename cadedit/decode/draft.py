@@ -95,7 +95,9 @@ def _finish_literal(reading: Reading, n: int, lines: list[str]) -> str:
     gen_then = lines[reading.at - 1] + "\n" if reading.at <= n else ""
     copy, gen, close = (COPY_OPEN, f"{reading.at}-"), (GEN_OPEN, gen_then), (CLOSE, "")
     # after a copy the next op is most often a gen; past the last line only the end is left
-    literals = (close, gen, copy) if reading.at > n else (gen, copy, close) if reading.last == "copy" else (copy, gen, close)
+    literals = (
+        (close, gen, copy) if reading.at > n else (gen, copy, close) if reading.last == "copy" else (copy, gen, close)
+    )
     for literal, then in literals:
         if literal.startswith(tail):
             return literal[len(tail) :] + then
@@ -152,8 +154,9 @@ def propose(text: str, document: Document) -> str:
 # -- draft text -> token ids, through the grammar ------------------------------------------------
 
 
-def draft_ids(cursor, text: str, encode: Callable[[str], list[int]], token_bytes: Sequence[bytes],
-              limit: int) -> list[int]:
+def draft_ids(
+    cursor, text: str, encode: Callable[[str], list[int]], token_bytes: Sequence[bytes], limit: int
+) -> list[int]:
     """Token ids for a drafted continuation, walked through the grammar: forced literals as the grammar
     gives them, other text split as the tokenizer would split it on its own. Stops where the text
     and the grammar disagree, at `limit` tokens, or after a token that closes a copy (its lines must
@@ -183,8 +186,12 @@ def draft_ids(cursor, text: str, encode: Callable[[str], list[int]], token_bytes
     return ids
 
 
-def make_drafter(propose: Callable[[str], str], encode: Callable[[str], list[int]], token_bytes: Sequence[bytes],
-                 limit: int = DRAFT_LIMIT) -> Callable[[object], list[int]]:
+def make_drafter(
+    propose: Callable[[str], str],
+    encode: Callable[[str], list[int]],
+    token_bytes: Sequence[bytes],
+    limit: int = DRAFT_LIMIT,
+) -> Callable[[object], list[int]]:
     """A drafter from a text guesser (cadedit.decode.draft.propose bound to a document)."""
 
     def drafter(cursor) -> list[int]:

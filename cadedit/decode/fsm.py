@@ -98,9 +98,15 @@ class ProgramState(enum.Enum):
 
 # The Figure 7 state of each kind but OP, which Constraint.program_state reads from its prefix.
 PROGRAM_STATES = {
-    OPEN: ProgramState.AWAIT_OP, LINE_I: ProgramState.COPY_LINES, SEP: ProgramState.COPY_LINES,
-    LINE_J: ProgramState.COPY_LINES, COPY_END: ProgramState.COPY_LINES, BODY: ProgramState.GEN_BODY,
-    GEN_END: ProgramState.GEN_BODY, END: ProgramState.CLOSE, STOP: ProgramState.CLOSE,
+    OPEN: ProgramState.AWAIT_OP,
+    LINE_I: ProgramState.COPY_LINES,
+    SEP: ProgramState.COPY_LINES,
+    LINE_J: ProgramState.COPY_LINES,
+    COPY_END: ProgramState.COPY_LINES,
+    BODY: ProgramState.GEN_BODY,
+    GEN_END: ProgramState.GEN_BODY,
+    END: ProgramState.CLOSE,
+    STOP: ProgramState.CLOSE,
 }
 # Kinds whose states carry `lo` on without reading it: their masks may be shared (Constraint._shared_key).
 _SHAREABLE = (OP, BODY, GEN_END)
@@ -274,7 +280,11 @@ class Constraint:
         self._shared: dict = {}  # shared key (see _shared_key) -> mask, for the whole document
         sx = self.syntax
         self._literals = {
-            OPEN: sx.open, SEP: sx.copy_sep, COPY_END: sx.copy_close, GEN_END: sx.gen_close, END: sx.close_tail
+            OPEN: sx.open,
+            SEP: sx.copy_sep,
+            COPY_END: sx.copy_close,
+            GEN_END: sx.gen_close,
+            END: sx.close_tail,
         }
         self._forced: dict = {}
 
@@ -509,8 +519,10 @@ class Constraint:
         tokens, by_bytes = self.tables.vocab.tokens, self.tables.index.by_bytes
         if self.grammar.encode is not None:
             ids = tuple(int(i) for i in self.grammar.encode(data.decode("utf-8")))
-            if all(0 <= i < len(tokens) and by_bytes.get(tokens[i]) is not None for i in ids) and \
-                    b"".join(tokens[i] for i in ids) == data:
+            if (
+                all(0 <= i < len(tokens) and by_bytes.get(tokens[i]) is not None for i in ids)
+                and b"".join(tokens[i] for i in ids) == data
+            ):
                 return ids
         return _greedy(data, by_bytes)
 

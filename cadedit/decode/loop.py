@@ -105,8 +105,13 @@ def log_softmax_at(logits: np.ndarray, token: int) -> float:
     return float(row[token] - top - np.log(np.exp(row - top).sum()))
 
 
-def sample(logits: np.ndarray, allowed: np.ndarray | None, sampling: Sampling, rng: np.random.Generator | None,
-           guess: int | None = None) -> int:
+def sample(
+    logits: np.ndarray,
+    allowed: np.ndarray | None,
+    sampling: Sampling,
+    rng: np.random.Generator | None,
+    guess: int | None = None,
+) -> int:
     """Greedy or sampled choice; with a drafted `guess`, accept it with the model's probability of it
     and otherwise sample from the rest (the result has the plain sampling distribution)."""
     logits = np.asarray(logits, dtype=np.float32)  # [V]
@@ -236,8 +241,9 @@ def _follow(cursor: Cursor, pending: _Pending, ids: list[int], span_ids: SpanIds
             _splice_if_complete(cursor, pending, span_ids)
 
 
-def _accept(cursor: Cursor, logits: Logits, draft: Sequence[int], pick: Sampler, ids: list[int],
-            span_ids: SpanIds | None) -> tuple[_Pending, int, int, int]:
+def _accept(
+    cursor: Cursor, logits: Logits, draft: Sequence[int], pick: Sampler, ids: list[int], span_ids: SpanIds | None
+) -> tuple[_Pending, int, int, int]:
     """Keep the drafted tokens the sampler itself chooses, then make the usual step at the first
     position it disagrees (or after the last). Returns what to feed next, how many drafted tokens
     were kept (they are in the cache already), how many of those the sampler chose (the rest were
@@ -324,7 +330,7 @@ class Rejoin:
     def of(cls, ids: Sequence[int], through: Sequence[tuple[int, float]], at: int) -> Rejoin:
         ends: dict[tuple[int, ...], int] = {}
         for end in range(at + REJOIN_TOKENS, len(ids) + 1):
-            ends.setdefault(tuple(ids[end - REJOIN_TOKENS:end]), end)
+            ends.setdefault(tuple(ids[end - REJOIN_TOKENS : end]), end)
         return cls(tuple(ids), tuple(through), ends, at)
 
     def logprob(self, end: int) -> float:
@@ -345,8 +351,9 @@ class Row:
     log-probability so far after each picked token (`through`), for branches of it (decode_branches).
     A branch's `rejoin` is the answer it branched from (None: it decodes to its end)."""
 
-    def __init__(self, cursor: Cursor, pick: Sampler, drafter: Drafter | None = None, score: bool = False,
-                 record: bool = False):
+    def __init__(
+        self, cursor: Cursor, pick: Sampler, drafter: Drafter | None = None, score: bool = False, record: bool = False
+    ):
         self.cursor, self.drafter = cursor, drafter
         self.pick = _scored(pick, self, record) if score or record else pick
         self.ids: list[int] = []
@@ -366,6 +373,7 @@ class Row:
 def _scored(pick: Sampler, row: Row, record: bool = False) -> Sampler:
     """The sampler, adding the model's log-probability of each token it picks to row.logprob; with
     `record`, noting the likeliest other token the cursor allowed there in row.alternatives."""
+
     def scored(logits: np.ndarray, mask: np.ndarray | None, ids: Sequence[int], guess: int | None = None) -> int:
         token = pick(logits, mask, ids, guess)
         if record:
@@ -375,8 +383,14 @@ def _scored(pick: Sampler, row: Row, record: bool = False) -> Sampler:
             other[token] = -np.inf
             alt = int(np.argmax(other))
             if np.isfinite(other[alt]):
-                row.alternatives.append(Alternative(len(ids), alt, float(logits[token]) - float(logits[alt]),
-                                                    row.logprob + log_softmax_at(logits, alt)))
+                row.alternatives.append(
+                    Alternative(
+                        len(ids),
+                        alt,
+                        float(logits[token]) - float(logits[alt]),
+                        row.logprob + log_softmax_at(logits, alt),
+                    )
+                )
         row.logprob += log_softmax_at(logits, token)
         if record:
             row.through.append((len(ids) + 1, row.logprob))
@@ -385,8 +399,9 @@ def _scored(pick: Sampler, row: Row, record: bool = False) -> Sampler:
     return scored
 
 
-def decode_rows(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids: SpanIds | None, budget: int,
-                reused: int = 0) -> Iterator[tuple[int, Step]]:
+def decode_rows(
+    lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids: SpanIds | None, budget: int, reused: int = 0
+) -> Iterator[tuple[int, Step]]:
     """The loop as a generator: (row index, Step) for each row in each forward pass, until every row's
     cursor is done. One row is the plain decode (lm.feed, lm.crop); several are candidates decoded side
     by side: the prompt (past the `reused` tokens already in the cache) is fed once, with what the
@@ -399,8 +414,15 @@ def decode_rows(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids
     yield from _loop(lm, rows, span_ids, budget, forked=False)
 
 
-def _loop(lm: LM, rows: Sequence[Row], span_ids: SpanIds | None, budget: int, forked: bool, first: int = 0,
-          limits: Sequence[int] | None = None) -> Iterator[tuple[int, Step]]:
+def _loop(
+    lm: LM,
+    rows: Sequence[Row],
+    span_ids: SpanIds | None,
+    budget: int,
+    forked: bool,
+    first: int = 0,
+    limits: Sequence[int] | None = None,
+) -> Iterator[tuple[int, Step]]:
     """decode_rows' loop over rows whose pending tokens are set: rows[k] is the cache's row first + k
     once forked (before, one feed serves every row); rows[k] still running after limits[k] forwards
     (by default row_limit of rows[0]'s forwards, once it is done) stops with a BudgetError."""
@@ -414,7 +436,9 @@ def _loop(lm: LM, rows: Sequence[Row], span_ids: SpanIds | None, budget: int, fo
             if not (active := [k for k, row in enumerate(rows) if row.running]):
                 break
             forwards += 1
-            drafts = [rows[k].drafter(rows[k].cursor, rows[k].ids) if rows[k].drafter is not None else [] for k in active]
+            drafts = [
+                rows[k].drafter(rows[k].cursor, rows[k].ids) if rows[k].drafter is not None else [] for k in active
+            ]
             start = time.perf_counter()
             feeds = [rows[k].pending.ids + draft for k, draft in zip(active, drafts)]
             keeps = [len(draft) + 1 for draft in drafts]  # the last fed position, then each drafted one
@@ -438,8 +462,9 @@ def _loop(lm: LM, rows: Sequence[Row], span_ids: SpanIds | None, budget: int, fo
             lm.fork(1)  # row 0 stays the cache (its prefix is reused by the next decode)
 
 
-def branch(row: Row, ids: Sequence[int], alternative: Alternative,
-           through: Sequence[tuple[int, float]] | None = None) -> None:
+def branch(
+    row: Row, ids: Sequence[int], alternative: Alternative, through: Sequence[tuple[int, float]] | None = None
+) -> None:
     """Set a fresh row (its cursor at the start of the answer) to a decode's first alternative.at ids,
     then alternative.token in place of the one it picked: the row's pending token is that one (and
     what the cursor forces after it). Only for modes without splices (every id is fed, in order).
@@ -480,8 +505,14 @@ def _rejoin(row: Row) -> int:
     return len(row.ids) - start
 
 
-def decode_branches(lm: LM, rows: Sequence[Row], held: Sequence[int], prefixes: Sequence[Sequence[int]], budget: int,
-                    limits: Sequence[int]) -> Iterator[tuple[int, Step]]:
+def decode_branches(
+    lm: LM,
+    rows: Sequence[Row],
+    held: Sequence[int],
+    prefixes: Sequence[Sequence[int]],
+    budget: int,
+    limits: Sequence[int],
+) -> Iterator[tuple[int, Step]]:
     """Rows made by branch(), decoded side by side from the cache of the decode they branch from:
     the cache holds `held` (its ids: the prompt, then that decode's fed answer) and rows[i] goes on
     from prefixes[i] (the prompt and the ids before its branch). Each row is a fork of the cache
@@ -497,8 +528,9 @@ def decode_branches(lm: LM, rows: Sequence[Row], held: Sequence[int], prefixes: 
     yield from _loop(lm, rows, None, budget, forked=True, first=1, limits=limits)
 
 
-def _feed_distinct(lm: LM, rows: Sequence[Row], active: list[int], feeds: list[list[int]],
-                   keeps: list[int], offset: int = 0) -> list[Logits]:
+def _feed_distinct(
+    lm: LM, rows: Sequence[Row], active: list[int], feeds: list[list[int]], keeps: list[int], offset: int = 0
+) -> list[Logits]:
     """One forward for the active rows, each distinct row once: rows that took the same tokens (so
     far, sampled rows often agree with the greedy one) and feed the same ones hold the same cache, so
     the first of them is fed and the others take its new positions and its logits (lm.copy_row)."""
@@ -508,15 +540,18 @@ def _feed_distinct(lm: LM, rows: Sequence[Row], active: list[int], feeds: list[l
         leader[k] = first.setdefault((tuple(rows[k].ids), tuple(feed)), k)
     fed = [k for k in active if leader[k] == k]
     at = {k: i for i, k in enumerate(active)}
-    out = dict(zip(fed, lm.feed_rows([offset + k for k in fed], [feeds[at[k]] for k in fed], [keeps[at[k]] for k in fed])))
+    out = dict(
+        zip(fed, lm.feed_rows([offset + k for k in fed], [feeds[at[k]] for k in fed], [keeps[at[k]] for k in fed]))
+    )
     for k in active:
         if leader[k] != k:
             lm.copy_row(offset + leader[k], offset + k)
     return [out[leader[k]] for k in active]
 
 
-def _row_step(lm: LM, row: Row, index: int | None, logits: Logits, draft: list[int], span_ids: SpanIds | None,
-              forward: float) -> Step:
+def _row_step(
+    lm: LM, row: Row, index: int | None, logits: Logits, draft: list[int], span_ids: SpanIds | None, forward: float
+) -> Step:
     """One row after a forward: keep what its sampler agrees with, crop the rest from its cache."""
     fed, start_pick = row.pending, time.perf_counter()
     row.pending, kept, chosen_kept, picked = _accept(row.cursor, logits, draft, row.pick, row.ids, span_ids)
@@ -524,16 +559,30 @@ def _row_step(lm: LM, row: Row, index: int | None, logits: Logits, draft: list[i
         lm.crop(len(draft) - kept)  # the cache forgets drafted tokens that were not kept
     else:
         lm.crop_row(index, len(draft) - kept)
-    step = Step(fed.phase, fed.prompt, picked, len(row.ids) - row.produced - picked, fed.spliced, fed.copies,
-                len(draft), chosen_kept, forward, time.perf_counter() - start_pick, row.ids[-1])
+    step = Step(
+        fed.phase,
+        fed.prompt,
+        picked,
+        len(row.ids) - row.produced - picked,
+        fed.spliced,
+        fed.copies,
+        len(draft),
+        chosen_kept,
+        forward,
+        time.perf_counter() - start_pick,
+        row.ids[-1],
+    )
     row.produced = len(row.ids)
     return step
 
 
 def _stop_rows(rows: Sequence[Row], forwards: int) -> None:
     for row in rows:
-        row.error = BudgetError(f"stopped after {forwards} forwards, far past candidate 1's, before finishing its answer "
-                                f"(last text: {row.cursor.text()[-60:]!r})", hint="use fewer --candidates")
+        row.error = BudgetError(
+            f"stopped after {forwards} forwards, far past candidate 1's, before finishing its answer "
+            f"(last text: {row.cursor.text()[-60:]!r})",
+            hint="use fewer --candidates",
+        )
 
 
 def _row_budget(row: Row, budget: int, alone: bool) -> None:
@@ -545,8 +594,17 @@ def _row_budget(row: Row, budget: int, alone: bool) -> None:
         row.error = exc
 
 
-def decode_steps(lm: LM, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds | None, pick: Sampler,
-                 budget: int, ids: list[int], drafter: Drafter | None = None, reused: int = 0) -> Iterator[Step]:
+def decode_steps(
+    lm: LM,
+    cursor: Cursor,
+    prompt_ids: Sequence[int],
+    span_ids: SpanIds | None,
+    pick: Sampler,
+    budget: int,
+    ids: list[int],
+    drafter: Drafter | None = None,
+    reused: int = 0,
+) -> Iterator[Step]:
     """The loop for one row: one Step per forward pass, until the cursor is done; ids collects the
     tokens as they come."""
     row = Row(cursor, pick, drafter)
@@ -557,8 +615,12 @@ def decode_steps(lm: LM, cursor: Cursor, prompt_ids: Sequence[int], span_ids: Sp
 
 def add_step(stats: DecodeStats, step: Step) -> DecodeStats:
     """Statistics after one more forward pass."""
-    phase_field = {"prefill": "seconds_prefill", "step": "seconds_steps", "forced": "seconds_forced",
-                   "splice": "seconds_splices"}[step.phase]
+    phase_field = {
+        "prefill": "seconds_prefill",
+        "step": "seconds_steps",
+        "forced": "seconds_forced",
+        "splice": "seconds_splices",
+    }[step.phase]
     values = dict(stats.__dict__)
     values[phase_field] += step.forward_seconds
     values.update(
@@ -575,9 +637,17 @@ def add_step(stats: DecodeStats, step: Step) -> DecodeStats:
     return DecodeStats(**values)
 
 
-def decode(lm: LM, cursor: Cursor, prompt_ids: Sequence[int], span_ids: SpanIds | None, pick: Sampler, budget: int,
-           on_step: Callable[[DecodeStats, Step], None] | None = None, drafter: Drafter | None = None,
-           reused: int = 0) -> Decoded:
+def decode(
+    lm: LM,
+    cursor: Cursor,
+    prompt_ids: Sequence[int],
+    span_ids: SpanIds | None,
+    pick: Sampler,
+    budget: int,
+    on_step: Callable[[DecodeStats, Step], None] | None = None,
+    drafter: Drafter | None = None,
+    reused: int = 0,
+) -> Decoded:
     """Run the loop until the cursor is done; on_step sees the running statistics (progress display)."""
     start = time.perf_counter()
     stats = DecodeStats(tokens_reused=reused)
@@ -601,9 +671,16 @@ class Candidate:
     alternatives: tuple[Alternative, ...] = ()  # where it hesitated (a row with record=True), even if it ran out
 
 
-def decode_candidates(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], span_ids: SpanIds | None, budget: int,
-                      on_step: Callable[[DecodeStats, Step], None] | None = None, reused: int = 0,
-                      steps: Iterator[tuple[int, Step]] | None = None) -> list[Candidate]:
+def decode_candidates(
+    lm: LM,
+    rows: Sequence[Row],
+    prompt_ids: Sequence[int],
+    span_ids: SpanIds | None,
+    budget: int,
+    on_step: Callable[[DecodeStats, Step], None] | None = None,
+    reused: int = 0,
+    steps: Iterator[tuple[int, Step]] | None = None,
+) -> list[Candidate]:
     """Run the loop over several rows at once; each row's statistics count every forward it was in
     (a forward's seconds are the whole batch's). on_step sees row 0's running statistics. steps: the
     loop to run (default decode_rows; decode_branches for branches)."""
@@ -615,6 +692,14 @@ def decode_candidates(lm: LM, rows: Sequence[Row], prompt_ids: Sequence[int], sp
         if on_step is not None and k == 0:
             on_step(stats[0], step)
     total = time.perf_counter() - start
-    return [Candidate(None if row.error else Decoded(row.cursor.text(), tuple(row.ids),
-                                                     DecodeStats(**{**s.__dict__, "seconds_total": total})),
-                      row.logprob, row.error, tuple(row.alternatives)) for row, s in zip(rows, stats)]
+    return [
+        Candidate(
+            None
+            if row.error
+            else Decoded(row.cursor.text(), tuple(row.ids), DecodeStats(**{**s.__dict__, "seconds_total": total})),
+            row.logprob,
+            row.error,
+            tuple(row.alternatives),
+        )
+        for row, s in zip(rows, stats)
+    ]

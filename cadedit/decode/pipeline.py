@@ -29,7 +29,16 @@ from cadedit.decode.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propo
 from cadedit.errors import BudgetError, CadeditError, ModelError
 from cadedit.prompt.fence import FenceCursor, writes_again
 from cadedit.backends.forward_cost import FittedLengths, forward_costs
-from cadedit.backends.model import LoadedModel, chat_prompt, check_ids, encode, eos_ids, language_model, load_model, token_bytes
+from cadedit.backends.model import (
+    LoadedModel,
+    chat_prompt,
+    check_ids,
+    encode,
+    eos_ids,
+    language_model,
+    load_model,
+    token_bytes,
+)
 from cadedit.backends.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
 from cadedit.prompt.request import PROGRAM_ROOM, build_request, default_budget, parse_mode, read_answer, scoped_regions
@@ -37,7 +46,6 @@ from cadedit.text.resolve import resolve
 from cadedit.decode.verify import VerifyDrafter
 from cadedit.decode.fsm import compile_grammar
 from cadedit.backends.vocab import vocab_from_tokenizer
-
 
 
 @dataclass(frozen=True)
@@ -85,8 +93,19 @@ def prepare(loaded: LoadedModel, document: Document, instruction: str, options: 
     reuse_at = 0
     if request.mode is not Mode.PROGRAM and options.layout != "both":
         reuse_at = _instruction_free(loaded, prompt, prompt_ids, request.task)
-    return Prepared(request.mode, prompt_ids, file_tokens, min(budget, limit), request.fence, request.source,
-                    request.regions, request.headers, reuse_at, request.draft_tail, request.draft_indented)
+    return Prepared(
+        request.mode,
+        prompt_ids,
+        file_tokens,
+        min(budget, limit),
+        request.fence,
+        request.source,
+        request.regions,
+        request.headers,
+        reuse_at,
+        request.draft_tail,
+        request.draft_indented,
+    )
 
 
 # No token of Qwen's vocabulary spans more bytes than this on average over a file: a file this many
@@ -97,9 +116,12 @@ MOST_BYTES_PER_TOKEN = 32
 def _refuse_by_size(loaded: LoadedModel, document: Document, whole: bool) -> None:
     size = len(document.text.encode("utf-8"))
     if whole and size > MOST_BYTES_PER_TOKEN * loaded.context_limit:
-        raise ModelError(f"{document.path}: too large for {loaded.name}: {document.n_lines} lines, {size:,} bytes, "
-                         f"at least {size // MOST_BYTES_PER_TOKEN:,} tokens, but the context limit is "
-                         f"{loaded.context_limit} tokens", hint="edit a smaller file, or name the lines to edit (--lines)")
+        raise ModelError(
+            f"{document.path}: too large for {loaded.name}: {document.n_lines} lines, {size:,} bytes, "
+            f"at least {size // MOST_BYTES_PER_TOKEN:,} tokens, but the context limit is "
+            f"{loaded.context_limit} tokens",
+            hint="edit a smaller file, or name the lines to edit (--lines)",
+        )
 
 
 def _instruction_free(loaded: LoadedModel, prompt: str, prompt_ids: tuple[int, ...], task: str) -> int:
@@ -135,8 +157,9 @@ def _program_parts(loaded: LoadedModel, document: Document, draft: bool):
     cursor = grammar.for_document(document.n_lines, monotonic=True).cursor()
     drafter = None
     if draft:
-        guesses = make_drafter(lambda text: propose(text, document), lambda text: encode(loaded.tokenizer, text),
-                               grammar.vocab.tokens)
+        guesses = make_drafter(
+            lambda text: propose(text, document), lambda text: encode(loaded.tokenizer, text), grammar.vocab.tokens
+        )
         drafter = lambda cursor, ids: guesses(cursor)  # noqa: E731
 
     def span_ids(copy: P.Copy) -> list[int]:
@@ -161,9 +184,15 @@ def _fenced_parts(loaded: LoadedModel, document: Document, prepared: Prepared, d
 
 def _verify_drafter(loaded: LoadedModel, prepared: Prepared) -> VerifyDrafter:
     # Draft lengths fitted to what a k-token forward costs on this model, backend and CPU (measured once).
-    return VerifyDrafter(prepared.source, lambda text: encode(loaded.tokenizer, text), token_bytes(loaded),
-                         prepared.budget, FittedLengths(forward_costs(loaded)), tail=prepared.draft_tail,
-                         also=prepared.draft_indented)
+    return VerifyDrafter(
+        prepared.source,
+        lambda text: encode(loaded.tokenizer, text),
+        token_bytes(loaded),
+        prepared.budget,
+        FittedLengths(forward_costs(loaded)),
+        tail=prepared.draft_tail,
+        also=prepared.draft_indented,
+    )
 
 
 def _lookup_drafter(loaded: LoadedModel, prepared: Prepared) -> LookupDrafter:
@@ -189,16 +218,28 @@ MODES: dict[Mode, ModeRow] = {
 }
 
 
-def run_decode(loaded: LoadedModel, document: Document, prepared: Prepared, pick: Sampler,
-               on_step: Callable[[DecodeStats, Step], None] | None = None, draft: bool = True) -> Decoded:
+def run_decode(
+    loaded: LoadedModel,
+    document: Document,
+    prepared: Prepared,
+    pick: Sampler,
+    on_step: Callable[[DecodeStats, Step], None] | None = None,
+    draft: bool = True,
+) -> Decoded:
     """One decode for `document` in the prepared mode, reusing the cached prompt prefix."""
     cursor, span_ids, drafter = mode_parts(loaded, document, prepared, draft)
     with _prompt_cache(loaded, prepared) as (lm, reused):
         return decode(lm, cursor, prepared.prompt_ids, span_ids, pick, prepared.budget, on_step, drafter, reused)
 
 
-def run_candidates(loaded: LoadedModel, document: Document, prepared: Prepared, samplers: Sequence[Sampler],
-                   on_step: Callable[[DecodeStats, Step], None] | None = None, draft: bool = True) -> list[Candidate]:
+def run_candidates(
+    loaded: LoadedModel,
+    document: Document,
+    prepared: Prepared,
+    samplers: Sequence[Sampler],
+    on_step: Callable[[DecodeStats, Step], None] | None = None,
+    draft: bool = True,
+) -> list[Candidate]:
     """len(samplers) candidates decoded side by side (decode.decode_rows): the prompt fed once, each row
     with its own cursor, drafter and sampler; each with the model's log-probability of its picks."""
     rows, span_ids = [], None
@@ -245,10 +286,16 @@ def placed_program(document: Document, prepared: Prepared, decoded: Decoded) -> 
     return read_answer(document, prepared.mode, decoded.text, prepared.fence, prepared.regions, prepared.headers)
 
 
-def edit_file(document: Document, instruction: str, options: EditOptions = EditOptions(), *,
-              loaded: LoadedModel | None = None, make_sampler: SamplerFactory | None = None,
-              on_step: Callable[[DecodeStats, Step], None] | None = None,
-              on_loaded: Callable[[LoadedModel], None] | None = None) -> EditResult:
+def edit_file(
+    document: Document,
+    instruction: str,
+    options: EditOptions = EditOptions(),
+    *,
+    loaded: LoadedModel | None = None,
+    make_sampler: SamplerFactory | None = None,
+    on_step: Callable[[DecodeStats, Step], None] | None = None,
+    on_loaded: Callable[[LoadedModel], None] | None = None,
+) -> EditResult:
     """Edit one document as the instruction says; see the module docstring. make_sampler: the decode's
     sampler from the prepared request (None: the options' sampling)."""
     # 1. The model (the caller may pass one already loaded).
@@ -262,8 +309,17 @@ def edit_file(document: Document, instruction: str, options: EditOptions = EditO
     decoded = run_decode(loaded, document, prepared, pick, on_step, draft=options.draft)
     # 4. The answer as a program in the file's own newlines, resolved strictly against the file.
     program, problem = placed_program(document, prepared, decoded)
-    return EditResult(document, prepared.mode, program, decoded.text, resolve(program, document), decoded.stats,
-                      loaded.name, len(prepared.prompt_ids), problem)
+    return EditResult(
+        document,
+        prepared.mode,
+        program,
+        decoded.text,
+        resolve(program, document),
+        decoded.stats,
+        loaded.name,
+        len(prepared.prompt_ids),
+        problem,
+    )
 
 
 @dataclass(frozen=True)
@@ -282,21 +338,41 @@ class LocalEditor(Editor):
     def load_seconds(self) -> float:
         return self.loaded.load_seconds
 
-    def edit(self, document: Document, instruction: str, options: EditOptions, *,
-             on_step: Callable[[DecodeStats, Step], None] | None = None,
-             make_sampler: SamplerFactory | None = None) -> EditResult:
+    def edit(
+        self,
+        document: Document,
+        instruction: str,
+        options: EditOptions,
+        *,
+        on_step: Callable[[DecodeStats, Step], None] | None = None,
+        make_sampler: SamplerFactory | None = None,
+    ) -> EditResult:
         return edit_file(document, instruction, options, loaded=self.loaded, make_sampler=make_sampler, on_step=on_step)
 
-    def edit_candidates(self, document: Document, instruction: str, options: EditOptions, k: int, *,
-                        on_step: Callable[[DecodeStats, Step], None] | None = None,
-                        factories: Sequence[SamplerFactory] | None = None) -> list[EditCandidate]:
+    def edit_candidates(
+        self,
+        document: Document,
+        instruction: str,
+        options: EditOptions,
+        k: int,
+        *,
+        on_step: Callable[[DecodeStats, Step], None] | None = None,
+        factories: Sequence[SamplerFactory] | None = None,
+    ) -> list[EditCandidate]:
         factories = factories or [_sampled(options)] * k
         return edit_candidates(document, instruction, options, factories, loaded=self.loaded, on_step=on_step)
 
-    def edit_branches(self, document: Document, instruction: str, options: EditOptions, k: int,
-                      accept: Callable[[EditCandidate], bool], *,
-                      on_step: Callable[[DecodeStats, Step], None] | None = None,
-                      factories: Sequence[SamplerFactory] | None = None) -> list[EditCandidate]:
+    def edit_branches(
+        self,
+        document: Document,
+        instruction: str,
+        options: EditOptions,
+        k: int,
+        accept: Callable[[EditCandidate], bool],
+        *,
+        on_step: Callable[[DecodeStats, Step], None] | None = None,
+        factories: Sequence[SamplerFactory] | None = None,
+    ) -> list[EditCandidate]:
         factories = factories or [_sampled(options)] * k
         return edit_branches(document, instruction, options, factories, accept, loaded=self.loaded, on_step=on_step)
 
@@ -306,14 +382,23 @@ def _sampled(options: EditOptions) -> SamplerFactory:
     return lambda loaded, document, prepared: sampler_for(options.sampling)
 
 
-def edit_candidates(document: Document, instruction: str, options: EditOptions, factories: Sequence[SamplerFactory], *,
-                    loaded: LoadedModel, on_step: Callable[[DecodeStats, Step], None] | None = None) -> list[EditCandidate]:
+def edit_candidates(
+    document: Document,
+    instruction: str,
+    options: EditOptions,
+    factories: Sequence[SamplerFactory],
+    *,
+    loaded: LoadedModel,
+    on_step: Callable[[DecodeStats, Step], None] | None = None,
+) -> list[EditCandidate]:
     """edit_file for len(factories) candidates at once: one prompt, one batched decode, one edit each;
     factories: each candidate's sampler factory (tries.candidate_factories gives `--candidates`')."""
     prepared = prepare(loaded, document, instruction, options)
     samplers = [make_sampler(loaded, document, prepared) for make_sampler in factories]
-    return [_edit_candidate(loaded, document, prepared, found)
-            for found in run_candidates(loaded, document, prepared, samplers, on_step, draft=options.draft)]
+    return [
+        _edit_candidate(loaded, document, prepared, found)
+        for found in run_candidates(loaded, document, prepared, samplers, on_step, draft=options.draft)
+    ]
 
 
 def _edit_candidate(loaded: LoadedModel, document: Document, prepared: Prepared, found: Candidate) -> EditCandidate:
@@ -322,16 +407,32 @@ def _edit_candidate(loaded: LoadedModel, document: Document, prepared: Prepared,
         return EditCandidate(None, found.logprob, found.error)
     try:
         program, problem = placed_program(document, prepared, found.decoded)
-        result = EditResult(document, prepared.mode, program, found.decoded.text, resolve(program, document),
-                            found.decoded.stats, loaded.name, len(prepared.prompt_ids), problem)
+        result = EditResult(
+            document,
+            prepared.mode,
+            program,
+            found.decoded.text,
+            resolve(program, document),
+            found.decoded.stats,
+            loaded.name,
+            len(prepared.prompt_ids),
+            problem,
+        )
     except CadeditError as exc:
         return EditCandidate(None, found.logprob, exc)
     return EditCandidate(result, found.logprob)
 
 
-def edit_branches(document: Document, instruction: str, options: EditOptions, factories: Sequence[SamplerFactory],
-                  accept: Callable[[EditCandidate], bool], *, loaded: LoadedModel,
-                  on_step: Callable[[DecodeStats, Step], None] | None = None) -> list[EditCandidate]:
+def edit_branches(
+    document: Document,
+    instruction: str,
+    options: EditOptions,
+    factories: Sequence[SamplerFactory],
+    accept: Callable[[EditCandidate], bool],
+    *,
+    loaded: LoadedModel,
+    on_step: Callable[[DecodeStats, Step], None] | None = None,
+) -> list[EditCandidate]:
     """len(factories) candidates, one after the other's hesitations: candidate 1 is the plain decode (factories[0]);
     if accept(it) is false, the others branch from it where the model hesitated most (branch_points:
     the smallest margins between its pick and its next choice) and go on with their own samplers,
@@ -352,12 +453,17 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, fa
     if accept(first) or len(factories) == 1:
         return [first]
     ids, tokens = first_row.ids, token_bytes(loaded)
-    points = branch_points(found.alternatives, ids, len(factories) - 1, tokens, prepared.fence, options.attempt.branched)
+    points = branch_points(
+        found.alternatives, ids, len(factories) - 1, tokens, prepared.fence, options.attempt.branched
+    )
     # Where the where-step's reading expected other tokens: those branches first, then the hesitations;
     # none an earlier try branched at from the same answer (options.attempt.branched).
     attempt = options.attempt
-    expected = [e for e in expected_points(document, attempt.expected, ids, first_row.through, tokens)
-                if branch_key(ids, e) not in attempt.branched]
+    expected = [
+        e
+        for e in expected_points(document, attempt.expected, ids, first_row.through, tokens)
+        if branch_key(ids, e) not in attempt.branched
+    ]
     taken = {e.at for e in expected}
     points = [*expected, *(p for p in points if p.at not in taken)][: len(factories) - 1]
     if not points:
@@ -374,8 +480,13 @@ def edit_branches(document: Document, instruction: str, options: EditOptions, fa
     limits = [branch_limit(forwards, len(ids), alternative.at) for alternative in points]
     steps = decode_branches(lm, rows, list(lm.ids), prefixes, prepared.budget, limits)
     branched = decode_candidates(lm, rows, prepared.prompt_ids, None, prepared.budget, on_step, steps=steps)
-    return [first, *(replace(_edit_candidate(loaded, document, prepared, c), branch=branch_key(ids, p))
-                     for c, p in zip(branched, points))]
+    return [
+        first,
+        *(
+            replace(_edit_candidate(loaded, document, prepared, c), branch=branch_key(ids, p))
+            for c, p in zip(branched, points)
+        ),
+    ]
 
 
 def branch_key(ids: Sequence[int], alternative: Alternative) -> int:
@@ -383,8 +494,13 @@ def branch_key(ids: Sequence[int], alternative: Alternative) -> int:
     return hash((*ids[: alternative.at], alternative.token)) % (1 << 61) or 1
 
 
-def expected_points(document: Document, expected: Sequence[tuple], ids: Sequence[int],
-                    through: Sequence[tuple[int, float]], tokens: Sequence[bytes]) -> list[Alternative]:
+def expected_points(
+    document: Document,
+    expected: Sequence[tuple],
+    ids: Sequence[int],
+    through: Sequence[tuple[int, float]],
+    tokens: Sequence[bytes],
+) -> list[Alternative]:
     """The where-step's Where.expected (line, byte column, token, its log-probability each) as branch
     points of candidate 1's answer `ids`, in their order: the id that starts at that column of that
     line's text, which must appear once in the answer, with the expected token in its place; one
@@ -405,8 +521,14 @@ def expected_points(document: Document, expected: Sequence[tuple], ids: Sequence
     return points
 
 
-def branch_points(alternatives: Sequence, ids: Sequence[int], n: int, tokens: Sequence[bytes], fence: str = "",
-                  taken: Collection[int] = ()) -> list:
+def branch_points(
+    alternatives: Sequence,
+    ids: Sequence[int],
+    n: int,
+    tokens: Sequence[bytes],
+    fence: str = "",
+    taken: Collection[int] = (),
+) -> list:
     """The n alternatives with the smallest margins (one is recorded a position), leaving out those that
     would write the answer again (fence.writes_again, the code ending at the closing `fence`) and those
     an earlier try branched at from the same answer (`taken`: branch_key each)."""

@@ -241,8 +241,16 @@ class VerifyDrafter:
     is writing: aligned, then the one whose lines the latest output lines are, then the first.
     """
 
-    def __init__(self, source: str, encode: Callable[[str], list[int]], token_bytes: Sequence[bytes], budget: int,
-                 schedule: Lengths = Schedule(), tail: str = "", also: tuple[str, str] | None = None):
+    def __init__(
+        self,
+        source: str,
+        encode: Callable[[str], list[int]],
+        token_bytes: Sequence[bytes],
+        budget: int,
+        schedule: Lengths = Schedule(),
+        tail: str = "",
+        also: tuple[str, str] | None = None,
+    ):
         # tail: text after the answer that a model running past it may retype (a scoped region's next lines)
         self.aligners = [Aligner(source, encode, tail)]
         if also is not None and also[0] != source:
@@ -258,8 +266,10 @@ class VerifyDrafter:
         """The aligner drafts come from."""
         if len(self.aligners) == 1:
             return self.aligners[0]
-        return max(self.aligners, key=lambda a: (a.anchor is not None, sum(line in a.where for line in a.recent),
-                                                 -self.aligners.index(a)))
+        return max(
+            self.aligners,
+            key=lambda a: (a.anchor is not None, sum(line in a.where for line in a.recent), -self.aligners.index(a)),
+        )
 
     def __call__(self, cursor, ids: Sequence[int]) -> list[int]:
         if self.last is not None and self.last[1]:

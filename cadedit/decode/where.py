@@ -80,12 +80,16 @@ class Where:
         asked = ", ".join(span_text(a, b) for a, b in self.asked)
         if self.later:
             also = f" (then {', '.join(map(str, self.runners_up))})" if self.runners_up else ""
-            return (f"read: the model least expected line {named}{also} of {asked}; the later tries also branch "
-                    f"there ({self.seconds:.1f} s, {self.forward_passes} forwards)")
+            return (
+                f"read: the model least expected line {named}{also} of {asked}; the later tries also branch "
+                f"there ({self.seconds:.1f} s, {self.forward_passes} forwards)"
+            )
         first = ", ".join(span_text(a, b) for a, b in self.levels[0])
         said = "least expected" if self.by == "surprise" else "named"
-        return (f"where: the model {said} line{'s' if len(self.lines) > 1 else ''} {named} of {asked}; try 1 retypes "
-                f"{first}, a later try the next wider scope ({self.seconds:.1f} s, {self.forward_passes} forwards)")
+        return (
+            f"where: the model {said} line{'s' if len(self.lines) > 1 else ''} {named} of {asked}; try 1 retypes "
+            f"{first}, a later try the next wider scope ({self.seconds:.1f} s, {self.forward_passes} forwards)"
+        )
 
     def ladder(self, document: Document, tested: bool) -> tuple[tuple, tuple]:
         """The tries' scopes, narrowest first, and the tokens each one's branches put in first: the levels,
@@ -104,11 +108,20 @@ class Where:
         return tuple(levels), tuple(expected)
 
     def to_json(self) -> dict:
-        return {"asked": [list(r) for r in self.asked], "lines": list(self.lines), "answer": self.answer,
-                "levels": [[list(r) for r in level] for level in self.levels], "seconds": self.seconds,
-                "forward_passes": self.forward_passes, "tokens_prompt": self.tokens_prompt, "by": self.by,
-                "expected": [list(e) for e in self.expected], "runners_up": list(self.runners_up),
-                "spread": [list(e) for e in self.spread], "later": self.later}
+        return {
+            "asked": [list(r) for r in self.asked],
+            "lines": list(self.lines),
+            "answer": self.answer,
+            "levels": [[list(r) for r in level] for level in self.levels],
+            "seconds": self.seconds,
+            "forward_passes": self.forward_passes,
+            "tokens_prompt": self.tokens_prompt,
+            "by": self.by,
+            "expected": [list(e) for e in self.expected],
+            "runners_up": list(self.runners_up),
+            "spread": [list(e) for e in self.spread],
+            "later": self.later,
+        }
 
 
 class _AnswerCursor:
@@ -158,8 +171,9 @@ class LineNumberCursor(_AnswerCursor):
     mask costs a few hundred prefix checks, not one per token of the vocabulary.
     """
 
-    def __init__(self, token_bytes: Sequence[bytes], end_ids: Iterable[int], numbers: Iterable[int],
-                 most: int = MOST_LINES):
+    def __init__(
+        self, token_bytes: Sequence[bytes], end_ids: Iterable[int], numbers: Iterable[int], most: int = MOST_LINES
+    ):
         self.token_bytes = token_bytes
         self.end_ids = frozenset(end_ids)
         self.numbers = frozenset(str(n) for n in numbers)
@@ -230,7 +244,7 @@ class LineTextCursor(_AnswerCursor):
         mask = np.zeros(len(self.token_bytes), dtype=bool)
         for body in self.bodies:
             if body.startswith(self._text):
-                rest = body[len(self._text):]
+                rest = body[len(self._text) :]
                 for k in range(1, min(len(rest), self.longest) + 1):
                     mask[self.index.get(rest[:k], [])] = True
         return self.with_end(mask)
@@ -275,8 +289,9 @@ def _answer_tokens(token_bytes: Sequence[bytes]) -> tuple[tuple[int, str], ...]:
     """The tokens an answer can be made of (digits, commas, spaces), once per vocabulary."""
     key = id(token_bytes)
     if key not in _CANDIDATES:
-        found = tuple((t, piece.decode("ascii")) for t, piece in enumerate(token_bytes)
-                      if piece and set(piece) <= _ANSWER_CHARS)
+        found = tuple(
+            (t, piece.decode("ascii")) for t, piece in enumerate(token_bytes) if piece and set(piece) <= _ANSWER_CHARS
+        )
         _CANDIDATES[key] = (token_bytes, found)  # keep the list alive so its id stays unique
     return _CANDIDATES[key][1]
 
@@ -286,8 +301,15 @@ def where_sampler(loaded):
     return sampler_for()
 
 
-def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple[int, int]], pick=None,
-           by: str = DEFAULT_WHERE_BY, around: int | None = CONTEXT_LINES) -> Where:
+def locate(
+    loaded,
+    document: Document,
+    instruction: str,
+    regions: Sequence[tuple[int, int]],
+    pick=None,
+    by: str = DEFAULT_WHERE_BY,
+    around: int | None = CONTEXT_LINES,
+) -> Where:
     """Ask the model which line of `regions` the instruction is about; see the module docstring."""
 
     if by == "surprise":
@@ -306,15 +328,25 @@ def locate(loaded, document: Document, instruction: str, regions: Sequence[tuple
         cursor = LineNumberCursor(tokens, ends, [k for a, b in regions for k in range(a, b + 1)])
     lm = language_model(loaded)
     budget = WHERE_BUDGET if not quote else WHERE_BUDGET + max(len(b) for b in cursor.bodies)
-    decoded = decode(lm, cursor, prompt_ids, None, pick or where_sampler(loaded), budget, None, None,
-                     lm.reuse(prompt_ids))
+    decoded = decode(
+        lm, cursor, prompt_ids, None, pick or where_sampler(loaded), budget, None, None, lm.reuse(prompt_ids)
+    )
     lines = cursor.lines()
-    return Where(tuple(tuple(r) for r in regions), lines, cursor.text(), located_levels(document, lines, regions),
-                 time.perf_counter() - start, decoded.stats.forward_passes, decoded.stats.tokens_prompt, by)
+    return Where(
+        tuple(tuple(r) for r in regions),
+        lines,
+        cursor.text(),
+        located_levels(document, lines, regions),
+        time.perf_counter() - start,
+        decoded.stats.forward_passes,
+        decoded.stats.tokens_prompt,
+        by,
+    )
 
 
-def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
-             around: int | None = CONTEXT_LINES) -> Where:
+def surprise(
+    loaded, document: Document, regions: Sequence[tuple[int, int]], around: int | None = CONTEXT_LINES
+) -> Where:
     """The where-step by reading: each region's code after up to `around` lines before it (the
     prompt's context, settings.CONTEXT_LINES by default; None: from the file's first line), fed as
     plain code in a row beside the LM's cache (_read_texts), the logits of the region's positions kept;
@@ -344,9 +376,19 @@ def surprise(loaded, document: Document, regions: Sequence[tuple[int, int]],
             by_line.setdefault(-line, []).append((-line, column, token, logprob))
     expected = tuple(by_line.get(named[0], ()) if named else ())[:MOST_EXPECTED]
     runners_up = tuple(line for line in by_line if line not in named)[:RUNNERS_UP]
-    return Where(tuple(tuple(r) for r in regions), named, ", ".join(map(str, named)),
-                 located_levels(document, named, regions, found=found), time.perf_counter() - start, forwards, fed,
-                 "surprise", expected, runners_up, _in_turn([by_line[line] for line in (*named, *runners_up) if line in by_line]))
+    return Where(
+        tuple(tuple(r) for r in regions),
+        named,
+        ", ".join(map(str, named)),
+        located_levels(document, named, regions, found=found),
+        time.perf_counter() - start,
+        forwards,
+        fed,
+        "surprise",
+        expected,
+        runners_up,
+        _in_turn([by_line[line] for line in (*named, *runners_up) if line in by_line]),
+    )
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,10 @@ def _gitpython():
     try:
         import git
     except ImportError:
-        raise ConfigError("git not found: the hook runs git, and no `git` is on PATH",
-                          hint="install git, or point GIT_PYTHON_GIT_EXECUTABLE at it") from None
+        raise ConfigError(
+            "git not found: the hook runs git, and no `git` is on PATH",
+            hint="install git, or point GIT_PYTHON_GIT_EXECUTABLE at it",
+        ) from None
     return git
 
 
@@ -72,8 +74,9 @@ def open_repo(start: str | os.PathLike[str] = ".", required: bool = True):
     if repo is not None and repo.working_tree_dir is None:
         repo = None  # a bare repository has no files to edit
     if repo is None and required:
-        raise ConfigError(f"{Path(start).absolute()}: not inside a git repository",
-                          hint="run this inside a git work tree")
+        raise ConfigError(
+            f"{Path(start).absolute()}: not inside a git repository", hint="run this inside a git work tree"
+        )
     return repo
 
 
@@ -186,14 +189,16 @@ def load_settings(root: Path) -> Settings:
             raise ConfigError(
                 f"{found.path}: this repository's cadedit settings are not approved; the hook runs nothing from them",
                 hint=f"read them (a rule's `test` is a command run on your machine), then approve them once: "
-                     f"cadedit trust {found.path.parent}",
+                f"cadedit trust {found.path.parent}",
             )
         return _parse_settings(found.table, found.source)
-    ignored = f" ({', '.join(map(str, untrusted))} ignored: owned by another user or writable by others)" if untrusted else ""
+    ignored = (
+        f" ({', '.join(map(str, untrusted))} ignored: owned by another user or writable by others)" if untrusted else ""
+    )
     raise ConfigError(
         f"no cadedit settings in {root}: neither {SETTINGS_FILE} nor [tool.cadedit] in pyproject.toml{ignored}",
         hint=f"create {SETTINGS_FILE} at the repository root, for example:\n{EXAMPLE_SETTINGS.rstrip()}\n"
-             "then approve it: cadedit trust",
+        "then approve it: cadedit trust",
     )
 
 
@@ -208,13 +213,15 @@ def _parse_settings(table: dict, source: str) -> Settings:
     if tries is not None and (isinstance(tries, bool) or not isinstance(tries, int) or not 1 <= tries <= MAX_TRIES):
         raise ConfigError(f"{source}: `tries` must be a whole number from 1 to {MAX_TRIES}")
     candidates = table.get("candidates")
-    if candidates is not None and (isinstance(candidates, bool) or not isinstance(candidates, int)
-                                   or not 1 <= candidates <= MAX_CANDIDATES):
+    if candidates is not None and (
+        isinstance(candidates, bool) or not isinstance(candidates, int) or not 1 <= candidates <= MAX_CANDIDATES
+    ):
         raise ConfigError(f"{source}: `candidates` must be a whole number from 1 to {MAX_CANDIDATES}")
     rules = table.get("rules")
     if not isinstance(rules, list) or not rules:
-        raise ConfigError(f"{source}: no [[rules]]",
-                          hint=f"add at least one rule, for example:\n{EXAMPLE_SETTINGS.rstrip()}")
+        raise ConfigError(
+            f"{source}: no [[rules]]", hint=f"add at least one rule, for example:\n{EXAMPLE_SETTINGS.rstrip()}"
+        )
     parsed = tuple(_parse_rule(rule, f"{source}: rule {k}") for k, rule in enumerate(rules, 1))
     return Settings(model, parsed, source, mode, tries, candidates)
 

@@ -51,8 +51,9 @@ class FenceCursor:
     headers included; segments() cuts them back into the segments' texts.
     """
 
-    def __init__(self, token_bytes: Sequence[bytes], eos_ids: frozenset[int], fence: str,
-                 headers: Sequence[Sequence[int]] = ()):
+    def __init__(
+        self, token_bytes: Sequence[bytes], eos_ids: frozenset[int], fence: str, headers: Sequence[Sequence[int]] = ()
+    ):
         self.token_bytes, self.eos_ids, self.fence = token_bytes, eos_ids, fence
         self.headers = [tuple(h) for h in headers]
         self.ids: list[int] = []

@@ -73,8 +73,14 @@ EXAMPLES = (
         "  }\n"
         "}\n",
         "Make pop throw an Error when the queue is empty, and remove push.",
-        Program((Copy(1, 4), Copy(8, 8), Gen('    if (this.items.length === 0) {\n      throw new Error("empty queue");\n    }\n'),
-                 Copy(9, 11))),
+        Program(
+            (
+                Copy(1, 4),
+                Copy(8, 8),
+                Gen('    if (this.items.length === 0) {\n      throw new Error("empty queue");\n    }\n'),
+                Copy(9, 11),
+            )
+        ),
     ),
 )
 
@@ -102,7 +108,9 @@ VARIANTS = {
     "count-close": Variant("count-close", " | ", 1, count=True, close=True),
 }
 
-COUNT_NOTE = "\nThe program must account for every line up to the last one: copy the unchanged lines after the edit too."
+COUNT_NOTE = (
+    "\nThe program must account for every line up to the last one: copy the unchanged lines after the edit too."
+)
 CLOSE_NOTE = "\nEvery <gen> ends with </gen> on a line of its own, right after its last new line; nothing else ends it."
 
 
@@ -123,9 +131,13 @@ def user_message(document: Document, instruction: str, variant: Variant) -> str:
     return f"File {name}{size}:\n{document.numbered(sep=variant.sep)}\nInstruction: {instruction.strip()}"
 
 
-def build_messages(document: Document, instruction: str, variant: Variant = VARIANTS["default"]) -> list[dict[str, str]]:
+def build_messages(
+    document: Document, instruction: str, variant: Variant = VARIANTS["default"]
+) -> list[dict[str, str]]:
     """System prompt, few-shot turns, then the request; the assistant's reply is the program."""
-    system = SYSTEM.format(sep=variant.sep) + (COUNT_NOTE if variant.count else "") + (CLOSE_NOTE if variant.close else "")
+    system = (
+        SYSTEM.format(sep=variant.sep) + (COUNT_NOTE if variant.count else "") + (CLOSE_NOTE if variant.close else "")
+    )
     messages = [{"role": "system", "content": system}]
     for example in EXAMPLES[: variant.examples]:
         before = Document.from_text(example.before, example.path)
@@ -141,6 +153,7 @@ REWRITE_SYSTEM = """\
 You edit files. You receive a file and an instruction.
 Reply with the complete edited file in one code block and nothing else.
 Copy every line that the instruction does not change exactly as it is, including comments, blank lines and indentation."""
+
 
 def language_tag(path: str) -> str:
     """The code fence's language tag for a file name (cadedit.text.languages)."""
@@ -171,8 +184,9 @@ def unquoted(layout: str) -> str:
     return _UNQUOTED.get(layout, layout)
 
 
-def rewrite_messages(document: Document, instruction: str, fence: str, feedback: str = "",
-                     layout: str = "both") -> list[dict[str, str]]:
+def rewrite_messages(
+    document: Document, instruction: str, fence: str, feedback: str = "", layout: str = "both"
+) -> list[dict[str, str]]:
     """The file, the instruction (also before the file with layout "both") and the size of the answer.
 
     Measured on Qwen2.5-Coder-0.5B-Instruct (greedy): with the file first and the instruction
@@ -183,8 +197,10 @@ def rewrite_messages(document: Document, instruction: str, fence: str, feedback:
     opening = fence + language_tag(document.path) + "\n"
     task = f"Instruction: {instruction.strip()}"
     head = f"{task}\n\n" if layout == "both" else ""
-    user = (f"{head}File {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n{task}\n"
-            f"Reply with the complete file, all {document.n_lines} lines, with the instruction applied.")
+    user = (
+        f"{head}File {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n{task}\n"
+        f"Reply with the complete file, all {document.n_lines} lines, with the instruction applied."
+    )
     return [{"role": "system", "content": REWRITE_SYSTEM}, {"role": "user", "content": user + _after(feedback)}]
 
 
@@ -220,9 +236,16 @@ def _indent_words(indent: str) -> str:
     return repr(indent)
 
 
-def scoped_messages(document: Document, instruction: str, fence: str, regions: Sequence[tuple[int, int]],
-                    referenced: Sequence[int] = (), feedback: str = "", layout: str = "both",
-                    context: Sequence[tuple[int, int]] | None = None) -> list[dict[str, str]]:
+def scoped_messages(
+    document: Document,
+    instruction: str,
+    fence: str,
+    regions: Sequence[tuple[int, int]],
+    referenced: Sequence[int] = (),
+    feedback: str = "",
+    layout: str = "both",
+    context: Sequence[tuple[int, int]] | None = None,
+) -> list[dict[str, str]]:
     """The file for context (whole, or the `context` line ranges: regions.context_spans), then the
     instruction and the line ranges the answer retypes. Lines the instruction refers to by number
     are quoted with their numbers, since the file is shown without them."""
@@ -233,7 +256,8 @@ def scoped_messages(document: Document, instruction: str, fence: str, regions: S
         shown_file = f"File {name} ({document.n_lines} lines):\n{opening}{fenced_source(document, fence)}\n"
     else:
         shown_file = f"File {name} ({document.n_lines} lines), the parts around the lines to edit:\n" + "".join(
-            f"Lines {a}-{b}:\n{opening}{_region_source(document, a, b, fence)}\n" for a, b in context)
+            f"Lines {a}-{b}:\n{opening}{_region_source(document, a, b, fence)}\n" for a, b in context
+        )
     task = f"Instruction: {instruction.strip()}"
     bodies = document.display_lines()
     quoted = "".join(f"Line {k}: {bodies[k - 1]}\n" for k in referenced if 1 <= k <= len(bodies))
@@ -242,10 +266,16 @@ def scoped_messages(document: Document, instruction: str, fence: str, regions: S
     head = f"{task}\n\n" if layout == "both" else ""
     shown = ""
     if layout == "quoted" or (layout == "auto" and not whole):
-        shown = "".join(f"Lines {a}-{b} now read:\n{opening}{_region_source(document, a, b, fence)}\n" for a, b in regions)
-    user = (f"{head}{shown_file}" + (f"{quoted}\n" if quoted else "") + shown
-            + f"{task}\nReply with lines {ranges} of the file ({count} line{'s' if count != 1 else ''}), with the instruction applied, "
-            "one code block per range, each opened by its line range.")
+        shown = "".join(
+            f"Lines {a}-{b} now read:\n{opening}{_region_source(document, a, b, fence)}\n" for a, b in regions
+        )
+    user = (
+        f"{head}{shown_file}"
+        + (f"{quoted}\n" if quoted else "")
+        + shown
+        + f"{task}\nReply with lines {ranges} of the file ({count} line{'s' if count != 1 else ''}), with the instruction applied, "
+        "one code block per range, each opened by its line range."
+    )
     return [{"role": "system", "content": SCOPED_SYSTEM}, {"role": "user", "content": user + _after(feedback)}]
 
 
@@ -262,8 +292,9 @@ You find where a file must change. You receive lines of a file and an instructio
 Reply with the one line that must change, copied exactly as it is (without its indentation), and nothing else."""
 
 
-def where_messages(document: Document, instruction: str, regions: Sequence[tuple[int, int]],
-                   quote: bool = False) -> list[dict[str, str]]:
+def where_messages(
+    document: Document, instruction: str, regions: Sequence[tuple[int, int]], quote: bool = False
+) -> list[dict[str, str]]:
     """The regions' lines, numbered as in the file (quote: as code, to be quoted back), then the
     instruction and the question."""
     name = PurePath(document.path).name if not document.path.startswith("<") else "the file"
@@ -271,13 +302,19 @@ def where_messages(document: Document, instruction: str, regions: Sequence[tuple
     width = len(str(max(b for _, b in regions)))
     if quote:
         fence = "```"
-        shown = "".join(f"Lines {a}-{b} of {name}:\n{fence}{language_tag(document.path)}\n"
-                        + "".join(f"{bodies[k - 1]}\n" for k in range(a, b + 1)) + f"{fence}\n\n" for a, b in regions)
+        shown = "".join(
+            f"Lines {a}-{b} of {name}:\n{fence}{language_tag(document.path)}\n"
+            + "".join(f"{bodies[k - 1]}\n" for k in range(a, b + 1))
+            + f"{fence}\n\n"
+            for a, b in regions
+        )
         question = "Which line must change to do this? Reply with that line only, copied exactly."
         system = WHERE_QUOTE_SYSTEM
     else:
-        shown = "".join(f"Lines {a}-{b} of {name}:\n" + "".join(f"{k:>{width}} | {bodies[k - 1]}\n" for k in range(a, b + 1))
-                        + "\n" for a, b in regions)
+        shown = "".join(
+            f"Lines {a}-{b} of {name}:\n" + "".join(f"{k:>{width}} | {bodies[k - 1]}\n" for k in range(a, b + 1)) + "\n"
+            for a, b in regions
+        )
         question = "Which line must change to do this? Reply with its line number only."
         system = WHERE_SYSTEM
     user = f"{shown}Instruction: {instruction.strip()}\n{question}"

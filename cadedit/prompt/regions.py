@@ -35,8 +35,10 @@ def common_indent(text: str) -> str:
 def dedent(text: str, indent: str) -> str:
     """text without `indent` at the start of its non-blank lines that have it (blank lines become
     empty; a line indented less stays as it is)."""
-    return "\n".join((line[len(indent) :] if line.startswith(indent) else line) if line.strip() else line.strip(" \t")
-                     for line in text.split("\n"))
+    return "\n".join(
+        (line[len(indent) :] if line.startswith(indent) else line) if line.strip() else line.strip(" \t")
+        for line in text.split("\n")
+    )
 
 
 def _leading(text: str) -> str:
@@ -56,8 +58,9 @@ def context_spans(n_lines: int, regions, around: int | None) -> tuple[tuple[int,
     every region, merged."""
     if around is None or n_lines == 0:
         return ((1, n_lines),) if n_lines else ()
-    spans = sorted([(1, min(n_lines, CONTEXT_HEAD))]
-                   + [(max(1, a - around), min(n_lines, b + around)) for a, b in regions])
+    spans = sorted(
+        [(1, min(n_lines, CONTEXT_HEAD))] + [(max(1, a - around), min(n_lines, b + around)) for a, b in regions]
+    )
     merged = [spans[0]]
     for a, b in spans[1:]:
         if a <= merged[-1][1] + _CONTEXT_JOIN:
@@ -112,9 +115,14 @@ def scoped_layout(document: Document, fence: str, regions) -> ScopedLayout:
     if not any(indents):
         return ScopedLayout(headers[0], headers[1:], source, tail)
     unindented = ("",) * len(regions)
-    return ScopedLayout(headers[0], headers[1:], source, tail,
-                        scoped_source(document, fence, regions, headers[1:], unindented),
-                        scoped_tail(document, regions[-1], ""))
+    return ScopedLayout(
+        headers[0],
+        headers[1:],
+        source,
+        tail,
+        scoped_source(document, fence, regions, headers[1:], unindented),
+        scoped_tail(document, regions[-1], ""),
+    )
 
 
 def scoped_tail(document: Document, region: tuple[int, int], indent: str) -> str:
@@ -270,8 +278,10 @@ def _shift(new: list[str], old: list[str], indent: str, span: tuple[int, int]) -
         return indent, ""
     if votes == {"kept"} or (inside and not missing):
         return "", ""
-    return "", (f"lines {span[0]}-{span[1]}: the answer's indentation fits both the file's and the region's as "
-                "shown, or neither, so it cannot be placed in them exactly")
+    return "", (
+        f"lines {span[0]}-{span[1]}: the answer's indentation fits both the file's and the region's as "
+        "shown, or neither, so it cannot be placed in them exactly"
+    )
 
 
 def _fill_skipped(new: list[str], old: list[str], a: int) -> tuple[list[str], str]:
@@ -290,8 +300,10 @@ def _fill_skipped(new: list[str], old: list[str], a: int) -> tuple[list[str], st
     if start is not None and start > first_text:
         found = _found(had[:start], got)
         if found is None:
-            return new, (f"lines {a}-{a + len(old) - 1}: the answer starts with line {a + start} yet has only "
-                         f"some of lines {a}-{a + start - 1}, so it cannot be placed in them exactly")
+            return new, (
+                f"lines {a}-{a + len(old) - 1}: the answer starts with line {a + start} yet has only "
+                f"some of lines {a}-{a + start - 1}, so it cannot be placed in them exactly"
+            )
         if not found:
             new, got = old[:start] + new, had[:start] + got
     end = _anchor(got[::-1], had[::-1], range(min(3, len(got))))
@@ -299,8 +311,10 @@ def _fill_skipped(new: list[str], old: list[str], a: int) -> tuple[list[str], st
         end = len(had) - 1 - end  # the region line the answer's last line stands for
         found = _found(had[end + 1 :], got)
         if found is None:
-            return new, (f"lines {a}-{a + len(old) - 1}: the answer ends with line {a + end} yet has only some "
-                         f"of lines {a + end + 1}-{a + len(old) - 1}, so it cannot be placed in them exactly")
+            return new, (
+                f"lines {a}-{a + len(old) - 1}: the answer ends with line {a + end} yet has only some "
+                f"of lines {a + end + 1}-{a + len(old) - 1}, so it cannot be placed in them exactly"
+            )
         if not found:
             if new and not new[-1].endswith("\n"):
                 new = new[:-1] + [new[-1] + "\n"]
@@ -336,5 +350,7 @@ def _retyped_before(new: list[str], old: list[str], bodies: list[str], span: tup
     prior = next((k for k in range(a - 2, -1, -1) if bodies[k].strip()), None)
     if prior is None or not re.search(r"\w", first) or first != bodies[prior].strip() or first == own:
         return ""
-    return (f"lines {a}-{b}: the answer retypes line {prior + 1} ({first}), which is outside them, in other "
-            "indentation, so it cannot be placed in them exactly")
+    return (
+        f"lines {a}-{b}: the answer retypes line {prior + 1} ({first}), which is outside them, in other "
+        "indentation, so it cannot be placed in them exactly"
+    )

@@ -66,7 +66,9 @@ def parse_mode(options: EditOptions) -> Mode:
     try:
         return Mode(options.mode)
     except ValueError:
-        raise ModelError(f"unknown mode {options.mode!r}", hint=f"use one of {', '.join(m.value for m in Mode)}") from None
+        raise ModelError(
+            f"unknown mode {options.mode!r}", hint=f"use one of {', '.join(m.value for m in Mode)}"
+        ) from None
 
 
 def scoped_regions(document: Document, options: EditOptions, mode: Mode) -> tuple[tuple[int, int], ...]:
@@ -91,20 +93,43 @@ def build_request(document: Document, instruction: str, options: EditOptions) ->
     fence = fence_for(document.text)
     if regions:
         context = context_spans(document.n_lines, regions, options.context)
-        messages = scoped_messages(document, instruction, fence, regions, options.referenced, options.attempt.feedback,
-                                   options.layout, context)
+        messages = scoped_messages(
+            document, instruction, fence, regions, options.referenced, options.attempt.feedback, options.layout, context
+        )
         layout = scoped_layout(document, fence, regions)
-        return Request(mode, tuple(messages), layout.opening, layout.source, 0, "edit a smaller file, or split it first",
-                       fence, layout.source, regions, layout.headers, layout.tail, task,
-                       (layout.indented_source, layout.indented_tail) if layout.indented_source else None)
+        return Request(
+            mode,
+            tuple(messages),
+            layout.opening,
+            layout.source,
+            0,
+            "edit a smaller file, or split it first",
+            fence,
+            layout.source,
+            regions,
+            layout.headers,
+            layout.tail,
+            task,
+            (layout.indented_source, layout.indented_tail) if layout.indented_source else None,
+        )
     messages = rewrite_messages(document, instruction, fence, options.attempt.feedback, options.layout)
     source = fenced_source(document, fence)
-    return Request(mode, tuple(messages), fence + language_tag(document.path) + "\n", source, 0,
-                   "edit a smaller file, or use --mode program", fence, source, task=task)
+    return Request(
+        mode,
+        tuple(messages),
+        fence + language_tag(document.path) + "\n",
+        source,
+        0,
+        "edit a smaller file, or use --mode program",
+        fence,
+        source,
+        task=task,
+    )
 
 
-def read_answer(document: Document, mode: Mode, text: str, fence: str = "", regions=(),
-                headers=()) -> tuple[P.Program, str]:
+def read_answer(
+    document: Document, mode: Mode, text: str, fence: str = "", regions=(), headers=()
+) -> tuple[P.Program, str]:
     """The answer as a copy/gen program in the file's own newlines (CRLF, BOM, missing final newline),
     and why a scoped answer could not be placed in its regions exactly ("" when it could, or when the
     answer is not scoped: regions.scoped_text). A fenced answer is aligned with the file by the

@@ -21,48 +21,77 @@ from dataclasses import dataclass, field
 from cadedit.scope.outline import JAVASCRIPT, tree_sitter_root
 
 # Defined on every platform JavaScript runs on: ECMAScript's globals, Node's, the browser's common ones.
-ECMASCRIPT = frozenset("""
+ECMASCRIPT = frozenset(
+    """
 AggregateError Array ArrayBuffer Atomics BigInt BigInt64Array BigUint64Array Boolean DataView Date
 Error EvalError FinalizationRegistry Float32Array Float64Array Function Infinity Int16Array Int32Array
 Int8Array Intl Iterator JSON Map Math NaN Number Object Promise Proxy RangeError ReferenceError Reflect
 RegExp Set SharedArrayBuffer String Symbol SyntaxError TypeError URIError Uint16Array Uint32Array
 Uint8Array Uint8ClampedArray WeakMap WeakRef WeakSet WebAssembly arguments decodeURI decodeURIComponent
 encodeURI encodeURIComponent escape eval globalThis isFinite isNaN parseFloat parseInt undefined unescape
-""".split())
-NODE = frozenset("""
+""".split()
+)
+NODE = frozenset(
+    """
 AbortController AbortSignal Blob BroadcastChannel Buffer CompressionStream CustomEvent DOMException
 DecompressionStream Event EventTarget File FormData Headers MessageChannel MessageEvent MessagePort
 Performance ReadableStream Request Response TextDecoder TextEncoder TransformStream URL URLSearchParams
 WritableStream __dirname __filename atob btoa clearImmediate clearInterval clearTimeout console crypto
 exports fetch global module performance process queueMicrotask require setImmediate setInterval
 setTimeout structuredClone
-""".split())
-BROWSER = frozenset("""
+""".split()
+)
+BROWSER = frozenset(
+    """
 Audio CSS CanvasRenderingContext2D Document DocumentFragment DOMParser Element FileReader HTMLElement
 HTMLCanvasElement HTMLInputElement Image IntersectionObserver KeyboardEvent MouseEvent MutationObserver
 Node NodeList Notification ResizeObserver Storage WebSocket Window Worker XMLHttpRequest
 alert cancelAnimationFrame confirm customElements devicePixelRatio document getComputedStyle history
 indexedDB innerHeight innerWidth localStorage location matchMedia navigator open prompt
 requestAnimationFrame requestIdleCallback screen scrollTo self sessionStorage window
-""".split())
+""".split()
+)
 # `await (f)(x)` reads to tree-sitter as a call of a function named await: keywords are no names.
 GLOBALS = ECMASCRIPT | NODE | BROWSER | {"await", "yield"}
 # Globals that come together: a file that already uses one of a group as a global (a test file's
 # `describe`) may use the others (`expect`) without defining them.
 GROUPS = (
-    frozenset("describe it test expect jest beforeEach afterEach beforeAll afterAll suite setup teardown "
-              "before after context xit xdescribe fit fdescribe vi".split()),
+    frozenset(
+        "describe it test expect jest beforeEach afterEach beforeAll afterAll suite setup teardown "
+        "before after context xit xdescribe fit fdescribe vi".split()
+    ),
     frozenset("$ jQuery".split()),
 )
 
 # Node types the walk treats by their role; every other node's named children are expressions.
-_FUNCTIONS = {"function_declaration", "generator_function_declaration", "function_expression", "function",
-              "generator_function", "arrow_function", "method_definition"}
+_FUNCTIONS = {
+    "function_declaration",
+    "generator_function_declaration",
+    "function_expression",
+    "function",
+    "generator_function",
+    "arrow_function",
+    "method_definition",
+}
 _BLOCKS = {"statement_block", "switch_body", "for_statement", "for_in_statement", "catch_clause", "class_static_block"}
-_PATTERNS = {"object_pattern", "array_pattern", "rest_pattern", "pair_pattern", "assignment_pattern",
-             "object_assignment_pattern"}
-_NOT_NAMES = {"comment", "property_identifier", "private_property_identifier", "statement_identifier",
-              "string", "regex", "number", "hash_bang_line"}
+_PATTERNS = {
+    "object_pattern",
+    "array_pattern",
+    "rest_pattern",
+    "pair_pattern",
+    "assignment_pattern",
+    "object_assignment_pattern",
+}
+_NOT_NAMES = {
+    "comment",
+    "property_identifier",
+    "private_property_identifier",
+    "statement_identifier",
+    "string",
+    "regex",
+    "number",
+    "hash_bang_line",
+}
 # A binding's kind is the word that declared it, and after a "/" why it is never unused: "let",
 # "var/loop", "const/pattern" (destructured: pyflakes does not count unpacked names either).
 _LOCAL_KINDS = ("let", "const", "var")
@@ -204,8 +233,11 @@ class _Walk:
                     self.push([declarator.child_by_field_name("value")], scope)
         elif kind in ("assignment_expression", "augmented_assignment_expression"):
             self.assignment(node, scope)
-        elif kind == "unary_expression" and node.children[0].type == "typeof" \
-                and node.child_by_field_name("argument").type == "identifier":
+        elif (
+            kind == "unary_expression"
+            and node.children[0].type == "typeof"
+            and node.child_by_field_name("argument").type == "identifier"
+        ):
             self.use(node.child_by_field_name("argument"), scope, guarded=True)
         elif kind in ("import_statement", "export_statement"):
             self.module_line(node, scope)
@@ -328,8 +360,11 @@ class _Walk:
                 binding.reads += use.read
             elif not use.guarded and use.name not in defined:
                 undefined.append(_finding("undefined", use.name, use.at))
-        unused = [_finding("unused", b.name, b.at) for b in self.bindings
-                  if b.local and b.kind in _LOCAL_KINDS and not b.reads and not b.name.startswith("_")]
+        unused = [
+            _finding("unused", b.name, b.at)
+            for b in self.bindings
+            if b.local and b.kind in _LOCAL_KINDS and not b.reads and not b.name.startswith("_")
+        ]
         return JsNames(tuple(sorted(undefined, key=_place)), tuple(sorted(unused, key=_place)))
 
 

@@ -151,8 +151,10 @@ def outline(document: Document, language: str | None, prose: bool = False) -> Ou
     source = "\n".join(document.display_lines())
     size = len(source.encode("utf-8", "surrogatepass"))
     if size > OUTLINE_BYTES and language is not None:
-        return Outline(problem=f"{display_name(document)}: {size:,} bytes, more than cadedit outlines "
-                               f"({OUTLINE_BYTES:,}), so its definitions are unknown")
+        return Outline(
+            problem=f"{display_name(document)}: {size:,} bytes, more than cadedit outlines "
+            f"({OUTLINE_BYTES:,}), so its definitions are unknown"
+        )
     if language == PYTHON:
         return _python_outline(source, display_name(document), prose)
     if language in (JAVASCRIPT, TYPESCRIPT, TSX):
@@ -175,11 +177,16 @@ def _python_outline(source: str, name: str, prose: bool = False) -> Outline:
     _walk_python(tree, (), False, found, in_strings)
     bodies = source.split("\n")
     definitions = (Definition(k, q, _above_comments(first, bodies, in_strings), end) for k, q, first, end in found)
-    statements = (_python_statement(node) for node in ast.walk(tree)
-                  if isinstance(node, ast.stmt) and not isinstance(node, _PY_DEFINITIONS))
-    return Outline(tuple(sorted(definitions, key=lambda d: (d.start, -d.end))),
-                   statements=tuple(sorted(statements, key=lambda t: (t.start, -t.end))),
-                   prose=_python_prose(tree, bodies, in_strings) if prose else frozenset())
+    statements = (
+        _python_statement(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.stmt) and not isinstance(node, _PY_DEFINITIONS)
+    )
+    return Outline(
+        tuple(sorted(definitions, key=lambda d: (d.start, -d.end))),
+        statements=tuple(sorted(statements, key=lambda t: (t.start, -t.end))),
+        prose=_python_prose(tree, bodies, in_strings) if prose else frozenset(),
+    )
 
 
 def _python_prose(tree: ast.Module, bodies: list[str], in_strings: set[int]) -> frozenset[int]:
@@ -189,8 +196,11 @@ def _python_prose(tree: ast.Module, bodies: list[str], in_strings: set[int]) -> 
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, *_PY_DEFINITIONS)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-                    and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 lines = set(range(first.lineno, (first.end_lineno or first.lineno) + 1))
                 lines -= {getattr(node, "lineno", 0)}  # `def f(): "doc"`: the line holds the header
                 lines -= {after.lineno for after in node.body[1:2]}  # `"doc"; x = 1`
@@ -204,8 +214,11 @@ _PY_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 def _python_statement(node: ast.stmt) -> Statement:
     end = node.end_lineno or node.lineno
     body = getattr(node, "body", None)
-    first = node.cases[0].pattern.lineno if isinstance(node, ast.Match) and node.cases else (
-        body[0].lineno if isinstance(body, list) and body else node.lineno)
+    first = (
+        node.cases[0].pattern.lineno
+        if isinstance(node, ast.Match) and node.cases
+        else (body[0].lineno if isinstance(body, list) and body else node.lineno)
+    )
     return Statement(node.lineno, end, first - 1 if first > node.lineno else end)
 
 
@@ -285,9 +298,11 @@ def _tree_sitter_outline(source: str, language: str, name: str, prose: bool = Fa
     _walk_tree(root, (), False, found)
     statements: list[Statement] = []
     _tree_statements(root, statements)
-    return Outline(tuple(sorted(found, key=lambda d: (d.start, -d.end))),
-                   statements=tuple(sorted(statements, key=lambda t: (t.start, -t.end))),
-                   prose=_tree_prose(root, source.split("\n")) if prose else frozenset())
+    return Outline(
+        tuple(sorted(found, key=lambda d: (d.start, -d.end))),
+        statements=tuple(sorted(statements, key=lambda t: (t.start, -t.end))),
+        prose=_tree_prose(root, source.split("\n")) if prose else frozenset(),
+    )
 
 
 _BODIES = ("body", "consequence")
@@ -317,8 +332,12 @@ def _tree_statements(node, out: list) -> None:
     while stack:
         child = stack.pop()
         kind = child.type
-        if (kind.endswith("_statement") or kind in _DECLARATIONS) and kind != "export_statement" \
-                and _tree_definition(child, False) is None and not _declares_function(child):
+        if (
+            (kind.endswith("_statement") or kind in _DECLARATIONS)
+            and kind != "export_statement"
+            and _tree_definition(child, False) is None
+            and not _declares_function(child)
+        ):
             start, end = child.start_point.row + 1, child.end_point.row + 1
             head_end = end
             body = next((b for b in map(child.child_by_field_name, _BODIES) if b is not None), None)

@@ -290,8 +290,10 @@ def _number(digits: str) -> int:
     """A line number as written; a one-line ScopeError for one longer than any file could reach."""
     digits = digits.strip()
     if len(digits) > MAX_LINE_DIGITS:
-        raise ScopeError(f"line number {digits[:MAX_LINE_DIGITS]}... ({len(digits):,} digits): more lines than any file has",
-                         hint="name the line by its number in the file, or give the lines with --lines A-B")
+        raise ScopeError(
+            f"line number {digits[:MAX_LINE_DIGITS]}... ({len(digits):,} digits): more lines than any file has",
+            hint="name the line by its number in the file, or give the lines with --lines A-B",
+        )
     return int(digits)
 
 
@@ -330,9 +332,16 @@ def _spans(regions: Sequence[Region]) -> list[tuple[int, int]]:
     return [(r.start, r.end) for r in regions]
 
 
-def plan_edit(document: Document, instruction: str, options: EditOptions, lines: Sequence[str] = (),
-              names: Sequence[str] = (), scoping: bool = True, where: bool = False,
-              read: bool = READ_LATER) -> tuple[EditOptions, Scope | None]:
+def plan_edit(
+    document: Document,
+    instruction: str,
+    options: EditOptions,
+    lines: Sequence[str] = (),
+    names: Sequence[str] = (),
+    scoping: bool = True,
+    where: bool = False,
+    read: bool = READ_LATER,
+) -> tuple[EditOptions, Scope | None]:
     """What every edit does first (`cadedit fix`, the hook, the server's clients, the benchmarks): the
     scope from --lines/--scope or the instruction, then the options for it. No scope (None) when
     scoping is off (--no-scope) or the mode writes an edit program, which always sees the whole file.
@@ -351,13 +360,22 @@ def scoped_options(options: EditOptions, scope: Scope, instruction: str, path: s
     wider scopes of later tries and the lines the instruction names (the whole file: unchanged)."""
     if scope.whole_file:
         return options
-    return replace(options, regions=scope.ranges, wider=scope.wider_ranges, referenced=referenced_lines(instruction, path),
-                   locate=scope.locate)
+    return replace(
+        options,
+        regions=scope.ranges,
+        wider=scope.wider_ranges,
+        referenced=referenced_lines(instruction, path),
+        locate=scope.locate,
+    )
 
 
-def located_levels(document: Document, lines: Sequence[int], regions: Sequence[tuple[int, int]],
-                   language: str | None = None,
-                   found: Outline | None = None) -> tuple[tuple[tuple[int, int], ...], ...]:
+def located_levels(
+    document: Document,
+    lines: Sequence[int],
+    regions: Sequence[tuple[int, int]],
+    language: str | None = None,
+    found: Outline | None = None,
+) -> tuple[tuple[tuple[int, int], ...], ...]:
     """The tries' scopes after the where-step named `lines` inside `regions` (cadedit.decode.where), narrowest
     first: the statements those lines are on, the functions around them, then `regions` themselves;
     each level holds the one before, and a level equal to the one before drops out. The block level
@@ -369,8 +387,11 @@ def located_levels(document: Document, lines: Sequence[int], regions: Sequence[t
         return (whole,)
     ladders = [_ladder(LineRef(k, k, f"line {k}"), found) for k in inside]
     levels: list[tuple[tuple[int, int], ...]] = []
-    for candidates in ([ladder[1] for ladder in ladders], [ladder[3] for ladder in ladders],
-                       [Region(a, b, "") for a, b in whole]):
+    for candidates in (
+        [ladder[1] for ladder in ladders],
+        [ladder[3] for ladder in ladders],
+        [Region(a, b, "") for a, b in whole],
+    ):
         level = merge_spans([*((r.start, r.end) for r in candidates), *(levels[-1] if levels else ())])
         if not levels or level != levels[-1]:
             levels.append(level)
@@ -391,14 +412,27 @@ def _ladder(ref: LineRef, found: Outline) -> tuple[Region, Region, Region, Regio
     where = f", in {function.describe()}"
     line = Region(ref.start, ref.end, f"{ref.label} in the instruction{where}")
     many = "s" if ends[0] != ends[1] else ""
-    narrow = Region(min(ref.start, ends[0][0]), max(ref.end, ends[1][1]),
-                    f"{ref.label} in the instruction, the statement{many} there{where}")
+    narrow = Region(
+        min(ref.start, ends[0][0]),
+        max(ref.end, ends[1][1]),
+        f"{ref.label} in the instruction, the statement{many} there{where}",
+    )
     # A block shorter than MAX_BLOCK_LINES that holds `narrow` starts at most that many lines above it.
-    around = [t for t in found.statements_starting(narrow.start - MAX_BLOCK_LINES, narrow.start)
-              if narrow.end <= t.end and t.head_end < t.end and t.start > function.start
-              and (t.start, t.end) != (narrow.start, narrow.end) and t.end - t.start < MAX_BLOCK_LINES]
+    around = [
+        t
+        for t in found.statements_starting(narrow.start - MAX_BLOCK_LINES, narrow.start)
+        if narrow.end <= t.end
+        and t.head_end < t.end
+        and t.start > function.start
+        and (t.start, t.end) != (narrow.start, narrow.end)
+        and t.end - t.start < MAX_BLOCK_LINES
+    ]
     best = min(around, key=lambda t: t.end - t.start, default=None)
-    block = narrow if best is None else Region(best.start, best.end, f"{ref.label} in the instruction, the block there{where}")
+    block = (
+        narrow
+        if best is None
+        else Region(best.start, best.end, f"{ref.label} in the instruction, the block there{where}")
+    )
     return line, narrow, block, wide
 
 

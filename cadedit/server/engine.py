@@ -94,22 +94,36 @@ class Usage:
         self.raw.append(completion.reported)
 
     def stats(self) -> DecodeStats:
-        return DecodeStats(forward_passes=0, tokens_prompt=self.prompt_tokens - self.cached_tokens,
-                           tokens_reused=self.cached_tokens, tokens_sampled=self.completion_tokens,
-                           tokens_drafted=self.draft_tokens, drafts_kept=self.draft_accepted, seconds_total=self.seconds)
+        return DecodeStats(
+            forward_passes=0,
+            tokens_prompt=self.prompt_tokens - self.cached_tokens,
+            tokens_reused=self.cached_tokens,
+            tokens_sampled=self.completion_tokens,
+            tokens_drafted=self.draft_tokens,
+            drafts_kept=self.draft_accepted,
+            seconds_total=self.seconds,
+        )
 
     def to_json(self) -> dict:
-        return {"requests": self.requests, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "cached_tokens": self.cached_tokens,
-                "draft_tokens": self.draft_tokens, "draft_accepted": self.draft_accepted,
-                "seconds": round(self.seconds, 3), "reported": self.raw}
+        return {
+            "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
+            "draft_tokens": self.draft_tokens,
+            "draft_accepted": self.draft_accepted,
+            "seconds": round(self.seconds, 3),
+            "reported": self.raw,
+        }
 
 
 def check_url(url: str) -> str:
     """An engine's base URL (…/v1) without a trailing slash; an EngineError if it is no http(s) URL."""
     if not re.match(r"^https?://[^/\s]+", url or ""):
-        raise EngineError(f"engine {url!r}: not an http:// or https:// URL",
-                          hint="give the engine's OpenAI-compatible base URL, e.g. http://gpu-box:8000/v1")
+        raise EngineError(
+            f"engine {url!r}: not an http:// or https:// URL",
+            hint="give the engine's OpenAI-compatible base URL, e.g. http://gpu-box:8000/v1",
+        )
     return url.rstrip("/")
 
 
@@ -149,14 +163,29 @@ class EngineClient(Editor):
         (engine_http.call_json)."""
         return call_json(self.url, method, path, body, self.key, timeout, limit, what)
 
-    def complete(self, prompt: str, max_tokens: int, options: EditOptions, usage: Usage, stop=(),
-                 grammar: str | None = None, logprobs: int | None = None) -> tuple[str, str, list | None]:
+    def complete(
+        self,
+        prompt: str,
+        max_tokens: int,
+        options: EditOptions,
+        usage: Usage,
+        stop=(),
+        grammar: str | None = None,
+        logprobs: int | None = None,
+    ) -> tuple[str, str, list | None]:
         """One completion: (text, finish_reason, its tokens); the engine's usage added to `usage`. With
         `logprobs` (the top ones asked for a token) the tokens are (text, log-probability, {text:
         log-probability} of the top ones) as the engine gave them (engine_answer.token_logprobs), else None."""
         sampling = options.sampling
-        body = {"model": self.model, "prompt": prompt, "max_tokens": max(1, max_tokens), "stream": False,
-                "temperature": sampling.temperature, "top_p": sampling.top_p, "stop": list(stop)}
+        body = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": max(1, max_tokens),
+            "stream": False,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "stop": list(stop),
+        }
         if sampling.seed is not None:
             body["seed"] = sampling.seed
         if grammar is not None:
@@ -164,23 +193,31 @@ class EngineClient(Editor):
         if logprobs is not None:
             body["logprobs"] = logprobs
         start = time.perf_counter()
-        answer = self._call("POST", "/completions", body, self.timeout, answer_limit(body["max_tokens"], logprobs),
-                            "a completion")
+        answer = self._call(
+            "POST", "/completions", body, self.timeout, answer_limit(body["max_tokens"], logprobs), "a completion"
+        )
         completion = read_completion(answer, f"the engine at {self.url}")
         usage.add(completion, time.perf_counter() - start)
         return completion.text, completion.reason, completion.tokens if logprobs is not None else None
 
     # -- an edit -------------------------------------------------------------------------------
 
-    def edit_candidates(self, document: Document, instruction: str, options: EditOptions | None = None, k: int = 2,
-                        on_step=None, numbers: range | None = None, factories=None) -> list[EditCandidate]:
+    def edit_candidates(
+        self,
+        document: Document,
+        instruction: str,
+        options: EditOptions | None = None,
+        k: int = 2,
+        on_step=None,
+        numbers: range | None = None,
+        factories=None,
+    ) -> list[EditCandidate]:
         """`--candidates k` through the engine: k requests sent at once (an engine that batches serves
         them together), candidate 1 with the try's own sampling, the others sampled as
         tries.candidate_sampling seeds them (`numbers`: which of them; default 1..k). The engine's
         log-probabilities are not asked for, so every candidate scores 0 and they are checked in their
         order, the try's own first."""
         from dataclasses import replace
-
 
         options = options or EditOptions()
 
@@ -193,8 +230,16 @@ class EngineClient(Editor):
 
         return _together(one, numbers or range(1, k + 1))
 
-    def edit_branches(self, document: Document, instruction: str, options: EditOptions | None, k: int, accept,
-                      on_step=None, factories=None) -> list[EditCandidate]:
+    def edit_branches(
+        self,
+        document: Document,
+        instruction: str,
+        options: EditOptions | None,
+        k: int,
+        accept,
+        on_step=None,
+        factories=None,
+    ) -> list[EditCandidate]:
         """pipeline.edit_branches through the engine: candidate 1 is the plain completion, asked with the
         top log-probabilities of each token (TOP_LOGPROBS); if accept(it) is false, k-1 branches are sent at once,
         each the answer up to one of the tokens where the model hesitated most (the smallest margins
@@ -216,8 +261,14 @@ class EngineClient(Editor):
         made = _together(lambda point: self._candidate(document, instruction, options, forced=point), points)
         return [first, *(replace(c, branch=hesitation_key(p)) for c, p in zip(made, points))]
 
-    def _candidate(self, document: Document, instruction: str, options: EditOptions, forced: Hesitation | None = None,
-                   trace: list | None = None) -> EditCandidate:
+    def _candidate(
+        self,
+        document: Document,
+        instruction: str,
+        options: EditOptions,
+        forced: Hesitation | None = None,
+        trace: list | None = None,
+    ) -> EditCandidate:
         """One candidate with its log-probability: the plain answer (its tokens' hesitations into `trace`),
         or the branch `forced` completed."""
         logprob = [forced.logprob if forced else 0.0]
@@ -227,20 +278,29 @@ class EngineClient(Editor):
             return EditCandidate(None, logprob[0], exc)
         return EditCandidate(result, logprob[0])
 
-    def edit(self, document: Document, instruction: str, options: EditOptions | None = None, on_step=None,
-             make_sampler=None) -> EditResult:
+    def edit(
+        self, document: Document, instruction: str, options: EditOptions | None = None, on_step=None, make_sampler=None
+    ) -> EditResult:
         """The edit of `document` the engine's model writes; see the module docstring."""
         return self._edit(document, instruction, options or EditOptions())
 
-    def _edit(self, document: Document, instruction: str, options: EditOptions, forced: Hesitation | None = None,
-              trace: list | None = None, logprob: list | None = None) -> EditResult:
+    def _edit(
+        self,
+        document: Document,
+        instruction: str,
+        options: EditOptions,
+        forced: Hesitation | None = None,
+        trace: list | None = None,
+        logprob: list | None = None,
+    ) -> EditResult:
         """edit(); a fenced answer may start as `forced` spells it, and with `trace` or `logprob` its
         tokens' log-probabilities are asked for: hesitations added to trace, their sum to logprob[0]."""
         request = build_request(document, instruction, options)
         refuse_special_text(document, request)
         prompt = render_chatml(request.messages, request.opening)
-        budget = options.max_new_tokens or default_budget(len(request.answer.encode()) // BYTES_PER_TOKEN + 1,
-                                                          bool(request.regions))
+        budget = options.max_new_tokens or default_budget(
+            len(request.answer.encode()) // BYTES_PER_TOKEN + 1, bool(request.regions)
+        )
         usage = Usage()
         try:
             if request.mode is Mode.PROGRAM:
@@ -251,11 +311,30 @@ class EngineClient(Editor):
             exc.engine = usage.to_json()  # the try's JSON still says what the engine did
             raise
         program, problem = read_answer(document, request.mode, text, request.fence, request.regions, request.headers)
-        return EditResult(document, request.mode, program, text, resolve(program, document), usage.stats(),
-                          self.name, usage.first_prompt_tokens, problem, engine=usage.to_json())
+        return EditResult(
+            document,
+            request.mode,
+            program,
+            text,
+            resolve(program, document),
+            usage.stats(),
+            self.name,
+            usage.first_prompt_tokens,
+            problem,
+            engine=usage.to_json(),
+        )
 
-    def _fenced(self, request: Request, prompt: str, budget: int, options: EditOptions, usage: Usage,
-                forced: Hesitation | None = None, trace: list | None = None, logprob: list | None = None) -> str:
+    def _fenced(
+        self,
+        request: Request,
+        prompt: str,
+        budget: int,
+        options: EditOptions,
+        usage: Usage,
+        forced: Hesitation | None = None,
+        trace: list | None = None,
+        logprob: list | None = None,
+    ) -> str:
         """The fenced answer, one completion per region; the text as the local cursor spells it. A branch
         (`forced`) starts from its text, in the region that text ends in, its tokens counted."""
         end = "\n" + request.fence + "\n"
@@ -270,8 +349,9 @@ class EngineClient(Editor):
             if left <= 0:
                 raise _budget(budget)
             before = spent + usage.spent
-            piece, reason, tokens = self.complete(prompt + text, left, options, usage, stop=(end, "<|im_end|>"),
-                                                  logprobs=ask)
+            piece, reason, tokens = self.complete(
+                prompt + text, left, options, usage, stop=(end, "<|im_end|>"), logprobs=ask
+            )
             if tokens is not None:
                 kept = _kept(tokens, piece)
                 if trace is not None:
@@ -289,10 +369,12 @@ class EngineClient(Editor):
     def _program(self, document: Document, prompt: str, budget: int, options: EditOptions, usage: Usage) -> str:
         """A program under the file's grammar; after each copy its lines are spliced into the prompt."""
         if self.owner not in GRAMMAR_FIELDS:
-            raise EngineError(f"--mode program needs an engine that takes a grammar per request (llama.cpp's "
-                              f"llama-server, llama-cpp-python's server, vLLM 0.12+ or SGLang); the engine at "
-                              f"{self.url} ({self.owner or 'unknown'}) is not known to",
-                              hint="use --mode verify with this engine")
+            raise EngineError(
+                f"--mode program needs an engine that takes a grammar per request (llama.cpp's "
+                f"llama-server, llama-cpp-python's server, vLLM 0.12+ or SGLang); the engine at "
+                f"{self.url} ({self.owner or 'unknown'}) is not known to",
+                hint="use --mode verify with this engine",
+            )
         written = P.OPEN  # the grammar forces it locally; here it is prefilled
         shown = prompt + P.OPEN
         low, has_op, in_body = 1, False, False
@@ -337,8 +419,10 @@ def grammar_field(owner: str, grammar: str) -> dict:
     them (GRAMMAR_FIELDS); an EngineError for an engine that takes none."""
     field_name = GRAMMAR_FIELDS.get(owner)
     if field_name is None:
-        raise EngineError(f"the engine ({owner or 'unknown'}) takes no grammar that cadedit knows how to send",
-                          hint="use --mode verify with this engine")
+        raise EngineError(
+            f"the engine ({owner or 'unknown'}) takes no grammar that cadedit knows how to send",
+            hint="use --mode verify with this engine",
+        )
     return {field_name: {"grammar": grammar}} if field_name == "structured_outputs" else {field_name: grammar}
 
 
@@ -418,8 +502,10 @@ def refuse_special_text(document: Document, request: Request) -> None:
     texts = [m["content"] for m in request.messages] + [request.opening]
     for special in SPECIAL_TEXTS:
         if any(special in text for text in texts):
-            raise EngineError(f"{document.path}: contains the text {special}, which an engine would read as a "
-                              "control token", hint="edit this file without --engine (the local model keeps it text)")
+            raise EngineError(
+                f"{document.path}: contains the text {special}, which an engine would read as a control token",
+                hint="edit this file without --engine (the local model keeps it text)",
+            )
 
 
 def _stopped_at(reason: str, stop: str) -> bool:
@@ -447,8 +533,8 @@ def _last_copy(written: str) -> tuple[tuple[int, int] | None, bool]:
     text inside a gen body. The ops after the last gen close (a body never holds "</") are copies,
     then perhaps a gen that is still open."""
     at = written.rfind(P.GEN_CLOSE)
-    tail = written[at + len(P.GEN_CLOSE):] if at >= 0 else written[len(P.OPEN):]
-    if tail[_COPIES.match(tail).end():].startswith(P.GEN_OPEN):
+    tail = written[at + len(P.GEN_CLOSE) :] if at >= 0 else written[len(P.OPEN) :]
+    if tail[_COPIES.match(tail).end() :].startswith(P.GEN_OPEN):
         return None, True
     found = _COPY_AT_END.search(written)
     return ((int(found.group(1)), int(found.group(2))), False) if found else (None, False)
@@ -490,9 +576,21 @@ def program_gbnf(n_lines: int, low: int = 1, has_op: bool = False, in_body: bool
     copy = f'copy ::= "<copy lines=\\"" {start} "-" {number_range(1, max(1, n_lines))} "\\"/>\\n"' if start else ""
     op = "op ::= copy | gen" if copy else "op ::= gen"
     root = f"root ::= body \"</gen>\\n\" {ops}" if in_body else f"root ::= {ops}"
-    return "\n".join(line for line in (
-        root, op, copy, 'gen ::= "<gen>\\n" body "</gen>\\n"', 'body ::= ([^<] | "<" [^/])*',
-        'close ::= "</program>" "\\n"?') if line) + "\n"
+    return (
+        "\n".join(
+            line
+            for line in (
+                root,
+                op,
+                copy,
+                'gen ::= "<gen>\\n" body "</gen>\\n"',
+                'body ::= ([^<] | "<" [^/])*',
+                'close ::= "</program>" "\\n"?',
+            )
+            if line
+        )
+        + "\n"
+    )
 
 
 # -- errors ----------------------------------------------------------------------------------------
@@ -501,12 +599,17 @@ def program_gbnf(n_lines: int, low: int = 1, has_op: bool = False, in_body: bool
 def _off_grammar(url: str, written: str, low: int) -> EngineError:
     """An engine that wrote what the program grammar it was sent forbids, at a copy's close."""
     last = written.rstrip("\n").rpartition("\n")[2]
-    return EngineError(f"the engine at {url} does not keep to the program grammar it was sent: it wrote {last!r} "
-                       f"where a copy must start at line {low} or later", hint="use --mode verify with this engine")
+    return EngineError(
+        f"the engine at {url} does not keep to the program grammar it was sent: it wrote {last!r} "
+        f"where a copy must start at line {low} or later",
+        hint="use --mode verify with this engine",
+    )
 
 
 def _budget(budget: int, text: str = "") -> BudgetError:
     """The budget spent; `text`: the answer so far, whose end the message shows as a local edit's does."""
-    return BudgetError(f"the engine used the budget of {budget} new tokens before the answer was complete"
-                       + (f" (last text: {text[-60:]!r})" if text else ""), hint="raise --max-new-tokens")
-
+    return BudgetError(
+        f"the engine used the budget of {budget} new tokens before the answer was complete"
+        + (f" (last text: {text[-60:]!r})" if text else ""),
+        hint="raise --max-new-tokens",
+    )

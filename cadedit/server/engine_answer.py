@@ -59,16 +59,20 @@ def read_completion(answer, where: str) -> Completion:
             reason = "stop:" + matched  # the stop string that matched (an end-of-text token is a number)
         counts, reported = _counts(answer)
     except _Shape as exc:
-        raise EngineError(f"{where} answered something that is not a completion ({exc}: {short(answer)})",
-                          hint=_HINT) from None
+        raise EngineError(
+            f"{where} answered something that is not a completion ({exc}: {short(answer)})", hint=_HINT
+        ) from None
     return Completion(text, reason, token_logprobs(choice), counts, reported)
 
 
 def read_models(answer, where: str) -> list[tuple[str, str]]:
     """The (id, owned_by) of each model an answer to GET /models lists; an EngineError if none."""
     data = answer.get("data") if isinstance(answer, dict) else None
-    models = [(m["id"], m.get("owned_by") if isinstance(m.get("owned_by"), str) else "")
-              for m in (data if isinstance(data, list) else []) if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    models = [
+        (m["id"], m.get("owned_by") if isinstance(m.get("owned_by"), str) else "")
+        for m in (data if isinstance(data, list) else [])
+        if isinstance(m, dict) and isinstance(m.get("id"), str)
+    ]
     if not models:
         raise EngineError(f"{where} lists no model (GET /models answered {short(answer)})", hint=_HINT)
     return models
@@ -78,9 +82,13 @@ def _counts(answer: dict) -> tuple[Counts, dict]:
     usage = _field(answer, "usage", dict, "", default={})
     timings = _field(answer, "timings", dict, "", default={})
     details = _field(usage, "prompt_tokens_details", dict, "usage", default={})
-    counts = Counts(_count(usage, "prompt_tokens", "usage"), _count(usage, "completion_tokens", "usage"),
-                    _count(details, "cached_tokens", "usage.prompt_tokens_details"),
-                    _count(timings, "draft_n", "timings"), _count(timings, "draft_n_accepted", "timings"))
+    counts = Counts(
+        _count(usage, "prompt_tokens", "usage"),
+        _count(usage, "completion_tokens", "usage"),
+        _count(details, "cached_tokens", "usage.prompt_tokens_details"),
+        _count(timings, "draft_n", "timings"),
+        _count(timings, "draft_n_accepted", "timings"),
+    )
     reported = {name: _plain(answer[name]) for name in ("usage", "timings") if answer.get(name) is not None}
     return counts, reported
 
@@ -132,12 +140,19 @@ def token_logprobs(choice: dict) -> list | None:
     try:
         if isinstance(found, dict) and isinstance(found.get("tokens"), list):
             tops = found.get("top_logprobs") or [None] * len(found["tokens"])
-            return [(_text(text), _logprob(lp), {_text(t): _logprob(v) for t, v in (top or {}).items()})
-                    for text, lp, top in zip(found["tokens"], found["token_logprobs"], tops)]
+            return [
+                (_text(text), _logprob(lp), {_text(t): _logprob(v) for t, v in (top or {}).items()})
+                for text, lp, top in zip(found["tokens"], found["token_logprobs"], tops)
+            ]
         if isinstance(found, dict) and isinstance(found.get("content"), list):
-            return [(_text(c["token"]), _logprob(c["logprob"]),
-                     {_text(a["token"]): _logprob(a["logprob"]) for a in c.get("top_logprobs") or ()})
-                    for c in found["content"]]
+            return [
+                (
+                    _text(c["token"]),
+                    _logprob(c["logprob"]),
+                    {_text(a["token"]): _logprob(a["logprob"]) for a in c.get("top_logprobs") or ()},
+                )
+                for c in found["content"]
+            ]
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     return None

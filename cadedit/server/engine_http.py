@@ -12,6 +12,7 @@ to url + path with the key as a Bearer header and returns the answer's JSON. Eve
 Every failure (no engine, a timeout, an HTTP error, a closed connection, an answer that is not JSON)
 is an EngineError of one line naming the engine. Standard library only.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -117,8 +118,16 @@ def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(Plain, Secure, _RefuseRedirects)
 
 
-def call_json(url: str, method: str, path: str, body: dict | None, key: str | None, timeout: float, limit: int,
-              what: str = "an engine's answer"):
+def call_json(
+    url: str,
+    method: str,
+    path: str,
+    body: dict | None,
+    key: str | None,
+    timeout: float,
+    limit: int,
+    what: str = "an engine's answer",
+):
     """One HTTP request to url + path and its JSON answer (at most `limit` bytes, nested no deeper than
     Python's recursion limit lets json read: about 1,000); every failure an EngineError. `what` the
     answer should be, for the message when it is nested deeper."""
@@ -138,11 +147,15 @@ def call_json(url: str, method: str, path: str, body: dict | None, key: str | No
     try:
         return json.loads(raw)
     except ValueError:
-        raise EngineError(f"{where} answered {path} with something that is not JSON ({short(raw)})",
-                          hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
+        raise EngineError(
+            f"{where} answered {path} with something that is not JSON ({short(raw)})",
+            hint="is the URL the engine's OpenAI-compatible base (…/v1)?",
+        ) from None
     except RecursionError:
-        raise EngineError(f"{where} answered something that is not {what} (JSON nested too deep: {short(raw)})",
-                          hint="is the URL the engine's OpenAI-compatible base (…/v1)?") from None
+        raise EngineError(
+            f"{where} answered something that is not {what} (JSON nested too deep: {short(raw)})",
+            hint="is the URL the engine's OpenAI-compatible base (…/v1)?",
+        ) from None
 
 
 def _answer(opener, request, deadline: _Deadline, where: str, limit: int) -> bytes:
@@ -175,30 +188,37 @@ def _body(response: http.client.HTTPResponse, where: str, limit: int) -> bytes:
 
 def _too_large(where: str, limit: int, declared: int | None = None) -> EngineError:
     said = f"{declared:,} bytes, more than the {limit:,}" if declared else f"more than the {limit:,} bytes"
-    return EngineError(f"{where} answered {said} that this request's answer can need; cadedit read no further",
-                       hint="is the URL the engine's OpenAI-compatible base (…/v1)?")
+    return EngineError(
+        f"{where} answered {said} that this request's answer can need; cadedit read no further",
+        hint="is the URL the engine's OpenAI-compatible base (…/v1)?",
+    )
 
 
 def _failure(exc: Exception, url: str, where: str, path: str, timeout: float) -> EngineError:
     """A failed request as one line."""
     if isinstance(exc, _Redirected):
-        return EngineError(f"{where} redirected {exc.method} {path} (HTTP {exc.code}) to {short(exc.target)}; "
-                           "cadedit does not follow an engine's redirects (its key would go along)",
-                           hint="if you trust that address, give it as --engine")
+        return EngineError(
+            f"{where} redirected {exc.method} {path} (HTTP {exc.code}) to {short(exc.target)}; "
+            "cadedit does not follow an engine's redirects (its key would go along)",
+            hint="if you trust that address, give it as --engine",
+        )
     if isinstance(exc, urllib.error.URLError) and not isinstance(exc.reason, (TimeoutError, socket.timeout)):
         reason = exc.reason
-        return EngineError(f"no engine answers at {url} ({getattr(reason, 'strerror', None) or reason})",
-                           hint="start the engine, or check --engine / CADEDIT_ENGINE")
+        return EngineError(
+            f"no engine answers at {url} ({getattr(reason, 'strerror', None) or reason})",
+            hint="start the engine, or check --engine / CADEDIT_ENGINE",
+        )
     if isinstance(exc, (urllib.error.URLError, TimeoutError, socket.timeout)):
         return slow(where, timeout)
-    return EngineError(f"{where} closed the connection mid-answer ({type(exc).__name__})",
-                       hint="see the engine's log; then retry")
+    return EngineError(
+        f"{where} closed the connection mid-answer ({type(exc).__name__})", hint="see the engine's log; then retry"
+    )
 
 
 def short(value, limit: int = 120) -> str:
     """A value (bytes, text or parsed JSON, however deep) as at most `limit` characters of one line."""
     if isinstance(value, bytes):
-        text = value[:limit * 4].decode("utf-8", "replace")
+        text = value[: limit * 4].decode("utf-8", "replace")
     elif isinstance(value, str):
         text = value
     else:
@@ -206,13 +226,15 @@ def short(value, limit: int = 120) -> str:
             text = json.dumps(value)
         except (ValueError, TypeError, RecursionError):  # nested deeper than json writes
             text = f"a {type(value).__name__} nested too deep to show"
-    text = " ".join(text[:limit * 4].split())
+    text = " ".join(text[: limit * 4].split())
     return (text[:limit] + "…") if len(text) > limit else (text or "nothing")
 
 
 def slow(where: str, timeout: float) -> EngineError:
-    return EngineError(f"{where} did not answer within {timeout:g} s",
-                       hint="raise --engine-timeout (or engine_timeout in .cadedit.toml), or check the engine's load")
+    return EngineError(
+        f"{where} did not answer within {timeout:g} s",
+        hint="raise --engine-timeout (or engine_timeout in .cadedit.toml), or check the engine's load",
+    )
 
 
 def http_error(exc: urllib.error.HTTPError, where: str) -> EngineError:
@@ -227,7 +249,9 @@ def http_error(exc: urllib.error.HTTPError, where: str) -> EngineError:
         message = error.get("message", error) if isinstance(error, dict) else error
     except (ValueError, RecursionError):
         message = body
-    hint = {401: "set the engine's API key in CADEDIT_ENGINE_KEY (or OPENAI_API_KEY)",
-            403: "set the engine's API key in CADEDIT_ENGINE_KEY (or OPENAI_API_KEY)",
-            404: "give the engine's OpenAI-compatible base URL, ending in /v1"}.get(exc.code, "see the engine's log")
+    hint = {
+        401: "set the engine's API key in CADEDIT_ENGINE_KEY (or OPENAI_API_KEY)",
+        403: "set the engine's API key in CADEDIT_ENGINE_KEY (or OPENAI_API_KEY)",
+        404: "give the engine's OpenAI-compatible base URL, ending in /v1",
+    }.get(exc.code, "see the engine's log")
     return EngineError(f"{where} answered HTTP {exc.code} ({short(message)})", hint=hint)

@@ -65,8 +65,10 @@ def runtime_dir() -> Path:
     if os.environ.get(RUNTIME_ENV):
         path = Path(os.environ[RUNTIME_ENV])
         if not path.is_absolute():
-            raise ServerError(f"{RUNTIME_ENV}={os.environ[RUNTIME_ENV]} is not an absolute path",
-                              hint=f"set {RUNTIME_ENV} to an absolute folder, or unset it")
+            raise ServerError(
+                f"{RUNTIME_ENV}={os.environ[RUNTIME_ENV]} is not an absolute path",
+                hint=f"set {RUNTIME_ENV} to an absolute folder, or unset it",
+            )
         return path
     if os.environ.get("XDG_RUNTIME_DIR"):
         return Path(os.environ["XDG_RUNTIME_DIR"]) / "cadedit"
@@ -89,9 +91,11 @@ def own_folder(folder: Path, create: bool) -> Path:
     except FileNotFoundError:
         return folder
     if not stat.S_ISDIR(st.st_mode) or not_own(folder, private=True) is not None:
-        raise ServerError(f"{folder}: not a private folder of this user (owner uid {st.st_uid}, mode "
-                          f"{stat.S_IMODE(st.st_mode):04o}); the cadedit server does not use it",
-                          hint=f"use a folder of yours: {RUNTIME_ENV}=/path/to/private/folder")
+        raise ServerError(
+            f"{folder}: not a private folder of this user (owner uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}); the cadedit server does not use it",
+            hint=f"use a folder of yours: {RUNTIME_ENV}=/path/to/private/folder",
+        )
     return folder
 
 
@@ -137,44 +141,80 @@ def options_from_wire(data: dict):
 
     unknown = set(data) - {f.name for f in dataclasses.fields(EditOptions)}
     if unknown:
-        raise ServerError(f"the server does not know the option(s) {', '.join(sorted(unknown))}",
-                          hint="it runs older code: cadedit serve stop, then start it again")
-    return EditOptions(**{**data, "sampling": Sampling(**data["sampling"]), "mode": Mode(data["mode"]),
-                          "regions": tuple(tuple(r) for r in data["regions"]),
-                          "wider": tuple(tuple(tuple(r) for r in level) for level in data.get("wider", ())),
-                          "referenced": tuple(data["referenced"]),
-                          "attempt": _attempt_from_wire(data.get("attempt", {}))})
+        raise ServerError(
+            f"the server does not know the option(s) {', '.join(sorted(unknown))}",
+            hint="it runs older code: cadedit serve stop, then start it again",
+        )
+    return EditOptions(
+        **{
+            **data,
+            "sampling": Sampling(**data["sampling"]),
+            "mode": Mode(data["mode"]),
+            "regions": tuple(tuple(r) for r in data["regions"]),
+            "wider": tuple(tuple(tuple(r) for r in level) for level in data.get("wider", ())),
+            "referenced": tuple(data["referenced"]),
+            "attempt": _attempt_from_wire(data.get("attempt", {})),
+        }
+    )
 
 
 def _attempt_from_wire(data: dict):
-    return TryState(**{**data, "expected": tuple(tuple(e) for e in data.get("expected", ())),
-                       "branched": tuple(data.get("branched", ()))})
+    return TryState(
+        **{
+            **data,
+            "expected": tuple(tuple(e) for e in data.get("expected", ())),
+            "branched": tuple(data.get("branched", ())),
+        }
+    )
 
 
 def result_to_wire(result) -> dict:
 
-    return {"mode": result.mode.value, "program": format_program(result.program), "program_text": result.program_text,
-            "new_text": result.new_text, "stats": dataclasses.asdict(result.stats), "model": result.model,
-            "prompt_tokens": result.prompt_tokens, "placement": result.placement}
+    return {
+        "mode": result.mode.value,
+        "program": format_program(result.program),
+        "program_text": result.program_text,
+        "new_text": result.new_text,
+        "stats": dataclasses.asdict(result.stats),
+        "model": result.model,
+        "prompt_tokens": result.prompt_tokens,
+        "placement": result.placement,
+    }
 
 
 def candidate_to_wire(candidate) -> dict:
     """An EditCandidate: its edit or its error, and its log-probability."""
-    return {"result": result_to_wire(candidate.result) if candidate.result else None, "logprob": candidate.logprob,
-            "error": error_to_wire(candidate.error) if isinstance(candidate.error, CadeditError) else None,
-            "branch": candidate.branch}
+    return {
+        "result": result_to_wire(candidate.result) if candidate.result else None,
+        "logprob": candidate.logprob,
+        "error": error_to_wire(candidate.error) if isinstance(candidate.error, CadeditError) else None,
+        "branch": candidate.branch,
+    }
 
 
 def candidate_from_wire(data: dict, document):
 
-    return EditCandidate(result_from_wire(data["result"], document) if data["result"] else None, data["logprob"],
-                         error_from_wire(data["error"]) if data["error"] else None, data.get("branch", 0))
+    return EditCandidate(
+        result_from_wire(data["result"], document) if data["result"] else None,
+        data["logprob"],
+        error_from_wire(data["error"]) if data["error"] else None,
+        data.get("branch", 0),
+    )
 
 
 def result_from_wire(data: dict, document):
 
-    return EditResult(document, Mode(data["mode"]), parse(data["program"]), data["program_text"], data["new_text"],
-                      DecodeStats(**data["stats"]), data["model"], data["prompt_tokens"], data.get("placement", ""))
+    return EditResult(
+        document,
+        Mode(data["mode"]),
+        parse(data["program"]),
+        data["program_text"],
+        data["new_text"],
+        DecodeStats(**data["stats"]),
+        data["model"],
+        data["prompt_tokens"],
+        data.get("placement", ""),
+    )
 
 
 def error_to_wire(exc: CadeditError) -> dict:
@@ -228,17 +268,28 @@ class ServerClient(Editor):
         """edit_file(document, instruction, options) run by the server; the same EditResult, or its error."""
         return result_from_wire(self._edit(document, instruction, options, on_step, 1), document)
 
-    def edit_candidates(self, document, instruction: str, options=None, k: int = 2, on_step: Callable | None = None,
-                        factories=None):
+    def edit_candidates(
+        self, document, instruction: str, options=None, k: int = 2, on_step: Callable | None = None, factories=None
+    ):
         """pipeline.edit_candidates with `--candidates k`'s samplers, run by the server: k EditCandidates."""
         answer = self._edit(document, instruction, options, on_step, k)
         if "candidates" not in answer:
-            raise ServerError("the cadedit server does not decode candidates side by side",
-                              hint="it runs older code: cadedit serve stop, then start it again")
+            raise ServerError(
+                "the cadedit server does not decode candidates side by side",
+                hint="it runs older code: cadedit serve stop, then start it again",
+            )
         return [candidate_from_wire(c, document) for c in answer["candidates"]]
 
-    def edit_branches(self, document, instruction: str, options, k: int, accept: Callable,
-                      on_step: Callable | None = None, factories=None):
+    def edit_branches(
+        self,
+        document,
+        instruction: str,
+        options,
+        k: int,
+        accept: Callable,
+        on_step: Callable | None = None,
+        factories=None,
+    ):
         """pipeline.edit_branches run by the server: it sends candidate 1, accept(candidate 1) is asked
         here (where the user's test runs) and answered; if false, the server decodes the k-1 branches
         from its own cache. Returns the candidates decoded, as edit_branches does."""
@@ -250,35 +301,57 @@ class ServerClient(Editor):
 
         answer = self._edit(document, instruction, options, on_step, k, by="branch", reply=reply)
         if "candidates" not in answer:
-            raise ServerError("the cadedit server does not decode candidates side by side",
-                              hint="it runs older code: cadedit serve stop, then start it again")
+            raise ServerError(
+                "the cadedit server does not decode candidates side by side",
+                hint="it runs older code: cadedit serve stop, then start it again",
+            )
         found = [candidate_from_wire(c, document) for c in answer["candidates"]]
         if not asked and found:  # a server that samples its candidates instead: candidate 1 is checked first still
             accept(found[0])
         return found
 
-    def _edit(self, document, instruction: str, options, on_step: Callable | None, k: int, by: str = "sample",
-              reply: Callable | None = None) -> dict:
-
+    def _edit(
+        self,
+        document,
+        instruction: str,
+        options,
+        on_step: Callable | None,
+        k: int,
+        by: str = "sample",
+        reply: Callable | None = None,
+    ) -> dict:
 
         options = options or EditOptions()
         # The model resolved here, where the user's cwd and settings are; the server refuses another one.
         options = dataclasses.replace(options, model=resolve_spec(choose_model(options.model)))
-        request = {"op": "edit", "path": document.path, "document": base64.b64encode(document.to_bytes()).decode(),
-                   "instruction": instruction, "options": options_to_wire(options), "progress": on_step is not None,
-                   "candidates": k, "by": by, "wait": SERVER_BUSY_WAIT}
+        request = {
+            "op": "edit",
+            "path": document.path,
+            "document": base64.b64encode(document.to_bytes()).decode(),
+            "instruction": instruction,
+            "options": options_to_wire(options),
+            "progress": on_step is not None,
+            "candidates": k,
+            "by": by,
+            "wait": SERVER_BUSY_WAIT,
+        }
         for message in _exchange(self.socket_path, request, None, reply):
             if "progress" in message and on_step is not None:
-
                 on_step(DecodeStats(**message["progress"]["stats"]), Step(**message["progress"]["step"]))
             elif "result" in message:
                 return message["result"]
-        raise ServerError(f"the cadedit server (pid {self.pid}) closed the connection during the edit",
-                          hint=f"see its log, {log_file(self.socket_path)}; then retry")
+        raise ServerError(
+            f"the cadedit server (pid {self.pid}) closed the connection during the edit",
+            hint=f"see its log, {log_file(self.socket_path)}; then retry",
+        )
 
 
-def connect(model_spec: str | None = None, socket_path: Path | None = None, wait: float = SERVER_BUSY_WAIT,
-            on_busy: Callable[[str], None] | None = None) -> ServerClient | None:
+def connect(
+    model_spec: str | None = None,
+    socket_path: Path | None = None,
+    wait: float = SERVER_BUSY_WAIT,
+    on_busy: Callable[[str], None] | None = None,
+) -> ServerClient | None:
     """A client of the running server if it holds the model choose_model(model_spec) names and is free
     within `wait` seconds, else None. While it is busy with another edit, on_busy(message) says so."""
 
@@ -297,8 +370,10 @@ def _free(client: ServerClient, status: dict, wait: float, on_busy: Callable[[st
     if not status.get("busy"):
         return True
     tell = on_busy or (lambda message: None)
-    tell(f"the cadedit server (pid {client.pid}) is busy with another edit (for {status.get('busy_seconds', 0):.0f} s"
-         f" so far); waiting up to {wait:g} s for it")
+    tell(
+        f"the cadedit server (pid {client.pid}) is busy with another edit (for {status.get('busy_seconds', 0):.0f} s"
+        f" so far); waiting up to {wait:g} s for it"
+    )
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         time.sleep(0.2)
@@ -312,8 +387,9 @@ def _ask(path: Path, request: dict, timeout: float | None) -> dict:
     """One request, its one answer."""
     for message in _exchange(path, request, timeout):
         return message
-    raise ServerError(f"the cadedit server on {path} closed the connection without answering",
-                      hint=f"see its log, {log_file(path)}")
+    raise ServerError(
+        f"the cadedit server on {path} closed the connection without answering", hint=f"see its log, {log_file(path)}"
+    )
 
 
 def _exchange(path: Path, request: dict, timeout: float | None, reply: Callable | None = None) -> Iterator[dict]:
@@ -326,8 +402,9 @@ def _exchange(path: Path, request: dict, timeout: float | None, reply: Callable 
         try:
             sock.connect(str(path))
         except OSError as exc:
-            raise ServerError(f"no cadedit server answers on {path} ({exc.strerror or exc})",
-                              hint="start one: cadedit serve start") from None
+            raise ServerError(
+                f"no cadedit server answers on {path} ({exc.strerror or exc})", hint="start one: cadedit serve start"
+            ) from None
         _check_peer(sock, path)
         stream = sock.makefile("rwb")
         _send(stream, request)
@@ -336,8 +413,10 @@ def _exchange(path: Path, request: dict, timeout: float | None, reply: Callable 
                 raise error_from_wire(message["error"])
             if "first" in message:
                 if reply is None:
-                    raise ServerError("the cadedit server asked a question this request did not expect",
-                                      hint="use a client of the same cadedit version")
+                    raise ServerError(
+                        "the cadedit server asked a question this request did not expect",
+                        hint="use a client of the same cadedit version",
+                    )
                 with contextlib.suppress(OSError):  # it stopped waiting: its error is the next message
                     _send(stream, reply(message))
                 continue
@@ -345,8 +424,10 @@ def _exchange(path: Path, request: dict, timeout: float | None, reply: Callable 
             if "progress" not in message:
                 return
     except (TimeoutError, socket.timeout):
-        raise ServerError(f"the cadedit server on {path} did not answer within {timeout:.0f} s",
-                          hint="it may be stuck: cadedit serve stop, or kill the pid in " + str(pid_file(path))) from None
+        raise ServerError(
+            f"the cadedit server on {path} did not answer within {timeout:.0f} s",
+            hint="it may be stuck: cadedit serve stop, or kill the pid in " + str(pid_file(path)),
+        ) from None
     finally:
         sock.close()
 
@@ -355,8 +436,10 @@ def _receive_from_server(stream, path: Path) -> dict | None:
     try:
         return _receive(stream)
     except ConnectionError:
-        raise ServerError(f"the cadedit server on {path} closed the connection during the edit",
-                          hint=f"see its log, {log_file(path)}; then retry") from None
+        raise ServerError(
+            f"the cadedit server on {path} closed the connection during the edit",
+            hint=f"see its log, {log_file(path)}; then retry",
+        ) from None
 
 
 def _check_peer(sock: socket.socket, path: Path) -> None:
@@ -368,8 +451,10 @@ def _check_peer(sock: socket.socket, path: Path) -> None:
 
     pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     if uid != os.getuid():
-        raise ServerError(f"the server on {path} runs as another user (uid {uid}, pid {pid}); cadedit does not use it",
-                          hint=f"set {RUNTIME_ENV} to a private folder of yours")
+        raise ServerError(
+            f"the server on {path} runs as another user (uid {uid}, pid {pid}); cadedit does not use it",
+            hint=f"set {RUNTIME_ENV} to a private folder of yours",
+        )
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -389,8 +474,10 @@ def claim(socket_path: Path) -> None:
     except OSError:
         holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
         os.close(fd)
-        raise ServerError(f"a cadedit server is already running (pid {holder}, socket {socket_path})",
-                          hint="use it, or stop it first: cadedit serve stop") from None
+        raise ServerError(
+            f"a cadedit server is already running (pid {holder}, socket {socket_path})",
+            hint="use it, or stop it first: cadedit serve stop",
+        ) from None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     with contextlib.suppress(FileNotFoundError):
@@ -431,8 +518,11 @@ def _status_bytes() -> dict[str, int]:
         lines = Path("/proc/self/status").read_text().splitlines()
     except OSError:
         return {}
-    return {name: int(rest.split()[0]) * 1024 for name, _, rest in (line.partition(":") for line in lines)
-            if name.startswith(("Vm", "Rss")) and rest.split() and rest.split()[0].isdigit()}
+    return {
+        name: int(rest.split()[0]) * 1024
+        for name, _, rest in (line.partition(":") for line in lines)
+        if name.startswith(("Vm", "Rss")) and rest.split() and rest.split()[0].isdigit()
+    }
 
 
 def rss_bytes() -> int:
@@ -490,8 +580,15 @@ class _Hold:
 class _Server:
     """The state of one serve(): the model, one lock for edits, counters for status."""
 
-    def __init__(self, socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int, make_sampler=None,
-                 answer_timeout: float = SERVER_ANSWER_TIMEOUT):
+    def __init__(
+        self,
+        socket_path: Path,
+        loaded,
+        idle_timeout: float,
+        max_rss_bytes: int,
+        make_sampler=None,
+        answer_timeout: float = SERVER_ANSWER_TIMEOUT,
+    ):
         self.socket_path, self.loaded, self.make_sampler = socket_path, loaded, make_sampler
         self.idle_timeout, self.max_rss_bytes, self.answer_timeout = idle_timeout, max_rss_bytes, answer_timeout
         self.edit_lock = threading.Lock()  # one decode at a time: the model has one KV cache
@@ -504,7 +601,9 @@ class _Server:
 
     def idle(self) -> bool:
         quiet = time.monotonic() - self.last_request
-        return bool(self.idle_timeout) and quiet > self.idle_timeout and not self.edit_lock.locked() and not self.waiting
+        return (
+            bool(self.idle_timeout) and quiet > self.idle_timeout and not self.edit_lock.locked() and not self.waiting
+        )
 
     def busy_seconds(self) -> float:
         return round(time.monotonic() - self.busy_since, 1) if self.edit_lock.locked() else 0.0
@@ -551,32 +650,64 @@ class _Server:
             import traceback
 
             traceback.print_exc()
-            _send(stream, {"error": error_to_wire(ServerError(
-                f"internal error in the cadedit server: {type(exc).__name__}: {exc}",
-                hint=f"see its log, {log_file(self.socket_path)}"))})
+            _send(
+                stream,
+                {
+                    "error": error_to_wire(
+                        ServerError(
+                            f"internal error in the cadedit server: {type(exc).__name__}: {exc}",
+                            hint=f"see its log, {log_file(self.socket_path)}",
+                        )
+                    )
+                },
+            )
 
     def status(self) -> dict:
-        from cadedit.backends.model import language_model  # lazy: the client side (connect, status) imports no numpy or torch
+        from cadedit.backends.model import (
+            language_model,
+        )  # lazy: the client side (connect, status) imports no numpy or torch
 
         memory = _status_bytes()
-        return {"protocol": PROTOCOL, "model": self.loaded.name, "dtype": str(self.loaded.dtype),
-                "backend": self.loaded.backend,
-                "device": self.loaded.device, "threads": self.loaded.threads, "pid": os.getpid(),
-                "rss_bytes": _own_bytes(memory), "mapped_bytes": memory.get("RssFile", 0),
-                "max_rss_bytes": self.max_rss_bytes,
-                "uptime_seconds": round(time.monotonic() - self.started, 1), "requests": self.requests,
-                "cache_drops": self.cache_drops, "cached_tokens": len(language_model(self.loaded).ids),
-                "idle_timeout": self.idle_timeout, "busy": self.edit_lock.locked(), "busy_seconds": self.busy_seconds(),
-                "waiting": len(self.waiting), "answer_timeout": self.answer_timeout, "socket": str(self.socket_path)}
+        return {
+            "protocol": PROTOCOL,
+            "model": self.loaded.name,
+            "dtype": str(self.loaded.dtype),
+            "backend": self.loaded.backend,
+            "device": self.loaded.device,
+            "threads": self.loaded.threads,
+            "pid": os.getpid(),
+            "rss_bytes": _own_bytes(memory),
+            "mapped_bytes": memory.get("RssFile", 0),
+            "max_rss_bytes": self.max_rss_bytes,
+            "uptime_seconds": round(time.monotonic() - self.started, 1),
+            "requests": self.requests,
+            "cache_drops": self.cache_drops,
+            "cached_tokens": len(language_model(self.loaded).ids),
+            "idle_timeout": self.idle_timeout,
+            "busy": self.edit_lock.locked(),
+            "busy_seconds": self.busy_seconds(),
+            "waiting": len(self.waiting),
+            "answer_timeout": self.answer_timeout,
+            "socket": str(self.socket_path),
+        }
 
     def edit(self, request: dict, stream, conn: socket.socket) -> dict:
-        from cadedit.decode.pipeline import edit_branches, edit_candidates, edit_file  # lazy: the client side (connect, status) imports no numpy or torch
-        from cadedit.tries.loop import branch_factories, candidate_factories  # lazy: the client side (connect, status) imports no numpy or torch
+        from cadedit.decode.pipeline import (
+            edit_branches,
+            edit_candidates,
+            edit_file,
+        )  # lazy: the client side (connect, status) imports no numpy or torch
+        from cadedit.tries.loop import (
+            branch_factories,
+            candidate_factories,
+        )  # lazy: the client side (connect, status) imports no numpy or torch
 
         options = options_from_wire(request["options"])
         if options.model is not None and resolve_spec(options.model) != resolve_spec(self.loaded.name):
-            raise ServerError(f"this cadedit server holds {self.loaded.name}, not {options.model}",
-                              hint="load the model locally, or restart the server: cadedit serve start --model ...")
+            raise ServerError(
+                f"this cadedit server holds {self.loaded.name}, not {options.model}",
+                hint="load the model locally, or restart the server: cadedit serve start --model ...",
+            )
         document = Document.from_bytes(base64.b64decode(request["document"]), request["path"])
         on_step = self.progress(stream) if request.get("progress") else None
         k = int(request.get("candidates") or 1)
@@ -584,22 +715,44 @@ class _Server:
             start = time.perf_counter()
             try:
                 if k > 1 and request.get("by") == "branch":
-                    found = edit_branches(document, request["instruction"], options, branch_factories(k, options.sampling),
-                                          self.asker(stream, conn, hold), loaded=self.loaded, on_step=on_step)
+                    found = edit_branches(
+                        document,
+                        request["instruction"],
+                        options,
+                        branch_factories(k, options.sampling),
+                        self.asker(stream, conn, hold),
+                        loaded=self.loaded,
+                        on_step=on_step,
+                    )
                 elif k > 1:
-                    found = edit_candidates(document, request["instruction"], options,
-                                            candidate_factories(k, options.sampling), loaded=self.loaded, on_step=on_step)
+                    found = edit_candidates(
+                        document,
+                        request["instruction"],
+                        options,
+                        candidate_factories(k, options.sampling),
+                        loaded=self.loaded,
+                        on_step=on_step,
+                    )
                 else:
-                    result = edit_file(document, request["instruction"], options, loaded=self.loaded, on_step=on_step,
-                                       make_sampler=self.make_sampler)
+                    result = edit_file(
+                        document,
+                        request["instruction"],
+                        options,
+                        loaded=self.loaded,
+                        on_step=on_step,
+                        make_sampler=self.make_sampler,
+                    )
             finally:
                 self.requests += 1
                 self.last_request = time.monotonic()
                 if hold.held:  # not while another edit decodes (a branched edit whose client went away)
                     self.bound_memory()
-        _log(f"edit {document.path}: {len(found)} of {k} candidates, {time.perf_counter() - start:.2f} s" if k > 1 else
-             f"edit {document.path}: {result.stats.forward_passes} forwards, "
-             f"{result.stats.tokens_reused} prompt tokens reused, {time.perf_counter() - start:.2f} s")
+        _log(
+            f"edit {document.path}: {len(found)} of {k} candidates, {time.perf_counter() - start:.2f} s"
+            if k > 1
+            else f"edit {document.path}: {result.stats.forward_passes} forwards, "
+            f"{result.stats.tokens_reused} prompt tokens reused, {time.perf_counter() - start:.2f} s"
+        )
         if k > 1:
             return {"candidates": [candidate_to_wire(c) for c in found]}
         return result_to_wire(result)
@@ -609,9 +762,10 @@ class _Server:
         """The model for one edit, once no other decode holds it: waited for up to `wait` seconds, then
         refused as busy (the client loads the model itself or says so); refused once stopping."""
         if not self.edit_lock.acquire(timeout=max(0.0, wait)):
-            raise ServerError(f"the cadedit server (pid {os.getpid()}) is busy with another edit (for "
-                              f"{self.busy_seconds():.0f} s)", hint="retry when it is done, or load the model here: "
-                              "CADEDIT_SERVER=0 cadedit ...")
+            raise ServerError(
+                f"the cadedit server (pid {os.getpid()}) is busy with another edit (for {self.busy_seconds():.0f} s)",
+                hint="retry when it is done, or load the model here: CADEDIT_SERVER=0 cadedit ...",
+            )
         hold = _Hold()
         try:
             if self.stopping.is_set():
@@ -651,17 +805,22 @@ class _Server:
         deadline = time.monotonic() + self.answer_timeout
         while not select.select([conn], [], [], _POLL)[0]:
             if self.stopping.is_set():
-                raise ServerError("the cadedit server was stopped while this client checked candidate 1; its other "
-                                  "candidates were not decoded", hint="run the edit again")
+                raise ServerError(
+                    "the cadedit server was stopped while this client checked candidate 1; its other "
+                    "candidates were not decoded",
+                    hint="run the edit again",
+                )
             if time.monotonic() > deadline:
                 break
         try:
             conn.settimeout(max(0.1, deadline - time.monotonic()))  # a line begun must end by the deadline too
             answer = _receive(stream)
         except (TimeoutError, socket.timeout):
-            raise ServerError(f"the cadedit server waited {self.answer_timeout:g} s for this client's checks of "
-                              "candidate 1; its other candidates were not decoded",
-                              hint="give it longer: cadedit serve start --answer-timeout S") from None
+            raise ServerError(
+                f"the cadedit server waited {self.answer_timeout:g} s for this client's checks of "
+                "candidate 1; its other candidates were not decoded",
+                hint="give it longer: cadedit serve start --answer-timeout S",
+            ) from None
         except (OSError, ValueError):
             raise _ClientGone from None
         finally:
@@ -686,15 +845,19 @@ class _Server:
 
     def bound_memory(self) -> None:
         """Drop the KV cache when the process holds more than max_rss_bytes (the next prompt is fed whole)."""
-        from cadedit.backends.model import language_model  # lazy: the client side (connect, status) imports no numpy or torch
+        from cadedit.backends.model import (
+            language_model,
+        )  # lazy: the client side (connect, status) imports no numpy or torch
 
         rss = rss_bytes()
         if self.max_rss_bytes and rss > self.max_rss_bytes:
             language_model(self.loaded).reset()
             self.cache_drops += 1
             _trim_heap()
-            _log(f"RSS {rss / 2**30:.2f} GiB > {self.max_rss_bytes / 2**30:.2f} GiB: dropped the KV cache "
-                 f"(now {rss_bytes() / 2**30:.2f} GiB)")
+            _log(
+                f"RSS {rss / 2**30:.2f} GiB > {self.max_rss_bytes / 2**30:.2f} GiB: dropped the KV cache "
+                f"(now {rss_bytes() / 2**30:.2f} GiB)"
+            )
 
 
 def _trim_heap() -> None:
@@ -707,9 +870,15 @@ def _trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def serve(socket_path: Path, loaded, idle_timeout: float = IDLE_TIMEOUT, max_rss_bytes: int | None = None,
-          on_ready: Callable[[dict], None] | None = None, make_sampler: Callable | None = None,
-          answer_timeout: float = SERVER_ANSWER_TIMEOUT) -> None:
+def serve(
+    socket_path: Path,
+    loaded,
+    idle_timeout: float = IDLE_TIMEOUT,
+    max_rss_bytes: int | None = None,
+    on_ready: Callable[[dict], None] | None = None,
+    make_sampler: Callable | None = None,
+    answer_timeout: float = SERVER_ANSWER_TIMEOUT,
+) -> None:
     """Serve `loaded` on socket_path until a stop request, idle_timeout seconds without one (0: never),
     SIGTERM or Ctrl-C. max_rss_bytes None: the RSS now plus CACHE_ROOM. make_sampler: each single edit's
     sampler factory (pipeline.SamplerFactory; None: the request's sampling; tests script answers with it).
@@ -721,11 +890,18 @@ def serve(socket_path: Path, loaded, idle_timeout: float = IDLE_TIMEOUT, max_rss
         release(socket_path)
 
 
-def _serve_claimed(socket_path: Path, loaded, idle_timeout: float, max_rss_bytes: int | None,
-                   on_ready: Callable[[dict], None] | None, make_sampler: Callable | None = None,
-                   answer_timeout: float = SERVER_ANSWER_TIMEOUT) -> None:
-    server = _Server(socket_path, loaded, idle_timeout, max_rss_bytes or rss_bytes() + CACHE_ROOM, make_sampler,
-                     answer_timeout)
+def _serve_claimed(
+    socket_path: Path,
+    loaded,
+    idle_timeout: float,
+    max_rss_bytes: int | None,
+    on_ready: Callable[[dict], None] | None,
+    make_sampler: Callable | None = None,
+    answer_timeout: float = SERVER_ANSWER_TIMEOUT,
+) -> None:
+    server = _Server(
+        socket_path, loaded, idle_timeout, max_rss_bytes or rss_bytes() + CACHE_ROOM, make_sampler, answer_timeout
+    )
     listener = _listen(socket_path)
     try:
         with _stop_on_sigterm(server.stopping):
@@ -743,8 +919,9 @@ def _serve_claimed(socket_path: Path, loaded, idle_timeout: float, max_rss_bytes
 
 def _listen(socket_path: Path) -> socket.socket:
     if len(os.fsencode(socket_path)) > 100:  # sun_path holds 108 bytes on Linux, 104 on macOS
-        raise ServerError(f"socket path {socket_path} is too long for a Unix socket",
-                          hint=f"set {RUNTIME_ENV} to a shorter folder")
+        raise ServerError(
+            f"socket path {socket_path} is too long for a Unix socket", hint=f"set {RUNTIME_ENV} to a shorter folder"
+        )
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # the socket is born 0600: no moment when another user could connect
     try:
@@ -813,10 +990,18 @@ def run_server(config: ServerConfig, on_ready: Callable[[dict], None] | None = N
     claim(socket_path)
     try:
         loaded = load_model(config.model, config.device, config.dtype, config.threads, config.backend)
-        _log(f"loaded {loaded.name} in {loaded.load_seconds:.1f} s ({loaded.backend}: {loaded.backend_reason}; "
-             f"{loaded.dtype}, {loaded.threads} threads)")
-        _serve_claimed(socket_path, loaded, config.idle_timeout, config.max_rss_bytes, on_ready,
-                       answer_timeout=config.answer_timeout)
+        _log(
+            f"loaded {loaded.name} in {loaded.load_seconds:.1f} s ({loaded.backend}: {loaded.backend_reason}; "
+            f"{loaded.dtype}, {loaded.threads} threads)"
+        )
+        _serve_claimed(
+            socket_path,
+            loaded,
+            config.idle_timeout,
+            config.max_rss_bytes,
+            on_ready,
+            answer_timeout=config.answer_timeout,
+        )
     finally:
         release(socket_path)
 
@@ -829,8 +1014,10 @@ def start_daemon(config: ServerConfig, timeout: float = START_TIMEOUT) -> dict:
     socket_path = Path(config.socket) if config.socket else default_socket()
     pid = running_pid(socket_path)
     if pid is not None:
-        raise ServerError(f"a cadedit server is already running (pid {pid}, socket {socket_path})",
-                          hint="use it, or stop it first: cadedit serve stop")
+        raise ServerError(
+            f"a cadedit server is already running (pid {pid}, socket {socket_path})",
+            hint="use it, or stop it first: cadedit serve stop",
+        )
     own_folder(socket_path.parent, create=True)
     log = log_file(socket_path)
     config = dataclasses.replace(config, socket=str(socket_path))
@@ -838,9 +1025,18 @@ def start_daemon(config: ServerConfig, timeout: float = START_TIMEOUT) -> dict:
         log.unlink()  # a fresh log; O_EXCL below: never a file someone linked here
     with os.fdopen(_open_private(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as out:
         child = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from cadedit.server.warm import _daemon_main; _daemon_main(sys.argv[1])",
-             json.dumps(dataclasses.asdict(config))],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
+            [
+                sys.executable,
+                "-c",
+                "import sys; from cadedit.server.warm import _daemon_main; _daemon_main(sys.argv[1])",
+                json.dumps(dataclasses.asdict(config)),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd="/",
+        )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if child.poll() is not None:
@@ -852,8 +1048,7 @@ def start_daemon(config: ServerConfig, timeout: float = START_TIMEOUT) -> dict:
                 return status
         time.sleep(0.1)
     child.terminate()
-    raise ServerError(f"the cadedit server did not answer within {timeout:.0f} s: {_last_line(log)}",
-                      hint=f"see {log}")
+    raise ServerError(f"the cadedit server did not answer within {timeout:.0f} s: {_last_line(log)}", hint=f"see {log}")
 
 
 def _last_line(log: Path) -> str:
@@ -885,7 +1080,10 @@ def stop(socket_path: Path | None = None, timeout: float = 30.0) -> int | None:
     deadline = time.monotonic() + timeout
     while running_pid(path) is not None:
         if time.monotonic() > deadline:
-            raise ServerError(f"the cadedit server (pid {pid}) did not stop within {timeout:.0f} s "
-                              "(an edit under way finishes first)", hint=f"wait, or kill {pid}")
+            raise ServerError(
+                f"the cadedit server (pid {pid}) did not stop within {timeout:.0f} s "
+                "(an edit under way finishes first)",
+                hint=f"wait, or kill {pid}",
+            )
         time.sleep(0.05)
     return pid

@@ -18,8 +18,14 @@ from typing import BinaryIO
 TEMP_SUFFIX = ".cadedit-tmp"
 
 
-def replace_file(path: str | os.PathLike[str], data: bytes | Callable[[BinaryIO], None], *, durable: bool = False,
-                 before_rename: Callable[[str], None] | None = None, make_parent: bool = False) -> None:
+def replace_file(
+    path: str | os.PathLike[str],
+    data: bytes | Callable[[BinaryIO], None],
+    *,
+    durable: bool = False,
+    before_rename: Callable[[str], None] | None = None,
+    make_parent: bool = False,
+) -> None:
     """Write `data` (bytes, or a function that writes to the open file) to `path` atomically.
 
     durable: fsync the data before the rename (the user's files; caches can be rebuilt).

@@ -200,12 +200,16 @@ def check_writable(document: Document, force: bool = False) -> None:
     if not stat.S_ISREG(st.st_mode):  # a device or FIFO must never be replaced by a file
         raise ApplyError(f"{document.path}: not a regular file; nothing written")
     if not st.st_mode & stat.S_IWUSR and not force:
-        raise ApplyError(f"{document.path}: read-only (mode {stat.S_IMODE(st.st_mode):04o}); nothing written",
-                         hint=f"make it writable first (chmod u+w {document.path}), or pass --force where offered")
+        raise ApplyError(
+            f"{document.path}: read-only (mode {stat.S_IMODE(st.st_mode):04o}); nothing written",
+            hint=f"make it writable first (chmod u+w {document.path}), or pass --force where offered",
+        )
     if not os.access(target, os.W_OK) and not force:
-        raise ApplyError(f"{document.path}: not writable by this user (owner uid {st.st_uid}, mode "
-                         f"{stat.S_IMODE(st.st_mode):04o}); nothing written",
-                         hint="edit a copy you own, or pass --force where offered")
+        raise ApplyError(
+            f"{document.path}: not writable by this user (owner uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}); nothing written",
+            hint="edit a copy you own, or pass --force where offered",
+        )
     if not os.access(target.parent, os.W_OK | os.X_OK):
         raise ApplyError(f"{document.path}: cannot create files in {target.parent}; nothing written")
 

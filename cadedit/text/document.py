@@ -61,8 +61,10 @@ class Document:
     def from_bytes(cls, data: bytes, path: str = "<bytes>") -> Document:
         wide = _wide_encoding(data)
         if wide:
-            raise DocumentError(f"{path}: {wide} text; cadedit edits UTF-8 files only",
-                                hint=f"convert it first, e.g. iconv -f {wide} -t UTF-8")
+            raise DocumentError(
+                f"{path}: {wide} text; cadedit edits UTF-8 files only",
+                hint=f"convert it first, e.g. iconv -f {wide} -t UTF-8",
+            )
         if b"\x00" in data:
             offset = data.index(b"\x00")
             raise DocumentError(f"{path}: binary file (NUL byte at offset {offset}); cadedit edits text files only")
@@ -190,11 +192,18 @@ def _stat_regular(path: Path) -> os.stat_result:
 
 
 def _not_regular(path: Path, mode: int) -> DocumentError:
-    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    )
     kind = next((name for test, name in kinds if test(mode)), "not a regular file")
-    return DocumentError(f"{path}: is {kind}; cadedit reads and writes regular files only",
-                         hint="to edit piped text, use `cadedit fix - ...` with the text on stdin")
+    return DocumentError(
+        f"{path}: is {kind}; cadedit reads and writes regular files only",
+        hint="to edit piped text, use `cadedit fix - ...` with the text on stdin",
+    )
 
 
 def _too_large(path: Path, limit: int | None = None) -> DocumentError:
@@ -229,7 +238,7 @@ def _read_at_most(fd: int, limit: int) -> bytes:
 
 
 def _wide_encoding(data: bytes) -> str | None:
-    """"UTF-16" or "UTF-32" when the bytes look like it (a BOM, or ASCII text with NUL padding)."""
+    """ "UTF-16" or "UTF-32" when the bytes look like it (a BOM, or ASCII text with NUL padding)."""
     if data.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
         return "UTF-32"
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):

@@ -138,7 +138,9 @@ def _node_run(node: str, text: str, suffix: str) -> str | None:
         try:
             done = subprocess.run([node, "--check", str(file)], capture_output=True, timeout=_NODE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise _Unchecked(f"node --check timed out after {_NODE_TIMEOUT_S:g}s: JavaScript syntax not checked") from None
+            raise _Unchecked(
+                f"node --check timed out after {_NODE_TIMEOUT_S:g}s: JavaScript syntax not checked"
+            ) from None
         err = done.stderr.decode("utf-8", "replace")
         return None if done.returncode == 0 else err.replace(str(file), "<candidate>")
 
@@ -162,7 +164,13 @@ def _check_node(text: str, path: str) -> None:
     raise _Unparsed(message[1], int(line[1]) if line else 0)
 
 
-_CHECKERS = {"python": _check_python, "json": _check_json, "toml": _check_toml, "yaml": _check_yaml, "node": _check_node}
+_CHECKERS = {
+    "python": _check_python,
+    "json": _check_json,
+    "toml": _check_toml,
+    "yaml": _check_yaml,
+    "node": _check_node,
+}
 
 
 def _parse(language: Language, text: str, path: str) -> None:
@@ -269,8 +277,10 @@ def feedback(checks: Sequence[Check], edited: Edited | None = None) -> str:
             quoted = f" ({_inline_code(check.output_tail)})" if check.output_tail.strip() else ""
             parts.append(f"Your previous answer did not parse: {check.detail}{quoted}.")
         elif check.name == "placement":
-            parts.append(f"Your previous answer could not be put in place ({check.detail}). Write each line "
-                         "of the asked-for lines exactly once, and no line from before or after them.")
+            parts.append(
+                f"Your previous answer could not be put in place ({check.detail}). Write each line "
+                "of the asked-for lines exactly once, and no line from before or after them."
+            )
         elif check.name == "change" and "empties" in check.detail:
             parts.append("Your previous answer deleted everything although the instruction does not ask for that.")
         elif check.name == "change":
@@ -290,7 +300,7 @@ def feedback(checks: Sequence[Check], edited: Edited | None = None) -> str:
 # What the next try is told after a code check failed (cadedit.tries.code_checks; detail: its one line).
 _CODE_FEEDBACK = {
     "names": "Your previous answer leaves a name undefined or unused ({detail}): import or define every name "
-             "you use, and keep the lines that define them.",
+    "you use, and keep the lines that define them.",
     "kept": "Your previous answer {detail}. Keep all the code that the instruction does not ask to change.",
     "body": "In your previous answer {detail}: keep each function's own code.",
     "public": "Your previous answer {detail}: remove it there too, or keep it.",
@@ -342,8 +352,12 @@ def _edited_frame(output: str, edited: Edited) -> int | None:
     """The line of the innermost frame in the edited file: Python and pytest list frames outermost
     first, node innermost first."""
     ours = lambda m: _same_file(m.group("path"), edited)  # noqa: E731
-    python = sorted((m.start(), int(m.group("line"))) for frames in (_PY_FRAME, _PYTEST_FRAME)
-                    for m in frames.finditer(output) if ours(m))
+    python = sorted(
+        (m.start(), int(m.group("line")))
+        for frames in (_PY_FRAME, _PYTEST_FRAME)
+        for m in frames.finditer(output)
+        if ours(m)
+    )
     if python:
         return python[-1][1]
     node = [int(m.group("line")) for m in _NODE_FRAME.finditer(output) if ours(m)]
@@ -365,8 +379,10 @@ def _frame_line(line: int, edited: Edited) -> str:
     name = os.path.basename(edited.path)
     for (a, b), (a2, b2) in _retyped_spans(edited):
         if a2 <= line <= b2:
-            return (f"The error was raised in your answer for lines {a}-{b}, at its line {line - a2 + 1} "
-                    f"(line {line} of {name}): {shown}")
+            return (
+                f"The error was raised in your answer for lines {a}-{b}, at its line {line - a2 + 1} "
+                f"(line {line} of {name}): {shown}"
+            )
     return f"The error was raised at line {line} of {name}, outside the lines you rewrote: {shown}"
 
 
@@ -417,7 +433,9 @@ class Candidate:
         """
         data, st = _read(Path(path), "cannot read")
         if expected is not None and data != expected:
-            raise ApplyError(f"{path}: changed on disk since cadedit read it", hint="run cadedit again on the current file")
+            raise ApplyError(
+                f"{path}: changed on disk since cadedit read it", hint="run cadedit again on the current file"
+            )
         return cls(Path(path), data, st.st_size, st.st_mtime_ns, st.st_ino, new)
 
 
@@ -478,9 +496,11 @@ def _check_placeable(candidate: Candidate, target: Path, st: os.stat_result) -> 
     if not stat.S_ISREG(st.st_mode):
         raise ApplyError(f"{candidate.path}: not a regular file; the test was not run")
     if not os.access(target, os.W_OK):
-        raise ApplyError(f"{candidate.path}: not writable by this user (owner uid {st.st_uid}, mode "
-                         f"{stat.S_IMODE(st.st_mode):04o}); the test was not run",
-                         hint="test a copy you own, or run cadedit as a user who may write the file")
+        raise ApplyError(
+            f"{candidate.path}: not writable by this user (owner uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}); the test was not run",
+            hint="test a copy you own, or run cadedit as a user who may write the file",
+        )
 
 
 @contextlib.contextmanager
@@ -511,7 +531,9 @@ def candidate_in_place(candidate: Candidate) -> Iterator[Placement]:
                 raise ApplyError(exc.message, hint=exc.hint) from None
             except OSError as exc:
                 why = exc.strerror or exc
-                raise ApplyError(f"{candidate.path}: cannot put the candidate in place ({why}); the test was not run") from None
+                raise ApplyError(
+                    f"{candidate.path}: cannot put the candidate in place ({why}); the test was not run"
+                ) from None
             held = list(pending)
         if held:
             raise_for_signal(held[0])  # Ctrl-C while the candidate went in: it comes out again
@@ -533,10 +555,12 @@ def _end_placement(candidate: Candidate, placement: Placement) -> None:
     try:
         said = placement.end()
     except OSError as exc:
-        raise ApplyError(f"{candidate.path}: cannot restore it after the test ({exc.strerror or exc}); it may hold "
-                         f"the candidate or a cut-short original until then, the original is kept in "
-                         f"{placement.journal}",
-                         hint="fix the cause (free some space), then `cadedit recover` puts the original back") from None
+        raise ApplyError(
+            f"{candidate.path}: cannot restore it after the test ({exc.strerror or exc}); it may hold "
+            f"the candidate or a cut-short original until then, the original is kept in "
+            f"{placement.journal}",
+            hint="fix the cause (free some space), then `cadedit recover` puts the original back",
+        ) from None
     if not said:
         return
     if sys.exc_info()[0] is None:
@@ -606,8 +630,9 @@ def _exit_detail(returncode: int) -> str:
         return f"killed by signal {-returncode}"
 
 
-def run_command(command: str, timeout: float, cwd: Path | None = None,
-                on_start: Callable[[int], None] | None = None) -> Check:
+def run_command(
+    command: str, timeout: float, cwd: Path | None = None, on_start: Callable[[int], None] | None = None
+) -> Check:
     """Run `command` through /bin/sh in its own process group; passed on exit status 0.
 
     stdout and stderr together, the last TAIL_LINES lines / TAIL_CHARS characters kept. At the

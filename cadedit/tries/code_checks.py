@@ -36,17 +36,32 @@ NAMES, KEPT, BODY, PUBLIC, ASKED = "names", "kept", "body", "public", "asked"
 CHECK_NAMES = (NAMES, KEPT, BODY, PUBLIC, ASKED)
 # pyflakes findings that break a module or show a lost line; an import left unused by an asked-for
 # deletion is harmless and is not one of them.
-_FAILING = ("UndefinedName", "UndefinedLocal", "UndefinedExport", "UnusedVariable", "RedefinedWhileUnused",
-            "UnusedAnnotation")
+_FAILING = (
+    "UndefinedName",
+    "UndefinedLocal",
+    "UndefinedExport",
+    "UnusedVariable",
+    "RedefinedWhileUnused",
+    "UnusedAnnotation",
+)
 # A request for these changes no behaviour: the code apart from docstrings, annotations, imports
 # and logging must stay the same statement for statement.
-_NO_BEHAVIOUR = re.compile(r"\b(?:doc\s?strings?|comments?|type\s+hints?|type\s+annotations?|annotat\w*|typing|"
-                           r"typed|logging|log|logs|logger|debug\s+messages?|document\w*|jsdoc)\b", re.I)
-_BEHAVIOUR = re.compile(r"\b(?:fix\w*|bugs?|implement\w*|handle\w*|support\w*|refactor\w*|improve\w*|better|"
-                        r"optimi[sz]\w*|rename\w*|replace\w*|remove\w*|delete\w*|drop\w*|rewrite\w*|convert\w*|"
-                        r"validat\w*|raise\w*|simplif\w*|change\w*|move\w*|merge\w*|inline\w*|split\w*)\b", re.I)
-_REMOVAL = re.compile(r"\b(?:delete|remove|drop|erase|rename|merge|inline|replace|move|get rid of|strip|"
-                      r"clean\s?up|dead code|unused)\w*", re.I)
+_NO_BEHAVIOUR = re.compile(
+    r"\b(?:doc\s?strings?|comments?|type\s+hints?|type\s+annotations?|annotat\w*|typing|"
+    r"typed|logging|log|logs|logger|debug\s+messages?|document\w*|jsdoc)\b",
+    re.I,
+)
+_BEHAVIOUR = re.compile(
+    r"\b(?:fix\w*|bugs?|implement\w*|handle\w*|support\w*|refactor\w*|improve\w*|better|"
+    r"optimi[sz]\w*|rename\w*|replace\w*|remove\w*|delete\w*|drop\w*|rewrite\w*|convert\w*|"
+    r"validat\w*|raise\w*|simplif\w*|change\w*|move\w*|merge\w*|inline\w*|split\w*)\b",
+    re.I,
+)
+_REMOVAL = re.compile(
+    r"\b(?:delete|remove|drop|erase|rename|merge|inline|replace|move|get rid of|strip|"
+    r"clean\s?up|dead code|unused)\w*",
+    re.I,
+)
 _LOGGERS = {"logging", "logger", "log", "_log", "_logger", "LOGGER", "LOG", "console"}
 _SIMILAR = 0.8  # a changed body this close to another definition's (and closer than to its own) is a copy
 
@@ -95,9 +110,13 @@ def _python_checks(path: str, before: str, after: str, instruction: str) -> tupl
     old_defs, new_defs = _definitions(old), _definitions(new)
     removed = [d for q, d in old_defs.items() if q not in new_defs]
     gone_public = _gone_public(old, new)
-    return (_names_check(path, old, new, gone_public), _kept_check(old, new, old_defs, new_defs, removed, instruction),
-            _body_check(old_defs, new_defs), _public_check(path, new, gone_public, removed, new_defs),
-            *_asked_check(old, new, instruction, after == before, old_defs, new_defs))
+    return (
+        _names_check(path, old, new, gone_public),
+        _kept_check(old, new, old_defs, new_defs, removed, instruction),
+        _body_check(old_defs, new_defs),
+        _public_check(path, new, gone_public, removed, new_defs),
+        *_asked_check(old, new, instruction, after == before, old_defs, new_defs),
+    )
 
 
 def _definitions(tree: ast.Module) -> dict[str, _Definition]:
@@ -160,27 +179,45 @@ def _names_check(path: str, old: ast.Module, new: ast.Module, gone_public: set[s
     return Check(NAMES, False, detail=_said(found[0]) + more, output_tail="\n".join(_said(m) for m in found))
 
 
-def _kept_check(old: ast.Module, new: ast.Module, old_defs: dict, new_defs: dict, removed: list,
-                instruction: str) -> Check:
+def _kept_check(
+    old: ast.Module, new: ast.Module, old_defs: dict, new_defs: dict, removed: list, instruction: str
+) -> Check:
     """Definitions removed that the instruction does not ask to remove; with a request that changes
     no behaviour, any statement removed or changed; otherwise a function that lost every `return`."""
     named = set(n.rsplit(".", 1)[-1] for n in old_defs)
-    unasked = [d for d in removed if not asks_to_remove(instruction, d.qualname.rsplit(".", 1)[-1], named)
-               and not any(d.qualname.startswith(r.qualname + ".") for r in removed) and not _generated(d, new_defs)]
+    unasked = [
+        d
+        for d in removed
+        if not asks_to_remove(instruction, d.qualname.rsplit(".", 1)[-1], named)
+        and not any(d.qualname.startswith(r.qualname + ".") for r in removed)
+        and not _generated(d, new_defs)
+    ]
     if unasked:
         first = unasked[0]
         more = f" (and {len(unasked) - 1} more)" if len(unasked) > 1 else ""
-        return Check(KEPT, False, detail=f"removed `{first.qualname}` (line {first.line}), which the instruction "
-                                         f"does not ask to remove{more}")
+        return Check(
+            KEPT,
+            False,
+            detail=f"removed `{first.qualname}` (line {first.line}), which the instruction "
+            f"does not ask to remove{more}",
+        )
     if not asks_for_behaviour(instruction):
         for qualname, d in old_defs.items():
             if qualname in new_defs and _code(d.node) != _code(new_defs[qualname].node):
-                return Check(KEPT, False, detail=f"changed the code of `{qualname}` (line {d.line}), but the "
-                                                 "instruction asks only for documentation, type hints or logging")
+                return Check(
+                    KEPT,
+                    False,
+                    detail=f"changed the code of `{qualname}` (line {d.line}), but the "
+                    "instruction asks only for documentation, type hints or logging",
+                )
         lost = Counter(_module_code(old)) - Counter(_module_code(new))
         if lost:
-            return Check(KEPT, False, detail=f"removed or changed `{_short(next(iter(lost)))}` at module level, "
-                                             "which the instruction does not ask for")
+            return Check(
+                KEPT,
+                False,
+                detail=f"removed or changed `{_short(next(iter(lost)))}` at module level, "
+                "which the instruction does not ask for",
+            )
     for qualname, d in old_defs.items():
         if qualname in new_defs and _returns(d.node) and not _returns(new_defs[qualname].node):
             return Check(KEPT, False, detail=f"removed every `return` of `{qualname}` (line {d.line})")
@@ -223,8 +260,12 @@ def _body_check(old_defs: dict, new_defs: dict) -> Check:
             if other != qualname and isinstance(old_defs[other].node, type(d.node)) and other_code.strip():
                 alike = _similarity(code, other_code)
                 if alike >= _SIMILAR and alike > own:
-                    return Check(BODY, False, detail=f"the body of `{qualname}` (line {d.line}) is now the code of "
-                                                     f"`{other}` (line {old_defs[other].line})")
+                    return Check(
+                        BODY,
+                        False,
+                        detail=f"the body of `{qualname}` (line {d.line}) is now the code of "
+                        f"`{other}` (line {old_defs[other].line})",
+                    )
     return Check(BODY, True, detail="no body became another definition's")
 
 
@@ -237,8 +278,12 @@ def _public_check(path: str, new: ast.Module, gone: set[str], removed: list, new
         if "." in d.qualname and name not in kept_names:
             use = next((n for n in ast.walk(new) if isinstance(n, ast.Attribute) and n.attr == name), None)
             if use is not None:
-                return Check(PUBLIC, False, detail=f"removed `{d.qualname}`, which the module still uses "
-                                                   f"(`{ast.unparse(use)}`, line {use.lineno})")
+                return Check(
+                    PUBLIC,
+                    False,
+                    detail=f"removed `{d.qualname}`, which the module still uses "
+                    f"(`{ast.unparse(use)}`, line {use.lineno})",
+                )
     if not gone:
         return Check(PUBLIC, True, detail="no public name removed")
     listed = _all_names(new)
@@ -257,12 +302,16 @@ _ASKS_LOGGING = re.compile(r"\b(?:logging|log|logs|logger|debug\s+messages?)\b",
 
 
 # "Delete the shorten function", "remove `join`": a definition named right after the verb, nothing after it.
-_DELETE_NAMED = re.compile(r"\b(?:delete|remove|drop)\s+(?:the\s+)?(?:(?:function|method|class)\s+)?`?"
-                           r"(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)`?(?:\s*\(\))?(?:\s+(?:function|method|class))?\s*[.!]?\s*$", re.I)
+_DELETE_NAMED = re.compile(
+    r"\b(?:delete|remove|drop)\s+(?:the\s+)?(?:(?:function|method|class)\s+)?`?"
+    r"(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)`?(?:\s*\(\))?(?:\s+(?:function|method|class))?\s*[.!]?\s*$",
+    re.I,
+)
 
 
-def _asked_check(old: ast.Module, new: ast.Module, instruction: str, same: bool, old_defs: dict,
-                 new_defs: dict) -> tuple[Check, ...]:
+def _asked_check(
+    old: ast.Module, new: ast.Module, instruction: str, same: bool, old_defs: dict, new_defs: dict
+) -> tuple[Check, ...]:
     deleted = _DELETE_NAMED.search(instruction.strip())
     if deleted and not same:
         name = deleted["name"]
@@ -279,21 +328,36 @@ def _added_check(old: ast.Module, new: ast.Module, instruction: str, same: bool)
     asks for (a small model's answer that changed only whitespace, or logged with print); no check for
     other requests (a test decides what they ask), nor for a candidate that changed nothing (`same`:
     the change check's, and a hook rule's file may already comply)."""
-    wanted = {"a docstring": (_ASKS_DOCS, _docstrings), "a type hint": (_ASKS_HINTS, _annotations),
-              "a logging call": (_ASKS_LOGGING, _logging_calls)}
+    wanted = {
+        "a docstring": (_ASKS_DOCS, _docstrings),
+        "a type hint": (_ASKS_HINTS, _annotations),
+        "a logging call": (_ASKS_LOGGING, _logging_calls),
+    }
     asked = [(what, count) for what, (pattern, count) in wanted.items() if pattern.search(instruction)]
     if asks_for_behaviour(instruction) or not asked or same:
         return ()
-    if any(count(new) - count(old) > 0 or (what == "a docstring" and _docstring_set(new) - _docstring_set(old))
-           for what, count in asked):
+    if any(
+        count(new) - count(old) > 0 or (what == "a docstring" and _docstring_set(new) - _docstring_set(old))
+        for what, count in asked
+    ):
         return (Check(ASKED, True, detail="the asked-for addition is there"),)
-    return (Check(ASKED, False, detail="adds no " + " or ".join(what.split(" ", 1)[1] for what, _ in asked)
-                                       + ", which the instruction asks for"),)
+    return (
+        Check(
+            ASKED,
+            False,
+            detail="adds no "
+            + " or ".join(what.split(" ", 1)[1] for what, _ in asked)
+            + ", which the instruction asks for",
+        ),
+    )
 
 
 def _docstring_set(tree: ast.Module) -> set[str]:
-    return {ast.get_docstring(n, clean=False) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))} - {None}
+    return {
+        ast.get_docstring(n, clean=False)
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    } - {None}
 
 
 def _docstrings(tree: ast.Module) -> int:
@@ -301,14 +365,23 @@ def _docstrings(tree: ast.Module) -> int:
 
 
 def _annotations(tree: ast.Module) -> int:
-    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.arg) and n.annotation is not None) + sum(
-        1 for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns is not None
-    ) + sum(1 for n in ast.walk(tree) if isinstance(n, ast.AnnAssign))
+    return (
+        sum(1 for n in ast.walk(tree) if isinstance(n, ast.arg) and n.annotation is not None)
+        + sum(
+            1
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.returns is not None
+        )
+        + sum(1 for n in ast.walk(tree) if isinstance(n, ast.AnnAssign))
+    )
 
 
 def _logging_calls(tree: ast.Module) -> int:
-    return sum(1 for n in ast.walk(tree) if isinstance(n, ast.Call) and _is_logging(n) and not (
-        isinstance(n.func, ast.Name) and n.func.id == "print"))
+    return sum(
+        1
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and _is_logging(n) and not (isinstance(n.func, ast.Name) and n.func.id == "print")
+    )
 
 
 def _top_names(tree: ast.Module) -> set[str]:
@@ -333,8 +406,13 @@ def _all_names(tree: ast.Module) -> set[str]:
     """The strings an `__all__ = [...]` (or `+=`) at top level lists."""
     names = set()
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, (ast.AugAssign, ast.AnnAssign)) else []
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+            else []
+        )
         if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
             names |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
     return names
@@ -385,8 +463,12 @@ def _is_logging(value: ast.AST) -> bool:
 
 
 def _strip_docstring(body: list) -> list:
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    if (
+        body
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    ):
         return body[1:]
     return body
 
@@ -439,8 +521,11 @@ def _returns(node: ast.AST) -> bool:
         if isinstance(statement, ast.Return) and statement.value is not None:
             return True
         if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            todo.extend(c for c in ast.iter_child_nodes(statement) if isinstance(c, (ast.stmt, ast.excepthandler,
-                                                                                      ast.match_case)))
+            todo.extend(
+                c
+                for c in ast.iter_child_nodes(statement)
+                if isinstance(c, (ast.stmt, ast.excepthandler, ast.match_case))
+            )
     return False
 
 
@@ -470,11 +555,17 @@ def _outline_checks(path: str, before: str, after: str, instruction: str, parser
     new_text = {d.qualname: _span(new_doc, d) for d in new.definitions}
     old_line = {d.qualname: d.start for d in old.definitions}
     named = {q.rsplit(".", 1)[-1] for q in old_text}
-    unasked = [q for q in old_text if q not in new_text and not asks_to_remove(instruction, q.rsplit(".", 1)[-1], named)]
+    unasked = [
+        q for q in old_text if q not in new_text and not asks_to_remove(instruction, q.rsplit(".", 1)[-1], named)
+    ]
     kept = Check(KEPT, True, detail="no definition lost")
     if unasked:
-        kept = Check(KEPT, False, detail=f"removed `{unasked[0]}` (line {old_line[unasked[0]]}), which the instruction "
-                                         "does not ask to remove")
+        kept = Check(
+            KEPT,
+            False,
+            detail=f"removed `{unasked[0]}` (line {old_line[unasked[0]]}), which the instruction "
+            "does not ask to remove",
+        )
     body = Check(BODY, True, detail="no body became another definition's")
     for qualname, text in new_text.items():
         own = old_text.get(qualname)
@@ -484,8 +575,11 @@ def _outline_checks(path: str, before: str, after: str, instruction: str, parser
         for other, other_text in old_text.items():
             alike = _similarity(_body_text(text), _body_text(other_text)) if other != qualname else 0.0
             if alike >= _SIMILAR and alike > mine:
-                body = Check(BODY, False, detail=f"the body of `{qualname}` is now the code of `{other}` "
-                                                 f"(line {old_line[other]})")
+                body = Check(
+                    BODY,
+                    False,
+                    detail=f"the body of `{qualname}` is now the code of `{other}` (line {old_line[other]})",
+                )
                 break
     if parser != JAVASCRIPT:
         return kept, body
@@ -526,7 +620,7 @@ def _first_line(findings: tuple) -> Callable[[str], int]:
 
 
 def _span(document: Document, definition) -> str:
-    return "\n".join(document.display_lines()[definition.start - 1:definition.end])
+    return "\n".join(document.display_lines()[definition.start - 1 : definition.end])
 
 
 def _body_text(text: str) -> str:

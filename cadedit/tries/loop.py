@@ -37,7 +37,16 @@ from pathlib import Path
 
 from typing import Any
 
-from cadedit.tries.checks import Candidate, Check, Edited, change_check, feedback, placement_check, run_test, syntax_check
+from cadedit.tries.checks import (
+    Candidate,
+    Check,
+    Edited,
+    change_check,
+    feedback,
+    placement_check,
+    run_test,
+    syntax_check,
+)
 from cadedit.tries.code_checks import CHECK_NAMES as CODE_CHECKS, code_checks
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError
@@ -112,19 +121,35 @@ class Try:
             return self.error if self.result is not None else f"failed: {self.error}"
         passed = [c.name for c in self.checks if c.passed and not c.skipped]
         failed = [f"{c.name} ({c.detail})" if c.detail else c.name for c in self.failed_checks]
-        skipped = [f"{c.name} skipped ({c.detail})" if c.detail else f"{c.name} skipped" for c in self.checks if c.skipped]
+        skipped = [
+            f"{c.name} skipped ({c.detail})" if c.detail else f"{c.name} skipped" for c in self.checks if c.skipped
+        ]
         text = ("failed: " + ", ".join(failed)) if failed else ("passed: " + (", ".join(passed) or "no checks"))
         return text + ("; " + "; ".join(skipped) if skipped else "")
 
     def to_json(self) -> dict:
         stats = self.result.stats if self.result else None
         return {
-            "try": self.number, "candidate": self.candidate, "logprob": self.logprob,
-            "temperature": self.temperature, "passed": self.passed, "error": self.error,
+            "try": self.number,
+            "candidate": self.candidate,
+            "logprob": self.logprob,
+            "temperature": self.temperature,
+            "passed": self.passed,
+            "error": self.error,
             "regions": [list(r) for r in self.regions],
-            "changed": self.result.changed if self.result else None, "seconds": self.seconds,
-            "checks": [{"name": c.name, "passed": c.passed, "skipped": c.skipped, "detail": c.detail,
-                        "output_tail": c.output_tail, "seconds": c.seconds} for c in self.checks],
+            "changed": self.result.changed if self.result else None,
+            "seconds": self.seconds,
+            "checks": [
+                {
+                    "name": c.name,
+                    "passed": c.passed,
+                    "skipped": c.skipped,
+                    "detail": c.detail,
+                    "output_tail": c.output_tail,
+                    "seconds": c.seconds,
+                }
+                for c in self.checks
+            ],
             "tokens_new": stats.tokens_new if stats else None,
             "tokens_copied": stats.tokens_copied if stats else None,
             "tokens_prompt_fed": stats.tokens_prompt if stats else None,
@@ -165,8 +190,14 @@ class Verified:
         (a destructive candidate is never offered as the one to start from)."""
         if self.answer is not None:
             return self.answer
-        clean = [t for t in self.tries if t.result is not None and t.error is None and t.result.changed
-                 and {c.name for c in t.failed_checks} == {"test"}]
+        clean = [
+            t
+            for t in self.tries
+            if t.result is not None
+            and t.error is None
+            and t.result.changed
+            and {c.name for c in t.failed_checks} == {"test"}
+        ]
         return min(clean, key=lambda t: changed_lines(t.result.document.text, t.result.new_text), default=None)
 
     @property
@@ -228,15 +259,24 @@ def candidate_sampling(k: int, first: Sampling) -> Sampling:
     return Sampling(max(first.temperature, TRY_TEMPERATURE), first.top_p, (first.seed or 0) * 1000 + 500 + k)
 
 
-def check_candidate(document: Document, new_text: str, plan: CheckPlan, on_test: Callable[[], None] | None = None,
-                    instruction: str = "", placement: str = "") -> tuple[Check, ...]:
+def check_candidate(
+    document: Document,
+    new_text: str,
+    plan: CheckPlan,
+    on_test: Callable[[], None] | None = None,
+    instruction: str = "",
+    placement: str = "",
+) -> tuple[Check, ...]:
     """Placement (a scoped answer that could not be placed exactly: `placement` says why), syntax, the
     code checks (cadedit.tries.code_checks: names, kept, body, public) and change first; the test command
     only when all pass (it is the slow one)."""
     syntax = syntax_check(document.path, document.text, new_text)
     # The code checks read the candidate's code: not one that does not parse.
-    code = () if not (syntax.passed or syntax.skipped) else code_checks(document.path, document.text, new_text,
-                                                                         instruction)
+    code = (
+        ()
+        if not (syntax.passed or syntax.skipped)
+        else code_checks(document.path, document.text, new_text, instruction)
+    )
     checks = (syntax, *code, change_check(document.text, new_text, plan.allow_no_change, instruction))
     if placement:
         checks = (placement_check(placement), *checks)
@@ -305,9 +345,17 @@ class _TryPlan:
     on_test: Callable[[], None] | None = None
 
 
-def edit_verified(document: Document, instruction: str, options: EditOptions, plan: CheckPlan,
-                  attempts: Attempts = Attempts(), *, editor: Editor, picks: Callable[[int], Any] | None = None,
-                  report: Reporters = Reporters()) -> Verified:
+def edit_verified(
+    document: Document,
+    instruction: str,
+    options: EditOptions,
+    plan: CheckPlan,
+    attempts: Attempts = Attempts(),
+    *,
+    editor: Editor,
+    picks: Callable[[int], Any] | None = None,
+    report: Reporters = Reporters(),
+) -> Verified:
     """Up to attempts.tries tries until a candidate passes its checks; see the module docstring.
     editor: what decodes (results.Editor: pipeline.LocalEditor, the warm server's client or a shared
     engine's; no where-step but with a local model). attempts.candidates: every try decodes
@@ -335,16 +383,26 @@ def edit_verified(document: Document, instruction: str, options: EditOptions, pl
         level += widened
         if UNQUOTED_AFTER in failed and not widened:  # copied where it was: ask without the quote
             layout = unquoted(layout)
-        if number == 2 and where is None and (where := _reported(_read_later(document, options, plan, editor, picks,
-                                                                             branches), report.on_where)):
+        if (
+            number == 2
+            and where is None
+            and (where := _reported(_read_later(document, options, plan, editor, picks, branches), report.on_where))
+        ):
             read = where.spread[:READ_BRANCHES]
         located = where is not None and not where.later and level == 0  # this try retypes the line named
-        current = replace(options, sampling=sampling_for(number, options.sampling), regions=levels[level], wider=(),
-                          layout=layout, locate=False,
-                          attempt=TryState(told, expected=expected[level] or read, branched=tuple(sorted(branched))))
+        current = replace(
+            options,
+            sampling=sampling_for(number, options.sampling),
+            regions=levels[level],
+            wider=(),
+            layout=layout,
+            locate=False,
+            attempt=TryState(told, expected=expected[level] or read, branched=tuple(sorted(branched))),
+        )
         on_test = report.on_test
-        this = _TryPlan(number, current, picks(number) if picks else None,
-                        None if on_test is None else (lambda: on_test(number)))
+        this = _TryPlan(
+            number, current, picks(number) if picks else None, None if on_test is None else (lambda: on_test(number))
+        )
         k = candidates_for(attempts.candidates, plan, editor, number, located)
         k += len(read) if k > 1 else 0  # the reading's branches beside the hesitations
         made = _batched_try(edit, this, k, checked, candidates_by) if k > 1 else [_one_try(edit, this)]
@@ -408,8 +466,9 @@ def _reported(where: Any, on_where: Callable[[Any], None] | None) -> Any:
     return where
 
 
-def _read_later(document: Document, options: EditOptions, plan: CheckPlan, editor: Editor, picks,
-                branches: bool) -> Any:
+def _read_later(
+    document: Document, options: EditOptions, plan: CheckPlan, editor: Editor, picks, branches: bool
+) -> Any:
     """The definition read by surprise once try 1 failed its test (options.read_later; a local model; the
     tries branch: `branches`, not --candidates 1 nor --candidates-by sample), as a where.Where with
     later=True; None where it does not apply or found no surprising token."""
@@ -447,8 +506,17 @@ def _one_try(edit: _Edit, this: _TryPlan) -> Try:
     try:
         result = edit.editor.edit(document, edit.instruction, current, on_step=edit.on_step, make_sampler=this.pick)
     except BudgetError as exc:
-        return Try(this.number, sampling.temperature, None, (), time.perf_counter() - start, exc.message, exc.hint,
-                   current.regions, getattr(exc, "engine", None))
+        return Try(
+            this.number,
+            sampling.temperature,
+            None,
+            (),
+            time.perf_counter() - start,
+            exc.message,
+            exc.hint,
+            current.regions,
+            getattr(exc, "engine", None),
+        )
     result = repaired_result(document, result, edit.instruction)
     checks = check_candidate(document, result.new_text, edit.plan, this.on_test, edit.instruction, result.placement)
     return Try(this.number, sampling.temperature, result, checks, time.perf_counter() - start, regions=current.regions)
@@ -475,13 +543,25 @@ def _batched_try(edit: _Edit, this: _TryPlan, k: int, checked: dict[str, Try], b
     editor, document, instruction = edit.editor, edit.document, edit.instruction
     if branched:
         rejoined = replace(current, attempt=replace(current.attempt, rejoin=number <= REJOIN_TRIES))
-        found = editor.edit_branches(document, instruction, rejoined, k,
-                                     lambda first: checker.check(0, first, time.perf_counter() - start),
-                                     on_step=edit.on_step, factories=scripted or branch_factories(k, current.sampling))
+        found = editor.edit_branches(
+            document,
+            instruction,
+            rejoined,
+            k,
+            lambda first: checker.check(0, first, time.perf_counter() - start),
+            on_step=edit.on_step,
+            factories=scripted or branch_factories(k, current.sampling),
+        )
         rest = range(1, len(found))
     else:
-        found = editor.edit_candidates(document, instruction, current, k, on_step=edit.on_step,
-                                       factories=scripted or candidate_factories(k, current.sampling))
+        found = editor.edit_candidates(
+            document,
+            instruction,
+            current,
+            k,
+            on_step=edit.on_step,
+            factories=scripted or candidate_factories(k, current.sampling),
+        )
         rest = range(k)
     decode_seconds = time.perf_counter() - start - checker.seconds  # candidate 1's checks are its own
     for i in sorted(rest, key=lambda i: -found[i].logprob):
@@ -493,8 +573,7 @@ class _Checker:
     """A batched try's candidates checked one by one (_batched_try): each as a Try into `made`, the texts
     seen in this try and the seconds spent in checks so far (not decode time)."""
 
-    def __init__(self, edit: _Edit, this: _TryPlan, k: int, samplings: tuple[Sampling, ...],
-                 checked: dict[str, Try]):
+    def __init__(self, edit: _Edit, this: _TryPlan, k: int, samplings: tuple[Sampling, ...], checked: dict[str, Try]):
         self.edit, self.this, self.k, self.samplings, self.checked = edit, this, k, samplings, checked
         self.made: list[Try] = []
         self.seen: dict[str, int] = {}
@@ -504,16 +583,20 @@ class _Checker:
         """Candidate i+1's Try into `made`; whether it passed."""
         edit, made, seen, number = self.edit, self.made, self.seen, self.this.number
         t, candidate = self.samplings[i].temperature, i + 1
-        common = dict(regions=self.this.options.regions, candidate=candidate, of=self.k, logprob=c.logprob,
-                      branch=c.branch)
+        common = dict(
+            regions=self.this.options.regions, candidate=candidate, of=self.k, logprob=c.logprob, branch=c.branch
+        )
         winner = next((m.candidate for m in made if m.passed), 0)
         c = replace(c, result=repaired_result(edit.document, c.result, edit.instruction))
         if c.result is None:
             error = getattr(c.error, "message", str(c.error))
             made.append(Try(number, t, None, (), decode_seconds, error, getattr(c.error, "hint", None), **common))
         elif winner or c.result.new_text in seen:
-            why = (f"the same as candidate {seen[c.result.new_text]}" if c.result.new_text in seen
-                   else f"not checked: candidate {winner} passed first")
+            why = (
+                f"the same as candidate {seen[c.result.new_text]}"
+                if c.result.new_text in seen
+                else f"not checked: candidate {winner} passed first"
+            )
             made.append(Try(number, t, c.result, (), decode_seconds, why, **common))
         elif (earlier := self.checked.get(c.result.new_text)) is not None:  # failed in an earlier try: its checks stand
             seen[c.result.new_text] = candidate
@@ -523,8 +606,9 @@ class _Checker:
         else:
             seen[c.result.new_text] = candidate
             began = time.perf_counter()
-            checks = check_candidate(edit.document, c.result.new_text, edit.plan, self.this.on_test, edit.instruction,
-                                     c.result.placement)
+            checks = check_candidate(
+                edit.document, c.result.new_text, edit.plan, self.this.on_test, edit.instruction, c.result.placement
+            )
             self.seconds += time.perf_counter() - began
             made.append(Try(number, t, c.result, checks, decode_seconds + time.perf_counter() - began, **common))
             self.checked[c.result.new_text] = made[-1]

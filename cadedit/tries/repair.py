@@ -20,13 +20,58 @@ from cadedit.tries.code_checks import asks_to_remove
 from cadedit.text.languages import language_of
 
 # Modules a bare name most likely means: the standard library's, by their usual import name.
-_MODULES = frozenset({
-    "abc", "argparse", "ast", "asyncio", "base64", "bisect", "collections", "contextlib", "copy", "csv",
-    "dataclasses", "datetime", "decimal", "enum", "fractions", "functools", "glob", "hashlib", "heapq", "inspect",
-    "io", "itertools", "json", "logging", "math", "operator", "os", "pathlib", "pickle", "random", "re",
-    "shlex", "shutil", "statistics", "string", "struct", "subprocess", "sys", "tempfile", "textwrap", "threading",
-    "time", "traceback", "types", "typing", "unicodedata", "uuid", "warnings",
-})
+_MODULES = frozenset(
+    {
+        "abc",
+        "argparse",
+        "ast",
+        "asyncio",
+        "base64",
+        "bisect",
+        "collections",
+        "contextlib",
+        "copy",
+        "csv",
+        "dataclasses",
+        "datetime",
+        "decimal",
+        "enum",
+        "fractions",
+        "functools",
+        "glob",
+        "hashlib",
+        "heapq",
+        "inspect",
+        "io",
+        "itertools",
+        "json",
+        "logging",
+        "math",
+        "operator",
+        "os",
+        "pathlib",
+        "pickle",
+        "random",
+        "re",
+        "shlex",
+        "shutil",
+        "statistics",
+        "string",
+        "struct",
+        "subprocess",
+        "sys",
+        "tempfile",
+        "textwrap",
+        "threading",
+        "time",
+        "traceback",
+        "types",
+        "typing",
+        "unicodedata",
+        "uuid",
+        "warnings",
+    }
+)
 _TYPING = frozenset(name for name in typing.__all__ if name[:1].isupper())
 _LOGGERS = ("logger", "log", "_logger", "_log", "LOGGER", "LOG")
 
@@ -51,8 +96,7 @@ def _newly_undefined(path: str, old: ast.Module, new: ast.Module, text: str) -> 
         return []
 
     def undefined(tree: ast.Module) -> set[str]:
-        return {m.message_args[0] for m in Checker(tree, filename=path).messages
-                if type(m).__name__ == "UndefinedName"}
+        return {m.message_args[0] for m in Checker(tree, filename=path).messages if type(m).__name__ == "UndefinedName"}
 
     return sorted(undefined(new) - undefined(old))
 
@@ -89,8 +133,12 @@ def _insert_after_imports(text: str, imports: list[str], tail: list[str]) -> str
     newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     body = tree.body
     top = [n for n in body if isinstance(n, (ast.Import, ast.ImportFrom)) and _before_code(n, body)]
-    docstring = bool(body) and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+    docstring = (
+        bool(body)
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
         and isinstance(body[0].value.value, str)
+    )
     at = top[-1].end_lineno if top else body[0].end_lineno if docstring else 0
     if at and not lines[at - 1].endswith(("\n", "\r")):
         lines[at - 1] += newline
@@ -144,8 +192,8 @@ def _cut(lines: list[str], element: ast.Constant) -> list[str]:
         start = before.start() if before else start
     cut = line[:start] + line[end:]
     if not cut.strip():  # an element alone on its line: the line goes
-        return lines[:k] + lines[k + 1:]
-    return lines[:k] + [cut] + lines[k + 1:]
+        return lines[:k] + lines[k + 1 :]
+    return lines[:k] + [cut] + lines[k + 1 :]
 
 
 def _column(line: str, offset: int) -> int:

@@ -88,8 +88,10 @@ def _ensure_dir() -> Path:
     folder = state_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     if why := _folder_problem(folder):
-        raise SandboxError(f"{why}; cannot keep the original safe while the test runs",
-                           hint="remove it, or set XDG_STATE_HOME to a folder of yours")
+        raise SandboxError(
+            f"{why}; cannot keep the original safe while the test runs",
+            hint="remove it, or set XDG_STATE_HOME to a folder of yours",
+        )
     return folder
 
 
@@ -214,15 +216,29 @@ def _entry(path: Path, st: os.stat_result, original: bytes, candidate: bytes) ->
     """What the journal keeps of one placement (in memory: the path as str, the bytes as bytes). The
     candidate's bytes too: a restore cut short (a full disk, a kill) leaves the original's start over
     the candidate's rest, which recovery must recognise as its own to finish it."""
-    return {"path": str(path), "dev": st.st_dev, "ino": st.st_ino, "mode": st.st_mode & 0o7777,
-            "times_ns": [st.st_atime_ns, st.st_mtime_ns], "original": original, "candidate": candidate,
-            "candidate_sha256": hashlib.sha256(candidate).hexdigest(), "pid": os.getpid(), "created": time.time()}
+    return {
+        "path": str(path),
+        "dev": st.st_dev,
+        "ino": st.st_ino,
+        "mode": st.st_mode & 0o7777,
+        "times_ns": [st.st_atime_ns, st.st_mtime_ns],
+        "original": original,
+        "candidate": candidate,
+        "candidate_sha256": hashlib.sha256(candidate).hexdigest(),
+        "pid": os.getpid(),
+        "created": time.time(),
+    }
 
 
 def _dump(entry: dict) -> bytes:
-    return json.dumps({**entry, "path": base64.b64encode(os.fsencode(entry["path"])).decode(),
-                       "original": base64.b64encode(entry["original"]).decode(),
-                       "candidate": base64.b64encode(entry["candidate"]).decode()}).encode()
+    return json.dumps(
+        {
+            **entry,
+            "path": base64.b64encode(os.fsencode(entry["path"])).decode(),
+            "original": base64.b64encode(entry["original"]).decode(),
+            "candidate": base64.b64encode(entry["candidate"]).decode(),
+        }
+    ).encode()
 
 
 class ForeignEntry(Exception):
@@ -279,7 +295,7 @@ def _mark_restoring(folder: Path, key: str) -> None:
 
 def _common_prefix(a: bytes, b: bytes) -> int:
     n, step, i = min(len(a), len(b)), 1 << 16, 0
-    while i < n and a[i:i + step] == b[i:i + step]:
+    while i < n and a[i : i + step] == b[i : i + step]:
         i += step
     while i < n and a[i] == b[i]:
         i += 1
@@ -310,8 +326,9 @@ def _restore_inode(fd: int, entry: dict, folder: Path, key: str) -> bool:
     return True
 
 
-def _restore_path(path: Path, entry: dict, seen: os.stat_result, data: bytes, own_mode: bool, folder: Path,
-                  key: str) -> None:
+def _restore_path(
+    path: Path, entry: dict, seen: os.stat_result, data: bytes, own_mode: bool, folder: Path, key: str
+) -> None:
     """The original into the file at path, which was `seen` holding `data`: written only if, right
     before the write, the path still names that inode and it still holds those bytes (a save in
     between, in place or renamed over it, is never overwritten: _Changed). The journaled mode comes
@@ -439,8 +456,10 @@ def recover(journal: Path, wait: float = 0.0) -> Recovery | None:
         return Recovery(SKIPPED, str(exc))
     except OSError as exc:  # this entry only: the others are still recovered
         where = entry["path"] if entry is not None else journal
-        return Recovery(FAILED, f"{where}: cannot give the original back now ({exc.strerror or exc}); "
-                                f"it stays in the journal ({journal})")
+        return Recovery(
+            FAILED,
+            f"{where}: cannot give the original back now ({exc.strerror or exc}); it stays in the journal ({journal})",
+        )
     finally:
         lock.release()
 
@@ -482,8 +501,9 @@ def held_by(path: str | os.PathLike[str]) -> str | None:
         return None
 
 
-CHANGED_WHILE_PLACING = ("changed on disk while cadedit put the candidate in; what was saved is left as it is "
-                         "and the test was not run")
+CHANGED_WHILE_PLACING = (
+    "changed on disk while cadedit put the candidate in; what was saved is left as it is and the test was not run"
+)
 
 
 class Placement:
@@ -501,23 +521,29 @@ class Placement:
     def _unchanged(self) -> bool:
         """Whether the path still names the inode cadedit read, and that inode still holds its bytes and mtime."""
         st = os.fstat(self.fd)
-        return (_identity(st) == _identity(self.st) == _at_path(self.path)
-                and (st.st_size, st.st_mtime_ns) == (self.st.st_size, self.st.st_mtime_ns)
-                and _read_fd(self.fd) == self.original)
+        return (
+            _identity(st) == _identity(self.st) == _at_path(self.path)
+            and (st.st_size, st.st_mtime_ns) == (self.st.st_size, self.st.st_mtime_ns)
+            and _read_fd(self.fd) == self.original
+        )
 
     def begin(self) -> None:
         folder = _ensure_dir()
         self.fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         if not self._unchanged():
-            raise SandboxError(f"{self.path}: changed on disk since cadedit read it; the test was not run",
-                               hint="run cadedit again on the current file")
+            raise SandboxError(
+                f"{self.path}: changed on disk since cadedit read it; the test was not run",
+                hint="run cadedit again on the current file",
+            )
         key = _key(self.st)
         self.lock = Lock(folder, key)
         if not self.lock.acquire():
             holder = self.lock.holder()
             self.lock = None
-            raise SandboxError(f"{self.path}: another cadedit run ({holder}) has a candidate in this file; "
-                               "the test was not run", hint="wait for it to finish, then run cadedit again")
+            raise SandboxError(
+                f"{self.path}: another cadedit run ({holder}) has a candidate in this file; the test was not run",
+                hint="wait for it to finish, then run cadedit again",
+            )
         journal = folder / f"{key}.json"
         if journal.exists():  # left by a run that died after this one read the file
             try:
@@ -526,15 +552,23 @@ class Placement:
                 raise SandboxError(f"{exc}; the test was not run", hint="remove it") from None
             said = _give_back(entry, folder, key)[1] if entry is not None else ""
             _forget(journal)
-            raise SandboxError(f"{self.path}: a killed cadedit run had left a candidate in this file"
-                               + (f" ({said})" if said else "") + "; the test was not run",
-                               hint="run cadedit again on the file as it is now")
+            raise SandboxError(
+                f"{self.path}: a killed cadedit run had left a candidate in this file"
+                + (f" ({said})" if said else "")
+                + "; the test was not run",
+                hint="run cadedit again on the file as it is now",
+            )
         self.entry = _entry(self.path, self.st, self.original, self.new)
         _restoring(folder, key).unlink(missing_ok=True)  # a mark no entry owns says nothing about this one
         _write_durably(journal, _dump(self.entry))
         self.journal = journal
-        self.guard = subprocess.Popen([sys.executable, "-m", "cadedit.tries.guard", str(journal)], stdin=subprocess.PIPE,
-                                      stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        self.guard = subprocess.Popen(
+            [sys.executable, "-m", "cadedit.tries.guard", str(journal)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
         self._place()
 
     def _place(self) -> None:
@@ -549,8 +583,9 @@ class Placement:
             write_fd(self.fd, self.new, (self.st.st_atime_ns, self.mtime_ns))
             _reserve(self.fd, len(self.original))
             if _at_path(self.path) != _identity(self.st):
-                raise SandboxError(f"{self.path}: {CHANGED_WHILE_PLACING}",
-                                   hint="run cadedit again on the current file")
+                raise SandboxError(
+                    f"{self.path}: {CHANGED_WHILE_PLACING}", hint="run cadedit again on the current file"
+                )
         except BaseException:
             write_fd(self.fd, self.original, times)  # this inode only: what now has the path is the user's
             self.placed = False
@@ -568,8 +603,9 @@ class Placement:
         said = ""
         try:
             if self.placed:
-                kind, said = _give_back(self.entry, self.journal.parent, self.journal.name.removesuffix(".json"),
-                                        placed=self.fd)
+                kind, said = _give_back(
+                    self.entry, self.journal.parent, self.journal.name.removesuffix(".json"), placed=self.fd
+                )
                 said = said if kind == KEPT else ""
             if self.journal is not None:
                 _forget(self.journal)

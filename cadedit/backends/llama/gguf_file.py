@@ -48,8 +48,9 @@ class _Reader:
     def take(self, fmt: str):
         size = struct.calcsize(fmt)
         if self.at + size > len(self.data):
-            raise ModelError(f"{self.path}: not a whole GGUF file (its metadata ends early)",
-                             hint="download the model file again")
+            raise ModelError(
+                f"{self.path}: not a whole GGUF file (its metadata ends early)", hint="download the model file again"
+            )
         (value,) = struct.unpack_from(fmt, self.data, self.at)
         self.at += size
         return value
@@ -68,8 +69,10 @@ class _Reader:
         if inner in _NUMPY:
             width = np.dtype(_NUMPY[inner]).itemsize
             if self.at + n * width > len(self.data):
-                raise ModelError(f"{self.path}: not a whole GGUF file (an array runs past its end)",
-                                 hint="download the model file again")
+                raise ModelError(
+                    f"{self.path}: not a whole GGUF file (an array runs past its end)",
+                    hint="download the model file again",
+                )
             array = np.frombuffer(self.data, _NUMPY[inner], n, self.at).copy()
             self.at += n * width
             return array
@@ -85,13 +88,17 @@ class _Reader:
         add = out.append
         for _ in range(n):
             if at + 8 > end:
-                raise ModelError(f"{self.path}: not a whole GGUF file (its metadata ends early)",
-                                 hint="download the model file again")
+                raise ModelError(
+                    f"{self.path}: not a whole GGUF file (its metadata ends early)",
+                    hint="download the model file again",
+                )
             (size,) = size_of(data, at)
             at += 8
             if at + size > end:
-                raise ModelError(f"{self.path}: not a whole GGUF file (a string runs past its end)",
-                                 hint="download the model file again")
+                raise ModelError(
+                    f"{self.path}: not a whole GGUF file (a string runs past its end)",
+                    hint="download the model file again",
+                )
             add(data[at : at + size].decode("utf-8", errors="surrogateescape"))
             at += size
         self.at = at
@@ -110,7 +117,9 @@ def tensor_names(path: Path) -> tuple[dict, list[str]]:
     try:
         st = path.stat()
     except OSError as exc:
-        raise ModelError(f"{path}: cannot read the model file ({exc.strerror or exc})", hint="pass a .gguf model file") from None
+        raise ModelError(
+            f"{path}: cannot read the model file ({exc.strerror or exc})", hint="pass a .gguf model file"
+        ) from None
     return _read(path, st.st_size, st.st_mtime_ns)
 
 
@@ -125,8 +134,10 @@ def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, list[str]]:
                 reader.at = 4
                 version = reader.take("<I")
                 if version not in (2, 3):
-                    raise ModelError(f"{path}: GGUF version {version} (cadedit reads versions 2 and 3)",
-                                     hint="convert the model with a current llama.cpp")
+                    raise ModelError(
+                        f"{path}: GGUF version {version} (cadedit reads versions 2 and 3)",
+                        hint="convert the model with a current llama.cpp",
+                    )
                 count = reader.take("<Q")
                 meta: dict = {}
                 for _ in range(reader.take("<Q")):
@@ -134,7 +145,9 @@ def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, list[str]]:
                     meta[key] = reader.value(reader.take("<I"))
                 return meta, _tensor_names(reader, count)
     except OSError as exc:
-        raise ModelError(f"{path}: cannot read the model file ({exc.strerror or exc})", hint="pass a .gguf model file") from None
+        raise ModelError(
+            f"{path}: cannot read the model file ({exc.strerror or exc})", hint="pass a .gguf model file"
+        ) from None
     except ValueError as exc:  # mmap of an empty file
         raise ModelError(f"{path}: not a GGUF file ({exc})", hint="pass a .gguf model file") from None
 
@@ -142,15 +155,17 @@ def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, list[str]]:
 def _tensor_names(reader: _Reader, count: int) -> list[str]:
     """Each tensor info's name (name, dimensions, type, offset: at least 24 bytes each)."""
     if count > (len(reader.data) - reader.at) // 24:
-        raise ModelError(f"{reader.path}: not a whole GGUF file (it claims {count} tensors)",
-                         hint="download the model file again")
+        raise ModelError(
+            f"{reader.path}: not a whole GGUF file (it claims {count} tensors)", hint="download the model file again"
+        )
     names = []
     for _ in range(count):
         names.append(reader.string())
         dims = reader.take("<I")
         if dims > 8:  # ggml's tensors have at most 4 dimensions
-            raise ModelError(f"{reader.path}: tensor {names[-1]!r} claims {dims} dimensions",
-                             hint="download the model file again")
+            raise ModelError(
+                f"{reader.path}: tensor {names[-1]!r} claims {dims} dimensions", hint="download the model file again"
+            )
         reader.at += 8 * dims + 4 + 8  # the sizes, the type, the offset
     return names
 
@@ -165,29 +180,39 @@ def check_model(path: Path) -> None:
     blocks = meta.get(f"{arch}.block_count")
     held = {int(name.split(".")[1]) for name in names if name.startswith("blk.") and name.split(".")[1].isdigit()}
     if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks <= 0 or held != set(range(blocks)):
-        raise ModelError(f"{path}: GGUF field {arch}.block_count is {blocks!r}, but the file holds the tensors "
-                         f"of {len(held)} layers", hint="use a whole Qwen2 / Qwen2.5 GGUF")
+        raise ModelError(
+            f"{path}: GGUF field {arch}.block_count is {blocks!r}, but the file holds the tensors "
+            f"of {len(held)} layers",
+            hint="use a whole Qwen2 / Qwen2.5 GGUF",
+        )
     tokens = _field(path, meta, "tokenizer.ggml.tokens", list)
     if len(set(tokens)) != len(tokens):
         seen: dict[str, int] = {}
         first, again = next((seen[t], k) for k, t in enumerate(tokens) if seen.setdefault(t, k) != k)
-        raise ModelError(f"{path}: GGUF vocabulary repeats token {tokens[again]!r} (ids {first} and {again})",
-                         hint="use a Qwen2 / Qwen2.5 GGUF")
+        raise ModelError(
+            f"{path}: GGUF vocabulary repeats token {tokens[again]!r} (ids {first} and {again})",
+            hint="use a Qwen2 / Qwen2.5 GGUF",
+        )
 
 
 def architecture(path: Path, meta: dict) -> str:
     """general.architecture, refused unless cadedit serves it."""
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
-        raise ModelError(f"{path}: GGUF architecture {arch!r} is not served (general.architecture; cadedit serves "
-                         f"{', '.join(ARCHITECTURES)})", hint="use a Qwen2 / Qwen2.5 GGUF")
+        raise ModelError(
+            f"{path}: GGUF architecture {arch!r} is not served (general.architecture; cadedit serves "
+            f"{', '.join(ARCHITECTURES)})",
+            hint="use a Qwen2 / Qwen2.5 GGUF",
+        )
     return arch
 
 
 def _field(path: Path, meta: dict, key: str, kind: type):
     value = meta.get(key)
     if not isinstance(value, kind):
-        raise ModelError(f"{path}: GGUF field {key} is missing or not a {kind.__name__}", hint="use a Qwen2 / Qwen2.5 GGUF")
+        raise ModelError(
+            f"{path}: GGUF field {key} is missing or not a {kind.__name__}", hint="use a Qwen2 / Qwen2.5 GGUF"
+        )
     return value
 
 
@@ -195,37 +220,69 @@ def tokenizer_json(path: Path, meta: dict) -> str:
     """The GGUF's tokenizer as a tokenizer.json document (what the model folder would carry)."""
     model = meta.get("tokenizer.ggml.model")
     if model != "gpt2":
-        raise ModelError(f"{path}: tokenizer.ggml.model is {model!r}, not a byte-level BPE ('gpt2')",
-                         hint="use a Qwen2 / Qwen2.5 GGUF")
+        raise ModelError(
+            f"{path}: tokenizer.ggml.model is {model!r}, not a byte-level BPE ('gpt2')",
+            hint="use a Qwen2 / Qwen2.5 GGUF",
+        )
     pre = meta.get("tokenizer.ggml.pre", "qwen2")
     if pre not in _SPLITS:
-        raise ModelError(f"{path}: tokenizer.ggml.pre {pre!r} is not a pre-tokenizer cadedit knows "
-                         f"({', '.join(_SPLITS)})", hint="use a Qwen2 / Qwen2.5 GGUF")
+        raise ModelError(
+            f"{path}: tokenizer.ggml.pre {pre!r} is not a pre-tokenizer cadedit knows ({', '.join(_SPLITS)})",
+            hint="use a Qwen2 / Qwen2.5 GGUF",
+        )
     tokens = _field(path, meta, "tokenizer.ggml.tokens", list)
     merges = _field(path, meta, "tokenizer.ggml.merges", list)
     types = meta.get("tokenizer.ggml.token_type")
     types = np.full(len(tokens), NORMAL) if types is None else np.asarray(types)
     if len(types) != len(tokens):
-        raise ModelError(f"{path}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens",
-                         hint="download the model file again")
+        raise ModelError(
+            f"{path}: tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens",
+            hint="download the model file again",
+        )
     vocab, added = {}, []
     for tid, (piece, kind) in enumerate(zip(tokens, types.tolist())):
         if kind in (CONTROL, USER_DEFINED):
-            added.append({"id": tid, "content": piece, "single_word": False, "lstrip": False, "rstrip": False,
-                          "normalized": kind == USER_DEFINED, "special": kind == CONTROL})
+            added.append(
+                {
+                    "id": tid,
+                    "content": piece,
+                    "single_word": False,
+                    "lstrip": False,
+                    "rstrip": False,
+                    "normalized": kind == USER_DEFINED,
+                    "special": kind == CONTROL,
+                }
+            )
         elif kind != UNUSED:
             vocab.setdefault(piece, tid)
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
     document = {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
         "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": _SPLITS[pre]}, "behavior": "Isolated", "invert": False},
-            byte_level]},
-        "post_processor": byte_level, "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": merges},
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": _SPLITS[pre]}, "behavior": "Isolated", "invert": False},
+                byte_level,
+            ],
+        },
+        "post_processor": byte_level,
+        "decoder": byte_level,
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": "",
+            "end_of_word_suffix": "",
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": merges,
+        },
     }
     return json.dumps(document)  # ASCII with escapes: the same document, written about twice as fast
 
@@ -234,12 +291,12 @@ def gguf_tokenizer(path: Path, meta: dict):
     """cadedit's Tokenizer for a GGUF: its vocabulary and merges, its special tokens, its chat template."""
     from tokenizers import Tokenizer as Backend
 
-
     try:
         backend = Backend.from_str(tokenizer_json(path, meta))
     except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exception for a bad vocabulary
-        raise ModelError(f"{path}: cannot build the GGUF's tokenizer ({str(exc)[:160]})",
-                         hint="use a Qwen2 / Qwen2.5 GGUF") from None
+        raise ModelError(
+            f"{path}: cannot build the GGUF's tokenizer ({str(exc)[:160]})", hint="use a Qwen2 / Qwen2.5 GGUF"
+        ) from None
     tokens = meta["tokenizer.ggml.tokens"]
     config = {}
     for name in ("bos", "eos", "padding", "unknown"):
@@ -247,8 +304,9 @@ def gguf_tokenizer(path: Path, meta: dict):
         if isinstance(tid, int) and 0 <= tid < len(tokens):
             config[{"padding": "pad_token", "unknown": "unk_token"}.get(name, f"{name}_token")] = tokens[tid]
     template = meta.get("tokenizer.chat_template")
-    return Tokenizer(backend, config, template if isinstance(template, str) else None,
-                     f"{path} tokenizer.chat_template")
+    return Tokenizer(
+        backend, config, template if isinstance(template, str) else None, f"{path} tokenizer.chat_template"
+    )
 
 
 def eos_ids(meta: dict) -> tuple[int, ...]:
@@ -260,8 +318,10 @@ def eos_ids(meta: dict) -> tuple[int, ...]:
 def context_length(path: Path, meta: dict, arch: str) -> int:
     value = meta.get(f"{arch}.context_length")
     if not isinstance(value, int) or value <= 0:
-        raise ModelError(f"{path}: GGUF field {arch}.context_length is missing or not a positive integer",
-                         hint="use a Qwen2 / Qwen2.5 GGUF")
+        raise ModelError(
+            f"{path}: GGUF field {arch}.context_length is missing or not a positive integer",
+            hint="use a Qwen2 / Qwen2.5 GGUF",
+        )
     return value
 
 
@@ -286,16 +346,23 @@ def four_bit_tensors(path: Path) -> tuple[dict, set[str]]:
         kind = tensor.tensor_type.name
         if kind in FOUR_BIT and len(tensor.shape) == 2:
             cols, rows = (int(n) for n in tensor.shape)
-            found[tensor.name] = (lambda data=tensor.data, kind=kind, rows=rows, cols=cols:
-                                  decode_four_bit(np.asarray(data), kind, rows, cols))
+            found[tensor.name] = lambda data=tensor.data, kind=kind, rows=rows, cols=cols: decode_four_bit(
+                np.asarray(data), kind, rows, cols
+            )
     return found, names
 
 
 # cadedit.backends.torch.qwen2's linear layers (Hugging Face names) and the GGUF tensors llama.cpp's converter
 # writes them as.
-_LINEARS = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-            "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-            "mlp.down_proj": "ffn_down"}
+_LINEARS = {
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
 
 
 def four_bit_layers(path: Path) -> dict:
@@ -328,13 +395,16 @@ def decode_four_bit(data: np.ndarray, kind: str, rows: int, cols: int) -> tuple[
         scale, low = d * sc, -dmin * m  # [n, 8]: one per 32 weights
     else:
         start = 2 if kind == "Q4_0" else 4
-        qs = blocks[:, start:start + 16]
+        qs = blocks[:, start : start + 16]
         q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).reshape(-1, 1, 32)
         scale = d
         low = -8 * d if kind == "Q4_0" else blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
     groups = cols // 32
-    return (q.reshape(rows, cols), scale.reshape(rows, groups).astype(np.float32),
-            low.reshape(rows, groups).astype(np.float32))
+    return (
+        q.reshape(rows, cols),
+        scale.reshape(rows, groups).astype(np.float32),
+        low.reshape(rows, groups).astype(np.float32),
+    )
 
 
 def _q4k_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

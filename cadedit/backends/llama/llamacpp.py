@@ -44,9 +44,25 @@ MAX_OUTPUTS = 64  # logits rows one llama_decode call of one sequence returns at
 MAX_ROWS = MAX_CANDIDATES + READ_BRANCHES
 ROW_OUTPUTS = 128  # logits rows one llama_decode call of several sequences returns at most
 
-_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1", 10: "Q2_K", 11: "Q3_K_S",
-               12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K",
-               32: "BF16"}
+_FILE_TYPES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    32: "BF16",
+}
 
 
 def available() -> bool:
@@ -62,8 +78,10 @@ def require():
     try:
         import llama_cpp
     except ImportError:
-        raise ModelError("the llama.cpp backend needs llama-cpp-python, which is not installed",
-                         hint=f"pip install 'cadedit[{EXTRA}]' (a source build; ./setup.sh does it), or use --backend torch") from None
+        raise ModelError(
+            "the llama.cpp backend needs llama-cpp-python, which is not installed",
+            hint=f"pip install 'cadedit[{EXTRA}]' (a source build; ./setup.sh does it), or use --backend torch",
+        ) from None
     return llama_cpp
 
 
@@ -135,7 +153,9 @@ class LlamaCache:
         used = {row.seq for row in self.model.rows}
         seq = next((s for s in range(1, MAX_ROWS) if s not in used), None)
         if seq is None:
-            raise ModelError(f"llama.cpp's context holds at most {MAX_ROWS} candidates", hint=f"use --candidates {MAX_ROWS} or fewer")
+            raise ModelError(
+                f"llama.cpp's context holds at most {MAX_ROWS} candidates", hint=f"use --candidates {MAX_ROWS} or fewer"
+            )
         self.model.lib.llama_memory_seq_rm(self.model._memory, seq, 0, -1)
         self.model.lib.llama_memory_seq_cp(self.model._memory, self.seq, seq, 0, -1)
         row = LlamaCache(self.model, seq, base)
@@ -195,8 +215,9 @@ STATE_MAGIC = b"cadedit llama.cpp sequence state 1\n"  # the head of a prefix-st
 class LlamaModel:
     """A GGUF through llama.cpp, called as cadedit's Qwen2 is: model(ids, cache, keep) -> [keep, V]."""
 
-    def __init__(self, path: Path, meta: dict, threads: int, n_ctx: int = N_CTX, repack: bool = False,
-                 flash: bool | None = False):
+    def __init__(
+        self, path: Path, meta: dict, threads: int, n_ctx: int = N_CTX, repack: bool = False, flash: bool | None = False
+    ):
         lib = self.lib = require()
         _silence(lib)
 
@@ -223,8 +244,10 @@ class LlamaModel:
         context.flash_attn_type = {None: -1, False: 0, True: 1}[flash]  # None: llama.cpp decides
         self._ctx = lib.llama_init_from_model(self._model, context)
         if not self._ctx:
-            raise ModelError(f"{path}: llama.cpp cannot make a context of {context.n_ctx} tokens",
-                             hint="free some memory, or use --backend torch")
+            raise ModelError(
+                f"{path}: llama.cpp cannot make a context of {context.n_ctx} tokens",
+                hint="free some memory, or use --backend torch",
+            )
         self._memory = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(N_BATCH, 0, 1)
         vocab = lib.llama_model_get_vocab(self._model)
@@ -324,10 +347,15 @@ class LlamaModel:
         the logits of each feed's last `keep` tokens."""
         for tokens, start, _, _ in feeds:
             if start + len(tokens) > self.n_ctx:
-                raise ModelError(f"llama.cpp's context of {self.n_ctx} tokens is full ({start} held, {len(tokens)} "
-                                 "more)", hint="edit a smaller region, or use --backend torch")
-        items = [(token, start + i, seq, k, i >= len(tokens) - keep)
-                 for k, (tokens, start, seq, keep) in enumerate(feeds) for i, token in enumerate(tokens)]
+                raise ModelError(
+                    f"llama.cpp's context of {self.n_ctx} tokens is full ({start} held, {len(tokens)} more)",
+                    hint="edit a smaller region, or use --backend torch",
+                )
+        items = [
+            (token, start + i, seq, k, i >= len(tokens) - keep)
+            for k, (tokens, start, seq, keep) in enumerate(feeds)
+            for i, token in enumerate(tokens)
+        ]
         most = MAX_OUTPUTS if len(feeds) == 1 else ROW_OUTPUTS
         rows: list[list[np.ndarray]] = [[] for _ in feeds]
         for chunk in _chunks(items, most):
@@ -336,8 +364,9 @@ class LlamaModel:
                 n = len(list(group))
                 rows[k].append(logits[at : at + n])
                 at += n
-        return [r[0] if len(r) == 1 else np.concatenate(r) if r else np.empty((0, self.n_vocab), np.float32)
-                for r in rows]
+        return [
+            r[0] if len(r) == 1 else np.concatenate(r) if r else np.empty((0, self.n_vocab), np.float32) for r in rows
+        ]
 
     def _decode_batch(self, chunk: list[tuple[int, int, int, int, bool]]) -> np.ndarray:
         """One llama_decode call: (token, position, sequence, feed, wanted) each; the wanted rows' logits."""
@@ -353,8 +382,10 @@ class LlamaModel:
         batch.n_tokens = len(chunk)
         status = self.lib.llama_decode(self._ctx, batch)
         if status != 0:
-            raise ModelError(f"llama.cpp could not run a forward of {len(chunk)} tokens (llama_decode returned "
-                             f"{status})", hint="free some memory, or use --backend torch")
+            raise ModelError(
+                f"llama.cpp could not run a forward of {len(chunk)} tokens (llama_decode returned {status})",
+                hint="free some memory, or use --backend torch",
+            )
         if not outputs:
             return np.empty((0, self.n_vocab), np.float32)
         pointer = self.lib.llama_get_logits(self._ctx)

@@ -57,21 +57,28 @@ class Config:
         if not isinstance(raw, Mapping):
             raise ModelError(f"{where}: not a JSON object", hint="check the model folder's config.json")
         if raw.get("model_type") not in ("qwen2", None):
-            raise ModelError(f"{where}: model_type {raw.get('model_type')!r} is not qwen2",
-                             hint="use a Qwen2 or Qwen2.5 model")
+            raise ModelError(
+                f"{where}: model_type {raw.get('model_type')!r} is not qwen2", hint="use a Qwen2 or Qwen2.5 model"
+            )
         rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
         if not isinstance(rope, Mapping):
-            raise ModelError(f"{where}: rope parameters {rope!r} are not an object",
-                             hint="check the model folder's config.json")
+            raise ModelError(
+                f"{where}: rope parameters {rope!r} are not an object", hint="check the model folder's config.json"
+            )
         if rope.get("rope_type", rope.get("type", "default")) != "default":
-            raise ModelError(f"{where}: rope scaling {rope.get('rope_type', rope.get('type'))!r} is not supported",
-                             hint="use a Qwen2 or Qwen2.5 model without rope_scaling")
+            raise ModelError(
+                f"{where}: rope scaling {rope.get('rope_type', rope.get('type'))!r} is not supported",
+                hint="use a Qwen2 or Qwen2.5 model without rope_scaling",
+            )
+
         def field(name: str, convert, value):
             try:
                 return convert(value)
             except (TypeError, ValueError, OverflowError):
-                raise ModelError(f"{where}: {name} is {json.dumps(value)[:40]}, not a usable number",
-                                 hint="check the model folder's config.json") from None
+                raise ModelError(
+                    f"{where}: {name} is {json.dumps(value)[:40]}, not a usable number",
+                    hint="check the model folder's config.json",
+                ) from None
 
         missing = next((name for name in cls._REQUIRED if name not in raw), None)
         if missing is not None:
@@ -82,8 +89,9 @@ class Config:
             intermediate_size=field("intermediate_size", int, raw["intermediate_size"]),
             num_hidden_layers=field("num_hidden_layers", int, raw["num_hidden_layers"]),
             num_attention_heads=field("num_attention_heads", int, raw["num_attention_heads"]),
-            num_key_value_heads=field("num_key_value_heads", int,
-                                      raw.get("num_key_value_heads") or raw["num_attention_heads"]),
+            num_key_value_heads=field(
+                "num_key_value_heads", int, raw.get("num_key_value_heads") or raw["num_attention_heads"]
+            ),
             rms_norm_eps=field("rms_norm_eps", float, raw.get("rms_norm_eps", 1e-6)),
             rope_theta=field("rope_theta", float, rope.get("rope_theta", raw.get("rope_theta", 1_000_000.0))),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
@@ -97,24 +105,38 @@ class Config:
         """Sizes a real model can have: each a positive integer below 2**24 (2**22 layers, 2**26
         positions), the heads dividing the hidden size and the KV heads dividing the heads. A config can
         claim anything, and numbers like 1e400 or -64 otherwise surface as internal errors deep in torch."""
-        bounds = {"vocab_size": 1 << 24, "hidden_size": 1 << 20, "intermediate_size": 1 << 22,
-                  "num_hidden_layers": 1 << 12, "num_attention_heads": 1 << 12, "num_key_value_heads": 1 << 12,
-                  "max_position_embeddings": 1 << 26}
+        bounds = {
+            "vocab_size": 1 << 24,
+            "hidden_size": 1 << 20,
+            "intermediate_size": 1 << 22,
+            "num_hidden_layers": 1 << 12,
+            "num_attention_heads": 1 << 12,
+            "num_key_value_heads": 1 << 12,
+            "max_position_embeddings": 1 << 26,
+        }
         for name, most in bounds.items():
             value = getattr(self, name)
             if not 1 <= value <= most:
-                raise ModelError(f"{where}: {name} is {value}, not an integer from 1 to {most}",
-                                 hint="check the model folder's config.json")
+                raise ModelError(
+                    f"{where}: {name} is {value}, not an integer from 1 to {most}",
+                    hint="check the model folder's config.json",
+                )
         if not 0 <= self.head_dim <= 1 << 12:
-            raise ModelError(f"{where}: head_dim is {self.head_dim}, not an integer from 0 to {1 << 12}",
-                             hint="check the model folder's config.json")
+            raise ModelError(
+                f"{where}: head_dim is {self.head_dim}, not an integer from 0 to {1 << 12}",
+                hint="check the model folder's config.json",
+            )
         if self.hidden_size % self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
-            raise ModelError(f"{where}: {self.num_attention_heads} attention heads and {self.num_key_value_heads} KV "
-                             f"heads do not divide a hidden size of {self.hidden_size}",
-                             hint="check the model folder's config.json")
+            raise ModelError(
+                f"{where}: {self.num_attention_heads} attention heads and {self.num_key_value_heads} KV "
+                f"heads do not divide a hidden size of {self.hidden_size}",
+                hint="check the model folder's config.json",
+            )
         if not (0 < self.rms_norm_eps < 1 and 0 < self.rope_theta < 1e12):
-            raise ModelError(f"{where}: rms_norm_eps {self.rms_norm_eps} or rope_theta {self.rope_theta} is out of range",
-                             hint="check the model folder's config.json")
+            raise ModelError(
+                f"{where}: rms_norm_eps {self.rms_norm_eps} or rope_theta {self.rope_theta} is out of range",
+                hint="check the model folder's config.json",
+            )
 
 
 class KVCache:
@@ -175,10 +197,20 @@ class KVCache:
 
     def restore(self, layers, ids) -> None:
         """Load what export() made for exactly these ids; ValueError if it does not fit this cache."""
-        if (not isinstance(layers, list) or len(layers) != len(self.keys)
-                or not all(isinstance(kv, (tuple, list)) and len(kv) == 2 and kv[0].dim() == 3 and kv[0].shape == kv[1].shape
-                           and kv[0].shape[1] == len(ids) and kv[0].shape == layers[0][0].shape for kv in layers)
-                or (self.kv_heads is not None and layers and tuple(layers[0][0].shape[::2]) != (self.kv_heads, self.dim))):
+        if (
+            not isinstance(layers, list)
+            or len(layers) != len(self.keys)
+            or not all(
+                isinstance(kv, (tuple, list))
+                and len(kv) == 2
+                and kv[0].dim() == 3
+                and kv[0].shape == kv[1].shape
+                and kv[0].shape[1] == len(ids)
+                and kv[0].shape == layers[0][0].shape
+                for kv in layers
+            )
+            or (self.kv_heads is not None and layers and tuple(layers[0][0].shape[::2]) != (self.kv_heads, self.dim))
+        ):
             raise ValueError("prefix shape")
         self.load(layers)
 
@@ -290,10 +322,11 @@ class Attention(nn.Module):
             # 4-D, so torch takes its fused CPU kernel, not the math path that 3-D inputs get (docs/
             # measurements/design-figures.md: up to 17x for one layer's step after 1,024 tokens).
             group = self.heads // self.kv_heads
-            out = F.scaled_dot_product_attention(q.reshape(1, self.kv_heads, group, self.dim), keys[None], values[None])[0]
+            out = F.scaled_dot_product_attention(
+                q.reshape(1, self.kv_heads, group, self.dim), keys[None], values[None]
+            )[0]
         else:
-            out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask,
-                                                 enable_gqa=True)[0]
+            out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, enable_gqa=True)[0]
         return out.view(self.heads, n, self.dim).transpose(0, 1).reshape(n, self.heads * self.dim)
 
 
@@ -367,8 +400,9 @@ class Qwen2(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         dim = config.dim
-        self.register_buffer("inv_freq", 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2).float() / dim)),
-                             persistent=False)
+        self.register_buffer(
+            "inv_freq", 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2).float() / dim)), persistent=False
+        )
 
     @property
     def device(self) -> torch.device:
@@ -417,15 +451,26 @@ class Qwen2(nn.Module):
         angles = torch.cat((freqs, freqs), dim=-1)  # [T, D]
         mask = None
         if n > 1:  # position start + t sees keys 0 .. start + t
-            mask = (torch.arange(start + n, device=ids.device)[None, :]
-                    <= torch.arange(start, start + n, device=ids.device)[:, None])
+            mask = (
+                torch.arange(start + n, device=ids.device)[None, :]
+                <= torch.arange(start, start + n, device=ids.device)[:, None]
+            )
         return _RowFeed(cache, n, angles.cos().to(dtype), angles.sin().to(dtype), mask)
 
 
 # -- weights from safetensors ----------------------------------------------------------------
 
-_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
-           "I8": torch.int8, "U8": torch.uint8, "I32": torch.int32, "I64": torch.int64, "BOOL": torch.bool}
+_DTYPES = {
+    "BF16": torch.bfloat16,
+    "F16": torch.float16,
+    "F32": torch.float32,
+    "F64": torch.float64,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "I32": torch.int32,
+    "I64": torch.int64,
+    "BOOL": torch.bool,
+}
 
 
 def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
@@ -453,19 +498,25 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
             raw = data[base + begin : base + end]
             if (base + begin) % dtype.itemsize:
                 raw = raw.clone()  # not aligned for its dtype (after an odd-sized int8 tensor): copied
-            tensors[name] = raw.view(dtype).reshape(info["shape"]) if end > begin else torch.empty(info["shape"], dtype=dtype)
+            tensors[name] = (
+                raw.view(dtype).reshape(info["shape"]) if end > begin else torch.empty(info["shape"], dtype=dtype)
+            )
         return tensors
     except (OSError, ValueError, KeyError, TypeError, RuntimeError, struct.error) as exc:
-        raise ModelError(f"cannot load the weights in {path} ({type(exc).__name__}: {str(exc)[:160]})",
-                         hint="the .safetensors file is damaged or incomplete: download it again") from None
+        raise ModelError(
+            f"cannot load the weights in {path} ({type(exc).__name__}: {str(exc)[:160]})",
+            hint="the .safetensors file is damaged or incomplete: download it again",
+        ) from None
 
 
 def _safetensors_header(path: Path, header: object) -> dict[str, dict]:
     """The header's tensor entries, each checked for the fields read_safetensors reads: one ModelError
     naming the file and the entry's field when the header is not what the format says."""
     if not isinstance(header, dict):
-        raise ModelError(f"{path}: the safetensors header is a JSON {_json_kind(header)}, not an object of tensors",
-                         hint="the .safetensors file is damaged or not a safetensors file: download it again")
+        raise ModelError(
+            f"{path}: the safetensors header is a JSON {_json_kind(header)}, not an object of tensors",
+            hint="the .safetensors file is damaged or not a safetensors file: download it again",
+        )
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -479,8 +530,10 @@ def _safetensors_header(path: Path, header: object) -> dict[str, dict]:
         elif not _ints(info.get("data_offsets")) or len(info["data_offsets"]) != 2:
             problem = "data_offsets is not two whole numbers from 0"
         if problem:
-            raise ModelError(f"{path}: tensor {name[:80]!r} in the safetensors header: {problem}",
-                             hint="the .safetensors file is damaged: download it again")
+            raise ModelError(
+                f"{path}: tensor {name[:80]!r} in the safetensors header: {problem}",
+                hint="the .safetensors file is damaged: download it again",
+            )
     return {name: info for name, info in header.items() if name != "__metadata__"}
 
 
@@ -503,13 +556,16 @@ def weight_files(folder: Path) -> list[Path]:
         return [folder / name for name in names]
     files = sorted(folder.glob("*.safetensors"))
     if not files:
-        raise ModelError(f"model folder {folder} has no .safetensors weights",
-                         hint="download the model's safetensors files, or pass a .gguf file")
+        raise ModelError(
+            f"model folder {folder} has no .safetensors weights",
+            hint="download the model's safetensors files, or pass a .gguf file",
+        )
     return files
 
 
-def build(config: Config, state: Mapping[str, torch.Tensor], dtype: torch.dtype, device: str = "cpu",
-          where: str = "the model") -> Qwen2:
+def build(
+    config: Config, state: Mapping[str, torch.Tensor], dtype: torch.dtype, device: str = "cpu", where: str = "the model"
+) -> Qwen2:
     """The model with these weights (checkpoint names), in eval mode; tensors already in `dtype` on
     `device` are used as they are, not copied."""
     model = Qwen2(config)
@@ -527,8 +583,10 @@ def build(config: Config, state: Mapping[str, torch.Tensor], dtype: torch.dtype,
         model.load_state_dict(weights, strict=False, assign=True)
     except RuntimeError as exc:  # a tensor of another shape than config.json says
         first = str(exc).strip().splitlines()[-1].strip()
-        raise ModelError(f"{where}: the weights do not fit its config.json ({first[:160]})",
-                         hint="check that config.json belongs to these weights, or download the model again") from None
+        raise ModelError(
+            f"{where}: the weights do not fit its config.json ({first[:160]})",
+            hint="check that config.json belongs to these weights, or download the model again",
+        ) from None
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     model.inv_freq = model.inv_freq.to(device)
@@ -548,8 +606,11 @@ def load_qwen2(folder: Path, dtype: torch.dtype, device: str = "cpu") -> Qwen2:
         state.update(read_safetensors(path))
     layers = {name.split(".")[2] for name in state if name.startswith("model.layers.")}
     if len(layers) != config.num_hidden_layers:  # checked before building: a config can claim any size
-        raise ModelError(f"model folder {folder}: config.json says {config.num_hidden_layers} layers, the weights "
-                         f"have {len(layers)}", hint="check that config.json belongs to these weights")
+        raise ModelError(
+            f"model folder {folder}: config.json says {config.num_hidden_layers} layers, the weights "
+            f"have {len(layers)}",
+            hint="check that config.json belongs to these weights",
+        )
     model = build(config, state, dtype, device, where=f"model folder {folder}")
     model.folder = folder
     model.eos_token_ids = _eos_ids(raw, folder / "generation_config.json")

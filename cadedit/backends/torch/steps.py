@@ -54,8 +54,9 @@ class StepLinear(torch.nn.Module):
             y = y + self.bias
         if self.exact_top:
             top = y[0].topk(self.exact_top).indices
-            exact = torch.nn.functional.linear(row.to(self.weight.dtype), self.weight[top],
-                                               None if self.bias is None else self.bias[top])
+            exact = torch.nn.functional.linear(
+                row.to(self.weight.dtype), self.weight[top], None if self.bias is None else self.bias[top]
+            )
             y[0, top] = exact[0].to(y.dtype)
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
@@ -99,9 +100,14 @@ def unpack_int4(q, scale, low) -> torch.Tensor:
     return ((q.float().reshape(rows, -1, GROUP) - 8) * s[..., None] + zero[..., None]).reshape(rows, cols)
 
 
-def use_step_weights(model: torch.nn.Module, identity: str, four_bit: dict[str, Callable] | None = None,
-                     root: Path | None = None, int4_head: bool = False,
-                     announce: Callable[[str], None] | None = None) -> str:
+def use_step_weights(
+    model: torch.nn.Module,
+    identity: str,
+    four_bit: dict[str, Callable] | None = None,
+    root: Path | None = None,
+    int4_head: bool = False,
+    announce: Callable[[str], None] | None = None,
+) -> str:
     """Give every linear layer of `model` its copy for one-token steps: int4 for the layers named in
     four_bit (layer name -> a function giving (q, scale, low), gguf_file.four_bit_tensors' form) whose
     4-bit weight is the layer's own (checked), int8 for the others. int4_head: the LM head (lm_head) is
@@ -110,8 +116,9 @@ def use_step_weights(model: torch.nn.Module, identity: str, four_bit: dict[str, 
     before the copies are made (not when they come from the cache), for a first run's progress."""
     linears = {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
     dtype = next(model.parameters()).dtype
-    four_bit = {name: decode for name, decode in (four_bit or {}).items()
-                if name in linears and _int4_fits(linears[name])}
+    four_bit = {
+        name: decode for name, decode in (four_bit or {}).items() if name in linears and _int4_fits(linears[name])
+    }
     if int4_head and "lm_head" in linears and "lm_head" not in four_bit and _int4_fits(linears["lm_head"]):
         four_bit["lm_head"] = lambda: quantize_int4(linears["lm_head"].weight)
     key = identity + ("|int4:" + ",".join(sorted(four_bit)) if four_bit else "") + ("|int4-head" if int4_head else "")
@@ -124,7 +131,9 @@ def use_step_weights(model: torch.nn.Module, identity: str, four_bit: dict[str, 
         if announce is not None:
             announce(f"making the compact one-token step weights into {path.parent} (once per model file)")
         tensors = {name: _copy(linear, four_bit.get(name)) for name, linear in linears.items()}
-        tensors = {f"{name}.{part}": t for name, (q, scale) in tensors.items() for part, t in (("q", q), ("scale", scale))}
+        tensors = {
+            f"{name}.{part}": t for name, (q, scale) in tensors.items() for part, t in (("q", q), ("scale", scale))
+        }
         if foreign is None:
             _save(path, tensors)
         source = "made now" if foreign is None else f"made now, not cached ({foreign})"
@@ -134,8 +143,12 @@ def use_step_weights(model: torch.nn.Module, identity: str, four_bit: dict[str, 
         parent = model.get_submodule(parent_name) if parent_name else model
         q, scale = tensors[f"{name}.q"], tensors[f"{name}.scale"]
         int4_here = q.dtype == torch.uint8
-        step = StepLinear(linear, q, scale if int4_here else scale.to(dtype),
-                          exact_top=EXACT_TOP if int4_here and name == "lm_head" else 0)
+        step = StepLinear(
+            linear,
+            q,
+            scale if int4_here else scale.to(dtype),
+            exact_top=EXACT_TOP if int4_here and name == "lm_head" else 0,
+        )
         int4 += step.int4
         setattr(parent, attribute, step)
     return f"int4 for {int4} of {len(linears)} layers (the rest int8), {source}" if int4 else f"int8, {source}"

@@ -24,7 +24,9 @@ class Tokenizer:
         self.chat_template = chat_template
         self.template_source = template_source  # where the template came from (a file, a field), for errors
         self.added_tokens_decoder = backend.get_added_tokens_decoder()
-        self._specials = {name: _content(config.get(name)) for name in ("bos_token", "eos_token", "pad_token", "unk_token")}
+        self._specials = {
+            name: _content(config.get(name)) for name in ("bos_token", "eos_token", "pad_token", "unk_token")
+        }
         self._template = None
 
     @classmethod
@@ -35,19 +37,23 @@ class Tokenizer:
         try:
             backend = Backend.from_file(str(path))
         except Exception as exc:  # noqa: BLE001 - tokenizers raises plain Exception for a bad file
-            raise ModelError(f"{path}: cannot read the tokenizer ({str(exc)[:160]})",
-                             hint="copy the model's tokenizer.json next to its config.json") from None
+            raise ModelError(
+                f"{path}: cannot read the tokenizer ({str(exc)[:160]})",
+                hint="copy the model's tokenizer.json next to its config.json",
+            ) from None
         config = _read_json(folder / "tokenizer_config.json")
         template = folder / "chat_template.jinja"
         try:
             chat_template = template.read_text(encoding="utf-8") if template.is_file() else config.get("chat_template")
         except (OSError, UnicodeDecodeError) as exc:
-            raise ModelError(f"{template}: cannot read the chat template ({exc})",
-                             hint="copy the model's tokenizer files again") from None
+            raise ModelError(
+                f"{template}: cannot read the chat template ({exc})", hint="copy the model's tokenizer files again"
+            ) from None
         source = str(template) if template.is_file() else f"{folder / 'tokenizer_config.json'} chat_template"
         if isinstance(chat_template, list):  # the named-templates form: the default one
-            chat_template = next((t.get("template") for t in chat_template
-                                  if isinstance(t, dict) and t.get("name") == "default"), None)
+            chat_template = next(
+                (t.get("template") for t in chat_template if isinstance(t, dict) and t.get("name") == "default"), None
+            )
         return cls(backend, config, chat_template if isinstance(chat_template, str) else None, source)
 
     def __len__(self) -> int:
@@ -84,7 +90,9 @@ class Tokenizer:
     def unk_token_id(self) -> int | None:
         return self._special_id("unk_token")
 
-    def apply_chat_template(self, messages: list[dict], tokenize: bool = False, add_generation_prompt: bool = True) -> str:
+    def apply_chat_template(
+        self, messages: list[dict], tokenize: bool = False, add_generation_prompt: bool = True
+    ) -> str:
         """The chat as the model's template writes it (text only: tokenize must be False)."""
         if tokenize:
             raise ValueError("apply_chat_template: only text (tokenize=False)")
@@ -97,18 +105,29 @@ class Tokenizer:
         specials = {name: token for name, token in self._specials.items() if token is not None}
         try:
             with _bounded(TEMPLATE_STEPS):
-                return self._template.render(messages=messages, tools=None, documents=None,
-                                             add_generation_prompt=add_generation_prompt, **specials)
+                return self._template.render(
+                    messages=messages,
+                    tools=None,
+                    documents=None,
+                    add_generation_prompt=add_generation_prompt,
+                    **specials,
+                )
         except _TooMuchWork:
-            raise ModelError(f"{self.template_source}: the chat template did not finish within {TEMPLATE_STEPS:,} "
-                             "steps (a loop in it?)",
-                             hint="use an Instruct model with a plain chat template") from None
+            raise ModelError(
+                f"{self.template_source}: the chat template did not finish within {TEMPLATE_STEPS:,} "
+                "steps (a loop in it?)",
+                hint="use an Instruct model with a plain chat template",
+            ) from None
         except jinja2.exceptions.TemplateError as exc:  # raise_exception() in the template, or its sandbox
-            raise ModelError(f"{self.template_source}: the chat template refused the prompt ({exc})",
-                             hint="use an Instruct model whose template takes a system and a user message") from None
+            raise ModelError(
+                f"{self.template_source}: the chat template refused the prompt ({exc})",
+                hint="use an Instruct model whose template takes a system and a user message",
+            ) from None
         except Exception as exc:  # noqa: BLE001 - the template is the model folder's code: 1/0, None + 1 ...
-            raise ModelError(f"{self.template_source}: the chat template failed ({type(exc).__name__}: "
-                             f"{str(exc)[:120]})", hint="use an Instruct model with a plain chat template") from None
+            raise ModelError(
+                f"{self.template_source}: the chat template failed ({type(exc).__name__}: {str(exc)[:120]})",
+                hint="use an Instruct model with a plain chat template",
+            ) from None
 
 
 TEMPLATE_STEPS = 2_000_000  # lines of the compiled template a chat may run (Qwen's runs a few hundred)
@@ -192,11 +211,19 @@ def _compile(source: str, where: str = "the model"):
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
         tree = env.parse(source)
-        loads = next((_LOADS[type(node).__name__] for node in tree.find_all(tuple(getattr(jinja2.nodes, name)
-                                                                                  for name in _LOADS))), None)
+        loads = next(
+            (
+                _LOADS[type(node).__name__]
+                for node in tree.find_all(tuple(getattr(jinja2.nodes, name) for name in _LOADS))
+            ),
+            None,
+        )
         if loads is None:
             return env.from_string(tree)
     except jinja2.exceptions.TemplateError as exc:
         raise ModelError(f"{where}: the chat template does not compile ({exc})", hint="use an Instruct model") from None
-    raise ModelError(f"{where}: the chat template uses {{% {loads} %}}, which would load another template; "
-                     "cadedit renders the template alone", hint="use a chat template without it")
+    raise ModelError(
+        f"{where}: the chat template uses {{% {loads} %}}, which would load another template; "
+        "cadedit renders the template alone",
+        hint="use a chat template without it",
+    )
