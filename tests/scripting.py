@@ -5,8 +5,8 @@
   (picks(k): try k's sampler factory, pipeline.SamplerFactory; picks(0): the where-step's, loaded -> sampler),
   which the CLI takes from its context object (cli.common.Scripted: `app(obj=Scripted(picks))`).
   inject_picks sets this test's picks and invoke() runs the CLI with them.
-- `cadedit bench e2e`: the runner's own `make_sampler=` parameter (the bench CLI looks it up on its
-  module when it runs); the server: serve(make_sampler=).
+- `cadedit bench e2e`: bench.e2e.methods' `make_sampler=`, which the CLI takes from the same context
+  object (Scripted(make_sampler=...)); inject_e2e sets it. The server: serve(make_sampler=).
 
 A sampler factory gets (loaded, document, prepared) once the request is prepared, so a script can
 use the prepared fence, source and regions, and record what was asked.
@@ -14,7 +14,6 @@ use the prepared fence, source and regions, and record what was asked.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +34,7 @@ from cadedit.text.resolve import to_display_program
 
 
 # This test's scripted answers, which invoke() gives the CLI; monkeypatch puts them back after each test.
-_SCRIPTED: dict[str, Any] = {"picks": None}
+_SCRIPTED: dict[str, Any] = {"picks": None, "make_sampler": None}
 
 
 def inject_picks(monkeypatch, picks: Callable[[int], Any]) -> None:
@@ -53,7 +52,7 @@ def inject_picks(monkeypatch, picks: Callable[[int], Any]) -> None:
 
 def scripted() -> Scripted:
     """This test's scripted answers as the CLI takes them (its context object)."""
-    return Scripted(picks=_SCRIPTED["picks"])
+    return Scripted(picks=_SCRIPTED["picks"], make_sampler=_SCRIPTED["make_sampler"])
 
 
 def invoke(args: list[str], **kwargs) -> Result:
@@ -62,10 +61,9 @@ def invoke(args: list[str], **kwargs) -> Result:
 
 
 def inject_e2e(monkeypatch, make_sampler: pipeline.SamplerFactory) -> None:
-    """`cadedit bench e2e` builds its mode methods with make_sampler (bench.e2e.methods' own parameter)."""
-    from cadedit.bench import e2e
-
-    monkeypatch.setattr(e2e, "methods", functools.partial(e2e.methods, make_sampler=make_sampler))
+    """Every `cadedit bench e2e` run with scripted() (invoke()) builds its mode methods with make_sampler
+    (bench.e2e.methods' own parameter, given through Scripted)."""
+    monkeypatch.setitem(_SCRIPTED, "make_sampler", make_sampler)
 
 
 def scripted_sampler(loaded, document: Document, prepared: pipeline.Prepared, after: Document) -> Sampler:
