@@ -5,8 +5,10 @@
   (picks(k): try k's sampler factory, pipeline.SamplerFactory; picks(0): the where-step's, loaded -> sampler),
   which the CLI takes from its context object (cli.common.Scripted: `app(obj=Scripted(picks))`).
   inject_picks sets this test's picks and invoke() runs the CLI with them.
-- `cadedit bench e2e`: the runner's own `make_sampler=` parameter (the bench CLI looks it up on its
-  module when it runs); the server: serve(make_sampler=).
+- `cadedit bench e2e`: bench.e2e.methods' `make_sampler=`, which the CLI takes from the same context
+  object (Scripted(make_sampler=...)); inject_e2e sets it. The server: serve(make_sampler=).
+- where branches start: pipeline.LocalEditor's `choose_points=` (in place of branch_points), which the
+  CLI takes from Scripted(choose_points=...); inject_branches sets it.
 
 A sampler factory gets (loaded, document, prepared) once the request is prepared, so a script can
 use the prepared fence, source and regions, and record what was asked.
@@ -14,7 +16,6 @@ use the prepared fence, source and regions, and record what was asked.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,7 @@ from cadedit.text.resolve import to_display_program
 
 
 # This test's scripted answers, which invoke() gives the CLI; monkeypatch puts them back after each test.
-_SCRIPTED: dict[str, Any] = {"picks": None}
+_SCRIPTED: dict[str, Any] = {"picks": None, "make_sampler": None, "choose_points": None}
 
 
 def inject_picks(monkeypatch, picks: Callable[[int], Any]) -> None:
@@ -53,7 +54,9 @@ def inject_picks(monkeypatch, picks: Callable[[int], Any]) -> None:
 
 def scripted() -> Scripted:
     """This test's scripted answers as the CLI takes them (its context object)."""
-    return Scripted(picks=_SCRIPTED["picks"])
+    return Scripted(
+        picks=_SCRIPTED["picks"], make_sampler=_SCRIPTED["make_sampler"], choose_points=_SCRIPTED["choose_points"]
+    )
 
 
 def invoke(args: list[str], **kwargs) -> Result:
@@ -62,10 +65,9 @@ def invoke(args: list[str], **kwargs) -> Result:
 
 
 def inject_e2e(monkeypatch, make_sampler: pipeline.SamplerFactory) -> None:
-    """`cadedit bench e2e` builds its mode methods with make_sampler (bench.e2e.methods' own parameter)."""
-    from cadedit.bench import e2e
-
-    monkeypatch.setattr(e2e, "methods", functools.partial(e2e.methods, make_sampler=make_sampler))
+    """Every `cadedit bench e2e` run with scripted() (invoke()) builds its mode methods with make_sampler
+    (bench.e2e.methods' own parameter, given through Scripted)."""
+    monkeypatch.setitem(_SCRIPTED, "make_sampler", make_sampler)
 
 
 def scripted_sampler(loaded, document: Document, prepared: pipeline.Prepared, after: Document) -> Sampler:
@@ -109,7 +111,8 @@ def every_try(make_sampler: pipeline.SamplerFactory) -> Callable[[int], Any]:
 
 
 def inject_branches(monkeypatch, old: bytes, new: bytes) -> list:
-    """Branches (pipeline.edit_branches) start where candidate 1's ids first spell `old` and take the
+    """Every CLI run by invoke() from here on branches (pipeline.edit_branches, through LocalEditor's
+    choose_points, given as Scripted.choose_points) where candidate 1's ids first spell `old` and take the
     token that spells `new` there, wherever the random model hesitated: the branch rows' own samplers
     then spell the rest (a script continues by the bytes spelled so far). Returns what each call was
     given and gave: (candidate 1's ids, the points, the branch points taken before)."""
@@ -124,5 +127,5 @@ def inject_branches(monkeypatch, old: bytes, new: bytes) -> list:
         calls.append((list(ids), found, set(taken)))
         return found
 
-    monkeypatch.setattr(pipeline, "branch_points", points)
+    monkeypatch.setitem(_SCRIPTED, "choose_points", points)
     return calls

@@ -13,17 +13,15 @@ import json
 import shutil
 
 import pytest
-from typer.testing import CliRunner
 
 from cadedit.bench import e2e as ee
 from cadedit.bench.corpus import Case, case_from_record
 from cadedit.bench.harness import Verdict, run_test, runnable_program
-from cadedit.cli.root import app
 from cadedit.text.document import Document
 from cadedit.errors import CadeditError
 from cadedit.options import Mode
 from tests.bench_helpers import record, write_corpus
-from tests.scripting import editing, inject_e2e, spelling
+from tests.scripting import editing, inject_e2e, invoke as invoke_cli, spelling
 
 PASSES = record(
     "passes", "def f(a, b):\n    return a - b\n", "def f(a, b):\n    return a + b\n", test="assert f(1, 2) == 3\n"
@@ -52,7 +50,7 @@ def scripted(monkeypatch):
 
 
 def invoke(*args: str):
-    return CliRunner().invoke(app, ["bench", "e2e", *args])
+    return invoke_cli(["bench", "e2e", *args])
 
 
 def test_e2e_program_and_rewrite_with_tests_json_and_bounds(tmp_path, corpus, tiny_dir, scripted):

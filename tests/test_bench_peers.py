@@ -16,18 +16,16 @@ import sys
 import types
 
 import pytest
-from typer.testing import CliRunner
 
 import cadedit.decode.pipeline as pipeline
 from cadedit.bench import peers as pe
-from cadedit.cli.root import app
 from cadedit.text.document import Document
 from cadedit.errors import BudgetError
 from cadedit.backends.model import load_model, render_chat
 from cadedit.options import EditOptions, Mode
 from cadedit.prompt.messages import fenced_source, language_tag, rewrite_messages
 from tests.bench_helpers import record, write_corpus
-from tests.scripting import editing, inject_e2e
+from tests.scripting import editing, inject_e2e, invoke as invoke_cli
 
 EOS, ENDOFTEXT, LONG = 256, 257, 258
 SPECIALS = {b"<|im_end|>": EOS, b"<|endoftext|>": ENDOFTEXT}
@@ -227,7 +225,7 @@ def test_context_for_fits_the_largest_prompt_and_budget(loaded):
 
 
 def invoke(*args: str):
-    return CliRunner().invoke(app, ["bench", "e2e", *args])
+    return invoke_cli(["bench", "e2e", *args])
 
 
 def test_e2e_puts_llama_beside_cadedit_in_one_table(fake_llama, tiny_dir, tmp_path, monkeypatch):

@@ -50,7 +50,7 @@ from cadedit.bench.options import (
     TestTimeoutOpt,
     ThreadsOpt,
 )
-from cadedit.cli.common import err, say
+from cadedit.cli.common import err, say, scripted_sampler_factory
 from cadedit.settings import DEFAULT_DTYPE
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
 from cadedit.bench.options import load_corpora, short_name
@@ -423,6 +423,7 @@ NoTestsOpt = Annotated[bool, typer.Option("--no-tests", help="Do not run the cor
 
 
 def e2e(
+    ctx: typer.Context,
     corpus: CorpusOpt,
     model: ModelOpt = None,
     backend: BackendOpt = None,
@@ -465,7 +466,9 @@ def e2e(
     corpora = _e2e_corpora(corpus, limit, context, long)
     curve = load_curve(kernel) if kernel else None
     loaded, warm, least = _e2e_load(model, device, dtype, threads, backend, floor)
-    peers_meta, chosen = _e2e_peers(loaded, peer_names, gguf, llama_ctx, corpora, max_new_tokens, names)
+    peers_meta, chosen = _e2e_peers(
+        loaded, peer_names, gguf, llama_ctx, corpora, max_new_tokens, names, scripted_sampler_factory(ctx)
+    )
     say(
         f"{short_name(loaded.name)}: imports {imports:.1f} s, load {loaded.load_seconds:.1f} s ("
         + ", ".join(f"{k} {v:.1f} s" for k, v in loaded.phases)
@@ -566,11 +569,13 @@ def _e2e_peers(
     corpora: dict[str, list],
     max_new_tokens: int | None,
     names: tuple[str, ...],
+    make_sampler: pipeline.SamplerFactory | None = None,
 ) -> tuple[dict, dict]:
-    """llama.cpp loaded for the llama-* methods (n_ctx fitted to the run), and the methods in order."""
+    """llama.cpp loaded for the llama-* methods (n_ctx fitted to the run), and the methods in order;
+    make_sampler: the modes' sampler factory (a test's script, cli.common.Scripted), None: the model's."""
 
     if not peer_names:
-        return {}, methods(names)
+        return {}, methods(names, make_sampler=make_sampler)
     cases = [case for cases in corpora.values() for case in cases]
     with err.status("loading the peers ..."):
         n_ctx = llama_ctx or pe.context_for(loaded, cases, max_new_tokens)
@@ -582,7 +587,7 @@ def _e2e_peers(
         "llama_cpp": pe.version(),
         "llama_load_seconds": time.perf_counter() - start,
     }
-    return meta, methods(names, loaded_peers)
+    return meta, methods(names, loaded_peers, make_sampler=make_sampler)
 
 
 def _e2e_bounds(corpora: dict[str, list], loaded, counting: str, curve) -> dict[str, dict]:

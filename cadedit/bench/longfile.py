@@ -45,7 +45,7 @@ from cadedit.bench.options import (
     ThreadsOpt,
     longfile_roots,
 )
-from cadedit.cli.common import context_lines, say, scripted_picks
+from cadedit.cli.common import context_lines, say, scripted_picks, scripted_points
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
 from cadedit.settings import DEFAULT_TRIES, WHERE_BY
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
@@ -139,11 +139,12 @@ def run_task(
     where_by: str = DEFAULT_WHERE_BY,
     tested: bool = False,
     picks=None,
+    choose_points=None,
 ) -> dict:
     """One task edited as `cadedit fix` edits it (scope from the instruction unless not `scoped`, the
     where-step (naming the line by `where_by`) when `located`, verify mode, tries with syntax/no-change
     checks, and when `tested` a test that passes the original file only, as `--test`): its row. picks:
-    tries.edit_verified's (answers a test scripted; cli.common.Scripted)."""
+    tries.edit_verified's (answers a test scripted; cli.common.Scripted); choose_points: pipeline.LocalEditor's."""
     import tempfile
     import time
     from contextlib import nullcontext
@@ -170,7 +171,13 @@ def run_task(
         with tempfile.TemporaryDirectory(prefix="cadedit-longfile-") if tested else nullcontext() as folder:
             plan = oracle_plan(Path(folder), document, task["after"]) if tested else CheckPlan()
             verified = tries_module.edit_verified(
-                document, instruction, options, plan, Attempts(tries), editor=LocalEditor(loaded), picks=picks
+                document,
+                instruction,
+                options,
+                plan,
+                Attempts(tries),
+                editor=LocalEditor(loaded, choose_points),
+                picks=picks,
             )
     except CadeditError as exc:  # e.g. a file too large for the model: that task fails, the rest go on
         return {
@@ -515,7 +522,9 @@ def longfile(
     done = run_corpora(
         {"tasks": tasks},
         "longfile",
-        lambda _, item: run_task(loaded, *item, around, max_tries, where_by, tested, scripted_picks(ctx)),
+        lambda _, item: run_task(
+            loaded, *item, around, max_tries, where_by, tested, scripted_picks(ctx), scripted_points(ctx)
+        ),
         lambda done: {**meta, "summary": _longfile_summary(done["tasks"]), "rows": done["tasks"]},
         json_path,
         lambda row: say(_longfile_line(row)),

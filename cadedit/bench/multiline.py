@@ -32,7 +32,7 @@ from cadedit.text.resolve import resolve
 from cadedit.errors import CadeditError, ModelError
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
-from cadedit.cli.common import say, scripted_picks
+from cadedit.cli.common import say, scripted_picks, scripted_points
 from cadedit.text.document import Document
 from cadedit.options import EditOptions, Mode
 from cadedit.backends import hardware
@@ -183,9 +183,11 @@ def floor_seconds(prompt: int, new: int, changed: int, prefill_ms: float, step_m
 # -- one case ------------------------------------------------------------------------------------
 
 
-def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: Any = None) -> dict:
+def run_case(
+    loaded, case: dict, tries: int, rates: tuple[float, float], picks: Any = None, choose_points: Any = None
+) -> dict:
     """One case edited as `cadedit fix FILE INSTRUCTION --candidates 1 --tries TRIES` edits it: its row.
-    picks: tries.edit_verified's (tests script the answer with it)."""
+    picks: tries.edit_verified's (tests script the answer with it); choose_points: pipeline.LocalEditor's."""
 
     document, options = case_request(loaded, case)
     row = {
@@ -202,7 +204,7 @@ def run_case(loaded, case: dict, tries: int, rates: tuple[float, float], picks: 
             options,
             CheckPlan(),
             Attempts(tries, 1),
-            editor=LocalEditor(loaded),
+            editor=LocalEditor(loaded, choose_points),
             **({"picks": picks} if picks is not None else {}),
         )
     except CadeditError as exc:
@@ -394,7 +396,7 @@ def multiline(
         }
 
     def one(_, case: dict) -> dict:
-        row = run_case(loaded, case, max_tries, rates, scripted_picks(ctx))
+        row = run_case(loaded, case, max_tries, rates, scripted_picks(ctx), scripted_points(ctx))
         return {**row, **lookup_row(peer, loaded, case)} if peer is not None else row
 
     done = run_corpora(

@@ -42,7 +42,7 @@ from cadedit.bench.options import (
     TestTimeoutOpt,
     ThreadsOpt,
 )
-from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, say, scripted_picks
+from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, say, scripted_picks, scripted_points
 from cadedit.settings import CANDIDATE_WAYS, DEFAULT_DTYPE, DEFAULT_MODE
 from cadedit.options import Mode
 from cadedit.settings import ENGINE_TIMEOUT
@@ -332,7 +332,7 @@ def tries(
     """
 
     corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
-    editor = _tries_model(model, dtype, threads, backend, engine, engine_timeout)
+    editor = _tries_model(model, dtype, threads, backend, engine, engine_timeout, scripted_points(ctx))
     scoped = choice(scoping, "--scoping", {"on": True, "off": False})
     by = choice(candidates_by, "--candidates-by", {way: way for way in CANDIDATE_WAYS})
     options = _tries_options(None if engine else editor.name, mode, layout)
@@ -383,11 +383,12 @@ def _tries_model(
     backend: str | None,
     engine: str | None,
     engine_timeout: float | None,
+    choose_points=None,
 ):
     """The editor the tries run with (results.Editor): the engine's client where --engine is given, else
-    the local model."""
+    the local model (choose_points: pipeline.LocalEditor's, where a test scripted branches to start)."""
     if engine is None:
-        return LocalEditor(_load_model(model, "auto", dtype, threads, backend, warm_up=False)[0])
+        return LocalEditor(_load_model(model, "auto", dtype, threads, backend, warm_up=False)[0], choose_points)
 
     return EngineClient(engine, engine_timeout or ENGINE_TIMEOUT, model)
 

@@ -41,12 +41,30 @@ class Scripted:
     Nothing a user types sets it; without it the model answers."""
 
     picks: Callable[[int], Any] | None = None  # tries.edit_verified's picks (fix, the hook, bench tries)
+    # `cadedit bench e2e`'s sampler factory for its mode methods (bench.e2e.methods' make_sampler,
+    # a pipeline.SamplerFactory); None: the model samples
+    make_sampler: Callable[..., Any] | None = None
+    # where branches start, in place of decode.pipeline.branch_points (pipeline.LocalEditor's choose_points,
+    # every command that edits with the model here); None: branch_points
+    choose_points: Callable[..., list] | None = None
 
 
 def scripted_picks(ctx: typer.Context) -> Callable[[int], Any] | None:
     """The picks a caller scripted on the app's context (Scripted), else None: the model answers."""
     scripted = ctx.find_object(Scripted)
     return scripted.picks if scripted is not None else None
+
+
+def scripted_sampler_factory(ctx: typer.Context) -> Callable[..., Any] | None:
+    """The sampler factory a caller scripted on the app's context (Scripted), else None: the model samples."""
+    scripted = ctx.find_object(Scripted)
+    return scripted.make_sampler if scripted is not None else None
+
+
+def scripted_points(ctx: typer.Context) -> Callable[..., list] | None:
+    """Where a caller scripted branches to start (Scripted.choose_points), else None: branch_points chooses."""
+    scripted = ctx.find_object(Scripted)
+    return scripted.choose_points if scripted is not None else None
 
 
 def sub_app(name: str, help: str, cls: type[typer.core.TyperGroup] | None = None) -> typer.Typer:

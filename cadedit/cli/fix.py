@@ -18,6 +18,7 @@ from cadedit.backends import hardware
 from cadedit.backends import model as backend_model  # a module: tests count the loads of backend_model.load_model
 from cadedit.cli.common import BackendOpt, DtypeOpt, MaxNewOpt, ModelOpt, ThreadsOpt, files_text, server_for
 from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, ScopeContextOpt, context_lines, engine_for, scripted_picks
+from cadedit.cli.common import scripted_points
 from cadedit.cli.common import err, escape_markup, say
 from cadedit.cli.program import WriteOpt, check_patch_path, display_path, write_stdout
 from cadedit.cli.recover import recover_files
@@ -270,6 +271,7 @@ def fix(
         candidates_by,
         stdin_filename,
         scripted_picks(ctx),
+        scripted_points(ctx),
     )
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1:
@@ -399,6 +401,7 @@ class _Run:
     picks: object = (
         None  # tries.edit_verified's picks: answers a test scripted (cli.common.Scripted); None: the model's
     )
+    choose_points: object = None  # pipeline.LocalEditor's: where a test scripted branches to start; None: the model's
 
 
 @dataclass(frozen=True)
@@ -466,7 +469,8 @@ def _load(options, run: _Run, once_for: int = 1):
     hardware.progress = None if quiet else say  # the first run's probes and conversion say what they do
     if quiet:
         return LocalEditor(
-            backend_model.load_model(options.model, options.device, options.dtype, options.threads, options.backend)
+            backend_model.load_model(options.model, options.device, options.dtype, options.threads, options.backend),
+            run.choose_points,
         )
     with err.status("loading the model ..."):
         loaded = backend_model.load_model(
@@ -481,7 +485,7 @@ def _load(options, run: _Run, once_for: int = 1):
         say(f"  backend: {loaded.backend}, {loaded.backend_reason}")
         say(f"  dtype: {loaded.dtype_reason}")
         say("  load: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in loaded.phases))
-    return LocalEditor(loaded)
+    return LocalEditor(loaded, run.choose_points)
 
 
 def _edit_checked(document, instruction: str, options, plan, run: _Run, editor) -> _Outcome:

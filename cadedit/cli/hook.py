@@ -20,6 +20,7 @@ from cadedit.text.diff import count_changes, show
 
 from cadedit.cli.common import DtypeOpt, engine_for, EngineOpt, EngineTimeoutOpt, files_text, MaxNewOpt, ModelOpt
 from cadedit.cli.common import err, escape_markup, say, scripted_picks, server_for, ThreadsOpt
+from cadedit.cli.common import scripted_points
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
 from cadedit.text.document import Document
@@ -118,7 +119,16 @@ def hook_run(
             return
         remote = engine_for(engine, engine_timeout, model, root)
         edit = _hook_editor(
-            model, root, len(targets), threads, dtype, max_new_tokens, settings, remote, scripted_picks(ctx)
+            model,
+            root,
+            len(targets),
+            threads,
+            dtype,
+            max_new_tokens,
+            settings,
+            remote,
+            scripted_picks(ctx),
+            scripted_points(ctx),
         )
         counts = _hook_report(R.run(repository, targets, edit, fix))
     except CadeditError as exc:
@@ -144,9 +154,11 @@ def _hook_editor(
     settings=None,
     remote=None,
     picks=None,
+    choose_points=None,
 ):
     """Load the model once (or use the shared engine `remote`); an edit(document, rule) -> new text that
-    reuses it for every file (picks: tries.edit_verified's, answers a test scripted).
+    reuses it for every file (picks: tries.edit_verified's, answers a test scripted; choose_points:
+    pipeline.LocalEditor's, where a test scripted branches to start).
 
     Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
     candidate in the working tree, restored afterwards); no change is a valid answer here."""
@@ -178,7 +190,7 @@ def _hook_editor(
             exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
             raise
         say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {files_text(n_files)})")
-        editor = LocalEditor(loaded)
+        editor = LocalEditor(loaded, choose_points)
 
     def edit(document, rule, path: str) -> str:
         on_disk = Document(document.lines, str(root / document.path))  # named as the prompt shows it

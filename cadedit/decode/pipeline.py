@@ -325,9 +325,11 @@ def edit_file(
 @dataclass(frozen=True)
 class LocalEditor(Editor):
     """The model loaded in this process as a results.Editor: edit_file, edit_candidates and
-    edit_branches with it; factories None: every candidate with the options' sampling."""
+    edit_branches with it; factories None: every candidate with the options' sampling. choose_points:
+    where branches start (branch_points' parameters and result; a test scripts them), None: branch_points."""
 
     loaded: LoadedModel
+    choose_points: Callable[..., list] | None = None
     shared_engine = False
 
     @property
@@ -374,7 +376,16 @@ class LocalEditor(Editor):
         factories: Sequence[SamplerFactory] | None = None,
     ) -> list[EditCandidate]:
         factories = factories or [_sampled(options)] * k
-        return edit_branches(document, instruction, options, factories, accept, loaded=self.loaded, on_step=on_step)
+        return edit_branches(
+            document,
+            instruction,
+            options,
+            factories,
+            accept,
+            loaded=self.loaded,
+            on_step=on_step,
+            choose_points=self.choose_points,
+        )
 
 
 def _sampled(options: EditOptions) -> SamplerFactory:
@@ -432,6 +443,7 @@ def edit_branches(
     *,
     loaded: LoadedModel,
     on_step: Callable[[DecodeStats, Step], None] | None = None,
+    choose_points: Callable[..., list] | None = None,
 ) -> list[EditCandidate]:
     """len(factories) candidates, one after the other's hesitations: candidate 1 is the plain decode (factories[0]);
     if accept(it) is false, the others branch from it where the model hesitated most (branch_points:
@@ -439,7 +451,8 @@ def edit_branches(
     decoded side by side from candidate 1's cache (decode.decode_branches); with options.attempt.rejoin, a branch that
     writes a stretch of candidate 1's answer again takes its rest (decode.REJOIN_TOKENS). Returns the candidates
     decoded: [candidate 1] when it was accepted. Fenced modes only (a program's copies splice spans
-    between its ids, which branch() does not replay)."""
+    between its ids, which branch() does not replay). choose_points: in place of branch_points (a test's
+    script of where branches start), None: branch_points."""
     prepared = prepare(loaded, document, instruction, options)
     samplers = [make_sampler(loaded, document, prepared) for make_sampler in factories]
     cursor, _, drafter = mode_parts(loaded, document, prepared, options.draft)
@@ -453,7 +466,7 @@ def edit_branches(
     if accept(first) or len(factories) == 1:
         return [first]
     ids, tokens = first_row.ids, token_bytes(loaded)
-    points = branch_points(
+    points = (choose_points or branch_points)(
         found.alternatives, ids, len(factories) - 1, tokens, prepared.fence, options.attempt.branched
     )
     # Where the where-step's reading expected other tokens: those branches first, then the hesitations;
