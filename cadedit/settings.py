@@ -118,6 +118,10 @@ SERVER_ANSWER_TIMEOUT = 15 * 60.0
 SERVER_BUSY_WAIT = 10.0  # seconds a client waits for a server busy with another edit, then loads the model itself
 ENGINE_TIMEOUT = 300.0  # seconds one request to a shared engine may take (it may queue other clients' first)
 ENGINE_ENV = "CADEDIT_ENGINE"
+# Verify drafts' lengths: "fitted" to the forward cost measured on this machine (the default), or
+# "fixed" (16 doubling to 256 while kept): the same lengths on every machine and load.
+DRAFT_LENGTHS_ENV = "CADEDIT_DRAFT_LENGTHS"
+DRAFT_LENGTHS = ("fitted", "fixed")
 # New tokens any answer may take at least (request.default_budget): the Aider polyglot subset's
 # reference solutions take 79-790 tokens where their stubs take 6-351.
 MIN_ANSWER_TOKENS = 1024

@@ -1,6 +1,6 @@
 """Shared fixtures. Every test runs with HOME, the XDG dirs and the model caches inside tmp_path,
 offline, and without CADEDIT_* settings from the developer's shell (as simonw/llm's tests do), so
-no test reads or writes a real user's configuration or cache."""
+no test reads or writes a real user's configuration or cache, and with the fixed verify draft schedule."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ def isolated_env(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("home")
     for name in [k for k in os.environ if k.startswith("CADEDIT_")]:
         monkeypatch.delenv(name)
+    # The fixed draft schedule: lengths fitted to a forward cost measured under the suite's own load
+    # would differ from run to run (tests/test_draft_lengths.py unsets it to test the fitted ones).
+    monkeypatch.setenv("CADEDIT_DRAFT_LENGTHS", "fixed")
     monkeypatch.setenv("HOME", str(home))
     for var, sub in (
         ("XDG_CACHE_HOME", ".cache"),

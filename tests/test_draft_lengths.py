@@ -130,6 +130,7 @@ def test_an_unchanged_answer_drafts_long_even_on_a_steep_curve():
 
 
 def test_the_cli_measures_the_costs_once_and_reads_them_after(tmp_path, monkeypatch, tiny_dir, run_cli):
+    monkeypatch.delenv("CADEDIT_DRAFT_LENGTHS")  # the default: fitted lengths
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_text("def add(a, b):\n    return a - b\n")
     args = (
@@ -161,3 +162,27 @@ def test_the_cli_measures_the_costs_once_and_reads_them_after(tmp_path, monkeypa
     # Another thread count is another measurement.
     third = run_cli(*args, "2", cwd=tmp_path)
     assert b"measuring what a forward" in third.stderr
+
+
+FIX = ("fix", "a.py", "Fix add.", "--max-new-tokens", "40", "--tries", "1", "--allow-no-change", "--threads", "1")
+
+
+def test_fixed_draft_lengths_measure_nothing(tmp_path, monkeypatch, tiny_dir, run_cli):
+    monkeypatch.setenv("CADEDIT_DRAFT_LENGTHS", "fixed")
+    (tmp_path / "a.py").write_text("def add(a, b):\n    return a - b\n")
+    done = run_cli(*FIX, "--model", str(tiny_dir), cwd=tmp_path)
+    assert done.returncode in (0, 3), done.stderr
+    assert b"measuring what a forward" not in done.stderr
+    assert (
+        not user_cache("cpu-dtype.json").exists() or "|forward-costs-" not in user_cache("cpu-dtype.json").read_text()
+    )
+
+
+def test_an_unknown_draft_lengths_value_is_one_line_and_touches_nothing(tmp_path, monkeypatch, tiny_dir, run_cli):
+    monkeypatch.setenv("CADEDIT_DRAFT_LENGTHS", "long")
+    (tmp_path / "a.py").write_text("def add(a, b):\n    return a - b\n")
+    done = run_cli(*FIX, "--model", str(tiny_dir), "--write", cwd=tmp_path)
+    assert done.returncode == 1
+    assert b"error: CADEDIT_DRAFT_LENGTHS='long': expected one of fitted, fixed" in done.stderr
+    assert b"Traceback" not in done.stderr
+    assert (tmp_path / "a.py").read_text() == "def add(a, b):\n    return a - b\n"
