@@ -122,6 +122,7 @@ ENGINE_ENV = "CADEDIT_ENGINE"
 # "fixed" (16 doubling to 256 while kept): the same lengths on every machine and load.
 DRAFT_LENGTHS_ENV = "CADEDIT_DRAFT_LENGTHS"
 DRAFT_LENGTHS = ("fitted", "fixed")
+DEFAULT_DRAFT_LENGTHS = "fitted"
 # New tokens any answer may take at least (request.default_budget): the Aider polyglot subset's
 # reference solutions take 79-790 tokens where their stubs take 6-351.
 MIN_ANSWER_TOKENS = 1024
@@ -420,6 +421,15 @@ def choose_engine_timeout(cli_value: float | None = None, cwd: Path | None = Non
 def choose_model(cli_value: str | None = None, cwd: Path | None = None) -> str:
     """Precedence: --model, then CADEDIT_MODEL, then the project's settings, then DEFAULT_MODEL."""
     return cli_value or os.environ.get("CADEDIT_MODEL") or configured_model(cwd) or DEFAULT_MODEL
+
+
+def choose_draft_lengths() -> str:
+    """How verify drafts are sized: CADEDIT_DRAFT_LENGTHS (one of DRAFT_LENGTHS), else
+    DEFAULT_DRAFT_LENGTHS; a ConfigError naming the variable for any other value."""
+    chosen = os.environ.get(DRAFT_LENGTHS_ENV, DEFAULT_DRAFT_LENGTHS)
+    if chosen not in DRAFT_LENGTHS:
+        raise ConfigError(f"{DRAFT_LENGTHS_ENV}={chosen!r}: expected one of {', '.join(DRAFT_LENGTHS)}")
+    return chosen
 
 
 def user_cache(*parts: str) -> Path:

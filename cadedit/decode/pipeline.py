@@ -26,7 +26,7 @@ from cadedit.decode.loop import sampler_for
 from cadedit.results import EditCandidate, Editor, EditResult, result_json  # noqa: F401 - re-exported
 from cadedit.text.document import Document
 from cadedit.decode.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
-from cadedit.errors import BudgetError, CadeditError, ConfigError, ModelError
+from cadedit.errors import BudgetError, CadeditError, ModelError
 from cadedit.prompt.fence import FenceCursor, writes_again
 from cadedit.backends.forward_cost import FittedLengths, forward_costs
 from cadedit.backends.model import (
@@ -41,7 +41,7 @@ from cadedit.backends.model import (
 )
 from cadedit.backends.prefix_store import PREFIX_MIN_TOKENS, PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode
-from cadedit.settings import DRAFT_LENGTHS, DRAFT_LENGTHS_ENV
+from cadedit.settings import choose_draft_lengths
 from cadedit.prompt.request import PROGRAM_ROOM, build_request, default_budget, parse_mode, read_answer, scoped_regions
 from cadedit.text.resolve import resolve
 from cadedit.decode.verify import Lengths, Schedule, VerifyDrafter
@@ -186,10 +186,7 @@ def _fenced_parts(loaded: LoadedModel, document: Document, prepared: Prepared, d
 def draft_lengths(loaded: LoadedModel) -> Lengths:
     """Verify draft lengths: fitted to what a k-token forward costs on this model, backend and CPU
     (measured once), or the fixed schedule with CADEDIT_DRAFT_LENGTHS=fixed (the same on any machine)."""
-    chosen = os.environ.get(DRAFT_LENGTHS_ENV, "fitted")
-    if chosen not in DRAFT_LENGTHS:
-        raise ConfigError(f"{DRAFT_LENGTHS_ENV}={chosen!r}: expected one of {', '.join(DRAFT_LENGTHS)}")
-    return Schedule() if chosen == "fixed" else FittedLengths(forward_costs(loaded))
+    return Schedule() if choose_draft_lengths() == "fixed" else FittedLengths(forward_costs(loaded))
 
 
 def _verify_drafter(loaded: LoadedModel, prepared: Prepared) -> VerifyDrafter:
