@@ -13,10 +13,17 @@ import statistics
 
 import pytest
 
+from cadedit.backends import hardware
 from cadedit.backends.forward_cost import WIDTHS, CostCurve, FittedLengths, measure_curve
+from cadedit.backends.model import LoadedModel
+from cadedit.decode import pipeline
+from cadedit.options import EditOptions, Mode
 from cadedit.settings import user_cache
 from cadedit.decode.verify import Schedule, VerifyDrafter
+from cadedit.text.document import Document
 from tests.test_verify import CORPUS, FENCE, TOK, TOKEN_BYTES, ScriptedLM, encode_text, run_loop
+from tests.scripting import scripted_sampler
+from tests.tinymodel import make_model
 
 
 def steep(k: int) -> float:
@@ -162,6 +169,29 @@ def test_the_cli_measures_the_costs_once_and_reads_them_after(tmp_path, monkeypa
     # Another thread count is another measurement.
     third = run_cli(*args, "2", cwd=tmp_path)
     assert b"measuring what a forward" in third.stderr
+
+
+def test_a_loaded_model_looks_its_curve_up_once_for_all_its_decodes(monkeypatch):
+    """Every verify decode (each candidate, each try) sizes its drafts from the curve; a loaded model
+    looks it up in the measurement cache (or measures it) once: the cache emptied after the first
+    decode is neither measured again nor written by the later ones."""
+    monkeypatch.delenv("CADEDIT_DRAFT_LENGTHS")  # the default: fitted lengths
+    told: list[str] = []
+    monkeypatch.setattr(hardware, "progress", told.append)
+    loaded = LoadedModel(make_model(), TOK, "tiny", "cpu", "float32", 1, 4096, 0.0)
+    document = Document.from_text("".join(CORPUS[:8]), "x.py")
+    prepared = pipeline.prepare(loaded, document, "Fix it.", EditOptions(mode=Mode.VERIFY, max_new_tokens=400))
+    stored = user_cache("cpu-dtype.json")
+    for k in range(3):
+        decoded = pipeline.run_decode(
+            loaded, document, prepared, scripted_sampler(loaded, document, prepared, document)
+        )
+        assert decoded.stats.drafts_kept > 0
+        if k == 0:
+            assert "|forward-costs-" in stored.read_text()
+            stored.unlink()
+    assert len([line for line in told if line.startswith("measuring what a forward")]) == 1
+    assert not stored.exists()
 
 
 FIX = ("fix", "a.py", "Fix add.", "--max-new-tokens", "40", "--tries", "1", "--allow-no-change", "--threads", "1")

@@ -3,7 +3,8 @@
 Contract: forward_costs(loaded) is the cost curve c(k) -- a forward of k new tokens with the logits
 of all k kept (what a verified draft needs), in one-token steps -- measured once per model file,
 backend, threads and CPU on a fresh cache of the loaded model, and kept in the per-machine
-measurement cache beside the backend probe's answers (hardware.measured_once). FittedLengths(curve)
+measurement cache beside the backend probe's answers (hardware.measured_once); looked up there once
+per loaded model, however many decodes ask. FittedLengths(curve)
 chooses each verify draft's length to maximise the tokens a forward is expected to yield per unit
 of its cost, given the acceptance this decode's drafts have met so far. No torch here.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -106,8 +108,24 @@ def measure_curve(lm, vocab: int, room: int, clock: Callable[[], float] = time.p
     return CostCurve(tuple((k, round(seconds[k] / seconds[1], 3)) for k, _ in widths))
 
 
+# Each loaded model's curve, looked up once: every verify decode (each candidate, each try) asks for
+# it, and the lookup reads /proc/cpuinfo, stats the weight files and reads the measurement cache.
+# Keyed by the model object as backends.model's language models are (load_model makes a new one for
+# each load; LoadedModel is frozen and backends.model cannot import this module), and gone with it.
+_CURVES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def forward_costs(loaded) -> CostCurve:
-    """The loaded model's cost curve on this CPU, measured once (with a progress line) and cached."""
+    """The loaded model's cost curve on this CPU, measured once (with a progress line) and cached;
+    looked up once per loaded model."""
+    curve = _CURVES.get(loaded.model)
+    if curve is None:
+        curve = _CURVES[loaded.model] = _look_up(loaded)
+    return curve
+
+
+def _look_up(loaded) -> CostCurve:
+    """The curve stored in the measurement cache for this model, backend, threads and CPU, else measured and stored."""
     key = f"{_cpu_identity(loaded.threads)}|{MEASURE}|{model_identity(loaded)}"
 
     def measure() -> list:
