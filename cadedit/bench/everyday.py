@@ -26,6 +26,7 @@ from typing import Annotated
 import typer
 from cadedit.bench.options import BackendOpt, JsonOpt, LimitOpt, ModelOpt, ThreadsOpt
 from cadedit.cli.common import say
+from cadedit.scope.outline import starts_with_docstring
 from cadedit.settings import choose_model
 
 
@@ -225,13 +226,7 @@ class _Strip(ast.NodeTransformer):
     def generic_visit(self, node):
         super().generic_visit(node)
         body = getattr(node, "body", None)
-        if (
-            isinstance(body, list)
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
+        if starts_with_docstring(body):
             node.body = body[1:] or [ast.Pass()]
         return node
 

@@ -42,6 +42,7 @@ from cadedit.bench.peers import LOOKUP_TOKENS
 from cadedit.bench.peers import load_peers
 from cadedit.decode import pipeline
 from cadedit.decode.pipeline import LocalEditor
+from cadedit.scope.outline import starts_with_docstring
 from cadedit.scope.plan import plan_edit
 from cadedit.text.align import opcodes
 from cadedit.tries.loop import Attempts, CheckPlan, edit_verified
@@ -125,13 +126,7 @@ def _code(text: str, which: str) -> str:
     if which != "all":
         for node in ast.walk(tree):
             body = getattr(node, "body", None)
-            if (
-                isinstance(body, list)
-                and body
-                and isinstance(body[0], ast.Expr)
-                and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)
-            ):
+            if starts_with_docstring(body):
                 body[0] = ast.Pass()
     return ast.dump(tree)
 

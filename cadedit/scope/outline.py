@@ -196,11 +196,7 @@ def _python_prose(tree: ast.Module, bodies: list[str], in_strings: set[int]) -> 
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, *_PY_DEFINITIONS)) and node.body:
             first = node.body[0]
-            if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
-            ):
+            if starts_with_docstring(node.body):
                 lines = set(range(first.lineno, (first.end_lineno or first.lineno) + 1))
                 lines -= {getattr(node, "lineno", 0)}  # `def f(): "doc"`: the line holds the header
                 lines -= {after.lineno for after in node.body[1:2]}  # `"doc"; x = 1`
@@ -209,6 +205,18 @@ def _python_prose(tree: ast.Module, bodies: list[str], in_strings: set[int]) -> 
 
 
 _PY_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def starts_with_docstring(body: object) -> bool:
+    """Whether `body` (a node's `body`: a module's, class's or function's statements, or any other
+    node's, which need not be a list) is a list whose first statement is a bare string: its docstring."""
+    return (
+        isinstance(body, list)
+        and bool(body)
+        and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)
+    )
 
 
 def _python_statement(node: ast.stmt) -> Statement:
