@@ -392,9 +392,9 @@ def test_help_lists_every_command_without_importing_one(args):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout
     listed = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("│ ") and line[2] not in " -"]
-    from cadedit.bench.cli import _Bench
+    from cadedit.bench import cli as bench_cli
 
-    assert listed == list((_Bench if args[0] == "bench" else cli._Group).commands_by_name)
+    assert listed == list((bench_cli if args[0] == "bench" else cli).COMMANDS)
 
 
 def test_the_registries_give_each_commands_own_first_paragraph():
@@ -403,11 +403,11 @@ def test_the_registries_give_each_commands_own_first_paragraph():
     import importlib
     import inspect
 
-    from cadedit.bench.cli import _Bench
+    from cadedit.bench import cli as bench_cli
     from cadedit.cli.common import command_of
 
-    for group in (cli._Group, _Bench):
-        for name, lazy in group.commands_by_name.items():
+    for registry in (cli.COMMANDS, bench_cli.COMMANDS):
+        for name, lazy in registry.items():
             command = command_of(getattr(importlib.import_module(lazy.module), lazy.attribute), name)
             assert inspect.cleandoc(command.help).split("\n\n")[0] == lazy.help, name
             assert command.name == name

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from difflib import get_close_matches
+from types import MappingProxyType
 from typing import Annotated, Any, Optional
 
 import typer
@@ -94,10 +95,14 @@ class LazyGroup(typer.core.TyperGroup):
     """A command group that knows each command's name, one-line help and module (`commands_by_name`),
     and imports that module only when the command runs or its own --help is asked (click's lazy
     loading of subcommands): `cadedit --help` and `cadedit bench --help` list every command without
-    importing numpy or torch, and each command's module imports what it needs at module level."""
+    importing numpy or torch, and each command's module imports what it needs at module level.
+    typer makes the group from its class with typer's own arguments, so each subclass passes its
+    registry on: `super().__init__(*args, commands_by_name=COMMANDS, **kwargs)` (kept read-only)."""
 
-    commands_by_name: dict[str, Lazy] = {}
-    _listing = False  # while this group's own --help lists its commands: stand-ins, nothing imported
+    def __init__(self, *args: Any, commands_by_name: Mapping[str, Lazy], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.commands_by_name: Mapping[str, Lazy] = MappingProxyType(dict(commands_by_name))
+        self._listing = False  # while this group's own --help lists its commands: stand-ins, nothing imported
 
     def list_commands(self, ctx: typer.Context) -> list[str]:
         return [*self.commands_by_name, *(name for name in self.commands if name not in self.commands_by_name)]

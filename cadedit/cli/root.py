@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated
 
 import typer
@@ -31,12 +32,10 @@ def _debug(ctx: typer.Context) -> bool:
     )
 
 
-class _Group(LazyGroup):
-    """Runs the chosen command; the single place where exceptions become messages and exit codes."""
-
-    # Each command's module and the first paragraph of its help (tests/test_cli.py checks it against the
-    # command's own): `cadedit --help` lists them in this order without importing the modules.
-    commands_by_name = {
+# Each command's module and the first paragraph of its help (tests/test_cli.py checks it against the
+# command's own): `cadedit --help` lists them in this order without importing the modules.
+COMMANDS = MappingProxyType(
+    {
         "oracle": Lazy(
             "cadedit.cli.program",
             "oracle",
@@ -83,6 +82,14 @@ class _Group(LazyGroup):
             "Reproduce the paper's measurements on any corpus, tokenizer, model and machine.",
         ),
     }
+)
+
+
+class _Group(LazyGroup):
+    """Runs the chosen command; the single place where exceptions become messages and exit codes."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, commands_by_name=COMMANDS, **kwargs)
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         """--debug is accepted anywhere before `--` (`cadedit fix ... --debug`), as the hint says."""
