@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from click.testing import Result
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result  # typer's own Result (it vendors click), not click's
 
 from cadedit.cli import root as cli
 from cadedit.decode import pipeline
