@@ -149,7 +149,10 @@ def trace_fix(args) -> tuple[list[str], collections.Counter]:
         os.chdir(tmp)
         sys.setprofile(profile)
         try:
-            result = CliRunner().invoke(app, argv)
+            # A throwaway cache for the throwaway model (the runner restores the variable): what the run
+            # stores there (verify's forward-cost curve) is keyed by this temporary folder, so in the
+            # user's own cache it would only pile up.
+            result = CliRunner().invoke(app, argv, env={"XDG_CACHE_HOME": str(Path(tmp) / "cache")})
         finally:
             sys.setprofile(None)
             os.chdir(here)
