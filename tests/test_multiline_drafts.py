@@ -72,6 +72,15 @@ def renamed_every_third_line(text: str, python: bool) -> str:
     return "\n".join(lines)
 
 
+def renamed_everywhere(text: str) -> str:
+    """text with every use of its most used local-looking name renamed (name -> name_2): the name of
+    three or more characters used most often, not a keyword, `self` or `this`."""
+    words = [w for w in re.findall(r"\b[A-Za-z_]\w{2,}\b", text) if not keyword.iskeyword(w) and w not in JS_WORDS]
+    words = [w for w in words if w not in {"self", "cls", "None", "True", "False"}]
+    name = max(set(words), key=lambda w: (words.count(w), w))
+    return re.sub(rf"\b{name}\b", name + "_2", text)
+
+
 def _parses_in_place(answer: str) -> bool:
     body = answer[: answer.rindex("```")]
     try:
@@ -195,3 +204,26 @@ def test_a_rename_on_every_third_line_costs_what_it_changes(work, tiny_dir, answ
     tokens, lines = changed_tokens(tokenizer, before, after)
     assert lines >= (b - a) // 6 and data["diff"].count("_2") == lines
     assert data["statistics"]["forward_passes"] <= tokens + 3 * lines + 5, (data["statistics"], tokens, lines)
+
+
+@pytest.mark.parametrize("indented", [True, False], ids=["as-in-the-file", "without-its-indentation"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_rename_of_every_use_costs_its_first_uses(work, tiny_dir, answering, tokenizer, layout, indented):
+    """A name renamed on every line it is used: once the answer made the rename on two uses, the
+    drafts make it too, so the region costs what it costs unchanged and a few forwards for each of the
+    first two renamed lines, however many lines follow."""
+    name, a, b = region_of(layout)
+    (work / name).write_bytes((DATA / name).read_bytes())
+    answers = []
+
+    def answer(prepared):
+        before = unchanged(prepared, indented)
+        answers.append((before, before if len(answers) == 0 else renamed_everywhere(before)))
+        return answers[-1][1]
+
+    answering(answer)
+    as_it_is = fix_json(tiny_dir, name, a, b, exit_code=3)["statistics"]["forward_passes"]
+    data = fix_json(tiny_dir, name, a, b, exit_code=(0, 3))
+    assert data["changed"] is True
+    _, lines = changed_tokens(tokenizer, *answers[-1])
+    assert data["statistics"]["forward_passes"] <= as_it_is + 6 * min(lines, 2) + 1, (data["statistics"], lines)

@@ -19,7 +19,7 @@ from cadedit.errors import BudgetError
 from cadedit.prompt.fence import FenceCursor
 from cadedit.backends.model import LoadedModel, CachedLM, encode, new_cache
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.decode.verify import Aligner, Schedule, VerifyDrafter
+from cadedit.decode.verify import Aligner, Schedule, VerifyDrafter, renames_in
 from cadedit.backends.vocab import vocab_from_tokenizer
 from tests.tinymodel import scaled_model
 from tests.tinytok import _MORE, make_tokenizer
@@ -495,3 +495,34 @@ def test_after_a_guess_that_missed_guesses_draft_little():
     aligner.advance(b" value")  # it missed
     aligner.advance(b" the")  # the next guess drafts a few tokens, never past its line
     assert 1 <= len(aligner.draft(50)) <= 4 and "\n" not in TOK.decode(aligner.draft(50))
+
+
+def _drafted(drafter, text: str) -> str:
+    return TOK.decode(drafter(None, encode_text(text)))
+
+
+def test_the_drafter_drafts_a_rename_once_the_output_made_it_twice():
+    source = "a = cur_line\nb = cur_line\nc = cur_line\nd = cur_line\n```\n"
+    drafter = VerifyDrafter(source, encode_text, TOKEN_BYTES, 500)
+    drafter(None, [])
+    assert _drafted(drafter, "a = current_line\n").startswith("b = cur_line\n")  # once: maybe a fix of that use
+    assert _drafted(drafter, "a = current_line\nb = current_line\n").startswith("c = current_line\nd = c")
+    assert drafter.renames == {b"cur_line": b"current_line"}
+
+
+def test_the_drafter_forgets_a_rename_the_output_does_not_make():
+    source = "a = x + 1\nb = x + 2\nc = x + 3\nd = x + 4\ne = x + 5\n```\n"
+    drafter = VerifyDrafter(source, encode_text, TOKEN_BYTES, 500)
+    drafter(None, [])
+    assert _drafted(drafter, "a = y + 1\nb = y + 2\n").startswith("c = y + 3\n")
+    assert _drafted(drafter, "a = y + 1\nb = y + 2\nc = x + 3\n").startswith("d = x + 4\ne = x + 5\n")
+    assert drafter.renames == {}
+
+
+def test_only_a_line_that_renames_names_and_changes_nothing_else_teaches_a_rename():
+    assert renames_in(b"    a = cur(x)\n", b"    a = current(x)\n") == {b"cur": b"current"}
+    assert renames_in(b"    self.w = w\n", b"    self.width = w\n") is None  # the same name renamed in one use only
+    assert renames_in(b"    a = cur(x)\n", b"    a = current(x, y)\n") is None  # an argument added
+    assert renames_in(b"    a = cur(x)\n", b"        a = current(x)\n") is None  # indentation changed
+    assert renames_in(b"    a = cur(cur)\n", b"    a = current(other)\n") is None  # one name, two new ones
+    assert renames_in(b"    n = 1\n", b"    n = 2\n") is None  # a number is not a name

@@ -23,7 +23,7 @@ from cadedit.decode.verify import VerifyDrafter
 from cadedit.decode.loop import decode, script_sampler
 from cadedit.backends.model import encode
 from cadedit.prompt.regions import dedent, common_indent
-from tests.test_multiline_drafts import DATA, changed_tokens, region_of, renamed_every_third_line
+from tests.test_multiline_drafts import DATA, changed_tokens, region_of, renamed_every_third_line, renamed_everywhere
 
 P = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.home() / ".cache/cadedit-dev/qwen2.5-coder-0.5b-instruct.gguf"
 meta = read_metadata(P)
@@ -77,7 +77,7 @@ def run(dedented, indented, answer, lengths=None):
     )
     if lengths is None:
         return out.stats.forward_passes, len(out.ids)
-    cost = sum(CURVE.cost(s.sampled + s.forced + s.drafted) for s in steps if not s.prompt)
+    cost = sum(CURVE.cost(1 + s.drafted) for s in steps if not s.prompt)  # the pending token and the draft
     return out.stats.forward_passes, cost
 
 
@@ -86,7 +86,7 @@ def case(name, region):
     ded = dedent(region, ind).rstrip("\n") + "\n```\n"
     full = region.rstrip("\n") + "\n```\n"
     ren = renamed_every_third_line(full, name.endswith(".py"))
-    return ded, full, ren
+    return ded, full, ren, renamed_everywhere(full)
 
 
 rows = []
@@ -97,10 +97,12 @@ for layout in ["method", "nested-function", "class-body", "decorated-method", "m
 src = open("/usr/lib/python3.11/textwrap.py").read().splitlines(keepends=True)
 s = next(i for i, line in enumerate(src) if "def _wrap_chunks" in line)
 e = next(i for i in range(s + 1, len(src)) if src[i].startswith("    def "))
-ded, full, _ = case("textwrap.py", "".join(src[s:e]))
-rows.append(("textwrap _wrap_chunks, cur_line -> current_line", ded, full, full.replace("cur_line", "current_line")))
+ded, full, _, _ = case("textwrap.py", "".join(src[s:e]))
+rows.append(
+    ("textwrap _wrap_chunks, cur_line -> current_line", ded, full, full.replace("cur_line", "current_line"), None)
+)
 if CURVE is not None:
-    for layout, ded, full, ren in rows:
+    for layout, ded, full, ren, _ in rows:
         cells = []
         for answer in (full, ren):
             n = len(enc(answer))
@@ -110,8 +112,14 @@ if CURVE is not None:
             cells.insert(len(cells) - 2, str(n))
         print(f"| {layout} | " + " | ".join(cells) + " |")
     sys.exit(0)
-for layout, ded, full, ren in rows:
+for layout, ded, full, ren, everywhere in rows:
     f1, n1 = run(ded, full, full)
-    f2, n2 = run(ded, full, ren)
-    t, lines_changed = changed_tokens(tok, full, ren)
-    print(f"| {layout} | {n1} | {f1} | {n2} | {f2} | {t} | {lines_changed} | {t + 3 * lines_changed + 5} |")
+    cells = [n1, f1]
+    for answer in (ren, everywhere):
+        if answer is None:  # the textwrap rename is one already
+            cells += ["", "", "", "", ""]
+            continue
+        f2, n2 = run(ded, full, answer)
+        t, lines_changed = changed_tokens(tok, full, answer)
+        cells += [n2, f2, t, lines_changed, t + 3 * lines_changed + 5]
+    print(f"| {layout} | " + " | ".join(map(str, cells)) + " |")

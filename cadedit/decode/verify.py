@@ -13,7 +13,11 @@ may also be given the same answer in other indentation (`also`): a scoped method
 without its class's indentation, and small models often retype it with it all the same; the
 drafter follows whichever the output writes (otherwise every line is lost, one token a forward).
 After a change inside a line the source is found again from the line's last bytes (prompt lookup
-near the line being rewritten), so a rename costs its changed tokens and a forward or two.
+near the line being rewritten), so a rename costs its changed tokens and a forward or two. A line the
+output rewrote only by putting names for others (`cur_line` -> `current_line`) teaches the drafter
+those renames: it also follows the source with them made everywhere, so the next uses of the name
+are drafted renamed instead of costing a miss each; a rename the output then does not make is
+forgotten.
 Identical ids need identical argmaxes from batched and one-token forwards: exact on the tests'
 fp64 model, and in fp32 on the real 0.5B model; in bf16 the two round differently and can part
 at a near tie. Pure: no torch, no transformers.
@@ -22,6 +26,7 @@ at a near tie. Pure: no torch, no transformers.
 from __future__ import annotations
 
 import difflib
+import re
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -42,6 +47,12 @@ SIMILAR = 0.5  # an unaligned output line this similar to the next source line i
 # keep matching the source by chance; each guess then drafts this many tokens at most, to its line's
 # end, so a wrong one widens a forward by little.
 MISSED_DRAFT = 4
+# A rename is drafted once the output made it RENAMED times: a name changed once is as often a fix of
+# that one use (`a` -> `b` in one expression) as a rename, and drafting it where it is not wastes a forward.
+RENAMED = 2
+MOST_RENAMES = 32  # names the drafter renames at once (each a word of the source it writes another for)
+NAME = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+PIECES = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*|\s+|.", re.DOTALL)  # a line as names, blanks and other bytes
 
 
 @dataclass(frozen=True)
@@ -232,13 +243,60 @@ def _occurrences(text: bytes, part: bytes) -> list[int]:
     return found
 
 
+def renames_in(before: bytes, after: bytes) -> dict[bytes, bytes] | None:
+    """{old name: new name} when `after` is `before` with some names put for others and nothing else
+    changed (the same blanks and punctuation, every use of an old name the same new one), else None."""
+    old, new = PIECES.findall(before), PIECES.findall(after)
+    if len(old) != len(new):
+        return None
+    renames: dict[bytes, bytes] = {}
+    for x, y in zip(old, new):
+        if x != y and (not (NAME.fullmatch(x) and NAME.fullmatch(y)) or renames.setdefault(x, y) != y):
+            return None
+    if any(x == y and x in renames for x, y in zip(old, new)):  # renamed in some uses of the line only
+        return None
+    return renames or None
+
+
+def renamed(text: str, renames: dict[bytes, bytes]) -> str:
+    """text with each whole-word old name of `renames` written as its new one."""
+    if not renames:
+        return text
+    words = {old.decode(): new.decode() for old, new in renames.items()}
+    pattern = (
+        r"(?<![A-Za-z0-9_])(?:" + "|".join(map(re.escape, sorted(words, key=len, reverse=True))) + r")(?![A-Za-z0-9_])"
+    )
+    return re.sub(pattern, lambda m: words[m.group()], text)
+
+
+def following(base: Aligner, source: str, tail: str, renames: dict[bytes, bytes], encode) -> Aligner:
+    """An aligner of `source` (and its tail) with `renames` made, standing where `base` (an aligner of
+    the source as it is) stands: renames change no line breaks, so its lines are base's lines."""
+    aligner = Aligner(renamed(source, renames), encode, renamed(tail, renames))
+    aligner.last_line, aligner.partial = base.last_line, bytearray(base.partial)
+    aligner.recent = deque(base.recent, maxlen=RECENT)
+    aligner.lost = aligner.starts[bisect_right(base.starts, base.lost) - 1]
+    aligner.anchor = None
+    if base.anchor is not None and not base.guessed:  # the same column of the same line, where no rename is before it
+        line = bisect_right(base.starts, base.anchor) - 1
+        column = base.anchor - base.starts[line]
+        if line < len(aligner.lines) and aligner.lines[line][:column] == base.lines[line][:column]:
+            aligner.anchor = aligner.starts[line] + column
+        elif line == len(aligner.lines) and column == 0:
+            aligner.anchor = len(aligner.source)
+    return aligner
+
+
 class VerifyDrafter:
     """Drafts the source after the aligned point; the draft size follows `lengths` (a Schedule by default).
 
     The loop calls it before each forward with the output ids so far; it follows the new ids in
     the source (Aligner) and learns from how many tokens its last draft kept. With `also` (the same
     answer in other indentation, and its tail) it follows both and drafts from the one the output
-    is writing: aligned, then the one whose lines the latest output lines are, then the first.
+    is writing: aligned, then the one whose lines the latest output lines are, then the first. Each
+    line the output ends that renames names of its source line and changes nothing else adds those
+    renames; once there are some, it also follows each text with them made (`renames`), and forgets a
+    rename the output keeps the old name of in a line it follows.
     """
 
     def __init__(
@@ -252,9 +310,14 @@ class VerifyDrafter:
         also: tuple[str, str] | None = None,
     ):
         # tail: text after the answer that a model running past it may retype (a scoped region's next lines)
-        self.aligners = [Aligner(source, encode, tail)]
+        self.texts = [(source, tail)]
         if also is not None and also[0] != source:
-            self.aligners.append(Aligner(also[0], encode, also[1]))
+            self.texts.append(also)
+        self.encode = encode
+        self.bases = [Aligner(text, encode, after) for text, after in self.texts]
+        self.aligners = list(self.bases)
+        self.renames: dict[bytes, bytes] = {}  # the renames drafts make
+        self.seen_renames: dict[bytes, tuple[bytes, int]] = {}  # old name -> (new name, uses renamed)
         self.token_bytes, self.budget, self.schedule = token_bytes, budget, schedule
         self.size = schedule.first()
         self.seen = 0
@@ -276,11 +339,48 @@ class VerifyDrafter:
             kept = len(ids) - self.last[0] - 1
             self.size = self.schedule.after(self.size, self.last[1], kept)
         for token in ids[self.seen :]:
+            piece = self.token_bytes[token]
             for aligner in self.aligners:
-                aligner.advance(self.token_bytes[token])
+                aligner.advance(piece)
+            if b"\n" in piece:
+                self._learn(piece.count(b"\n"))
         self.seen = len(ids)
         draft = self.aligner.draft(min(self.size, self.budget - len(ids)))
         self.last = (len(ids), len(draft))
         if draft:
             self.sizes.append(self.size)
         return draft
+
+    def _learn(self, ended: int) -> None:
+        """Count the renames of the `ended` output lines just ended (against the source lines each base
+        aligner places them on); forget those they do not make; follow the texts with the renames seen
+        RENAMED times made, if they changed."""
+        pairs = set()  # a line both bases place on the same source line (column 0) counts once
+        for base in self.bases:
+            for back in range(min(ended, len(base.recent)) - 1, -1, -1):
+                k = base.last_line - back
+                if 0 <= k < len(base.lines):
+                    pairs.add((-back, base.lines[k], base.recent[-1 - back]))
+        for _, source_line, line in sorted(pairs):
+            self._count(source_line, line)
+        renames = {old: new for old, (new, times) in self.seen_renames.items() if times >= RENAMED}
+        if renames != self.renames and len(renames) <= MOST_RENAMES:
+            self.renames = renames
+            renamed_texts = [
+                following(base, text, tail, renames, self.encode)
+                for base, (text, tail) in zip(self.bases, self.texts)
+                if renames
+            ]
+            self.aligners = renamed_texts + self.bases  # first: a tie goes to the renames until one is not made
+
+    def _count(self, source_line: bytes, line: bytes) -> None:
+        """Count the renames `line` makes of `source_line`; forget those it keeps the old name of."""
+        found = {} if line == source_line else renames_in(source_line, line)
+        if found is None:
+            return
+        kept = set(NAME.findall(line)) & set(NAME.findall(source_line))
+        for old in [old for old in self.seen_renames if old in kept and old not in found]:
+            del self.seen_renames[old]
+        for old, new in found.items():
+            earlier, times = self.seen_renames.get(old, (new, 0))
+            self.seen_renames[old] = (new, (times if earlier == new else 0) + PIECES.findall(source_line).count(old))
