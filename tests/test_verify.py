@@ -501,22 +501,30 @@ def _drafted(drafter, text: str) -> str:
     return TOK.decode(drafter(None, encode_text(text)))
 
 
-def test_the_drafter_drafts_a_rename_once_the_output_made_it_twice():
-    source = "a = cur_line\nb = cur_line\nc = cur_line\nd = cur_line\n```\n"
+def test_the_drafter_drafts_a_rename_to_a_new_name_from_its_first_use():
+    source = "a = cur_line\nb = cur_line\nc = cur_line\n```\n"
     drafter = VerifyDrafter(source, encode_text, TOKEN_BYTES, 500)
     drafter(None, [])
-    assert _drafted(drafter, "a = current_line\n").startswith("b = cur_line\n")  # once: maybe a fix of that use
-    assert _drafted(drafter, "a = current_line\nb = current_line\n").startswith("c = current_line\nd = c")
+    assert _drafted(drafter, "a = current_line\n").startswith("b = current_line\nc = c")
     assert drafter.renames == {b"cur_line": b"current_line"}
 
 
-def test_the_drafter_forgets_a_rename_the_output_does_not_make():
-    source = "a = x + 1\nb = x + 2\nc = x + 3\nd = x + 4\ne = x + 5\n```\n"
+def test_the_drafter_drafts_a_rename_to_a_name_in_use_once_the_output_made_it_twice():
+    source = "a = x + y\nb = x\nc = x\nd = x\n```\n"
     drafter = VerifyDrafter(source, encode_text, TOKEN_BYTES, 500)
     drafter(None, [])
-    assert _drafted(drafter, "a = y + 1\nb = y + 2\n").startswith("c = y + 3\n")
+    assert _drafted(drafter, "a = y + y\n").startswith("b = x\n")  # once: maybe a fix of that use
+    assert _drafted(drafter, "a = y + y\nb = y\n").startswith("c = y\nd = y\n")
+
+
+def test_the_drafter_forgets_a_rename_the_output_does_not_make_and_waits_for_two_uses_after():
+    source = "a = x + 1\nb = x + 2\nc = x + 3\nd = x + 4\ne = x + 5\n```\n"  # x -> y: a new name
+    drafter = VerifyDrafter(source, encode_text, TOKEN_BYTES, 500)
+    drafter(None, [])
+    assert _drafted(drafter, "a = y + 1\n").startswith("b = y + 2\n")
     assert _drafted(drafter, "a = y + 1\nb = y + 2\nc = x + 3\n").startswith("d = x + 4\ne = x + 5\n")
     assert drafter.renames == {}
+    assert _drafted(drafter, "a = y + 1\nb = y + 2\nc = x + 3\nd = z + 4\n").startswith("e = x + 5\n")
 
 
 def test_only_a_line_that_renames_names_and_changes_nothing_else_teaches_a_rename():

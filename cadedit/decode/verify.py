@@ -47,8 +47,10 @@ SIMILAR = 0.5  # an unaligned output line this similar to the next source line i
 # keep matching the source by chance; each guess then drafts this many tokens at most, to its line's
 # end, so a wrong one widens a forward by little.
 MISSED_DRAFT = 4
-# A rename is drafted once the output made it RENAMED times: a name changed once is as often a fix of
-# that one use (`a` -> `b` in one expression) as a rename, and drafting it where it is not wastes a forward.
+# A rename to a name the source does not use (cur_line -> current_line) is drafted from its first use on,
+# until the output once left such a rename unmade; one to a name it uses, and every rename after that,
+# once the output made it RENAMED times: changing `a` to `b` in one place is as often a fix of that
+# use as a rename, and drafting it where it is not wastes a forward.
 RENAMED = 2
 MOST_RENAMES = 32  # names the drafter renames at once (each a word of the source it writes another for)
 NAME = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
@@ -315,6 +317,8 @@ class VerifyDrafter:
             self.texts.append(also)
         self.encode = encode
         self.bases = [Aligner(text, encode, after) for text, after in self.texts]
+        self.names = set(NAME.findall(self.bases[0].source))  # the names the source uses
+        self.trust_new_names = True  # until a rename to a new name is left unmade
         self.aligners = list(self.bases)
         self.renames: dict[bytes, bytes] = {}  # the renames drafts make
         self.seen_renames: dict[bytes, tuple[bytes, int]] = {}  # old name -> (new name, uses renamed)
@@ -353,8 +357,8 @@ class VerifyDrafter:
 
     def _learn(self, ended: int) -> None:
         """Count the renames of the `ended` output lines just ended (against the source lines each base
-        aligner places them on); forget those they do not make; follow the texts with the renames seen
-        RENAMED times made, if they changed."""
+        aligner places them on); forget those they do not make; follow the texts with the renames made
+        often enough (a new name once, one the source uses RENAMED times), if they changed."""
         pairs = set()  # a line both bases place on the same source line (column 0) counts once
         for base in self.bases:
             for back in range(min(ended, len(base.recent)) - 1, -1, -1):
@@ -363,7 +367,11 @@ class VerifyDrafter:
                     pairs.add((-back, base.lines[k], base.recent[-1 - back]))
         for _, source_line, line in sorted(pairs):
             self._count(source_line, line)
-        renames = {old: new for old, (new, times) in self.seen_renames.items() if times >= RENAMED}
+        renames = {
+            old: new
+            for old, (new, times) in self.seen_renames.items()
+            if times >= (1 if self.trust_new_names and new not in self.names else RENAMED)
+        }
         if renames != self.renames and len(renames) <= MOST_RENAMES:
             self.renames = renames
             renamed_texts = [
@@ -380,7 +388,7 @@ class VerifyDrafter:
             return
         kept = set(NAME.findall(line)) & set(NAME.findall(source_line))
         for old in [old for old in self.seen_renames if old in kept and old not in found]:
-            del self.seen_renames[old]
+            self.trust_new_names &= self.seen_renames.pop(old)[0] in self.names
         for old, new in found.items():
             earlier, times = self.seen_renames.get(old, (new, 0))
             self.seen_renames[old] = (new, (times if earlier == new else 0) + PIECES.findall(source_line).count(old))
