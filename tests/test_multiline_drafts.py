@@ -81,6 +81,18 @@ def renamed_everywhere(text: str) -> str:
     return re.sub(rf"\b{name}\b", name + "_2", text)
 
 
+def wrapped_in_try(text: str) -> str:
+    """text with the body of its first function (every line after the `def` line, to the fence)
+    wrapped in `try:` / `except ValueError: raise`: the body re-indented by four spaces."""
+    lines = text.split("\n")
+    at = next(k for k, line in enumerate(lines) if line.lstrip().startswith("def ")) + 1
+    end = next(k for k in range(at, len(lines)) if lines[k].strip() == "```")
+    indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+    body = ["    " + line if line.strip() else line for line in lines[at:end]]
+    handler = [indent + "except ValueError:", indent + "    raise"]
+    return "\n".join(lines[:at] + [indent + "try:"] + body + handler + lines[end:])
+
+
 def _parses_in_place(answer: str) -> bool:
     body = answer[: answer.rindex("```")]
     try:
@@ -227,3 +239,29 @@ def test_a_rename_of_every_use_costs_its_first_uses(work, tiny_dir, answering, t
     assert data["changed"] is True
     _, lines = changed_tokens(tokenizer, *answers[-1])
     assert data["statistics"]["forward_passes"] <= as_it_is + 6 * min(lines, 2) + 1, (data["statistics"], lines)
+
+
+@pytest.mark.parametrize("layout", ["method", "nested-function", "decorated-method"])
+def test_a_body_wrapped_in_try_costs_its_new_lines(work, tiny_dir, answering, tokenizer, layout):
+    """A function's body wrapped in try/except, the answer in the file's indentation: every body line
+    re-indented. Once the answer re-indented one line, the drafts re-indent the next ones, so the
+    answer costs what it costs unchanged and its new lines (their tokens, 3 forwards each and 5),
+    however long the body is. (Without its indentation, the body wrapped is indented as in the file,
+    which the drafter follows anyway.)"""
+    name, a, b = region_of(layout)
+    (work / name).write_bytes((DATA / name).read_bytes())
+    answers = []
+
+    def answer(prepared):
+        before = unchanged(prepared, True)
+        answers.append(before if not answers else wrapped_in_try(before))
+        return answers[-1]
+
+    answering(answer)
+    as_it_is = fix_json(tiny_dir, name, a, b, exit_code=3)["statistics"]["forward_passes"]
+    data = fix_json(tiny_dir, name, a, b, exit_code=(0, 3))
+    assert data["changed"] is True and "try:" in answers[-1]
+    new_lines = [line for line in answers[-1].split("\n") if line.strip() in ("try:", "except ValueError:", "raise")]
+    typed = len(encode(tokenizer, "\n".join(new_lines) + "\n"))
+    bound = as_it_is + typed + 3 * len(new_lines) + 5
+    assert data["statistics"]["forward_passes"] <= bound, (data["statistics"], as_it_is, typed)

@@ -19,7 +19,7 @@ from cadedit.errors import BudgetError
 from cadedit.prompt.fence import FenceCursor
 from cadedit.backends.model import LoadedModel, CachedLM, encode, new_cache
 from cadedit.options import EditOptions, Mode, Sampling
-from cadedit.decode.verify import Aligner, Schedule, VerifyDrafter, renames_in
+from cadedit.decode.verify import Aligner, Schedule, VerifyDrafter, renames_in, shift_in
 from cadedit.backends.vocab import vocab_from_tokenizer
 from tests.tinymodel import scaled_model
 from tests.tinytok import _MORE, make_tokenizer
@@ -534,3 +534,21 @@ def test_only_a_line_that_renames_names_and_changes_nothing_else_teaches_a_renam
     assert renames_in(b"    a = cur(x)\n", b"        a = current(x)\n") is None  # indentation changed
     assert renames_in(b"    a = cur(cur)\n", b"    a = current(other)\n") is None  # one name, two new ones
     assert renames_in(b"    n = 1\n", b"    n = 2\n") is None  # a number is not a name
+
+
+def test_a_line_re_indented_as_a_block_is_told_from_one_changed_otherwise():
+    assert shift_in(b"    x = f(a)\n", b"        x = f(a)\n") == (b"", b"    ")  # wrapped in a block
+    assert shift_in(b"        x = f(a)\n", b"    x = f(a)\n") == (b"    ", b"")  # unwrapped
+    assert shift_in(b"    x = f(a)\n", b"        y = f(a)\n") == (b"", b"    ")  # and renamed
+    assert shift_in(b"    x = f(a)\n", b"        x = g(a, b)\n") is None  # and changed
+    assert shift_in(b"    x = f(a)\n", b"    x = f(a)\n") is None  # not re-indented
+
+
+def test_the_drafter_re_indents_a_block_until_a_line_keeps_its_indentation():
+    source = "def f(a):\n    b = a\n    c = b\n    d = c\n    return d\n```\n"
+    drafter = VerifyDrafter(source, encode_text, TOKEN_BYTES, 500)
+    drafter(None, [])
+    wrapped = "def f(a):\n    try:\n        b = a\n"
+    assert _drafted(drafter, wrapped).startswith("        c = b\n        d = c\n")
+    unwrapped = wrapped + "        c = b\n    except ValueError:\n        raise\n    d = c\n"
+    assert _drafted(drafter, unwrapped).startswith("    return d\n")

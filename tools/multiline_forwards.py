@@ -23,7 +23,14 @@ from cadedit.decode.verify import VerifyDrafter
 from cadedit.decode.loop import decode, script_sampler
 from cadedit.backends.model import encode
 from cadedit.prompt.regions import dedent, common_indent
-from tests.test_multiline_drafts import DATA, changed_tokens, region_of, renamed_every_third_line, renamed_everywhere
+from tests.test_multiline_drafts import (
+    DATA,
+    changed_tokens,
+    region_of,
+    renamed_every_third_line,
+    renamed_everywhere,
+    wrapped_in_try,
+)
 
 P = Path(sys.argv[1]) if len(sys.argv) > 1 else Path.home() / ".cache/cadedit-dev/qwen2.5-coder-0.5b-instruct.gguf"
 meta = read_metadata(P)
@@ -115,8 +122,9 @@ if CURVE is not None:
 for layout, ded, full, ren, everywhere in rows:
     f1, n1 = run(ded, full, full)
     cells = [n1, f1]
-    for answer in (ren, everywhere):
-        if answer is None:  # the textwrap rename is one already
+    wrapped = wrapped_in_try(full) if layout in ("method", "nested-function", "decorated-method") else None
+    for answer in (ren, everywhere, wrapped):
+        if answer is None:  # the textwrap rename is one already; a try/except wraps a function's body
             cells += ["", "", "", "", ""]
             continue
         f2, n2 = run(ded, full, answer)

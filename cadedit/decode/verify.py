@@ -17,7 +17,8 @@ near the line being rewritten), so a rename costs its changed tokens and a forwa
 output rewrote only by putting names for others (`cur_line` -> `current_line`) teaches the drafter
 those renames: it also follows the source with them made everywhere, so the next uses of the name
 are drafted renamed instead of costing a miss each; a rename the output then does not make is
-forgotten.
+forgotten. A line retyped with its indentation changed (a block wrapped in `try:`, or unwrapped)
+likewise makes the drafter follow the next lines with the same change, until a line keeps its own.
 Identical ids need identical argmaxes from batched and one-token forwards: exact on the tests'
 fp64 model, and in fp32 on the real 0.5B model; in bf16 the two round differently and can part
 at a near tie. Pure: no torch, no transformers.
@@ -126,6 +127,8 @@ class Aligner:
         self.last_line = -1
         self.partial = bytearray()
         self.recent: deque[bytes] = deque(maxlen=RECENT)
+        self.whole = True  # the output's current line has followed the source from its start
+        self.followed = False  # so did the last line it ended
 
     def advance(self, piece: bytes) -> None:
         """The output grew by `piece`: follow it in the source, or look for it again."""
@@ -137,6 +140,9 @@ class Aligner:
             self.missed += self.guessed
             self.anchor = None
         ended = self._take_lines(piece)
+        if ended:
+            self.followed = self.anchor is not None and self.whole
+        self.whole = self.anchor is not None and (self.whole or ended)
         if self.anchor is None and ended:
             self.anchor = self._relocate()
             if self.anchor is None:
@@ -271,21 +277,70 @@ def renamed(text: str, renames: dict[bytes, bytes]) -> str:
     return re.sub(pattern, lambda m: words[m.group()], text)
 
 
-def following(base: Aligner, source: str, tail: str, renames: dict[bytes, bytes], encode) -> Aligner:
-    """An aligner of `source` (and its tail) with `renames` made, standing where `base` (an aligner of
-    the source as it is) stands: renames change no line breaks, so its lines are base's lines."""
-    aligner = Aligner(renamed(source, renames), encode, renamed(tail, renames))
+@dataclass(frozen=True)
+class Shift:
+    """The source's lines from `first` on as a re-indented block: leading `old` blanks written as `new`."""
+
+    old: bytes
+    new: bytes
+    first: int
+
+
+def _lead(line: bytes) -> bytes:
+    return line[: len(line) - len(line.lstrip(b" \t"))]
+
+
+def shift_in(before: bytes, after: bytes) -> tuple[bytes, bytes] | None:
+    """(old, new) when `after` is `before` with blanks added at the start of its indentation (old
+    empty) or removed from it (new empty), and the rest the same or renamed; else None."""
+    lead_before, lead_after = _lead(before), _lead(after)
+    rest_before, rest_after = before[len(lead_before) :], after[len(lead_after) :]
+    if lead_before == lead_after or not rest_before.strip():
+        return None
+    if rest_before != rest_after and renames_in(rest_before, rest_after) is None:
+        return None
+    if lead_after.endswith(lead_before):
+        return b"", lead_after[: len(lead_after) - len(lead_before)]
+    if lead_before.endswith(lead_after):
+        return lead_before[: len(lead_before) - len(lead_after)], b""
+    return None
+
+
+def rewritten(text: str, renames: dict[bytes, bytes], shift: Shift | None, first_line: int = 0) -> str:
+    """text (whose first line is line `first_line` of its aligner) with `shift` and `renames` made."""
+    if shift is not None:
+        lines = text.encode("utf-8").splitlines(keepends=True)  # as the Aligner splits them
+        for k, line in enumerate(lines):
+            if first_line + k >= shift.first and line.strip() and line.startswith(shift.old):
+                lines[k] = shift.new + line[len(shift.old) :]
+        text = b"".join(lines).decode("utf-8")
+    return renamed(text, renames)
+
+
+def following(
+    base: Aligner, source: str, tail: str, renames: dict[bytes, bytes], shift: Shift | None, encode
+) -> Aligner:
+    """An aligner of `source` (and its tail) with `renames` and `shift` made, standing where `base` (an
+    aligner of the source as it is) stands: neither changes a line break, so its lines are base's lines."""
+    lines = len(source.encode("utf-8").splitlines(keepends=True))
+    aligner = Aligner(rewritten(source, renames, shift), encode, rewritten(tail, renames, shift, lines))
     aligner.last_line, aligner.partial = base.last_line, bytearray(base.partial)
     aligner.recent = deque(base.recent, maxlen=RECENT)
     aligner.lost = aligner.starts[bisect_right(base.starts, base.lost) - 1]
     aligner.anchor = None
-    if base.anchor is not None and not base.guessed:  # the same column of the same line, where no rename is before it
+    if (
+        base.anchor is not None and not base.guessed
+    ):  # the same column of the same line, where nothing changed before it
         line = bisect_right(base.starts, base.anchor) - 1
         column = base.anchor - base.starts[line]
         if line < len(aligner.lines) and aligner.lines[line][:column] == base.lines[line][:column]:
             aligner.anchor = aligner.starts[line] + column
         elif line == len(aligner.lines) and column == 0:
             aligner.anchor = len(aligner.source)
+    if aligner.anchor is None and aligner.recent:  # base lost: the last output line may be one of these lines
+        at = aligner._relocate()
+        if at is not None and aligner.source.startswith(aligner.partial, at):
+            aligner.anchor = at + len(aligner.partial)
     return aligner
 
 
@@ -321,6 +376,8 @@ class VerifyDrafter:
         self.trust_new_names = True  # until a rename to a new name is left unmade
         self.aligners = list(self.bases)
         self.renames: dict[bytes, bytes] = {}  # the renames drafts make
+        self.shifts: list[Shift | None] = [None] * len(self.bases)  # the re-indented block each text's drafts follow
+        self.rewrites: list[Aligner | None] = [None] * len(self.bases)  # each text with the renames and its shift
         self.seen_renames: dict[bytes, tuple[bytes, int]] = {}  # old name -> (new name, uses renamed)
         self.token_bytes, self.budget, self.schedule = token_bytes, budget, schedule
         self.size = schedule.first()
@@ -356,33 +413,52 @@ class VerifyDrafter:
         return draft
 
     def _learn(self, ended: int) -> None:
-        """Count the renames of the `ended` output lines just ended (against the source lines each base
-        aligner places them on); forget those they do not make; follow the texts with the renames made
-        often enough (a new name once, one the source uses RENAMED times), if they changed."""
-        pairs = set()  # a line both bases place on the same source line (column 0) counts once
-        for base in self.bases:
+        """Count the renames and re-indentation of the `ended` output lines just ended (against the
+        source lines each base aligner places them on); forget those they do not make; follow the
+        texts with the renames made often enough (a new name once, one the source uses RENAMED times)
+        and each text's block shifted, if that changed."""
+        placed: dict[tuple[int, bytes], list[tuple[int, bytes]]] = {}  # (line k, output line) -> (base, its line k)
+        for i, base in enumerate(self.bases):
             for back in range(min(ended, len(base.recent)) - 1, -1, -1):
                 k = base.last_line - back
                 if 0 <= k < len(base.lines):
-                    pairs.add((-back, base.lines[k], base.recent[-1 - back]))
-        for _, source_line, line in sorted(pairs):
+                    placed.setdefault((k, base.recent[-1 - back]), []).append((i, base.lines[k]))
+        shifts = list(self.shifts)
+        # A rewrite still aligned at a line's start keeps its shift: a line that also equals some source
+        # line where it stands (a `)`, an `else:` of another depth) is no sign the block ended.
+        holding = [r is not None and r.followed for r in self.rewrites]
+        for (k, line), lines in sorted(placed.items()):
+            if any(_follows(source_line, line) for _, source_line in lines):
+                if not any(holding):
+                    shifts = [None] * len(shifts)  # a text needs no shift here
+            else:
+                for i, source_line in lines:
+                    if not holding[i]:
+                        shifts[i] = _shifted_after(shifts[i], k, source_line, line)
+            # renames: against the base whose line it keeps the indentation of, else one it re-indents
+            source_line = min((s for _, s in lines), key=lambda s: (_lead(s) != _lead(line), shift_in(s, line) is None))
             self._count(source_line, line)
         renames = {
             old: new
             for old, (new, times) in self.seen_renames.items()
             if times >= (1 if self.trust_new_names and new not in self.names else RENAMED)
         }
-        if renames != self.renames and len(renames) <= MOST_RENAMES:
-            self.renames = renames
-            renamed_texts = [
-                following(base, text, tail, renames, self.encode)
-                for base, (text, tail) in zip(self.bases, self.texts)
-                if renames
+        if len(renames) > MOST_RENAMES:
+            renames = self.renames
+        if (renames, shifts) != (self.renames, self.shifts):
+            self.renames, self.shifts = renames, shifts
+            self.rewrites = [
+                following(base, text, tail, renames, shift, self.encode) if renames or shift else None
+                for base, (text, tail), shift in zip(self.bases, self.texts, shifts)
             ]
-            self.aligners = renamed_texts + self.bases  # first: a tie goes to the renames until one is not made
+            # first: a tie goes to the rewrites until one is not made
+            self.aligners = [r for r in self.rewrites if r is not None] + self.bases
 
     def _count(self, source_line: bytes, line: bytes) -> None:
-        """Count the renames `line` makes of `source_line`; forget those it keeps the old name of."""
+        """Count the renames `line` makes of `source_line` (re-indented or not); forget those it keeps
+        the old name of."""
+        if shift_in(source_line, line) is not None:
+            source_line, line = source_line.lstrip(b" \t"), line.lstrip(b" \t")
         found = {} if line == source_line else renames_in(source_line, line)
         if found is None:
             return
@@ -392,3 +468,17 @@ class VerifyDrafter:
         for old, new in found.items():
             earlier, times = self.seen_renames.get(old, (new, 0))
             self.seen_renames[old] = (new, (times if earlier == new else 0) + PIECES.findall(source_line).count(old))
+
+
+def _shifted_after(shift: Shift | None, k: int, source_line: bytes, line: bytes) -> Shift | None:
+    """The block shift after output `line` retyped source line k: the re-indentation it makes (from
+    line k + 1 on), else as it was."""
+    moved = shift_in(source_line, line)
+    if moved is None or (shift is not None and (shift.old, shift.new) == moved):
+        return shift
+    return Shift(*moved, k + 1)
+
+
+def _follows(source_line: bytes, line: bytes) -> bool:
+    """Whether output `line` is `source_line` where it stands (its names perhaps renamed)."""
+    return bool(source_line.strip()) and (line == source_line or renames_in(source_line, line) is not None)
