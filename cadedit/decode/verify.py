@@ -159,6 +159,32 @@ class Aligner:
             self.last_line = self.line_at[self.anchor] - 1
             self.guessed, self.missed = False, 0  # a whole line followed (or a line end found): trusted again
 
+    def with_changes(self, source: str, tail: str, renames: dict[bytes, bytes], shift: Shift | None) -> "Aligner":
+        """An aligner of `source` (and its tail, this aligner's texts) with `renames` and `shift` made,
+        standing where this one stands: neither changes a line break, so its lines are these lines."""
+        lines = len(source.encode("utf-8").splitlines(keepends=True))
+        other = Aligner(rewritten(source, renames, shift), self.encode, rewritten(tail, renames, shift, lines))
+        other.last_line, other.partial, other.recent = (
+            self.last_line,
+            bytearray(self.partial),
+            deque(self.recent, RECENT),
+        )
+        other.lost = other.starts[bisect_right(self.starts, self.lost) - 1]
+        other.anchor = None
+        # the same column of the same line, where nothing changed before it
+        if self.anchor is not None and not self.guessed:
+            line = bisect_right(self.starts, self.anchor) - 1
+            column = self.anchor - self.starts[line]
+            if line < len(other.lines) and other.lines[line][:column] == self.lines[line][:column]:
+                other.anchor = other.starts[line] + column
+            elif line == len(other.lines) and column == 0:
+                other.anchor = len(other.source)
+        if other.anchor is None and other.recent:  # lost here: the last output line may be one of its lines
+            at = other._relocate()
+            if at is not None and other.source.startswith(other.partial, at):
+                other.anchor = at + len(other.partial)
+        return other
+
     def draft(self, n_tokens: int) -> list[int]:
         """Up to n_tokens ids of the source after the anchor (whole lines tokenised, then cut)."""
         if self.anchor is None or self.anchor >= len(self.source) or n_tokens <= 0:
@@ -317,33 +343,6 @@ def rewritten(text: str, renames: dict[bytes, bytes], shift: Shift | None, first
     return renamed(text, renames)
 
 
-def following(
-    base: Aligner, source: str, tail: str, renames: dict[bytes, bytes], shift: Shift | None, encode
-) -> Aligner:
-    """An aligner of `source` (and its tail) with `renames` and `shift` made, standing where `base` (an
-    aligner of the source as it is) stands: neither changes a line break, so its lines are base's lines."""
-    lines = len(source.encode("utf-8").splitlines(keepends=True))
-    aligner = Aligner(rewritten(source, renames, shift), encode, rewritten(tail, renames, shift, lines))
-    aligner.last_line, aligner.partial = base.last_line, bytearray(base.partial)
-    aligner.recent = deque(base.recent, maxlen=RECENT)
-    aligner.lost = aligner.starts[bisect_right(base.starts, base.lost) - 1]
-    aligner.anchor = None
-    if (
-        base.anchor is not None and not base.guessed
-    ):  # the same column of the same line, where nothing changed before it
-        line = bisect_right(base.starts, base.anchor) - 1
-        column = base.anchor - base.starts[line]
-        if line < len(aligner.lines) and aligner.lines[line][:column] == base.lines[line][:column]:
-            aligner.anchor = aligner.starts[line] + column
-        elif line == len(aligner.lines) and column == 0:
-            aligner.anchor = len(aligner.source)
-    if aligner.anchor is None and aligner.recent:  # base lost: the last output line may be one of these lines
-        at = aligner._relocate()
-        if at is not None and aligner.source.startswith(aligner.partial, at):
-            aligner.anchor = at + len(aligner.partial)
-    return aligner
-
-
 class VerifyDrafter:
     """Drafts the source after the aligned point; the draft size follows `lengths` (a Schedule by default).
 
@@ -370,7 +369,6 @@ class VerifyDrafter:
         self.texts = [(source, tail)]
         if also is not None and also[0] != source:
             self.texts.append(also)
-        self.encode = encode
         self.bases = [Aligner(text, encode, after) for text, after in self.texts]
         self.names = set(NAME.findall(self.bases[0].source))  # the names the source uses
         self.trust_new_names = True  # until a rename to a new name is left unmade
@@ -448,7 +446,7 @@ class VerifyDrafter:
         if (renames, shifts) != (self.renames, self.shifts):
             self.renames, self.shifts = renames, shifts
             self.rewrites = [
-                following(base, text, tail, renames, shift, self.encode) if renames or shift else None
+                base.with_changes(text, tail, renames, shift) if renames or shift else None
                 for base, (text, tail), shift in zip(self.bases, self.texts, shifts)
             ]
             # first: a tie goes to the rewrites until one is not made
