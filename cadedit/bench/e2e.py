@@ -50,7 +50,7 @@ from cadedit.bench.options import (
     TestTimeoutOpt,
     ThreadsOpt,
 )
-from cadedit.cli.common import err, say, scripted_sampler_factory
+from cadedit.cli.common import err, say, scripted
 from cadedit.settings import DEFAULT_DTYPE
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
 from cadedit.bench.options import load_corpora, short_name
@@ -467,7 +467,7 @@ def e2e(
     curve = load_curve(kernel) if kernel else None
     loaded, warm, least = _e2e_load(model, device, dtype, threads, backend, floor)
     peers_meta, chosen = _e2e_peers(
-        loaded, peer_names, gguf, llama_ctx, corpora, max_new_tokens, names, scripted_sampler_factory(ctx)
+        loaded, peer_names, gguf, llama_ctx, corpora, max_new_tokens, names, scripted(ctx).make_sampler
     )
     say(
         f"{short_name(loaded.name)}: imports {imports:.1f} s, load {loaded.load_seconds:.1f} s ("

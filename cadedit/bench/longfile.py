@@ -45,7 +45,7 @@ from cadedit.bench.options import (
     ThreadsOpt,
     longfile_roots,
 )
-from cadedit.cli.common import context_lines, say, scripted_picks, scripted_points
+from cadedit.cli.common import context_lines, say, scripted
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
 from cadedit.settings import DEFAULT_TRIES, WHERE_BY
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
@@ -523,7 +523,7 @@ def longfile(
         {"tasks": tasks},
         "longfile",
         lambda _, item: run_task(
-            loaded, *item, around, max_tries, where_by, tested, scripted_picks(ctx), scripted_points(ctx)
+            loaded, *item, around, max_tries, where_by, tested, scripted(ctx).picks, scripted(ctx).choose_points
         ),
         lambda done: {**meta, "summary": _longfile_summary(done["tasks"]), "rows": done["tasks"]},
         json_path,

@@ -32,7 +32,7 @@ from cadedit.text.resolve import resolve
 from cadedit.errors import CadeditError, ModelError
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
-from cadedit.cli.common import say, scripted_picks, scripted_points
+from cadedit.cli.common import say, scripted
 from cadedit.text.document import Document
 from cadedit.options import EditOptions, Mode
 from cadedit.backends import hardware
@@ -391,7 +391,7 @@ def multiline(
         }
 
     def one(_, case: dict) -> dict:
-        row = run_case(loaded, case, max_tries, rates, scripted_picks(ctx), scripted_points(ctx))
+        row = run_case(loaded, case, max_tries, rates, scripted(ctx).picks, scripted(ctx).choose_points)
         return {**row, **lookup_row(peer, loaded, case)} if peer is not None else row
 
     done = run_corpora(

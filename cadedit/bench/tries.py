@@ -42,7 +42,7 @@ from cadedit.bench.options import (
     TestTimeoutOpt,
     ThreadsOpt,
 )
-from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, say, scripted_picks, scripted_points
+from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, say, scripted
 from cadedit.settings import CANDIDATE_WAYS, DEFAULT_DTYPE, DEFAULT_MODE
 from cadedit.options import Mode
 from cadedit.settings import ENGINE_TIMEOUT
@@ -332,7 +332,7 @@ def tries(
     """
 
     corpora = {name: cases[skip:] for name, cases in load_corpora(corpus, (limit or 10**9) + skip, context).items()}
-    editor = _tries_model(model, dtype, threads, backend, engine, engine_timeout, scripted_points(ctx))
+    editor = _tries_model(model, dtype, threads, backend, engine, engine_timeout, scripted(ctx).choose_points)
     scoped = choice(scoping, "--scoping", {"on": True, "off": False})
     by = choice(candidates_by, "--candidates-by", {way: way for way in CANDIDATE_WAYS})
     options = _tries_options(None if engine else editor.name, mode, layout)
@@ -367,7 +367,7 @@ def tries(
     done = run_corpora(
         corpora,
         "tries",
-        lambda name, case: run_case(editor, case, settings, scripted_picks(ctx)),
+        lambda name, case: run_case(editor, case, settings, scripted(ctx).picks),
         to_json,
         json_path,
         lambda row: say(_tries_line(row, rows)),

@@ -50,22 +50,9 @@ class Scripted:
     choose_points: Callable[..., list] | None = None
 
 
-def scripted_picks(ctx: typer.Context) -> Callable[[int], Any] | None:
-    """The picks a caller scripted on the app's context (Scripted), else None: the model answers."""
-    scripted = ctx.find_object(Scripted)
-    return scripted.picks if scripted is not None else None
-
-
-def scripted_sampler_factory(ctx: typer.Context) -> Callable[..., Any] | None:
-    """The sampler factory a caller scripted on the app's context (Scripted), else None: the model samples."""
-    scripted = ctx.find_object(Scripted)
-    return scripted.make_sampler if scripted is not None else None
-
-
-def scripted_points(ctx: typer.Context) -> Callable[..., list] | None:
-    """Where a caller scripted branches to start (Scripted.choose_points), else None: branch_points chooses."""
-    scripted = ctx.find_object(Scripted)
-    return scripted.choose_points if scripted is not None else None
+def scripted(ctx: typer.Context) -> Scripted:
+    """What a caller scripted on the app's context (Scripted), else an empty one: the model answers."""
+    return ctx.find_object(Scripted) or Scripted()
 
 
 def sub_app(name: str, help: str, cls: type[typer.core.TyperGroup] | None = None) -> typer.Typer:

@@ -17,8 +17,7 @@ import typer
 from cadedit.backends import hardware
 from cadedit.backends import model as backend_model  # a module: tests count the loads of backend_model.load_model
 from cadedit.cli.common import BackendOpt, DtypeOpt, MaxNewOpt, ModelOpt, ThreadsOpt, files_text, server_for
-from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, ScopeContextOpt, context_lines, engine_for, scripted_picks
-from cadedit.cli.common import scripted_points
+from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, ScopeContextOpt, context_lines, engine_for, scripted
 from cadedit.cli.common import err, escape_markup, say
 from cadedit.cli.program import WriteOpt, check_patch_path, display_path, write_stdout
 from cadedit.cli.recover import recover_files
@@ -270,8 +269,8 @@ def fix(
         verbose,
         candidates_by,
         stdin_filename,
-        scripted_picks(ctx),
-        scripted_points(ctx),
+        scripted(ctx).picks,
+        scripted(ctx).choose_points,
     )
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1:

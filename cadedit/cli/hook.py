@@ -19,8 +19,7 @@ from cadedit.scope.plan import plan_edit
 from cadedit.text.diff import count_changes, show
 
 from cadedit.cli.common import DtypeOpt, engine_for, EngineOpt, EngineTimeoutOpt, files_text, MaxNewOpt, ModelOpt
-from cadedit.cli.common import err, escape_markup, say, scripted_picks, server_for, ThreadsOpt
-from cadedit.cli.common import scripted_points
+from cadedit.cli.common import err, escape_markup, say, scripted, server_for, ThreadsOpt
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
 from cadedit.text.document import Document
@@ -127,8 +126,8 @@ def hook_run(
             max_new_tokens,
             settings,
             remote,
-            scripted_picks(ctx),
-            scripted_points(ctx),
+            scripted(ctx).picks,
+            scripted(ctx).choose_points,
         )
         counts = _hook_report(R.run(repository, targets, edit, fix))
     except CadeditError as exc:
