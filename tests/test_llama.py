@@ -145,7 +145,7 @@ def test_llama_logits_agree_with_torch_on_the_same_weights(llama_tiny):
 
 def test_crop_and_reuse_give_the_logits_of_a_fresh_feed(llama_tiny):
     a, b, c = TOK.encode("def f(x):\n"), TOK.encode("    return x * 2\n"), TOK.encode("    return x + 1\n")
-    fresh = CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(a + c, keep=len(c))
+    fresh = np.array(CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(a + c, keep=len(c)))  # kept past forwards
     lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
     lm.feed(a + b)
     lm.crop(len(b))
@@ -164,7 +164,7 @@ def test_two_caches_of_one_model_take_turns(llama_tiny):
     first, second = CachedLM(llama_tiny.model, new_cache(llama_tiny)), CachedLM(llama_tiny.model, new_cache(llama_tiny))
     first.feed(a)
     second.feed(b)
-    alone = CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(a + b[:1])
+    alone = np.array(CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(a + b[:1]))
     assert close(first.feed(b[:1]), alone, SAME)  # fed again from its ids: the context held `second`
 
 
@@ -184,7 +184,7 @@ def test_the_reading_in_a_row_beside_the_cache_reads_as_from_nothing_and_leaves_
     assert (beside.lines, beside.spread, beside.runners_up) == (alone.lines, alone.spread, alone.runners_up)
     assert [p[3] for p in beside.expected] == pytest.approx([p[3] for p in alone.expected], abs=SAME)
     assert lm.ids == prompt and lm.cache.length == len(prompt) and lm.reuse(prompt + prompt[:2]) == len(prompt)
-    fresh = CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(prompt + prompt[:1])
+    fresh = np.array(CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(prompt + prompt[:1]))
     assert close(lm.feed(prompt[:1]), fresh, SAME)  # the cache's positions are the prompt's, not the reading's
     lm.reset()
 
@@ -194,11 +194,24 @@ def test_a_long_feed_is_split_into_batches_and_keeps_its_last_rows(llama_tiny):
 
     ids = (TOK.encode("for i in range(10):\n    print(i, fib(i))\n") * 80)[: llamacpp.N_BATCH + 100]
     lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
-    rows = lm.feed(ids, keep=llamacpp.MAX_OUTPUTS + 30)
+    rows = np.array(lm.feed(ids, keep=llamacpp.MAX_OUTPUTS + 30))
     assert rows.shape[0] == llamacpp.MAX_OUTPUTS + 30 and lm.cache.length == len(ids)
     again = CachedLM(llama_tiny.model, new_cache(llama_tiny))
     again.feed(ids[:-1])
     assert close(again.feed(ids[-1:]), rows[-1:], 1e-3)
+
+
+def test_a_forwards_logits_share_one_buffer_the_next_forward_reuses(llama_tiny):
+    """The decode loop reads a forward's rows before the next forward, so the backend copies llama.cpp's
+    logits into one buffer it keeps (no fresh pages a forward); rows kept longer are copied by the reader."""
+    ids = TOK.encode("def f(x):\n    return x + 1\n" * 4)
+    lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    first = lm.feed(ids[:10], keep=10)
+    held = np.array(first)
+    second = lm.feed(ids[10:20], keep=10)
+    assert np.shares_memory(first, second) and not close(first, held, SAME)  # overwritten by the next forward
+    again = CachedLM(llama_tiny.model, new_cache(llama_tiny))
+    assert close(again.feed(ids[:10], keep=10), held, SAME)
 
 
 def test_the_prefix_store_gives_back_what_a_fresh_feed_computes(llama_tiny, tmp_path):
@@ -210,7 +223,7 @@ def test_the_prefix_store_gives_back_what_a_fresh_feed_computes(llama_tiny, tmp_
     assert len(list((tmp_path / "prefixes").glob("*.kv"))) == 1
     loaded = CachedLM(llama_tiny.model, new_cache(llama_tiny))
     assert store.load(loaded, identity, ids) and loaded.ids == ids and llama_tiny.model.positions() == len(ids)
-    fresh = CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(ids + TOK.encode("    return"), keep=2)
+    fresh = np.array(CachedLM(llama_tiny.model, new_cache(llama_tiny)).feed(ids + TOK.encode("    return"), keep=2))
     assert close(loaded.feed(TOK.encode("    return"), keep=2), fresh, SAME)
     assert not store.load(loaded, identity, ids[:-1])  # another prefix: not there
     assert "llama" in identity and model_identity(llama_tiny) != identity.replace("llama", "torch")

@@ -47,9 +47,9 @@ def test_rows_are_sequences_fed_together_and_equal_separate_feeds(llama_tiny):
     lm.feed(prompt)
     lm.fork(3)
     assert [row.seq for row, _ in lm.rows] == [1, 2]
-    batched = lm.feed_rows([0, 1, 2], feeds, keeps)
+    batched = [np.array(r) for r in lm.feed_rows([0, 1, 2], feeds, keeps)]  # copies: later forwards reuse the buffer
     lm.crop_row(2, 2)
-    after_crop = lm.feed_rows([2], [TOK.encode("z")], [1])[0]
+    after_crop = np.array(lm.feed_rows([2], [TOK.encode("z")], [1])[0])
     lm.fork(1)
     assert not lm.rows and not llama_tiny.model.rows and lm.ids == prompt + feeds[0]
     for feed, keep, got in zip(feeds, keeps, batched):
@@ -70,7 +70,7 @@ def test_many_rows_with_long_feeds_split_into_calls_and_keep_their_rows(llama_ti
     lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
     lm.feed(prompt)
     lm.fork(4)
-    batched = lm.feed_rows([0, 1, 2, 3], feeds, keeps)
+    batched = [np.array(r) for r in lm.feed_rows([0, 1, 2, 3], feeds, keeps)]
     lm.fork(1)
     for feed, got in zip(feeds, batched):
         alone = CachedLM(llama_tiny.model, new_cache(llama_tiny))

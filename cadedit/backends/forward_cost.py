@@ -27,7 +27,7 @@ from cadedit.backends.prefix_store import model_identity
 WIDTHS = (1, 4, 16, 64, 256)
 REPS = (7, 5, 3, 2, 1)
 PREFIX = 128
-MEASURE = "forward-costs-1"  # in the cache key: a change to how it is measured measures again
+MEASURE = "forward-costs-2"  # in the cache key: a change to how it is measured measures again
 
 # The acceptance a decode starts with, as (drafted tokens kept, drafts that missed): about a run of
 # 32 tokens a miss, what a retype's first drafts meet. Each draft's outcome is added after the

@@ -71,7 +71,8 @@ class LM(Protocol):
 
 
 class Logits(Protocol):
-    """The logits of a forward's kept positions: logits[i] is position i's float32 row ([V])."""
+    """The logits of a forward's kept positions: logits[i] is position i's float32 row ([V]). They may
+    live in a buffer the model reuses: read them before the next forward, or copy what is kept longer."""
 
     def __len__(self) -> int: ...
     def __getitem__(self, i: int) -> np.ndarray: ...

@@ -3,7 +3,8 @@
 Contract: LlamaModel(path, threads) loads a GGUF through llama-cpp-python's C API (memory-mapped: no
 conversion, no second copy of the weights) and behaves as cadedit.backends.torch.qwen2.Qwen2 does for
 cadedit.backends.model.CachedLM: model(ids, cache, keep) feeds ids after the cache's positions and returns
-the logits of the last `keep` of them ([keep, vocab], a float32 numpy array), new_cache() gives an empty cache,
+the logits of the last `keep` of them ([keep, vocab], a float32 numpy array, valid until the model's next
+forward: the decode loop reads each forward's rows before it makes the next), new_cache() gives an empty cache,
 and the cache crops (llama_memory_seq_rm) and exports/restores a prefix (llama_state_seq_*) for the
 on-disk prefix store. So the decode loop, every mode, grammar masks, forced literals, splices and
 drafts are the same code on both backends. The tokenizer is the GGUF's own (cadedit.backends.llama.gguf_file).
@@ -43,6 +44,9 @@ MAX_OUTPUTS = 64  # logits rows one llama_decode call of one sequence returns at
 # try's branches at the reading's tokens (settings.READ_BRANCHES) beside the most --candidates asks.
 MAX_ROWS = MAX_CANDIDATES + READ_BRANCHES
 ROW_OUTPUTS = 128  # logits rows one llama_decode call of several sequences returns at most
+# A forward's logits are copied out of llama.cpp into one buffer the model keeps and reuses, grown to the
+# most rows a forward has kept (151,936 floats a row for Qwen): a fresh array per forward would be
+# tens of megabytes of new pages each time, which the kernel faults in one by one.
 
 _FILE_TYPES = {
     0: "F32",
@@ -261,6 +265,7 @@ class LlamaModel:
         self.repack = repack
         self.current: LlamaCache | None = None  # the cache whose positions the context holds
         self.rows: list[LlamaCache] = []  # rows copied from the current cache (other sequence ids)
+        self._out = np.empty((0, self.n_vocab), np.float32)  # the kept logits of the last forward
 
     def __del__(self):
         lib = getattr(self, "lib", None)
@@ -357,19 +362,22 @@ class LlamaModel:
             for i, token in enumerate(tokens)
         ]
         most = MAX_OUTPUTS if len(feeds) == 1 else ROW_OUTPUTS
-        rows: list[list[np.ndarray]] = [[] for _ in feeds]
+        out = self._outputs(sum(item[4] for item in items))
+        at = 0
         for chunk in _chunks(items, most):
-            logits, at = self._decode_batch(chunk), 0
-            for k, group in itertools.groupby(item[3] for item in chunk if item[4]):  # a feed's rows are contiguous
-                n = len(list(group))
-                rows[k].append(logits[at : at + n])
-                at += n
-        return [
-            r[0] if len(r) == 1 else np.concatenate(r) if r else np.empty((0, self.n_vocab), np.float32) for r in rows
-        ]
+            at += self._decode_batch(chunk, out[at:])
+        bounds = list(itertools.accumulate((min(keep, len(tokens)) for tokens, _, _, keep in feeds), initial=0))
+        return [out[a:b] for a, b in zip(bounds, bounds[1:])]  # a feed's kept rows are contiguous, in order
 
-    def _decode_batch(self, chunk: list[tuple[int, int, int, int, bool]]) -> np.ndarray:
-        """One llama_decode call: (token, position, sequence, feed, wanted) each; the wanted rows' logits."""
+    def _outputs(self, n: int) -> np.ndarray:
+        """The first n rows of the model's logits buffer, grown if it is short (its pages then stay mapped)."""
+        if n > len(self._out):
+            self._out = np.zeros((n, self.n_vocab), np.float32)
+        return self._out[:n]
+
+    def _decode_batch(self, chunk: list[tuple[int, int, int, int, bool]], out: np.ndarray) -> int:
+        """One llama_decode call: (token, position, sequence, feed, wanted) each; the wanted rows' logits
+        go to the first rows of `out`; how many they are."""
         batch = self._batch
         outputs = 0
         for i, (token, pos, seq, _, wanted) in enumerate(chunk):
@@ -386,10 +394,10 @@ class LlamaModel:
                 f"llama.cpp could not run a forward of {len(chunk)} tokens (llama_decode returned {status})",
                 hint="free some memory, or use --backend torch",
             )
-        if not outputs:
-            return np.empty((0, self.n_vocab), np.float32)
-        pointer = self.lib.llama_get_logits(self._ctx)
-        return np.ctypeslib.as_array(pointer, shape=(outputs, self.n_vocab)).copy()
+        if outputs:
+            pointer = self.lib.llama_get_logits(self._ctx)
+            np.copyto(out[:outputs], np.ctypeslib.as_array(pointer, shape=(outputs, self.n_vocab)))
+        return outputs
 
 
 def _chunks(items: list, most: int):
