@@ -39,7 +39,7 @@ EXTRA = "llama"  # pyproject's optional-dependencies entry
 BUILD_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 N_BATCH = 512  # tokens per llama_decode call; a longer feed is split
 N_CTX = 16384  # the context llama.cpp allocates (KV cache); at most the model's trained context
-MAX_OUTPUTS = 64  # logits rows one llama_decode call of one sequence returns at most (a buffer of this x vocab)
+MAX_OUTPUTS = 256  # logits rows one llama_decode call of one sequence returns at most (a buffer of this x vocab)
 # Sequences the context holds: candidates decoded side by side (cadedit.decode.loop.decode_rows), a later
 # try's branches at the reading's tokens (settings.READ_BRANCHES) beside the most --candidates asks.
 MAX_ROWS = MAX_CANDIDATES + READ_BRANCHES
