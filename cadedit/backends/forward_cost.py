@@ -92,8 +92,9 @@ def measure_curve(lm, vocab: int, room: int, clock: Callable[[], float] = time.p
     filler = [(1000 + t) % vocab for t in range(PREFIX + widths[-1][0])]
     lm.feed(filler[:PREFIX])
     try:
-        lm.feed(filler[PREFIX : PREFIX + 4], keep=4)  # a first forward after the prefix pays one-off costs
-        lm.crop(4)
+        widest = widths[-1][0]
+        lm.feed(filler[PREFIX : PREFIX + widest], keep=widest)  # one-off costs: buffers sized for the widest
+        lm.crop(widest)
         seconds = {}
         for k, reps in widths:
             best = math.inf
