@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from cadedit.bench.multiline import CORPUS, gold_text, judge, load_cases
+from cadedit.bench.multiline import CORPUS, Rates, floor_seconds, gold_text, judge, load_cases
 from cadedit.decode.loop import script_sampler
 from cadedit.text.document import Document
 from cadedit.backends.model import encode, token_bytes
@@ -110,6 +110,10 @@ def test_bench_multiline_reports_forwards_floor_and_whether_each_answer_did_what
     assert (hints["id"], hints["ok"], hints["why"]) == ("hints", False, "no answer passed cadedit's checks")
     assert data["summary"]["tune"]["ok"] == 1 and data["summary"]["heldout"]["ok"] == 0
     assert data["prefill_ms_per_token"] > 0 and data["step_ms"] > 0
+    # The floor's prefill at each length: longer ones cost more, and a case's floor is read off it.
+    lengths, seconds = zip(*data["prefill_seconds"])
+    assert lengths[0] == 256 and list(lengths) == sorted(lengths) and list(seconds) == sorted(seconds)
+    assert 0 < rename["floor_flat"] and "tune: wall / flat-rate floor (every prefilled token" in result.stdout
     # What a k-token forward costs: measured once before the cases (and said), kept with the results.
     assert [k for k, _ in data["forward_costs"]] == [1, 4, 16, 64, 256]
     assert "measuring what a forward of 1 to 256 tokens costs" in result.stderr
@@ -197,3 +201,15 @@ def test_llama_lookup_needs_a_gguf(tmp_path, tiny_dir, corpus, fake_llama):
     result = invoke(["bench", "multiline", "--model", str(tiny_dir), "--corpus", str(corpus), "--llama-lookup"])
     assert result.exit_code == 2
     assert "--llama-lookup runs the model's GGUF" in result.output
+
+
+def test_the_floor_prefills_the_prompt_and_copies_at_their_own_length():
+    """A long prompt's tokens cost more each than a short one's (attention over what came before): the
+    floor reads the prefill's seconds at the case's length, the flat floor charges the first feed's rate."""
+    rates = Rates(((256, 1.0), (512, 2.5)), step_ms=100.0)
+    assert rates.prefill_ms == pytest.approx(1000 / 256)
+    assert [rates.prefill_seconds(n) for n in (128, 384, 768)] == pytest.approx([0.5, 1.75, 4.0])
+    # 300 prompt tokens, 100 new of which 10 changed: 390 prefilled, 10 steps of 0.1 s
+    assert floor_seconds(300, 100, 10, rates) == pytest.approx(rates.prefill_seconds(390) + 1.0)
+    assert floor_seconds(300, 100, 10, rates, flat=True) == pytest.approx(390 / 256 + 1.0)
+    assert floor_seconds(300, 5, 10, rates) == pytest.approx(rates.prefill_seconds(300) + 0.5)  # at most the new

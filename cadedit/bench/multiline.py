@@ -5,8 +5,11 @@ files/; its README says how a case is judged) as `cadedit fix` runs it -- scope 
 instruction, verify mode, one candidate, `--tries` tries -- and reports per case: forward passes,
 new tokens, changed tokens and lines (the answer against the file, token by token), the forward
 bound (changed tokens + 3 per changed line + 5), the token-level floor (the prompt tokens fed and
-the copied tokens at the prefill rate, each changed token one step; both rates measured once on the
-loaded model, as bench e2e's floor is), wall seconds, and whether the answer does what was asked.
+the copied tokens as one prefill of that many tokens, each changed token one step; both measured once
+on the loaded model: a prefill's seconds at each length up to PREFILL_SPAN, since its attention makes
+a token deeper in a long prompt dearer, and a step's median), wall seconds, and whether the answer
+does what was asked. floor_flat (the prefill's rate over its first FLOOR_SPAN tokens for every token,
+bench e2e's floor) is kept beside it.
 Summaries per part of the corpus (`tune`, `heldout`): the median of wall / floor, the cases within
 the forward bound, the cases done as asked.
 """
@@ -19,6 +22,7 @@ import json
 import re
 import statistics
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
@@ -51,7 +55,8 @@ CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "multiline"
 SPLITS = ("tune", "heldout")
 PER_LINE = 3  # forwards a changed line may cost beyond its changed tokens (the issue's bound)
 SLACK = 5  # and the edit as a whole (the prompt's forward, the first drafts, the closing fence)
-FLOOR_SPAN = 256  # tokens fed at once to measure the prefill rate
+FLOOR_SPAN = 256  # tokens a feed of the prefill's measurement: its rate over the first is the flat floor's
+PREFILL_SPAN = 4096  # the prefill measured up to this many tokens (past it, along its last feed's rate)
 FLOOR_STEPS = 8  # one-token steps measured after it (their median)
 
 
@@ -150,37 +155,66 @@ def changes(tokenizer, before: str, after: str) -> tuple[int, int]:
 # -- the floor -----------------------------------------------------------------------------------
 
 
-def measure_rates(loaded) -> tuple[float, float]:
-    """(prefill ms per token over FLOOR_SPAN tokens, one-token step ms: the median of FLOOR_STEPS),
-    on a fresh cache of the loaded model, whatever its backend."""
+@dataclass(frozen=True)
+class Rates:
+    """What the floor counts: a prefill's seconds from an empty cache at each measured length
+    ((tokens, seconds), ...), and a one-token step's milliseconds."""
 
-    ids = (encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 64) * 2)[:FLOOR_SPAN]
+    prefill: tuple[tuple[int, float], ...]
+    step_ms: float
+
+    @property
+    def prefill_ms(self) -> float:
+        """The flat rate: ms a token over the first feed."""
+        n, seconds = self.prefill[0]
+        return 1000 * seconds / n
+
+    def prefill_seconds(self, n: int) -> float:
+        """A prefill of n tokens: linear between measured lengths, past the last along the last feed."""
+        points = ((0, 0.0), *self.prefill)
+        for (n0, s0), (n1, s1) in zip(points, points[1:]):
+            if n <= n1:
+                return s0 + (s1 - s0) * (n - n0) / (n1 - n0)
+        (n0, s0), (n1, s1) = points[-2:]
+        return s1 + (s1 - s0) * (n - n1) / (n1 - n0)
+
+
+def measure_rates(loaded) -> Rates:
+    """A prefill from an empty cache fed FLOOR_SPAN tokens at a time up to PREFILL_SPAN (or the
+    model's context), its seconds after each feed; then the median of FLOOR_STEPS one-token steps."""
+
+    span = min(PREFILL_SPAN, loaded.context_limit - FLOOR_STEPS) // FLOOR_SPAN * FLOOR_SPAN
+    ids = (encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 64) * (span // 512 + 2))[:span]
     lm = CachedLM(loaded.model, new_cache(loaded))
     lm.feed(ids[:16])  # a first forward's one-off costs stay out of the rates
     lm.crop(16)
-    start = time.perf_counter()
-    lm.feed(ids)
-    prefill = (time.perf_counter() - start) * 1000 / len(ids)
+    prefill, seconds = [], 0.0
+    for at in range(0, span, FLOOR_SPAN):
+        start = time.perf_counter()
+        lm.feed(ids[at : at + FLOOR_SPAN])
+        seconds += time.perf_counter() - start
+        prefill.append((at + FLOOR_SPAN, seconds))
     steps = []
     for k in range(FLOOR_STEPS):
         start = time.perf_counter()
         lm.feed([ids[k]])
         steps.append((time.perf_counter() - start) * 1000)
-    return prefill, statistics.median(steps)
+    return Rates(tuple(prefill), statistics.median(steps))
 
 
-def floor_seconds(prompt: int, new: int, changed: int, prefill_ms: float, step_ms: float) -> float:
-    """The prompt fed and the copied tokens at the prefill rate, every changed token one step."""
+def floor_seconds(prompt: int, new: int, changed: int, rates: Rates, flat: bool = False) -> float:
+    """The prompt fed and the copied tokens as one prefill, every changed token one step (flat: every
+    prefilled token at the rate of a short prefill)."""
     changed = min(changed, new)
-    return ((prompt + new - changed) * prefill_ms + changed * step_ms) / 1000
+    fed = prompt + new - changed
+    prefill = fed * rates.prefill_ms / 1000 if flat else rates.prefill_seconds(fed)
+    return prefill + changed * rates.step_ms / 1000
 
 
 # -- one case ------------------------------------------------------------------------------------
 
 
-def run_case(
-    loaded, case: dict, tries: int, rates: tuple[float, float], picks: Any = None, choose_points: Any = None
-) -> dict:
+def run_case(loaded, case: dict, tries: int, rates: Rates, picks: Any = None, choose_points: Any = None) -> dict:
     """One case edited as `cadedit fix FILE INSTRUCTION --candidates 1 --tries TRIES` edits it: its row.
     picks: tries.edit_verified's (tests script the answer with it); choose_points: pipeline.LocalEditor's."""
 
@@ -213,7 +247,8 @@ def run_case(
     new = sum(s.tokens_new for s in stats)
     prompt = sum(s.tokens_prompt for s in stats)
     tokens, lines = changes(loaded.tokenizer, case["before"], after)
-    floor = floor_seconds(prompt, new, tokens * max(len(stats), 1), *rates)
+    floor = sum(floor_seconds(st.tokens_prompt, st.tokens_new, tokens, rates) for st in stats)
+    flat = sum(floor_seconds(st.tokens_prompt, st.tokens_new, tokens, rates, flat=True) for st in stats)
     ok, why = judge(case, answer.result.new_text if answer else None)
     return {
         **row,
@@ -231,6 +266,7 @@ def run_case(
         "forward_bound": tokens + PER_LINE * lines + SLACK,
         "floor": floor,
         "over_floor": wall / floor if floor else None,
+        "floor_flat": flat,
         "seconds_decode": sum(s.seconds_total for s in stats),
     }
 
@@ -303,6 +339,7 @@ def summarize(rows: list[dict]) -> dict:
         if not part:
             continue
         ratios = [r["over_floor"] for r in part if r.get("over_floor")]
+        flat = [r["wall"] / r["floor_flat"] for r in part if r.get("floor_flat")]
         summary[split] = {
             "n": len(part),
             "ok": sum(r["ok"] for r in part),
@@ -311,6 +348,7 @@ def summarize(rows: list[dict]) -> dict:
             "tokens_new": sum(r.get("tokens_new", 0) for r in part),
             "median_over_floor": statistics.median(ratios) if ratios else None,
             "most_over_floor": max(ratios) if ratios else None,
+            "median_over_floor_flat": statistics.median(flat) if flat else None,
             "wall_total": sum(r["wall"] for r in part),
         }
         speedups = [r["llama_wall"] / r["wall"] for r in part if "llama_wall" in r and r.get("wall")]
@@ -379,8 +417,9 @@ def multiline(
         "corpus": str(corpus),
         "split": split,
         "tries": max_tries,
-        "prefill_ms_per_token": rates[0],
-        "step_ms": rates[1],
+        "prefill_ms_per_token": rates.prefill_ms,
+        "prefill_seconds": [list(point) for point in rates.prefill],
+        "step_ms": rates.step_ms,
         "forward_costs": curve.to_json(),
     }
     peer = _lookup_peer(loaded, cases) if llama_lookup else None
@@ -417,6 +456,11 @@ def multiline(
                 else ""
             )
         )
+        if summary["median_over_floor_flat"]:
+            out.print(
+                f"{part}: wall / flat-rate floor (every prefilled token at a short prefill's rate) median "
+                f"{summary['median_over_floor_flat']:.2f}"
+            )
 
 
 def _lookup_peer(loaded, cases: list[dict]):
