@@ -202,6 +202,8 @@ def test_a_long_feed_is_split_into_batches_and_keeps_its_last_rows(llama_tiny):
 
 
 def test_a_forwards_logits_share_one_buffer_the_next_forward_reuses(llama_tiny):
+    from cadedit.backends.llama import llamacpp
+
     """The decode loop reads a forward's rows before the next forward, so the backend copies llama.cpp's
     logits into one buffer it keeps (no fresh pages a forward); rows kept longer are copied by the reader."""
     ids = TOK.encode("def f(x):\n    return x + 1\n" * 4)
@@ -212,6 +214,10 @@ def test_a_forwards_logits_share_one_buffer_the_next_forward_reuses(llama_tiny):
     assert np.shares_memory(first, second) and not close(first, held, SAME)  # overwritten by the next forward
     again = CachedLM(llama_tiny.model, new_cache(llama_tiny))
     assert close(again.feed(ids[:10], keep=10), held, SAME)
+    # a forward that keeps more rows than a verify forward's gets an array of its own; the buffer stays
+    many = (ids * 20)[: llamacpp.KEPT_ROWS + 1]
+    wide = again.feed(many, keep=len(many))
+    assert wide.shape[0] == len(many) and not np.shares_memory(wide, lm.feed(ids[30:31]))
 
 
 def test_the_prefix_store_gives_back_what_a_fresh_feed_computes(llama_tiny, tmp_path):

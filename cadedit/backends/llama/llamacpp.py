@@ -45,8 +45,10 @@ MAX_OUTPUTS = 256  # logits rows one llama_decode call of one sequence returns a
 MAX_ROWS = MAX_CANDIDATES + READ_BRANCHES
 ROW_OUTPUTS = 128  # logits rows one llama_decode call of several sequences returns at most
 # A forward's logits are copied out of llama.cpp into one buffer the model keeps and reuses, grown to the
-# most rows a forward has kept (151,936 floats a row for Qwen): a fresh array per forward would be
-# tens of megabytes of new pages each time, which the kernel faults in one by one.
+# most rows a forward has kept up to KEPT_ROWS (151,936 floats a row for Qwen: 156 MB at most): a fresh
+# array per forward would be tens of megabytes of new pages each time, which the kernel faults in one
+# by one. A forward that keeps more (several candidates' drafts together) gets a fresh array.
+KEPT_ROWS = MAX_OUTPUTS + 1  # a verify forward's draft and its pending token
 
 _FILE_TYPES = {
     0: "F32",
@@ -370,10 +372,14 @@ class LlamaModel:
         return [out[a:b] for a, b in zip(bounds, bounds[1:])]  # a feed's kept rows are contiguous, in order
 
     def _outputs(self, n: int) -> np.ndarray:
-        """The first n rows of the model's logits buffer, grown if it is short (its pages then stay mapped)."""
-        if n > len(self._out):
-            self._out = np.zeros((n, self.n_vocab), np.float32)
-        return self._out[:n]
+        """The first n rows of the model's logits buffer, grown if it is short (its pages then stay mapped);
+        past KEPT_ROWS, an array of this forward's own."""
+        if n <= len(self._out):
+            return self._out[:n]
+        fresh = np.zeros((n, self.n_vocab), np.float32)
+        if n <= KEPT_ROWS:
+            self._out = fresh
+        return fresh
 
     def _decode_batch(self, chunk: list[tuple[int, int, int, int, bool]], out: np.ndarray) -> int:
         """One llama_decode call: (token, position, sequence, feed, wanted) each; the wanted rows' logits
