@@ -291,6 +291,13 @@ def test_bench_engine_through_the_cli(tmp_path, tiny_engine, tiny_gguf):
     assert [(r["where"], r["clients"]) for r in data["runs"]] == [("engine", 1), ("engine", 2), ("local", 1)]
     assert all(r["edits"] == 2 and r["errors"] == 0 for r in data["runs"][:2]), data["runs"]
     assert "local llama, one at a time: 2 edits" in done.stdout
+    # each engine run's files against the local run's, byte for byte, task by task
+    local = {row["id"]: row["sha256"] for row in data["runs"][2]["rows"]}
+    for run in data["runs"][:2]:
+        assert all(len(row["sha256"]) == 64 for row in run["rows"])
+        same = sum(row["sha256"] == local[row["id"]] for row in run["rows"])
+        assert run["same_as_local"] == same
+        assert f"{same}/2 edited files byte-identical to the local run's" in done.stdout
 
 
 def test_bench_engine_local_only_needs_no_engine_and_starts_each_edit_cold(tmp_path, editing_gguf):

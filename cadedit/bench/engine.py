@@ -8,12 +8,14 @@ INSTRUCTION --write --json`, as fresh processes: N at once against the engine fo
 `--backend`), as a team without an engine would. Per run: throughput (edits per minute of wall),
 p50/p95 latency of an edit (process start to exit), exact matches with the original file, the engine's
 tokens per edit (prompt, of them served from its prompt cache, completion) and its speculative drafts
-accepted. The engine's own settings (batching, speculation, threads) are the engine's: state them
+accepted; with the local runs, how many of each engine run's edited files are byte-identical to the
+local run's (each row keeps its file's SHA-256). The engine's own settings (batching, speculation, threads) are the engine's: state them
 beside the figures. Imports no torch (the local runs are processes too).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import statistics
@@ -75,6 +77,7 @@ def run_one(task: dict, folder: Path, args: list[str]) -> dict:
         "seconds": wall,
         "exit": done.returncode,
         "exact": lf.score(task, target.read_text(encoding="utf-8"))["exact"],
+        "sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
     }
     try:
         data = json.loads(done.stdout)
@@ -192,8 +195,22 @@ def engine(
             summary = run_batch(tasks, Path(tmp) / "local", args + (["--threads", str(threads)] if threads else []), 1)
             results["runs"].append({"where": "local", **summary})
             _report(f"local {backend}, one at a time", summary)
+            _compare(results["runs"], summary)
     if json_path is not None:
         json_path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+
+
+def _compare(runs: list[dict], local: dict) -> None:
+    """Each engine run's edited files byte for byte against the local run's, task by task."""
+    theirs = {row["id"]: row["sha256"] for row in local["rows"]}
+    for run in runs:
+        if run["where"] != "engine":
+            continue
+        run["same_as_local"] = sum(row["sha256"] == theirs.get(row["id"]) for row in run["rows"])
+        typer.echo(
+            f"engine, {run['clients']} client{'s' * (run['clients'] != 1)}: {run['same_as_local']}/{run['edits']} "
+            "edited files byte-identical to the local run's"
+        )
 
 
 def _report(label: str, s: dict) -> None:
