@@ -183,7 +183,7 @@ def measure_rates(loaded) -> Rates:
     """A prefill from an empty cache fed FLOOR_SPAN tokens at a time up to PREFILL_SPAN (or the
     model's context), its seconds after each feed; then the median of FLOOR_STEPS one-token steps."""
 
-    span = min(PREFILL_SPAN, loaded.context_limit - FLOOR_STEPS) // FLOOR_SPAN * FLOOR_SPAN
+    span = max(FLOOR_SPAN, min(PREFILL_SPAN, loaded.context_limit - FLOOR_STEPS) // FLOOR_SPAN * FLOOR_SPAN)
     ids = (encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 64) * (span // 512 + 2))[:span]
     lm = CachedLM(loaded.model, new_cache(loaded))
     lm.feed(ids[:16])  # a first forward's one-off costs stay out of the rates
