@@ -9,8 +9,9 @@ INSTRUCTION --write --json`, as fresh processes: N at once against the engine fo
 p50/p95 latency of an edit (process start to exit), exact matches with the original file, the engine's
 tokens per edit (prompt, of them served from its prompt cache, completion) and its speculative drafts
 accepted; with the local runs, how many of each engine run's edited files are byte-identical to the
-local run's (each row keeps its file's SHA-256). The engine's own settings (batching, speculation, threads) are the engine's: state them
-beside the figures. Imports no torch (the local runs are processes too).
+local run's (each row keeps its file's SHA-256). The engine's own settings (batching, speculation,
+threads) are the engine's: state them beside the figures. Imports no torch (the local runs are
+processes too).
 """
 
 from __future__ import annotations
