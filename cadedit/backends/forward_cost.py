@@ -39,6 +39,18 @@ DECAY = 0.7
 CHOICES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 
+def interpolate(points: tuple[tuple[int, float], ...], x: float) -> float:
+    """y at x on measured (x, y) points, x rising: the first y below the first point, linear between
+    points, past the last along the last two (never falling)."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    (x0, y0), (x1, y1) = points[-2:] if len(points) > 1 else (points[0], (points[0][0] + 1, points[0][1]))
+    return y1 + max(0.0, (y1 - y0) / (x1 - x0)) * (x - x1)
+
+
 @dataclass(frozen=True)
 class CostCurve:
     """c(k) at measured widths: ((k, seconds of a k-token forward / seconds of a one-token one), ...)."""
@@ -47,14 +59,7 @@ class CostCurve:
 
     def cost(self, k: int) -> float:
         """c(k), in one-token steps: linear between measured widths, past the last along the last two."""
-        points = self.points
-        if k <= points[0][0]:
-            return points[0][1]
-        for (k0, c0), (k1, c1) in zip(points, points[1:]):
-            if k <= k1:
-                return c0 + (c1 - c0) * (k - k0) / (k1 - k0)
-        (k0, c0), (k1, c1) = points[-2:] if len(points) > 1 else (points[0], (points[0][0] + 1, points[0][1]))
-        return c1 + max(0.0, (c1 - c0) / (k1 - k0)) * (k - k1)
+        return interpolate(self.points, k)
 
     def best_draft(self, p: float, most: int) -> int:
         """The draft length (at most `most`, one of CHOICES) with the most tokens a forward yields per

@@ -40,7 +40,7 @@ from cadedit.cli.common import say, scripted
 from cadedit.text.document import Document
 from cadedit.options import EditOptions, Mode
 from cadedit.backends import hardware
-from cadedit.backends.forward_cost import forward_costs
+from cadedit.backends.forward_cost import forward_costs, interpolate
 from cadedit.backends.model import CachedLM, encode, new_cache
 from cadedit.bench.peers import LOOKUP_TOKENS
 from cadedit.bench.peers import load_peers
@@ -171,12 +171,7 @@ class Rates:
 
     def prefill_seconds(self, n: int) -> float:
         """A prefill of n tokens: linear between measured lengths, past the last along the last feed."""
-        points = ((0, 0.0), *self.prefill)
-        for (n0, s0), (n1, s1) in zip(points, points[1:]):
-            if n <= n1:
-                return s0 + (s1 - s0) * (n - n0) / (n1 - n0)
-        (n0, s0), (n1, s1) = points[-2:]
-        return s1 + (s1 - s0) * (n - n1) / (n1 - n0)
+        return interpolate(((0, 0.0), *self.prefill), n)
 
 
 def measure_rates(loaded) -> Rates:
