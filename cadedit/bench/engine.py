@@ -72,13 +72,14 @@ def run_one(task: dict, folder: Path, args: list[str]) -> dict:
         env={**os.environ, "CADEDIT_SERVER": "0", "CADEDIT_PREFIX_CACHE": "0"},
     )
     wall = time.perf_counter() - start
+    after = target.read_bytes()
     row = {
         "id": task["id"],
         "path": task["path"],
         "seconds": wall,
         "exit": done.returncode,
-        "exact": lf.score(task, target.read_text(encoding="utf-8"))["exact"],
-        "sha256": hashlib.sha256(target.read_bytes()).hexdigest(),
+        "exact": lf.score(task, after.decode("utf-8"))["exact"],
+        "sha256": hashlib.sha256(after).hexdigest(),
     }
     try:
         data = json.loads(done.stdout)
