@@ -29,16 +29,15 @@ run() { # label, bench engine arguments...
   kill "$server"
   wait "$server" 2>/dev/null
 }
-for label in "${@:-files-c1 files-c4 files-c8 files-c16 onefile-c8 onefile-c16}"; do
-  for one in $label; do
-    case $one in
-      files-c1) run files-c1 -n 16 --clients 1 --no-local ;;
-      files-c4) run files-c4 -n 16 --clients 4 --no-local ;;
-      files-c8) run files-c8 -n 16 --clients 8 ;;
-      files-c16) run files-c16 -n 16 --clients 16 --no-local ;;
-      onefile-c8) run onefile-c8 --one-file -n 8 --clients 8 ;;
-      onefile-c16) run onefile-c16 --one-file -n 16 --clients 16 --no-local ;;
-      *) echo "tools/engine_bench.sh: no run named $one" >&2; exit 1 ;;
-    esac
-  done
+[ $# -gt 0 ] || set -- files-c1 files-c4 files-c8 files-c16 onefile-c8 onefile-c16
+for one in "$@"; do
+  case $one in
+    files-c1) run files-c1 -n 16 --clients 1 --no-local ;;
+    files-c4) run files-c4 -n 16 --clients 4 --no-local ;;
+    files-c8) run files-c8 -n 16 --clients 8 ;;
+    files-c16) run files-c16 -n 16 --clients 16 --no-local ;;
+    onefile-c8) run onefile-c8 --one-file -n 8 --clients 8 ;;
+    onefile-c16) run onefile-c16 --one-file -n 16 --clients 16 --no-local ;;
+    *) echo "tools/engine_bench.sh: no run named $one" >&2; exit 1 ;;
+  esac
 done
