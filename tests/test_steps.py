@@ -15,7 +15,8 @@ import torch
 
 import cadedit.backends.hardware as M
 from cadedit.text.document import Document
-from cadedit.backends.llama.gguf_file import FOUR_BIT, decode_four_bit, four_bit_layers
+from cadedit.backends.llama.gguf_file import FOUR_BIT, decode_four_bit, four_bit_layers, four_bit_tensors
+from cadedit.errors import ModelError
 from cadedit.backends.torch.steps import (
     EXACT_TOP,
     StepLinear,
@@ -178,6 +179,30 @@ def test_the_ggufs_4_bit_tensors_are_found_by_layer_name(q4_gguf):
     assert len(layers) == 2 * 7 + 1 and "model.layers.1.mlp.down_proj" in layers and "lm_head" in layers
     q, scale, _ = layers["model.layers.0.self_attn.k_proj"]()
     assert q.shape == (32, 64) and scale.shape == (32, 2)
+
+
+@pytest.mark.parametrize("quant", ["Q4_0", "Q4_1"])
+def test_the_4_bit_tensors_read_from_the_mapped_file_are_what_the_gguf_package_reads(tmp_path, quant):
+    """The tensor infos cadedit reads itself (no gguf package at load) place every 4-bit tensor's
+    blocks where the gguf package's reader finds them."""
+    model = editing_model(Document.from_text(COLORS, "colors.txt")).model
+    path = save_gguf(tmp_path / f"teal-{quant}.gguf", model=model, quant=quant)
+    found, names = four_bit_tensors(path)
+    reader = gguf.GGUFReader(str(path))
+    assert names == {tensor.name for tensor in reader.tensors}
+    four_bit = [t for t in reader.tensors if t.tensor_type.name == quant]
+    assert sorted(found) == sorted(t.name for t in four_bit) and len(found) == 2 * 7 + 1
+    for tensor in four_bit:
+        cols, rows = (int(n) for n in tensor.shape)
+        want = decode_four_bit(np.asarray(tensor.data), quant, rows, cols)
+        assert all(np.array_equal(a, b) for a, b in zip(found[tensor.name](), want))
+
+
+def test_a_gguf_cut_inside_its_4_bit_tensors_is_a_one_line_error(q4_gguf, tmp_path):
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(q4_gguf.read_bytes()[:-1000])
+    with pytest.raises(ModelError, match=r"cut\.gguf: not a whole GGUF file \(tensor '.*' runs past its end\)"):
+        four_bit_tensors(cut)
 
 
 def test_a_4_bit_layer_that_is_not_the_models_own_weight_gets_int8(tmp_path):

@@ -14,6 +14,7 @@ import functools
 import json
 import mmap
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -105,15 +106,31 @@ class _Reader:
         return out
 
 
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where a tensor's data lies in the file: its dimensions as stored (ggml's order: the row length
+    first), its ggml type id, and the file offset its data starts at."""
+
+    name: str
+    dims: tuple[int, ...]
+    kind: int
+    start: int
+
+
 def read_metadata(path: Path) -> dict:
     """The key/value metadata of a GGUF file (not its tensors)."""
-    return tensor_names(path)[0]
+    return tensor_infos(path)[0]
 
 
 def tensor_names(path: Path) -> tuple[dict, list[str]]:
-    """The metadata and the names of the tensors the file holds (their infos follow the metadata). Read
-    once per file version in a process: check_model and the load both need them, and the vocabulary
-    alone is a few hundred ms to read."""
+    """The metadata and the names of the tensors the file holds."""
+    meta, infos = tensor_infos(path)
+    return meta, [info.name for info in infos]
+
+
+def tensor_infos(path: Path) -> tuple[dict, tuple[TensorInfo, ...]]:
+    """The metadata and the tensor infos that follow it. Read once per file version in a process:
+    check_model and the load both need them, and the vocabulary alone is a few hundred ms to read."""
     try:
         st = path.stat()
     except OSError as exc:
@@ -124,7 +141,7 @@ def tensor_names(path: Path) -> tuple[dict, list[str]]:
 
 
 @functools.lru_cache(maxsize=2)
-def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, list[str]]:
+def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, tuple[TensorInfo, ...]]:
     try:
         with open(path, "rb") as f:
             if f.read(4) != MAGIC:
@@ -143,7 +160,7 @@ def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, list[str]]:
                 for _ in range(reader.take("<Q")):
                     key = reader.string()
                     meta[key] = reader.value(reader.take("<I"))
-                return meta, _tensor_names(reader, count)
+                return meta, _tensor_infos(reader, count, meta.get("general.alignment", DEFAULT_ALIGNMENT))
     except OSError as exc:
         raise ModelError(
             f"{path}: cannot read the model file ({exc.strerror or exc})", hint="pass a .gguf model file"
@@ -152,22 +169,30 @@ def _read(path: Path, size: int, mtime_ns: int) -> tuple[dict, list[str]]:
         raise ModelError(f"{path}: not a GGUF file ({exc})", hint="pass a .gguf model file") from None
 
 
-def _tensor_names(reader: _Reader, count: int) -> list[str]:
-    """Each tensor info's name (name, dimensions, type, offset: at least 24 bytes each)."""
+def _tensor_infos(reader: _Reader, count: int, alignment: object) -> tuple[TensorInfo, ...]:
+    """Each tensor info (name, dimensions, type, offset: at least 24 bytes each); the offsets count
+    from the data section, which starts at the next multiple of `alignment` after the infos."""
     if count > (len(reader.data) - reader.at) // 24:
         raise ModelError(
             f"{reader.path}: not a whole GGUF file (it claims {count} tensors)", hint="download the model file again"
         )
-    names = []
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0:
+        raise ModelError(
+            f"{reader.path}: GGUF field general.alignment is {alignment!r}, not a positive integer",
+            hint="download the model file again",
+        )
+    infos = []
     for _ in range(count):
-        names.append(reader.string())
-        dims = reader.take("<I")
-        if dims > 8:  # ggml's tensors have at most 4 dimensions
+        name = reader.string()
+        n = reader.take("<I")
+        if n > 8:  # ggml's tensors have at most 4 dimensions
             raise ModelError(
-                f"{reader.path}: tensor {names[-1]!r} claims {dims} dimensions", hint="download the model file again"
+                f"{reader.path}: tensor {name!r} claims {n} dimensions", hint="download the model file again"
             )
-        reader.at += 8 * dims + 4 + 8  # the sizes, the type, the offset
-    return names
+        dims = tuple(reader.take("<Q") for _ in range(n))
+        infos.append((name, dims, reader.take("<I"), reader.take("<Q")))
+    data = -(-reader.at // alignment) * alignment
+    return tuple(TensorInfo(name, dims, kind, data + offset) for name, dims, kind, offset in infos)
 
 
 def check_model(path: Path) -> None:
@@ -331,25 +356,43 @@ def context_length(path: Path, meta: dict, arch: str) -> int:
 # weights: torch's int4 kernel for one-token steps (cadedit.backends.torch.steps) computes with exactly that, so
 # these pass to it as stored instead of being quantised a second time. Bytes per block, weights.
 FOUR_BIT = {"Q4_0": (18, 32), "Q4_1": (20, 32), "Q4_K": (144, 256)}
+GGML_TYPES = {2: "Q4_0", 3: "Q4_1", 12: "Q4_K"}  # ggml's type ids of the FOUR_BIT formats
+DEFAULT_ALIGNMENT = 32  # of a GGUF's data section, where general.alignment does not say
 
 
 def four_bit_tensors(path: Path) -> tuple[dict, set[str]]:
     """The GGUF's tensors stored in a 4-bit block format (FOUR_BIT), by name, each as a function that
     decodes it: (q uint8 [rows, cols] in 0..15, scale, low float32 [rows, cols // 32]), the weight
-    being q * scale + low; and the names of all its tensors. Decoding on demand keeps one tensor's
-    copy in memory at a time."""
-    import gguf
-
-    found, names = {}, set()
-    for tensor in gguf.GGUFReader(str(path)).tensors:
-        names.add(tensor.name)
-        kind = tensor.tensor_type.name
-        if kind in FOUR_BIT and len(tensor.shape) == 2:
-            cols, rows = (int(n) for n in tensor.shape)
-            found[tensor.name] = lambda data=tensor.data, kind=kind, rows=rows, cols=cols: decode_four_bit(
-                np.asarray(data), kind, rows, cols
+    being q * scale + low; and the names of all its tensors. The file is mapped, not read: decoding
+    on demand keeps one tensor's copy in memory at a time, and a load whose step weights come from
+    the cache reads only the infos (tensor_infos, milliseconds where the gguf package's reader parses
+    every metadata field into objects for seconds)."""
+    _, infos = tensor_infos(path)
+    found: dict = {}
+    file = None
+    for info in infos:
+        kind = GGML_TYPES.get(info.kind)
+        if kind is None or len(info.dims) != 2:
+            continue
+        cols, rows = info.dims
+        size, per = FOUR_BIT[kind]
+        if cols % per:
+            raise ModelError(
+                f"{path}: tensor {info.name!r} has rows of {cols} weights, not whole {kind} blocks",
+                hint="download the model file again",
             )
-    return found, names
+        end = info.start + rows * cols // per * size
+        if file is None:
+            file = np.memmap(path, np.uint8, mode="r")
+        if end > len(file):
+            raise ModelError(
+                f"{path}: not a whole GGUF file (tensor {info.name!r} runs past its end)",
+                hint="download the model file again",
+            )
+        found[info.name] = lambda a=info.start, b=end, kind=kind, rows=rows, cols=cols: decode_four_bit(
+            file[a:b], kind, rows, cols
+        )
+    return found, {info.name for info in infos}
 
 
 # cadedit.backends.torch.qwen2's linear layers (Hugging Face names) and the GGUF tensors llama.cpp's converter
