@@ -45,7 +45,7 @@ from cadedit.bench.options import (
     ThreadsOpt,
     longfile_roots,
 )
-from cadedit.cli.common import context_lines, say, scripted
+from cadedit.cli.common import Scripted, context_lines, say, scripted
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
 from cadedit.settings import DEFAULT_TRIES, WHERE_BY
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
@@ -138,13 +138,12 @@ def run_task(
     tries: int,
     where_by: str = DEFAULT_WHERE_BY,
     tested: bool = False,
-    picks=None,
-    choose_points=None,
+    script: Scripted = Scripted(),
 ) -> dict:
     """One task edited as `cadedit fix` edits it (scope from the instruction unless not `scoped`, the
     where-step (naming the line by `where_by`) when `located`, verify mode, tries with syntax/no-change
-    checks, and when `tested` a test that passes the original file only, as `--test`): its row. picks:
-    tries.edit_verified's (answers a test scripted; cli.common.Scripted); choose_points: pipeline.LocalEditor's."""
+    checks, and when `tested` a test that passes the original file only, as `--test`): its row. script:
+    the answers and branch points a test scripted (cli.common.Scripted)."""
     import tempfile
     import time
     from contextlib import nullcontext
@@ -176,8 +175,8 @@ def run_task(
                 options,
                 plan,
                 Attempts(tries),
-                editor=LocalEditor(loaded, choose_points),
-                picks=picks,
+                editor=LocalEditor(loaded, script.choose_points),
+                picks=script.picks,
             )
     except CadeditError as exc:  # e.g. a file too large for the model: that task fails, the rest go on
         return {
@@ -522,9 +521,7 @@ def longfile(
     done = run_corpora(
         {"tasks": tasks},
         "longfile",
-        lambda _, item: run_task(
-            loaded, *item, around, max_tries, where_by, tested, scripted(ctx).picks, scripted(ctx).choose_points
-        ),
+        lambda _, item: run_task(loaded, *item, around, max_tries, where_by, tested, scripted(ctx)),
         lambda done: {**meta, "summary": _longfile_summary(done["tasks"]), "rows": done["tasks"]},
         json_path,
         lambda row: say(_longfile_line(row)),

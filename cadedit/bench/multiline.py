@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -36,7 +36,7 @@ from cadedit.text.resolve import resolve
 from cadedit.errors import CadeditError, ModelError
 from cadedit.settings import CONTEXT_LINES, DEFAULT_DTYPE
 from cadedit.bench.running import _load_model, _model_meta, out, run_corpora
-from cadedit.cli.common import say, scripted
+from cadedit.cli.common import Scripted, say, scripted
 from cadedit.text.document import Document
 from cadedit.options import EditOptions, Mode
 from cadedit.backends import hardware
@@ -209,9 +209,9 @@ def floor_seconds(prompt: int, new: int, changed: int, rates: Rates, flat: bool 
 # -- one case ------------------------------------------------------------------------------------
 
 
-def run_case(loaded, case: dict, tries: int, rates: Rates, picks: Any = None, choose_points: Any = None) -> dict:
+def run_case(loaded, case: dict, tries: int, rates: Rates, script: Scripted = Scripted()) -> dict:
     """One case edited as `cadedit fix FILE INSTRUCTION --candidates 1 --tries TRIES` edits it: its row.
-    picks: tries.edit_verified's (tests script the answer with it); choose_points: pipeline.LocalEditor's."""
+    script: the answers and branch points a test scripted (cli.common.Scripted)."""
 
     document, options = case_request(loaded, case)
     row = {
@@ -228,8 +228,8 @@ def run_case(loaded, case: dict, tries: int, rates: Rates, picks: Any = None, ch
             options,
             CheckPlan(),
             Attempts(tries, 1),
-            editor=LocalEditor(loaded, choose_points),
-            **({"picks": picks} if picks is not None else {}),
+            editor=LocalEditor(loaded, script.choose_points),
+            **({"picks": script.picks} if script.picks is not None else {}),
         )
     except CadeditError as exc:
         return {**row, "wall": time.perf_counter() - start, "error": exc.message, "ok": False, "why": exc.message}
@@ -425,7 +425,7 @@ def multiline(
         }
 
     def one(_, case: dict) -> dict:
-        row = run_case(loaded, case, max_tries, rates, scripted(ctx).picks, scripted(ctx).choose_points)
+        row = run_case(loaded, case, max_tries, rates, scripted(ctx))
         return {**row, **lookup_row(peer, loaded, case)} if peer is not None else row
 
     done = run_corpora(

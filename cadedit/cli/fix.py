@@ -18,7 +18,7 @@ from cadedit.backends import hardware
 from cadedit.backends import model as backend_model  # a module: tests count the loads of backend_model.load_model
 from cadedit.cli.common import BackendOpt, DtypeOpt, MaxNewOpt, ModelOpt, ThreadsOpt, files_text, server_for
 from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, ScopeContextOpt, context_lines, engine_for, scripted
-from cadedit.cli.common import err, escape_markup, say
+from cadedit.cli.common import Scripted, err, escape_markup, say
 from cadedit.cli.program import WriteOpt, check_patch_path, display_path, write_stdout
 from cadedit.cli.recover import recover_files
 from cadedit.decode.pipeline import LocalEditor
@@ -269,8 +269,7 @@ def fix(
         verbose,
         candidates_by,
         stdin_filename,
-        scripted(ctx).picks,
-        scripted(ctx).choose_points,
+        scripted(ctx),
     )
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1:
@@ -397,10 +396,7 @@ class _Run:
     verbose: bool = False
     candidates_by: str = CANDIDATES_BY  # --candidates-by (settings.CANDIDATE_WAYS)
     stdin_name: str | None = None  # --stdin-filename: the name piped text is edited under
-    picks: object = (
-        None  # tries.edit_verified's picks: answers a test scripted (cli.common.Scripted); None: the model's
-    )
-    choose_points: object = None  # pipeline.LocalEditor's: where a test scripted branches to start; None: the model's
+    scripted: Scripted = Scripted()  # answers and branch points a test scripted; empty: the model's
 
 
 @dataclass(frozen=True)
@@ -469,7 +465,7 @@ def _load(options, run: _Run, once_for: int = 1):
     if quiet:
         return LocalEditor(
             backend_model.load_model(options.model, options.device, options.dtype, options.threads, options.backend),
-            run.choose_points,
+            run.scripted.choose_points,
         )
     with err.status("loading the model ..."):
         loaded = backend_model.load_model(
@@ -484,7 +480,7 @@ def _load(options, run: _Run, once_for: int = 1):
         say(f"  backend: {loaded.backend}, {loaded.backend_reason}")
         say(f"  dtype: {loaded.dtype_reason}")
         say("  load: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in loaded.phases))
-    return LocalEditor(loaded, run.choose_points)
+    return LocalEditor(loaded, run.scripted.choose_points)
 
 
 def _edit_checked(document, instruction: str, options, plan, run: _Run, editor) -> _Outcome:
@@ -509,7 +505,7 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, editor) 
             plan,
             Attempts(run.tries, run.candidates, run.candidates_by),
             editor=editor,
-            picks=run.picks,
+            picks=run.scripted.picks,
             report=Reporters(on_try, progress.update, on_test, on_where),
         )
     loaded = editor.loaded or editor  # the local model's own figures (phases, dtype, first forward), else the client's

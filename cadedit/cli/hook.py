@@ -19,7 +19,7 @@ from cadedit.scope.plan import plan_edit
 from cadedit.text.diff import count_changes, show
 
 from cadedit.cli.common import DtypeOpt, engine_for, EngineOpt, EngineTimeoutOpt, files_text, MaxNewOpt, ModelOpt
-from cadedit.cli.common import err, escape_markup, say, scripted, server_for, ThreadsOpt
+from cadedit.cli.common import err, escape_markup, say, Scripted, scripted, server_for, ThreadsOpt
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
 from cadedit.text.document import Document
@@ -126,8 +126,7 @@ def hook_run(
             max_new_tokens,
             settings,
             remote,
-            scripted(ctx).picks,
-            scripted(ctx).choose_points,
+            scripted(ctx),
         )
         counts = _hook_report(R.run(repository, targets, edit, fix))
     except CadeditError as exc:
@@ -152,12 +151,10 @@ def _hook_editor(
     max_new_tokens,
     settings=None,
     remote=None,
-    picks=None,
-    choose_points=None,
+    script: Scripted = Scripted(),
 ):
     """Load the model once (or use the shared engine `remote`); an edit(document, rule) -> new text that
-    reuses it for every file (picks: tries.edit_verified's, answers a test scripted; choose_points:
-    pipeline.LocalEditor's, where a test scripted branches to start).
+    reuses it for every file (script: the answers and branch points a test scripted, cli.common.Scripted).
 
     Each candidate is checked as `cadedit fix` checks it (syntax, the rule's `test` with the
     candidate in the working tree, restored afterwards); no change is a valid answer here."""
@@ -189,7 +186,7 @@ def _hook_editor(
             exc.hint = (exc.hint or "") + ', or set model = "..." in .cadedit.toml'
             raise
         say(f"cadedit hook: {loaded.name} loaded in {loaded.load_seconds:.1f} s (once for {files_text(n_files)})")
-        editor = LocalEditor(loaded, choose_points)
+        editor = LocalEditor(loaded, script.choose_points)
 
     def edit(document, rule, path: str) -> str:
         on_disk = Document(document.lines, str(root / document.path))  # named as the prompt shows it
@@ -199,7 +196,7 @@ def _hook_editor(
         plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False, target=target)
         scoped, _ = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
         verified = edit_verified(
-            on_disk, rule.instruction, scoped, plan, Attempts(tries, asked), editor=editor, picks=picks
+            on_disk, rule.instruction, scoped, plan, Attempts(tries, asked), editor=editor, picks=script.picks
         )
         if verified.answer is None:
             best = verified.best
