@@ -11,6 +11,7 @@ torch/llama.cpp ratio and the answer auto would give (hardware.TORCH_MARGIN). Me
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -71,8 +72,6 @@ def backends(
 
     Example: cadedit bench backends --model M.gguf --rounds 3 --whole
     """
-    import json
-
     gguf = gguf_path(model or choose_model())
     if gguf is None:
         raise ModelError(f"{model}: the probe compares backends for a GGUF file", hint="pass --model FILE.gguf")

@@ -13,6 +13,7 @@ test (bench/harness.py), which of them pass it (pass@1 against pass@k).
 
 from __future__ import annotations
 
+import os
 import time
 
 from cadedit.decode import pipeline
@@ -165,8 +166,6 @@ def candidates(
 
     Example: cadedit bench candidates -c humanevalfix_python.jsonl --model MODEL --limit 10 -k 4 --json cand.json
     """
-    import os
-
     os.environ["CADEDIT_PREFIX_CACHE"] = "0"  # every decode feeds its whole prompt
     scoped = choice(scoping, "--scoping", {"on": True, "off": False})
     corpora = load_corpora(corpus, limit, context)

@@ -14,12 +14,14 @@ judge is independent of cadedit's checks: it runs the module. No torch here.
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -97,8 +99,6 @@ def run_case(
     timeout: float = 900.0,
 ) -> Outcome:
     """The case through `cadedit fix --write` in a subprocess, judged."""
-    import time
-
     source = folder / case.file
     before = source.read_text()
     with tempfile.TemporaryDirectory(prefix="cadedit-everyday-") as work:
@@ -256,8 +256,6 @@ class _Strip(ast.NodeTransformer):
 
 
 def _plain(tree: ast.Module) -> str:
-    import copy
-
     return ast.dump(_Strip().visit(copy.deepcopy(tree)))
 
 
@@ -341,8 +339,6 @@ def everyday(
 
     Example: cadedit bench everyday --model M.gguf --backend llama --part heldout --json everyday.json
     """
-    import json as json_module
-
     if part not in ("dev", "heldout", "all"):
         raise typer.BadParameter(f"{part!r} is not one of dev, heldout, all", param_hint="--part")
     cases = load_cases(part=part)[:limit]
@@ -358,7 +354,7 @@ def everyday(
         )
         if json_path is not None:
             json_path.write_text(
-                json_module.dumps(
+                json.dumps(
                     {
                         "model": chosen,
                         "backend": backend,

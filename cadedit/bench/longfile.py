@@ -17,8 +17,13 @@ import ast
 import difflib
 import json
 import random
+import shlex
+import sys
+import tempfile
+import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cadedit.text.document import Document
@@ -144,11 +149,6 @@ def run_task(
     where-step (naming the line by `where_by`) when `located`, verify mode, tries with syntax/no-change
     checks, and when `tested` a test that passes the original file only, as `--test`): its row. script:
     the answers and branch points a test scripted (cli.common.Scripted)."""
-    import tempfile
-    import time
-    from contextlib import nullcontext
-    from dataclasses import replace
-
     instruction = task["instruction"] if kind == "explicit" else task["instruction_vague"]
     document = Document.from_text(task["before"], task["path"])
     options = EditOptions(model=loaded.name, mode=Mode.VERIFY, context=around)
@@ -209,9 +209,6 @@ def run_task(
 def oracle_plan(folder: Path, document: Document, fixed: str):
     """Checks with a test that passes exactly the fixed file (byte for byte): the buggy file and the
     fixed one are written into `folder`, and candidates go into the former as `cadedit fix --test` puts them."""
-    import shlex
-    import sys
-
     target, original = folder / Path(document.path).name, folder / "fixed"
     target.write_bytes(document.to_bytes())
     original.write_bytes(fixed.encode("utf-8"))

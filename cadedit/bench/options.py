@@ -8,6 +8,7 @@ beside that command, in the measurement's own module.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -123,8 +124,6 @@ def span_lengths(text: str) -> tuple[int, ...]:
 
 def longfile_roots(packages: str) -> list[str]:
     """The folders of the installed packages (comma-separated names) whose modules are the long files."""
-    import importlib.util
-
     roots = []
     for name in (p.strip() for p in packages.split(",") if p.strip()):
         spec = importlib.util.find_spec(name)

@@ -12,6 +12,7 @@ loaded model after a 1,024-token prefix in fp32, bf16 and bf16 with int8 steps (
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -27,8 +28,6 @@ INSTRUCTIONS = ("Add a docstring to the first function.", "Rename the first func
 
 def run_fix(model: str, file: Path, instruction: str, extra: list[str]) -> dict:
     """One `cadedit fix` process, run in the file's folder (its diff names the file from there)."""
-    import os
-
     start = time.perf_counter()
     done = subprocess.run(
         [
