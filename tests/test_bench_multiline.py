@@ -115,7 +115,7 @@ def test_bench_multiline_reports_forwards_floor_and_whether_each_answer_did_what
     assert lengths[0] == 256 and list(lengths) == sorted(lengths) and list(seconds) == sorted(seconds)
     assert 0 < rename["floor_flat"] and "tune: wall / flat-rate floor (every prefilled token" in result.stdout
     # What a k-token forward costs: measured once before the cases (and said), kept with the results.
-    assert [k for k, _ in data["forward_costs"]] == [1, 4, 16, 64, 256]
+    assert [k for k, _ in data["forward_costs"]] == [1, 2, 4, 16, 64, 256]
     assert "measuring what a forward of 1 to 256 tokens costs" in result.stderr
     assert "tune: 1/1 done as asked, 1/1 within the forward bound" in result.stdout
     assert "heldout: 0/1 done as asked" in result.stdout

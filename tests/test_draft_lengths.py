@@ -36,6 +36,12 @@ def flat(k: int) -> float:
     return 1.0 + max(0, k - 16) / 120
 
 
+def stepped(k: int) -> float:
+    """torch with compact one-token step weights: a one-token step is cheap, any wider forward reads
+    the full weights (two tokens ~2.2 steps), then the width costs little more."""
+    return 1.0 if k == 1 else 2.2 + max(0, k - 2) / 60
+
+
 class ClockLM:
     """A decode.LM on a fake clock: each feed of k ids advances it by cost(k); ids is its cache."""
 
@@ -68,7 +74,7 @@ def test_the_curve_is_what_forwards_of_each_width_cost_relative_to_one_token(cos
 def test_a_small_context_measures_the_widths_that_fit():
     lm = ClockLM(steep)
     curve = measure_curve(lm, vocab=500, room=200, clock=lm.clock)
-    assert [k for k, _ in curve.points] == [1, 4, 16, 64]
+    assert [k for k, _ in curve.points] == [1, 2, 4, 16, 64]
     assert curve.cost(512) > curve.cost(64)  # past the last width: along the last two
 
 
@@ -82,6 +88,19 @@ def test_uncertain_acceptance_drafts_short_on_a_steep_curve_and_long_on_a_flat_o
         assert curve_of(flat).best_draft(p, 256) >= flat_least
     # Everything kept: long drafts on both (a wide forward still yields more per step than a narrow one).
     assert curve_of(steep).best_draft(0.999, 256) >= 64 and curve_of(flat).best_draft(0.999, 256) == 256
+
+
+def test_no_draft_where_even_the_shortest_does_not_pay_for_its_width():
+    # Two tokens cost 2.2 steps: a draft pays only where its tokens are likely kept.
+    assert curve_of(stepped).best_draft(0.4, 256) == 0
+    assert curve_of(stepped).best_draft(0.9, 256) >= 16
+    # Where a two-token forward costs about a step, even an unlikely draft is worth sending.
+    assert curve_of(flat).best_draft(0.4, 256) > 0 and curve_of(steep).best_draft(0.4, 256) > 0
+    lengths = FittedLengths(curve_of(stepped))
+    sizes = [lengths.after(16, 16, 0) for _ in range(12)]  # one draft missed after another
+    assert sizes[-1] == 0 and sizes[0] > 0
+    sizes = [lengths.after(1, 1, 1) for _ in range(4)]  # then the output follows the source again
+    assert sizes[-1] > 0
 
 
 def renamed_every_third_line(lines: list[str]) -> list[str]:
@@ -136,6 +155,38 @@ def test_an_unchanged_answer_drafts_long_even_on_a_steep_curve():
     assert max(drafter.sizes) >= 128
 
 
+class AlwaysDraft(FittedLengths):
+    """Fitted lengths that never choose no draft (a one-token draft at least)."""
+
+    def first(self) -> int:
+        return max(1, super().first())
+
+    def after(self, size: int, drafted: int, kept: int) -> int:
+        return max(1, super().after(size, drafted, kept))
+
+
+def test_new_text_is_written_without_drafts_that_do_not_pay_and_drafting_resumes_after_it():
+    """A function whose body gets a 12-line block of new text (a docstring's words, which the source's
+    lines match only by chance): on a CPU where any draft costs two steps, the drafts stop while they
+    keep missing (scored, not sent), come back once the output follows the source again, and the
+    answer is the one-token-at-a-time answer at less cost than drafting everywhere."""
+    rng = random.Random(5)
+    before = [rng.choice(CORPUS) for _ in range(60)]
+    words = "the value of each line is kept as it is while another one is written".split()
+    new = ['    """' + " ".join(rng.choice(words) for _ in range(9)) + "\n" for _ in range(12)]
+    after = before[:30] + new + before[30:]
+    greedy, _ = decode_with(None, before, after)
+    run, drafter = decode_with(FittedLengths(curve_of(stepped)), before, after)
+    always, _ = decode_with(AlwaysDraft(curve_of(stepped)), before, after)
+    assert run.ids == always.ids == greedy.ids
+    assert drafter.shadows > 0
+    assert steps_cost(run, stepped) < 0.9 * steps_cost(always, stepped)
+    # The 30 unchanged lines after the new text are drafted again, not written a token a forward.
+    tail = len(encode_text("".join(before[30:]) + FENCE + "\n"))
+    last = [step for step in run.steps if not step.prompt][-tail:]
+    assert sum(step.drafted for step in last) > tail // 2
+
+
 def test_the_cli_measures_the_costs_once_and_reads_them_after(tmp_path, monkeypatch, tiny_dir, run_cli):
     monkeypatch.delenv("CADEDIT_DRAFT_LENGTHS")  # the default: fitted lengths
     monkeypatch.chdir(tmp_path)
@@ -156,7 +207,7 @@ def test_the_cli_measures_the_costs_once_and_reads_them_after(tmp_path, monkeypa
     first = run_cli(*args, "1", cwd=tmp_path)
     assert first.returncode in (0, 3), first.stderr
     assert b"measuring what a forward of 1 to 256 tokens costs" in first.stderr
-    assert b"a forward of k tokens costs k=1: 1.0, k=4: " in first.stderr
+    assert b"a forward of k tokens costs k=1: 1.0, k=2: " in first.stderr
     stored = {
         key: value
         for key, value in json.loads(user_cache("cpu-dtype.json").read_text()).items()

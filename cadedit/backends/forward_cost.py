@@ -22,12 +22,15 @@ from cadedit.backends.model import CachedLM, new_cache
 from cadedit.backends.prefix_store import model_identity
 
 # The widths timed: c(k) between them is read off a straight line, past the last along the last
-# two. A forward of k tokens follows PREFIX tokens in the cache (an edit's drafts follow its prompt);
-# each width is the best of its REPS forwards (the narrow ones are short and noisy, the widest long).
-WIDTHS = (1, 4, 16, 64, 256)
-REPS = (7, 5, 3, 2, 1)
+# two. Width 2 is the first with a draft in it: where one-token steps take another path than wider
+# forwards (torch's compact step weights), c(2) is already several steps, and a line from c(1) to
+# c(4) would call a one-token draft nearly free. A forward of k tokens follows PREFIX tokens in the
+# cache (an edit's drafts follow its prompt); each width is the best of its REPS forwards (the narrow
+# ones are short and noisy, the widest long).
+WIDTHS = (1, 2, 4, 16, 64, 256)
+REPS = (7, 7, 5, 3, 2, 1)
 PREFIX = 128
-MEASURE = "forward-costs-2"  # in the cache key: a change to how it is measured measures again
+MEASURE = "forward-costs-3"  # in the cache key: a change to how it is measured measures again
 
 # The acceptance a decode starts with, as (drafted tokens kept, drafts that missed): about a run of
 # 32 tokens a miss, what a retype's first drafts meet. Each draft's outcome is added after the
@@ -62,14 +65,16 @@ class CostCurve:
         return interpolate(self.points, k)
 
     def best_draft(self, p: float, most: int) -> int:
-        """The draft length (at most `most`, one of CHOICES) with the most tokens a forward yields per
-        unit of its cost, each drafted token kept with probability p given the ones before it."""
+        """The draft length (at most `most`, one of CHOICES, or 0: no draft) with the most tokens a
+        forward yields per unit of its cost, each drafted token kept with probability p given the
+        ones before it. 0 where no draft pays for its width: a one-token step yields one token for
+        c(1) = 1."""
 
         def rate(k: int) -> float:
             kept = k if p >= 1 else p * (1 - p**k) / (1 - p)  # expected run of kept drafted tokens
             return (1 + kept) / self.cost(k + 1)  # the sampler's own token, then the kept ones
 
-        return max((k for k in CHOICES if k <= most), key=rate, default=min(1, most))
+        return max((k for k in (0, *CHOICES) if k <= most), key=rate)
 
     def to_json(self) -> list:
         return [[k, c] for k, c in self.points]
@@ -157,7 +162,10 @@ class FittedLengths:
     the expected tokens per unit cost (CostCurve.best_draft), with p the share of drafted tokens kept
     among kept tokens and misses, weighed towards the latest drafts (PRIOR, DECAY). On a CPU where
     wide forwards cost many steps the drafts stay short while acceptance is uncertain; where they
-    cost little more than a step, they are long from the start."""
+    cost little more than a step, they are long from the start. Where even the shortest draft does
+    not pay for its width (acceptance low, c(2) several steps) the length is 0: no draft is sent,
+    and the drafter scores the draft it would have sent (verify.VerifyDrafter), so acceptance is
+    still learnt and drafting resumes once the output follows the source again."""
 
     def __init__(self, curve: CostCurve, most: int = 256):
         self.curve, self.most = curve, most

@@ -54,6 +54,7 @@ MISSED_DRAFT = 4
 # use as a rename, and drafting it where it is not wastes a forward.
 RENAMED = 2
 MOST_RENAMES = 32  # names the drafter renames at once (each a word of the source it writes another for)
+SHADOW = 1  # tokens of the draft scored, not sent, where a draft does not pay for its width (Lengths)
 NAME = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 PIECES = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*|\s+|.", re.DOTALL)  # a line as names, blanks and other bytes
 
@@ -87,7 +88,9 @@ class Schedule:
 
 class Lengths(Protocol):
     """How long each draft is: first(), then after(size asked, tokens drafted, tokens kept) after each
-    draft (Schedule; forward_cost.FittedLengths)."""
+    draft (Schedule; forward_cost.FittedLengths). 0: no draft this forward; the drafter then scores a
+    SHADOW-token draft it does not send (its first token against the one the output writes) and
+    reports it through after() like a sent one."""
 
     def first(self) -> int: ...
     def after(self, size: int, drafted: int, kept: int) -> int: ...
@@ -380,8 +383,9 @@ class VerifyDrafter:
         self.token_bytes, self.budget, self.schedule = token_bytes, budget, schedule
         self.size = schedule.first()
         self.seen = 0
-        self.last: tuple[int, int] | None = None  # (output length, draft length) of the last proposal
-        self.sizes: list[int] = []  # the length asked of each draft made (tests and benchmarks read them)
+        self.last: tuple[int, list[int], bool] | None = None  # (output length, draft, sent) of the last proposal
+        self.sizes: list[int] = []  # the length asked of each draft sent (tests and benchmarks read them)
+        self.shadows = 0  # drafts scored without being sent
 
     @property
     def aligner(self) -> Aligner:
@@ -395,8 +399,11 @@ class VerifyDrafter:
 
     def __call__(self, cursor, ids: Sequence[int]) -> list[int]:
         if self.last is not None and self.last[1]:
-            kept = len(ids) - self.last[0] - 1
-            self.size = self.schedule.after(self.size, self.last[1], kept)
+            at, draft, sent = self.last
+            # sent: the forward kept a prefix of it, then the sampler's own token; a shadow: whether
+            # the output's next token is its first
+            kept = len(ids) - at - 1 if sent else int(len(ids) > at and ids[at] == draft[0])
+            self.size = self.schedule.after(self.size if sent else len(draft), len(draft), kept)
         for token in ids[self.seen :]:
             piece = self.token_bytes[token]
             for aligner in self.aligners:
@@ -404,8 +411,14 @@ class VerifyDrafter:
             if b"\n" in piece:
                 self._learn(piece.count(b"\n"))
         self.seen = len(ids)
-        draft = self.aligner.draft(min(self.size, self.budget - len(ids)))
-        self.last = (len(ids), len(draft))
+        room = self.budget - len(ids)
+        if self.size <= 0:  # no draft pays for its width here: score one, send none
+            shadow = self.aligner.draft(min(SHADOW, room))
+            self.last = (len(ids), shadow, False)
+            self.shadows += bool(shadow)
+            return []
+        draft = self.aligner.draft(min(self.size, room))
+        self.last = (len(ids), draft, True)
         if draft:
             self.sizes.append(self.size)
         return draft
