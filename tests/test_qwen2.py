@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from cadedit.errors import ModelError
+from cadedit.backends.torch import qwen2
 from cadedit.backends.torch.qwen2 import Config, build, load_qwen2, read_safetensors
 from cadedit.backends.torch.tokenizer import Tokenizer
 from tests.tinymodel import make_config, make_hf_model, make_model, save_model
@@ -50,6 +51,39 @@ def test_logits_equal_transformers_qwen2_for_prompt_continuation_and_steps(tied)
     torch.testing.assert_close(middle, expected[40:60], rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(torch.stack(steps), expected[60:], rtol=1e-9, atol=1e-9)
     assert cache.length == 70
+
+
+@pytest.mark.parametrize("keep, pieces", [(1, [16, 16, 16, 2]), (7, [16, 16, 18])])
+def test_a_long_feed_goes_through_in_pieces_with_the_logits_and_cache_of_one_forward(monkeypatch, keep, pieces):
+    """A prompt longer than PREFILL_CHUNK is fed a piece at a time (after what the cache holds): the
+    kept logits and the steps after it are those of the whole prompt in one forward."""
+    model = make_model(4).double()
+    ids = torch.randint(0, model.config.vocab_size, (60,), generator=torch.Generator().manual_seed(4))
+    widths = []
+    layers = type(model)._layers
+
+    def counted(self, row_ids, caches):
+        widths.append(int(row_ids[0].shape[0]))
+        return layers(self, row_ids, caches)
+
+    def run(chunk: int):
+        monkeypatch.setattr(qwen2, "PREFILL_CHUNK", chunk)
+        cache = model.new_cache()
+        with torch.inference_mode():
+            head = model(ids[:5], cache)  # a prefix already in the cache
+            kept = model(ids[5:55], cache, keep=keep)
+            steps = torch.stack([model(ids[k : k + 1], cache)[0] for k in range(55, 60)])
+        return head, kept, steps, cache.length
+
+    monkeypatch.setattr(type(model), "_layers", counted)
+    whole = run(10_000)
+    assert widths == [5, 50, 1, 1, 1, 1, 1]
+    widths.clear()
+    chunked = run(16)
+    assert widths == [5, *pieces, 1, 1, 1, 1, 1]  # the last piece holds the kept positions
+    for a, b in zip(whole[:3], chunked[:3]):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    assert whole[3] == chunked[3] == 60
 
 
 def test_eager_attention_equals_the_fused_kernel():

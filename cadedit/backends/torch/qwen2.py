@@ -29,6 +29,13 @@ from torch import nn
 
 from cadedit.errors import ModelError
 
+# One row's long feed (a prompt) goes through the layers this many tokens at a time: fed whole, a
+# prompt of thousands of tokens has attention scores and MLP activations that outgrow the CPU's
+# caches, and pieces of this size were faster at every length measured
+# (docs/measurements/multiline-edits.md). Each piece attends to the keys before it, as the whole
+# would; only the last piece's kept positions go through the LM head.
+PREFILL_CHUNK = 1024
+
 
 @dataclass(frozen=True)
 class Config:
@@ -431,18 +438,30 @@ class Qwen2(nn.Module):
     def forward_rows(self, ids: list[torch.Tensor], caches: list[KVCache], keeps: list[int]) -> list[torch.Tensor]:
         """Several rows in one forward: row i feeds ids[i] ([T_i]) after caches[i]'s positions and gets
         the [keeps[i], vocab] logits of its last positions. The rows' tokens go through the linear
-        layers together (the weights are read once for all of them); each row attends to its own cache."""
-        x = self.model.embed_tokens(ids[0] if len(ids) == 1 else torch.cat(ids))
-        rows = [self._row(row_ids, cache, x.dtype) for row_ids, cache in zip(ids, caches)]
-        for index, layer in enumerate(self.model.layers):
-            x = layer(x, rows, index)
+        layers together (the weights are read once for all of them); each row attends to its own cache.
+        One row's long feed goes through in PREFILL_CHUNK pieces, the last holding the kept positions."""
+        if len(ids) == 1:
+            while ids[0].shape[0] - PREFILL_CHUNK >= max(keeps[0], 1):
+                self._layers([ids[0][:PREFILL_CHUNK]], caches)
+                ids = [ids[0][PREFILL_CHUNK:]]
+        x, rows = self._layers(ids, caches)
         outs, at = [], 0
         for row, keep in zip(rows, keeps):
-            row.cache.length += row.n  # only now: a forward cut short leaves the caches' lengths where they were
             outs.append(x[at + row.n - keep : at + row.n])
             at += row.n
         last = self.lm_head(self.model.norm(outs[0] if len(outs) == 1 else torch.cat(outs)))
         return list(last.split(list(keeps))) if len(outs) > 1 else [last]
+
+    def _layers(self, ids: list[torch.Tensor], caches: list[KVCache]) -> tuple[torch.Tensor, list[_RowFeed]]:
+        """The rows' tokens through every layer (their keys and values written to the caches): the last
+        layer's output, and the rows."""
+        x = self.model.embed_tokens(ids[0] if len(ids) == 1 else torch.cat(ids))
+        rows = [self._row(row_ids, cache, x.dtype) for row_ids, cache in zip(ids, caches)]
+        for index, layer in enumerate(self.model.layers):
+            x = layer(x, rows, index)
+        for row in rows:
+            row.cache.length += row.n  # only now: a forward cut short leaves the caches' lengths where they were
+        return x, rows
 
     def _row(self, ids: torch.Tensor, cache: KVCache, dtype: torch.dtype) -> _RowFeed:
         n, start = ids.shape[0], cache.length
