@@ -37,6 +37,7 @@ _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<
 _NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}
 _STRING, _ARRAY = 8, 9
 _LENGTH = struct.Struct("<Q")  # a string's length
+DEFAULT_ALIGNMENT = 32  # of a GGUF's data section, where general.alignment does not say
 
 # llama.cpp's token types (gguf.TokenType).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -357,7 +358,6 @@ def context_length(path: Path, meta: dict, arch: str) -> int:
 # these pass to it as stored instead of being quantised a second time. Bytes per block, weights.
 FOUR_BIT = {"Q4_0": (18, 32), "Q4_1": (20, 32), "Q4_K": (144, 256)}
 GGML_TYPES = {2: "Q4_0", 3: "Q4_1", 12: "Q4_K"}  # ggml's type ids of the FOUR_BIT formats
-DEFAULT_ALIGNMENT = 32  # of a GGUF's data section, where general.alignment does not say
 
 
 def four_bit_tensors(path: Path) -> tuple[dict, set[str]]:
