@@ -29,6 +29,7 @@ if os.environ.get("CADEDIT_REQUIRE_LLAMA") != "1":
 
 import cadedit.decode.pipeline as pipeline
 from cadedit.text.document import Document
+from cadedit.backends.llama import llamacpp
 from cadedit.backends.llama.gguf_file import gguf_tokenizer, read_metadata
 from cadedit.backends.model import CachedLM, load_model, new_cache
 from cadedit.backends.prefix_store import PrefixStore, model_identity
@@ -190,8 +191,6 @@ def test_the_reading_in_a_row_beside_the_cache_reads_as_from_nothing_and_leaves_
 
 
 def test_a_long_feed_is_split_into_batches_and_keeps_its_last_rows(llama_tiny):
-    from cadedit.backends.llama import llamacpp
-
     ids = (TOK.encode("for i in range(10):\n    print(i, fib(i))\n") * 80)[: llamacpp.N_BATCH + 100]
     lm = CachedLM(llama_tiny.model, new_cache(llama_tiny))
     rows = np.array(lm.feed(ids, keep=llamacpp.MAX_OUTPUTS + 30))
@@ -202,8 +201,6 @@ def test_a_long_feed_is_split_into_batches_and_keeps_its_last_rows(llama_tiny):
 
 
 def test_a_forwards_logits_share_one_buffer_the_next_forward_reuses(llama_tiny):
-    from cadedit.backends.llama import llamacpp
-
     """The decode loop reads a forward's rows before the next forward, so the backend copies llama.cpp's
     logits into one buffer it keeps (no fresh pages a forward); rows kept longer are copied by the reader."""
     ids = TOK.encode("def f(x):\n    return x + 1\n" * 4)

@@ -5,9 +5,9 @@
 # (default: all of files-c1 files-c4 files-c8 files-c16 onefile-c8 onefile-c16; files-c8 and
 # onefile-c8 also make the same edits one at a time locally). SERVER_FLAGS are added to the server's
 # command line: by default --no-repack, the weights as cadedit's llama backend runs them unless its
-# probe chose otherwise (llama-server repacks by default, which made prompts 1.4x slower on a
-# 2-core Xeon; on other CPUs measure both). Needs llama-server on PATH (tools/install-llama.sh puts
-# it in the venv) and curl.
+# probe chose otherwise (llama-server repacks by default, which can make its prompts slower than
+# cadedit's local backend: docs/measurements/engine.md; measure both on a new CPU). Needs
+# llama-server on PATH (tools/install-llama.sh puts it in the venv) and curl.
 set -u
 MODEL=${1:?usage: tools/engine_bench.sh MODEL.gguf OUT_DIR [RUN ...]}
 OUT=${2:?usage: tools/engine_bench.sh MODEL.gguf OUT_DIR [RUN ...]}

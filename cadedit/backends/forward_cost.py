@@ -23,7 +23,7 @@ from cadedit.backends.prefix_store import model_identity
 
 # The widths timed: c(k) between them is read off a straight line, past the last along the last
 # two. Width 2 is the first with a draft in it: where one-token steps take another path than wider
-# forwards (torch's compact step weights), c(2) is already several steps, and a line from c(1) to
+# forwards (torch's compact step weights), c(2) is already about c(4), and a line from c(1) to
 # c(4) would call a one-token draft nearly free. A forward of k tokens follows PREFIX tokens in the
 # cache (an edit's drafts follow its prompt); each width is the best of its REPS forwards (the narrow
 # ones are short and noisy, the widest long).
