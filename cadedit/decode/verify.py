@@ -54,7 +54,6 @@ MISSED_DRAFT = 4
 # use as a rename, and drafting it where it is not wastes a forward.
 RENAMED = 2
 MOST_RENAMES = 32  # names the drafter renames at once (each a word of the source it writes another for)
-SHADOW = 1  # tokens of the draft scored, not sent, where a draft does not pay for its width (Lengths)
 NAME = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 PIECES = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*|\s+|.", re.DOTALL)  # a line as names, blanks and other bytes
 
@@ -88,9 +87,9 @@ class Schedule:
 
 class Lengths(Protocol):
     """How long each draft is: first(), then after(size asked, tokens drafted, tokens kept) after each
-    draft (Schedule; forward_cost.FittedLengths). 0: no draft this forward; the drafter then scores a
-    SHADOW-token draft it does not send (its first token against the one the output writes) and
-    reports it through after() like a sent one."""
+    draft (Schedule; forward_cost.FittedLengths). 0: no draft this forward; the drafter then scores the
+    one token it would have drafted against the one the output writes, and reports it through after()
+    as a one-token draft."""
 
     def first(self) -> int: ...
     def after(self, size: int, drafted: int, kept: int) -> int: ...
@@ -413,7 +412,7 @@ class VerifyDrafter:
         self.seen = len(ids)
         room = self.budget - len(ids)
         if self.size <= 0:  # no draft pays for its width here: score one, send none
-            shadow = self.aligner.draft(min(SHADOW, room))
+            shadow = self.aligner.draft(min(1, room))
             self.last = (len(ids), shadow, False)
             self.shadows += bool(shadow)
             return []
