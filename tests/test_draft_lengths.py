@@ -14,7 +14,7 @@ import statistics
 import pytest
 
 from cadedit.backends import hardware
-from cadedit.backends.forward_cost import WIDTHS, CostCurve, FittedLengths, measure_curve
+from cadedit.backends.forward_cost import MOST, WIDTHS, CostCurve, FittedLengths, measure_curve
 from cadedit.backends.model import LoadedModel
 from cadedit.decode import pipeline
 from cadedit.options import EditOptions, Mode
@@ -153,6 +153,45 @@ def test_an_unchanged_answer_drafts_long_even_on_a_steep_curve():
     assert run.ids == greedy.ids
     assert run.stats.forward_passes <= len(greedy.ids) // 40
     assert max(drafter.sizes) >= 128
+
+
+def test_a_long_unchanged_answer_drafts_as_wide_as_the_backend_allows():
+    """On a backend that keeps any number of logits rows in one forward (torch), an answer that keeps
+    its source drafts past 256 tokens once the drafts are all kept, in fewer forwards."""
+    before = CORPUS * 12
+    greedy, _ = decode_with(None, before, before)
+    narrow, _ = decode_with(FittedLengths(curve_of(flat), 256), before, before)
+    run, drafter = decode_with(FittedLengths(curve_of(flat), MOST["torch"]), before, before)
+    assert run.ids == narrow.ids == greedy.ids and len(greedy.ids) > 2000
+    assert max(drafter.sizes) >= 512
+    assert run.stats.forward_passes < narrow.stats.forward_passes
+    assert MOST["llama"] == 256  # llama.cpp returns at most this many rows a call
+
+
+def test_a_first_draft_in_the_other_indentation_is_a_choice_not_a_miss():
+    """A method asked for without its class's indentation, written with it: the first draft (the
+    region as shown) misses at its first token, which is where the text in the file's indentation
+    goes on, so the draft lengths do not shrink as after a miss; a first token neither text has does
+    shrink them."""
+    dedented = "".join(CORPUS[:20]) + FENCE + "\n"
+    indented = "".join("    " + line if line.strip() else line for line in CORPUS[:20]) + FENCE + "\n"
+    sizes = {}
+    for first in ("indented", "neither"):
+        drafter = VerifyDrafter(
+            dedented, encode_text, TOKEN_BYTES, 10_000, FittedLengths(curve_of(stepped)), also=(indented, "")
+        )
+        asked = drafter.size
+        drafter(None, [])
+        taken = encode_text(indented)[:1] if first == "indented" else encode_text("import os\n")[:1]
+        draft = drafter(None, taken)
+        sizes[first] = drafter.size
+        if first == "indented":
+            assert drafter.size == asked
+            assert (
+                b"".join(TOKEN_BYTES[t] for t in taken + draft)
+                == indented.encode()[: len(b"".join(TOKEN_BYTES[t] for t in taken + draft))]
+            )
+    assert sizes["neither"] < sizes["indented"]
 
 
 class AlwaysDraft(FittedLengths):

@@ -237,7 +237,7 @@ def test_aligner_follows_a_different_tokenisation_of_the_same_text():
     for piece in (b"a", b"bc", b" = 1\nx"):
         aligner.advance(piece)
     assert aligner.anchor == len("abc = 1\nx")
-    assert TOK.decode(aligner.draft(50)) == "yz = 2\n```\n"
+    assert TOK.decode(aligner.draft(50)) == "yz = 2\n```"
 
 
 def test_aligner_places_a_repeated_line_by_the_lines_before_it():
@@ -250,7 +250,7 @@ def test_aligner_places_a_repeated_line_by_the_lines_before_it():
     assert TOK.decode(aligner.draft(50)).startswith("\ndef c():")
     aligner = Aligner(source, encode_text)
     aligner.advance(b"zzz\ndef c():\n    pass\n")  # two lines match at line 9, one at lines 2 and 6
-    assert TOK.decode(aligner.draft(50)) == "```\n"
+    assert TOK.decode(aligner.draft(50)) == "```"
 
 
 def test_aligner_resumes_mid_line_when_the_model_skips_lines():
@@ -258,9 +258,22 @@ def test_aligner_resumes_mid_line_when_the_model_skips_lines():
     aligner = Aligner(source, encode_text)
     aligner.advance(b"def a():\n    pass\n")
     aligner.advance(b"def")  # both blank lines left out: lost, then found again in line 5
-    assert TOK.decode(aligner.draft(50)) == " b():\n    return 1\n```\n"
+    assert TOK.decode(aligner.draft(50)) == " b():\n    return 1\n```"
     aligner.advance(b" c")  # a changed line: lost until a line matches again
     assert aligner.anchor is None and aligner.draft(50) == []
+
+
+def test_aligner_drafts_a_line_again_after_lines_inserted_before_it():
+    """A line the output inserts (an import before a function) ends where the source's first line ends,
+    so it is taken as that line's rewrite; when the output then writes the first line after all, it
+    is drafted from its first token, not typed a token a forward until it ends."""
+    source = "def f(x):\n    y = g(x)\n    return y\n```\n"
+    aligner = Aligner(source, encode_text)
+    for token in encode_text("import logging\n"):
+        aligner.advance(TOKEN_BYTES[token])
+    assert aligner.last_line == 0  # placed on line 1, the next line looked for after it
+    aligner.advance(b"def")
+    assert TOK.decode(aligner.draft(50)) == " f(x):\n    y = g(x)\n    return y\n```"
 
 
 def test_aligner_has_no_draft_when_lost_or_inside_a_character():
@@ -423,7 +436,7 @@ def test_a_scoped_drafter_stops_at_the_fence_and_drafts_the_tail_to_a_model_that
     instead gets those drafted (the tail), not one token a forward."""
     drafter = VerifyDrafter("a = 1\nb = 2\n```\n", encode_text, TOKEN_BYTES, 200, tail="c = 3\nd = 4\ne = 5\n")
     first = drafter(None, [])
-    assert b"".join(TOKEN_BYTES[t] for t in first) == b"a = 1\nb = 2\n```\n"  # never past the fence
+    assert b"".join(TOKEN_BYTES[t] for t in first) == b"a = 1\nb = 2\n```"  # never past the fence
     ran_past = encode_text("a = 1\nb = 2\nc = 3\n")
     draft = drafter(None, ran_past)
     assert b"".join(TOKEN_BYTES[t] for t in draft) == b"d = 4\ne = 5\n"
@@ -438,11 +451,11 @@ def test_aligner_resumes_mid_line_after_a_renamed_name():
     aligner.advance(b"def f(current")  # the name changed: lost
     assert aligner.anchor is None
     aligner.advance(b"_line")  # the line's end is found again just after the point lost
-    assert TOK.decode(aligner.draft(50)) == ", width):\n    cur_line.append(width)\n    return cur_line\n```\n"
+    assert TOK.decode(aligner.draft(50)) == ", width):\n    cur_line.append(width)\n    return cur_line\n```"
     aligner.advance(b", width):\n")
     aligner.advance(b"    current")
     aligner.advance(b"_line")  # the second line's occurrence, not the first's nor the third's
-    assert TOK.decode(aligner.draft(50)) == ".append(width)\n    return cur_line\n```\n"
+    assert TOK.decode(aligner.draft(50)) == ".append(width)\n    return cur_line\n```"
 
 
 def test_aligner_finds_a_short_end_only_after_the_point_lost_in_its_line():
@@ -450,15 +463,15 @@ def test_aligner_finds_a_short_end_only_after_the_point_lost_in_its_line():
     aligner = Aligner(source, encode_text)
     aligner.advance(b"x = f(a_2")
     aligner.advance(b")")  # ")" occurs in both lines: the one after the point lost wins
-    assert TOK.decode(aligner.draft(50)) == "\ny = g(b)\n```\n"
+    assert TOK.decode(aligner.draft(50)) == "\ny = g(b)\n```"
     aligner = Aligner(source, encode_text)
     aligner.advance(b"x = h")
     aligner.advance(b"(")  # one byte: found after the point lost, in its line
-    assert TOK.decode(aligner.draft(50)) == "a)\ny = g(b)\n```\n"
+    assert TOK.decode(aligner.draft(50)) == "a)\ny = g(b)\n```"
     aligner = Aligner(source, encode_text)
     aligner.advance(b"x = f(a)\nz = h")
     aligner.advance(b"(b")  # in line 2 after the point lost: not line 1's "(a"
-    assert TOK.decode(aligner.draft(50)) == ")\n```\n"
+    assert TOK.decode(aligner.draft(50)) == ")\n```"
 
 
 def test_a_guess_that_fails_does_not_move_the_point_lost():
@@ -470,16 +483,16 @@ def test_a_guess_that_fails_does_not_move_the_point_lost():
     assert aligner.anchor is not None and aligner.guessed
     aligner.advance(b" 42")  # the guess fails: the point lost stays in line 2
     aligner.advance(b"\n")  # so the line's end is line 2's, and line 3 is drafted next
-    assert TOK.decode(aligner.draft(50)) == "    return b\n```\n"
+    assert TOK.decode(aligner.draft(50)) == "    return b\n```"
 
 
 def test_the_drafter_follows_an_answer_in_the_other_indentation():
     dedented = "def f(x):\n    return x\n```\n"
     indented = "    def f(x):\n        return x\n```\n"
     drafter = VerifyDrafter(dedented, encode_text, TOKEN_BYTES, 200, also=(indented, ""))
-    assert b"".join(TOKEN_BYTES[t] for t in drafter(None, [])) == dedented.encode()
+    assert b"".join(TOKEN_BYTES[t] for t in drafter(None, [])) == b"def f(x):\n    return x\n```"
     draft = drafter(None, encode_text("    def"))
-    assert b"".join(TOKEN_BYTES[t] for t in draft) == b" f(x):\n        return x\n```\n"
+    assert b"".join(TOKEN_BYTES[t] for t in draft) == b" f(x):\n        return x\n```"
     alone = VerifyDrafter(dedented, encode_text, TOKEN_BYTES, 200)
     alone(None, [])
     assert alone(None, encode_text("    def")) == []  # without it: lost for the whole answer
@@ -491,7 +504,7 @@ def test_after_a_guess_that_missed_guesses_draft_little():
     aligner.advance(b"def f(x):\n")
     aligner.advance(b'    """Return')  # new text: lost
     aligner.advance(b" the")  # found in line 2: a guess, drafted in full
-    assert TOK.decode(aligner.draft(50)) == "_value(x)\n```\n"
+    assert TOK.decode(aligner.draft(50)) == "_value(x)\n```"
     aligner.advance(b" value")  # it missed
     aligner.advance(b" the")  # the next guess drafts a few tokens, never past its line
     assert 1 <= len(aligner.draft(50)) <= 4 and "\n" not in TOK.decode(aligner.draft(50))

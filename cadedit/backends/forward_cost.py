@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cadedit.backends.hardware import _cpu_identity, measured_once, tell
+from cadedit.backends.llama.llamacpp import MAX_OUTPUTS
 from cadedit.backends.model import CachedLM, new_cache
 from cadedit.backends.prefix_store import model_identity
 
@@ -39,7 +40,13 @@ MEASURE = "forward-costs-3"  # in the cache key: a change to how it is measured 
 PRIOR = (32.0, 1.0)
 DECAY = 0.7
 # Draft lengths considered (a forward carries the pending token and the draft: k + 1 new tokens).
-CHOICES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+CHOICES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+# The longest draft one forward carries, by backend: torch keeps the logits of any number of tokens
+# in one forward (a 1,024-token draft holds [1025, vocab] logits in the model's dtype, about 300 MB
+# for Qwen's 151,936 tokens); llama.cpp returns at most MAX_OUTPUTS rows a call and would split a
+# longer one into calls. Drafts past the widest width measured cost what the curve's last two
+# points say: a forward that long is compute-bound, its cost linear in its tokens.
+MOST = {"torch": 1024, "llama": MAX_OUTPUTS}
 
 
 def interpolate(points: tuple[tuple[int, float], ...], x: float) -> float:
@@ -133,6 +140,11 @@ def forward_costs(loaded) -> CostCurve:
     if curve is None:
         curve = _CURVES[loaded.model] = _look_up(loaded)
     return curve
+
+
+def draft_most(loaded) -> int:
+    """The longest verify draft on the loaded model's backend (MOST)."""
+    return MOST[loaded.backend]
 
 
 def _look_up(loaded) -> CostCurve:

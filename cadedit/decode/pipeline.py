@@ -28,7 +28,7 @@ from cadedit.text.document import Document
 from cadedit.decode.draft import DRAFT_LIMIT, LookupDrafter, make_drafter, propose
 from cadedit.errors import BudgetError, CadeditError, ModelError
 from cadedit.prompt.fence import FenceCursor, writes_again
-from cadedit.backends.forward_cost import FittedLengths, forward_costs
+from cadedit.backends.forward_cost import FittedLengths, draft_most, forward_costs
 from cadedit.backends.model import (
     LoadedModel,
     chat_prompt,
@@ -186,7 +186,7 @@ def _fenced_parts(loaded: LoadedModel, document: Document, prepared: Prepared, d
 def draft_lengths(loaded: LoadedModel) -> Lengths:
     """Verify draft lengths: fitted to what a k-token forward costs on this model, backend and CPU
     (measured once), or the fixed schedule with CADEDIT_DRAFT_LENGTHS=fixed (the same on any machine)."""
-    return Schedule() if choose_draft_lengths() == "fixed" else FittedLengths(forward_costs(loaded))
+    return Schedule() if choose_draft_lengths() == "fixed" else FittedLengths(forward_costs(loaded), draft_most(loaded))
 
 
 def _verify_drafter(loaded: LoadedModel, prepared: Prepared) -> VerifyDrafter:

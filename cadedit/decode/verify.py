@@ -101,7 +101,7 @@ class Aligner:
     Alignment is kept while each output token's bytes continue the source at the anchor (a
     different tokenisation of the same text stays aligned). Lost, it is found again as soon as the
     output's current line starts like one of the next AHEAD source lines (the model skipped a line,
-    often a blank one); or mid-line, when the line's last NGRAM_MIN+ bytes occur in the line being
+    often a blank one), else like the line last placed (lines were inserted before it); or mid-line, when the line's last NGRAM_MIN+ bytes occur in the line being
     rewritten or the AHEAD after it (a renamed name, then the rest of the line as it was: the
     longest such end wins, then the occurrence nearest after where the alignment was lost); or
     when the output ends a line that equals a source line: among equal lines, the one whose
@@ -111,7 +111,11 @@ class Aligner:
     """
 
     def __init__(self, source: str, encode: Callable[[str], list[int]], tail: str = ""):
-        self.answer_end = len(source.encode("utf-8"))  # drafts from before it stop there (the closing fence)
+        # Drafts from before the answer's end stop at its closing fence, without the fence's line break:
+        # the forward that verifies the fence then samples what follows it (an EOS ends the decode there,
+        # a fence token with its line break ends it by the stopping rule), where a draft of the line break
+        # costs another forward to learn that the output ended.
+        self.answer_end = len(source.encode("utf-8")) - source.endswith("\n")
         self.source = (source + tail).encode("utf-8")
         self.encode = encode
         self.lines = self.source.splitlines(keepends=True)
@@ -257,9 +261,12 @@ class Aligner:
         return None
 
     def _resume(self) -> int | None:
-        """The offset after the output's partial line in the nearest next source line it begins."""
-        for k in range(self.last_line + 1, min(self.last_line + 1 + AHEAD, len(self.lines))):
-            if self.lines[k].startswith(self.partial):
+        """The offset after the output's partial line in the nearest next source line it begins, else
+        in the last line placed: a changed line ended is taken as the rewrite of the line it stands
+        on, and where the output inserted lines instead (an import, a log call, a check before a
+        function's first line), it writes that line after them."""
+        for k in (*range(self.last_line + 1, min(self.last_line + 1 + AHEAD, len(self.lines))), self.last_line):
+            if 0 <= k < len(self.lines) and self.lines[k].startswith(self.partial):
                 return self.starts[k] + len(self.partial)
         return None
 
@@ -402,7 +409,8 @@ class VerifyDrafter:
             # sent: the forward kept a prefix of it, then the sampler's own token; a shadow: whether
             # the output's next token is its first
             kept = len(ids) - at - 1 if sent else int(len(ids) > at and ids[at] == draft[0])
-            self.size = self.schedule.after(self.size if sent else len(draft), len(draft), kept)
+            if kept or not self._chose_text(ids[at : at + 1]):
+                self.size = self.schedule.after(self.size if sent else len(draft), len(draft), kept)
         for token in ids[self.seen :]:
             piece = self.token_bytes[token]
             for aligner in self.aligners:
@@ -421,6 +429,14 @@ class VerifyDrafter:
         if draft:
             self.sizes.append(self.size)
         return draft
+
+    def _chose_text(self, taken: Sequence[int]) -> bool:
+        """Whether the token the output took instead of a draft's first is where another text the
+        drafter follows goes on (the answer's first token, in the file's own indentation where the
+        draft was of the region as shown): a choice between texts, not the output leaving the source,
+        so the draft lengths learn nothing from it. Asked before the aligners follow the new tokens."""
+        chosen = self.aligner
+        return bool(taken) and any(a is not chosen and a.draft(1) == list(taken) for a in self.aligners)
 
     def _learn(self, ended: int) -> None:
         """Count the renames and re-indentation of the `ended` output lines just ended (against the
