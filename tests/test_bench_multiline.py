@@ -9,10 +9,19 @@ import json
 
 import pytest
 
-from cadedit.bench.multiline import CORPUS, Rates, floor_seconds, gold_text, judge, load_cases
+from cadedit.bench.multiline import (
+    CORPUS,
+    Rates,
+    floor_parts,
+    floor_seconds,
+    gold_text,
+    judge,
+    load_cases,
+    measure_rates,
+)
 from cadedit.decode.loop import script_sampler
 from cadedit.text.document import Document
-from cadedit.backends.model import encode, token_bytes
+from cadedit.backends.model import encode, load_model, token_bytes
 from cadedit.prompt.regions import scoped_source
 from tests.scripting import inject_picks, invoke
 from tests.test_bench_peers import fake_llama  # noqa: F401 - fixture: a fake llama_cpp module
@@ -110,9 +119,10 @@ def test_bench_multiline_reports_forwards_floor_and_whether_each_answer_did_what
     assert (hints["id"], hints["ok"], hints["why"]) == ("hints", False, "no answer passed cadedit's checks")
     assert data["summary"]["tune"]["ok"] == 1 and data["summary"]["heldout"]["ok"] == 0
     assert data["prefill_ms_per_token"] > 0 and data["step_ms"] > 0
-    # The floor's prefill at each length: longer ones cost more, and a case's floor is read off it.
-    lengths, seconds = zip(*data["prefill_seconds"])
-    assert lengths[0] == 256 and list(lengths) == sorted(lengths) and list(seconds) == sorted(seconds)
+    # The floor: the case's prompt and copied tokens prefilled after it, its changed tokens as steps.
+    assert rename["floor_prefill"] > 0 and rename["floor_step_ms"] > 0
+    steps = min(rename["changed_tokens"], rename["tokens_new"])
+    assert rename["floor"] == pytest.approx(rename["floor_prefill"] + steps * rename["floor_step_ms"] / 1000)
     assert 0 < rename["floor_flat"] and "tune: wall / flat-rate floor (every prefilled token" in result.stdout
     # What a k-token forward costs: measured once before the cases (and said), kept with the results.
     assert [k for k, _ in data["forward_costs"]] == [1, 2, 4, 16, 64, 256]
@@ -203,13 +213,17 @@ def test_llama_lookup_needs_a_gguf(tmp_path, tiny_dir, corpus, fake_llama):
     assert "--llama-lookup runs the model's GGUF" in result.output
 
 
-def test_the_floor_prefills_the_prompt_and_copies_at_their_own_length():
-    """A long prompt's tokens cost more each than a short one's (attention over what came before): the
-    floor reads the prefill's seconds at the case's length, the flat floor charges the first feed's rate."""
-    rates = Rates(((256, 1.0), (512, 2.5)), step_ms=100.0)
-    assert rates.prefill_ms == pytest.approx(1000 / 256)
-    assert [rates.prefill_seconds(n) for n in (128, 384, 768)] == pytest.approx([0.5, 1.75, 4.0])
-    # 300 prompt tokens, 100 new of which 10 changed: 390 prefilled, 10 steps of 0.1 s
-    assert floor_seconds(300, 100, 10, rates) == pytest.approx(rates.prefill_seconds(390) + 1.0)
-    assert floor_seconds(300, 100, 10, rates, flat=True) == pytest.approx(390 / 256 + 1.0)
-    assert floor_seconds(300, 5, 10, rates) == pytest.approx(rates.prefill_seconds(300) + 0.5)  # at most the new
+def test_the_floor_prefills_the_prompt_and_copies_as_one_feed_measured_after_the_case(tiny_dir):
+    """A try's floor is its prompt and copied tokens fed as one prefill (the decode feeds a prompt so)
+    and its changed tokens as steps, measured of that many tokens; the flat floor charges every
+    prefilled token the rate of a short prefill."""
+    # 300 prompt tokens, 100 new of which 10 changed: 390 prefilled, 10 steps; at most the new ones
+    assert floor_parts(300, 100, 10) == (390, 10) and floor_parts(300, 5, 10) == (300, 5)
+    own = Rates(prefill_seconds=2.0, prefill_tokens=390, step_ms=100.0)
+    assert floor_seconds(390, 10, own) == pytest.approx(3.0)
+    short = Rates(prefill_seconds=1.0, prefill_tokens=256, step_ms=50.0)
+    assert floor_seconds(390, 10, short) == pytest.approx(390 / 256 + 0.5)
+    loaded = load_model(str(tiny_dir), dtype="fp32", threads=1)
+    measured = measure_rates(loaded, 390)
+    assert measured.prefill_tokens == 390 and measured.prefill_seconds > 0 and measured.step_ms > 0
+    assert measure_rates(loaded, 10**9).prefill_tokens <= loaded.context_limit  # never past the context

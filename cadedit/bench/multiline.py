@@ -5,11 +5,12 @@ files/; its README says how a case is judged) as `cadedit fix` runs it -- scope 
 instruction, verify mode, one candidate, `--tries` tries -- and reports per case: forward passes,
 new tokens, changed tokens and lines (the answer against the file, token by token), the forward
 bound (changed tokens + 3 per changed line + 5), the token-level floor (the prompt tokens fed and
-the copied tokens as one prefill of that many tokens, each changed token one step; both measured once
-on the loaded model: a prefill's seconds at each length up to PREFILL_SPAN, since its attention makes
-a token deeper in a long prompt dearer, and a step's median), wall seconds, and whether the answer
-does what was asked. floor_flat (the prefill's rate over its first FLOOR_SPAN tokens for every token,
-bench e2e's floor) is kept beside it.
+the copied tokens as one prefill of that many tokens, each changed token one step; measured right
+after the case on the loaded model: one feed of that many tokens from an empty cache, as the decode
+feeds a prompt, then a step's median, so the floor and the wall meet the machine in the same state),
+wall seconds, and whether the answer does what was asked. floor_flat (every prefilled token at the
+rate of a FLOOR_SPAN-token prefill and a step's median, both measured once before the cases: bench
+e2e's floor) is kept beside it.
 Summaries per part of the corpus (`tune`, `heldout`): the median of wall / floor, the cases within
 the forward bound, the cases done as asked.
 """
@@ -40,7 +41,7 @@ from cadedit.cli.common import Scripted, say, scripted
 from cadedit.text.document import Document
 from cadedit.options import EditOptions, Mode
 from cadedit.backends import hardware
-from cadedit.backends.forward_cost import forward_costs, interpolate
+from cadedit.backends.forward_cost import forward_costs
 from cadedit.backends.model import CachedLM, encode, new_cache
 from cadedit.bench.peers import LOOKUP_TOKENS
 from cadedit.bench.peers import load_peers
@@ -55,9 +56,9 @@ CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "multiline"
 SPLITS = ("tune", "heldout")
 PER_LINE = 3  # forwards a changed line may cost beyond its changed tokens (the issue's bound)
 SLACK = 5  # and the edit as a whole (the prompt's forward, the first drafts, the closing fence)
-FLOOR_SPAN = 256  # tokens a feed of the prefill's measurement: its rate over the first is the flat floor's
-PREFILL_SPAN = 4096  # the prefill measured up to this many tokens (past it, along its last feed's rate)
-FLOOR_STEPS = 8  # one-token steps measured after it (their median)
+FLOOR_SPAN = 256  # tokens of the prefill whose rate the flat floor charges every prefilled token
+FLOOR_STEPS = 8  # one-token steps measured after a floor's prefill (their median)
+WARM = 16  # tokens fed and cropped before a floor's prefill: a first forward's one-off costs stay out
 
 
 # -- the corpus ----------------------------------------------------------------------------------
@@ -157,53 +158,48 @@ def changes(tokenizer, before: str, after: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Rates:
-    """What the floor counts: a prefill's seconds from an empty cache at each measured length
-    ((tokens, seconds), ...), and a one-token step's milliseconds."""
+    """What a floor counts: a prefill's seconds and the milliseconds of a one-token step after it."""
 
-    prefill: tuple[tuple[int, float], ...]
+    prefill_seconds: float
+    prefill_tokens: int
     step_ms: float
 
     @property
     def prefill_ms(self) -> float:
-        """The flat rate: ms a token over the first feed."""
-        n, seconds = self.prefill[0]
-        return 1000 * seconds / n
-
-    def prefill_seconds(self, n: int) -> float:
-        """A prefill of n tokens: linear between measured lengths, past the last along the last feed."""
-        return interpolate(((0, 0.0), *self.prefill), n)
+        """Milliseconds a prefilled token."""
+        return 1000 * self.prefill_seconds / self.prefill_tokens
 
 
-def measure_rates(loaded) -> Rates:
-    """A prefill from an empty cache fed FLOOR_SPAN tokens at a time up to PREFILL_SPAN (or the
-    model's context), its seconds after each feed; then the median of FLOOR_STEPS one-token steps."""
-
-    span = max(FLOOR_SPAN, min(PREFILL_SPAN, loaded.context_limit - FLOOR_STEPS) // FLOOR_SPAN * FLOOR_SPAN)
-    ids = (encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 64) * (span // 512 + 2))[:span]
+def measure_rates(loaded, tokens: int = FLOOR_SPAN) -> Rates:
+    """One feed of `tokens` tokens from an empty cache (after WARM tokens fed and cropped), then the
+    median of FLOOR_STEPS one-token steps."""
+    tokens = max(1, min(tokens, loaded.context_limit - WARM - FLOOR_STEPS))
+    ids = (encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 64) * (tokens // 512 + 2))[: tokens + FLOOR_STEPS]
     lm = CachedLM(loaded.model, new_cache(loaded))
-    lm.feed(ids[:16])  # a first forward's one-off costs stay out of the rates
-    lm.crop(16)
-    prefill, seconds = [], 0.0
-    for at in range(0, span, FLOOR_SPAN):
-        start = time.perf_counter()
-        lm.feed(ids[at : at + FLOOR_SPAN])
-        seconds += time.perf_counter() - start
-        prefill.append((at + FLOOR_SPAN, seconds))
+    lm.feed(ids[:WARM])
+    lm.crop(WARM)
+    start = time.perf_counter()
+    lm.feed(ids[:tokens])
+    seconds = time.perf_counter() - start
     steps = []
     for k in range(FLOOR_STEPS):
         start = time.perf_counter()
-        lm.feed([ids[k]])
+        lm.feed([ids[tokens + k]])
         steps.append((time.perf_counter() - start) * 1000)
-    return Rates(tuple(prefill), statistics.median(steps))
+    return Rates(seconds, tokens, statistics.median(steps))
 
 
-def floor_seconds(prompt: int, new: int, changed: int, rates: Rates, flat: bool = False) -> float:
-    """The prompt fed and the copied tokens as one prefill, every changed token one step (flat: every
-    prefilled token at the rate of a short prefill)."""
+def floor_parts(prompt: int, new: int, changed: int) -> tuple[int, int]:
+    """A try's floor in tokens: (prefilled -- the prompt fed and the copied tokens --, steps -- the
+    changed tokens, at most the new ones)."""
     changed = min(changed, new)
-    fed = prompt + new - changed
-    prefill = fed * rates.prefill_ms / 1000 if flat else rates.prefill_seconds(fed)
-    return prefill + changed * rates.step_ms / 1000
+    return prompt + new - changed, changed
+
+
+def floor_seconds(prefilled: int, steps: int, rates: Rates) -> float:
+    """`prefilled` tokens at the rates' prefill rate and `steps` steps at their median: the floor,
+    with the rates measured of those very tokens; the flat floor, with the rates of a short prefill."""
+    return prefilled * rates.prefill_ms / 1000 + steps * rates.step_ms / 1000
 
 
 # -- one case ------------------------------------------------------------------------------------
@@ -242,8 +238,10 @@ def run_case(loaded, case: dict, tries: int, rates: Rates, script: Scripted = Sc
     new = sum(s.tokens_new for s in stats)
     prompt = sum(s.tokens_prompt for s in stats)
     tokens, lines = changes(loaded.tokenizer, case["before"], after)
-    floor = sum(floor_seconds(st.tokens_prompt, st.tokens_new, tokens, rates) for st in stats)
-    flat = sum(floor_seconds(st.tokens_prompt, st.tokens_new, tokens, rates, flat=True) for st in stats)
+    parts = [floor_parts(st.tokens_prompt, st.tokens_new, tokens) for st in stats]
+    measured = [measure_rates(loaded, prefilled) for prefilled, _ in parts]  # right after the case
+    floor = sum(floor_seconds(*part, own) for part, own in zip(parts, measured))
+    flat = sum(floor_seconds(*part, rates) for part in parts)
     ok, why = judge(case, answer.result.new_text if answer else None)
     return {
         **row,
@@ -260,6 +258,8 @@ def run_case(loaded, case: dict, tries: int, rates: Rates, script: Scripted = Sc
         "changed_lines": lines,
         "forward_bound": tokens + PER_LINE * lines + SLACK,
         "floor": floor,
+        "floor_prefill": sum(own.prefill_seconds for own in measured),
+        "floor_step_ms": statistics.median([own.step_ms for own in measured]) if measured else None,
         "over_floor": wall / floor if floor else None,
         "floor_flat": flat,
         "seconds_decode": sum(s.seconds_total for s in stats),
@@ -413,7 +413,6 @@ def multiline(
         "split": split,
         "tries": max_tries,
         "prefill_ms_per_token": rates.prefill_ms,
-        "prefill_seconds": [list(point) for point in rates.prefill],
         "step_ms": rates.step_ms,
         "forward_costs": curve.to_json(),
     }
