@@ -28,16 +28,19 @@ if os.environ.get("CADEDIT_REQUIRE_LLAMA") != "1":
     pytest.importorskip("llama_cpp", reason="llama-cpp-python not installed (pip install 'cadedit[llama]')")
 
 import cadedit.decode.pipeline as pipeline
+from cadedit.bench import multiline
 from cadedit.text.document import Document
 from cadedit.backends.llama import llamacpp
 from cadedit.backends.llama.gguf_file import gguf_tokenizer, read_metadata
-from cadedit.backends.model import CachedLM, load_model, new_cache
+from cadedit.backends.model import CachedLM, language_model, load_model, new_cache
 from cadedit.backends.prefix_store import PrefixStore, model_identity
 from cadedit.options import EditOptions, Mode, Sampling
 from cadedit.backends.vocab import vocab_from_tokenizer
 from tests.conftest import console_script
 from tests.test_rewrite import BEFORE as COLORS, editing_model
 from tests.test_verify import CORPUS, fenced_run, prepared_for
+from tests.test_bench_multiline import CASES as SHAPE_CASES, RENAMED as SHAPES_RENAMED, SOURCE as SHAPES, answering
+from tests.scripting import scripted
 from tests.tinygguf import save_gguf
 from tests.tinymodel import make_model, scaled_model
 from tests.tinytok import make_tokenizer
@@ -687,3 +690,19 @@ def test_bench_kernel_times_the_backend_and_llama_cpps_own_taking_turns(tiny_ggu
     assert "against llama-cpp-python's own Llama.eval" in done.stdout and "AR own" in done.stdout
     assert data["reference_weights"] == "as stored" and "its weights as stored" in done.stdout  # as the backend's
     assert "llama.cpp own N=4" in done.stderr  # its points come as they are measured, after the backend's
+
+
+def test_a_multiline_case_leaves_the_context_to_the_decodes_cache(llama_tiny, tmp_path, monkeypatch):
+    """`bench multiline` measures each case's floor after it on a cache of its own; llama.cpp's model
+    holds one context, so the decodes' cache takes it back there, its ids fed again before the next
+    case's wall starts rather than inside it."""
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "shapes.py").write_text(SHAPES)
+    (tmp_path / "cases.jsonl").write_text(json.dumps(SHAPE_CASES[0]) + "\n")
+    answering(monkeypatch, SHAPES_RENAMED)
+    lm = language_model(llama_tiny)
+    row = multiline.run_case(
+        llama_tiny, multiline.load_cases(tmp_path)[0], 1, multiline.measure_rates(llama_tiny), scripted()
+    )
+    assert row["floor_prefill"] > 0 and row["forwards"] > 0
+    assert llama_tiny.model.current is lm.cache and llama_tiny.model.positions() == len(lm.ids)

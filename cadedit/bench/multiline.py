@@ -42,7 +42,7 @@ from cadedit.text.document import Document
 from cadedit.options import EditOptions, Mode
 from cadedit.backends import hardware
 from cadedit.backends.forward_cost import forward_costs
-from cadedit.backends.model import CachedLM, encode, new_cache
+from cadedit.backends.model import CachedLM, encode, language_model, new_cache
 from cadedit.bench.peers import LOOKUP_TOKENS
 from cadedit.bench.peers import load_peers
 from cadedit.decode import pipeline
@@ -240,6 +240,7 @@ def run_case(loaded, case: dict, tries: int, rates: Rates, script: Scripted = Sc
     tokens, lines = changes(loaded.tokenizer, case["before"], after)
     parts = [floor_parts(st.tokens_prompt, st.tokens_new, tokens) for st in stats]
     measured = [measure_rates(loaded, prefilled) for prefilled, _ in parts]  # right after the case
+    _hand_back(loaded)
     floor = sum(floor_seconds(*part, own) for part, own in zip(parts, measured))
     flat = sum(floor_seconds(*part, rates) for part in parts)
     ok, why = judge(case, answer.result.new_text if answer else None)
@@ -264,6 +265,15 @@ def run_case(loaded, case: dict, tries: int, rates: Rates, script: Scripted = Sc
         "floor_flat": flat,
         "seconds_decode": sum(s.seconds_total for s in stats),
     }
+
+
+def _hand_back(loaded) -> None:
+    """Give the decodes' cache its place again after a floor's own cache took it: llama.cpp's model
+    holds one context, which the decodes' cache would otherwise take back by feeding its ids again
+    inside the next case's wall (a torch cache is its own tensors: nothing to do)."""
+    take = getattr(loaded.model, "take", None)
+    if take is not None:
+        take(language_model(loaded).cache)
 
 
 def case_request(loaded, case: dict):
