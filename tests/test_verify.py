@@ -565,3 +565,13 @@ def test_the_drafter_re_indents_a_block_until_a_line_keeps_its_indentation():
     assert _drafted(drafter, wrapped).startswith("        c = b\n        d = c\n")
     unwrapped = wrapped + "        c = b\n    except ValueError:\n        raise\n    d = c\n"
     assert _drafted(drafter, unwrapped).startswith("    return d\n")
+
+
+def test_a_re_indented_block_that_runs_to_the_answers_end_leaves_its_closing_fence_where_it_is():
+    """A body wrapped in try to its last line: the drafts re-indent every body line but not the closing
+    fence, which the model writes where it always stands."""
+    source = "def f(a):\n    b = a\n    c = b\n    return c\n```\n"
+    drafter = VerifyDrafter(source, encode_text, TOKEN_BYTES, 500)
+    drafter(None, [])
+    wrapped = "def f(a):\n    try:\n        b = a\n"
+    assert _drafted(drafter, wrapped) == "        c = b\n        return c\n```"

@@ -169,7 +169,9 @@ class Aligner:
         """An aligner of `source` (and its tail, this aligner's texts) with `renames` and `shift` made,
         standing where this one stands: neither changes a line break, so its lines are these lines."""
         lines = len(source.encode("utf-8").splitlines(keepends=True))
-        other = Aligner(rewritten(source, renames, shift), self.encode, rewritten(tail, renames, shift, lines))
+        # the answer's last line is its closing fence, which a re-indented block does not move
+        answer = rewritten(source, renames, shift, upto=lines - 1)
+        other = Aligner(answer, self.encode, rewritten(tail, renames, shift, lines))
         other.last_line, other.partial, other.recent = (
             self.last_line,
             bytearray(self.partial),
@@ -341,11 +343,14 @@ def shift_in(before: bytes, after: bytes) -> tuple[bytes, bytes] | None:
     return None
 
 
-def rewritten(text: str, renames: dict[bytes, bytes], shift: Shift | None, first_line: int = 0) -> str:
-    """text (whose first line is line `first_line` of its aligner) with `shift` and `renames` made."""
+def rewritten(
+    text: str, renames: dict[bytes, bytes], shift: Shift | None, first_line: int = 0, upto: int | None = None
+) -> str:
+    """text (whose first line is line `first_line` of its aligner) with `shift` made (on its lines
+    before line `upto` of text, if given) and `renames` made."""
     if shift is not None:
         lines = text.encode("utf-8").splitlines(keepends=True)  # as the Aligner splits them
-        for k, line in enumerate(lines):
+        for k, line in enumerate(lines[:upto]):
             if first_line + k >= shift.first and line.strip() and line.startswith(shift.old):
                 lines[k] = shift.new + line[len(shift.old) :]
         text = b"".join(lines).decode("utf-8")
