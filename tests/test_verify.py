@@ -575,3 +575,28 @@ def test_a_re_indented_block_that_runs_to_the_answers_end_leaves_its_closing_fen
     drafter(None, [])
     wrapped = "def f(a):\n    try:\n        b = a\n"
     assert _drafted(drafter, wrapped) == "        c = b\n        return c\n```"
+
+
+def test_the_drafter_follows_a_block_moved_to_another_indentation():
+    """Lines moved out of a nesting level and up (create the image before the link, at the function's
+    top): the first moved line is found again by its text, its new indentation learnt, and the moved
+    block's next lines drafted in it."""
+    source = (
+        "function attach (element) {\n"
+        "  if (element) {\n"
+        "    var a = create('a')\n"
+        "    a.href = 'index.html'\n"
+        "    a.target = '_blank'\n"
+        "    a.rel = 'noopener'\n"
+        "  }\n"
+        "\n"
+        "  element.parent.insert(a)\n"
+        "  var img = create('img')\n"
+        "  img.src = 'img/ferris.svg'\n"
+        "  img.title = element.title\n"
+        "}\n```\n"
+    )
+    drafter = VerifyDrafter(source, encode_text, TOKEN_BYTES, 500, Schedule(start=64))
+    drafter(None, [])
+    moved = "function attach (element) {\n  if (element) {\n    var img = create('img')\n"
+    assert _drafted(drafter, moved).startswith("    img.src = 'img/ferris.svg'\n    img.title = element.title\n")

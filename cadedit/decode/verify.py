@@ -44,6 +44,10 @@ AHEAD = 4  # source lines after the last aligned one where a new output line may
 NGRAM_MIN = 4
 NGRAM_MOST = 64
 SIMILAR = 0.5  # an unaligned output line this similar to the next source line is taken as its rewrite
+# A line ended that no source line equals is placed on one that equals it but for its indentation (a
+# block moved into or out of a nesting level) if it has this many bytes besides its blanks: shorter
+# ones (`}`, `else:`, `try:`) occur on too many lines to say where the output is.
+BARE_MIN = 8
 # Once a guess missed, the output is most likely new text (a docstring, a new statement) whose words
 # keep matching the source by chance; each guess then drafts this many tokens at most, to its line's
 # end, so a wrong one widens a forward by little.
@@ -104,8 +108,9 @@ class Aligner:
     often a blank one), else like the line last placed (lines were inserted before it); or mid-line, when the line's last NGRAM_MIN+ bytes occur in the line being
     rewritten or the AHEAD after it (a renamed name, then the rest of the line as it was: the
     longest such end wins, then the occurrence nearest after where the alignment was lost); or
-    when the output ends a line that equals a source line: among equal lines, the one whose
-    preceding lines match most output lines wins, then the one nearest after the last aligned line.
+    when the output ends a line that equals a source line (else, one of BARE_MIN bytes or more that
+    equals it but for its indentation): among equal lines, the one whose preceding lines match most
+    output lines wins, then the one nearest after the last aligned line.
     A line ended unaligned that resembles the next source line counts as its rewrite, so the next
     line is looked for after it.
     """
@@ -124,8 +129,11 @@ class Aligner:
             self.starts.append(self.starts[-1] + len(line))
         self.line_at = {offset: k for k, offset in enumerate(self.starts)}  # line k starts at offset
         self.where: dict[bytes, list[int]] = {}
+        self.where_bare: dict[bytes, list[int]] = {}  # the lines by their text without its blanks around
         for k, line in enumerate(self.lines):
             self.where.setdefault(line, []).append(k)
+            if len(line.strip()) >= BARE_MIN:
+                self.where_bare.setdefault(line.strip(), []).append(k)
         self.anchor: int | None = 0  # the output starts where the file starts (the prompt opens the fence)
         self.lost = 0  # where the anchor was when the output last left the source
         self.guessed = False  # the anchor is a mid-line lookup not yet followed to a line's end
@@ -228,7 +236,7 @@ class Aligner:
         return matcher.quick_ratio() >= SIMILAR and matcher.ratio() >= SIMILAR
 
     def _relocate(self) -> int | None:
-        candidates = self.where.get(self.recent[-1])
+        candidates = self.where.get(self.recent[-1]) or self.where_bare.get(self.recent[-1].strip())
         if not candidates:
             return None
         best = max(candidates, key=lambda k: (self._matched(k), k > self.last_line, -abs(k - self.last_line)))
