@@ -11,9 +11,13 @@ edit's drafter also knows the file's lines after its region (`tail`): a model th
 region's closing fence and retypes them gets them drafted too, instead of one token a forward. It
 may also be given the same answer in other indentation (`also`): a scoped method is asked for
 without its class's indentation, and small models often retype it with it all the same; the
-drafter follows whichever the output writes (otherwise every line is lost, one token a forward).
+drafter follows whichever the output writes (otherwise every line is lost, one token a forward),
+and a first draft that misses only by being in the other indentation teaches the draft lengths
+nothing. Drafts of the answer's end stop at its closing fence, without the fence's line break.
 After a change inside a line the source is found again from the line's last bytes (prompt lookup
-near the line being rewritten), so a rename costs its changed tokens and a forward or two. A line the
+near the line being rewritten), so a rename costs its changed tokens and a forward or two; a line
+ended that equals a source line but for its indentation places the output there (a moved block),
+and a line begun like the last one placed is that line after lines inserted before it. A line the
 output rewrote only by putting names for others (`cur_line` -> `current_line`) teaches the drafter
 those renames: it also follows the source with them made everywhere, so the next uses of the name
 are drafted renamed instead of costing a miss each; a rename the output then does not make is
