@@ -109,9 +109,10 @@ class Aligner:
     Alignment is kept while each output token's bytes continue the source at the anchor (a
     different tokenisation of the same text stays aligned). Lost, it is found again as soon as the
     output's current line starts like one of the next AHEAD source lines (the model skipped a line,
-    often a blank one), else like the line last placed (lines were inserted before it); or mid-line, when the line's last NGRAM_MIN+ bytes occur in the line being
-    rewritten or the AHEAD after it (a renamed name, then the rest of the line as it was: the
-    longest such end wins, then the occurrence nearest after where the alignment was lost); or
+    often a blank one), else like the line last placed (lines were inserted before it); or
+    mid-line, when the line's last NGRAM_MIN+ bytes occur in the line being rewritten or the AHEAD
+    after it (a renamed name, then the rest of the line as it was: the longest such end wins, then
+    the occurrence nearest after where the alignment was lost); or
     when the output ends a line that equals a source line (else, one of BARE_MIN bytes or more that
     equals it but for its indentation): among equal lines, the one whose preceding lines match most
     output lines wins, then the one nearest after the last aligned line.
