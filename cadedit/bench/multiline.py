@@ -172,20 +172,23 @@ class Rates:
 
 def measure_rates(loaded, tokens: int = FLOOR_SPAN) -> Rates:
     """One feed of `tokens` tokens from an empty cache (after WARM tokens fed and cropped), then the
-    median of FLOOR_STEPS one-token steps."""
+    median of FLOOR_STEPS one-token steps; the decodes' cache is given its place back after."""
     tokens = max(1, min(tokens, loaded.context_limit - WARM - FLOOR_STEPS))
     ids = (encode(loaded.tokenizer, "def f(x):\n    return x + 1\n" * 64) * (tokens // 512 + 2))[: tokens + FLOOR_STEPS]
     lm = CachedLM(loaded.model, new_cache(loaded))
-    lm.feed(ids[:WARM])
-    lm.crop(WARM)
-    start = time.perf_counter()
-    lm.feed(ids[:tokens])
-    seconds = time.perf_counter() - start
-    steps = []
-    for k in range(FLOOR_STEPS):
+    try:
+        lm.feed(ids[:WARM])
+        lm.crop(WARM)
         start = time.perf_counter()
-        lm.feed([ids[tokens + k]])
-        steps.append((time.perf_counter() - start) * 1000)
+        lm.feed(ids[:tokens])
+        seconds = time.perf_counter() - start
+        steps = []
+        for k in range(FLOOR_STEPS):
+            start = time.perf_counter()
+            lm.feed([ids[tokens + k]])
+            steps.append((time.perf_counter() - start) * 1000)
+    finally:
+        _hand_back(loaded)
     return Rates(seconds, tokens, statistics.median(steps))
 
 
@@ -240,7 +243,6 @@ def run_case(loaded, case: dict, tries: int, rates: Rates, script: Scripted = Sc
     tokens, lines = changes(loaded.tokenizer, case["before"], after)
     parts = [floor_parts(st.tokens_prompt, st.tokens_new, tokens) for st in stats]
     measured = [measure_rates(loaded, prefilled) for prefilled, _ in parts]  # right after the case
-    _hand_back(loaded)
     floor = sum(floor_seconds(*part, own) for part, own in zip(parts, measured))
     flat = sum(floor_seconds(*part, rates) for part in parts)
     ok, why = judge(case, answer.result.new_text if answer else None)
