@@ -137,8 +137,8 @@ class Aligner:
         self.where_bare: dict[bytes, list[int]] = {}  # the lines by their text without its blanks around
         for k, line in enumerate(self.lines):
             self.where.setdefault(line, []).append(k)
-            if len(line.strip()) >= BARE_MIN:
-                self.where_bare.setdefault(line.strip(), []).append(k)
+            if len(bare := line.strip()) >= BARE_MIN:
+                self.where_bare.setdefault(bare, []).append(k)
         self.anchor: int | None = 0  # the output starts where the file starts (the prompt opens the fence)
         self.lost = 0  # where the anchor was when the output last left the source
         self.guessed = False  # the anchor is a mid-line lookup not yet followed to a line's end
