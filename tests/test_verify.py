@@ -445,6 +445,18 @@ def test_a_scoped_drafter_stops_at_the_fence_and_drafts_the_tail_to_a_model_that
     assert without(None, ran_past) == []  # what the drafter did before: nothing to propose there
 
 
+def test_nothing_is_drafted_once_the_output_has_written_the_closing_fence():
+    """The token after the closing fence ends the decode (an EOS, or the fence's line break by the
+    stopping rule), so a draft there, of the fence's break and the file's next lines, is never kept
+    past its first token and only widens the last forward."""
+    drafter = VerifyDrafter("a = 1\nb = 2\n```\n", encode_text, TOKEN_BYTES, 200, tail="c = 3\nd = 4\n")
+    drafter(None, [])
+    assert drafter(None, encode_text("a = 1\nb = 2\n```")) == []
+    also = VerifyDrafter("a = 1\n```\n", encode_text, TOKEN_BYTES, 200, also=("    a = 1\n```\n", "c = 3\n"))
+    also(None, [])
+    assert also(None, encode_text("    a = 1\n```")) == []  # the file's own indentation, written to its fence
+
+
 def test_aligner_resumes_mid_line_after_a_renamed_name():
     source = "def f(cur_line, width):\n    cur_line.append(width)\n    return cur_line\n```\n"
     aligner = Aligner(source, encode_text)

@@ -13,7 +13,8 @@ may also be given the same answer in other indentation (`also`): a scoped method
 without its class's indentation, and small models often retype it with it all the same; the
 drafter follows whichever the output writes (otherwise every line is lost, one token a forward),
 and a first draft that misses only by being in the other indentation teaches the draft lengths
-nothing. Drafts of the answer's end stop at its closing fence, without the fence's line break.
+nothing. Drafts of the answer's end stop at its closing fence, without the fence's line break, and
+once the output has written the fence nothing is drafted: its next token ends the decode.
 After a change inside a line the source is found again from the line's last bytes (prompt lookup
 near the line being rewritten), so a rename costs its changed tokens and a forward or two; a line
 ended that equals a source line but for its indentation places the output there (a moved block),
@@ -209,6 +210,10 @@ class Aligner:
     def draft(self, n_tokens: int) -> list[int]:
         """Up to n_tokens ids of the source after the anchor (whole lines tokenised, then cut)."""
         if self.anchor is None or self.anchor >= len(self.source) or n_tokens <= 0:
+            return []
+        if self.anchor == self.answer_end:
+            # The output has written the closing fence: its next token ends the decode (an EOS, or the
+            # fence's line break by the stopping rule), so nothing drafted after it is ever used.
             return []
         # ~3.5 bytes per token in code: 6 per token reaches n_tokens nearly always; end on a line end.
         stop = self.starts[min(bisect_left(self.starts, self.anchor + 6 * n_tokens), len(self.starts) - 1)]
