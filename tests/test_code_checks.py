@@ -6,10 +6,12 @@ reason, that reason reaches the next try's prompt, and nothing is written until 
 from __future__ import annotations
 
 import textwrap
+import time
 
 import pytest
 
 from cadedit.tries.code_checks import code_checks
+from cadedit.tries.repair import repaired
 from tests.conftest import approve_settings
 from tests.test_candidates import scripted_rows  # noqa: F401 (a fixture)
 from tests.test_hook_cli import git, hook, make_repo, no_outer_git, staged  # noqa: F401 (a fixture)
@@ -458,3 +460,213 @@ def test_the_hook_reports_a_candidate_that_fails_the_checks_and_never_writes_it(
     )
     assert (root / "a.py").read_bytes() == DOCUMENTED + b"\nSCALE = 2\n"
     assert staged(root, "a.py") == DOCUMENTED + b"\nSCALE = 2\n"
+
+
+DEBUG = (
+    'import os\n\n\ndef minutes(s):\n    print("debug", s)\n    return s / 60\n\n\n'
+    "def hours(s):\n    # return s / 60 / 60\n    return s / 3600\n"
+)
+
+
+@pytest.mark.parametrize(
+    "instruction",
+    ["Remove the debug print statements.", "Delete the commented-out code.", "Drop the unused imports."],
+)
+def test_an_empty_answer_to_a_request_to_remove_statements_fails_and_nothing_is_written(
+    work, tiny_dir, scripted, instruction
+):
+    (work / "a.py").write_text(DEBUG)
+    calls = scripted("")
+    result = run(tiny_dir, instruction)
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith(
+        "failed: kept (removed `minutes` (line 4), which the instruction does not ask to remove (and 1 more))"
+    )
+    assert (
+        ", change (the edit empties the file, which the instruction does not ask for)" in tries_lines(result.stderr)[0]
+    )
+    assert "deleted everything although the instruction does not ask for that" in calls[1].prompt
+    assert (work / "a.py").read_text() == DEBUG
+
+
+def test_the_hook_never_empties_a_file_for_a_rule_that_removes_statements(tmp_path, monkeypatch, tiny_dir):
+    script_model(monkeypatch, answers(lambda data: b""))
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": DEBUG.encode()})
+    rule = 'instruction = "Remove the debug print statements."\n'
+    (root / ".cadedit.toml").write_text(f"model = {str(tiny_dir)!r}\n[[rules]]\nfiles = \"*.py\"\n{rule}")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "rule")
+    approve_settings(root)
+    (root / "a.py").write_bytes(DEBUG.encode() + b"\nSCALE = 2\n")
+    git(root, "add", "a.py")
+    monkeypatch.chdir(root)
+    result = hook("run", "--fix")
+    assert result.exit_code == 1, result.output
+    assert "a.py: failed: no try of 3 passed its checks (failed: kept (removed `minutes`" in result.stderr
+    assert (root / "a.py").read_bytes() == DEBUG.encode() + b"\nSCALE = 2\n"
+
+
+def test_an_empty_answer_passes_where_the_instruction_names_every_definition(work, tiny_dir, scripted):
+    (work / "a.py").write_text(DEBUG.replace("import os\n\n\n", ""))
+    scripted("")
+    result = run(tiny_dir, "Delete minutes and hours.")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_text() == ""
+
+
+TIME = "".join(
+    f"def {name}(s):\n    return s / {n}\n\n\n"
+    for name, n in [("minutes", 60), ("hours", 3600), ("days", 86400), ("weeks", 604800)]
+)
+TWO = TIME.split("\n\n\ndef days")[0] + "\n"
+TRUNCATED = "SECONDS_PER_MINUTE = 60\n\n\ndef minutes(s):\n    return s / SECONDS_PER_MINUTE\n"
+
+
+@pytest.mark.parametrize(
+    "instruction",
+    ["Replace the magic number 60 with a named constant.", "Rename the parameter s to seconds.",
+     "Move the constant to the top.", "Replace the loop in hours with a call of sum.", "Remove dead code."],
+)  # fmt: skip
+def test_a_removal_word_lets_go_only_the_definitions_it_names(work, tiny_dir, scripted, instruction):
+    (work / "a.py").write_text(TIME)
+    scripted(TRUNCATED)
+    result = run(tiny_dir, instruction)
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith(
+        "failed: kept (removed `hours` (line 5), which the instruction does not ask to remove (and 2 more))"
+    )
+    assert (work / "a.py").read_text() == TIME
+
+
+def test_remove_dead_code_may_remove_an_unused_private_helper(work, tiny_dir, scripted):
+    (work / "a.py").write_text(TIME + "def _old(s):\n    return s * 60\n")
+    scripted(TIME)
+    result = run(tiny_dir, "Remove dead code.")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_text() == TIME
+
+
+MOVED = (
+    "class Duration:\n    @staticmethod\n    def minutes(s):\n        return s / 60\n\n"
+    "    @staticmethod\n    def hours(s):\n        return s / 3600\n"
+)
+HELPER = "def _helper(x):\n    return x * 2\n\n\ndef f(x):\n    return _helper(x) + 1\n"
+NESTED = "def f(x):\n    def _helper(y):\n        return y * 2\n\n    return _helper(x) + 1\n"
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "instruction"),
+    [(TWO, MOVED, "Put minutes and hours into a Duration class as static methods."),
+     (TWO, MOVED, "Wrap these functions in a Duration class."),
+     (HELPER, NESTED, "Nest _helper inside f.")],
+)  # fmt: skip
+def test_a_definition_moved_with_its_code_is_not_removed(work, tiny_dir, scripted, before, after, instruction):
+    (work / "a.py").write_text(before)
+    scripted(after)
+    result = run(tiny_dir, instruction)
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_text() == after
+
+
+def test_a_moved_definition_whose_code_changed_is_removed(work, tiny_dir, scripted):
+    (work / "a.py").write_text(TWO)
+    scripted(MOVED.replace("return s / 3600", "return 0"))
+    result = run(tiny_dir, "Put minutes and hours into a Duration class.")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: kept (removed `hours` (line 5)")
+
+
+# -- the repairs keep only what the checks then pass ---------------------------------------------
+
+SHORTEN = '__all__ = ["shorten", "wrap"]\n\n\ndef shorten(s):\n    return s[:10]\n\n\ndef wrap(s):\n    return s\n'
+
+
+def test_a_rename_renames_its_all_entry(work, tiny_dir, scripted):
+    (work / "a.py").write_text(SHORTEN)
+    scripted(SHORTEN.replace("def shorten", "def truncate"))
+    result = run(tiny_dir, "Rename shorten to truncate.")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_text() == SHORTEN.replace("shorten", "truncate")
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "instruction", "said"),
+    [("def stamp():\n    return 0\n", "def stamp():\n    return datetime.now().isoformat()\n",
+      "Fix stamp to return the current time as ISO text.", "undefined name 'datetime'"),
+     ("from time import time\n\n\ndef now_ms():\n    return time()\n", "def now_ms():\n    return time() * 1000\n",
+      "Fix now_ms: it must return milliseconds.", "removed `time`, which the module still uses"),
+     ("from math import log\n\n\ndef bits(n):\n    return log(n, 2)\n", "def bits(n):\n    return log(n, 2) + 1\n",
+      "Fix bits: it is off by one.", "removed `log`, which the module still uses"),
+     ('def shout(string):\n    return string.upper() + "!"\n', 'def shout(text):\n    return string.upper() + "!"\n',
+      "Rename the parameter string to text.", "undefined name 'string'")],
+)  # fmt: skip
+def test_a_name_used_as_no_module_provides_it_gets_no_import(
+    work, tiny_dir, scripted, before, after, instruction, said
+):
+    (work / "a.py").write_text(before)
+    calls = scripted(after)
+    result = run(tiny_dir, instruction)
+    assert result.exit_code == 3, result.output
+    assert said in first_failure(result) and said in calls[1].prompt
+    assert (work / "a.py").read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("header", "before"),
+    [("#!/usr/bin/env python3\n", "def main(p):\n    print(p)\n"),
+     ("# -*- coding: utf-8 -*-\n", "def main(p):\n    print(p)\n"),
+     ("#!/usr/bin/env python3\n# -*- coding: utf-8 -*-\n", "def main(p):\n    print(p)\n"),
+     ("\ufeff", "def main(p):\n    print(p)\n")],
+)  # fmt: skip
+def test_an_added_import_goes_after_the_shebang_cookie_and_bom(work, tiny_dir, scripted, header, before):
+    (work / "a.py").write_text(header + before, encoding="utf-8")
+    scripted(header.removeprefix("\ufeff") + before.replace("print(p)", "print(os.path.abspath(p))"))  # shown without
+    result = run(tiny_dir, "Fix main to print the absolute path.")
+    assert result.exit_code == 0, result.output
+    assert (work / "a.py").read_text(encoding="utf-8") == header + "import os\n" + before.replace(
+        "print(p)", "print(os.path.abspath(p))"
+    )
+
+
+# -- big and deep files --------------------------------------------------------------------------
+
+ELIF = (
+    "def op(code, x):\n    if code == 0:\n        return x\n"
+    + "".join(f"    elif code == {i}:\n        return x + {i}\n" for i in range(1, 200))
+    + "    return None\n"
+)
+
+
+@pytest.mark.parametrize("body", [ELIF, "q = db" + "".join(f".f{i}()" for i in range(300)) + "\n"])
+def test_code_too_deep_for_the_checks_skips_them_with_a_note(body):
+    before, after = body + "\n\ndef f(x):\n    return x + 1\n", body + "\n\ndef f(x):\n    return x + 2\n"
+    found = code_checks("a.py", before, after, "Fix f: it must add two.")
+    assert [(c.name, c.passed, c.skipped, c.detail) for c in found] == [
+        (name, True, True, "the code is nested too deeply to check here")
+        for name in ("names", "kept", "body", "public", "asked")
+    ]
+    assert "os.sep" in repaired("a.py", before, after.replace("return x + 2", "return os.sep"), "Fix f.")
+
+
+def test_the_body_check_is_near_linear_in_the_definitions():
+    tests = "".join(
+        f'def test_case_{i}(client):\n    response = client.get("/items/{i}")\n    assert response.status == 200\n\n'
+        for i in range(2000)
+    )
+    start = time.monotonic()
+    found = code_checks("test_api.py", tests, tests.replace("client", "api_client"), "Rename client to api_client.")
+    assert time.monotonic() - start < 10  # quadratic: about 25 s on a quiet 2-core machine
+    assert all(c.passed for c in found)
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_a_candidate_python_would_read_as_other_text_under_its_coding_cookie_fails_syntax(
+    work, tiny_dir, scripted, encoding
+):
+    before = f'# -*- coding: {encoding} -*-\ndef greet():\n    return "hi"\n'
+    (work / "a.py").write_text(before)
+    scripted(before.replace('"hi"', '"caf\u00e9"'))
+    result = run(tiny_dir, "Make greet return the French word for coffee shop.")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: syntax (line 3: ")
+    assert (work / "a.py").read_text() == before

@@ -162,3 +162,17 @@ def test_the_reason_names_the_line_as_the_file_counts_it(newline):
     before = newline.join(["const a = 1;", "", "f(a);", ""])
     check = names(before, before + newline.join(["", "g(b);", ""]))
     assert check.detail.startswith("line 5: undefined name 'g'")
+
+
+LOGGED = 'function minutes(s) {\n  console.log("debug", s);\n  return s / 60;\n}\n\nfunction hours(s) {\n  return s / 3600;\n}\n'
+
+
+def test_an_empty_answer_to_remove_the_console_log_calls_fails_and_nothing_is_written(work, tiny_dir, scripted):
+    (work / "app.js").write_text(LOGGED)
+    scripted("")
+    result = fix_js(tiny_dir, "Remove the console.log calls.")
+    assert result.exit_code == 3, result.output
+    first = tries_lines(result.stderr)[0]
+    assert "failed: kept (removed `minutes` (line 1), which the instruction does not ask to remove)" in first
+    assert "change (the edit empties the file, which the instruction does not ask for)" in first
+    assert (work / "app.js").read_text() == LOGGED

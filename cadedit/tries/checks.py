@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import io
 import json
 import os
 import re
@@ -27,6 +28,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import tokenize
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -81,10 +83,26 @@ class _Unchecked(Exception):
 
 
 def _check_python(text: str, path: str) -> None:
+    """Compile the bytes cadedit writes (UTF-8) as Python will read them, through the file's PEP 263
+    coding cookie: under `coding: ascii` a non-ASCII character fails, and under `coding: latin-1` one
+    that would read as other text (`é` as `Ã©`) fails too."""
+    data = text.encode("utf-8", "surrogatepass")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        read = data.decode(encoding)  # utf-8-sig: without the BOM
+    except SyntaxError as exc:  # an unknown encoding in the cookie
+        raise _Unparsed(exc.msg, exc.lineno or 0) from None
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise _Unparsed(f"not {encoding}, which the file's coding cookie declares", line) from None
+    if read != text.removeprefix("\ufeff"):
+        pairs = zip(read.splitlines(), text.removeprefix("\ufeff").splitlines())
+        line = next((k for k, (a, b) in enumerate(pairs, 1) if a != b), 1)
+        raise _Unparsed(f"written as UTF-8 this reads as other text under the file's coding cookie ({encoding})", line)
     try:
         with warnings.catch_warnings():  # warnings (an invalid escape, `is 1`) fail nothing, even under -W error
             warnings.simplefilter("ignore")
-            compile(text, path, "exec", dont_inherit=True)
+            compile(data, path, "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise _Unparsed(exc.msg, exc.lineno or 0) from None
     except ValueError as exc:  # null bytes on some Python versions
@@ -175,7 +193,8 @@ _CHECKERS = {
 
 def _parse(language: Language, text: str, path: str) -> None:
     try:
-        _CHECKERS[language.syntax](text.removeprefix("\ufeff"), path)  # a BOM is not part of the syntax
+        # A BOM is not part of the syntax; Python reads it (with the coding cookie) from the bytes.
+        _CHECKERS[language.syntax](text if language.syntax == "python" else text.removeprefix("\ufeff"), path)
     except RecursionError:  # compile() of a 100,000-term chain, json.loads of [[[[...: the parser's verdict
         raise _Unparsed(f"nested deeper than the {language.title} parser here can read") from None
 
@@ -225,20 +244,46 @@ def _source_line(text: str, line: int) -> str:
 # -- change ------------------------------------------------------------------------------------
 
 
-_DELETION = re.compile(r"\b(?:delete|remove|empty|clear|erase|wipe|truncate|drop)\b", re.I)
+# "Empty the file", "Delete everything in this file", "Remove all the code": the file itself goes;
+# not "everything after line 10", "all the code in f".
+_EMPTIES = re.compile(
+    r"(?:\b(?:empty|clear|wipe|erase|blank)\s+(?:out\s+)?(?:the\s+|this\s+)?(?:whole\s+|entire\s+)?"
+    r"(?:file|module|script|contents?)\b"
+    r"|\b(?:delete|remove|drop|erase|wipe)\s+(?:everything|all\s+(?:of\s+)?(?:the\s+|its\s+)?(?:code|contents?|lines|text)"
+    r"|(?:the\s+)?(?:whole|entire)\s+(?:file|module|contents?)|(?:this|the)\s+(?:file|module|script)(?!\s*'))\b"
+    r"|\bmake\s+(?:it|the\s+file|this\s+file|the\s+module)\s+empty\b)"
+    r"(?!\s+(?:in|inside|from|of|within)\s+(?!(?:this|the)\s+(?:file|module|script)\b)"
+    r"|\s+(?:after|before|between|below|above|except|but|that|which|under|other|apart)\b)",
+    re.I,
+)
+# Definitions as most languages spell them, for "does the instruction name every definition".
+_DEFINED = re.compile(r"^[ \t]*(?:export\s+)?(?:async\s+)?(?:def|class|function)\s+([A-Za-z_$][\w$]*)", re.M)
+
+
+def asks_to_empty(instruction: str) -> bool:
+    """Whether the instruction asks for an empty file ("Delete everything in this file")."""
+    return bool(_EMPTIES.search(instruction))
 
 
 def change_check(before: str, after: str, allow_no_change: bool, instruction: str = "") -> Check:
     """A candidate equal to the file fails, unless the caller allows an edit that changes nothing; one
-    that empties a file that had text fails unless the instruction asks for a deletion (a small model
-    that answers with nothing would otherwise "pass" every check but a test)."""
+    that empties a file that had text fails unless the instruction asks to empty the file or names
+    every definition in it: "Remove the debug prints" asks for less than everything, and a small model
+    that answers with nothing would otherwise "pass" every check but a test."""
     if after != before:
-        if not after.strip() and before.strip() and not _DELETION.search(instruction):
+        if not after.strip() and before.strip() and not _asks_for_nothing(before, instruction):
             return Check("change", False, detail="the edit empties the file, which the instruction does not ask for")
         return Check("change", True, detail="the edit changes the file")
     if allow_no_change:
         return Check("change", True, detail="the edit changed nothing (allowed)")
     return Check("change", False, detail="the edit changed nothing")
+
+
+def _asks_for_nothing(before: str, instruction: str) -> bool:
+    if asks_to_empty(instruction):
+        return True
+    defined = set(_DEFINED.findall(before))
+    return bool(defined) and defined <= set(re.findall(r"[A-Za-z_$][\w$]*", instruction))
 
 
 # -- placement ---------------------------------------------------------------------------------

@@ -21,12 +21,13 @@ from __future__ import annotations
 import ast
 import copy
 import difflib
+import keyword
 import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cadedit.tries.checks import Check
+from cadedit.tries.checks import Check, asks_to_empty
 from cadedit.text.document import Document
 from cadedit.scope.js_names import GROUPS, js_names
 from cadedit.text.languages import language_of
@@ -58,10 +59,18 @@ _BEHAVIOUR = re.compile(
     re.I,
 )
 _REMOVAL = re.compile(
-    r"\b(?:delete|remove|drop|erase|rename|merge|inline|replace|move|get rid of|strip|"
-    r"clean\s?up|dead code|unused)\w*",
+    r"\b(?:delete|remove|drop|erase|rename|merge|combine|inline|replace|move|strip)\w*|\bget\s+rid\s+of\b",
     re.I,
 )
+_DELETING = re.compile(r"\b(?:delete|remove|drop|erase|strip)\w*|\bget\s+rid\s+of\b", re.I)
+# Where a removal word's objects end: a word that says where the change goes or what comes instead,
+# or the end of the clause.
+_CLAUSE_END = re.compile(
+    r"\b(?:in|inside|within|of|from|to|into|with|as|by|for|so|then|but|because|while|after|before|"
+    r"using|which|that|keeping|keep|and\s+(?:then|also|add|fix|make|keep|update|use|change))\b|[.;:!?](?=\s|$)|\n",
+    re.I,
+)
+_DEAD = re.compile(r"\b(?:dead\s+code|unused|never\s+(?:used|called))\b", re.I)
 _LOGGERS = {"logging", "logger", "log", "_log", "_logger", "LOGGER", "LOG", "console"}
 _SIMILAR = 0.8  # a changed body this close to another definition's (and closer than to its own) is a copy
 
@@ -70,10 +79,13 @@ def code_checks(path: str, before: str, after: str, instruction: str) -> tuple[C
     """The four checks of the module docstring for a candidate `after` of the file `path`."""
     language = language_of(path)
     parser = language.parser if language is not None else ""
-    if parser == "python":
-        return _python_checks(path, before, after, instruction)
-    if parser in ("javascript", "typescript", "tsx"):
-        return _outline_checks(path, before, after, instruction, parser)
+    try:
+        if parser == "python":
+            return _python_checks(path, before, after, instruction)
+        if parser in ("javascript", "typescript", "tsx"):
+            return _outline_checks(path, before, after, instruction, parser)
+    except RecursionError:  # pyflakes, ast.unparse and deepcopy recurse: a 200-branch elif is too deep for them
+        return _skipped("the code is nested too deeply to check here")
     return ()  # no parser for the language: nothing to compare
 
 
@@ -83,13 +95,35 @@ def asks_for_behaviour(instruction: str) -> bool:
     return not _NO_BEHAVIOUR.search(instruction) or bool(_BEHAVIOUR.search(instruction))
 
 
-def asks_to_remove(instruction: str, name: str, named: set[str]) -> bool:
-    """Whether the instruction asks to remove (or rename, merge, move) definition `name`: a removal
-    word and the name, or a removal word and no definition named at all ("remove dead code")."""
-    if not _REMOVAL.search(instruction):
-        return False
-    words = set(re.findall(r"[A-Za-z_$][\w$]*", instruction))
-    return name in words or not (words & named)
+def asks_to_remove(instruction: str, name: str, unused: bool = False) -> bool:
+    """Whether the instruction asks to remove (or rename, merge, move, inline, replace) definition
+    `name`: the name follows a removal word in its clause, before a word that names where the change
+    goes ("Rename shorten to truncate", "Delete lerp and clamp"; not "Replace the loop in total" nor
+    "Inline _helper into f"); a file the instruction asks to empty loses everything (asks_to_empty).
+    "Dead code" or "unused" with no name lets go a private helper nothing else uses (`unused`).
+    "Remove X" where X is statements ("the debug prints") never lets a definition go."""
+    if asks_to_empty(instruction):
+        return True
+    if name in removal_targets(instruction):
+        return True
+    return unused and bool(_DEAD.search(instruction))
+
+
+def removal_targets(instruction: str, deletion: bool = False) -> set[str]:
+    """The words that follow a removal word in their clause, up to a word that says where or into what
+    ("in", "from", "to", "into", "with", ...): the names of what the instruction removes or renames
+    (`deletion`: removes, not renames, moves or merges)."""
+    found: set[str] = set()
+    for verb in (_DELETING if deletion else _REMOVAL).finditer(instruction):
+        clause = _CLAUSE_END.split(instruction[verb.end() :], 1)[0]
+        found |= set(re.findall(r"[A-Za-z_$][\w$]*", clause))
+    return found
+
+
+def unused_in(text: str, name: str, private: bool) -> bool:
+    """Whether `name` appears in the file's text only once (its definition), and is private (a leading
+    underscore; `private`: the caller knows it is not exported)."""
+    return (private or name.startswith("_")) and len(re.findall(rf"(?<![\w$]){re.escape(name)}(?![\w$])", text)) == 1
 
 
 # -- Python --------------------------------------------------------------------------------------
@@ -106,17 +140,58 @@ def _python_checks(path: str, before: str, after: str, instruction: str) -> tupl
     try:
         old, new = ast.parse(before.removeprefix("\ufeff")), ast.parse(after.removeprefix("\ufeff"))
     except (SyntaxError, ValueError, RecursionError):
-        return tuple(Check(name, True, True, "the code does not parse here") for name in CHECK_NAMES)
+        return _skipped("the code does not parse here")
     old_defs, new_defs = _definitions(old), _definitions(new)
-    removed = [d for q, d in old_defs.items() if q not in new_defs]
+    old_code, new_code = _codes(old_defs), _codes(new_defs)
+    removed = [d for q, d in old_defs.items() if q not in new_defs and not _moved(d, old_code, new_defs, new_code)]
     gone_public = _gone_public(old, new)
     return (
         _names_check(path, old, new, gone_public),
-        _kept_check(old, new, old_defs, new_defs, removed, instruction),
-        _body_check(old_defs, new_defs),
+        _kept_check(old, new, old_defs, new_defs, removed, instruction, (old_code, new_code), before),
+        _body_check(old_defs, new_defs, old_code, new_code),
         _public_check(path, new, gone_public, removed, new_defs),
         *_asked_check(old, new, instruction, after == before, old_defs, new_defs),
     )
+
+
+def _short_name(d: _Definition) -> str:
+    return d.qualname.rsplit(".", 1)[-1]
+
+
+def _skipped(note: str) -> tuple[Check, ...]:
+    return tuple(Check(name, True, True, note) for name in CHECK_NAMES)
+
+
+def _codes(defs: dict[str, _Definition]) -> dict[str, str]:
+    """Each definition's code (_code), computed once for every check that compares it."""
+    return {q: _code(d.node) for q, d in defs.items()}
+
+
+def _moved(d: _Definition, old_code: dict, new_defs: dict, new_code: dict) -> bool:
+    """Whether a definition gone from its qualified name reappears under another one (moved into a
+    class, nested in its caller) with its name, its kind and its code (names of locals aside)."""
+    name = d.qualname.rsplit(".", 1)[-1]
+    return any(
+        q.rsplit(".", 1)[-1] == name and type(e.node) is type(d.node) and _alike(old_code[d.qualname], new_code[q])
+        for q, e in new_defs.items()
+        if q not in old_code
+    )
+
+
+def _alike(a: str, b: str) -> bool:
+    """The same code, or alike (_SIMILAR) as it is or with every name numbered by its first use."""
+    return a == b or _similarity(a, b) >= _SIMILAR or _similarity(_numbered(a), _numbered(b)) >= _SIMILAR
+
+
+def _numbered(code: str) -> str:
+    """The code with each name (not a keyword) replaced by the order of its first appearance."""
+    order: dict[str, str] = {}
+
+    def number(m: re.Match) -> str:
+        word = m[0]
+        return word if keyword.iskeyword(word) else order.setdefault(word, f"n{len(order)}")
+
+    return re.sub(r"[A-Za-z_]\w*", number, code)
 
 
 def _definitions(tree: ast.Module) -> dict[str, _Definition]:
@@ -180,15 +255,23 @@ def _names_check(path: str, old: ast.Module, new: ast.Module, gone_public: set[s
 
 
 def _kept_check(
-    old: ast.Module, new: ast.Module, old_defs: dict, new_defs: dict, removed: list, instruction: str
+    old: ast.Module,
+    new: ast.Module,
+    old_defs: dict,
+    new_defs: dict,
+    removed: list,
+    instruction: str,
+    codes: tuple[dict, dict],
+    before: str,
 ) -> Check:
-    """Definitions removed that the instruction does not ask to remove; with a request that changes
-    no behaviour, any statement removed or changed; otherwise a function that lost every `return`."""
-    named = set(n.rsplit(".", 1)[-1] for n in old_defs)
+    """Definitions removed that the instruction does not ask to remove (asks_to_remove; a moved one is
+    not removed); with a request that changes no behaviour, any statement removed or changed; otherwise
+    a function that lost every `return`."""
+    old_code, new_code = codes
     unasked = [
         d
         for d in removed
-        if not asks_to_remove(instruction, d.qualname.rsplit(".", 1)[-1], named)
+        if not asks_to_remove(instruction, _short_name(d), unused_in(before, _short_name(d), False))
         and not any(d.qualname.startswith(r.qualname + ".") for r in removed)
         and not _generated(d, new_defs)
     ]
@@ -203,7 +286,7 @@ def _kept_check(
         )
     if not asks_for_behaviour(instruction):
         for qualname, d in old_defs.items():
-            if qualname in new_defs and _code(d.node) != _code(new_defs[qualname].node):
+            if qualname in new_defs and old_code[qualname] != new_code[qualname]:
                 return Check(
                     KEPT,
                     False,
@@ -246,27 +329,65 @@ def _generated(removed: _Definition, new_defs: dict) -> bool:
     return False
 
 
-def _body_check(old_defs: dict, new_defs: dict) -> Check:
+def _body_check(old_defs: dict, new_defs: dict, old_code: dict, new_code: dict) -> Check:
     """A function whose changed code is closer to another definition's code than to its own."""
-    old_code = {q: _code(d.node, docstring=False) for q, d in old_defs.items()}
-    for qualname, d in new_defs.items():
-        if qualname not in old_code or isinstance(d.node, ast.ClassDef):
-            continue
-        code = _code(d.node, docstring=False)
-        if code == old_code[qualname]:
-            continue
-        own = _similarity(code, old_code[qualname])
-        for other, other_code in old_code.items():
-            if other != qualname and isinstance(old_defs[other].node, type(d.node)) and other_code.strip():
-                alike = _similarity(code, other_code)
-                if alike >= _SIMILAR and alike > own:
-                    return Check(
-                        BODY,
-                        False,
-                        detail=f"the body of `{qualname}` (line {d.line}) is now the code of "
-                        f"`{other}` (line {old_defs[other].line})",
-                    )
-    return Check(BODY, True, detail="no body became another definition's")
+    changed = [
+        q
+        for q, d in new_defs.items()
+        if q in old_code and not isinstance(d.node, ast.ClassDef) and new_code[q] != old_code[q]
+    ]
+    kinds = {q: type(d.node) for q, d in old_defs.items()}
+    copy = _copied(
+        [(q, new_code[q], old_code[q]) for q in changed],
+        {q: c for q, c in old_code.items() if c.strip()},
+        lambda q, other: kinds[other] is type(new_defs[q].node),
+    )
+    if copy is None:
+        return Check(BODY, True, detail="no body became another definition's")
+    qualname, other = copy
+    return Check(
+        BODY,
+        False,
+        detail=f"the body of `{qualname}` (line {new_defs[qualname].line}) is now the code of "
+        f"`{other}` (line {old_defs[other].line})",
+    )
+
+
+_PEERS = 32  # other definitions a changed one is compared with, at most
+_RARE = 64  # a token in more definitions than this does not pick the peers
+_PAIRS = 20_000  # comparisons for one candidate, at most
+
+
+def _copied(
+    changed: list[tuple[str, str, str]], others: dict[str, str], comparable: Callable[[str, str], bool]
+) -> tuple[str, str] | None:
+    """The first changed definition (name, new code, old code) whose new code is closer to another
+    definition's old code (`others`, where `comparable`) than to its own, as (its name, the other's);
+    None if none. Near-linear: each is compared with the definitions of the same code and the _PEERS
+    that share most of its rarer tokens, within _PAIRS comparisons in all."""
+    tokens = {q: code.split() for q, code in others.items()}
+    same: dict[str, list[str]] = {}
+    holders: dict[str, list[str]] = {}
+    for q, code in others.items():
+        same.setdefault(code, []).append(q)
+        for token in set(tokens[q]):
+            holders.setdefault(token, []).append(q)
+    budget = _PAIRS
+    for qualname, code, own_code in changed:
+        shared: Counter = Counter()
+        for token in set(code.split()):
+            if len(holders.get(token, ())) <= _RARE:
+                shared.update(holders.get(token, ()))
+        peers = same.get(code, []) + [q for q, _ in shared.most_common(_PEERS)]
+        own = _similarity(code, own_code)
+        for other in dict.fromkeys(peers):
+            if other == qualname or not comparable(qualname, other) or budget <= 0:
+                continue
+            budget -= 1
+            alike = 1.0 if others[other] == code else _similarity(code, others[other])
+            if alike >= _SIMILAR and alike > own:
+                return qualname, other
+    return None
 
 
 def _public_check(path: str, new: ast.Module, gone: set[str], removed: list, new_defs: dict) -> Check:
@@ -554,9 +675,12 @@ def _outline_checks(path: str, before: str, after: str, instruction: str, parser
     old_text = {d.qualname: _span(old_doc, d) for d in old.definitions}
     new_text = {d.qualname: _span(new_doc, d) for d in new.definitions}
     old_line = {d.qualname: d.start for d in old.definitions}
-    named = {q.rsplit(".", 1)[-1] for q in old_text}
     unasked = [
-        q for q in old_text if q not in new_text and not asks_to_remove(instruction, q.rsplit(".", 1)[-1], named)
+        q
+        for q in old_text
+        if q not in new_text
+        and not _moved_text(q, old_text, new_text)
+        and not asks_to_remove(instruction, q.rsplit(".", 1)[-1], _unexported(before, q, old_text[q]))
     ]
     kept = Check(KEPT, True, detail="no definition lost")
     if unasked:
@@ -567,20 +691,14 @@ def _outline_checks(path: str, before: str, after: str, instruction: str, parser
             "does not ask to remove",
         )
     body = Check(BODY, True, detail="no body became another definition's")
-    for qualname, text in new_text.items():
-        own = old_text.get(qualname)
-        if own is None or _body_text(text) == _body_text(own):
-            continue
-        mine = _similarity(_body_text(text), _body_text(own))
-        for other, other_text in old_text.items():
-            alike = _similarity(_body_text(text), _body_text(other_text)) if other != qualname else 0.0
-            if alike >= _SIMILAR and alike > mine:
-                body = Check(
-                    BODY,
-                    False,
-                    detail=f"the body of `{qualname}` is now the code of `{other}` (line {old_line[other]})",
-                )
-                break
+    bodies = {q: _body_text(t) for q, t in old_text.items()}
+    changed = [(q, _body_text(t), bodies[q]) for q, t in new_text.items() if q in bodies and _body_text(t) != bodies[q]]
+    copy = _copied(changed, {q: b for q, b in bodies.items() if b.strip()}, lambda q, other: True)
+    if copy is not None:
+        qualname, other = copy
+        body = Check(
+            BODY, False, detail=f"the body of `{qualname}` is now the code of `{other}` (line {old_line[other]})"
+        )
     if parser != JAVASCRIPT:
         return kept, body
     # Lines joined as the outline joins them: a line number means the same under CRLF or lone CR.
@@ -617,6 +735,22 @@ def _first_line(findings: tuple) -> Callable[[str], int]:
     for f in findings:
         lines.setdefault(f.name, f.line)
     return lambda name: lines[name]
+
+
+def _moved_text(qualname: str, old_text: dict, new_text: dict) -> bool:
+    """Whether a JavaScript definition gone from its qualified name reappears under another one with
+    its name and a body alike (a function moved into a class or an object)."""
+    name = qualname.rsplit(".", 1)[-1]
+    body = _body_text(old_text[qualname])
+    return any(
+        q.rsplit(".", 1)[-1] == name and _alike(body, _body_text(t)) for q, t in new_text.items() if q not in old_text
+    )
+
+
+def _unexported(before: str, qualname: str, text: str) -> bool:
+    """Whether a JavaScript definition is private to its file: not `export`ed, named nowhere else."""
+    name = qualname.rsplit(".", 1)[-1]
+    return not text.lstrip().startswith("export") and unused_in(before, name, True)
 
 
 def _span(document: Document, definition) -> str:

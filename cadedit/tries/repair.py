@@ -1,22 +1,28 @@
 """Repairs of a Python candidate outside the lines the model retyped: the import block and `__all__`.
 
 Contract: repaired(path, before, after, instruction) returns `after` with (1) the imports that names
-the edit newly uses need, where a name is a standard-library module (`logging`), a `typing` name
-(`Optional`) or a module logger (`logger`: `logging.getLogger(__name__)`), put after the module's
-last top-level import; and (2) the names of definitions the instruction asks to delete taken out of
-a literal `__all__`. A scoped edit retypes one definition, so it cannot reach those lines; a small
-model that writes `Optional[int]` or deletes `shorten` would otherwise ship a NameError or a broken
-`from m import *`. Nothing else changes; text that does not parse, other languages and names the
-table does not know come back as they are (the names check then fails them). Pure: no torch.
+the edit newly uses need, put after the module's last top-level import (or its docstring, shebang,
+encoding cookie and BOM): a standard-library module used only as `module.attr` where the module has
+`attr` (`logging.debug`), a `typing` name (`Optional`), or a module logger used only as
+`logger.method` (`logging.getLogger(__name__)`); and (2) in a literal `__all__`, the names of
+definitions the instruction asks to delete taken out and a renamed one's entry renamed. A scoped edit
+retypes one definition, so it cannot reach those lines; a small model that writes `Optional[int]` or
+deletes `shorten` would otherwise ship a NameError or a broken `from m import *`. A repair is kept
+only when the repaired candidate then passes the syntax and code checks; otherwise, and for text that
+does not parse, other languages and names used another way (`datetime.now()`, `time()`), `after`
+comes back as it is and the names check fails it. Pure: no torch.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import logging
 import re
 import typing
 
-from cadedit.tries.code_checks import asks_to_remove
+from cadedit.tries.checks import syntax_check
+from cadedit.tries.code_checks import code_checks, removal_targets
 from cadedit.text.languages import language_of
 
 # Modules a bare name most likely means: the standard library's, by their usual import name.
@@ -83,29 +89,60 @@ def repaired(path: str, before: str, after: str, instruction: str) -> str:
         return after
     try:
         old, new = ast.parse(before.removeprefix("\ufeff")), ast.parse(after.removeprefix("\ufeff"))
+        text = _fixed_all(after, old, new, instruction)
+        text = _with_imports(text, _newly_undefined(path, old, ast.parse(text.removeprefix("\ufeff"))))
     except (SyntaxError, ValueError, RecursionError):
         return after
-    text = _pruned_all(after, old, new, instruction)
-    return _with_imports(text, _newly_undefined(path, old, new, text))
+    if text != after and not _passes(path, before, text, instruction):
+        return after
+    return text
 
 
-def _newly_undefined(path: str, old: ast.Module, new: ast.Module, text: str) -> list[str]:
+def _passes(path: str, before: str, text: str, instruction: str) -> bool:
+    """Whether the repaired candidate passes the syntax and code checks (a repair never makes a pass)."""
+    checks = (syntax_check(path, before, text), *code_checks(path, before, text, instruction))
+    return all(c.passed for c in checks)
+
+
+def _newly_undefined(path: str, old: ast.Module, new: ast.Module) -> dict[str, list[ast.Name]]:
+    """Each name undefined in `new` and not in `old`, with its uses."""
     try:
         from pyflakes.checker import Checker
     except ModuleNotFoundError:
-        return []
+        return {}
 
     def undefined(tree: ast.Module) -> set[str]:
         return {m.message_args[0] for m in Checker(tree, filename=path).messages if type(m).__name__ == "UndefinedName"}
 
-    return sorted(undefined(new) - undefined(old))
+    names = undefined(new) - undefined(old)
+    uses: dict[str, list[ast.Name]] = {n: [] for n in sorted(names)}
+    attrs: dict[int, str] = {}
+    for node in ast.walk(new):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            attrs[id(node.value)] = node.attr
+        elif isinstance(node, ast.Name) and node.id in uses:
+            uses[node.id].append(node)
+    return {n: [attrs.get(id(use), "") for use in found] for n, found in uses.items()}
 
 
-def _with_imports(text: str, names: list[str]) -> str:
+def _used_as(attrs: list[str], has: typing.Callable[[str], bool]) -> bool:
+    """Whether every use of a name is `name.attr` with an `attr` that `has` knows."""
+    return bool(attrs) and all(attr and has(attr) for attr in attrs)
+
+
+def _module_has(module: str) -> typing.Callable[[str], bool]:
+    loaded = importlib.import_module(module)  # the standard library's, from _MODULES only
+    return lambda attr: hasattr(loaded, attr)
+
+
+def _with_imports(text: str, names: dict[str, list[str]]) -> str:
     """The import lines the known names need, after the last top-level import (or the docstring)."""
-    modules = [n for n in names if n in _MODULES]
+    modules = [n for n, attrs in names.items() if n in _MODULES and _used_as(attrs, _module_has(n))]
     typed = [n for n in names if n in _TYPING and n not in _MODULES]
-    logger = next((n for n in names if n in _LOGGERS), None)
+    logger = next(
+        (n for n, attrs in names.items() if n in _LOGGERS and _used_as(attrs, lambda a: hasattr(logging.Logger, a))),
+        None,
+    )
     if logger and "logging" not in modules:
         tree = ast.parse(text.removeprefix("\ufeff"))
         if "logging" not in _bound(tree):
@@ -128,7 +165,9 @@ def _bound(tree: ast.Module) -> set[str]:
 
 
 def _insert_after_imports(text: str, imports: list[str], tail: list[str]) -> str:
-    tree = ast.parse(text.removeprefix("\ufeff"))
+    bom = "\ufeff" if text.startswith("\ufeff") else ""
+    text = text[len(bom) :]
+    tree = ast.parse(text)
     lines = text.splitlines(keepends=True)
     newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
     body = tree.body
@@ -139,13 +178,24 @@ def _insert_after_imports(text: str, imports: list[str], tail: list[str]) -> str
         and isinstance(body[0].value, ast.Constant)
         and isinstance(body[0].value.value, str)
     )
-    at = top[-1].end_lineno if top else body[0].end_lineno if docstring else 0
+    at = top[-1].end_lineno if top else body[0].end_lineno if docstring else _header(lines)
     if at and not lines[at - 1].endswith(("\n", "\r")):
         lines[at - 1] += newline
     block = [newline] * (not top and docstring) + [line + newline for line in imports]
     if tail:
         block += [newline] * bool(imports) + [line + newline for line in tail]
-    return "".join(lines[:at] + block + lines[at:])
+    return bom + "".join(lines[:at] + block + lines[at:])
+
+
+_COOKIE = re.compile(r"^[ \t\f]*#.*?coding[:=][ \t]*[-\w.]+")
+
+
+def _header(lines: list[str]) -> int:
+    """The lines that must stay first: a shebang on line 1, an encoding cookie on line 1 or 2."""
+    at = 1 if lines and lines[0].startswith("#!") else 0
+    if at < len(lines) and at < 2 and _COOKIE.match(lines[at]):
+        at += 1
+    return at
 
 
 def _before_code(node: ast.stmt, body: list[ast.stmt]) -> bool:
@@ -159,12 +209,26 @@ def _before_code(node: ast.stmt, body: list[ast.stmt]) -> bool:
     return False
 
 
-def _pruned_all(text: str, old: ast.Module, new: ast.Module, instruction: str) -> str:
-    """`text` without the `__all__` entries of top-level definitions it deleted as asked."""
+_RENAMED = re.compile(
+    r"\brenam\w*\s+(?:the\s+)?(?:function\s+|method\s+|class\s+)?`?(?P<old>[A-Za-z_]\w*)`?"
+    r"(?:\s*\(\))?(?:\s+(?:function|method|class))?\s+(?:to|as|into)\s+`?(?P<new>[A-Za-z_]\w*)`?",
+    re.I,
+)
+
+
+def _fixed_all(text: str, old: ast.Module, new: ast.Module, instruction: str) -> str:
+    """`text` without the `__all__` entries of top-level definitions it deleted as asked, and with a
+    renamed one's entry renamed ("Rename shorten to truncate"); a rename is never a deletion here."""
     defined = {n.name for n in new.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     named = {n.name for n in old.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    gone = {n for n in named - defined if asks_to_remove(instruction, n, named)}
-    if not gone:
+    renamed = {
+        m["old"]: m["new"]
+        for m in _RENAMED.finditer(instruction)
+        if m["old"] in named - defined and m["new"] in defined - named
+    }
+    deleted = removal_targets(instruction, deletion=True)
+    gone = {n for n in named - defined if n in deleted and n not in renamed}
+    if not gone and not renamed:
         return text
     lines = text.splitlines(keepends=True)
     for node in reversed(new.body):
@@ -174,9 +238,22 @@ def _pruned_all(text: str, old: ast.Module, new: ast.Module, instruction: str) -
         if not isinstance(node.value, (ast.List, ast.Tuple)):
             continue
         for element in reversed(node.value.elts):
-            if isinstance(element, ast.Constant) and element.value in gone and element.lineno == element.end_lineno:
+            if not (isinstance(element, ast.Constant) and element.lineno == element.end_lineno):
+                continue
+            if element.value in gone:
                 lines = _cut(lines, element)
+            elif element.value in renamed:
+                lines = _renamed(lines, element, renamed[element.value])
     return "".join(lines)
+
+
+def _renamed(lines: list[str], element: ast.Constant, name: str) -> list[str]:
+    """The element's string with `name` in place of its text."""
+    k = element.lineno - 1
+    line = lines[k]
+    start, end = _column(line, element.col_offset), _column(line, element.end_col_offset)
+    literal = line[start:end]
+    return lines[:k] + [line[:start] + literal.replace(element.value, name, 1) + line[end:]] + lines[k + 1 :]
 
 
 def _cut(lines: list[str], element: ast.Constant) -> list[str]:
