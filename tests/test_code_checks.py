@@ -670,3 +670,32 @@ def test_a_candidate_python_would_read_as_other_text_under_its_coding_cookie_fai
     assert result.exit_code == 3, result.output
     assert first_failure(result).startswith("failed: syntax (line 3: ")
     assert (work / "a.py").read_text() == before
+
+
+SORT = "def order(xs, key=None):\n    return sorted(xs, key=key)\n"
+
+
+def test_a_star_import_added_by_an_edit_fails_names(work, tiny_dir, scripted):
+    (work / "a.py").write_text(SORT)
+    starred = "from typing import *\n\n\ndef order(xs: List, key: Optional[Callable] = None) -> List:\n"
+    calls = scripted(starred + "    return sorted(xs, key=key)\n")
+    result = run(tiny_dir, "Add type hints to order.")
+    assert result.exit_code == 3, result.output
+    assert first_failure(result).startswith("failed: names (line 1: `from typing import *` added, which hides")
+    assert "`from typing import *` added" in calls[1].prompt
+    assert (work / "a.py").read_text() == SORT
+
+
+def test_a_type_hint_on_a_none_default_must_allow_none(work, tiny_dir, scripted):
+    (work / "a.py").write_text(SORT)
+    bare = "from typing import Callable\n\n\ndef order(xs: list, key: Callable = None) -> list:\n"
+    optional = bare.replace("key: Callable = None", "key: Callable | None = None")
+    calls = scripted(bare + "    return sorted(xs, key=key)\n", optional + "    return sorted(xs, key=key)\n")
+    result = run(tiny_dir, "Add type hints to order.")
+    assert result.exit_code == 0, result.output
+    assert first_failure(result).startswith(
+        "failed: asked (hints `key: Callable` in `order` (line 4) although its default is None: "
+        "write `Optional[Callable]` or `Callable | None`)"
+    )
+    assert "write `Optional[Callable]` or `Callable | None`" in calls[1].prompt
+    assert (work / "a.py").read_text() == optional + "    return sorted(xs, key=key)\n"

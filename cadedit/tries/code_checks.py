@@ -231,6 +231,14 @@ def _names_check(path: str, old: ast.Module, new: ast.Module, gone_public: set[s
     """Undefined or newly unused names that the file did not have before. The public check reports
     the ones about a removed top-level name; a new undefined name where an undefined one went is a
     rename of what was already broken ("rename old to new" in a file that never defined `old`)."""
+    star = _added_star(old, new)
+    if star is not None:
+        return Check(
+            NAMES,
+            False,
+            detail=f"line {star.lineno}: `from {star.module} import *` added, which hides undefined names "
+            "from every check: import the names you use",
+        )
     before, after = _flakes(path, old), _flakes(path, new)
     if before is None or after is None:
         return Check(NAMES, True, True, "pyflakes is not installed: names not checked")
@@ -252,6 +260,18 @@ def _names_check(path: str, old: ast.Module, new: ast.Module, gone_public: set[s
         return Check(NAMES, True, detail="no new undefined or unused names")
     more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
     return Check(NAMES, False, detail=_said(found[0]) + more, output_tail="\n".join(_said(m) for m in found))
+
+
+def _added_star(old: ast.Module, new: ast.Module) -> ast.ImportFrom | None:
+    """The first `from m import *` the edit added (pyflakes cannot see the names it hides)."""
+    had = Counter(n.module for n in ast.walk(old) if isinstance(n, ast.ImportFrom) and n.names[0].name == "*")
+    for node in ast.walk(new):
+        if isinstance(node, ast.ImportFrom) and node.names[0].name == "*":
+            if had[node.module]:
+                had[node.module] -= 1
+            else:
+                return node
+    return None
 
 
 def _kept_check(
@@ -441,7 +461,52 @@ def _asked_check(
             return (Check(ASKED, False, detail=f"keeps `{wanted[0]}`, which the instruction asks to delete"),)
         if wanted:
             return (Check(ASKED, True, detail=f"`{wanted[0]}` is deleted"),)
+    if _ASKS_HINTS.search(instruction) and not same:
+        hinted = _hint_without_none(old_defs, new_defs)
+        if hinted is not None:
+            return (hinted,)
     return _added_check(old, new, instruction, same)
+
+
+_ALLOWS_NONE = re.compile(r"\b(?:Optional|None|Any|object)\b")
+
+
+def _hint_without_none(old_defs: dict, new_defs: dict) -> Check | None:
+    """A parameter whose default is None given a new type hint that does not allow None
+    (`key: Callable = None`): a type checker refuses it; `Optional[Callable]` or `Callable | None`."""
+    for qualname, d in new_defs.items():
+        if not isinstance(d.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        old = old_defs.get(qualname)
+        had = {a.arg: a.annotation and ast.dump(a.annotation) for a in _arguments(old.node)} if old else {}
+        for arg, default in _defaults(d.node.args):
+            hint = arg.annotation
+            none = isinstance(default, ast.Constant) and default.value is None
+            if not none or hint is None or had.get(arg.arg) == ast.dump(hint):
+                continue
+            text = ast.unparse(hint)
+            if not _ALLOWS_NONE.search(text):
+                return Check(
+                    ASKED,
+                    False,
+                    detail=f"hints `{arg.arg}: {text}` in `{qualname}` (line {d.line}) although its default is "
+                    f"None: write `Optional[{text}]` or `{text} | None`",
+                )
+    return None
+
+
+def _arguments(node: ast.AST) -> list[ast.arg]:
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    a = node.args
+    return [*a.posonlyargs, *a.args, *a.kwonlyargs]
+
+
+def _defaults(args: ast.arguments) -> list[tuple[ast.arg, ast.AST]]:
+    """Each parameter that has a default, with it."""
+    positional = [*args.posonlyargs, *args.args]
+    pairs = list(zip(positional[len(positional) - len(args.defaults) :], args.defaults))
+    return pairs + [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
 
 
 def _added_check(old: ast.Module, new: ast.Module, instruction: str, same: bool) -> tuple[Check, ...]:
