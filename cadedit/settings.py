@@ -352,6 +352,7 @@ def approve(folder: Path) -> list[SettingsFile]:
     if not found:
         ignored = f" (not approvable: {skipped_text(skipped)})"
         raise ConfigError(f"{folder}: no cadedit settings file to approve" + (ignored if skipped else ""))
+    _tell_links(skipped)  # approving the others: say which link is not read
     table = approvals()
     table.update({str(f.path): f.digest for f in found})
     save_approvals(table)

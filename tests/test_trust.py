@@ -325,6 +325,10 @@ def test_a_settings_file_linked_out_of_the_repository_is_not_used_approved_or_ap
     assert refused.returncode == 1 and "not approvable" in refused.stderr and "outside the repository" in refused.stderr
     assert cadedit("trust", "--remove", cwd=other).stderr == f"cadedit: nothing approved in {other}\n"
     assert "error: model '/chosen/by/the/repository'" in cadedit("fix", "a.py", "Fix it.", cwd=cloned).stderr
+    (other / "pyproject.toml").write_text('[tool.cadedit]\nmode = "verify"\n')
+    beside = cadedit("trust", cwd=other)
+    assert beside.returncode == 0 and f"approved {other / 'pyproject.toml'}" in beside.stderr
+    assert f"warning: {other / '.cadedit.toml'}: ignored, a link to" in beside.stderr
 
 
 def test_an_approval_is_of_the_path_the_file_is_found_at_not_of_what_it_links_to(tmp_path):

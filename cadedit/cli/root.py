@@ -21,6 +21,7 @@ import typer
 from cadedit import __version__
 from cadedit.cli.common import Lazy, LazyGroup, err, report_error, say
 from cadedit.errors import CadeditError
+from cadedit.text.visible import visible
 from cadedit.settings import FILE_KEYS, USER_ONLY_KEYS, SettingsFile, approve, forget, outside_repository, shown_key
 
 
@@ -166,12 +167,12 @@ def trust(
     if remove:
         gone = forget(folder)
         for path in gone:
-            say(f"cadedit: {path}: approval withdrawn")
+            say(f"cadedit: {visible(str(path))}: approval withdrawn")
         if not gone:
-            say(f"cadedit: nothing approved in {folder.resolve()}")
+            say(f"cadedit: nothing approved in {visible(str(folder.resolve()))}")
         return
     for found in approve(folder):
-        say(f"cadedit: approved {found.path} ({found.source}), which sets:")
+        say(f"cadedit: approved {visible(str(found.path))} ({found.source}), which sets:")
         for key, value in found.table.items():
             items = value if key == "rules" and isinstance(value, list) else [value]
             for item in items:
