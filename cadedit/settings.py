@@ -19,6 +19,7 @@ import enum
 import hashlib
 import json
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cadedit.text.document import read_regular
+from cadedit.text.visible import visible
 from cadedit.errors import CadeditError, ConfigError
 
 
@@ -240,8 +242,15 @@ def _own_file(name: str) -> Path | None:
     return path if path.is_file() and trusted(folder) and trusted(path) else None
 
 
+def shown_key(key: str) -> str:
+    """A settings key as a listing or a message shows it: bare when TOML would write it bare, else quoted
+    as TOML (and JSON) quote it, so that no key can pass for a value, another key or a line of its own."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
+
+
 def approvals() -> dict[str, str]:
-    """The approved repository settings files: their resolved path -> the digest approved."""
+    """The approved repository settings files: the path each was found at (its folder resolved, the
+    file itself not: a link is approved where it is, never as what it points to) -> the digest approved."""
     path = _own_file(APPROVALS)
     if path is None:
         return {}
@@ -262,7 +271,7 @@ def approvals() -> dict[str, str]:
 
 def approved(found: SettingsFile) -> bool:
     """Whether the user approved this repository settings file as it reads now."""
-    return found.own or approvals().get(str(found.path.resolve())) == found.digest
+    return found.own or approvals().get(str(found.path)) == found.digest
 
 
 def save_approvals(table: dict[str, str]) -> Path:
@@ -282,17 +291,20 @@ def save_approvals(table: dict[str, str]) -> Path:
     return target
 
 
-def repository_files(cwd: Path | None = None, untrusted: list[Path] | None = None) -> Iterator[SettingsFile]:
+def repository_files(cwd: Path | None = None, skipped: list[tuple[Path, str]] | None = None) -> Iterator[SettingsFile]:
     """The repository settings files that apply, nearest first, approved or not (the module docstring's
-    search rule); a file another user controls is skipped (and appended to `untrusted` when given)."""
-    for folder in settings_folders(cwd):
+    search rule). A file another user controls, or a link to a file outside the repository, is skipped
+    (and (path, why) appended to `skipped` when given)."""
+    folders = settings_folders(cwd)
+    for folder in folders:
         for name in (SETTINGS_FILE, "pyproject.toml"):
             path = folder / name
             if not path.is_file():
                 continue
-            if not trusted(path):
-                if untrusted is not None:
-                    untrusted.append(path)
+            why = _not_approvable(path, folders[-1])
+            if why is not None:
+                if skipped is not None:
+                    skipped.append((path, why))
                 continue
             data = read_toml(path)
             tool = cadedit_table(data, path, required=False)
@@ -300,6 +312,26 @@ def repository_files(cwd: Path | None = None, untrusted: list[Path] | None = Non
                 yield SettingsFile(path, tool if "cadedit" in data.get("tool", {}) else data)
             elif "cadedit" in data.get("tool", {}):
                 yield SettingsFile(path, tool)
+
+
+def _not_approvable(path: Path, top: Path) -> str | None:
+    """Why a repository settings file may not choose for this user, or None: another user controls it, or
+    it is a link out of the folders searched (`top`: the repository root). Through such a link a
+    cloned repository would use the settings of another repository, or read a file of the user's."""
+    if not trusted(path):
+        return "owned by another user or writable by others"
+    target = path.resolve()
+    if path.is_symlink() and not target.is_relative_to(top):
+        return f"a link to {target}, outside the repository"
+    return None
+
+
+def outside_repository(folder: Path, spec: str) -> bool:
+    """Whether a path a settings file in `folder` names (a model) lies outside its repository (the
+    nearest folder up from `folder` with .git, else `folder`): resolved with every link followed,
+    so neither `models/../../x` nor a link out passes for the repository's own."""
+    root = next((f for f in (folder, *folder.parents) if (f / ".git").exists()), folder).resolve()
+    return not (folder / Path(spec).expanduser()).resolve().is_relative_to(root)
 
 
 def user_settings() -> SettingsFile | None:
@@ -315,13 +347,14 @@ def user_settings() -> SettingsFile | None:
 def approve(folder: Path) -> list[SettingsFile]:
     """Record the repository settings files that apply in `folder` as approved, as they read now; the
     files approved. A ConfigError when there is none the user controls."""
-    untrusted: list[Path] = []
-    found = list(repository_files(folder, untrusted))
+    skipped: list[tuple[Path, str]] = []
+    found = list(repository_files(folder, skipped))
     if not found:
-        ignored = f" ({', '.join(map(str, untrusted))} not approvable: owned by another user or writable by others)"
-        raise ConfigError(f"{folder}: no cadedit settings file to approve" + (ignored if untrusted else ""))
+        ignored = f" (not approvable: {skipped_text(skipped)})"
+        raise ConfigError(f"{folder}: no cadedit settings file to approve" + (ignored if skipped else ""))
+    _tell_links(skipped)  # approving the others: say which link is not read
     table = approvals()
-    table.update({str(f.path.resolve()): f.digest for f in found})
+    table.update({str(f.path): f.digest for f in found})
     save_approvals(table)
     return found
 
@@ -335,6 +368,11 @@ def forget(folder: Path) -> list[Path]:
     return gone
 
 
+def skipped_text(skipped: list[tuple[Path, str]]) -> str:
+    """The files repository_files skipped, for a message: "PATH: why; PATH: why"."""
+    return "; ".join(f"{path}: {why}" for path, why in skipped)
+
+
 _told: set[tuple[Path, str]] = set()
 
 
@@ -343,26 +381,36 @@ def _tell(path: Path, why: str, message: str) -> None:
     approve it. Plain text straight to stderr: this module stays a leaf that every command imports."""
     if (path, why) not in _told:
         _told.add((path, why))
-        sys.stderr.write(f"warning: {message}\n")
+        sys.stderr.write(f"warning: {visible(message)}\n")
 
 
-def settings_files(cwd: Path | None = None, untrusted: list[Path] | None = None) -> Iterator[SettingsFile]:
+def settings_files(cwd: Path | None = None) -> Iterator[SettingsFile]:
     """The settings files that apply, nearest first: the approved repository files, then the user's own
-    config. A repository file not approved is skipped with a warning naming it."""
-    for found in repository_files(cwd, untrusted):
+    config. A repository file not approved, or a link out of the repository, is skipped with a warning
+    naming it (another user's file silently: it is no one's mistake to fix here)."""
+    skipped: list[tuple[Path, str]] = []
+    for found in repository_files(cwd, skipped):
+        _tell_links(skipped)
         if approved(found):
             yield found
         elif found.table:
-            keys = ", ".join(sorted(found.table))
+            keys = ", ".join(shown_key(key) for key in sorted(found.table))
             _tell(
                 found.path,
                 "unapproved",
                 f"{found.path}: this repository's settings ({keys}) are not approved, "
                 f"so cadedit ignored them; review them and run `cadedit trust {found.path.parent}` to use them",
             )
+    _tell_links(skipped)
     mine = user_settings()
     if mine is not None:
         yield mine
+
+
+def _tell_links(skipped: list[tuple[Path, str]]) -> None:
+    for path, why in skipped:
+        if path.is_symlink():
+            _tell(path, "link", f"{path}: ignored, {why}: cadedit reads no settings through it")
 
 
 def configured(key: str, cwd: Path | None = None, kind: type = str):

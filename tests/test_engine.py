@@ -6,6 +6,7 @@ user's file untouched. The real engine (llama-cpp-python's server) is tests/test
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from cadedit.options import EditOptions, Mode
 from cadedit.prompt.request import build_request, render_chatml
 from cadedit.backends.torch.tokenizer import Tokenizer
 from tests.conftest import console_script
+from tests.terminal import on_a_terminal
 
 QWEN_TEMPLATE = (Path(__file__).parent / "data" / "qwen2.5-chat-template.jinja").read_text()
 ROOT = Path(__file__).resolve().parents[1]
@@ -1089,3 +1091,59 @@ def test_bench_engine_runs_concurrent_clients_and_reports_throughput(engine, tmp
     )  # one try each, every edit through the engine
     missing = cli("bench", "engine", "--engine", engine(script), "-n", "1", cwd=tmp_path)
     assert missing.returncode == 2 and "--model" in missing.stderr
+
+
+# -- what a terminal shows of an engine's text, and the engine's credentials (issue 63, items 8, 18) ---
+
+HIDING = "\x1b[2K\x1b[G"  # erase the line, back to column 1: what follows overwrites what came before
+
+
+def test_a_diff_on_a_terminal_shows_control_characters_visible_and_a_pipe_gets_its_bytes(engine, colors):
+    """On a terminal the diff's escapes are shown as ^[ (no ESC of the answer's reaches it); piped, the
+    diff is data and keeps them byte for byte, and stderr says so with the line made visible."""
+    answer = f"red:\ngreen;  {HIDING}\nblue)"
+    args = ("fix", "colors.txt", "Rename teal to green.", "-q")
+    code, shown = on_a_terminal(*args, "--engine", engine(Script([(answer, "stop")])), cwd=colors)
+    assert code == 0, shown
+    assert b"\x1b[2K" not in shown and b"\x1b[G" not in shown and b"green;  ^[[2K^[[G" in shown, shown
+    piped = cli(*args, "--engine", engine(Script([(answer, "stop")])), cwd=colors)
+    assert piped.returncode == 0 and f"+green;  {HIDING}\n" in piped.stdout, piped.stdout
+    assert "\x1b" not in piped.stderr and "warning: the diff holds characters a terminal acts on" in piped.stderr
+    assert "    +green;  ^[[2K^[[G\n" in piped.stderr
+
+
+def test_the_failing_candidates_diff_on_stderr_shows_control_characters_visible(engine, colors):
+    answer = f"red:\ngreen;  {HIDING}\nblue)"
+    url = engine(Script([(answer, "stop")]))
+    done = cli(
+        "fix", "colors.txt", "Rename teal to green.", "--engine", url, "--test", "false", "--tries", "1", cwd=colors
+    )
+    assert done.returncode == 3 and "FAILED its checks; its diff, not applied:" in done.stderr, done.stderr
+    assert "\x1b" not in done.stderr and "+green;  ^[[2K^[[G" in done.stderr
+
+
+def test_an_engines_error_text_reaches_stderr_visible(engine, colors):
+    url = engine(Script(fail=b"<html>\x1b[2K\x1b[1Aall is well\x07</html>"))
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", url, cwd=colors)
+    assert done.returncode == 1 and "\x1b" not in done.stderr and "\x07" not in done.stderr, done.stderr
+    assert "something that is not JSON (<html>^[[2K^[[1Aall is well^G</html>)" in done.stderr
+
+
+def test_an_engine_url_with_credentials_sends_them_as_basic_auth_and_shows_them_nowhere(engine, colors):
+    """http://user:password@host/v1 (a proxy with basic auth): the credentials go as the Authorization
+    header, in place of the key, and no message or --json names them, also when the engine is down."""
+    script = Script([("red:\ngreen;\nblue)", "stop")])
+    url = engine(script).replace("http://", "http://alice:s3cret%2Fpw@")
+    env = {"CADEDIT_ENGINE": url, "CADEDIT_ENGINE_KEY": "a-key-for-another-engine"}
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--json", cwd=colors, env=env)
+    assert done.returncode == 0, done.stderr
+    assert [h["Authorization"] for h in script.headers] == [
+        "Basic " + base64.b64encode(b"alice:s3cret/pw").decode()
+    ] * 2
+    assert "s3cret" not in done.stdout + done.stderr and "alice" not in done.stdout + done.stderr
+    down = f"http://alice:s3cret@127.0.0.1:{_free_port()}/v1"
+    failed = cli("fix", "colors.txt", "Rename teal to green.", cwd=colors, env={"CADEDIT_ENGINE": down})
+    assert failed.returncode == 1 and "no engine answers at http://127.0.0.1:" in failed.stderr, failed.stderr
+    assert "s3cret" not in failed.stderr
+    bad = cli("fix", "colors.txt", "Fix it.", cwd=colors, env={"CADEDIT_ENGINE": "alice:s3cret@gpu-box:8000/v1"})
+    assert bad.returncode == 1 and "not an http:// or https:// URL" in bad.stderr and "s3cret" not in bad.stderr

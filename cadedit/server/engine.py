@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from cadedit.text import program as P
 from cadedit.text.document import Document
 from cadedit.server.engine_answer import Completion, read_completion, read_models
-from cadedit.server.engine_http import call_json
+from cadedit.server.engine_http import call_json, credentials, without_credentials
 from cadedit.errors import BudgetError, EngineError
 from cadedit.prompt.fence import writes_again
 from cadedit.options import EditOptions, Mode
@@ -118,13 +118,16 @@ class Usage:
 
 
 def check_url(url: str) -> str:
-    """An engine's base URL (…/v1) without a trailing slash; an EngineError if it is no http(s) URL."""
-    if not re.match(r"^https?://[^/\s]+", url or ""):
+    """An engine's base URL (…/v1) without a trailing slash, its credentials (`user:password@`) taken
+    out; an EngineError if it is no http(s) URL, which names the URL without them."""
+    bare = without_credentials(url or "")
+    if not re.match(r"^https?://[^/\s@]+", bare):
+        shown = re.sub(r"^(\w+://)?[^/]*@", r"\1…@", bare)  # `user:password@host` without a scheme
         raise EngineError(
-            f"engine {url!r}: not an http:// or https:// URL",
+            f"engine {shown!r}: not an http:// or https:// URL",
             hint="give the engine's OpenAI-compatible base URL, e.g. http://gpu-box:8000/v1",
         )
-    return url.rstrip("/")
+    return bare.rstrip("/")
 
 
 class EngineClient(Editor):
@@ -142,7 +145,8 @@ class EngineClient(Editor):
     def __init__(self, url: str, timeout: float = ENGINE_TIMEOUT, model: str | None = None, key: str | None = None):
         self.url = check_url(url)
         self.timeout = timeout
-        self.key = key if key is not None else next((os.environ[k] for k in KEY_ENVS if os.environ.get(k)), None)
+        key = key if key is not None else next((os.environ[k] for k in KEY_ENVS if os.environ.get(k)), None)
+        self.authorization = credentials(url, key)
         self.model, self.owner = self._served_model(model)
         self.name = f"{self.model} at {self.url}"
 
@@ -161,7 +165,7 @@ class EngineClient(Editor):
     def _call(self, method: str, path: str, body: dict | None, timeout: float, limit: int, what: str):
         """One HTTP request and its JSON answer (at most `limit` bytes); every failure an EngineError
         (engine_http.call_json)."""
-        return call_json(self.url, method, path, body, self.key, timeout, limit, what)
+        return call_json(self.url, method, path, body, self.authorization, timeout, limit, what)
 
     def complete(
         self,

@@ -1,7 +1,10 @@
 """One JSON request to an OpenAI-compatible engine, as a hostile or broken engine may answer it.
 
-Contract: call_json(url, method, path, body, key, timeout, limit) sends `body` (JSON; None for a GET)
-to url + path with the key as a Bearer header and returns the answer's JSON. Every read is bounded:
+Contract: call_json(url, method, path, body, authorization, timeout, limit) sends `body` (JSON; None
+for a GET) to url + path with that Authorization header (credentials() makes it: the URL's own
+`user:password@` as HTTP basic auth, else the key as a Bearer token) and returns the answer's JSON;
+the URL it is given holds no credentials (without_credentials), so no message can show them. Every
+read is bounded:
 - where: no redirect is followed (urllib keeps the Authorization header across hosts, so the key
   would go along); a redirect is a one-line error naming its target;
 - time: `timeout` bounds the whole request (connect, sending, the headers, every read of the
@@ -15,12 +18,14 @@ is an EngineError of one line naming the engine. Standard library only.
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import socket
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from cadedit.errors import EngineError
@@ -118,12 +123,34 @@ def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(Plain, Secure, _RefuseRedirects)
 
 
+def without_credentials(url: str) -> str:
+    """The URL without the `user:password@` of its authority (`http://gpu-box:8000/v1`), for the wire
+    and for every message; the URL itself when it has none."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def credentials(url: str, key: str | None) -> str | None:
+    """The Authorization header for an engine URL: HTTP basic auth from its `user:password@`
+    (percent-decoded, as RFC 3986 writes them), else `Bearer KEY`, else None. With both, the URL's:
+    one header holds one of them, and the URL names this engine where a key in the environment may
+    be meant for another."""
+    netloc = urllib.parse.urlsplit(url).netloc
+    if "@" in netloc:
+        user, _, password = netloc.rpartition("@")[0].partition(":")
+        pair = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+        return "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+    return f"Bearer {key}" if key else None
+
+
 def call_json(
     url: str,
     method: str,
     path: str,
     body: dict | None,
-    key: str | None,
+    authorization: str | None,
     timeout: float,
     limit: int,
     what: str = "an engine's answer",
@@ -133,8 +160,8 @@ def call_json(
     answer should be, for the message when it is nested deeper."""
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
+    if authorization:
+        headers["Authorization"] = authorization
     request = urllib.request.Request(url + path, data=data, headers=headers, method=method)
     where = f"the engine at {url}"
     with _Deadline(timeout) as deadline:

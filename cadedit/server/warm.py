@@ -38,6 +38,7 @@ from cadedit.results import Editor
 from cadedit.settings import IDLE_TIMEOUT, SERVER_ANSWER_TIMEOUT, SERVER_BUSY_WAIT, not_own
 from cadedit import errors
 from cadedit.text.document import Document
+from cadedit.text.visible import visible
 from cadedit.options import EditOptions, Mode, Sampling, TryState
 from cadedit.text.program import format as format_program, parse
 from cadedit.results import DecodeStats, EditCandidate, EditResult, Step
@@ -542,7 +543,7 @@ def _own_bytes(fields: dict[str, int]) -> int:
 
 
 def _log(message: str) -> None:
-    sys.stderr.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} cadedit server: {message}\n")
+    sys.stderr.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} cadedit server: {visible(message)}\n")
     sys.stderr.flush()
 
 
@@ -1064,7 +1065,8 @@ def _daemon_main(config_json: str) -> None:
     try:
         run_server(config)
     except CadeditError as exc:
-        sys.stderr.write(f"error: {exc.message}\n" + (f"hint: {exc.hint}\n" if exc.hint else ""))
+        shown = f"error: {exc.message}\n" + (f"hint: {exc.hint}\n" if exc.hint else "")
+        sys.stderr.write(visible(shown, lines=True))
         sys.exit(exc.exit_code)
 
 

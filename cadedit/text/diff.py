@@ -4,7 +4,9 @@ Contract: `patch -p1` and `git apply` turn `before` into `after` byte for byte w
 `unified_diff(before, after, path)`. Lines are split after "\\n" only, as diff, patch and git do,
 so a CR stays part of a line's content, and a last line without "\\n" is followed by the
 "\\ No newline at end of file" marker. show() colours a diff through rich when the stream is a
-terminal (isatty, whatever FORCE_COLOR says) and writes its exact bytes otherwise.
+terminal (isatty, whatever FORCE_COLOR says), every character a terminal acts on made visible
+(text.visible), and writes its exact bytes otherwise: they are the data `patch` reads; a diff
+whose lines hold such characters then says so on stderr, those lines made visible there.
 write_atomic() replaces a file through a temporary file in the same directory, keeps its mode,
 and refuses if the file changed after it was read.
 Pure: no torch, no transformers.
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, TextIO
 from cadedit.text.align import grouped_opcodes, opcodes
 from cadedit.text.atomic import replace_file
 from cadedit.text.document import Document
+from cadedit.text.visible import visible
 from cadedit.errors import ApplyError, OutputError
 
 if TYPE_CHECKING:
@@ -108,13 +111,14 @@ def count_changes(diff_text: str) -> tuple[int, int]:
 
 
 def render(diff_text: str, console: Console) -> None:
-    """Print a diff in colour; a CR is shown as ^M and a BOM as <BOM>, so neither edit is invisible."""
+    """Print a diff in colour; a CR is shown as ^M, a BOM as <BOM> and every other character a terminal
+    acts on as text.visible shows it, so that no edit is invisible and none hides another line."""
     from rich.text import Text
 
     for line in diff_lines(diff_text):
         style = next((s for prefix, s in _STYLES if line.startswith(prefix)), "dim" if line[:1] == "\\" else "")
         body = line.rstrip("\n")
-        text = Text(body.rstrip("\r").replace("\r", "^M").replace("\ufeff", "<BOM>"), style=style)
+        text = Text(visible(body.rstrip("\r").replace("\ufeff", "<BOM>")), style=style)
         if body.endswith("\r"):
             text.append("^M", style="dim")
         console.print(text, soft_wrap=True, highlight=False)
@@ -131,8 +135,32 @@ def show(diff_text: str, stream: TextIO | None = None) -> None:
         return
     if stream is not None and getattr(stream, "buffer", None) is None:
         stream.write(diff_text)
+    else:
+        write_bytes(stream, diff_text.encode("utf-8"))
+    _tell_hidden(diff_text)
+
+
+HIDDEN_SHOWN = 5  # lines of a diff that hold control characters, shown made visible on stderr
+_HIDDEN_WIDTH = 200  # characters of each
+
+
+def hidden_lines(diff_text: str) -> list[str]:
+    """The diff's lines that hold characters a terminal acts on (a CR ending a line aside), made visible."""
+    return [shown.rstrip("\r\n") for line in diff_lines(diff_text) if (shown := visible(line, lines=True)) != line]
+
+
+def _tell_hidden(diff_text: str) -> None:
+    """Say on stderr that the diff just written raw holds such characters, and show those lines made
+    visible: a diff piped through `tee` or `cat` to a terminal could hide a line from the one reviewing it."""
+    hidden = hidden_lines(diff_text)
+    if not hidden:
         return
-    write_bytes(stream, diff_text.encode("utf-8"))
+    more = f" (and {len(hidden) - HIDDEN_SHOWN} more)" if len(hidden) > HIDDEN_SHOWN else ""
+    sys.stderr.write(
+        "warning: the diff holds characters a terminal acts on instead of printing; written as they are, "
+        f"and here made visible (^[ is ESC){more}:\n"
+        + "".join(f"    {line[:_HIDDEN_WIDTH]}{'…' * (len(line) > _HIDDEN_WIDTH)}\n" for line in hidden[:HIDDEN_SHOWN])
+    )
 
 
 def write_bytes(stream: TextIO | None, data: bytes) -> None:
