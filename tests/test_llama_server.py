@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -54,26 +55,13 @@ def _help() -> str:
 def start_server(model: Path, log: Path, *extra: str):
     """llama-server on a free port of 127.0.0.1: (process, base URL), once /v1/models answers."""
     port = _free_port()
-    process = subprocess.Popen(
-        [
-            SERVER,
-            "-m",
-            str(model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "-t",
-            "1",
-            "-c",
-            str(4096 * SLOTS),
-            "-np",
-            str(SLOTS),
-            *extra,
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    args = ["-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", "1", "-c", str(4096 * SLOTS)]
+    return launch([*args, "-np", str(SLOTS), *extra], port, log)
+
+
+def launch(args: list[str], port: int, log: Path):
+    """llama-server with these arguments, listening on port: (process, base URL) once /v1/models answers."""
+    process = subprocess.Popen([SERVER, *args], stdout=log.open("wb"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -129,6 +117,32 @@ def test_the_installed_server_is_the_vendored_release_with_ngram_speculation():
     version = subprocess.run([SERVER, "--version"], capture_output=True, text=True, timeout=60)
     assert "commit llama-cpp-python-" in version.stdout + version.stderr
     assert "ngram-simple" in _help() and "--parallel" in _help()
+
+
+def documented_command() -> list[str]:
+    """The llama-server command line of docs/engines.md, as its arguments (continuation lines joined)."""
+    text = (Path(__file__).parents[1] / "docs" / "engines.md").read_text(encoding="utf-8")
+    block = re.search(r"### llama.cpp's llama-server\n.*?```sh\n(.*?)```", text, re.S).group(1)
+    line = re.search(r"^llama-server .*?(?<!\\)$", block.replace("\\\n", " "), re.M).group(0)
+    return shlex.split(line)[1:]
+
+
+def test_the_documented_llama_server_command_starts_and_serves_an_edit(colors, editing_gguf, tmp_path):
+    """docs/engines.md's llama-server line, run as written on the installed llama-server (the editing
+    GGUF as its model, a free port of 127.0.0.1, 1 thread): this release takes every flag (it refuses
+    a removed one, as it did `--draft-max`), and cadedit makes the edit through it."""
+    args = documented_command()
+    assert "--spec-type" in args, args
+    port = _free_port()
+    for flag, value in {"-m": str(editing_gguf), "--host": "127.0.0.1", "--port": str(port)}.items():
+        args[args.index(flag) + 1] = value
+    process, url = launch([*args, "-t", "1"], port, tmp_path / "server.log")
+    try:
+        done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", url, "--json", "-q", cwd=colors)
+    finally:
+        _stop(process)
+    assert done.returncode == 0, done.stderr
+    assert "-teal;\r\n+green;\r\n" in json.loads(done.stdout)["diff"]
 
 
 @pytest.mark.parametrize("mode", ["verify", "rewrite", "lookup"])
