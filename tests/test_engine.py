@@ -306,6 +306,16 @@ def test_fix_through_the_engine_writes_the_engines_edit(engine, colors):
     assert (colors / "colors.txt").read_bytes() == b"red:\r\ngreen;\r\nblue)\r\n"
 
 
+def test_the_try_lines_of_an_engine_edit_count_no_forwards(engine, colors):
+    """The engine's forwards are its own: the try lines give tokens and time, not "0 forward passes"."""
+    url = engine(Script([("red:\ngreen;\nblue)", "stop")]))
+    done = cli("fix", "colors.txt", "Rename teal to green.", "--engine", url, "--verbose", cwd=colors)
+    assert done.returncode == 0, done.stderr
+    tried = [line for line in done.stderr.splitlines() if ": try 1 of 3:" in line]
+    assert len(tried) == 1 and "5 generated, " in tried[0], done.stderr
+    assert "forward" not in done.stderr and "  decode: prompt " in done.stderr, done.stderr
+
+
 def test_an_engine_busy_with_other_edits_is_waited_for_up_to_the_timeout_also_for_its_model_list(engine, colors):
     """An engine that serves one request at a time (llama-cpp-python's server) answers GET /models
     only after the completions queued ahead of it; the client waits --engine-timeout for it too."""

@@ -292,7 +292,7 @@ def test_allow_no_change_exits_0_on_try_1_and_writes_nothing(work, tiny_dir, scr
     result = fix(tiny_dir, "--allow-no-change", "--write")
     assert result.exit_code == 0, result.output
     assert len(calls) == 1 and result.stdout == ""
-    assert "try 1 of 3: passed: syntax, names, kept, body, public, change" in result.stderr
+    assert "try 1 of 3: passed: syntax, names, kept, body, public (" in result.stderr  # no "change": none made
     assert "wrote" not in result.stderr
     assert (work / "a.py").read_bytes() == BEFORE and left_in(work) == {"a.py"}
 
@@ -303,6 +303,24 @@ def test_check_with_no_change_exits_0(work, tiny_dir, scripted):
     assert result.exit_code == 0, result.output
     assert len(calls) == 1 and result.stdout == ""
     assert (work / "a.py").read_bytes() == BEFORE
+    # the "change" check passes an allowed no-change; the lines must not read as if a change were made
+    said = [line for line in result.stderr.splitlines() if line.startswith("a.py: no change (")]
+    assert len(said) == 1 and "passed: syntax, names, kept, body, public, try 1 of 3)" in said[0], result.stderr
+    assert "change," not in result.stderr and "change;" not in result.stderr, result.stderr
+
+
+def test_a_bad_lines_or_scope_is_refused_before_the_model_loads(work):
+    """--lines past the end and --scope naming no definition: one line, exit 1, and no model is
+    looked for (the model named here does not exist)."""
+    for extra, said in (
+        (("--lines", "90-99"), "error: --lines 90-99: a.py has 5 lines"),
+        (("--scope", "nosuch"), "error: --scope nosuch: a.py defines no function, method or class named nosuch"),
+    ):
+        result = invoke(["fix", "a.py", INSTRUCTION, "--model", str(work / "no-model"), *extra])
+        assert result.exit_code == 1, result.output
+        assert result.stderr.splitlines()[0] == said, result.stderr
+        assert "model" not in result.stderr
+        assert (work / "a.py").read_bytes() == BEFORE
 
 
 def test_check_with_a_change_exits_1_and_writes_nothing(work, tiny_dir, scripted):
@@ -477,6 +495,8 @@ def test_a_signal_while_the_test_runs_restores_the_file(work, tiny_dir, signum, 
     assert time.monotonic() - start < 10  # the test's group is ended, not waited for
     assert proc.returncode == code, err.decode()
     assert b"Traceback" not in err
+    if signum == signal.SIGINT:  # Ctrl-C says so; SIGTERM (a supervisor's stop) ends quietly
+        assert err.decode().rstrip().splitlines()[-1] == "interrupted; nothing written", err.decode()
     assert (work / "a.py").read_bytes() == BEFORE
     assert left_in(work) == {"a.py", "started"}  # no temporary file left
     assert gone(int((work.parent / "pid").read_text()))  # the test's sleep did not outlive cadedit

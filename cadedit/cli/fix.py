@@ -272,11 +272,17 @@ def fix(
         scripted(ctx),
     )
     shown = _Shown(write, check, show_program, as_json)
-    if len(files) > 1:
-        if as_json or show_program:
-            raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
-        return _fix_many(files, instruction, options, plan, run, shown)
-    _fix_one(files[0], instruction, options, plan, run, shown)
+    if len(files) > 1 and (as_json or show_program):
+        raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
+    try:
+        if len(files) > 1:
+            return _fix_many(files, instruction, options, plan, run, shown)
+        _fix_one(files[0], instruction, options, plan, run, shown)
+    except KeyboardInterrupt:
+        # Writes defer Ctrl-C until their rename is done or undone (text.diff.signals_deferred), so an
+        # interrupt that reaches here left the user's files as they were.
+        say("interrupted; nothing written")
+        raise
 
 
 def _refuse_clashes(check: bool, write: bool, no_scope: bool, lines, scope, mode) -> None:
@@ -310,8 +316,9 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
     if stdin and plan.test:
         raise typer.BadParameter("--test runs against a file; give a file, not stdin", param_hint="--test")
     document = _stdin_document(run) if stdin else Document.read(file)
+    planned = _planned(document, instruction, options, run)  # a bad --lines/--scope fails before the load
     editor = _load(options, run)
-    outcome = _edit_checked(document, instruction, options, plan, run, editor)
+    outcome = _edit_checked(document, instruction, planned, plan, run, editor)
     best = outcome.shown
     diff_text = (
         unified_diff(document.text, best.result.new_text, "-" if stdin else display_path(Path(file)))
@@ -483,10 +490,16 @@ def _load(options, run: _Run, once_for: int = 1):
     return LocalEditor(loaded, run.scripted.choose_points)
 
 
-def _edit_checked(document, instruction: str, options, plan, run: _Run, editor) -> _Outcome:
-    """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
-    scoping, quiet = run.scoping, run.quiet
-    options, scope = plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on, scoping.where)
+def _planned(document, instruction: str, options, run: _Run):
+    """The edit's (options, scope) from --lines/--scope or the instruction (scope.plan; no model needed)."""
+    scoping = run.scoping
+    return plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on, scoping.where)
+
+
+def _edit_checked(document, instruction: str, planned, plan, run: _Run, editor) -> _Outcome:
+    """Try in the planned scope until a candidate passes its checks; one line per try on stderr."""
+    quiet = run.quiet
+    options, scope = planned
     if scope is not None and not quiet:
         say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
@@ -548,7 +561,8 @@ def _reporters(document, options, run: _Run, progress):
             say(
                 f"  decode: prompt {stats.tokens_prompt} tokens fed ({stats.tokens_reused} reused) in "
                 f"{stats.seconds_prefill:.2f} s, steps {stats.seconds_steps:.2f} s, pick {stats.seconds_pick:.2f} s, "
-                f"{stats.forward_passes} forwards in {stats.seconds_total:.2f} s"
+                + (f"{stats.forward_passes} forwards in " if stats.forward_passes else "total ")
+                + f"{stats.seconds_total:.2f} s"
             )
         if verbose:
             for c in attempt.checks:
@@ -668,11 +682,12 @@ def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, show
     files may pass only as a whole."""
     quiet, write, check = run.quiet, shown.write, shown.check
     documents = [Document.read(f) for f in dict.fromkeys(files)]
+    planned = [_planned(document, instruction, options, run) for document in documents]  # before the load
     editor = _load(options, replace(run, verbose=False), once_for=len(documents))
     edited, failed = [], []
-    for document in documents:
+    for document, planned_one in zip(documents, planned):
         outcome = _edit_checked(
-            document, instruction, options, replace(plan, test=None), replace(run, verbose=False), editor
+            document, instruction, planned_one, replace(plan, test=None), replace(run, verbose=False), editor
         )
         answer = outcome.verified.answer
         if answer is None:
@@ -799,7 +814,9 @@ class _Progress:
 
     @staticmethod
     def summary(stats) -> str:
+        """The decode's figures; an engine counts no forwards here (its own are its business)."""
+        forwards = f"{stats.forward_passes} forward passes, " if stats.forward_passes else ""
         return (
             f"{stats.tokens_copied} tokens copied, {stats.tokens_sampled - stats.drafts_kept} generated, "
-            f"{stats.forward_passes} forward passes, {stats.seconds_total or stats.seconds_forwards:.1f} s"
+            f"{forwards}{stats.seconds_total or stats.seconds_forwards:.1f} s"
         )

@@ -119,7 +119,9 @@ class Try:
         """One line: what this try's checks said."""
         if self.error:  # with a result: a candidate not checked (a duplicate, or one after the winner)
             return self.error if self.result is not None else f"failed: {self.error}"
-        passed = [c.name for c in self.checks if c.passed and not c.skipped]
+        unchanged = self.result is not None and not self.result.changed
+        # an allowed no-change passes "change", but "passed: change" would read as a change made
+        passed = [c.name for c in self.checks if c.passed and not c.skipped and not (unchanged and c.name == "change")]
         failed = [f"{c.name} ({c.detail})" if c.detail else c.name for c in self.failed_checks]
         skipped = [
             f"{c.name} skipped ({c.detail})" if c.detail else f"{c.name} skipped" for c in self.checks if c.skipped
