@@ -4,7 +4,10 @@ the working tree (restored afterwards), a failed try is tried again, and `mode` 
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -147,3 +150,22 @@ def test_candidates_out_of_range_in_the_settings_is_a_one_line_error(tmp_path, m
     monkeypatch.chdir(root)
     result = hook("run")
     assert result.exit_code == 1 and "`candidates` must be a whole number from 1 to 8" in result.stderr
+
+
+def test_a_rule_test_auto_runs_the_files_own_tests_on_each_candidate(tmp_path, monkeypatch, tiny_dir):
+    """`test = "auto"` in an approved rule: the test file named for the staged module (test_a.py) runs
+    with each candidate in place; the candidate it fails is refused. Its marker shows it ran."""
+    edit, calls = candidates(b"wrong", b"NEW")
+    script_model(monkeypatch, edit)
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])  # its pytest
+    test_a = b"from pathlib import Path\n\nfrom a import x\n\nPath('ran').touch()\n\n\ndef test_x():\n    assert x == 'NEW'\n"
+    root = make_repo(tmp_path / "w", tiny_dir, {"a.py": b"x = 1\n", "test_a.py": test_a})
+    stage(root, {"a.py": b"x = 'old'\n"})
+    settings(root, "candidates = 1", 'test = "auto"')
+    monkeypatch.chdir(root)
+    result = hook("run")
+    assert result.exit_code == 1, result.output  # check mode: the file would change
+    assert "a.py: test auto: python3 -m pytest -q -p no:cacheprovider test_a.py" in result.stderr
+    assert "+x = 'NEW'" in result.stdout and "wrong" not in result.stdout
+    assert len(calls) == 2 and (root / "ran").exists()
+    assert (root / "a.py").read_bytes() == b"x = 'old'\n"

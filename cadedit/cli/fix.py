@@ -16,6 +16,7 @@ import typer
 
 from cadedit.backends import hardware
 from cadedit.backends import model as backend_model  # a module: tests count the loads of backend_model.load_model
+from cadedit.cli import auto_test
 from cadedit.cli.common import BackendOpt, DtypeOpt, MaxNewOpt, ModelOpt, ThreadsOpt, files_text, server_for
 from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, ScopeContextOpt, context_lines, engine_for, scripted
 from cadedit.cli.common import Scripted, err, escape_markup, say
@@ -35,6 +36,7 @@ from cadedit.text.document import Document
 from cadedit.text.languages import guess_suffix, language_of
 from cadedit.text.program import format as format_program
 from cadedit.tries.checks import Candidate, candidate_in_place, run_command
+from cadedit.tries.found_tests import AUTO
 from cadedit.tries.loop import Attempts, CheckPlan, Reporters, edit_verified
 
 _FixArgs = Annotated[
@@ -120,7 +122,8 @@ _Test = Annotated[
         metavar="CMD",
         show_default=False,
         help="A shell command run with each candidate in place (tests, a linter, a type checker); exit 0 passes. "
-        "Your file is put back afterwards, whatever happens.",
+        "Your file is put back afterwards, whatever happens. `auto`: the repository's own tests of the edited "
+        "definition (test files named for the module, its doctests), in an approved repository only.",
     ),
 ]
 _TestTimeout = Annotated[float, typer.Option("--test-timeout", min=0.1, help="Seconds --test may run per try.")]
@@ -272,8 +275,10 @@ def fix(
         scripted(ctx),
     )
     shown = _Shown(write, check, show_program, as_json)
-    if len(files) > 1 and (as_json or show_program):
-        raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
+    if len(files) > 1 and (as_json or show_program or test == AUTO):
+        raise typer.BadParameter(
+            "takes one file", param_hint="--test auto" if test == AUTO else "--json" if as_json else "--show-program"
+        )
     try:
         if len(files) > 1:
             return _fix_many(files, instruction, options, plan, run, shown)
@@ -317,6 +322,8 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
         raise typer.BadParameter("--test runs against a file; give a file, not stdin", param_hint="--test")
     document = _stdin_document(run) if stdin else Document.read(file)
     planned = _planned(document, instruction, options, run)  # a bad --lines/--scope fails before the load
+    tested = auto_test.resolve(document, planned[1], plan, run.quiet or shown.json)
+    plan = tested.plan
     editor = _load(options, run)
     outcome = _edit_checked(document, instruction, planned, plan, run, editor)
     best = outcome.shown
@@ -329,7 +336,7 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
         write_stdout(json.dumps(outcome.to_json(diff_text), indent=2, ensure_ascii=False) + "\n")
     if outcome.verified.answer is None:
         _no_passing_try(outcome, diff_text, run.quiet or shown.json)
-    _show_answer(document, file, outcome.verified.answer, diff_text, plan, run, shown)
+    _show_answer(document, file, outcome.verified.answer, diff_text, plan, run, shown, tested.note)
 
 
 def _stdin_document(run: _Run):
@@ -355,7 +362,7 @@ def _stdin_document(run: _Run):
     return document
 
 
-def _show_answer(document, file: str, answer, diff_text: str, plan, run: _Run, shown: _Shown) -> None:
+def _show_answer(document, file: str, answer, diff_text: str, plan, run: _Run, shown: _Shown, note: str) -> None:
     """The passing answer: a summary line, then the diff, program or text on stdout, or the file written."""
     result = answer.result
     if not run.quiet:
@@ -364,7 +371,7 @@ def _show_answer(document, file: str, answer, diff_text: str, plan, run: _Run, s
             f"{document.path}: "
             + (f"+{added} -{removed} lines" if diff_text else "no change")
             + f" ({answer.summary()}, try {answer.number} of {run.tries})"
-            + ("" if plan.test else "; behaviour not tested (no --test)")
+            + note
         )
     if shown.json:
         pass

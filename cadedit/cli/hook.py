@@ -26,6 +26,7 @@ from cadedit.text.document import Document
 from cadedit.errors import ApplyError, CheckFailedError, ModelError
 from cadedit.options import EditOptions
 from cadedit.settings import choose_model, DEFAULT_TRIES
+from cadedit.tries.found_tests import AUTO, edited_names, find_tests
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -191,10 +192,11 @@ def _hook_editor(
     def edit(document, rule, path: str) -> str:
         on_disk = Document(document.lines, str(root / document.path))  # named as the prompt shows it
         target = root / path  # the working-tree file the test puts candidates into: its exact name
-        if rule.test:
+        scoped, scope = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
+        test = _rule_test(rule.test, on_disk, scope, target, root)
+        if test:
             _testable(root, target, R.shown(path))
-        plan = CheckPlan(allow_no_change=True, test=rule.test, cwd=root, expect_document_on_disk=False, target=target)
-        scoped, _ = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
+        plan = CheckPlan(allow_no_change=True, test=test, cwd=root, expect_document_on_disk=False, target=target)
         verified = edit_verified(
             on_disk, rule.instruction, scoped, plan, Attempts(tries, asked), editor=editor, picks=script.picks
         )
@@ -206,6 +208,20 @@ def _hook_editor(
         return verified.answer.result.new_text
 
     return edit
+
+
+def _rule_test(test: str | None, document, scope, target: Path, root: Path) -> str | None:
+    """A rule's test command; `auto`: the found tests of the edited definition (tries.found_tests), run
+    because the rules themselves are approved, or none when the repository has none for it."""
+    if test != AUTO:
+        return test
+    names = edited_names(document, scope.ranges if scope is not None else ())
+    found = find_tests(target, document.text, names, root)
+    say(
+        f"cadedit hook: {R.shown(str(target.relative_to(root)))}: test auto: "
+        + (found.command if found else "none found")
+    )
+    return found.command if found else None
 
 
 def _testable(root: Path, target: Path, shown: str) -> None:
