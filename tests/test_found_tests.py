@@ -10,6 +10,7 @@ file its test module would write stays absent). Discovery itself: which files an
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -200,3 +201,26 @@ def test_a_javascript_module_is_tested_by_the_test_js_beside_it(tmp_path):
         "const { sum } = require('./sum');\nrequire('node:test')('s', () => sum(1, 2));\n"
     )
     assert found(tmp_path, "sum.js").command == "node --test sum.test.js"
+
+
+SUM_JS = "function sum(a, b) {\n  return a + b;\n}\n\nmodule.exports = { sum };\n"
+SUM_TEST_JS = (
+    "const test = require('node:test');\nconst assert = require('node:assert');\nconst { sum } = require('./sum');\n"
+    "require('node:fs').writeFileSync('ran', '');\n\ntest('sum', () => assert.strictEqual(sum(1, 2), 3));\n"
+)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="needs node")
+def test_a_javascript_candidate_that_breaks_its_test_js_is_refused(repo, tiny_dir, scripted):
+    approve_settings(repo)
+    (repo / "sum.js").write_text(SUM_JS)
+    (repo / "sum.test.js").write_text(SUM_TEST_JS)
+    scripted(SUM_JS.replace("a + b", "a - b"), SUM_JS.replace("a + b", "b + a"))
+    result = invoke(
+        ["fix", "sum.js", "Fix the bug in sum.", "--model", str(tiny_dir), "--dtype", "fp32", "--threads", "1"]
+        + ["--candidates", "1", "--tries", "2", "--test", "auto", "--write"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "sum.js: --test auto: sum.test.js: `node --test sum.test.js`" in result.stderr
+    assert "try 1 of 2: failed: test (" in result.stderr and (repo / "ran").exists()
+    assert (repo / "sum.js").read_text() == SUM_JS.replace("a + b", "b + a")
