@@ -224,3 +224,13 @@ def test_a_javascript_candidate_that_breaks_its_test_js_is_refused(repo, tiny_di
     assert "sum.js: --test auto: sum.test.js: `node --test sum.test.js`" in result.stderr
     assert "try 1 of 2: failed: test (" in result.stderr and (repo / "ran").exists()
     assert (repo / "sum.js").read_text() == SUM_JS.replace("a + b", "b + a")
+
+
+def test_an_empty_settings_file_approved_with_cadedit_trust_lets_test_auto_run(repo, tiny_dir, scripted):
+    """A repository with no settings of its own: an empty .cadedit.toml and `cadedit trust` (docs/trust.md)."""
+    (repo / ".cadedit.toml").write_text("")
+    assert invoke(["trust"]).exit_code == 0
+    scripted(MUL_WRONG, MUL_GOOD)
+    result = fix(tiny_dir, "Fix the bug in mul.", "--test", "auto")
+    assert result.exit_code == 0, result.output
+    assert "try 1 of 2: failed: test (" in result.stderr and (repo / "tests" / "ran").exists()
