@@ -23,6 +23,7 @@ from cadedit.cli.common import err, escape_markup, say, Scripted, scripted, serv
 from cadedit.errors import CadeditError
 from cadedit.options import DEFAULT_MODE, Mode
 from cadedit.text.document import Document
+from cadedit.text.visible import visible
 from cadedit.errors import ApplyError, CheckFailedError, ModelError
 from cadedit.options import EditOptions
 from cadedit.settings import choose_model, DEFAULT_TRIES
@@ -193,7 +194,7 @@ def _hook_editor(
         on_disk = Document(document.lines, str(root / document.path))  # named as the prompt shows it
         target = root / path  # the working-tree file the test puts candidates into: its exact name
         scoped, scope = plan_edit(on_disk, rule.instruction, options)  # as `cadedit fix` scopes an edit
-        test = _rule_test(rule.test, on_disk, scope, target, root)
+        test = _rule_test(rule.test, on_disk, scope, target, root, R.shown(path))
         if test:
             _testable(root, target, R.shown(path))
         plan = CheckPlan(allow_no_change=True, test=test, cwd=root, expect_document_on_disk=False, target=target)
@@ -210,17 +211,14 @@ def _hook_editor(
     return edit
 
 
-def _rule_test(test: str | None, document, scope, target: Path, root: Path) -> str | None:
+def _rule_test(test: str | None, document, scope, target: Path, root: Path, shown: str) -> str | None:
     """A rule's test command; `auto`: the found tests of the edited definition (tries.found_tests), run
     because the rules themselves are approved, or none when the repository has none for it."""
     if test != AUTO:
         return test
     names = edited_names(document, scope.ranges if scope is not None else ())
     found = find_tests(target, document.text, names, root)
-    say(
-        f"cadedit hook: {R.shown(str(target.relative_to(root)))}: test auto: "
-        + (found.command if found else "none found")
-    )
+    say(f"cadedit hook: {shown}: test auto: " + (visible(found.command) if found else "none found"))
     return found.command if found else None
 
 
