@@ -234,3 +234,19 @@ def test_an_empty_settings_file_approved_with_cadedit_trust_lets_test_auto_run(r
     result = fix(tiny_dir, "Fix the bug in mul.", "--test", "auto")
     assert result.exit_code == 0, result.output
     assert "try 1 of 2: failed: test (" in result.stderr and (repo / "tests" / "ran").exists()
+
+
+def test_a_test_file_of_another_module_of_the_same_name_is_not_a_test_of_this_one(tmp_path):
+    for package in ("pkg_a", "pkg_b"):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+        (tmp_path / package / "calc.py").write_text(CALC.replace(">>>", "--"))
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_calc.py").write_text("from pkg_b.calc import mul\n\n\ndef test_mul():\n    mul(1, 2)\n")
+    assert found(tmp_path, "pkg_a/calc.py", [(10, 11)]) is None
+    assert found(tmp_path, "pkg_b/calc.py", [(10, 11)]).files == ("tests/test_calc.py",)
+    (tmp_path / "tests" / "test_calc.py").write_text(
+        "from pkg_a import calc\n\n\ndef test_mul():\n    calc.mul(1, 2)\n"
+    )
+    assert found(tmp_path, "pkg_a/calc.py", [(10, 11)]).files == ("tests/test_calc.py",)
+    assert found(tmp_path, "pkg_b/calc.py", [(10, 11)]) is None

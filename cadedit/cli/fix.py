@@ -240,6 +240,8 @@ def fix(
 
               cadedit fix app.py "Fix line 95" --test "pytest -q tests/test_app.py" --write
 
+              cadedit fix app.py "Fix the bug in paginate" --test auto   (the repository's tests of it)
+
               cadedit fix a.py b.py -i "Use pathlib" | git apply    (one model load, one patch)
 
               cadedit fix app.py "Fix line 95" --engine http://gpu-box:8000/v1   (a shared engine decodes)

@@ -84,7 +84,7 @@ def _python_tests(path: Path, source: str, names: tuple[str, ...], root: Path, w
     selected: list[str] = []
     files: list[str] = []
     for test_file in _candidate_files(path, root, (f"test_{path.stem}.py", f"{path.stem}_test.py")):
-        ids = _selected_tests(test_file, path.stem, names)
+        ids = _selected_tests(test_file, _module_parts(path, root), names)
         if ids is None:
             continue
         shown = _relative(test_file, root)
@@ -140,22 +140,51 @@ def _candidate_files(path: Path, root: Path, file_names: tuple[str, ...]) -> lis
     return found
 
 
-def _selected_tests(test_file: Path, module: str, names: tuple[str, ...]) -> tuple[str, ...] | None:
+def _selected_tests(test_file: Path, module: tuple[str, ...], names: tuple[str, ...]) -> tuple[str, ...] | None:
     """The pytest node ids (after `FILE::`) of the file's tests that reach `names`, through the helpers
     and fixtures of the file; () for the whole file (it reaches them only outside any test, or names is
-    empty); None when the file does not import the module or never mentions the names."""
+    empty); None when the file does not import the module (`module`: its path's parts), never
+    mentions the names, or does not parse."""
     text = _read(test_file)
-    if text is None or not re.search(rf"\b{re.escape(module)}\b", text) or not _mentions(text, names):
+    if text is None or not re.search(rf"\b{re.escape(module[-1])}\b", text) or not _mentions(text, names):
         return None
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
-        return ()
+        return None
+    if not _imports(tree, module):
+        return None
     if not names:
         return ()
     reach = _reaching(tree, set(names))
     ids = [node_id for node_id, used in _tests(tree) if used & reach]
     return tuple(ids)
+
+
+def _module_parts(path: Path, root: Path) -> tuple[str, ...]:
+    """The module's path from the root as dotted-name parts: pkg/calc.py -> ("pkg", "calc")."""
+    try:
+        return path.with_suffix("").relative_to(root).parts
+    except ValueError:
+        return (path.stem,)
+
+
+def _imports(tree: ast.Module, module: tuple[str, ...]) -> bool:
+    """Whether the file imports the module: a dotted name (`pkg.calc`, `from pkg import calc`, `from
+    .calc import f`) that ends the module's path, so that a tests/test_utils.py of pkg_b/utils.py is no
+    test of pkg_a/utils.py."""
+
+    def ends_path(dotted: list[str]) -> bool:
+        return 0 < len(dotted) <= len(module) and list(module[-len(dotted) :]) == dotted
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(ends_path(a.name.split(".")) for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom):
+            base = node.module.split(".") if node.module else []
+            if ends_path(base) or any(ends_path([*base, a.name]) for a in node.names):
+                return True
+    return False
 
 
 def _reaching(tree: ast.Module, names: set[str]) -> set[str]:
