@@ -9,6 +9,7 @@ file its test module would write stays absent). Discovery itself: which files an
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -120,6 +121,18 @@ def test_without_test_the_result_line_names_the_command_that_would_test_the_edit
         f"; behaviour not tested (no --test); --test auto would run `{MUL_TESTS}`"
     )
     assert not (repo / "tests" / "ran").exists()
+
+
+def test_json_names_the_found_test_and_whether_it_ran(repo, tiny_dir, scripted):
+    scripted(MUL_GOOD)
+    unapproved = json.loads(fix(tiny_dir, "Fix the bug in mul.", "--test", "auto", "--json").stdout)
+    assert unapproved["found_test"] == {"command": MUL_TESTS, "ran": False}
+    approve_settings(repo)
+    suggested = json.loads(fix(tiny_dir, "Fix the bug in mul.", "--json").stdout)
+    assert suggested["found_test"] == {"command": MUL_TESTS, "ran": False}
+    ran = json.loads(fix(tiny_dir, "Fix the bug in mul.", "--test", "auto", "--json").stdout)
+    assert ran["found_test"] == {"command": MUL_TESTS, "ran": True} and ran["passed"]
+    assert [c["name"] for c in ran["tries"][0]["checks"]][-1] == "test"
 
 
 def test_an_unapproved_repository_never_runs_its_tests(repo, tiny_dir, scripted):

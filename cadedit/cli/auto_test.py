@@ -21,6 +21,11 @@ class Tested:
 
     plan: object
     note: str = ""
+    found: str | None = None  # the found tests' command (run or only suggested), for --json
+
+    def to_json(self) -> dict:
+        """`found_test` of --json: the command, and whether it ran on the candidates."""
+        return {"command": self.found, "ran": self.found is not None and self.plan.test == self.found}
 
 
 def resolve(document, scope, plan, quiet: bool) -> Tested:
@@ -34,7 +39,7 @@ def resolve(document, scope, plan, quiet: bool) -> Tested:
     where = "" if root == Path.cwd().resolve() else f" in {visible(str(root))}"
     if plan.test is None:
         suggestion = f"; --test auto would run `{visible(found.command)}`{where}" if found else ""
-        return Tested(plan, NOT_TESTED + suggestion)
+        return Tested(plan, NOT_TESTED + suggestion, found.command if found else None)
     if found is None:
         if not quiet:
             say(f"{document.path}: --test auto: no test of it found (test files named for it, its doctests)")
@@ -45,7 +50,9 @@ def resolve(document, scope, plan, quiet: bool) -> Tested:
             f"none of its code; its tests would be `{visible(found.command)}`{where} (approve it: cadedit trust "
             f"{visible(str(root))}, docs/trust.md)"
         )
-        return Tested(replace(plan, test=None), "; behaviour not tested (--test auto: repository not approved)")
+        return Tested(
+            replace(plan, test=None), "; behaviour not tested (--test auto: repository not approved)", found.command
+        )
     if not quiet:
         say(f"{document.path}: --test auto: {visible(found.describe())}: `{visible(found.command)}`{where}")
-    return Tested(replace(plan, test=found.command, cwd=root))
+    return Tested(replace(plan, test=found.command, cwd=root), "", found.command)

@@ -335,7 +335,8 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
         else ""
     )
     if shown.json:
-        write_stdout(json.dumps(outcome.to_json(diff_text), indent=2, ensure_ascii=False) + "\n")
+        data = {**outcome.to_json(diff_text), "found_test": tested.to_json()}
+        write_stdout(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
     if outcome.verified.answer is None:
         _no_passing_try(outcome, diff_text, run.quiet or shown.json)
     _show_answer(document, file, outcome.verified.answer, diff_text, plan, run, shown, tested.note)
