@@ -224,6 +224,27 @@ def test_no_guard_or_journal_outlives_a_normal_run(work, tiny_dir):
     assert not list(journal_dir().glob("*.json")) and until(lambda: not guards(), 5.0)
 
 
+def test_the_journal_folder_keeps_no_file_per_tested_file_after_runs_end(work, tiny_dir):
+    """Each run's lock goes with it: an editor's save (a new inode) before every run does not grow the
+    folder, whether the test passed, failed or a second run was refused meanwhile."""
+    for test in ("true", "exit 1"):
+        (work / "new.py").write_bytes(BEFORE)
+        (work / "new.py").replace(work / "a.py")  # a new inode, as an editor's save makes
+        proc = start_cadedit(work, tiny_dir, "--test", test, "--tries", "1")
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode in (0, 3), err
+        assert list(journal_dir().iterdir()) == [], err
+    first = start_cadedit(work, tiny_dir, "--test", SLEEPING_TEST)
+    wait_for(work / "started", first)
+    assert [p.suffix for p in journal_dir().iterdir()] in ([".json", ".lock"], [".lock", ".json"])
+    second = start_cadedit(work, tiny_dir, "--test", "true", "--tries", "1")
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 1 and b"another cadedit run" in err, err
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=30)
+    assert list(journal_dir().iterdir()) == [] and (work / "a.py").read_bytes() == BEFORE
+
+
 def test_ctrl_c_as_the_test_starts_never_leaves_it_running(work, tiny_dir):
     """Ctrl-C arriving while the test's shell is being started: the shell is ended, not orphaned."""
     for delay in (0.0, 0.01, 0.05):
