@@ -40,10 +40,11 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from cadedit.spawn import python_module
 
 GRACE_S = 1.0  # between SIGTERM and SIGKILL to a test's process group
 
@@ -590,7 +591,7 @@ class Placement:
         _write_durably(journal, _dump(self.entry))
         self.journal = journal
         self.guard = subprocess.Popen(
-            [sys.executable, "-m", "cadedit.tries.guard", str(journal)],
+            python_module("cadedit.tries.guard", str(journal)),  # the user's folder on no path of it
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
