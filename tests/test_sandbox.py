@@ -388,6 +388,17 @@ def test_the_recovery_a_fix_runs_first_skips_a_foreign_entry_of_its_file(work, t
     assert (work / "a.py").read_bytes() == BEFORE
 
 
+def test_recover_drops_a_malformed_entry_also_one_nested_too_deeply(work):
+    folder = journal_dir()
+    folder.mkdir(mode=0o700, parents=True)
+    for key, text in (("1-1", "[" * 100_000), ("1-2", "{not json")):
+        (folder / f"{key}.json").write_text(text)
+        (folder / f"{key}.json").chmod(0o600)
+    done = cadedit("recover", cwd=work)
+    assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
+    assert list(folder.iterdir()) == []
+
+
 def test_recovery_creates_no_file_that_is_gone(work):
     target = work / "gone.py"
     plant(target, b"def f():\n    pass\n")  # this user's own entry, of a file deleted since

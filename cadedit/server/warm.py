@@ -130,7 +130,10 @@ def _send(stream, message: dict) -> None:
 
 def _receive(stream) -> dict | None:
     line = stream.readline()
-    return json.loads(line) if line else None
+    try:
+        return json.loads(line) if line else None
+    except RecursionError:  # nested deeper than the parser goes: malformed, as every caller takes it
+        raise ValueError("a message nested too deeply") from None
 
 
 def options_to_wire(options) -> dict:

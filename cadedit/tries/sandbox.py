@@ -289,7 +289,7 @@ def _load(journal: Path) -> dict | None:
         if "candidate" in entry:  # entries written before the candidate was kept have only its digest
             entry["candidate"] = base64.b64decode(entry["candidate"])
         return entry
-    except (ValueError, KeyError, TypeError):  # malformed (an OSError is not: the entry may hold an original)
+    except (ValueError, KeyError, TypeError, RecursionError):  # malformed (not an OSError: it may hold an original)
         return None
     finally:
         os.close(fd)
