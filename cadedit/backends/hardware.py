@@ -7,6 +7,7 @@ cache (cpu-dtype.json), so every later run decides in microseconds. `--verbose` 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -297,6 +298,8 @@ def _measurements(path: Path) -> dict:
         known = None
     if not isinstance(known, dict):
         tell(f"{path}: not a measurement cache (damaged?); ignored, and measured again where needed")
+        with contextlib.suppress(OSError):  # this user's own (checked above): said once, then made anew
+            path.unlink()
         return {}
     return known
 
