@@ -5,12 +5,14 @@
 #   CADEDIT_NO_LLAMA=1 ./setup.sh  skip building llama.cpp (the torch backend only)
 set -euo pipefail
 cd "$(dirname "$0")"
+. tools/own.sh  # own_pip_cache, own_problem: the owner/mode rule of cadedit's own caches
 
 PYTHON=${PYTHON:-python3}
 PIP=(.venv/bin/python -m pip install --quiet --progress-bar off)
 
 echo "==> creating .venv with $($PYTHON --version)" >&2
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+[ -x .venv/bin/python ] || "$PYTHON" -I -m venv .venv
+own_pip_cache .venv/bin/python  # pip installs the wheels it finds in its cache: never another user's
 # torch first and pinned: this machine keeps a CPU build of 2.13.0; an unpinned torch would pull a CUDA build of several GB.
 echo "==> installing torch==2.13.0" >&2
 "${PIP[@]}" torch==2.13.0
@@ -33,10 +35,17 @@ cmp "$demo/before.py" examples/after.py
 
 # The model fetched goes into the user's own config ($XDG_CONFIG_HOME/cadedit/config.toml, top-level
 # `model`), where every later `cadedit fix` looks when no --model or CADEDIT_MODEL is given; a model the
-# user already set there is left alone. The folder is the user's own and private, as cadedit requires.
+# user already set there is left alone. The folder is the user's own and private, as cadedit requires:
+# one that another user owns or may write (or a link) is left alone too, as cadedit would not read it.
 remember_model() {
     local folder="${XDG_CONFIG_HOME:-$HOME/.config}/cadedit"
-    local config="$folder/config.toml"
+    local config="$folder/config.toml" part why
+    for part in "$folder" "$config"; do
+        if ! why=$(own_problem "$part"); then
+            echo "==> $part is not your own ($why): the model is not recorded there (cadedit would not read it)" >&2
+            return
+        fi
+    done
     if [ -f "$config" ] && grep -qE '^[[:space:]]*model[[:space:]]*=' "$config"; then
         echo "==> $config already names a model; left as it is (cadedit fix uses that one)" >&2
         return

@@ -170,6 +170,8 @@ def read_toml(path: Path) -> dict:
         raise ConfigError(f"{path}: cannot read settings ({exc.message})") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read settings ({exc})") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError(f"{path}: cannot read settings (arrays or tables nested too deeply)") from None
 
 
 def cadedit_table(data: dict, path: Path, required: bool = True) -> dict:
@@ -256,7 +258,7 @@ def approvals() -> dict[str, str]:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ConfigError(
             f"{path}: cannot read the approved settings ({exc})",
             hint="delete it and approve your repositories again with `cadedit trust`",

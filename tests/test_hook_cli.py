@@ -376,7 +376,10 @@ def test_under_autocrlf_the_check_diff_applies_and_fix_writes(tmp_path, monkeypa
         ),
         (".cadedit.toml", 'tool = "x"\n', "`tool` must be a table ([tool.cadedit]), not str"),
         ("pyproject.toml", '[tool]\ncadedit = "x"\n', "`tool.cadedit` must be a table ([tool.cadedit]), not str"),
+        (".cadedit.toml", "model = " + "[" * 100_000, "cannot read settings (arrays or tables nested too deeply)"),
+        (".cadedit.toml", "model = " + "{a = " * 50_000, "cannot read settings (arrays or tables nested too deeply)"),
     ],
+    ids=["glob", "tool", "tool.cadedit", "deep-arrays", "deep-tables"],
 )
 def test_malformed_settings_are_one_line_errors(tmp_path, monkeypatch, name, text, message):
     root = make_repo(tmp_path / "w", None, {"a.py": b"0\n"})

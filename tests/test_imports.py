@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "cadedit"
 LAYERS: list[tuple[str, list[str]]] = [
     ("errors", ["cadedit", "cadedit.errors"]),
     ("text", ["cadedit.text.*"]),
-    ("settings", ["cadedit.settings", "cadedit.options", "cadedit.results"]),
+    ("settings", ["cadedit.settings", "cadedit.options", "cadedit.results", "cadedit.spawn"]),
     ("prompt", ["cadedit.prompt.*"]),
     ("scope", ["cadedit.scope.*"]),
     ("backends", ["cadedit.backends.*"]),

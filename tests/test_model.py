@@ -4,6 +4,7 @@ CachedLM's prompt-prefix reuse is in test_lm.py."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from cadedit.backends import hardware as H
 from cadedit.backends import model as M
 from cadedit import settings as S
 from cadedit.errors import ConfigError, ModelError
-from tests.conftest import approve_settings
+from tests.conftest import approve_settings, console_script
 from tests.tinymodel import make_hf_model, make_model, save_model
 
 # -- splice equivalence ------------------------------------------------------------------------
@@ -128,6 +129,19 @@ def test_missing_model_is_one_line_model_error_with_hint(spec, message, tmp_path
         M.load_model(spec, threads=1)
     assert "\n" not in info.value.message
     assert "--model" in info.value.hint and "CADEDIT_MODEL" in info.value.hint
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json", "tokenizer.json"])
+def test_a_model_file_of_json_nested_too_deeply_is_a_one_line_error(tmp_path, name):
+    folder = save_model(tmp_path / "tiny", context=512)
+    (folder / name).write_text("[" * 100_000)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    done = subprocess.run(
+        [console_script(), "fix", "a.py", "Fix it.", "--model", str(folder), "--threads", "1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, input="",
+    )  # fmt: skip
+    assert done.returncode == 1 and "internal error" not in done.stderr, done.stderr
+    assert done.stderr.startswith(f"error: {folder / name}: ") and "Traceback" not in done.stderr
 
 
 def test_folder_without_config_is_refused(tmp_path):

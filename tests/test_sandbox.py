@@ -224,6 +224,27 @@ def test_no_guard_or_journal_outlives_a_normal_run(work, tiny_dir):
     assert not list(journal_dir().glob("*.json")) and until(lambda: not guards(), 5.0)
 
 
+def test_the_journal_folder_keeps_no_file_per_tested_file_after_runs_end(work, tiny_dir):
+    """Each run's lock goes with it: an editor's save (a new inode) before every run does not grow the
+    folder, whether the test passed, failed or a second run was refused meanwhile."""
+    for test in ("true", "exit 1"):
+        (work / "new.py").write_bytes(BEFORE)
+        (work / "new.py").replace(work / "a.py")  # a new inode, as an editor's save makes
+        proc = start_cadedit(work, tiny_dir, "--test", test, "--tries", "1")
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode in (0, 3), err
+        assert list(journal_dir().iterdir()) == [], err
+    first = start_cadedit(work, tiny_dir, "--test", SLEEPING_TEST)
+    wait_for(work / "started", first)
+    assert [p.suffix for p in journal_dir().iterdir()] in ([".json", ".lock"], [".lock", ".json"])
+    second = start_cadedit(work, tiny_dir, "--test", "true", "--tries", "1")
+    _, err = second.communicate(timeout=120)
+    assert second.returncode == 1 and b"another cadedit run" in err, err
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=30)
+    assert list(journal_dir().iterdir()) == [] and (work / "a.py").read_bytes() == BEFORE
+
+
 def test_ctrl_c_as_the_test_starts_never_leaves_it_running(work, tiny_dir):
     """Ctrl-C arriving while the test's shell is being started: the shell is ended, not orphaned."""
     for delay in (0.0, 0.01, 0.05):
@@ -365,6 +386,17 @@ def test_the_recovery_a_fix_runs_first_skips_a_foreign_entry_of_its_file(work, t
     assert proc.returncode == 0, err
     assert f"cadedit: {entry}: not a journal entry of this user".encode() in err
     assert (work / "a.py").read_bytes() == BEFORE
+
+
+def test_recover_drops_a_malformed_entry_also_one_nested_too_deeply(work):
+    folder = journal_dir()
+    folder.mkdir(mode=0o700, parents=True)
+    for key, text in (("1-1", "[" * 100_000), ("1-2", "{not json")):
+        (folder / f"{key}.json").write_text(text)
+        (folder / f"{key}.json").chmod(0o600)
+    done = cadedit("recover", cwd=work)
+    assert done.returncode == 0 and "internal error" not in done.stderr, done.stderr
+    assert list(folder.iterdir()) == []
 
 
 def test_recovery_creates_no_file_that_is_gone(work):

@@ -7,11 +7,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 import cadedit.backends.hardware as M
 from cadedit.text.document import Document
@@ -29,7 +31,7 @@ from cadedit.backends.torch.steps import (
 from tests.conftest import console_script
 from tests.test_rewrite import BEFORE as COLORS
 from tests.test_rewrite import editing_model
-from tests.test_tries_cli import GOOD, _models, fix, load_once, scripted, work  # noqa: F401 - fixtures
+from tests.test_tries_cli import GOOD, _models, fix, load_once, scripted, start_cadedit, work  # noqa: F401 - fixtures
 from tests.tinygguf import save_gguf
 from tests.tinymodel import make_model
 
@@ -76,7 +78,10 @@ def test_a_damaged_int8_copy_is_made_again(tmp_path):
     use_step_weights(make_model().to(torch.bfloat16).eval(), "tiny", root=tmp_path)
     (path,) = tmp_path.glob("*.safetensors")
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    assert use_step_weights(make_model().to(torch.bfloat16).eval(), "tiny", root=tmp_path) == "int8, made now"
+    assert (
+        use_step_weights(make_model().to(torch.bfloat16).eval(), "tiny", root=tmp_path)
+        == "int8, made again (the cached copy was damaged)"
+    )
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
 
 
@@ -257,6 +262,27 @@ def test_fix_with_dtype_bf16_int8_edits_and_says_so(work, tiny_dir, scripted):
     assert result.exit_code == 0, result.output
     assert "step weights int8, made now" in result.stderr
     assert "+    return a + b" in result.stdout
+
+
+@pytest.mark.parametrize("part", ["scale", "q"])
+def test_fix_with_a_damaged_int8_cache_entry_makes_it_again_and_edits(work, tiny_dir, part):
+    """An entry whose tensors load but do not fit the model (half-written, damaged): never run, made again."""
+
+    def run() -> tuple[int, str, str]:
+        proc = start_cadedit(work, tiny_dir, "--dtype", "bf16-int8", "--tries", "1", "--verbose")
+        out, err = proc.communicate(timeout=300)
+        return proc.returncode, out.decode(), err.decode()
+
+    assert run()[0] == 0
+    (path,) = (Path(os.environ["XDG_CACHE_HOME"]) / "cadedit" / "int8").glob("*.safetensors")
+    tensors = load_file(str(path))
+    save_file({k: v[:3].contiguous() if k.endswith(f".{part}") else v for k, v in tensors.items()}, str(path))
+    code, out, err = run()
+    assert code == 0 and "internal error" not in err, err
+    assert "+    return a + b" in out
+    assert f"{path}: a damaged copy of the one-token step weights; making it again" in err
+    assert "step weights int8, made again (the cached copy was damaged)" in err
+    assert "step weights int8, from the cache" in run()[2]
 
 
 # -- tools/as-avx2.sh: cadedit as on an AVX2-only CPU ---------------------------------------------

@@ -129,6 +129,18 @@ def test_the_users_own_config_chooses_and_a_shared_one_does_not(cloned, tmp_path
     assert "/chosen/by/the/user" not in cadedit("fix", "a.py", "Fix it.", cwd=cloned).stderr
 
 
+def test_a_damaged_approvals_file_is_a_one_line_error(cloned):
+    """trusted.json of JSON nested past the parser's depth: said in one line with its remedy, as any damage."""
+    approvals = Path(os.environ["XDG_CONFIG_HOME"]) / "cadedit" / "trusted.json"
+    approvals.parent.mkdir(mode=0o700, parents=True)
+    approvals.write_text("[" * 100_000)
+    done = cadedit("trust", cwd=cloned)
+    assert done.returncode == 1 and "internal error" not in done.stderr, done.stderr
+    first, hint = done.stderr.splitlines()
+    assert first.startswith(f"error: {approvals}: cannot read the approved settings (maximum recursion depth")
+    assert hint == "hint: delete it and approve your repositories again with `cadedit trust`"
+
+
 def test_trust_without_settings_is_a_one_line_error(tmp_path):
     done = cadedit("trust", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 1 and done.stderr == f"error: {tmp_path}: no cadedit settings file to approve\n"

@@ -7,6 +7,7 @@ cache (cpu-dtype.json), so every later run decides in microseconds. `--verbose` 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -291,9 +292,16 @@ def _measurements(path: Path) -> dict:
         return {}
     try:
         known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
-    return known if isinstance(known, dict) else {}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested deeper than the parser goes
+        known = None
+    if not isinstance(known, dict):
+        tell(f"{path}: not a measurement cache (damaged?); ignored, and measured again where needed")
+        with contextlib.suppress(OSError):  # this user's own (checked above): said once, then made anew
+            path.unlink()
+        return {}
+    return known
 
 
 def choose_dtype(dtype: str, device: str, threads: int = 1) -> tuple["torch.dtype", str]:

@@ -74,7 +74,7 @@ def ollama_gguf(name: str) -> Path:
     try:
         layers = json.loads(data.decode("utf-8")).get("layers", [])
         digest = next(layer["digest"] for layer in layers if layer.get("mediaType") == _MODEL_LAYER)
-    except (OSError, ValueError, AttributeError, StopIteration, KeyError, TypeError):
+    except (OSError, ValueError, AttributeError, StopIteration, KeyError, TypeError, RecursionError):
         raise ModelError(
             f"{manifest}: not an Ollama manifest with a model layer", hint="`ollama pull` the model again"
         ) from None

@@ -475,13 +475,15 @@ def hooks_dir(repo) -> Path:
 
 
 def hook_script() -> str:
-    """The pre-commit hook: this Python's cadedit if it still exists, else `cadedit` on PATH."""
+    """The pre-commit hook: this Python's cadedit if it still imports there, else `cadedit` on PATH. The
+    hook runs in the repository's root: `python -I` keeps that folder off the import path (a plain
+    `python -m cadedit` would run the repository's own cadedit/ package, or its json.py)."""
     return (
         "#!/bin/sh\n"
         f"{HOOK_MARKER} (written by `cadedit hook install`; `cadedit hook uninstall` removes it)\n"
         f"CADEDIT_PYTHON={_sh_quote(sys.executable)}\n"
-        'if [ -x "$CADEDIT_PYTHON" ]; then\n'
-        '    exec "$CADEDIT_PYTHON" -m cadedit hook run\n'
+        'if [ -x "$CADEDIT_PYTHON" ] && "$CADEDIT_PYTHON" -I -c "import cadedit" 2>/dev/null; then\n'
+        '    exec "$CADEDIT_PYTHON" -I -m cadedit hook run\n'
         "fi\n"
         "exec cadedit hook run\n"
     )

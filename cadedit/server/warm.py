@@ -43,6 +43,7 @@ from cadedit.options import EditOptions, Mode, Sampling, TryState
 from cadedit.text.program import format as format_program, parse
 from cadedit.results import DecodeStats, EditCandidate, EditResult, Step
 from cadedit.settings import choose_model
+from cadedit.spawn import python_code
 
 PROTOCOL = 1
 REQUEST_TIMEOUT = 10.0  # seconds a client has to send its request line once connected
@@ -129,7 +130,10 @@ def _send(stream, message: dict) -> None:
 
 def _receive(stream) -> dict | None:
     line = stream.readline()
-    return json.loads(line) if line else None
+    try:
+        return json.loads(line) if line else None
+    except RecursionError:  # nested deeper than the parser goes: malformed, as every caller takes it
+        raise ValueError("a message nested too deeply") from None
 
 
 def options_to_wire(options) -> dict:
@@ -1026,12 +1030,10 @@ def start_daemon(config: ServerConfig, timeout: float = START_TIMEOUT) -> dict:
         log.unlink()  # a fresh log; O_EXCL below: never a file someone linked here
     with os.fdopen(_open_private(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as out:
         child = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from cadedit.server.warm import _daemon_main; _daemon_main(sys.argv[1])",
+            python_code(
+                "from cadedit.server.warm import _daemon_main; _daemon_main(sys.argv[1])",
                 json.dumps(dataclasses.asdict(config)),
-            ],
+            ),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

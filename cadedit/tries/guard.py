@@ -1,8 +1,9 @@
-"""The guard of a test run (python -m cadedit.tries.guard JOURNAL): started by cadedit.tries.sandbox before a
-candidate goes into the user's file, it reads its parent's pipe. "pgid N" names the test's process
-group; "done" means cadedit put the original back itself. At end of file without "done" (cadedit was
-killed), it ends the test's process group and gives the original back from the journal, saying so on
-cadedit's stderr. Its own session: Ctrl-C and a group kill of cadedit's job do not reach it.
+"""The guard of a test run (cadedit.tries.guard JOURNAL, started through cadedit.spawn: the user's folder
+is on no import path of it): started by cadedit.tries.sandbox before a candidate goes into the user's
+file, it reads its parent's pipe. "pgid N" names the test's process group; "done" means cadedit put
+the original back itself. At end of file without "done" (cadedit was killed), it ends the test's
+process group and gives the original back from the journal, saying so on cadedit's stderr. Its own
+session: Ctrl-C and a group kill of cadedit's job do not reach it.
 """
 
 from __future__ import annotations

@@ -40,10 +40,11 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from cadedit.spawn import python_module
 
 GRACE_S = 1.0  # between SIGTERM and SIGKILL to a test's process group
 
@@ -178,24 +179,26 @@ def _at_path(path: Path) -> tuple[int, int] | None:
 
 
 class Lock:
-    """An advisory lock on one file's journal entry, holding the pid of the run that has it."""
+    """An advisory lock on one file's journal entry, holding the pid of the run that has it. The lock
+    file lives only while a run holds it: release unlinks it before letting go, and acquire checks
+    that the file it locked is still the one at the path (else a run that released it in between
+    unlinked it, and the lock is taken again on a fresh file), so the folder keeps no file per
+    tested inode and two runs never hold locks on two different files of one name."""
 
     def __init__(self, folder: Path, key: str):
         self.path = folder / f"{key}.lock"
         self.fd: int | None = None
 
     def acquire(self, wait: float = 0.0) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         deadline = time.monotonic() + wait
         while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            if not _flock(fd, deadline):
+                os.close(fd)
+                return False
+            if _same_file(fd, self.path):
                 break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
-                    os.close(fd)
-                    return False
-                time.sleep(0.05)
+            os.close(fd)  # locked a file its holder unlinked on release: lock the one there now
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd
@@ -208,8 +211,33 @@ class Lock:
 
     def release(self) -> None:
         if self.fd is not None:
+            with contextlib.suppress(OSError):  # still held: no other run can have this file locked
+                if _same_file(self.fd, self.path):
+                    self.path.unlink()
             os.close(self.fd)  # closing releases the flock
             self.fd = None
+
+
+def _flock(fd: int, deadline: float) -> bool:
+    """An exclusive flock on fd, tried until deadline; False when another process kept it."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                return False
+        time.sleep(0.05)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether path names the file open as fd."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def _entry(path: Path, st: os.stat_result, original: bytes, candidate: bytes) -> dict:
@@ -261,7 +289,7 @@ def _load(journal: Path) -> dict | None:
         if "candidate" in entry:  # entries written before the candidate was kept have only its digest
             entry["candidate"] = base64.b64decode(entry["candidate"])
         return entry
-    except (ValueError, KeyError, TypeError):  # malformed (an OSError is not: the entry may hold an original)
+    except (ValueError, KeyError, TypeError, RecursionError):  # malformed (not an OSError: it may hold an original)
         return None
     finally:
         os.close(fd)
@@ -563,7 +591,7 @@ class Placement:
         _write_durably(journal, _dump(self.entry))
         self.journal = journal
         self.guard = subprocess.Popen(
-            [sys.executable, "-m", "cadedit.tries.guard", str(journal)],
+            python_module("cadedit.tries.guard", str(journal)),  # the user's folder on no path of it
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,

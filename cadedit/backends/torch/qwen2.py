@@ -570,7 +570,7 @@ def weight_files(folder: Path) -> list[Path]:
     if index.is_file():
         try:
             names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
             raise ModelError(f"{index}: not a usable weight index ({exc})", hint="download the model again") from None
         return [folder / name for name in names]
     files = sorted(folder.glob("*.safetensors"))
@@ -617,7 +617,7 @@ def load_qwen2(folder: Path, dtype: torch.dtype, device: str = "cpu") -> Qwen2:
     with the folder's eos ids. Weights already in `dtype` on the CPU stay views of the mapped files."""
     try:
         raw = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ModelError(f"{folder / 'config.json'}: cannot read it ({exc})", hint="check the model folder") from None
     config = Config.from_dict(raw, str(folder / "config.json"))
     state: dict[str, torch.Tensor] = {}
@@ -642,7 +642,7 @@ def _eos_ids(config: Mapping, generation: Path) -> tuple[int, ...]:
     try:
         if generation.is_file():  # not a FIFO: reading one would block
             values.append(json.loads(generation.read_text()).get("eos_token_id"))
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         pass
     ids = [v for value in values for v in (value if isinstance(value, list) else [value]) if isinstance(v, int)]
     return tuple(dict.fromkeys(ids))

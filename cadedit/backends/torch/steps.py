@@ -125,10 +125,13 @@ def use_step_weights(
     path = (root or user_cache("int8")) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.safetensors"
     # Another user's copies would be run as this model's weights: a cache not this user's own is not used.
     foreign = cache_problem(path, root or user_cache())
+    cached = foreign is None and path.is_file()
     tensors = _load(path, linears) if foreign is None else None
     source = "from the cache"
     if tensors is None:
-        if announce is not None:
+        if cached and announce is not None:  # the cache held a bad file: say which, as it is replaced
+            announce(f"{path}: a damaged copy of the one-token step weights; making it again")
+        elif announce is not None:
             announce(f"making the compact one-token step weights into {path.parent} (once per model file)")
         tensors = {name: _copy(linear, four_bit.get(name)) for name, linear in linears.items()}
         tensors = {
@@ -136,7 +139,8 @@ def use_step_weights(
         }
         if foreign is None:
             _save(path, tensors)
-        source = "made now" if foreign is None else f"made now, not cached ({foreign})"
+        source = "made again (the cached copy was damaged)" if cached else "made now"
+        source = source if foreign is None else f"made now, not cached ({foreign})"
     int4 = 0
     for name, linear in linears.items():
         parent_name, _, attribute = name.rpartition(".")
@@ -173,6 +177,8 @@ def _copy(linear: torch.nn.Linear, decode: Callable | None) -> tuple[torch.Tenso
 
 
 def _load(path: Path, linears: dict) -> dict | None:
+    """The cached copies, if every layer's q and scale have the shapes and dtypes its kernel takes; else
+    None, the file deleted (a damaged or half-written entry is made again, never run)."""
     if not path.is_file():
         return None
     try:
@@ -180,15 +186,23 @@ def _load(path: Path, linears: dict) -> dict | None:
 
         tensors = load_file(str(path))
         for name, linear in linears.items():
-            q = tensors[f"{name}.q"]
-            int8 = q.dtype == torch.int8 and q.shape == linear.weight.shape
-            int4 = q.dtype == torch.uint8 and q.shape == (linear.out_features, linear.in_features // 2)
-            if not (int8 or int4):
+            if not _fits(tensors[f"{name}.q"], tensors[f"{name}.scale"], linear):
                 raise ValueError(name)
         return tensors
     except Exception:  # noqa: BLE001 - a damaged or foreign file, whatever the reason: make it again
         path.unlink(missing_ok=True)
         return None
+
+
+def _fits(q: torch.Tensor, scale: torch.Tensor, linear: torch.nn.Linear) -> bool:
+    """Whether (q, scale) is a copy of this layer as quantize or pack_int4 make it."""
+    rows, cols = linear.out_features, linear.in_features
+    if q.dtype == torch.int8:
+        return tuple(q.shape) == (rows, cols) and tuple(scale.shape) == (rows,) and scale.is_floating_point()
+    if q.dtype == torch.uint8:
+        packed = tuple(q.shape) == (rows, cols // 2)
+        return packed and tuple(scale.shape) == (cols // GROUP, rows, 2) and scale.dtype == torch.bfloat16
+    return False
 
 
 def _save(path: Path, tensors: dict) -> None:

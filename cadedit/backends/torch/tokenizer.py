@@ -182,7 +182,7 @@ def _read_json(path: Path) -> dict:
         return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+    except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ModelError(f"{path}: not readable JSON ({exc})", hint="copy the model's tokenizer files again") from None
     return data if isinstance(data, dict) else {}
 
