@@ -384,7 +384,8 @@ def _derives(cls: cst.ClassDef, owner: str) -> bool:
 
 def _receiver_is(tree: _Tree, value: cst.BaseExpression, classes: set[str]) -> bool:
     """Whether `value.m` surely reads the method of one of `classes`: self or cls inside one of them,
-    the class itself, super(), or an instance made in place (`Class(...).m`)."""
+    the class itself, super(), an instance made in place (`Class(...).m`) or a name only ever bound to
+    one (`x = Class(...)`, a parameter `x: Class`)."""
     if isinstance(value, cst.Name) and value.value in classes:
         return True
     if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value in classes | {"super"}:
@@ -394,7 +395,24 @@ def _receiver_is(tree: _Tree, value: cst.BaseExpression, classes: set[str]) -> b
         while node is not None and not isinstance(node, cst.ClassDef):
             node = tree.parents.get(node)
         return node is not None and node.name.value in classes
+    if isinstance(value, cst.Name) and (scope := tree.scopes.get(value)) is not None:
+        assignments = scope[value.value]
+        return bool(assignments) and all(_made_as(tree, a.node, classes) for a in assignments)
     return False
+
+
+def _made_as(tree: _Tree, node, classes: set[str]) -> bool:
+    """Whether a name is bound to an instance of one of `classes`: `x = Class(...)`, or `x: Class` as a
+    parameter."""
+    if isinstance(node, cst.Param):
+        annotation = node.annotation.annotation if node.annotation is not None else None
+        return isinstance(annotation, cst.Name) and annotation.value in classes
+    target = tree.parents.get(node)
+    assign = tree.parents.get(target) if isinstance(target, cst.AssignTarget) else None
+    if not isinstance(assign, cst.Assign) or target.target is not node:
+        return False
+    call = assign.value
+    return isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in classes
 
 
 def _rename_local(tree: _Tree, old: str, new: str, what: str, within: str) -> Refactored:
