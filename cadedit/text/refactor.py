@@ -155,6 +155,12 @@ def _dynamic_calls(tree: _Tree, within: cst.CSTNode | None = None) -> list[tuple
 
 
 def _refuse_dynamic(tree: _Tree, name: str, within: cst.CSTNode | None = None, skip=()) -> None:
+    """NotMechanicalError where code may reach `name` other than by its name: a string naming it, a call
+    of eval and the like, and for a module-level name (no `within`) a star import that may bind it too."""
+    stars = [n for n in tree.nodes if isinstance(n, cst.ImportFrom) and isinstance(n.names, cst.ImportStar)]
+    if stars and within is None:
+        source = tree.code(stars[0].module) if stars[0].module is not None else "."
+        raise NotMechanicalError(f"`from {source} import *` at line {tree.line(stars[0])} may bind {name} too")
     lines = _strings_naming(tree, name, skip)
     if lines:
         raise NotMechanicalError(f"a string names {name} at line {lines[0]} (a dynamic use, as getattr reads it)")
@@ -356,7 +362,7 @@ def _rename_method(tree: _Tree, old: str, new: str) -> Refactored:
     if name.startswith("__") and name.endswith("__"):
         raise NotMechanicalError(f"{name} is a special method: Python calls it by its name")
     owner = cls.name.value
-    _refuse_dynamic(tree, name)
+    _refuse_dynamic(tree, name, within=cls)
     others = [c.name.value for c in _classes(tree) if c is not cls and _definition(tree, c.body.body, name) is not None]
     if others:
         raise NotMechanicalError(f"{', '.join(others)} also define {name}: which uses mean {owner}'s is not known")
@@ -471,9 +477,10 @@ def delete(text: str, targets: tuple[str, ...], helpers: bool = False) -> Refact
     if helpers:
         doomed += _helpers(tree, doomed)
     entries = []
-    for statement, name, _ in doomed:
-        _refuse_dynamic(tree, name, skip=_all_entries(tree, name)) if "." not in name else None
-        entries += _all_entries(tree, name) if "." not in name else []
+    for statement, name, owner in doomed:
+        listed = _all_entries(tree, name) if owner is None else []
+        _refuse_dynamic(tree, name.rsplit(".", 1)[-1], within=owner, skip=listed)
+        entries += listed
         _refuse_used(tree, statement, name, [s for s, _, _ in doomed])
     module = tree.module.visit(_Deleter({id(s) for s, _, _ in doomed}, {id(e) for e in entries}))
     names = ", ".join(name for _, name, _ in doomed)
@@ -482,10 +489,10 @@ def delete(text: str, targets: tuple[str, ...], helpers: bool = False) -> Refact
 
 
 def _doomed(tree: _Tree, target: str):
-    """(statement, name, assignment or None) of a definition to delete."""
+    """(statement, name, its class or None) of a definition to delete."""
     if "." in target:
         cls, method = _method(tree, target)
-        return method, target, None
+        return method, target, cls
     statement = _definition(tree, tree.module.body, target)
     if statement is None:
         statement = _assigned(tree, target)
@@ -494,7 +501,7 @@ def _doomed(tree: _Tree, target: str):
             cls, method = _method(tree, target)
         except NotMechanicalError:
             raise NotMechanicalError(f"no definition named {target} at the top of the file") from None
-        return method, f"{cls.name.value}.{target}", None
+        return method, f"{cls.name.value}.{target}", cls
     return statement, target, None
 
 
