@@ -129,6 +129,16 @@ def test_a_deletion_removes_the_definition_and_its_all_entry_and_helpers_only_if
     assert "_double" not in after and "unused_thing" not in after and "def to_seconds" in after
 
 
+def test_a_method_rename_reaches_the_class_body_names_that_read_it(work):
+    source = SOURCE.replace(
+        "        self.now = 0\n\n\ndef run", "        self.now = 0\n\n    actions = {'zero': reset}\n\n\ndef run"
+    )
+    assert "actions = {'zero': reset}" in source
+    (work / "durations.py").write_text(source)
+    after = written(work, "rename the method Clock.reset to clear")
+    assert after == source.replace("def reset(", "def clear(").replace("{'zero': reset}", "{'zero': clear}")
+
+
 def test_drop_a_method_from_a_class(work):
     after = written(work, "drop method reset from Clock")
     assert after == SOURCE.replace("\n    def reset(self):\n        self.now = 0\n", "")
@@ -204,6 +214,11 @@ def test_crlf_lines_are_kept(work):
         (SOURCE, "Delete the function to_seconds", "to_seconds is still used at line"),
         (SOURCE, "Rename to_seconds to run", "run is already a name"),
         (SOURCE, "Rename the method Clock.__init__ to setup", "special method"),
+        (
+            SOURCE + "\ntry:\n    from _durations import *\nexcept ImportError:\n    pass\n",
+            "Rename run to main",
+            "import *` at line",
+        ),
     ],
 )
 def test_what_cannot_be_exact_goes_to_the_model_with_the_reason(work, source, instruction, why):

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, ScopeProvider
+from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 
 from cadedit.errors import NotMechanicalError
 
@@ -40,17 +40,20 @@ class _Tree:
 
     def __init__(self, text: str):
         try:
-            self.wrapper = MetadataWrapper(cst.parse_module(text))
+            # The module was parsed here: the wrapper need not copy it.
+            self.wrapper = MetadataWrapper(cst.parse_module(text), unsafe_skip_copy=True)
         except (cst.ParserSyntaxError, RecursionError) as exc:
             raise NotMechanicalError(f"the file does not parse as Python here ({str(exc).splitlines()[0]})") from None
         self.module = self.wrapper.module
         self.scopes = self.wrapper.resolve(ScopeProvider)
-        self.parents = self.wrapper.resolve(ParentNodeProvider)
-        self.positions = self.wrapper.resolve(PositionProvider)
-        self.nodes = list(_walk(self.module))
+        self.parents: dict[cst.CSTNode, cst.CSTNode] = {}
+        self.nodes = list(_walk(self.module, self.parents))
+        self._positions = None  # line numbers, for messages only: resolved when one is asked for
 
     def line(self, node: cst.CSTNode) -> int:
-        return self.positions[node].start.line
+        if self._positions is None:
+            self._positions = self.wrapper.resolve(PositionProvider)
+        return self._positions[node].start.line
 
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
@@ -63,10 +66,13 @@ class _Tree:
         return False
 
 
-def _walk(node: cst.CSTNode):
+def _walk(node: cst.CSTNode, parents: dict | None = None):
+    """The node and every node under it, depth first; `parents` gets each one's parent."""
     yield node
     for child in node.children:
-        yield from _walk(child)
+        if parents is not None:
+            parents[child] = node
+        yield from _walk(child, parents)
 
 
 # -- what names where ------------------------------------------------------------------------------
@@ -372,7 +378,8 @@ def _rename_method(tree: _Tree, old: str, new: str) -> Refactored:
         for n in tree.nodes
     ):
         raise NotMechanicalError(f"class {owner} already has {new}")
-    names = [method.name]
+    # The def's name, and the names in the class body that read it (a table of methods: `same=phase3`).
+    names = [method.name] + _uses(tree, tree.scopes[method].assignments[name], name)
     for node in tree.nodes:
         if isinstance(node, cst.Attribute) and node.attr.value == name:
             if not _receiver_is(tree, node.value, subclasses):
