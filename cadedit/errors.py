@@ -62,3 +62,8 @@ class ScopeError(CadeditError):
 
 class OutputError(CadeditError):
     """Standard output is closed or cannot take the data (a full disk, /dev/full)."""
+
+
+class NotMechanicalError(CadeditError):
+    """A rename or deletion cannot be done exactly without a model (a dynamic use, a name not found, an
+    ambiguous one): the message says why, and the model makes the edit instead."""

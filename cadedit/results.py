@@ -102,6 +102,8 @@ class EditResult:
     # new_text is the answer placed without that repair; "" when it was placed exactly.
     placement: str = ""
     engine: dict | None = None  # what a shared engine reported (cadedit.server.engine.Usage), None for a local edit
+    # "rename" or "delete": made without a model (cadedit.tries.mechanical); "": a model's answer
+    mechanical: str = ""
 
     @property
     def changed(self) -> bool:
@@ -178,8 +180,9 @@ def result_json(result: EditResult, diff_text: str) -> dict:
     stats["tokens_copied"] = result.stats.tokens_copied
     return {
         "file": result.document.path,
-        "model": result.model,
-        "mode": result.mode.value,
+        "model": None if result.mechanical else result.model,  # null: no model ran
+        "mechanical": result.mechanical or None,
+        "mode": None if result.mechanical else result.mode.value,
         "changed": result.changed,
         "program": format_program(result.program),
         "program_as_written": result.program_text,

@@ -111,6 +111,9 @@ def default_candidates(tested: bool, engine: bool = False, number: int = 1, loca
     return TESTED_CANDIDATES if number == 1 else LATER_TESTED_CANDIDATES
 
 
+# Named deletions and renames of Python ("Delete the function X", "Rename f to g") made without a model,
+# exactly (cadedit.tries.mechanical); `cadedit fix --no-mechanical` leaves them to the model.
+MECHANICAL = True
 TEST_TIMEOUT = 120.0  # seconds a --test command (or a hook rule's test) may run
 BENCH_TEST_TIMEOUT = 10.0  # seconds one run of a benchmark case's test may take (bench e2e, tries, candidates)
 IDLE_TIMEOUT = 30 * 60.0  # seconds the warm server waits for a request before it exits

@@ -62,7 +62,9 @@ def module(work):
 
 
 def run(tiny_dir, instruction: str, *args: str):
-    return fix(tiny_dir, "--no-scope", "--write", *args, instruction=instruction)
+    return fix(
+        tiny_dir, "--no-scope", "--write", "--no-mechanical", *args, instruction=instruction
+    )  # the model's answers
 
 
 def first_failure(result) -> str:

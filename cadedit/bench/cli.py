@@ -1,6 +1,6 @@
 """`cadedit bench`: the paper's measurements as commands (ceiling, roundtrip, perturb, formats, kernel, e2e,
 decode), and cadedit's own as users get them (candidates, tries, longfile, overhead, engine, backends,
-everyday, multiline, checks).
+everyday, mechanical, multiline, checks).
 
 A registry only: each measurement's module (bench/<name>.py) owns its command, options and tables;
 this one names them, with the first paragraph of each command's help, so that `cadedit bench --help`
@@ -109,6 +109,13 @@ COMMANDS = MappingProxyType(
             'Everyday edits on real standard-library modules (corpus/everyday), each run as `cadedit fix FILE'
             '\nINSTRUCTION --write` without --test and judged by running the module: right, honest (no try passed,'
             '\nfile untouched), wrong-but-passed, and destructive-and-written.',
+        ),
+        "mechanical": Lazy(
+            "cadedit.bench.mechanical",
+            "mechanical",
+            "Renames and named deletions of Python without a model (corpus/mechanical: standard-library"
+            "\nmodules), each run as `cadedit fix FILE INSTRUCTION --write` with no model to load: exact, fallback"
+            "\n(cadedit said why and handed the edit to the model) or wrong, and the wall of each command.",
         ),
         "multiline": Lazy(
             "cadedit.bench.multiline",

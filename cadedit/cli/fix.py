@@ -29,7 +29,7 @@ from cadedit.options import EditOptions, Sampling
 from cadedit.results import result_json
 from cadedit.scope.plan import plan_edit, span_text
 from cadedit.settings import CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, DEFAULT_WHERE_BY
-from cadedit.settings import TEST_TIMEOUT, WHERE_BY, Mode
+from cadedit.settings import MECHANICAL, TEST_TIMEOUT, WHERE_BY, Mode
 from cadedit.text.diff import check_unchanged, check_writable, count_changes, raise_for_signal, show
 from cadedit.text.diff import signals_deferred, unified_diff, write_atomic
 from cadedit.text.document import Document
@@ -38,6 +38,7 @@ from cadedit.text.program import format as format_program
 from cadedit.tries.checks import Candidate, candidate_in_place, run_command
 from cadedit.tries.found_tests import AUTO
 from cadedit.tries.loop import Attempts, CheckPlan, Reporters, edit_verified
+from cadedit.tries.mechanical import mechanical_edit
 
 _FixArgs = Annotated[
     list[str],
@@ -183,6 +184,14 @@ _StdinFilename = Annotated[
         "and a whole-file edit of text whose language is unknown is refused.",
     ),
 ]
+_Mechanical = Annotated[
+    bool,
+    typer.Option(
+        "--mechanical/--no-mechanical",
+        help="Make a named deletion or a rename of Python (\"Delete the function X\", \"Rename f to g\") without "
+        "a model, exactly (on by default); --no-mechanical leaves it to the model.",
+    ),
+]
 _Verbose = Annotated[
     bool, typer.Option("--verbose", "-v", help="Per-phase timings and every check's output on stderr.")
 ]
@@ -222,6 +231,7 @@ def fix(
     where: _Where = False,
     where_by: _WhereBy = DEFAULT_WHERE_BY,
     stdin_filename: _StdinFilename = None,
+    mechanical: _Mechanical = MECHANICAL,
 ) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
@@ -275,6 +285,7 @@ def fix(
         candidates_by,
         stdin_filename,
         scripted(ctx),
+        mechanical,
     )
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1 and (as_json or show_program or test == AUTO):
@@ -326,8 +337,9 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
     planned = _planned(document, instruction, options, run)  # a bad --lines/--scope fails before the load
     tested = auto_test.resolve(document, planned[1], plan, run.quiet or shown.json)
     plan = tested.plan
-    editor = _load(options, run)
-    outcome = _edit_checked(document, instruction, planned, plan, run, editor)
+    outcome = _mechanical(document, instruction, plan, run) or _edit_checked(
+        document, instruction, planned, plan, run, _load(options, run)
+    )
     best = outcome.shown
     diff_text = (
         unified_diff(document.text, best.result.new_text, "-" if stdin else display_path(Path(file)))
@@ -414,6 +426,7 @@ class _Run:
     candidates_by: str = CANDIDATES_BY  # --candidates-by (settings.CANDIDATE_WAYS)
     stdin_name: str | None = None  # --stdin-filename: the name piped text is edited under
     scripted: Scripted = Scripted()  # answers and branch points a test scripted; empty: the model's
+    mechanical: bool = MECHANICAL  # --mechanical/--no-mechanical: renames and deletions without a model
 
 
 @dataclass(frozen=True)
@@ -548,6 +561,20 @@ def _edit_checked(document, instruction: str, planned, plan, run: _Run, editor) 
         instruction,
         bool(plan.test),
     )
+
+
+def _mechanical(document, instruction: str, plan, run: _Run) -> _Outcome | None:
+    """A named deletion or rename made without a model (cadedit.tries.mechanical), its one try reported as
+    a model's is; None where the model edits (not such an edit, --no-mechanical, or not safely: said why)."""
+    made = mechanical_edit(document, instruction, plan) if run.mechanical else None
+    if made is None or made.verified is None:
+        if made is not None and not run.quiet:
+            say(f"{document.path}: not done without a model ({made.why}); the model edits instead")
+        return None
+    attempt = made.verified.tries[0]
+    if not run.quiet:
+        say(f"{document.path}: {made.note}, without a model: {attempt.summary()}")
+    return _Outcome(document, made.verified, None, "", 0.0, instruction=instruction, tested=bool(plan.test))
 
 
 def _reporters(document, options, run: _Run, progress):
@@ -692,12 +719,14 @@ def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, show
     files may pass only as a whole."""
     quiet, write, check = run.quiet, shown.write, shown.check
     documents = [Document.read(f) for f in dict.fromkeys(files)]
-    planned = [_planned(document, instruction, options, run) for document in documents]  # before the load
-    editor = _load(options, replace(run, verbose=False), once_for=len(documents))
+    planned = {d.path: _planned(d, instruction, options, run) for d in documents}  # before the load
+    done = {d.path: _mechanical(d, instruction, replace(plan, test=None), run) for d in documents}
+    left = [d for d in documents if done[d.path] is None]
+    editor = _load(options, replace(run, verbose=False), once_for=len(left)) if left else None
     edited, failed = [], []
-    for document, planned_one in zip(documents, planned):
-        outcome = _edit_checked(
-            document, instruction, planned_one, replace(plan, test=None), replace(run, verbose=False), editor
+    for document in documents:
+        outcome = done[document.path] or _edit_checked(
+            document, instruction, planned[document.path], replace(plan, test=None), replace(run, verbose=False), editor
         )
         answer = outcome.verified.answer
         if answer is None:

@@ -70,7 +70,7 @@ _CLAUSE_END = re.compile(
     r"using|which|that|keeping|keep|and\s+(?:then|also|add|fix|make|keep|update|use|change))\b|[.;:!?](?=\s|$)|\n",
     re.I,
 )
-_DEAD = re.compile(r"\b(?:dead\s+code|unused|never\s+(?:used|called))\b", re.I)
+_DEAD = re.compile(r"\b(?:dead\s+code|unused|never\s+(?:used|called)|helpers?)\b", re.I)
 _LOGGERS = {"logging", "logger", "log", "_log", "_logger", "LOGGER", "LOG", "console"}
 _SIMILAR = 0.8  # a changed body this close to another definition's (and closer than to its own) is a copy
 
@@ -127,6 +127,17 @@ def unused_in(text: str, name: str, private: bool) -> bool:
 
 
 # -- Python --------------------------------------------------------------------------------------
+
+
+def _unused_now(before: str, new: ast.Module, name: str) -> bool:
+    """Whether a removed private definition was used by nothing (unused_in), or by nothing the edit kept:
+    the helper of a definition deleted with it ("Delete f and its now-unused helpers")."""
+    if unused_in(before, name, False):
+        return True
+    return name.startswith("_") and not any(
+        isinstance(n, ast.Name) and n.id == name or isinstance(n, ast.Attribute) and n.attr == name
+        for n in ast.walk(new)
+    )
 
 
 @dataclass(frozen=True)
@@ -291,7 +302,7 @@ def _kept_check(
     unasked = [
         d
         for d in removed
-        if not asks_to_remove(instruction, _short_name(d), unused_in(before, _short_name(d), False))
+        if not asks_to_remove(instruction, _short_name(d), _unused_now(before, new, _short_name(d)))
         and not any(d.qualname.startswith(r.qualname + ".") for r in removed)
         and not _generated(d, new_defs)
     ]
