@@ -227,12 +227,16 @@ def _alike_starts(bodies: tuple[str, ...], old: tuple[str, ...]) -> set[int]:
 def _replaced(
     bodies: tuple[str, ...], r: Replacement, start: int, how: str, span: tuple[int, int], newline: str
 ) -> Placed:
-    """The new lines for old found at start: a new line equal (whitespace aside) to a line of the found
-    run is written as the file has it; the others move by the indentation the old lines drifted by."""
+    """The new lines for old found at start: a new line that is one of old's kept lines (context) is written
+    as the file has it there (so stale context stays the file's); the others move by the indentation the old
+    lines drifted by."""
     found = bodies[start : start + len(r.old)]
-    same = {_norm(x): x for x in found}
     drift = _drift(list(zip(r.old, found)))
-    new = tuple((same.get(_norm(x)) if _norm(x) in same and x.strip() else _shift(x, drift, found)) for x in r.new)
+    new = [_shift(x, drift, found) for x in r.new]
+    matcher = difflib.SequenceMatcher(None, r.old, r.new, autojunk=False)
+    for m in matcher.get_matching_blocks():
+        for i in range(m.size):
+            new[m.b + i] = found[m.a + i]
     return Placed(span, start, start + len(r.old), tuple(x + newline for x in new), how)
 
 

@@ -16,6 +16,7 @@ A marker line that is also a line of the file is the file's own text, not a mark
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 
@@ -75,6 +76,13 @@ class Replacement:
     last: int
     at: int | None = None  # a hunk's own idea of its first old line (1-based), None for SEARCH/REPLACE
 
+    def added(self) -> tuple[str, ...]:
+        """new's lines that are not old's lines kept (in order) from old to new."""
+        kept = set()
+        for m in difflib.SequenceMatcher(None, self.old, self.new, autojunk=False).get_matching_blocks():
+            kept.update(range(m.b, m.b + m.size))
+        return tuple(x for k, x in enumerate(self.new) if k not in kept)
+
 
 @dataclass(frozen=True)
 class Sketch:
@@ -85,10 +93,11 @@ class Sketch:
     replacements: tuple[Replacement, ...] = ()
 
     def written(self) -> tuple[str, ...]:
-        """The lines the other model wrote that the result must hold: stretches' lines, replacements' new."""
+        """The lines the other model wrote that the result must hold: stretches' lines, and the lines a
+        replacement adds (its context, kept from old to new, may be stale: the file's lines stand there)."""
         if self.stretches:
             return tuple(line for s in self.stretches for line in s.lines)
-        return tuple(line for r in self.replacements for line in r.new)
+        return tuple(line for r in self.replacements for line in r.added())
 
 
 def read_answer(text: str) -> tuple[Block, ...]:
