@@ -23,13 +23,12 @@ from cadedit.cli.common import say
 from cadedit.cli.program import check_patch_path, display_path, write_stdout
 from cadedit.errors import ApplyError, CheckFailedError, DocumentError
 from cadedit.git.repo import printable, work_tree_root
-from cadedit.text.diff import count_changes, show, unified_diff
-from cadedit.text.document import Document, line_body, split_lines
+from cadedit.text.diff import count_changes, show
+from cadedit.text.document import Document
 from cadedit.text.languages import language_of
-from cadedit.text.merge import fidelity, merge
-from cadedit.text.sketch import Block, read_answer, read_sketch
-from cadedit.tries.checks import Check
-from cadedit.tries.loop import CheckPlan, check_candidate
+from cadedit.text.sketch import Block, read_answer
+from cadedit.tries.loop import CheckPlan
+from cadedit.tries.merged import Merged, merge_checked
 
 
 @dataclass(frozen=True)
@@ -41,35 +40,6 @@ class Shown:
     json: bool = False
     quiet: bool = False
     verbose: bool = False
-
-
-@dataclass(frozen=True)
-class Merged:
-    """One file's merge: the document, its new text, the sketch's forms and placements, its checks."""
-
-    document: Document
-    new_text: str
-    forms: tuple[str, ...]
-    placed: tuple
-    checks: tuple[Check, ...]
-    diff: str
-
-    @property
-    def passed(self) -> bool:
-        return all(c.passed or c.skipped for c in self.checks)
-
-    def to_json(self) -> dict:
-        return {
-            "file": self.document.path,
-            "forms": list(self.forms),
-            "placed": [p.to_json() for p in self.placed],
-            "changed": bool(self.diff),
-            "diff": self.diff,
-            "passed": self.passed,
-            "checks": [
-                {"name": c.name, "passed": c.passed, "skipped": c.skipped, "detail": c.detail} for c in self.checks
-            ],
-        }
 
 
 def fix_sketch(
@@ -95,7 +65,10 @@ def fix_sketch(
     text = _read_sketch(sketch)
     targets = _targets(files, text, sketch)
     one = len(targets) == 1
-    merged = [_merged(document, blocks, plan if one else _untested(plan)) for document, blocks in targets]
+    merged = [
+        merge_checked(document, blocks, plan if one else _untested(plan), _diff_name(document))
+        for document, blocks in targets
+    ]
     seconds = time.monotonic() - started
     if shown.json:
         data = {"model_free": True, "seconds": round(seconds, 4), "files": [m.to_json() for m in merged]}
@@ -119,6 +92,10 @@ def _refuse_options(files: list[str], given: list[str]) -> None:
     names = next((f for f in files if printable(f) != f), None)
     if names is not None:
         raise DocumentError(f"{printable(names)}: the file name is not UTF-8", hint="rename it (e.g. with convmv)")
+
+
+def _diff_name(document: Document) -> str:
+    return "-" if document.path == "<stdin>" else display_path(Path(document.path))
 
 
 def _untested(plan: CheckPlan) -> CheckPlan:
@@ -192,25 +169,6 @@ def _resolve(named: str, sketch: str, line: int) -> str:
         f"{sketch}: the block at line {line} names {named}, which is not a file here",
         hint="run from the folder the answer's paths start at, or give FILE",
     )
-
-
-def _merged(document: Document, blocks: list[Block], plan: CheckPlan) -> Merged:
-    """The blocks merged one after another, the merge's own check against each step, then the checks."""
-    lines, forms, placed, problem = document.lines, [], [], ""
-    for block in blocks:
-        sketch = read_sketch(block.body, tuple(line_body(x) for x in lines), block.first)
-        result = merge(lines, sketch)
-        problem = problem or fidelity(lines, sketch, result.text)
-        forms.append(sketch.form)
-        placed.extend(result.placed)
-        lines = split_lines(result.text)
-    new_text = "".join(lines)
-    checks = check_candidate(document, new_text, plan)
-    merge_check = Check("merge", not problem, detail=problem or "every sketch line kept, every other line the file's")
-    diff = unified_diff(
-        document.text, new_text, "-" if document.path == "<stdin>" else display_path(Path(document.path))
-    )
-    return Merged(document, new_text, tuple(forms), tuple(placed), (merge_check, *checks), diff)
 
 
 def _refuse_failed(merged: list[Merged]) -> None:
