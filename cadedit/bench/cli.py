@@ -110,6 +110,13 @@ COMMANDS = MappingProxyType(
             '\nINSTRUCTION --write` without --test and judged by running the module: right, honest (no try passed,'
             '\nfile untouched), wrong-but-passed, and destructive-and-written.',
         ),
+        "apply": Lazy(
+            "cadedit.bench.apply",
+            "apply_bench",
+            'Other models\' answers applied (`cadedit fix --sketch`) on corpus/apply: lazy sketches, SEARCH/REPLACE,'
+            '\nstale diffs, whole files and chat answers built from real edits; per form and style: exact,'
+            '\nwrong-but-exit-0, refused, the model-free share and the median seconds, tune and held-out apart.',
+        ),
         "multiline": Lazy(
             "cadedit.bench.multiline",
             "multiline",

@@ -26,7 +26,7 @@ from cadedit.git.repo import printable, work_tree_root
 from cadedit.text.diff import count_changes, show
 from cadedit.text.document import Document
 from cadedit.text.languages import language_of
-from cadedit.text.sketch import Block, read_answer
+from cadedit.text.sketch import Block, blocks_for, read_answer, same_file
 from cadedit.tries.loop import CheckPlan
 from cadedit.tries.merged import Merged, merge_checked
 
@@ -117,8 +117,7 @@ def _targets(files: list[str], text: str, sketch: str) -> list[tuple[Document, l
         if language_of(document.path) is not None and language_of(document.path).name == "markdown":
             return [(document, [Block(None, tuple(text.splitlines()), 1)])]
         blocks = read_answer(text)
-        mine = [b for b in blocks if b.path is not None and _same(b.path, files[0])]
-        chosen = mine or [b for b in blocks if b.path is None]
+        chosen = blocks_for(blocks, files[0])
         if not chosen:
             named = ", ".join(sorted({b.path for b in blocks if b.path}))
             raise DocumentError(
@@ -135,7 +134,7 @@ def _targets(files: list[str], text: str, sketch: str) -> list[tuple[Document, l
         )
     by_file: dict[str, list[Block]] = {}
     for block in blocks:
-        if files and not any(_same(block.path, f) for f in files):
+        if files and not any(same_file(block.path, f) for f in files):
             continue
         by_file.setdefault(_resolve(block.path, sketch, block.first), []).append(block)
     if not by_file:
@@ -149,13 +148,6 @@ def _document(file: str) -> Document:
     if file == "-":
         return Document.read_stream(sys.stdin.buffer)
     return Document.read(file)
-
-
-def _same(named: str, file: str) -> bool:
-    """Whether a block's path names FILE: the same file, or one path ends with the other."""
-    a, b = Path(named).parts, Path(file).parts
-    n = min(len(a), len(b))
-    return a[-n:] == b[-n:]
 
 
 def _resolve(named: str, sketch: str, line: int) -> str:

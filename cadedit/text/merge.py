@@ -84,6 +84,11 @@ def merge(lines: tuple[str, ...], sketch: Sketch) -> Merged:
     """The file (its lines with terminators) with the sketch merged in (module docstring)."""
     newline = next((line_terminator(x) for x in lines if line_terminator(x)), "\n")
     bodies = tuple(line_body(x) for x in lines)
+    if not sketch.stretches and not sketch.replacements:
+        raise UnplacedError(
+            "the sketch holds no code, only markers or nothing: it does not say what changes; nothing was written",
+            hint="give the changed lines with a line of the file around them",
+        )
     if sketch.form == "whole" and _is_whole(bodies, sketch.stretches[0]):
         stretch = sketch.stretches[0]
         placed = (Placed(_span(stretch), 0, len(lines), tuple(x + newline for x in stretch.lines), "whole"),)

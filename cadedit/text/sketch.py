@@ -1,7 +1,8 @@
 """Sketches: what another model hands back for a file, read into the stretches cadedit.text.merge places.
 
 Contract: read_answer(text) splits a chat answer into the fenced blocks it holds, each with the file its
-path line or info string names (None when it names none) and its first line in the answer;
+path line or info string names (None when it names none) and its first line in the answer (blocks_for:
+those for one file);
 read_sketch(body, file_lines) reads one block (or a whole sketch file) as its form and its parts, every
 part carrying its line numbers in the sketch (1-based, counted from `first`). The forms:
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from cadedit.errors import DocumentError
 
@@ -121,6 +123,20 @@ def read_answer(text: str) -> tuple[Block, ...]:
         blocks.append(Block(path, tuple(lines[k + 1 : close]), k + 2))
         k = close + 1
     return tuple(blocks) if blocks else (Block(None, tuple(lines), 1),)
+
+
+def blocks_for(blocks: tuple[Block, ...], file: str) -> list[Block]:
+    """The blocks of an answer that are FILE's: those naming it (the same path, or one path ending with the
+    other), else the unnamed ones."""
+    mine = [b for b in blocks if b.path is not None and same_file(b.path, file)]
+    return mine or [b for b in blocks if b.path is None]
+
+
+def same_file(named: str, file: str) -> bool:
+    """Whether a block's path names FILE: one path's parts end with the other's."""
+    a, b = PurePath(named).parts, PurePath(file).parts
+    n = min(len(a), len(b))
+    return n > 0 and a[-n:] == b[-n:]
 
 
 def _closing(lines: list[str], start: int, fence: str) -> int | None:
