@@ -4,7 +4,8 @@ The edits are HumanEvalFix's (HumanEvalPack, MIT licence): each task's buggy pro
 Python and JavaScript. A case's file is the buggy program among other tasks' fixed programs (files of
 about 100 to 2,500 lines, no name defined twice); its expected file is the same with the fix. Each is
 sketched in every form and several styles (the `STYLES` table), the way chat models write them. A
-quarter of the tasks (by a hash of the task id) are held out. A whole-file sketch is the expected file
+quarter of the tasks (by a hash of the task id) are held out. Trailing whitespace is stripped from
+the programs (chat answers lose it; a sketch cannot carry such an edit). A whole-file sketch is the expected file
 itself, so its case stores no sketch (`"sketch": null`).
 
     python tools/make_apply_corpus.py --data ../shared/data/humanevalfix --out corpus/apply
@@ -58,10 +59,16 @@ def programs(data: Path) -> dict[str, dict]:
     for name, lang in (("humanevalfix_python.jsonl", "py"), ("humanevalfix_js.jsonl", "js")):
         for line in (data / name).read_text().splitlines():
             row = json.loads(line)
-            buggy, fixed = row["input_code_docs"].strip("\n") + "\n", row["gold_code_docs"].strip("\n") + "\n"
+            buggy, fixed = (_rstripped(row[key]) for key in ("input_code_docs", "gold_code_docs"))
             if buggy != fixed:
                 out[row["task_id"]] = {"lang": lang, "buggy": buggy, "fixed": fixed}
     return out
+
+
+def _rstripped(program: str) -> str:
+    """The program without trailing whitespace on its lines: chat answers lose it, and the merge keeps the
+    file's, so an edit of trailing whitespace alone is no edit a sketch can carry."""
+    return "\n".join(line.rstrip() for line in program.strip("\n").split("\n")) + "\n"
 
 
 def host(task: str, table: dict[str, dict], size: int, rng: random.Random) -> list[str]:

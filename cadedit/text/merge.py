@@ -299,6 +299,13 @@ def _place_stretch(
         raise _ambiguous(span, sorted({hs for hs, _ in pairs}))
     start, end = _cheapest(bodies, lines[h_from : t_to + 1], pairs, span)
     drift = _indent(lines[h_from]) - _indent(bodies[start])
+    anchored = {i for i in (*range(h_from, h_to + 1), *range(t_from, t_to + 1)) if lines[i].strip()}
+    if len(anchored) == 1 and drift and len(lines) > 1 and not _defined(lines[min(anchored)]):
+        raise UnplacedError(
+            f"sketch lines {_lines_text(span)}: the one line of this stretch that is a line of the file (and no "
+            "definition) stands at another depth there, so it may not be that line; nothing was written",
+            hint="give more lines of the file around the change",
+        )
     start = _leading(bodies, lines[:h_from], start, lo, drift, (span[0] + a, span[0] + a + h_from - 1))
     end, pad = _trailing(bodies, lines[t_to + 1 :], end, drift, (span[0] + a + t_to + 1, span[0] + b))
     new = _written(lines, bodies[start : end + 1]) + ([""] if pad else [])
@@ -306,17 +313,17 @@ def _place_stretch(
 
 
 def _unanchored(bodies, stretch: Stretch, full, lines, lo: int, newline: str, first: bool, last: bool) -> Placed:
-    """A stretch none of whose lines is a line of the file: at the file's start or end when no marker stands
-    on that side; else in place of the one run of file lines it is alike (a changed line shown without
-    context), or UnplacedError."""
+    """A stretch none of whose lines is a line of the file: in place of the one run of file lines it is alike
+    (a changed line shown without context); else at the file's start or end when no marker stands on that
+    side; else UnplacedError."""
     span = _span(stretch)
-    if not stretch.marker_before and first:
-        return Placed(span, lo, lo, tuple(x + newline for x in full[: len(full) - _blank_tail(full)]), "start")
-    if not stretch.marker_after and last:
-        return Placed(span, len(bodies), len(bodies), tuple(x + newline for x in full), "end")
     try:
         start = _fuzzy(bodies, lines, span, "stretch", EDGE_ALIKE)
     except UnplacedError:
+        if not stretch.marker_before and first:
+            return Placed(span, lo, lo, tuple(x + newline for x in full[: len(full) - _blank_tail(full)]), "start")
+        if not stretch.marker_after and last:
+            return Placed(span, len(bodies), len(bodies), tuple(x + newline for x in full), "end")
         raise UnplacedError(
             f"sketch lines {_lines_text(span)}: no line of this stretch is a line of the file, and markers on both "
             "sides leave open where it goes; nothing was written",
@@ -463,7 +470,7 @@ def _written(lines: tuple[str, ...], found: tuple[str, ...]) -> list[str]:
     out = []
     for i, line in enumerate(lines):
         f = pairs.get(i)
-        if f is not None and line.strip() and _indent(line) - _indent(f) == drift:
+        if f is not None and (not line.strip() or _indent(line) - _indent(f) == drift):
             out.append(f)
         else:
             out.append(_shift(line, drift, found))
