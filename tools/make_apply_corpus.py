@@ -48,9 +48,18 @@ STYLES = (
     ("answer", "aider"),
 )
 _NAME = {
-    "py": re.compile(r"^(?:def|class)\s+(\w+)", re.M),
+    "py": re.compile(r"^(?:def|class)\s+(\w+)|^(?:from\s+\S+\s+)?import\s+([\w, ]+)", re.M),
     "js": re.compile(r"^(?:const|function|let|var|class)\s+(\w+)", re.M),
 }
+
+
+def _names(program: str, lang: str) -> set[str]:
+    """The names a program defines or imports at its top level (a name imported twice is a redefinition)."""
+    found = set()
+    for m in _NAME[lang].finditer(program):
+        for group in m.groups():
+            found |= {word.split()[-1] for word in (group or "").split(",") if word.strip()}
+    return found
 
 
 def programs(data: Path) -> dict[str, dict]:
@@ -74,14 +83,14 @@ def _rstripped(program: str) -> str:
 def host(task: str, table: dict[str, dict], size: int, rng: random.Random) -> list[str]:
     """The task ids of a case's file, in order: the task among others of its language, no name twice."""
     lang = table[task]["lang"]
-    names = set(_NAME[lang].findall(table[task]["fixed"]))
+    names = _names(table[task]["fixed"], lang) | _names(table[task]["buggy"], lang)
     others = [t for t in sorted(table) if table[t]["lang"] == lang and t != task]
     rng.shuffle(others)
     chosen, lines = [], table[task]["buggy"].count("\n")
     for other in others:
         if lines >= size:
             break
-        theirs = set(_NAME[lang].findall(table[other]["fixed"]))
+        theirs = _names(table[other]["fixed"], lang)
         if theirs & names:
             continue
         names |= theirs

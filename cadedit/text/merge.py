@@ -246,9 +246,10 @@ def _replaced(
 
 
 def _drift(pairs: list[tuple[str, str]]) -> int:
-    """The most common indentation shift of sketch lines against the file lines they match (sketch - file)."""
+    """The most common indentation shift of sketch lines against the file lines they match (sketch - file);
+    of shifts as common, the smallest."""
     shifts = Counter(_indent(s) - _indent(f) for s, f in pairs if s.strip() and _norm(s) == _norm(f))
-    return shifts.most_common(1)[0][0] if shifts else 0
+    return max(shifts.items(), key=lambda kv: (kv[1], -abs(kv[0])))[0] if shifts else 0
 
 
 def _shift(line: str, drift: int, found) -> str:
@@ -306,8 +307,9 @@ def _place_stretch(
             "definition) stands at another depth there, so it may not be that line; nothing was written",
             hint="give more lines of the file around the change",
         )
-    start = _leading(bodies, lines[:h_from], start, lo, drift, (span[0] + a, span[0] + a + h_from - 1))
-    end, pad = _trailing(bodies, lines[t_to + 1 :], end, drift, (span[0] + a + t_to + 1, span[0] + b))
+    start = _leading(bodies, lines[:h_from], start, lo, drift, (span[0] + a, span[0] + a + h_from - 1), a > 0)
+    closed = b < len(full) - 1
+    end, pad = _trailing(bodies, lines[t_to + 1 :], end, drift, (span[0] + a + t_to + 1, span[0] + b), closed)
     new = _written(lines, bodies[start : end + 1]) + ([""] if pad else [])
     return Placed(span, start, end + 1, tuple(x + newline for x in new), "anchors")
 
@@ -358,11 +360,12 @@ def _defined(line: str) -> str | None:
     return names[0] if names else ""
 
 
-def _trailing(bodies, trail, end: int, drift: int, span: tuple[int, int]) -> tuple[int, bool]:
+def _trailing(bodies, trail, end: int, drift: int, span: tuple[int, int], closed: bool) -> tuple[int, bool]:
     """The stretch's last file line once the lines after its last anchor are placed: those alike the file's
     next lines replace them; the rest go in after them where the file's code there ends a block or starts a
-    definition (and whether a blank line then parts them from it, as one parted them before); else
-    UnplacedError (they may replace the file's lines or go before them)."""
+    definition (and whether a blank line then parts them from it, as one parted them before); or, where the
+    sketch closes them with a blank line (`closed`) and as many file lines run up to the file's next blank
+    line, replace those; else UnplacedError (they may replace the file's lines or go before them)."""
     k = 0
     while k < len(trail) and end + 1 + k < len(bodies) and _alike(trail[k], bodies[end + 1 + k], drift):
         k += 1
@@ -371,12 +374,16 @@ def _trailing(bodies, trail, end: int, drift: int, span: tuple[int, int]) -> tup
     after = next((q for q in range(end + 1 + k, len(bodies)) if bodies[q].strip()), None)
     if after is None or _boundary(bodies[after], _indent(trail[k]) - drift):
         return end + k, after is not None and after == end + k + 1 and not bodies[end + k].strip()
+    blank = next((q for q in range(end + 1 + k, len(bodies)) if not bodies[q].strip()), len(bodies))
+    if closed and blank - (end + 1 + k) == len(trail) - k:
+        return blank - 1, False
     raise _open_edge((span[0] + k, span[1]), after, "after")
 
 
-def _leading(bodies, lead, start: int, lo: int, drift: int, span: tuple[int, int]) -> int:
+def _leading(bodies, lead, start: int, lo: int, drift: int, span: tuple[int, int], opened: bool) -> int:
     """The stretch's first file line once the lines before its first anchor are placed (as _trailing, mirrored:
-    the rest go in before them where the file's line before opens a block or a blank line ends one)."""
+    the rest go in before them where the file's line before opens a block or a blank line ends one, or
+    replace as many file lines back to a blank line where the sketch opens them with one)."""
     k = 0
     while k < len(lead) and start - 1 - k >= lo and _alike(lead[-1 - k], bodies[start - 1 - k], drift):
         k += 1
@@ -385,6 +392,9 @@ def _leading(bodies, lead, start: int, lo: int, drift: int, span: tuple[int, int
     before = start - k - 1
     if before < lo or not bodies[before].strip() or bodies[before].rstrip().endswith((":", "{", "(", "[")):
         return start - k
+    blank = next((q for q in range(start - k - 1, lo - 1, -1) if not bodies[q].strip()), lo - 1)
+    if opened and (start - k - 1) - blank == len(lead) - k:
+        return blank + 1
     raise _open_edge((span[0], span[1] - k), before, "before")
 
 
