@@ -55,7 +55,9 @@ def test_bench_apply_counts_each_verdict(tmp_path):
     first = next(r for r in rows if r["form"] == "search-replace" and r["style"] == "exact")
     note = "# a line the real edit lacks" if first["lang"] == "py" else "// a line the real edit lacks"
     wrong = dict(first, id="wrong", sketch=first["sketch"].replace(">>>>>>> REPLACE", f"{note}\n>>>>>>> REPLACE", 1))
-    refused = dict(first, id="refused", style="nowhere", sketch="<<<<<<< SEARCH\nnot here\n=======\nx\n>>>>>>> REPLACE\n")
+    refused = dict(
+        first, id="refused", style="nowhere", sketch="<<<<<<< SEARCH\nnot here\n=======\nx\n>>>>>>> REPLACE\n"
+    )
     (corpus / "cases.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (first, wrong, refused)))
     out = tmp_path / "apply.json"
     result = invoke(["bench", "apply", "--corpus", str(corpus), "--json", str(out)])
