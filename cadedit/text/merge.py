@@ -298,6 +298,12 @@ def _place_stretch(
     ]
     if len(pairs) > _MAX_PAIRS:
         raise _ambiguous(span, sorted({hs for hs, _ in pairs}))
+    if not pairs:
+        raise UnplacedError(
+            f"sketch lines {_lines_text(span)}: this stretch's first and last lines of the file stand in the other "
+            "order in the file; nothing was written",
+            hint="give the stretch as the file has it, or more lines around the change",
+        )
     start, end = _cheapest(bodies, lines[h_from : t_to + 1], pairs, span)
     drift = _indent(lines[h_from]) - _indent(bodies[start])
     anchored = {i for i in (*range(h_from, h_to + 1), *range(t_from, t_to + 1)) if lines[i].strip()}
