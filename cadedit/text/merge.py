@@ -178,9 +178,15 @@ def _runs(bodies: tuple[str, ...], run: tuple[str, ...], key) -> list[int]:
 
 
 def _fuzzy(
-    bodies: tuple[str, ...], old: tuple[str, ...], span: tuple[int, int], what: str, mean: float = FUZZY_MEAN
-) -> int:
-    """The one start where old's lines are alike the file's within the bound, or UnplacedError."""
+    bodies: tuple[str, ...],
+    old: tuple[str, ...],
+    span: tuple[int, int],
+    what: str,
+    mean: float = FUZZY_MEAN,
+    none_ok: bool = False,
+) -> int | None:
+    """The one start where old's lines are alike the file's within the bound, or UnplacedError (None where
+    none is alike and none_ok)."""
     where: dict[str, list[int]] = {}
     for k, x in enumerate(bodies):
         where.setdefault(_norm(x), []).append(k)
@@ -195,6 +201,8 @@ def _fuzzy(
         if min(ratios) >= FUZZY_LINE:
             scored.append((sum(ratios) / len(ratios), start))
     scored.sort(reverse=True)
+    if (not scored or scored[0][0] < mean) and none_ok:
+        return None
     if not scored or scored[0][0] < mean:
         raise UnplacedError(
             f"sketch lines {_lines_text(span)}: the {what} matches no lines of the file"
@@ -325,9 +333,8 @@ def _unanchored(bodies, stretch: Stretch, full, lines, lo: int, newline: str, fi
     (a changed line shown without context); else at the file's start or end when no marker stands on that
     side; else UnplacedError."""
     span = _span(stretch)
-    try:
-        start = _fuzzy(bodies, lines, span, "stretch", EDGE_ALIKE)
-    except UnplacedError:
+    start = _fuzzy(bodies, lines, span, "stretch", EDGE_ALIKE, none_ok=True)
+    if start is None:
         if not stretch.marker_before and first:
             return Placed(span, lo, lo, tuple(x + newline for x in full[: len(full) - _blank_tail(full)]), "start")
         if not stretch.marker_after and last:
@@ -336,9 +343,16 @@ def _unanchored(bodies, stretch: Stretch, full, lines, lo: int, newline: str, fi
             f"sketch lines {_lines_text(span)}: no line of this stretch is a line of the file, and markers on both "
             "sides leave open where it goes; nothing was written",
             hint="give a line of the file before or after the new code",
-        ) from None
+        )
     found = bodies[start : start + len(lines)]
-    drift = Counter(_indent(x) - _indent(f) for x, f in zip(lines, found) if x.strip()).most_common(1)[0][0]
+    shifts = Counter(_indent(x) - _indent(f) for x, f in zip(lines, found) if x.strip())
+    drift = shifts.most_common(1)[0][0]
+    if len(shifts) > 1 or (drift and len(lines) == 1):
+        raise UnplacedError(
+            f"sketch lines {_lines_text(span)}: no line of this stretch is a line of the file, and the lines it is "
+            f"alike (from line {start + 1}) stand at another depth; nothing was written",
+            hint="give a line of the file before or after the new code",
+        )
     new = tuple(_shift(x, drift, found) for x in lines)
     return Placed(span, start, start + len(lines), tuple(x + newline for x in new), "fuzzy")
 
