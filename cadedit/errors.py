@@ -56,6 +56,11 @@ class CheckFailedError(CadeditError):
     exit_code = 3
 
 
+class UnplacedError(CheckFailedError):
+    """A part of a sketch (cadedit fix --sketch) matches no place of the file, or more than one: nothing is
+    guessed, nothing written (exit code 3)."""
+
+
 class ScopeError(CadeditError):
     """The lines or names that should bound an edit are not in the file (or do not parse as lines)."""
 

@@ -117,6 +117,13 @@ COMMANDS = MappingProxyType(
             "\nmodules), each run as `cadedit fix FILE INSTRUCTION --write` with no model to load: exact, fallback"
             "\n(cadedit said why and handed the edit to the model) or wrong, and the wall of each command.",
         ),
+        "apply": Lazy(
+            "cadedit.bench.apply",
+            "apply_bench",
+            'Other models\' answers applied (`cadedit fix --sketch`) on corpus/apply: lazy sketches, SEARCH/REPLACE,'
+            '\nstale diffs, whole files and chat answers built from real edits; per form and style: exact,'
+            '\nwrong-but-exit-0, refused, the model-free share and the median seconds, tune and held-out apart.',
+        ),
         "multiline": Lazy(
             "cadedit.bench.multiline",
             "multiline",

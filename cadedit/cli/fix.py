@@ -22,6 +22,8 @@ from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, ScopeContextOpt, con
 from cadedit.cli.common import Scripted, err, escape_markup, say
 from cadedit.cli.program import WriteOpt, check_patch_path, display_path, write_stdout
 from cadedit.cli.recover import recover_files
+from cadedit.cli.sketch import Shown as SketchShown
+from cadedit.cli.sketch import fix_sketch
 from cadedit.decode.pipeline import LocalEditor
 from cadedit.errors import ApplyError, CadeditError, CheckFailedError, DocumentError
 from cadedit.git.repo import printable
@@ -43,10 +45,11 @@ from cadedit.tries.mechanical import mechanical_edit
 _FixArgs = Annotated[
     list[str],
     typer.Argument(
-        metavar="FILE INSTRUCTION | FILE... -i INSTRUCTION",
+        metavar="FILE INSTRUCTION | FILE... -i INSTRUCTION | [FILE...] --sketch SKETCH",
         show_default=False,
         help="The file to edit (- reads stdin and prints the edited file) and what to change, in words; "
-        "with --instruction every argument is a file.",
+        "with --instruction every argument is a file; with --sketch the files to merge it into (none: "
+        "each file the sketch's blocks name).",
     ),
 ]
 _InstructionOpt = Annotated[
@@ -56,6 +59,18 @@ _InstructionOpt = Annotated[
         "-i",
         show_default=False,
         help="What to change, for several files in one call: the model loads once and the diffs form one patch.",
+    ),
+]
+_Sketch = Annotated[
+    Optional[str],
+    typer.Option(
+        "--sketch",
+        metavar="SKETCH",
+        show_default=False,
+        help="Apply another model's answer instead of an instruction (- reads it from stdin): a sketch with "
+        "'# ... existing code ...' markers, SEARCH/REPLACE blocks, a diff that no longer applies, a whole file, or "
+        "a chat answer with a fenced block per file. Merged without a model and checked; a part that fits no "
+        "place or several is refused (exit 3). See docs/apply.md.",
     ),
 ]
 _Check = Annotated[bool, typer.Option("--check", help="Exit 1 if the model would change the file (writes nothing).")]
@@ -199,8 +214,9 @@ _Verbose = Annotated[
 
 def fix(
     ctx: typer.Context,
-    args: _FixArgs,
+    args: _FixArgs = None,
     instruction_opt: _InstructionOpt = None,
+    sketch: _Sketch = None,
     write: WriteOpt = False,
     check: _Check = False,
     show_program: _ShowProgram = False,
@@ -257,6 +273,14 @@ def fix(
               cadedit fix app.py "Fix line 95" --engine http://gpu-box:8000/v1   (a shared engine decodes)
     """
     _refuse_clashes(check, write, no_scope, lines, scope, mode)
+    plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
+    if sketch is not None:  # another model's answer, merged without a model (cli/sketch.py)
+        given = [f for f, on in (("-i", instruction_opt), ("--lines", lines), ("--scope", scope)) if on]
+        given += ["--show-program"] if show_program else []
+        if test == AUTO:  # found tests are looked up for an instruction's edited names, which a sketch has none of
+            raise typer.BadParameter("not with --sketch; give the test command itself", param_hint="--test auto")
+        shown_sketch = SketchShown(write, check, as_json, quiet, verbose)
+        return fix_sketch(args or [], sketch, plan, shown_sketch, (_write_all, _test_together), given)
     files, instruction = _fix_arguments(args, instruction_opt, write)
     recover_files(files)
     options = EditOptions(
@@ -270,7 +294,6 @@ def fix(
         backend=backend,
         where_by=where_by,
     )
-    plan = CheckPlan(allow_no_change=allow_no_change or check, test=test, test_timeout=test_timeout)
     for value, ways, hint in ((candidates_by, CANDIDATE_WAYS, "--candidates-by"), (where_by, WHERE_BY, "--where-by")):
         if value not in ways:
             raise typer.BadParameter(f"{value!r} is not one of {', '.join(ways)}", param_hint=hint)
@@ -667,7 +690,8 @@ def _fix_arguments(args: list[str], instruction: str | None, write: bool) -> tup
     return files, instruction
 
 
-def _split_fix_arguments(args: list[str], instruction: str | None) -> tuple[list[str], str]:
+def _split_fix_arguments(args: list[str] | None, instruction: str | None) -> tuple[list[str], str]:
+    args = args or []
     if instruction is None:
         if len(args) != 2:
             raise typer.BadParameter(
