@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Optional
 
+import click
 import typer
 
 from cadedit.backends import hardware
@@ -26,9 +27,10 @@ from cadedit.errors import ApplyError, CadeditError, CheckFailedError, DocumentE
 from cadedit.git.repo import printable
 from cadedit.options import EditOptions, Sampling
 from cadedit.results import result_json
-from cadedit.scope.plan import plan_edit, span_text
+from cadedit.scope.bound import plan_bounded
+from cadedit.scope.plan import span_text
 from cadedit.settings import CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, DEFAULT_WHERE_BY
-from cadedit.settings import TEST_TIMEOUT, WHERE_BY, Mode
+from cadedit.settings import TEST_TIMEOUT, WHERE_BY, Mode, choose_max_retype
 from cadedit.text.diff import check_unchanged, check_writable, count_changes, raise_for_signal, show
 from cadedit.text.diff import signals_deferred, unified_diff, write_atomic
 from cadedit.text.document import Document
@@ -180,6 +182,18 @@ _StdinFilename = Annotated[
         "and a whole-file edit of text whose language is unknown is refused.",
     ),
 ]
+_MaxRetype = Annotated[
+    Optional[str],
+    typer.Option(
+        "--max-retype",
+        metavar="N",
+        show_default=False,
+        help="The most lines (and N × 13 tokens) a plan may make the model retype; past it cadedit refuses before the "
+        "model loads and says what it would retype (default 150, or `max_retype` in settings; all: no bound). "
+        "--no-scope, --lines and --scope allow their own scope. A whole-file retype past 150 lines gets one "
+        "try unless --tries is given.",
+    ),
+]
 _Verbose = Annotated[
     bool, typer.Option("--verbose", "-v", help="Per-phase timings and every check's output on stderr.")
 ]
@@ -219,6 +233,7 @@ def fix(
     where: _Where = False,
     where_by: _WhereBy = DEFAULT_WHERE_BY,
     stdin_filename: _StdinFilename = None,
+    max_retype: _MaxRetype = None,
 ) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
@@ -270,6 +285,8 @@ def fix(
         candidates_by,
         stdin_filename,
         scripted(ctx),
+        choose_max_retype(max_retype),
+        ctx.get_parameter_source("tries") != click.core.ParameterSource.DEFAULT,
     )
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1:
@@ -310,8 +327,10 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
     if stdin and plan.test:
         raise typer.BadParameter("--test runs against a file; give a file, not stdin", param_hint="--test")
     document = _stdin_document(run) if stdin else Document.read(file)
+    planned = _plan(document, instruction, options, run)  # refused past the retype bound before the load
+    run = replace(run, tries=planned.tries(run.tries, run.tries_given))
     editor = _load(options, run)
-    outcome = _edit_checked(document, instruction, options, plan, run, editor)
+    outcome = _edit_checked(document, instruction, planned, plan, run, editor)
     best = outcome.shown
     diff_text = (
         unified_diff(document.text, best.result.new_text, "-" if stdin else display_path(Path(file)))
@@ -397,6 +416,8 @@ class _Run:
     candidates_by: str = CANDIDATES_BY  # --candidates-by (settings.CANDIDATE_WAYS)
     stdin_name: str | None = None  # --stdin-filename: the name piped text is edited under
     scripted: Scripted = Scripted()  # answers and branch points a test scripted; empty: the model's
+    max_retype: int | None = None  # --max-retype, the bound on what a plan retypes (None: no bound)
+    tries_given: bool = False  # --tries given: a whole-file retype past the bound keeps its tries
 
 
 @dataclass(frozen=True)
@@ -414,6 +435,7 @@ class _Outcome:
     backend: str = ""
     instruction: str = ""
     tested: bool = False  # a --test decided
+    retype: dict | None = None  # what the plan retypes (scope.bound.Retype.to_json)
 
     @property
     def shown(self):
@@ -436,6 +458,7 @@ class _Outcome:
             shown.number if shown is not None else None
         )  # the diff shown: the answer, or the best failing
         data["scope"] = self.scope.as_json() if self.scope is not None else []
+        data["retype"] = self.retype
         data["load_seconds"] = self.load_seconds
         data["load_phases"] = dict(self.phases)
         data["seconds_to_first_forward"] = self.first_forward
@@ -483,10 +506,21 @@ def _load(options, run: _Run, once_for: int = 1):
     return LocalEditor(loaded, run.scripted.choose_points)
 
 
-def _edit_checked(document, instruction: str, options, plan, run: _Run, editor) -> _Outcome:
-    """Resolve the scope, then try until a candidate passes its checks; one line per try on stderr."""
-    scoping, quiet = run.scoping, run.quiet
-    options, scope = plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on, scoping.where)
+def _plan(document, instruction: str, options, run: _Run):
+    """The scope and its options (scope.bound.Planned), refused past the retype bound (a ScopeError)."""
+    scoping = run.scoping
+    planned = plan_bounded(
+        document, instruction, options, run.max_retype, scoping.lines, scoping.names, scoping.on, scoping.where
+    )
+    if planned.note and not run.quiet:
+        capped = planned.tries(run.tries, run.tries_given) < run.tries
+        say(planned.note + ("; one try (a failed whole-file try is not rerun as it was; --tries N reruns it)" * capped))
+    return planned
+
+
+def _edit_checked(document, instruction: str, planned, plan, run: _Run, editor) -> _Outcome:
+    """Try in the planned scope until a candidate passes its checks; one line per try on stderr."""
+    quiet, options, scope = run.quiet, planned.options, planned.scope
     if scope is not None and not quiet:
         say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
@@ -524,6 +558,7 @@ def _edit_checked(document, instruction: str, options, plan, run: _Run, editor) 
         getattr(loaded, "backend", ""),
         instruction,
         bool(plan.test),
+        planned.retype.to_json(),
     )
 
 
@@ -668,11 +703,17 @@ def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, show
     files may pass only as a whole."""
     quiet, write, check = run.quiet, shown.write, shown.check
     documents = [Document.read(f) for f in dict.fromkeys(files)]
+    plans = [_plan(document, instruction, options, run) for document in documents]  # each file on its own
     editor = _load(options, replace(run, verbose=False), once_for=len(documents))
     edited, failed = [], []
-    for document in documents:
+    for document, planned in zip(documents, plans):
         outcome = _edit_checked(
-            document, instruction, options, replace(plan, test=None), replace(run, verbose=False), editor
+            document,
+            instruction,
+            planned,
+            replace(plan, test=None),
+            replace(run, verbose=False, tries=planned.tries(run.tries, run.tries_given)),
+            editor,
         )
         answer = outcome.verified.answer
         if answer is None:
