@@ -53,6 +53,8 @@ def retype_of(document: Document, scope: Scope | None) -> Retype:
     else:
         spans = list(scope.ranges)
         what = ", ".join(span_text(a, b) for a, b in spans)
+        if len(spans) > 3:  # a pasted list of lines: not every span in a one-line message
+            what = f"{len(spans):,} regions in {span_text(spans[0][0], spans[-1][1])}"
     size = sum(len(document.display_text(a, b).encode("utf-8", "surrogatepass")) for a, b in spans)
     return Retype(what, sum(b - a + 1 for a, b in spans), math.ceil(size / RETYPE_BYTES_PER_TOKEN))
 
@@ -71,10 +73,14 @@ def check_retype(document: Document, scope: Scope | None, bound: int | None, all
     if allowed_by:
         return f"{display_name(document)}: {over}; allowed by {allowed_by}"
     why = f" ({scope.note})" if scope is not None and scope.whole_file and scope.note else ""
+    narrower = (
+        "say where the change goes: a line, a definition, --lines A-B or --scope NAME"
+        if retype.whole_file
+        else "name fewer lines or definitions"
+    )
     raise ScopeError(
         f"{document.path}: the plan {over}{why}; nothing was edited",
-        hint=f"allow it with --max-retype {retype.least_bound()} (or --max-retype all), or say where the "
-        "change goes: a line, a definition, --lines A-B or --scope NAME",
+        hint=f"allow it with --max-retype {retype.least_bound()} (or --max-retype all), or {narrower}",
     )
 
 
