@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
 import typer
 
 from cadedit.backends import hardware
@@ -23,14 +22,14 @@ from cadedit.cli.common import Scripted, err, escape_markup, say
 from cadedit.cli.program import WriteOpt, check_patch_path, display_path, write_stdout
 from cadedit.cli.recover import recover_files
 from cadedit.decode.pipeline import LocalEditor
-from cadedit.errors import ApplyError, CadeditError, CheckFailedError, DocumentError
+from cadedit.errors import ApplyError, CadeditError, CheckFailedError, ConfigError, DocumentError
 from cadedit.git.repo import printable
 from cadedit.options import EditOptions, Sampling
 from cadedit.results import result_json
 from cadedit.scope.bound import plan_bounded
 from cadedit.scope.plan import span_text
 from cadedit.settings import CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, DEFAULT_WHERE_BY
-from cadedit.settings import TEST_TIMEOUT, WHERE_BY, Mode, choose_max_retype
+from cadedit.settings import TEST_TIMEOUT, WHERE_BY, Mode, choose_max_retype, max_retype_value
 from cadedit.text.diff import check_unchanged, check_writable, count_changes, raise_for_signal, show
 from cadedit.text.diff import signals_deferred, unified_diff, write_atomic
 from cadedit.text.document import Document
@@ -285,8 +284,8 @@ def fix(
         candidates_by,
         stdin_filename,
         scripted(ctx),
-        choose_max_retype(max_retype),
-        ctx.get_parameter_source("tries") != click.core.ParameterSource.DEFAULT,
+        _max_retype(max_retype),
+        getattr(ctx.get_parameter_source("tries"), "name", "DEFAULT") != "DEFAULT",  # typer's own click enum
     )
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1:
@@ -294,6 +293,15 @@ def fix(
             raise typer.BadParameter("takes one file", param_hint="--json" if as_json else "--show-program")
         return _fix_many(files, instruction, options, plan, run, shown)
     _fix_one(files[0], instruction, options, plan, run, shown)
+
+
+def _max_retype(value: str | None) -> str | None:
+    """--max-retype checked as a usage error (settings.max_retype_value), the setting left to the plan."""
+    try:
+        max_retype_value(value, "--max-retype") if value is not None else None
+    except ConfigError as exc:
+        raise typer.BadParameter(f"{value!r} is not a number of lines >= 1 or all", param_hint="--max-retype") from exc
+    return value
 
 
 def _refuse_clashes(check: bool, write: bool, no_scope: bool, lines, scope, mode) -> None:
@@ -416,7 +424,7 @@ class _Run:
     candidates_by: str = CANDIDATES_BY  # --candidates-by (settings.CANDIDATE_WAYS)
     stdin_name: str | None = None  # --stdin-filename: the name piped text is edited under
     scripted: Scripted = Scripted()  # answers and branch points a test scripted; empty: the model's
-    max_retype: int | None = None  # --max-retype, the bound on what a plan retypes (None: no bound)
+    max_retype: str | None = None  # --max-retype as given (settings.choose_max_retype resolves it when planning)
     tries_given: bool = False  # --tries given: a whole-file retype past the bound keeps its tries
 
 
@@ -508,9 +516,9 @@ def _load(options, run: _Run, once_for: int = 1):
 
 def _plan(document, instruction: str, options, run: _Run):
     """The scope and its options (scope.bound.Planned), refused past the retype bound (a ScopeError)."""
-    scoping = run.scoping
+    scoping, bound = run.scoping, choose_max_retype(run.max_retype)
     planned = plan_bounded(
-        document, instruction, options, run.max_retype, scoping.lines, scoping.names, scoping.on, scoping.where
+        document, instruction, options, bound, scoping.lines, scoping.names, scoping.on, scoping.where
     )
     if planned.note and not run.quiet:
         capped = planned.tries(run.tries, run.tries_given) < run.tries
