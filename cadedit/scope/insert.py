@@ -12,10 +12,10 @@ new ...). A place it names wins: "after the module docstring", "after the import
 method goes at the end of the class the instruction names (or the file's only class), a new function,
 class or test after the last definition of its kind the instruction names, else after the last one of
 the file, a new constant or import after the imports. "At the top" of a Python module is after its
-docstring and `from __future__` imports, which must stay first. The region runs from the line before
-the new code to the next line of code after it (the blank lines between kept), widened up to a line
-indented no deeper than the new code, since the model answers a region without its shared
-indentation and the new lines must fit in it.
+docstring and `from __future__` imports, which must stay first. The region is the line before the
+new code and the blank lines after it; where none is indented as shallow as the new code (a
+method's last line), the next line of code too, else up to a line above that is: the model answers a
+region without its shared indentation, and the new lines must fit in it.
 """
 
 from __future__ import annotations
@@ -213,15 +213,23 @@ def _after_last(document: Document, instruction: str, found: Outline, kind: str)
 
 
 def _region(document: Document, after: int, indent: str, reason: str, rest: str, upto: int | None = None) -> Insertion:
-    """The lines around `after` the model retypes: that line through the next line of code (or `upto`),
-    widened up to one indented no deeper than `indent` (the new code's)."""
+    """The lines around `after` the model retypes: that line and the blank lines after it (or through
+    `upto`); where none of them is indented as shallow as `indent` (the new code's), through the next
+    line of code too, else up to the nearest line above that is."""
     bodies = document.display_lines()
     n = len(bodies)
     start = max(1, after)
-    end = upto if upto is not None else next((k for k in range(after + 1, n + 1) if bodies[k - 1].strip()), start)
-    if after == 0:
-        end = next((k for k in range(1, n + 1) if bodies[k - 1].strip()), 1)
-    while start > 1 and not any(line.strip() and len(_indent(line)) <= len(indent) for line in bodies[start - 1 : end]):
+    end = start
+    while end < n and not bodies[end].strip():
+        end += 1
+    end = upto if upto is not None else end
+
+    def fits(a: int, b: int) -> bool:
+        return any(line.strip() and len(_indent(line)) <= len(indent) for line in bodies[a - 1 : b])
+
+    if not fits(start, end) and end < n and fits(end + 1, end + 1):
+        end += 1  # a method's last line: the next definition's header is at the new code's depth
+    while start > 1 and not fits(start, end):
         start -= 1
     where = f"insert after line {after}" if after else "insert before line 1"
     return Insertion(after, start, max(start, end), f"{where}, {reason}", rest)
