@@ -227,3 +227,18 @@ def test_explicit_lines_past_the_bound_are_allowed_and_said(work, tiny_dir, scri
     assert result.exit_code == 0, result.output
     assert "v.py: retypes lines 1-155 (155 lines, about 495 tokens), over the bound" in result.stderr
     assert "allowed by --lines/--scope" in result.stderr
+
+
+def test_at_the_end_of_a_python_file_is_before_its_main_guard(work, tiny_dir, scripted):
+    text = "def main():\n    return 1\n\n\n# Run it.\nif __name__ == '__main__':\n    main()\n"
+    (work / "g.py").write_text(text)
+    new = "\n\ndef extra():\n    return 2\n"
+    calls = scripted(retype(("    return 1\n", "    return 1\n" + new)))
+    result = fix(tiny_dir, "g.py", "Add a function extra() that returns 2 at the end of the file", "--write")
+    assert result.exit_code == 0, result.output
+    assert scope_lines(result.stderr) == [
+        "g.py: scope: lines 2-5 (insert after line 2, at the end of the file, before its "
+        '`if __name__ == "__main__":` block)'
+    ]
+    assert calls[0].prepared.regions == ((2, 5),)
+    assert (work / "g.py").read_text() == text.replace("    return 1\n", "    return 1\n" + new)

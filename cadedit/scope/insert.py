@@ -8,7 +8,8 @@ Pure: no torch, no transformers.
 
 Decisions: an instruction adds when it says so (add, insert, put, append, write, create, define,
 new ...). A place it names wins: "after the module docstring", "after the imports", "at the top",
-"at the end of the file", "after NAME" / "before NAME" (a definition of this file). Without one, a new
+"at the end of the file" (in Python before a closing `if __name__ == "__main__":` block), "after NAME" /
+"before NAME" (a definition of this file). Without one, a new
 method goes at the end of the class the instruction names (or the file's only class), a new function,
 class or test after the last definition of its kind the instruction names, else after the last one of
 the file, a new constant or import after the imports. "At the top" of a Python module is after its
@@ -46,6 +47,7 @@ class Heads:
     docstring: int = 0
     future: int = 0  # `from __future__ import ...`
     imports: int = 0  # the last import before the first definition
+    main_guard: int = 0  # the first line of a last top-level `if __name__ == "__main__":`
 
 
 _ADDS = re.compile(
@@ -140,6 +142,10 @@ def _named_place(document, instruction: str, found: Outline, heads: Heads, langu
         why = "at the top of the file" + (f", after its {first}" if line else "")
         return _region(document, line, "", why, _cut(instruction, m))
     m = _END.search(instruction)
+    if m and heads.main_guard:  # code after the guard would run after the program has
+        line = _code_before(document, heads.main_guard)
+        why = 'at the end of the file, before its `if __name__ == "__main__":` block'
+        return _region(document, line, "", why, _cut(instruction, m))
     if m:
         return _region(document, document.n_lines, "", "at the end of the file", _cut(instruction, m))
     return None
@@ -282,7 +288,13 @@ def _python_heads(source: str, comments: int) -> Heads:
     except (SyntaxError, ValueError, RecursionError):
         return Heads(comments)
     docstring = body[0].end_lineno or 0 if starts_with_docstring(body) else 0
-    future = imports = 0
+    future = imports = guard = 0
+    last = body[-1] if body else None
+    if isinstance(last, ast.If) and "__name__" in ast.unparse(last.test) and "__main__" in ast.unparse(last.test):
+        guard = last.lineno
+        lines = source.split("\n")
+        while guard > 1 and lines[guard - 2].lstrip().startswith("#"):  # the comments about it go with it
+            guard -= 1
     for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             break
@@ -294,7 +306,7 @@ def _python_heads(source: str, comments: int) -> Heads:
             and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in node.body)
         ):
             imports = node.end_lineno or node.lineno
-    return Heads(comments, docstring, future, imports)
+    return Heads(comments, docstring, future, imports, guard)
 
 
 def _js_heads(source: str, language: str, comments: int) -> Heads:
