@@ -117,10 +117,10 @@ def test_a_method_after_a_named_method_retypes_neither_the_class_nor_the_method(
     result = fix(tiny_dir, "bar.py", "Add a reset() method to ProgressBar, right after update", "--write")
     assert result.exit_code == 0, result.output
     assert scope_lines(result.stderr) == [
-        "bar.py: scope: lines 8-10 (insert after line 8, after method ProgressBar.update)"
+        "bar.py: scope: lines 6-9 (insert after line 8, after method ProgressBar.update)"
     ]
     (call,) = calls
-    assert call.prepared.regions == ((8, 10),) and retyped(call) <= new.count("\n") + 10
+    assert call.prepared.regions == ((6, 9),) and retyped(call) <= new.count("\n") + 10
     assert (work / "bar.py").read_text() == BAR.replace("return self.done\n", "return self.done\n" + new)
 
 
@@ -131,10 +131,10 @@ def test_a_new_method_without_a_place_goes_at_the_end_of_its_class_and_says_so(w
     assert result.exit_code == 0, result.output
     (line,) = scope_lines(result.stderr)
     assert line == (
-        "bar.py: scope: lines 11-14 (insert after line 11, the end of class ProgressBar, after method "
+        "bar.py: scope: lines 10-13 (insert after line 11, the end of class ProgressBar, after method "
         "ProgressBar.render (chosen: the instruction names no place))"
     )
-    assert calls[0].prepared.regions == ((11, 14),)  # render's last line through `def main():`
+    assert calls[0].prepared.regions == ((10, 13),)  # render, short, whole: a line at the new method's depth
     assert json.loads(result.stdout)["scope"][0]["insert_after"] == 11
 
 
@@ -237,8 +237,8 @@ def test_at_the_end_of_a_python_file_is_before_its_main_guard(work, tiny_dir, sc
     result = fix(tiny_dir, "g.py", "Add a function extra() that returns 2 at the end of the file", "--write")
     assert result.exit_code == 0, result.output
     assert scope_lines(result.stderr) == [
-        "g.py: scope: lines 2-5 (insert after line 2, at the end of the file, before its "
+        "g.py: scope: lines 1-4 (insert after line 2, at the end of the file, before its "
         '`if __name__ == "__main__":` block)'
     ]
-    assert calls[0].prepared.regions == ((2, 5),)
+    assert calls[0].prepared.regions == ((1, 4),)  # main is short: retyped whole with the blank lines
     assert (work / "g.py").read_text() == text.replace("    return 1\n", "    return 1\n" + new)

@@ -15,8 +15,9 @@ class or test after the last definition of its kind the instruction names, else 
 the file, a new constant or import after the imports. "At the top" of a Python module is after its
 docstring and `from __future__` imports, which must stay first. The region is the line before the
 new code and the blank lines after it; where none is indented as shallow as the new code (a
-method's last line), the next line of code too, else up to a line above that is: the model answers a
-region without its shared indentation, and the new lines must fit in it.
+method's last line), up to the line above that is (a short method's header: the method retyped whole),
+else through the next line of code: the model answers a region without its shared indentation, and
+the new lines must fit in it.
 """
 
 from __future__ import annotations
@@ -218,6 +219,10 @@ def _after_last(document: Document, instruction: str, found: Outline, kind: str)
     return _region(document, last.end, "", f"after {last.describe()} (chosen: {why})", instruction)
 
 
+# The most lines above the place a region climbs to reach one as shallow as the new code.
+CLIMB_LINES = 8
+
+
 def _region(document: Document, after: int, indent: str, reason: str, rest: str, upto: int | None = None) -> Insertion:
     """The lines around `after` the model retypes: that line and the blank lines after it (or through
     `upto`); where none of them is indented as shallow as `indent` (the new code's), through the next
@@ -233,8 +238,14 @@ def _region(document: Document, after: int, indent: str, reason: str, rest: str,
     def fits(a: int, b: int) -> bool:
         return any(line.strip() and len(_indent(line)) <= len(indent) for line in bodies[a - 1 : b])
 
-    if not fits(start, end) and end < n and fits(end + 1, end + 1):
-        end += 1  # a method's last line: the next definition's header is at the new code's depth
+    # After a method's last line: the method's own header is at the new code's depth. A short method
+    # is retyped whole, a small model then writes the new one after it; past CLIMB_LINES the next line
+    # of code is taken instead (the next definition's header, where a small model may wander into it).
+    climb = start
+    while climb > 1 and not fits(climb, end):
+        climb -= 1
+    if not fits(start, end) and start - climb > CLIMB_LINES and end < n and fits(end + 1, end + 1):
+        end += 1
     while start > 1 and not fits(start, end):
         start -= 1
     where = f"insert after line {after}" if after else "insert before line 1"
