@@ -65,6 +65,10 @@ class ScopeError(CadeditError):
     """The lines or names that should bound an edit are not in the file (or do not parse as lines)."""
 
 
+class RetypeBoundError(ScopeError):
+    """A plan would make the model retype more than the retype bound (--max-retype) allows."""
+
+
 class OutputError(CadeditError):
     """Standard output is closed or cannot take the data (a full disk, /dev/full)."""
 

@@ -135,6 +135,16 @@ MIN_ANSWER_TOKENS = 1024
 # 200 MB a MiB of Python on a slow CPU (16 MiB: 24-36 s, 3.4 GB), and a file much over this is too
 # large for any model's context whole, so it is refused by its size instead of outlined first.
 OUTLINE_BYTES = 2 * 1024 * 1024
+# The most a plan may make the model retype without being told to (`cadedit fix --max-retype N`, the
+# `max_retype` setting): a whole-file retype of a 1,000-line file took over 14 minutes a try on 2 cores
+# and failed its checks (issue 64), so past this cadedit refuses before the model loads. N lines allows
+# N × MAX_RETYPE_TOKENS / MAX_RETYPE_LINES tokens too (long lines cost more); "all": no bound.
+MAX_RETYPE_LINES = 150
+MAX_RETYPE_TOKENS = 2000
+MAX_RETYPE_ENV = "CADEDIT_MAX_RETYPE"
+# Tokens a retype is estimated at before the tokenizer loads: code runs about 3-4 bytes a token in
+# Qwen's vocabulary; the lower figure, so that the estimate errs towards refusing.
+RETYPE_BYTES_PER_TOKEN = 3
 # Scoped edits: lines shown on each side of the regions. The prompt is most of a long-file edit's
 # wall; 30 kept the held-out long-file tasks' exact answers of 60 (docs/measurements/context-window.md).
 CONTEXT_LINES = 30
@@ -152,7 +162,7 @@ LAYOUTS = tuple(layout.value for layout in Layout)
 SETTINGS_FILE = ".cadedit.toml"
 SETTINGS_BYTES = 1 << 20  # a settings file (or a pyproject.toml) larger than this is not one
 # What a settings file may set: the model and how it runs, and the hook's [[rules]] (cadedit.git.repo).
-FILE_KEYS = ("model", "backend", "mode", "tries", "candidates", "engine", "engine_timeout", "rules")
+FILE_KEYS = ("model", "backend", "mode", "tries", "candidates", "engine", "engine_timeout", "max_retype", "rules")
 # What a repository's file never sets, approved or not: the engine decides where the user's code and
 # API key are sent, so it comes only from the command line, the environment or the user's own config.
 USER_ONLY_KEYS = ("engine",)
@@ -419,8 +429,9 @@ def _tell_links(skipped: list[tuple[Path, str]]) -> None:
 
 
 def configured(key: str, cwd: Path | None = None, kind: type = str):
-    """A setting (a string, or a positive number with kind=float) from the nearest settings file that
-    has it (see the module docstring); USER_ONLY_KEYS only from the user's own config."""
+    """A setting (a string, or a positive number with kind=float; with kind=object the value as written
+    and the file's path, for the caller to check) from the nearest settings file that has it (see the
+    module docstring); USER_ONLY_KEYS only from the user's own config."""
     for found in settings_files(cwd):
         value = found.table.get(key)
         if value is None:
@@ -433,6 +444,8 @@ def configured(key: str, cwd: Path | None = None, kind: type = str):
                 f"API key go; name it with --{key}, {ENGINE_ENV} or in {user_config_folder() / USER_CONFIG}",
             )
             continue
+        if kind is object:  # the caller checks the value (choose_max_retype)
+            return value, found.path
         if kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ConfigError(f"{found.path}: `{key}` must be a positive number")
@@ -469,6 +482,33 @@ def choose_engine(cli_value: str | None = None, cwd: Path | None = None) -> str 
 def choose_engine_timeout(cli_value: float | None = None, cwd: Path | None = None) -> float:
     """Seconds one engine request may take: --engine-timeout, then `engine_timeout` in settings, then ENGINE_TIMEOUT."""
     return cli_value or configured("engine_timeout", cwd, kind=float) or ENGINE_TIMEOUT
+
+
+def choose_max_retype(cli_value: str | None = None, cwd: Path | None = None) -> int | None:
+    """The retype bound in lines (None: "all", no bound): --max-retype, then CADEDIT_MAX_RETYPE, then
+    `max_retype` in settings, then MAX_RETYPE_LINES. A value that is no whole number >= 1 nor "all" is a
+    ConfigError naming where it came from."""
+    if cli_value is not None:
+        return max_retype_value(cli_value, "--max-retype")
+    if os.environ.get(MAX_RETYPE_ENV):
+        return max_retype_value(os.environ[MAX_RETYPE_ENV], MAX_RETYPE_ENV)
+    found = configured("max_retype", cwd, kind=object)
+    if found is not None:
+        value, path = found
+        return max_retype_value(value, f"{path}: `max_retype`")
+    return MAX_RETYPE_LINES
+
+
+def max_retype_value(value: object, where: str) -> int | None:
+    """A retype bound as given: a whole number of lines >= 1, or "all" (None: no bound)."""
+    if isinstance(value, str) and value.strip().lower() == "all":
+        return None
+    text = value.strip().replace(",", "").replace("_", "") if isinstance(value, str) else value
+    if isinstance(text, str) and text.isdigit() and len(text) <= 12:
+        text = int(text)
+    if isinstance(text, bool) or not isinstance(text, int) or text < 1:
+        raise ConfigError(f"{where} {value!r}: not a number of lines", hint='give a whole number >= 1, or "all"')
+    return text
 
 
 def choose_model(cli_value: str | None = None, cwd: Path | None = None) -> str:

@@ -42,10 +42,14 @@ def test_a_file_too_large_to_outline_is_refused_by_its_size_without_outlining_it
     """Outlining 16 MiB of Python took 24-36 s and 3.4 GB before the refusal by size (the issue "Trust
     round 4", item 13): past settings.OUTLINE_BYTES the definitions are not looked for, the edit is whole."""
     (tmp_path / "big.py").write_text("".join(f"def f{i}(x):\n    return x * {i}\n" for i in range(120_000)))  # 3.3 MB
-    done = cadedit("fix", "big.py", "Fix the bug in f5.", "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path)
+    fix = ("fix", "big.py", "Fix the bug in f5.", "--model", str(tiny_dir), "--tries", "1")
+    done = cadedit(*fix, "--max-retype", "all", cwd=tmp_path)  # past the retype bound too: allowed here
     line = one_line_error(done)
     assert "big.py: too large for" in line and "at least" in line, line
     assert "more than cadedit outlines (2,097,152)" in done.stderr, done.stderr
+    # Without the flag the whole-file plan is refused by the retype bound first, saying why it is whole.
+    line = one_line_error(cadedit(*fix, cwd=tmp_path))
+    assert "the plan retypes the whole file (240,000 lines" in line and "more than cadedit outlines" in line, line
 
 
 def test_thousands_of_line_references_are_read_in_linear_time(tmp_path, tiny_dir):
@@ -79,7 +83,9 @@ def test_scoping_a_pasted_list_of_lines_and_names_is_linear_in_the_instruction(t
     for instruction in ("Fix " + " ".join(f"line {i}" for i in range(1, 10000)), "`a`" * 30000 + " func_7"):
         start = time.monotonic()
         done = cadedit(
-            "fix", "big.py", instruction, "--model", str(tiny_dir), "--tries", "1", cwd=tmp_path, timeout=100
+            *("fix", "big.py", instruction, "--model", str(tiny_dir), "--tries", "1", "--max-retype", "all"),
+            cwd=tmp_path,
+            timeout=100,
         )
         assert "scope: lines" in done.stderr and done.returncode == 1, done.stderr  # then too large for 4,096
         assert time.monotonic() - start < 40

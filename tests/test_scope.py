@@ -152,7 +152,18 @@ def test_a_qualified_method_is_that_method_and_a_bare_shared_name_is_every_metho
 
 
 def test_a_class_named_in_the_instruction_is_the_whole_class():
-    assert spans(resolve_scope(doc(), "Add a flush method to Reader")) == [READER]
+    assert spans(resolve_scope(doc(), "Make Reader count its instances")) == [READER]
+
+
+def test_a_new_method_of_a_named_class_is_its_end_not_the_whole_class():
+    """Adding is not changing: the new method goes after the class's last method, and only the lines
+    from there to the next code are retyped (issue 64)."""
+    scope = resolve_scope(doc(), "Add a flush method to Reader")
+    close_end = at(PY, "pass")
+    assert spans(scope) == [(at(PY, "def close"), at(PY, "class Writer") - 1)]  # close is short: retyped whole
+    (region,) = scope.regions
+    assert region.insert_after == close_end and scope.as_json()[0]["insert_after"] == close_end
+    assert "the end of class Reader, after method Reader.close (chosen" in region.reason
 
 
 def test_two_regions_are_sorted_and_touching_ones_merged():

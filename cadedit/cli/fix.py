@@ -25,13 +25,14 @@ from cadedit.cli.recover import recover_files
 from cadedit.cli.sketch import Shown as SketchShown
 from cadedit.cli.sketch import fix_sketch
 from cadedit.decode.pipeline import LocalEditor
-from cadedit.errors import ApplyError, CadeditError, CheckFailedError, DocumentError
+from cadedit.errors import ApplyError, CadeditError, CheckFailedError, ConfigError, DocumentError, RetypeBoundError
 from cadedit.git.repo import printable
 from cadedit.options import EditOptions, Sampling
 from cadedit.results import result_json
-from cadedit.scope.plan import plan_edit, span_text
+from cadedit.scope.bound import plan_bounded
+from cadedit.scope.plan import span_text
 from cadedit.settings import CANDIDATE_WAYS, CANDIDATES_BY, CONTEXT_LINES, DEFAULT_MODE, DEFAULT_TRIES, DEFAULT_WHERE_BY
-from cadedit.settings import MECHANICAL, TEST_TIMEOUT, WHERE_BY, Mode
+from cadedit.settings import MECHANICAL, TEST_TIMEOUT, WHERE_BY, Mode, choose_max_retype, max_retype_value
 from cadedit.text.diff import check_unchanged, check_writable, count_changes, raise_for_signal, show
 from cadedit.text.diff import signals_deferred, unified_diff, write_atomic
 from cadedit.text.document import Document
@@ -207,6 +208,18 @@ _Mechanical = Annotated[
         "a model, exactly (on by default); --no-mechanical leaves it to the model.",
     ),
 ]
+_MaxRetype = Annotated[
+    Optional[str],
+    typer.Option(
+        "--max-retype",
+        metavar="N",
+        show_default=False,
+        help="The most lines (and N × 13 tokens) a plan may make the model retype; past it cadedit refuses before the "
+        "model loads and says what it would retype (default 150, or `max_retype` in settings; all: no bound). "
+        "--no-scope, --lines and --scope allow their own scope. A whole-file retype past 150 lines gets one "
+        "try unless --tries is given.",
+    ),
+]
 _Verbose = Annotated[
     bool, typer.Option("--verbose", "-v", help="Per-phase timings and every check's output on stderr.")
 ]
@@ -248,6 +261,7 @@ def fix(
     where_by: _WhereBy = DEFAULT_WHERE_BY,
     stdin_filename: _StdinFilename = None,
     mechanical: _Mechanical = MECHANICAL,
+    max_retype: _MaxRetype = None,
 ) -> None:
     """Edit FILE as INSTRUCTION says with a local model; print the unified diff, or write it with --write.
 
@@ -309,6 +323,8 @@ def fix(
         stdin_filename,
         scripted(ctx),
         mechanical,
+        _max_retype(max_retype),
+        getattr(ctx.get_parameter_source("tries"), "name", "DEFAULT") != "DEFAULT",  # typer's own click enum
     )
     shown = _Shown(write, check, show_program, as_json)
     if len(files) > 1 and (as_json or show_program or test == AUTO):
@@ -324,6 +340,15 @@ def fix(
         # interrupt that reaches here left the user's files as they were.
         say("interrupted; nothing written")
         raise
+
+
+def _max_retype(value: str | None) -> str | None:
+    """--max-retype checked as a usage error (settings.max_retype_value), the setting left to the plan."""
+    try:
+        max_retype_value(value, "--max-retype") if value is not None else None
+    except ConfigError as exc:
+        raise typer.BadParameter(f"{value!r} is not a number of lines >= 1 or all", param_hint="--max-retype") from exc
+    return value
 
 
 def _refuse_clashes(check: bool, write: bool, no_scope: bool, lines, scope, mode) -> None:
@@ -357,12 +382,15 @@ def _fix_one(file: str, instruction: str, options, plan, run: _Run, shown: _Show
     if stdin and plan.test:
         raise typer.BadParameter("--test runs against a file; give a file, not stdin", param_hint="--test")
     document = _stdin_document(run) if stdin else Document.read(file)
-    planned = _planned(document, instruction, options, run)  # a bad --lines/--scope fails before the load
-    tested = auto_test.resolve(document, planned[1], plan, run.quiet or shown.json)
+    planned, refused = _plan_or_refusal(document, instruction, options, run)  # before the load
+    tested = auto_test.resolve(document, planned.scope if planned else None, plan, run.quiet or shown.json)
     plan = tested.plan
-    outcome = _mechanical(document, instruction, plan, run) or _edit_checked(
-        document, instruction, planned, plan, run, _load(options, run)
-    )
+    outcome = _mechanical(document, instruction, plan, run)
+    if outcome is None:
+        if refused is not None:
+            raise refused
+        run = replace(run, tries=planned.tries(run.tries, run.tries_given))
+        outcome = _edit_checked(document, instruction, planned, plan, run, _load(options, run))
     best = outcome.shown
     diff_text = (
         unified_diff(document.text, best.result.new_text, "-" if stdin else display_path(Path(file)))
@@ -450,6 +478,8 @@ class _Run:
     stdin_name: str | None = None  # --stdin-filename: the name piped text is edited under
     scripted: Scripted = Scripted()  # answers and branch points a test scripted; empty: the model's
     mechanical: bool = MECHANICAL  # --mechanical/--no-mechanical: renames and deletions without a model
+    max_retype: str | None = None  # --max-retype as given (settings.choose_max_retype resolves it when planning)
+    tries_given: bool = False  # --tries given: a whole-file retype past the bound keeps its tries
 
 
 @dataclass(frozen=True)
@@ -467,6 +497,7 @@ class _Outcome:
     backend: str = ""
     instruction: str = ""
     tested: bool = False  # a --test decided
+    retype: dict | None = None  # what the plan retypes (scope.bound.Retype.to_json)
 
     @property
     def shown(self):
@@ -489,6 +520,7 @@ class _Outcome:
             shown.number if shown is not None else None
         )  # the diff shown: the answer, or the best failing
         data["scope"] = self.scope.as_json() if self.scope is not None else []
+        data["retype"] = self.retype
         data["load_seconds"] = self.load_seconds
         data["load_phases"] = dict(self.phases)
         data["seconds_to_first_forward"] = self.first_forward
@@ -536,16 +568,30 @@ def _load(options, run: _Run, once_for: int = 1):
     return LocalEditor(loaded, run.scripted.choose_points)
 
 
-def _planned(document, instruction: str, options, run: _Run):
-    """The edit's (options, scope) from --lines/--scope or the instruction (scope.plan; no model needed)."""
-    scoping = run.scoping
-    return plan_edit(document, instruction, options, scoping.lines, scoping.names, scoping.on, scoping.where)
+def _plan(document, instruction: str, options, run: _Run):
+    """The scope and its options (scope.bound.Planned), refused past the retype bound (a ScopeError)."""
+    scoping, bound = run.scoping, choose_max_retype(run.max_retype)
+    planned = plan_bounded(
+        document, instruction, options, bound, scoping.lines, scoping.names, scoping.on, scoping.where
+    )
+    if planned.note and not run.quiet:
+        capped = planned.tries(run.tries, run.tries_given) < run.tries
+        say(planned.note + ("; one try (a failed whole-file try is not rerun as it was; --tries N reruns it)" * capped))
+    return planned
+
+
+def _plan_or_refusal(document, instruction: str, options, run: _Run):
+    """(the plan, None), or (None, the refusal) of a plan past the retype bound: kept until a rename or
+    deletion made without a model has had its chance, as it retypes nothing."""
+    try:
+        return _plan(document, instruction, options, run), None
+    except RetypeBoundError as exc:
+        return None, exc
 
 
 def _edit_checked(document, instruction: str, planned, plan, run: _Run, editor) -> _Outcome:
     """Try in the planned scope until a candidate passes its checks; one line per try on stderr."""
-    quiet = run.quiet
-    options, scope = planned
+    quiet, options, scope = run.quiet, planned.options, planned.scope
     if scope is not None and not quiet:
         say(f"{document.path}: {scope.describe()}")
     progress = _Progress(document.path, quiet)
@@ -583,6 +629,7 @@ def _edit_checked(document, instruction: str, planned, plan, run: _Run, editor) 
         getattr(loaded, "backend", ""),
         instruction,
         bool(plan.test),
+        planned.retype.to_json(),
     )
 
 
@@ -743,14 +790,24 @@ def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, show
     files may pass only as a whole."""
     quiet, write, check = run.quiet, shown.write, shown.check
     documents = [Document.read(f) for f in dict.fromkeys(files)]
-    planned = {d.path: _planned(d, instruction, options, run) for d in documents}  # before the load
+    plans = {d.path: _plan_or_refusal(d, instruction, options, run) for d in documents}  # each file on its own
     done = {d.path: _mechanical(d, instruction, replace(plan, test=None), run) for d in documents}
+    for document in documents:
+        refused = plans[document.path][1]
+        if done[document.path] is None and refused is not None:
+            raise refused
     left = [d for d in documents if done[d.path] is None]
     editor = _load(options, replace(run, verbose=False), once_for=len(left)) if left else None
     edited, failed = [], []
     for document in documents:
+        planned = plans[document.path][0]
         outcome = done[document.path] or _edit_checked(
-            document, instruction, planned[document.path], replace(plan, test=None), replace(run, verbose=False), editor
+            document,
+            instruction,
+            planned,
+            replace(plan, test=None),
+            replace(run, verbose=False, tries=planned.tries(run.tries, run.tries_given)),
+            editor,
         )
         answer = outcome.verified.answer
         if answer is None:

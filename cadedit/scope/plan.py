@@ -27,6 +27,7 @@ from itertools import islice
 from cadedit.text.document import Document
 from cadedit.errors import ScopeError
 from cadedit.options import EditOptions, Mode
+from cadedit.scope.insert import insertion
 from cadedit.scope.outline import LANGUAGES, Definition, Outline, display_name, outline, parser_of
 from cadedit.settings import READ_LATER
 
@@ -36,6 +37,7 @@ class Region:
     start: int
     end: int
     reason: str  # "--lines 10-20", "line 95 in the instruction, in function parse_args", ...
+    insert_after: int | None = None  # an insertion point's region: the new code goes after this line (0: the top)
 
     @property
     def span(self) -> str:
@@ -75,7 +77,11 @@ class Scope:
         return tuple(tuple((r.start, r.end) for r in regions) for regions in self.wider)
 
     def as_json(self) -> list[dict]:
-        return [{"start": r.start, "end": r.end, "reason": r.reason} for r in self.regions]
+        return [
+            {"start": r.start, "end": r.end, "reason": r.reason}
+            | ({"insert_after": r.insert_after} if r.insert_after is not None else {})
+            for r in self.regions
+        ]
 
 
 def resolve_scope(
@@ -110,9 +116,15 @@ def resolve_scope(
         levels = [merge_regions(ladder[k] for ladder in ladders) for k in range(len(ladders[0]))]
         distinct = [regions for k, regions in enumerate(levels) if k == 0 or _spans(regions) != _spans(levels[k - 1])]
         return Scope(distinct[0], wider=tuple(distinct[1:]))
-    # 3. Definitions of this file that the instruction names.
+    # 3. An instruction that adds code: the lines where it goes (scope/insert.py), with the definitions
+    #    it names besides the place; else 4. the definitions of this file that the instruction names.
     if not found.known:
         return Scope(note=found.problem)
+    point = None if _about_whole_file(instruction, found) else insertion(document, instruction, found, language)
+    if point is not None:
+        place = Region(point.start, point.end, point.reason, point.after)
+        named = [Region(d.start, d.end, d.describe()) for d in mentioned_definitions(point.rest, found)]
+        return Scope(merge_regions([place, *named]))
     regions = [Region(d.start, d.end, d.describe()) for d in mentioned_definitions(instruction, found)]
     if not regions:
         return Scope(note="the instruction names no line or definition of this file")
@@ -142,15 +154,15 @@ def merge_regions(regions: Iterable[Region]) -> tuple[Region, ...]:
     """Sort regions and merge the ones that overlap or touch, keeping every reason once."""
     # Each merged region's reasons are kept apart until the end: joining and splitting the text at
     # each merge was quadratic in an instruction naming thousands of lines.
-    merged: list[tuple[int, int, dict[str, None]]] = []
+    merged: list[tuple[int, int, dict[str, None], int | None]] = []
     for r in sorted(regions, key=lambda r: (r.start, r.end)):
         if merged and r.start <= merged[-1][1] + 1:
-            start, end, reasons = merged[-1]
+            start, end, reasons, after = merged[-1]
             reasons.update(dict.fromkeys(r.reason.split("; ")))
-            merged[-1] = (start, max(end, r.end), reasons)
+            merged[-1] = (start, max(end, r.end), reasons, after if after is not None else r.insert_after)
         else:
-            merged.append((r.start, r.end, dict.fromkeys(r.reason.split("; "))))
-    return tuple(Region(start, end, "; ".join(reasons)) for start, end, reasons in merged)
+            merged.append((r.start, r.end, dict.fromkeys(r.reason.split("; ")), r.insert_after))
+    return tuple(Region(start, end, "; ".join(reasons), after) for start, end, reasons, after in merged)
 
 
 def span_text(a: int, b: int) -> str:

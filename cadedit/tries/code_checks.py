@@ -449,6 +449,12 @@ def _public_check(path: str, new: ast.Module, gone: set[str], removed: list, new
 
 
 _ASKS_DOCS = re.compile(r"\b(?:doc\s?strings?|document\w*)\b", re.I)
+# "after the module docstring" names a place for new code (scope/insert.py), not a docstring to write.
+_DOCSTRING_PLACE = re.compile(
+    r"\b(?:after|below|beneath|under|following|before|above)\s+(?:the\s+|its\s+)?(?:module(?:'s)?\s+|file(?:'s)?\s+)?"
+    r"doc\s?string\b",
+    re.I,
+)
 _ASKS_HINTS = re.compile(r"\b(?:type\s+hints?|type\s+annotations?|annotat\w*|typing|typed)\b", re.I)
 _ASKS_LOGGING = re.compile(r"\b(?:logging|log|logs|logger|debug\s+messages?)\b", re.I)
 
@@ -530,7 +536,8 @@ def _added_check(old: ast.Module, new: ast.Module, instruction: str, same: bool)
         "a type hint": (_ASKS_HINTS, _annotations),
         "a logging call": (_ASKS_LOGGING, _logging_calls),
     }
-    asked = [(what, count) for what, (pattern, count) in wanted.items() if pattern.search(instruction)]
+    request = _DOCSTRING_PLACE.sub(" ", instruction)
+    asked = [(what, count) for what, (pattern, count) in wanted.items() if pattern.search(request)]
     if asks_for_behaviour(instruction) or not asked or same:
         return ()
     if any(
