@@ -253,3 +253,15 @@ def test_a_fallback_is_edited_by_the_model(work, tiny_dir, monkeypatch):
     )
     assert done.exit_code == 0, done.output
     assert "a string names reset" in done.stderr and (work / "durations.py").read_text() == answer
+
+
+def test_a_rename_needs_no_retype_so_the_retype_bound_does_not_stop_it(work):
+    after = written(work, "rename the method Clock.tick to advance", "--max-retype", "2")
+    assert "def advance(" in after and "clock.advance(" in after
+    (work / "durations.py").write_text(SOURCE)
+    refused = cadedit(
+        "durations.py", "rename the method Clock.tick to advance", "--max-retype", "2", "--no-mechanical", cwd=work
+    )
+    assert refused.returncode == 1, refused.stderr.decode()
+    assert "over the bound of 2 lines" in refused.stderr.decode() and "not found" not in refused.stderr.decode()
+    assert (work / "durations.py").read_text() == SOURCE
