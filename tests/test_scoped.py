@@ -591,7 +591,8 @@ def test_an_english_verb_that_is_a_function_name_does_not_narrow_the_scope(work,
 def test_a_rename_everywhere_may_change_the_callers(work, tiny_dir, scripted):
     (work / "a.py").write_bytes(make(ADD_SUB))
     calls = scripted(unchanged)
-    result = fix(tiny_dir, "rename sub to subtract everywhere", "--allow-no-change")
+    # the model's scope for it (without --no-mechanical the rename is made without a model: test_mechanical_cli.py)
+    result = fix(tiny_dir, "rename sub to subtract everywhere", "--allow-no-change", "--no-mechanical")
     assert result.exit_code == 0, result.output
     regions = calls[0].prepared.regions
     assert regions == () or any(a <= 10 <= b for a, b in regions)
