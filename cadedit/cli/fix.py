@@ -20,12 +20,12 @@ from cadedit.cli import auto_test
 from cadedit.cli.common import BackendOpt, DtypeOpt, MaxNewOpt, ModelOpt, ThreadsOpt, files_text, server_for
 from cadedit.cli.common import EngineOpt, EngineTimeoutOpt, ScopeContextOpt, context_lines, engine_for, scripted
 from cadedit.cli.common import Scripted, err, escape_markup, say
-from cadedit.cli.program import WriteOpt, check_patch_path, display_path, write_stdout
+from cadedit.cli.program import WriteOpt, check_patch_path, display_path, reread, write_stdout
 from cadedit.cli.recover import recover_files
 from cadedit.cli.sketch import Shown as SketchShown
 from cadedit.cli.sketch import fix_sketch
 from cadedit.decode.pipeline import LocalEditor
-from cadedit.errors import ApplyError, CadeditError, CheckFailedError, ConfigError, DocumentError, RetypeBoundError
+from cadedit.errors import CadeditError, CheckFailedError, ConfigError, DocumentError, RetypeBoundError
 from cadedit.git.repo import printable
 from cadedit.options import EditOptions, Sampling
 from cadedit.results import result_json
@@ -448,7 +448,7 @@ def _show_answer(document, file: str, answer, diff_text: str, plan, run: _Run, s
     elif diff_text and not shown.write:
         show(diff_text)
     if shown.write and diff_text:
-        write_atomic(_reread(document) if plan.test else document, result.new_text)
+        write_atomic(reread(document) if plan.test else document, result.new_text)
         if not run.quiet:
             err.print(f"wrote {file}", highlight=False, markup=False)
     if shown.check and diff_text:
@@ -691,18 +691,6 @@ def _reporters(document, options, run: _Run, progress):
     return on_try, on_where
 
 
-def _reread(document):
-    """The file again after a test ran with candidates in place: checks.py put the user's bytes back
-    (a new inode and mtime); anything else means the file changed under cadedit."""
-    current = Document.read(document.path)
-    if current.lines != document.lines:
-        raise ApplyError(
-            f"{document.path}: changed on disk while the tests ran; nothing was written",
-            hint="run cadedit again on the current file",
-        )
-    return current
-
-
 def _no_passing_try(outcome: _Outcome, diff_text: str, quiet: bool) -> None:
     """No candidate passed: nothing is written; the best one's diff goes to stderr, marked as failing."""
     shown, best = outcome.shown, outcome.verified.best
@@ -831,7 +819,7 @@ def _fix_many(files: list[str], instruction: str, options, plan, run: _Run, show
     if write:
         _write_all(
             [
-                (_reread(document) if plan.test else document, new_text)
+                (reread(document) if plan.test else document, new_text)
                 for document, new_text, diff_text in edited
                 if diff_text
             ],

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from cadedit.cli.common import err, warn
-from cadedit.errors import DocumentError
+from cadedit.errors import ApplyError, DocumentError
 from cadedit.git.repo import diff_path
 from cadedit.text.diff import count_changes, show, unified_diff, write_atomic, write_bytes
 from cadedit.text.document import Document
@@ -115,3 +115,15 @@ def apply(
     write_atomic(document, resolution.text, force)
     added, removed = count_changes(diff_text)
     err.print(f"wrote {file} (+{added} -{removed})", highlight=False, markup=False)
+
+
+def reread(document: Document) -> Document:
+    """The file again after a test ran with a candidate in place: checks.py put the user's bytes back
+    (a new inode and mtime); anything else means the file changed under cadedit (an ApplyError)."""
+    current = Document.read(document.path)
+    if current.lines != document.lines:
+        raise ApplyError(
+            f"{document.path}: changed on disk while the tests ran; nothing was written",
+            hint="run cadedit again on the current file",
+        )
+    return current

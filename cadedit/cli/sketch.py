@@ -20,8 +20,8 @@ from pathlib import Path
 import typer
 
 from cadedit.cli.common import say
-from cadedit.cli.program import check_patch_path, display_path, write_stdout
-from cadedit.errors import ApplyError, CheckFailedError, DocumentError
+from cadedit.cli.program import check_patch_path, display_path, reread, write_stdout
+from cadedit.errors import CheckFailedError, DocumentError
 from cadedit.git.repo import printable, work_tree_root
 from cadedit.text.diff import count_changes, show
 from cadedit.text.document import Document
@@ -195,18 +195,7 @@ def _deliver(merged: list[Merged], stdin: bool, plan: CheckPlan, shown: Shown, w
     elif patch and not shown.write:
         show(patch)
     if shown.write:
-        changed = [(_reread(m.document) if plan.test else m.document, m.new_text) for m in merged if m.diff]
+        changed = [(reread(m.document) if plan.test else m.document, m.new_text) for m in merged if m.diff]
         write_all(changed, shown.quiet)
     if shown.check and patch:
         raise typer.Exit(1)
-
-
-def _reread(document: Document) -> Document:
-    """The file again after --test ran with the merge in place (its bytes were put back)."""
-    current = Document.read(document.path)
-    if current.lines != document.lines:
-        raise ApplyError(
-            f"{document.path}: changed on disk while the tests ran; nothing was written",
-            hint="run cadedit again on the current file",
-        )
-    return current
