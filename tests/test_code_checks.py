@@ -701,3 +701,16 @@ def test_a_type_hint_on_a_none_default_must_allow_none(work, tiny_dir, scripted)
     )
     assert "write `Optional[Callable]` or `Callable | None`" in calls[1].prompt
     assert (work / "a.py").read_text() == optional + "    return sorted(xs, key=key)\n"
+
+
+def test_an_addition_that_defines_nothing_of_the_asked_name_fails_asked(module, tiny_dir, scripted):
+    # a small model put the asked method's statement into the definition before the place
+    stuffed = MODULE.replace("        s += x\n    return s\n", "        s += x\n    return s\n    s = 0\n")
+    assert stuffed != MODULE
+    good = MODULE.replace("\n\ndef biggest", "\n\ndef mean(xs):\n    return total(xs) / len(xs)\n\n\ndef biggest")
+    calls = scripted(stuffed, good)
+    result = run(tiny_dir, "Add a mean() function right after total.")
+    assert result.exit_code == 0, result.output
+    assert first_failure(result).startswith("failed: asked (defines no `mean`, which the instruction asks to add)")
+    assert "defines no `mean`" in calls[1].prompt
+    assert module.read_text() == good

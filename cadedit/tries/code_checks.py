@@ -467,9 +467,29 @@ _DELETE_NAMED = re.compile(
 )
 
 
+# "Add a reset() method to C", "add a new function `parse_row`", "add the helper method reset_count": a
+# definition the instruction names to be added.
+_ADD_NAMED = re.compile(
+    r"\badd\s+(?:a|an|the)?\s*(?:new\s+)?(?:(?:static|class|helper|private|public|test)\s+)?"
+    r"(?:(?:method|function|class)\s+(?:called\s+|named\s+)?`?(?P<after>[A-Za-z_]\w*)`?(?:\(\))?"
+    r"|`?(?P<before>[A-Za-z_]\w*)`?(?:\(\))?\s+(?:method|function|class)\b)",
+    re.I,
+)
+_NOT_A_NAME = frozenset(
+    "a an the new small simple helper static private public method function class that which to for in on "
+    "of with and or so as at by from here there it its this test called named".split()
+)
+
+
 def _asked_check(
     old: ast.Module, new: ast.Module, instruction: str, same: bool, old_defs: dict, new_defs: dict
 ) -> tuple[Check, ...]:
+    added = _ADD_NAMED.search(instruction)
+    name = added and (added["after"] or added["before"])
+    if name and name.lower() not in _NOT_A_NAME and not same:
+        short = {q.rsplit(".", 1)[-1] for q in new_defs}
+        if name not in short and name not in {q.rsplit(".", 1)[-1] for q in old_defs}:
+            return (Check(ASKED, False, detail=f"defines no `{name}`, which the instruction asks to add"),)
     deleted = _DELETE_NAMED.search(instruction.strip())
     if deleted and not same:
         name = deleted["name"]
