@@ -366,15 +366,16 @@ def test_an_approval_is_of_the_path_the_file_is_found_at_not_of_what_it_links_to
 @pytest.mark.parametrize(
     "model, link, outside",
     [
-        ("models/../../../../tmp/elsewhere/coder.gguf", None, True),
-        ("models/coder.gguf", "/tmp/elsewhere/coder.gguf", True),
-        ("/opt/models/coder.gguf", None, True),
+        ("models/../../elsewhere/coder.gguf", None, True),
+        ("models/coder.gguf", "../../elsewhere/coder.gguf", True),
+        ("{beside}/elsewhere/coder.gguf", None, True),  # an absolute path beside the repository
         ("models/coder.gguf", None, False),
         ("models/coder.gguf", "../weights/coder.gguf", False),
         ("Qwen/Qwen2.5-Coder-1.5B-Instruct", None, False),
     ],
 )
 def test_trust_marks_a_model_outside_the_repository_by_its_resolved_path(cloned, model, link, outside):
+    model = model.format(beside=cloned.parent)
     (cloned / ".cadedit.toml").write_text(f'model = "{model}"\n')
     (cloned / "models").mkdir()
     if link is not None:
